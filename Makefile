@@ -1,0 +1,26 @@
+# fairlead — see README.md. `make run` and `make test` are all the set-up a fresh machine needs.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+
+.PHONY: all build run test vet fmt bench bench-quick clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fairlead ./cmd/fairlead
+	$(GO) build -o bin/fairlead-sim ./cmd/fairlead-sim
+
+# Starts a simulated ThingWorx cluster and fairlead in front of it; Ctrl-C stops both.
+run: build
+	bash bench/run.sh
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 8m ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make run`: a simulated ThingWorx cluster (2 platform servers, 2 connection servers) with fairlead in
+# front of it, using the shipped conf.d/. Ctrl-C stops everything this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pids=()
+cleanup() {
+	trap - INT TERM EXIT
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	echo "stopped."
+}
+trap cleanup INT TERM EXIT
+
+./bin/fairlead-sim -platforms 2 -connections 2 -platform-port 9081 -connection-port 9181 \
+	-control 127.0.0.1:9000 &
+pids+=($!)
+# wait for the simulator's control API
+for _ in $(seq 50); do curl -fs http://127.0.0.1:9000/status >/dev/null 2>&1 && break; sleep 0.1; done
+
+./bin/fairlead -config conf.d &
+pids+=($!)
+for _ in $(seq 100); do curl -fs http://127.0.0.1:8404/healthz >/dev/null 2>&1 && break; sleep 0.1; done
+
+cat <<'TXT'
+
+fairlead listens on http://127.0.0.1:8080 (admin http://127.0.0.1:8404), in front of a simulated
+ThingWorx cluster: platform1 127.0.0.1:9081 (leader), platform2 127.0.0.1:9082 (backup),
+connection servers cx1 127.0.0.1:9181 and cx2 127.0.0.1:9182, simulator control on 127.0.0.1:9000.
+
+Which node answered (the X-Served-By header):
+  curl -si http://127.0.0.1:8080/Thingworx/Things | grep -i x-served-by
+
+Make the leader step down and platform2 take over (fairlead switches after 3 non-200 LeaderChecks,
+probing every fast_interval = 2s once the leader fails):
+  curl -s -XPOST http://127.0.0.1:9000/platform/platform1/backup
+  curl -s -XPOST http://127.0.0.1:9000/platform/platform2/leader
+
+Watch traffic move (one request a second):
+  while sleep 1; do curl -s -o /dev/null -w '%{http_code} ' -D - http://127.0.0.1:8080/ | grep -i x-served-by; done
+
+Kill the leader outright, or hang it:
+  curl -s -XPOST http://127.0.0.1:9000/platform/platform2/dead
+  curl -s -XPOST http://127.0.0.1:9000/platform/platform1/hung
+
+State and metrics:
+  curl -s http://127.0.0.1:8404/status
+  curl -s http://127.0.0.1:8404/metrics | grep fairlead_
+  curl -s http://127.0.0.1:9000/status
+
+Ctrl-C stops everything.
+TXT
+wait

@@ -1,0 +1,231 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// Default option values.
+const (
+	DefaultPlatforms       = 2
+	DefaultConnections     = 2
+	DefaultCredentials     = "YWRtaW46YWRtaW4=" // admin:admin
+	DefaultLeaderCheckPath = "/Thingworx/Admin/HA/LeaderCheck"
+)
+
+// Options configures Start. The zero value starts two platforms and two
+// connection servers on free 127.0.0.1 ports, without a control API.
+type Options struct {
+	// Platforms is the number of fake platform servers; 0 means
+	// len(PlatformAddrs), or DefaultPlatforms if that is empty too.
+	Platforms int
+	// Connections is the number of fake connection servers; 0 means
+	// len(ConnectionAddrs), or DefaultConnections if that is empty too.
+	Connections int
+
+	// PlatformAddrs are optional fixed listen addresses, by index; missing
+	// or empty entries mean "127.0.0.1:0".
+	PlatformAddrs []string
+	// ConnectionAddrs are optional fixed listen addresses, by index; missing
+	// or empty entries mean "127.0.0.1:0".
+	ConnectionAddrs []string
+	// ConnectionHealthAddrs are optional separate health-check listen
+	// addresses, by index; a missing or empty entry means health is served
+	// on the connection server's main port only.
+	ConnectionHealthAddrs []string
+
+	// Credentials is the base64 "user:pass" a LeaderCheck probe must present
+	// as "Authorization: Basic <Credentials>"; default DefaultCredentials.
+	Credentials string
+	// LeaderCheckPath is the LeaderCheck path; default
+	// DefaultLeaderCheckPath. A request with any method on this path is a
+	// LeaderCheck probe.
+	LeaderCheckPath string
+	// Body is the body of ordinary platform answers; default
+	// "hello from <name>\n".
+	Body []byte
+
+	// ControlAddr, if non-empty, starts the HTTP control API there
+	// ("127.0.0.1:0" picks a free port; see Cluster.ControlAddr).
+	ControlAddr string
+
+	// Logf, if set, receives state changes and server errors.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running simulated ThingWorx HA cluster. Platform servers are
+// named "platform1", "platform2", ...; initially platform1 is Leader and the
+// others are Backup. Connection servers are named "cx1", "cx2", ... and start
+// healthy.
+type Cluster struct {
+	// Platforms are the platform servers, in name order.
+	Platforms []*Platform
+	// Connections are the connection servers, in name order.
+	Connections []*ConnServer
+	// ControlAddr is the actual address of the control API, "" if none.
+	ControlAddr string
+
+	quit      chan struct{}
+	control   *http.Server
+	controlWG sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Start starts a cluster. On error nothing is left running.
+func Start(opts Options) (*Cluster, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{quit: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	for i := range opts.Platforms {
+		st := Backup
+		if i == 0 {
+			st = Leader
+		}
+		p, err := newPlatform("platform"+strconv.Itoa(i+1), addrAt(opts.PlatformAddrs, i, "127.0.0.1:0"), st, &opts, c.quit)
+		if err != nil {
+			return nil, err
+		}
+		c.Platforms = append(c.Platforms, p)
+	}
+	for i := range opts.Connections {
+		s, err := newConnServer("cx"+strconv.Itoa(i+1),
+			addrAt(opts.ConnectionAddrs, i, "127.0.0.1:0"),
+			addrAt(opts.ConnectionHealthAddrs, i, ""), &opts)
+		if err != nil {
+			return nil, err
+		}
+		c.Connections = append(c.Connections, s)
+	}
+	if opts.ControlAddr != "" {
+		if err := c.startControl(opts.ControlAddr, opts.Logf); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+func (o *Options) setDefaults() error {
+	if o.Platforms < 0 || o.Connections < 0 {
+		return errors.New("sim: negative server count")
+	}
+	if o.Platforms == 0 {
+		o.Platforms = max(len(o.PlatformAddrs), DefaultPlatforms)
+	}
+	if o.Connections == 0 {
+		o.Connections = max(len(o.ConnectionAddrs), DefaultConnections)
+	}
+	if len(o.PlatformAddrs) > o.Platforms {
+		return fmt.Errorf("sim: %d platform addresses for %d platforms", len(o.PlatformAddrs), o.Platforms)
+	}
+	if n := max(len(o.ConnectionAddrs), len(o.ConnectionHealthAddrs)); n > o.Connections {
+		return fmt.Errorf("sim: %d connection addresses for %d connection servers", n, o.Connections)
+	}
+	if o.Credentials == "" {
+		o.Credentials = DefaultCredentials
+	}
+	if o.LeaderCheckPath == "" {
+		o.LeaderCheckPath = DefaultLeaderCheckPath
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+func addrAt(addrs []string, i int, def string) string {
+	if i < len(addrs) && addrs[i] != "" {
+		return addrs[i]
+	}
+	return def
+}
+
+// PortRange returns n addresses on host with consecutive ports from
+// firstPort; a firstPort of 0 gives n times "host:0" (free ports).
+func PortRange(host string, firstPort, n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		port := 0
+		if firstPort != 0 {
+			port = firstPort + i
+		}
+		addrs[i] = net.JoinHostPort(host, strconv.Itoa(port))
+	}
+	return addrs
+}
+
+// Close stops the control API and every server and closes every open
+// connection. It is idempotent. Afterwards the servers stay down: leaving
+// Dead and ConnServer.Restart fail.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		close(c.quit)
+		if c.control != nil {
+			_ = c.control.Close()
+			c.controlWG.Wait()
+		}
+		for _, p := range c.Platforms {
+			p.close()
+		}
+		for _, s := range c.Connections {
+			s.close()
+		}
+	})
+}
+
+// Platform returns the platform server with the given name, nil if unknown.
+func (c *Cluster) Platform(name string) *Platform {
+	for _, p := range c.Platforms {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Connection returns the connection server with the given name, nil if
+// unknown.
+func (c *Cluster) Connection(name string) *ConnServer {
+	for _, s := range c.Connections {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Leader returns the first platform in state Leader, nil if none.
+func (c *Cluster) Leader() *Platform {
+	for _, p := range c.Platforms {
+		if p.State() == Leader {
+			return p
+		}
+	}
+	return nil
+}
+
+// WriteSummary writes one line per server (name, role, address, state) and
+// one for the control API, if any.
+func (c *Cluster) WriteSummary(w io.Writer) {
+	for _, p := range c.Platforms {
+		fmt.Fprintf(w, "%s platform %s state=%s\n", p.Name, p.Addr, p.State())
+	}
+	for _, s := range c.Connections {
+		fmt.Fprintf(w, "%s connection %s health=%s\n", s.Name, s.Addr, s.HealthAddr)
+	}
+	if c.ControlAddr != "" {
+		fmt.Fprintf(w, "control %s\n", c.ControlAddr)
+	}
+}

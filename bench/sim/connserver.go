@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+)
+
+// maxMessageSize is the largest WebSocket message a connection server
+// accepts.
+const maxMessageSize = 16 << 20
+
+var pathHealth = []byte("/health")
+
+// ConnServer is a simulated ThingWorx connection server: a WebSocket echo
+// server with a health endpoint.
+//
+// A request carrying a WebSocket upgrade, on any path, is upgraded (the 101
+// carries "X-Served-By: <Name>") and every message is echoed back with the
+// same type; messages up to 16 MiB are accepted. GET /health answers 200
+// "ok" or 503 according to SetHealthy, on Addr and on HealthAddr. Any other
+// request on Addr gets 400.
+//
+// All methods are safe for concurrent use.
+type ConnServer struct {
+	// Name is "cx1", "cx2", ...
+	Name string
+	// Addr is the host:port of the WebSocket (and health) listener.
+	Addr string
+	// HealthAddr is the host:port answering /health; it equals Addr when
+	// there is no separate health listener.
+	HealthAddr string
+
+	main   *netServer
+	health *netServer // nil without a separate health listener
+	logf   func(format string, args ...any)
+
+	servedBy []byte
+	upgrader websocket.FastHTTPUpgrader
+
+	// opMu serializes Kill and Restart.
+	opMu    sync.Mutex
+	healthy atomic.Bool
+
+	upgrades atomic.Int64
+	tunnels  atomic.Int64
+
+	hdrMu   sync.Mutex
+	lastHdr http.Header
+}
+
+func newConnServer(name, addr, healthAddr string, opts *Options) (*ConnServer, error) {
+	s := &ConnServer{
+		Name:     name,
+		logf:     opts.Logf,
+		servedBy: []byte(name),
+		upgrader: websocket.FastHTTPUpgrader{
+			CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+		},
+	}
+	s.healthy.Store(true)
+	main, err := newNetServer(addr, func() *fasthttp.Server { return s.newServer(s.handle) })
+	if err != nil {
+		return nil, fmt.Errorf("connection server %s: %w", name, err)
+	}
+	s.main = main
+	s.Addr = main.addr
+	s.HealthAddr = main.addr
+	if healthAddr != "" {
+		health, err := newNetServer(healthAddr, func() *fasthttp.Server { return s.newServer(s.handleHealthOnly) })
+		if err != nil {
+			main.close()
+			return nil, fmt.Errorf("connection server %s health: %w", name, err)
+		}
+		s.health = health
+		s.HealthAddr = health.addr
+	}
+	return s, nil
+}
+
+func (s *ConnServer) newServer(h fasthttp.RequestHandler) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:        h,
+		Name:           "fairlead-sim",
+		ReadBufferSize: 16 << 10,
+		Logger:         fasthttpLogger{prefix: s.Name + ": ", logf: s.logf},
+	}
+}
+
+// SetHealthy sets what /health answers: 200 "ok" when ok, 503 otherwise.
+// The default is healthy. It does not affect WebSocket traffic.
+func (s *ConnServer) SetHealthy(ok bool) {
+	if s.healthy.Swap(ok) != ok {
+		s.logf("%s: healthy=%v", s.Name, ok)
+	}
+}
+
+// Healthy reports what /health answers (true for 200).
+func (s *ConnServer) Healthy() bool {
+	return s.healthy.Load()
+}
+
+// Kill simulates the server process dying: it closes the listener(s) and
+// every open connection, WebSocket tunnels included, so tunnel reads fail at
+// once and new dials are refused. Killing a killed server is a no-op.
+func (s *ConnServer) Kill() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.main.stop()
+	if s.health != nil {
+		s.health.stop()
+	}
+	s.logf("%s: killed", s.Name)
+	return nil
+}
+
+// Restart listens again on Addr (and HealthAddr) after Kill, retrying
+// briefly while a port is still busy. Restarting a running server is a
+// no-op.
+func (s *ConnServer) Restart() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.main.start(); err != nil {
+		return fmt.Errorf("connection server %s: %w", s.Name, err)
+	}
+	if s.health != nil {
+		if err := s.health.start(); err != nil {
+			s.main.stop()
+			return fmt.Errorf("connection server %s health: %w", s.Name, err)
+		}
+	}
+	s.logf("%s: restarted", s.Name)
+	return nil
+}
+
+// Alive reports whether the server is listening (not killed).
+func (s *ConnServer) Alive() bool {
+	return s.main.running()
+}
+
+// Upgrades returns the number of successful WebSocket upgrades so far. It is
+// incremented before the 101 response is sent.
+func (s *ConnServer) Upgrades() int64 {
+	return s.upgrades.Load()
+}
+
+// OpenTunnels returns the number of currently open WebSocket connections.
+// A tunnel counts from just after the 101 is written until its connection
+// closes.
+func (s *ConnServer) OpenTunnels() int {
+	return int(s.tunnels.Load())
+}
+
+// LastUpgradeHeaders returns a copy of the request headers of the latest
+// upgrade request (nil before the first one), with canonical names.
+func (s *ConnServer) LastUpgradeHeaders() http.Header {
+	s.hdrMu.Lock()
+	defer s.hdrMu.Unlock()
+	return s.lastHdr.Clone()
+}
+
+func (s *ConnServer) close() {
+	s.main.close()
+	if s.health != nil {
+		s.health.close()
+	}
+}
+
+func (s *ConnServer) handle(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetBytesKV(hdrServedBy, s.servedBy)
+	if websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		s.upgrade(ctx)
+		return
+	}
+	if bytes.Equal(ctx.Path(), pathHealth) {
+		s.serveHealth(ctx)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusBadRequest)
+	ctx.SetBodyString("websocket upgrade expected\n")
+}
+
+func (s *ConnServer) handleHealthOnly(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.SetBytesKV(hdrServedBy, s.servedBy)
+	if bytes.Equal(ctx.Path(), pathHealth) {
+		s.serveHealth(ctx)
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusNotFound)
+	ctx.SetBodyString("not found\n")
+}
+
+func (s *ConnServer) serveHealth(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentTypeBytes(textPlain)
+	if s.healthy.Load() {
+		ctx.SetBodyString("ok\n")
+		return
+	}
+	ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	ctx.SetBodyString("unhealthy\n")
+}
+
+func (s *ConnServer) upgrade(ctx *fasthttp.RequestCtx) {
+	h := make(http.Header)
+	for k, v := range ctx.Request.Header.All() {
+		h.Add(string(k), string(v))
+	}
+	s.hdrMu.Lock()
+	s.lastHdr = h
+	s.hdrMu.Unlock()
+	if err := s.upgrader.Upgrade(ctx, s.echo); err != nil {
+		s.logf("%s: upgrade failed: %s", s.Name, err)
+		return
+	}
+	s.upgrades.Add(1)
+}
+
+// echo echoes every message back with the same type until the connection
+// fails or closes.
+func (s *ConnServer) echo(c *websocket.Conn) {
+	s.tunnels.Add(1)
+	defer s.tunnels.Add(-1)
+	c.SetReadLimit(maxMessageSize)
+	for {
+		mt, r, err := c.NextReader()
+		if err != nil {
+			return
+		}
+		w, err := c.NextWriter(mt)
+		if err != nil {
+			return
+		}
+		if _, err := io.Copy(w, r); err != nil {
+			return
+		}
+		if err := w.Close(); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Status is a snapshot of the cluster, as served by the control API's
+// GET /status.
+type Status struct {
+	Platforms   []PlatformStatus `json:"platforms"`
+	Connections []ConnStatus     `json:"connections"`
+}
+
+// PlatformStatus is a snapshot of one platform server.
+type PlatformStatus struct {
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	State    string `json:"state"`
+	Requests int64  `json:"requests"`
+	// OpenConns is Platform.OpenConns.
+	OpenConns int `json:"open_conns"`
+	// LeaderCheckStatus is the forced LeaderCheck status, 0 if none.
+	LeaderCheckStatus int `json:"leadercheck_status"`
+}
+
+// ConnStatus is a snapshot of one connection server.
+type ConnStatus struct {
+	Name        string `json:"name"`
+	Addr        string `json:"addr"`
+	HealthAddr  string `json:"health_addr"`
+	Healthy     bool   `json:"healthy"`
+	Alive       bool   `json:"alive"`
+	OpenTunnels int    `json:"open_tunnels"`
+	Upgrades    int64  `json:"upgrades"`
+}
+
+// Status returns a snapshot of p.
+func (p *Platform) Status() PlatformStatus {
+	return PlatformStatus{
+		Name:              p.Name,
+		Addr:              p.Addr,
+		State:             p.State().String(),
+		Requests:          p.Requests(),
+		OpenConns:         p.OpenConns(),
+		LeaderCheckStatus: p.LeaderCheckStatus(),
+	}
+}
+
+// Status returns a snapshot of s.
+func (s *ConnServer) Status() ConnStatus {
+	return ConnStatus{
+		Name:        s.Name,
+		Addr:        s.Addr,
+		HealthAddr:  s.HealthAddr,
+		Healthy:     s.Healthy(),
+		Alive:       s.Alive(),
+		OpenTunnels: s.OpenTunnels(),
+		Upgrades:    s.Upgrades(),
+	}
+}
+
+// Status returns a snapshot of every server of the cluster.
+func (c *Cluster) Status() Status {
+	st := Status{
+		Platforms:   make([]PlatformStatus, 0, len(c.Platforms)),
+		Connections: make([]ConnStatus, 0, len(c.Connections)),
+	}
+	for _, p := range c.Platforms {
+		st.Platforms = append(st.Platforms, p.Status())
+	}
+	for _, s := range c.Connections {
+		st.Connections = append(st.Connections, s.Status())
+	}
+	return st
+}
+
+// startControl serves the control API on addr:
+//
+//	GET  /status                              Status as JSON
+//	POST /platform/<name>/<state>             Platform.SetState
+//	POST /platform/<name>/leadercheck/<code>  Platform.SetLeaderCheckStatus
+//	POST /connection/<name>/<up|down|kill|restart>
+//
+// GET is accepted wherever POST is. Changes answer 200 with the server's new
+// status as one line of JSON, 404 for an unknown server and 400 for a bad
+// state, code or action.
+func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("sim: control API: %w", err)
+	}
+	c.ControlAddr = ln.Addr().String()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/status", c.handleStatus)
+	mux.HandleFunc("/platform/{name}/{state}", c.handlePlatformState)
+	mux.HandleFunc("/platform/{name}/leadercheck/{code}", c.handleLeaderCheck)
+	mux.HandleFunc("/connection/{name}/{action}", c.handleConnection)
+	c.control = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	c.controlWG.Add(1)
+	go func() {
+		defer c.controlWG.Done()
+		if err := c.control.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logf("control API: %s", err)
+		}
+	}()
+	return nil
+}
+
+func allowMethod(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodPost {
+		return true
+	}
+	w.Header().Set("Allow", "GET, POST")
+	http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (c *Cluster) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	writeJSON(w, c.Status())
+}
+
+func (c *Cluster) handlePlatformState(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	p := c.Platform(r.PathValue("name"))
+	if p == nil {
+		http.Error(w, "unknown platform", http.StatusNotFound)
+		return
+	}
+	st, err := ParseState(r.PathValue("state"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := p.SetState(st); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, p.Status())
+}
+
+func (c *Cluster) handleLeaderCheck(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	p := c.Platform(r.PathValue("name"))
+	if p == nil {
+		http.Error(w, "unknown platform", http.StatusNotFound)
+		return
+	}
+	code, err := strconv.Atoi(r.PathValue("code"))
+	if err != nil || (code != 0 && (code < 100 || code > 999)) {
+		http.Error(w, "bad status code", http.StatusBadRequest)
+		return
+	}
+	p.SetLeaderCheckStatus(code)
+	writeJSON(w, p.Status())
+}
+
+func (c *Cluster) handleConnection(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	s := c.Connection(r.PathValue("name"))
+	if s == nil {
+		http.Error(w, "unknown connection server", http.StatusNotFound)
+		return
+	}
+	var err error
+	switch r.PathValue("action") {
+	case "up":
+		s.SetHealthy(true)
+	case "down":
+		s.SetHealthy(false)
+	case "kill":
+		err = s.Kill()
+	case "restart":
+		err = s.Restart()
+	default:
+		http.Error(w, "unknown action (want up, down, kill or restart)", http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, s.Status())
+}

@@ -1,0 +1,460 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxProbes bounds the probe history a platform keeps; older probes are
+// dropped first.
+const maxProbes = 10000
+
+// copyBufSize is the buffer size used to stream request bodies.
+const copyBufSize = 32 << 10
+
+// Probe is one LeaderCheck request received by a platform server.
+type Probe struct {
+	// At is when the probe reached the handler.
+	At time.Time
+	// Authorization is the raw Authorization header value ("" if absent).
+	Authorization string
+	// Status is the status answered, or 0 if the probe got no answer
+	// because the platform was Hung.
+	Status int
+}
+
+// Platform is a simulated ThingWorx platform (Foundation) server.
+//
+// It answers the LeaderCheck probe according to its State and serves ordinary
+// requests; see State for what each state does. Every answer carries
+// "X-Served-By: <Name>". Ordinary requests understand these query
+// parameters on any path:
+//
+//	status=N     answer with status N
+//	delay=D      sleep D (a Go duration, e.g. 250ms) before answering
+//	bytes=N      answer with an N-byte body, byte i being 'a'+i%26, streamed
+//	             with a Content-Length (add chunked=1 for chunked encoding)
+//
+// A request body of any size is read as a stream; the answer then carries
+// "X-Body-Bytes: <count>" and "X-Body-Sha256: <hex>". The path /echo-headers
+// answers with the request headers as the body, one "Name: value" per line in
+// the order received, plus an "X-Echo-Host: <Host>" header.
+//
+// All methods are safe for concurrent use.
+type Platform struct {
+	// Name is "platform1", "platform2", ...
+	Name string
+	// Addr is the host:port the server listens on; it does not change when
+	// the server goes Dead and comes back.
+	Addr string
+
+	srv  *netServer
+	quit <-chan struct{} // closed when the cluster closes
+	logf func(format string, args ...any)
+
+	servedBy        []byte
+	auth            []byte // "Basic <credentials>"
+	leaderCheckPath []byte
+	body            []byte
+
+	// stateMu serializes state transitions; state is read lock-free.
+	stateMu sync.Mutex
+	state   atomic.Int32
+	forced  atomic.Int32
+
+	requests atomic.Int64
+
+	bufPool sync.Pool // *[]byte of copyBufSize, for streaming request bodies
+
+	probesMu sync.Mutex
+	probes   []Probe
+}
+
+func newPlatform(name, addr string, st State, opts *Options, quit <-chan struct{}) (*Platform, error) {
+	p := &Platform{
+		Name:            name,
+		quit:            quit,
+		logf:            opts.Logf,
+		servedBy:        []byte(name),
+		auth:            []byte("Basic " + opts.Credentials),
+		leaderCheckPath: []byte(opts.LeaderCheckPath),
+		body:            opts.Body,
+	}
+	if p.body == nil {
+		p.body = []byte("hello from " + name + "\n")
+	}
+	p.state.Store(int32(st))
+	srv, err := newNetServer(addr, p.newServer)
+	if err != nil {
+		return nil, fmt.Errorf("platform %s: %w", name, err)
+	}
+	p.srv = srv
+	p.Addr = srv.addr
+	return p, nil
+}
+
+func (p *Platform) newServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:                      p.handle,
+		Name:                         "fairlead-sim",
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               16 << 10,
+		Logger:                       fasthttpLogger{prefix: p.Name + ": ", logf: p.logf},
+	}
+}
+
+// SetState moves the platform to s. Going Dead closes the listener and all
+// open connections; leaving Dead listens again on Addr (retrying briefly
+// while the port is still busy). On a listen error the platform stays Dead
+// and the error is returned.
+func (p *Platform) SetState(s State) error {
+	if !s.valid() {
+		return fmt.Errorf("sim: invalid state %d", int(s))
+	}
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	old := State(p.state.Load())
+	if old == s {
+		return nil
+	}
+	switch {
+	case s == Dead:
+		p.state.Store(int32(Dead))
+		p.srv.stop()
+	case old == Dead:
+		if err := p.srv.start(); err != nil {
+			return fmt.Errorf("platform %s: %w", p.Name, err)
+		}
+		p.state.Store(int32(s))
+	default:
+		p.state.Store(int32(s))
+	}
+	p.logf("%s: %s -> %s", p.Name, old, s)
+	return nil
+}
+
+// State returns the current state.
+func (p *Platform) State() State {
+	return State(p.state.Load())
+}
+
+// SetLeaderCheckStatus forces the status answered to LeaderCheck probes that
+// carry the right credentials (e.g. 400, 401, 503), whatever the state; code
+// 0 goes back to the state-derived answer. Probes without the right
+// credentials still get 401, and Hung or Dead platforms still do not answer.
+func (p *Platform) SetLeaderCheckStatus(code int) {
+	p.forced.Store(int32(code))
+}
+
+// LeaderCheckStatus returns the forced LeaderCheck status, 0 if none.
+func (p *Platform) LeaderCheckStatus() int {
+	return int(p.forced.Load())
+}
+
+// Requests returns the number of ordinary (non-LeaderCheck) requests that
+// reached the handler since the start or the last ResetCounters, whatever
+// they were answered, including those that hung.
+func (p *Platform) Requests() int64 {
+	return p.requests.Load()
+}
+
+// Probes returns a copy of the LeaderCheck probes received, oldest first
+// (at most the latest 10000).
+func (p *Platform) Probes() []Probe {
+	p.probesMu.Lock()
+	defer p.probesMu.Unlock()
+	return append([]Probe(nil), p.probes...)
+}
+
+// ResetCounters zeroes Requests and forgets the recorded Probes.
+func (p *Platform) ResetCounters() {
+	p.requests.Store(0)
+	p.probesMu.Lock()
+	p.probes = nil
+	p.probesMu.Unlock()
+}
+
+// OpenConns returns the number of currently open TCP connections to the
+// server, including hung ones.
+func (p *Platform) OpenConns() int {
+	return p.srv.openConns()
+}
+
+func (p *Platform) close() {
+	p.srv.close()
+}
+
+func (p *Platform) recordProbe(auth []byte, status int) {
+	pr := Probe{At: time.Now(), Authorization: string(auth), Status: status}
+	p.probesMu.Lock()
+	if len(p.probes) >= maxProbes {
+		n := copy(p.probes, p.probes[len(p.probes)-maxProbes/2:])
+		p.probes = p.probes[:n]
+	}
+	p.probes = append(p.probes, pr)
+	p.probesMu.Unlock()
+}
+
+var (
+	hdrServedBy       = []byte("X-Served-By")
+	hdrBodyBytes      = []byte("X-Body-Bytes")
+	hdrBodySha256     = []byte("X-Body-Sha256")
+	hdrEchoHost       = []byte("X-Echo-Host")
+	hdrWWWAuth        = []byte("WWW-Authenticate")
+	valWWWAuth        = []byte(`Basic realm="ThingWorx"`)
+	pathEchoHeaders   = []byte("/echo-headers")
+	textPlain         = []byte("text/plain; charset=utf-8")
+	bodyLeader        = []byte("leader\n")
+	bodyNotLeader     = []byte("not leader\n")
+	bodyUnauthorized  = []byte("unauthorized\n")
+	bodyStandby       = []byte("standby\n")
+	bytesPatternBlock = makePattern(64 << 10)
+)
+
+// makePattern returns a block of at least n bytes whose byte i is 'a'+i%26;
+// its length is a multiple of 26 so consecutive copies continue the pattern.
+func makePattern(n int) []byte {
+	n = (n + 25) / 26 * 26
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
+	st := State(p.state.Load())
+	if bytes.Equal(ctx.Path(), p.leaderCheckPath) {
+		p.leaderCheck(ctx, st)
+		return
+	}
+	p.requests.Add(1)
+	switch st {
+	case Hung:
+		hang(ctx)
+		return
+	case Dead:
+		drop(ctx)
+		return
+	}
+	ctx.Response.Header.SetBytesKV(hdrServedBy, p.servedBy)
+	ctx.SetContentTypeBytes(textPlain)
+	if st == Standby {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBody(bodyStandby)
+		return
+	}
+
+	// -1 is chunked; -2 ("until close") is not a request body.
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 || cl == -1 {
+		if !p.readBody(ctx) {
+			return
+		}
+	}
+
+	status := fasthttp.StatusOK
+	var nbytes int64 = -1
+	chunked := false
+	if args := ctx.QueryArgs(); args.Len() > 0 {
+		if v := args.Peek("status"); len(v) > 0 {
+			n, err := strconv.Atoi(string(v))
+			if err != nil || n < 100 || n > 999 {
+				badRequest(ctx, "bad status parameter %q", v)
+				return
+			}
+			status = n
+		}
+		if v := args.Peek("delay"); len(v) > 0 {
+			d, err := time.ParseDuration(string(v))
+			if err != nil {
+				badRequest(ctx, "bad delay parameter %q", v)
+				return
+			}
+			if !p.sleep(d) {
+				drop(ctx)
+				return
+			}
+		}
+		if v := args.Peek("bytes"); len(v) > 0 {
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || n < 0 {
+				badRequest(ctx, "bad bytes parameter %q", v)
+				return
+			}
+			nbytes = n
+		}
+		chunked = args.Has("chunked") && string(args.Peek("chunked")) != "0"
+	}
+
+	ctx.SetStatusCode(status)
+	switch {
+	case bytes.Equal(ctx.Path(), pathEchoHeaders):
+		echoHeaders(ctx)
+	case nbytes >= 0 && chunked:
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			writePattern(w, nbytes)
+		})
+	case nbytes >= 0:
+		ctx.SetBodyStream(&patternReader{left: nbytes}, int(nbytes))
+	default:
+		ctx.SetBody(p.body)
+	}
+}
+
+func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
+	auth := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	switch st {
+	case Hung:
+		p.recordProbe(auth, 0)
+		hang(ctx)
+		return
+	case Dead:
+		drop(ctx)
+		return
+	}
+	ctx.Response.Header.SetBytesKV(hdrServedBy, p.servedBy)
+	ctx.SetContentTypeBytes(textPlain)
+	var status int
+	switch {
+	case !bytes.Equal(auth, p.auth):
+		status = fasthttp.StatusUnauthorized
+		ctx.Response.Header.SetBytesKV(hdrWWWAuth, valWWWAuth)
+		ctx.SetBody(bodyUnauthorized)
+	case p.forced.Load() != 0:
+		status = int(p.forced.Load())
+		ctx.SetBodyString(fasthttp.StatusMessage(status) + "\n")
+	case st == Leader:
+		status = fasthttp.StatusOK
+		ctx.SetBody(bodyLeader)
+	default:
+		status = fasthttp.StatusServiceUnavailable
+		ctx.SetBody(bodyNotLeader)
+	}
+	ctx.SetStatusCode(status)
+	p.recordProbe(auth, status)
+}
+
+// sleep waits d or until the cluster closes; it reports whether d elapsed.
+func (p *Platform) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.quit:
+		return false
+	}
+}
+
+// readBody streams the request body through SHA-256 and sets the
+// X-Body-Bytes and X-Body-Sha256 response headers. On a read error it
+// answers 400, closes the connection and returns false.
+func (p *Platform) readBody(ctx *fasthttp.RequestCtx) bool {
+	bp, _ := p.bufPool.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, copyBufSize)
+		bp = &b
+	}
+	h := sha256.New()
+	var n int64
+	var err error
+	if r := ctx.RequestBodyStream(); r != nil {
+		n, err = io.CopyBuffer(h, r, *bp)
+	}
+	p.bufPool.Put(bp)
+	if err != nil {
+		ctx.SetConnectionClose()
+		badRequest(ctx, "cannot read request body after %d bytes: %s", n, err)
+		return false
+	}
+	var sum [sha256.Size]byte
+	ctx.Response.Header.SetBytesK(hdrBodyBytes, strconv.FormatInt(n, 10))
+	ctx.Response.Header.SetBytesK(hdrBodySha256, hex.EncodeToString(h.Sum(sum[:0])))
+	return true
+}
+
+func badRequest(ctx *fasthttp.RequestCtx, format string, args ...any) {
+	ctx.SetStatusCode(fasthttp.StatusBadRequest)
+	ctx.SetBodyString(fmt.Sprintf(format, args...) + "\n")
+}
+
+// hang takes the connection over without answering and reads and discards
+// its input until it is closed, by the peer or by the server going Dead.
+func hang(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c)
+	})
+}
+
+// drop closes the connection without answering.
+func drop(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
+}
+
+// echoHeaders answers with the request headers, one "Name: value" per
+// line in the order received.
+func echoHeaders(ctx *fasthttp.RequestCtx) {
+	var out []byte
+	for k, v := range ctx.Request.Header.AllInOrder() {
+		out = append(out, k...)
+		out = append(out, ": "...)
+		out = append(out, v...)
+		out = append(out, '\n')
+	}
+	ctx.Response.Header.SetBytesKV(hdrEchoHost, ctx.Request.Header.Host())
+	ctx.SetBody(out)
+}
+
+// patternReader produces left bytes of the 'a'+i%26 pattern.
+type patternReader struct {
+	left int64
+	off  int
+}
+
+func (r *patternReader) Read(b []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > r.left {
+		b = b[:r.left]
+	}
+	n := 0
+	for n < len(b) {
+		c := copy(b[n:], bytesPatternBlock[r.off:])
+		n += c
+		r.off = (r.off + c) % len(bytesPatternBlock)
+	}
+	r.left -= int64(n)
+	return n, nil
+}
+
+func writePattern(w *bufio.Writer, n int64) {
+	for n > 0 {
+		chunk := bytesPatternBlock
+		if int64(len(chunk)) > n {
+			chunk = chunk[:n]
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+		n -= int64(len(chunk))
+	}
+	_ = w.Flush()
+}

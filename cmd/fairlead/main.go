@@ -1,0 +1,74 @@
+// Command fairlead is an L7 load balancer for ThingWorx High Availability clusters.
+//
+//	fairlead -config conf.d          run with every conf.d/*.toml merged in lexical order
+//	fairlead -check -config conf.d   validate, print every error, exit 0 or 2
+//	fairlead -version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fairlead/fairlead/lb"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("fairlead", flag.ContinueOnError)
+	configPath := fs.String("config", "conf.d", "config directory (its *.toml files are merged in lexical order) or one file")
+	check := fs.Bool("check", false, "validate the config and exit: 0 if valid, 2 with every error otherwise")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *showVersion {
+		fmt.Println("fairlead", version)
+		return 0
+	}
+
+	cfg, err := lb.LoadConfig(*configPath)
+	if err != nil {
+		var ce *lb.ConfigError
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(os.Stderr, p)
+			}
+		} else {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		return 2
+	}
+	if *check {
+		fmt.Printf("config ok: %d file(s), %d pool(s), %d route(s)\n", len(cfg.Files), len(cfg.Pools), len(cfg.Routes))
+		return 0
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	l, err := lb.New(cfg, lb.Options{})
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	if err := l.Start(ctx); err != nil {
+		log.Print(err)
+		return 1
+	}
+	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
+	<-ctx.Done()
+	log.Print("fairlead: stopping")
+	l.Close()
+	return 0
+}

@@ -1,0 +1,220 @@
+package lb
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The path of a request, top to bottom:
+//
+//	accept   fasthttp.Server (lb.go) calls handle for each request
+//	check    ambiguous framing gets 400 and the connection is closed, nothing is forwarded
+//	route    the first [[routes]] entry that matches names a pool
+//	pick     the pool's policy returns a server, or the request waits (bounded) for one
+//	forward  the server's bounded HostClient streams the request and the response; failures before a
+//	         response are retried on the (new) leader when that cannot duplicate a side effect
+//	account  counters for /status and /metrics
+
+// maxAttempts bounds the tries of one request across failovers (the deadline bounds it too).
+const maxAttempts = 4
+
+func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
+	g := lb.gen.Load()
+
+	if ambiguousFraming(&ctx.Request) {
+		lb.badRequests.Add(1)
+		ctx.Error("400 Bad Request: ambiguous message framing (Content-Length with Transfer-Encoding)\n", fasthttp.StatusBadRequest)
+		ctx.SetConnectionClose()
+		return
+	}
+
+	p := g.route(ctx)
+	if p == nil {
+		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
+		return
+	}
+	p.requests.Add(1)
+
+	req := &ctx.Request
+	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS())
+	replay := lb.makeReplayable(ctx, g)
+
+	i := p.pick()
+	var deadline time.Time // computed only on the slow paths
+	for attempt := 1; ; attempt++ {
+		if i < 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+			}
+			var err error
+			if i, err = p.wait(deadline); i < 0 {
+				if errors.Is(err, errQueueFull) {
+					p.queueFull.Add(1)
+				}
+				p.noServer.Add(1)
+				serviceUnavailable(ctx)
+				return
+			}
+		}
+		s := p.servers[i]
+		s.requests.Add(1)
+		err := s.client.Do(req, &ctx.Response)
+		if err == nil {
+			status := ctx.Response.StatusCode()
+			if status != fasthttp.StatusServiceUnavailable || p.leader == nil || !replay.ok() || attempt == maxAttempts {
+				prepareResponse(&ctx.Response)
+				return
+			}
+			// The leader answered 503: it may be stepping down. Hold the request until the checks
+			// settle; if the leader changed, retry there, otherwise relay the original answer.
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+			}
+			failedAt := time.Now()
+			next := p.settle(i, failedAt, deadline)
+			if next < 0 || next == i {
+				prepareResponse(&ctx.Response)
+				return
+			}
+			ctx.Response.CloseBodyStream() //nolint:errcheck // discarding the 503 body
+			ctx.Response.Reset()
+			p.retries.Add(1)
+			i = next
+			continue
+		}
+
+		s.failures.Add(1)
+		ctx.Response.Reset()
+		var de *dialError
+		dialFailed := errors.As(err, &de)
+		switch {
+		case isTimeout(err) && !dialFailed:
+			p.timeout.Add(1)
+			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
+			return
+		case errors.Is(err, fasthttp.ErrNoFreeConns):
+			// Every upstream connection stayed busy for queue_timeout.
+			p.noServer.Add(1)
+			serviceUnavailable(ctx)
+			return
+		}
+		// A refused dial reached no byte of the server: any request may go again. Otherwise only a
+		// request that cannot cause a second side effect, and whose body can be sent again.
+		retryable := (dialFailed && replay.untouched()) || (idempotent(&req.Header) && replay.ok())
+		if !retryable || attempt == maxAttempts {
+			p.bad502.Add(1)
+			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.Addr, err)
+			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+			return
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+		}
+		i = p.settle(i, time.Now(), deadline)
+		p.retries.Add(1)
+		replay.rewind()
+	}
+}
+
+// serviceUnavailable answers when no server could take the request in time.
+func serviceUnavailable(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	ctx.Error("503 Service Unavailable: no server available\n", fasthttp.StatusServiceUnavailable)
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// route returns the pool of the first route that matches the request, or nil.
+func (g *generation) route(ctx *fasthttp.RequestCtx) *Pool {
+	path := ctx.Path()
+	for i := range g.routes {
+		r := &g.routes[i]
+		if r.matches(path) {
+			return r.pool
+		}
+	}
+	return nil
+}
+
+type route struct {
+	paths []string
+	pool  *Pool
+}
+
+func (r *route) matches(path []byte) bool {
+	if len(r.paths) == 0 {
+		return true
+	}
+	for _, p := range r.paths {
+		if len(path) >= len(p) && string(path[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// replayable tracks whether a request's body can be sent again after a failed attempt.
+type replayable struct {
+	stream *countingReader // nil when the body is in memory (always replayable)
+	size   int
+}
+
+// ok reports whether the body can be sent again in full.
+func (r replayable) ok() bool { return r.stream == nil || r.stream.n == 0 }
+
+// untouched reports whether no byte of a streamed body was consumed yet.
+func (r replayable) untouched() bool { return r.ok() }
+
+// rewind prepares the request for one more attempt. In-memory bodies need nothing; an untouched stream
+// is still at its start.
+func (r replayable) rewind() {}
+
+// makeReplayable reads small streamed bodies into memory (up to retry_buffer) so that they can be
+// replayed, and wraps larger ones to know whether any byte was consumed. It also keeps a streamed body's
+// client read deadline moving while bytes arrive, so a long upload is not cut by read_timeout.
+func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) replayable {
+	req := &ctx.Request
+	if !req.IsBodyStream() {
+		return replayable{}
+	}
+	size := req.Header.ContentLength()
+	if size >= 0 && size <= g.cfg.Frontend.RetryBuffer {
+		req.Body() // reads the stream into the request's own buffer
+		return replayable{}
+	}
+	cr := &countingReader{r: req.BodyStream(), conn: ctx.Conn(), timeout: g.cfg.Frontend.ReadTimeout.D}
+	req.SetBodyStream(cr, size)
+	return replayable{stream: cr, size: size}
+}
+
+// countingReader counts the bytes read from a client's body stream and pushes the client connection's
+// read deadline forward on every read, so read_timeout bounds silence rather than the whole upload.
+type countingReader struct {
+	r       io.Reader
+	conn    net.Conn
+	timeout time.Duration
+	n       int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	if c.timeout > 0 {
+		c.conn.SetReadDeadline(time.Now().Add(c.timeout)) //nolint:errcheck // a failed read reports it
+	}
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
+}
+
+// joinPaths is used by status output.
+func joinPaths(p []string) string { return strings.Join(p, ",") }

@@ -1,0 +1,410 @@
+package stickiness
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for TableOptions.
+const (
+	DefaultMaxEntries  = 1_000_000
+	DefaultIdleTimeout = 10 * time.Minute
+)
+
+// numShards is the number of independently locked parts of a Table.
+const numShards = 64
+
+// TableOptions configures a Table. The zero value gives the defaults.
+type TableOptions struct {
+	// MaxEntries bounds the number of remembered keys (default 1_000_000).
+	// When a new key takes the table over it, the longest-idle entry
+	// without an open tunnel is evicted; entries with open tunnels are
+	// evicted, longest-idle first, only when every entry has one. So when
+	// every other entry has an open tunnel, the new key's own entry is the
+	// one evicted: Place still returns its server, but the key is not
+	// remembered, and live tunnels keep their servers.
+	MaxEntries int
+	// IdleTimeout is how long an entry with no open tunnel may go without
+	// activity before it is forgotten (default 10m).
+	IdleTimeout time.Duration
+	// Now is the clock (default time.Now). Tests inject a fake clock.
+	Now func() time.Time
+}
+
+// Table remembers which server each key was placed on. It is sharded by key
+// hash (64 shards, each a mutex, a map and two lists ordered by last
+// activity: entries with open tunnels and entries without), bounded by
+// TableOptions.MaxEntries, and forgets entries idle for longer than
+// TableOptions.IdleTimeout. It is safe for concurrent use.
+type Table struct {
+	shards [numShards]shard
+	count  atomic.Int64 // entries in all shards
+
+	seed  maphash.Seed
+	max   int64
+	idle  time.Duration
+	now   func() time.Time
+	epoch time.Time
+}
+
+// NewTable returns an empty Table; zero fields of o get their defaults.
+// Expiry only happens on Expire calls, or in the background after Start.
+func NewTable(o TableOptions) *Table {
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultMaxEntries
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	t := &Table{
+		seed: maphash.MakeSeed(),
+		max:  int64(o.MaxEntries),
+		idle: o.IdleTimeout,
+		now:  o.Now,
+	}
+	t.epoch = t.now()
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.m = make(map[string]*entry)
+		s.oldest[0].Store(math.MaxInt64)
+		s.oldest[1].Store(math.MaxInt64)
+	}
+	return t
+}
+
+// entry is one remembered key. It sits in its shard's map and in exactly
+// one of the shard's two lists: idle (refs == 0) or busy (refs > 0).
+type entry struct {
+	key    string
+	server string // interned: the string Candidates.Name returned
+	idx    int    // where server was in the last Candidates seen (a hint)
+	refs   int32  // open tunnels
+	last   int64  // last activity, in ns since Table.epoch
+	prev   *entry // newer
+	next   *entry // older
+}
+
+// list is an intrusive doubly linked list of entries, newest activity first.
+type list struct {
+	head, tail *entry
+}
+
+func (l *list) pushFront(e *entry) {
+	e.prev, e.next = nil, l.head
+	if l.head != nil {
+		l.head.prev = e
+	} else {
+		l.tail = e
+	}
+	l.head = e
+}
+
+func (l *list) remove(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+const (
+	idleList = 0 // entries without open tunnels
+	busyList = 1 // entries with open tunnels
+)
+
+type shard struct {
+	mu    sync.Mutex
+	m     map[string]*entry
+	lists [2]list // idleList, busyList
+	// oldest[i] is the last activity of lists[i].tail, or MaxInt64 if the
+	// list is empty; eviction reads it without taking mu.
+	oldest [2]atomic.Int64
+	_      [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+func listOf(e *entry) int {
+	if e.refs > 0 {
+		return busyList
+	}
+	return idleList
+}
+
+// publish refreshes oldest[which] after lists[which] changed.
+func (s *shard) publish(which int) {
+	v := int64(math.MaxInt64)
+	if t := s.lists[which].tail; t != nil {
+		v = t.last
+	}
+	if s.oldest[which].Load() != v {
+		s.oldest[which].Store(v)
+	}
+}
+
+// touch sets e's last activity to now and moves it to the front of its list.
+func (s *shard) touch(e *entry, now int64) {
+	e.last = now
+	which := listOf(e)
+	l := &s.lists[which]
+	if l.head == e {
+		if l.tail == e {
+			s.publish(which)
+		}
+		return
+	}
+	l.remove(e)
+	l.pushFront(e)
+	s.publish(which)
+}
+
+// move takes e out of list from and puts it at the front of list to.
+func (s *shard) move(e *entry, from, to int) {
+	s.lists[from].remove(e)
+	s.lists[to].pushFront(e)
+	s.publish(from)
+	s.publish(to)
+}
+
+// drop removes e from the shard. The caller adjusts Table.count.
+func (s *shard) drop(e *entry) {
+	which := listOf(e)
+	s.lists[which].remove(e)
+	delete(s.m, e.key)
+	s.publish(which)
+}
+
+func (t *Table) shardFor(key []byte) *shard {
+	return &t.shards[maphash.Bytes(t.seed, key)%numShards]
+}
+
+// clock returns now as ns since t.epoch (monotonic when Now is time.Now).
+func (t *Table) clock() int64 {
+	return int64(t.now().Sub(t.epoch))
+}
+
+// find returns the index of e's server in c, or -1.
+func (e *entry) find(c Candidates) int {
+	n := c.Len()
+	if e.idx < n && c.Name(e.idx) == e.server {
+		return e.idx
+	}
+	for i := 0; i < n; i++ {
+		if c.Name(i) == e.server {
+			e.idx = i
+			return i
+		}
+	}
+	return -1
+}
+
+// Place returns the index in c of the server for key: the remembered server
+// if it is still among c and Up, otherwise the Rendezvous choice among the Up
+// servers, which is then remembered in place of the old one. It returns -1
+// if no server is Up; a new key is then not remembered, and a known key
+// keeps its old server. Place counts as activity for key.
+//
+// Place does not allocate when key is known and its server is up; for a new
+// key it allocates the entry and a copy of key, while the server name is
+// kept as c.Name returned it. Adding a key may evict others (see
+// TableOptions.MaxEntries); under concurrent Place calls the table may
+// briefly hold a few more than MaxEntries entries.
+func (t *Table) Place(key []byte, c Candidates) int {
+	s := t.shardFor(key)
+	s.mu.Lock()
+	e := s.m[string(key)]
+	if e != nil {
+		if i := e.find(c); i >= 0 && c.Up(i) {
+			s.touch(e, t.clock())
+			s.mu.Unlock()
+			return i
+		}
+	}
+	i := Rendezvous(key, c)
+	if i < 0 {
+		s.mu.Unlock()
+		return -1
+	}
+	if e != nil {
+		e.server, e.idx = c.Name(i), i
+		s.touch(e, t.clock())
+		s.mu.Unlock()
+		return i
+	}
+	e = &entry{key: string(key), server: c.Name(i), idx: i, last: t.clock()}
+	s.m[e.key] = e
+	s.lists[idleList].pushFront(e)
+	s.publish(idleList)
+	s.mu.Unlock()
+	if t.count.Add(1) > t.max {
+		t.evict()
+	}
+	return i
+}
+
+// Lookup returns the server remembered for key, if any. It neither
+// allocates nor counts as activity.
+func (t *Table) Lookup(key []byte) (server string, ok bool) {
+	s := t.shardFor(key)
+	s.mu.Lock()
+	e := s.m[string(key)]
+	if e != nil {
+		server, ok = e.server, true
+	}
+	s.mu.Unlock()
+	return server, ok
+}
+
+// Acquire records one more open tunnel for key and counts as activity. An
+// entry with open tunnels never idles out, and is evicted to respect
+// MaxEntries only when every entry has open tunnels. Acquire is a no-op for
+// an unknown key; call it after Place.
+func (t *Table) Acquire(key []byte) {
+	s := t.shardFor(key)
+	s.mu.Lock()
+	if e := s.m[string(key)]; e != nil {
+		e.refs++
+		if e.refs == 1 {
+			s.move(e, idleList, busyList)
+		}
+		s.touch(e, t.clock())
+	}
+	s.mu.Unlock()
+}
+
+// Release records one fewer open tunnel for key (never fewer than zero) and
+// sets its last activity to now, so an entry whose last tunnel closed
+// expires IdleTimeout later unless used again. Release is a no-op for an
+// unknown key, for example one that was forgotten or evicted meanwhile.
+func (t *Table) Release(key []byte) {
+	s := t.shardFor(key)
+	s.mu.Lock()
+	if e := s.m[string(key)]; e != nil {
+		if e.refs > 0 {
+			e.refs--
+			if e.refs == 0 {
+				s.move(e, busyList, idleList)
+			}
+		}
+		s.touch(e, t.clock())
+	}
+	s.mu.Unlock()
+}
+
+// Forget removes every entry that points at server, whatever its open
+// tunnels, and returns how many it removed. Use it when server is removed
+// from the config. It visits every entry.
+func (t *Table) Forget(server string) int {
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, e := range s.m {
+			if e.server == server {
+				s.drop(e)
+				n++
+			}
+		}
+		s.mu.Unlock()
+	}
+	t.count.Add(int64(-n))
+	return n
+}
+
+// Expire removes the entries that have no open tunnel and no activity for
+// at least IdleTimeout, and returns how many it removed. It only visits the
+// entries it removes (plus one per shard).
+func (t *Table) Expire() int {
+	cutoff := t.clock() - int64(t.idle)
+	n := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		if s.oldest[idleList].Load() > cutoff {
+			continue
+		}
+		s.mu.Lock()
+		l := &s.lists[idleList]
+		for e := l.tail; e != nil && e.last <= cutoff; e = l.tail {
+			s.drop(e)
+			n++
+		}
+		s.mu.Unlock()
+	}
+	t.count.Add(int64(-n))
+	return n
+}
+
+// Start launches a janitor goroutine that calls Expire every IdleTimeout/10
+// (at least every second) until ctx is cancelled. Call it at most once.
+func (t *Table) Start(ctx context.Context) {
+	every := max(t.idle/10, time.Second)
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				t.Expire()
+			}
+		}
+	}()
+}
+
+// Len returns the number of remembered keys.
+func (t *Table) Len() int {
+	return int(t.count.Load())
+}
+
+// evict removes the longest-idle entries until the table is within
+// MaxEntries: entries without open tunnels first, then the others.
+func (t *Table) evict() {
+	for t.count.Load() > t.max {
+		if !t.evictOne() {
+			return
+		}
+	}
+}
+
+// evictOne removes the entry with the oldest last activity, preferring
+// entries without open tunnels. It reports false if the table is empty.
+// The shard is chosen from the published oldest timestamps without locking;
+// if the shard changed meanwhile, evictOne removes nothing but still reports
+// true so that the caller looks again.
+func (t *Table) evictOne() bool {
+	for which := idleList; which <= busyList; which++ {
+		best, bestLast := -1, int64(math.MaxInt64)
+		for i := range t.shards {
+			if v := t.shards[i].oldest[which].Load(); v < bestLast {
+				best, bestLast = i, v
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		s := &t.shards[best]
+		s.mu.Lock()
+		e := s.lists[which].tail
+		if e != nil {
+			s.drop(e)
+		}
+		s.mu.Unlock()
+		if e != nil {
+			t.count.Add(-1)
+		}
+		return true
+	}
+	return false
+}
