@@ -123,8 +123,8 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 
 // serviceUnavailable answers when no server could take the request in time.
 func serviceUnavailable(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
 	ctx.Error("503 Service Unavailable: no server available\n", fasthttp.StatusServiceUnavailable)
+	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
 }
 
 func isTimeout(err error) bool {

@@ -153,36 +153,44 @@ func (s *shard) publish(which int) {
 	}
 }
 
-// touch sets e's last activity to now and moves it to the front of its list.
+// touch sets e's last activity to now and moves it to the front of its
+// list. Only when e was the tail does the list's oldest activity change.
 func (s *shard) touch(e *entry, now int64) {
 	e.last = now
 	which := listOf(e)
 	l := &s.lists[which]
-	if l.head == e {
-		if l.tail == e {
-			s.publish(which)
-		}
-		return
+	wasTail := l.tail == e
+	if l.head != e {
+		l.remove(e)
+		l.pushFront(e)
 	}
-	l.remove(e)
-	l.pushFront(e)
-	s.publish(which)
+	if wasTail {
+		s.publish(which)
+	}
 }
 
 // move takes e out of list from and puts it at the front of list to.
 func (s *shard) move(e *entry, from, to int) {
+	wasTail := s.lists[from].tail == e
 	s.lists[from].remove(e)
 	s.lists[to].pushFront(e)
-	s.publish(from)
-	s.publish(to)
+	if wasTail {
+		s.publish(from)
+	}
+	if s.lists[to].tail == e {
+		s.publish(to)
+	}
 }
 
 // drop removes e from the shard. The caller adjusts Table.count.
 func (s *shard) drop(e *entry) {
 	which := listOf(e)
+	wasTail := s.lists[which].tail == e
 	s.lists[which].remove(e)
 	delete(s.m, e.key)
-	s.publish(which)
+	if wasTail {
+		s.publish(which)
+	}
 }
 
 func (t *Table) shardFor(key []byte) *shard {

@@ -112,11 +112,14 @@ func (s *ConnServer) Healthy() bool {
 func (s *ConnServer) Kill() error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	wasAlive := s.main.running()
 	s.main.stop()
 	if s.health != nil {
 		s.health.stop()
 	}
-	s.logf("%s: killed", s.Name)
+	if wasAlive {
+		s.logf("%s: killed", s.Name)
+	}
 	return nil
 }
 
@@ -126,6 +129,9 @@ func (s *ConnServer) Kill() error {
 func (s *ConnServer) Restart() error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	if s.main.running() {
+		return nil
+	}
 	if err := s.main.start(); err != nil {
 		return fmt.Errorf("connection server %s: %w", s.Name, err)
 	}

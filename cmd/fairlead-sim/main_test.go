@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// freePorts returns the first of n consecutive free ports on 127.0.0.1.
+func freePorts(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := ln.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{ln}
+		ok := base+n <= 65535
+		for i := 1; ok && i < n; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, l)
+		}
+		for _, l := range lns {
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports", n)
+	return 0
+}
+
+func TestCommand(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not found")
+	}
+	bin := filepath.Join(t.TempDir(), "fairlead-sim")
+	build := exec.Command(goBin, "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %s\n%s", err, out)
+	}
+
+	pport, cport, hport, ctl := freePorts(t, 3), freePorts(t, 2), freePorts(t, 2), freePorts(t, 1)
+	control := fmt.Sprintf("127.0.0.1:%d", ctl)
+	cmd := exec.Command(bin,
+		"-platforms", "3", "-connections", "2",
+		"-platform-port", fmt.Sprint(pport), "-connection-port", fmt.Sprint(cport),
+		"-health-port", fmt.Sprint(hport), "-control", control, "-credentials", "dXNlcjpwdw==")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		exited <- cmd.Wait()
+	}()
+	var summary []string
+	timeout := time.After(10 * time.Second)
+	for len(summary) == 0 || !strings.HasPrefix(summary[len(summary)-1], "control ") {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("fairlead-sim exited early; stdout %q, stderr:\n%s", summary, stderr.String())
+			}
+			summary = append(summary, l)
+		case <-timeout:
+			t.Fatalf("no control line; stdout %q", summary)
+		}
+	}
+	want := []string{
+		fmt.Sprintf("platform1 platform 127.0.0.1:%d state=leader", pport),
+		fmt.Sprintf("platform2 platform 127.0.0.1:%d state=backup", pport+1),
+		fmt.Sprintf("platform3 platform 127.0.0.1:%d state=backup", pport+2),
+		fmt.Sprintf("cx1 connection 127.0.0.1:%d health=127.0.0.1:%d", cport, hport),
+		fmt.Sprintf("cx2 connection 127.0.0.1:%d health=127.0.0.1:%d", cport+1, hport+1),
+		"control " + control,
+	}
+	if strings.Join(summary, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("summary:\n%s\nwant:\n%s", strings.Join(summary, "\n"), strings.Join(want, "\n"))
+	}
+
+	cl := &http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Post("http://"+control+"/platform/platform3/leader", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("set state: %d", resp.StatusCode)
+	}
+	resp, err = cl.Get("http://" + control + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st sim.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Platforms) != 3 || st.Platforms[2].State != "leader" || len(st.Connections) != 2 || st.Connections[1].HealthAddr != fmt.Sprintf("127.0.0.1:%d", hport+1) {
+		t.Fatalf("status %+v", st)
+	}
+
+	// The credentials flag is honoured.
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", pport+2, sim.DefaultLeaderCheckPath), nil)
+	req.Header.Set("Authorization", "Basic dXNlcjpwdw==")
+	resp, err = cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("LeaderCheck: %d", resp.StatusCode)
+	}
+	cl.CloseIdleConnections()
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("fairlead-sim did not exit after SIGTERM")
+	}
+	if _, err := net.DialTimeout("tcp", control, time.Second); err == nil {
+		t.Fatal("control API still listening after exit")
+	}
+}
+
+func TestRunBadFlags(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"-platforms", "0"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit code %d", code)
+	}
+	if code := run([]string{"-nope"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit code %d", code)
+	}
+}

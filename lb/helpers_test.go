@@ -1,0 +1,157 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// startCluster starts a simulated cluster of n platform servers (platform1 leader) and m connection
+// servers, closed at the end of the test.
+func startCluster(t *testing.T, n, m int) *sim.Cluster {
+	t.Helper()
+	c, err := sim.Start(sim.Options{Platforms: n, Connections: m, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// fastChecks are leader-check settings short enough for tests: a switch takes three fast intervals.
+const fastChecks = `
+interval = "150ms"
+interval_max = "200ms"
+fast_interval = "100ms"
+timeout = "300ms"
+fall = 3
+`
+
+// platformConfig is a config with one leader pool over the cluster's platform servers. extraPool and
+// extraCheck override keys of the [pools.platform] and [pools.platform.check] tables: they go into a
+// second file, merged over the first as conf.d files are.
+func platformConfig(c *sim.Cluster, extraPool, extraCheck string) map[string]string {
+	var addrs []string
+	for _, p := range c.Platforms {
+		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
+	}
+	base := fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[pools.platform]
+balance = "leader"
+servers = [%s]
+queue_timeout = "2s"
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+%s
+[[routes]]
+pool = "platform"
+`, strings.Join(addrs, ", "), fastChecks)
+	override := fmt.Sprintf("[pools.platform]\n%s\n[pools.platform.check]\n%s\n", extraPool, extraCheck)
+	return map[string]string{"10-base.toml": base, "20-override.toml": override}
+}
+
+// writeConfig writes files (name → content) into a new directory and returns it.
+func writeConfig(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// logSink collects log lines so tests can assert on them (and keep the output quiet).
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logSink) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *logSink) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// startLB loads the config files and starts fairlead on them, stopped at the end of the test.
+func startLB(t *testing.T, files map[string]string) (*LB, *logSink) {
+	t.Helper()
+	cfg, err := LoadConfig(writeConfig(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	l, err := New(cfg, Options{Logf: logs.logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, logs
+}
+
+var testClient = &http.Client{Timeout: 10 * time.Second}
+
+// get sends GET path to fairlead and returns the status and the X-Served-By header.
+func get(t *testing.T, l *LB, path string) (int, string) {
+	t.Helper()
+	resp, err := testClient.Get("http://" + l.Addr() + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	return resp.StatusCode, resp.Header.Get("X-Served-By")
+}
+
+// eventually polls cond every 10ms until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// failedProbesSince counts the LeaderCheck answers other than 200 that p gave after since.
+func failedProbesSince(p *sim.Platform, since time.Time) int {
+	n := 0
+	for _, pr := range p.Probes() {
+		if pr.At.After(since) && pr.Status != 200 {
+			n++
+		}
+	}
+	return n
+}
+
+func mustSetState(t *testing.T, p *sim.Platform, s sim.State) {
+	t.Helper()
+	if err := p.SetState(s); err != nil {
+		t.Fatal(err)
+	}
+}
