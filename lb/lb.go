@@ -92,20 +92,19 @@ func (lb *LB) Start(ctx context.Context) error {
 	}
 	lb.ln = ln
 	lb.frontend = &fasthttp.Server{
-		Handler:                       lb.handle,
-		Name:                          "fairlead",
-		NoDefaultServerHeader:         true,
-		NoDefaultDate:                 true,
-		NoDefaultContentType:          true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePreParseMultipartForm:  true,
-		StreamRequestBody:             true,
-		ReadTimeout:                   fe.ReadTimeout.D,
-		IdleTimeout:                   fe.IdleTimeout.D,
-		Concurrency:                   fe.MaxConns,
-		MaxRequestBodySize:            maxBody(fe.MaxBodySize),
-		CloseOnShutdown:               true,
-		Logger:                        fasthttpLogger{lb.logf},
+		Handler:                      lb.handle,
+		Name:                         "fairlead",
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		StreamRequestBody:            true,
+		ReadTimeout:                  fe.ReadTimeout.D,
+		IdleTimeout:                  fe.IdleTimeout.D,
+		Concurrency:                  fe.MaxConns,
+		MaxRequestBodySize:           maxBody(fe.MaxBodySize),
+		CloseOnShutdown:              true,
+		Logger:                       fasthttpLogger{lb.logf},
 	}
 	lb.wg.Add(1)
 	go func() {

@@ -65,14 +65,13 @@ func newServer(addr string, cfg *PoolConfig) *Server {
 	s := &Server{Addr: addr}
 	connectTimeout, idle := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D
 	s.client = &fasthttp.HostClient{
-		Addr:                          addr,
-		MaxConns:                      cfg.MaxConns,
-		MaxConnWaitTimeout:            cfg.QueueTimeout.D,
-		MaxIdleConnDuration:           10 * time.Second,
-		StreamResponseBody:            true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		NoDefaultUserAgentHeader:      true,
+		Addr:                     addr,
+		MaxConns:                 cfg.MaxConns,
+		MaxConnWaitTimeout:       cfg.QueueTimeout.D,
+		MaxIdleConnDuration:      10 * time.Second,
+		StreamResponseBody:       true,
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
 		// The client's request may or may not carry a User-Agent; either way it is forwarded as is.
 		RetryIf: func(req *fasthttp.Request) bool { return idempotent(&req.Header) },
 		Dial: func(a string) (net.Conn, error) {

@@ -2,7 +2,9 @@ package stickiness
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
 )
 
@@ -66,21 +68,29 @@ func BenchmarkTablePlaceKnownKey(b *testing.B) {
 		keys[i] = []byte(fmt.Sprintf("h:asset-%d", i))
 		tb.Place(keys[i], p)
 	}
+	// Visit keys in a random order, as connections would arrive. (A fixed
+	// cyclic order would always touch the least recently used entry.)
+	r := rand.New(rand.NewPCG(1, 2))
+	order := make([]int, 1<<16)
+	for i := range order {
+		order[i] = r.IntN(len(keys))
+	}
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			tb.Place(keys[i%len(keys)], p)
+			tb.Place(keys[order[i%len(order)]], p)
 			i++
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
+		var worker atomic.Int64
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
-			i := 0
+			i := int(worker.Add(1)) * 12345 // each goroutine starts elsewhere in order
 			for pb.Next() {
-				tb.Place(keys[i%len(keys)], p)
-				i += 7
+				tb.Place(keys[order[i%len(order)]], p)
+				i++
 			}
 		})
 	})

@@ -153,10 +153,10 @@ func (s *shard) publish(which int) {
 	}
 }
 
-// touch sets e's last activity to now and moves it to the front of its
-// list. Only when e was the tail does the list's oldest activity change.
+// touch moves e to the front of its list and sets its last activity to now,
+// or to that of the entry behind it if later: callers read the clock before
+// taking the lock, and the lists must stay ordered.
 func (s *shard) touch(e *entry, now int64) {
-	e.last = now
 	which := listOf(e)
 	l := &s.lists[which]
 	wasTail := l.tail == e
@@ -164,21 +164,23 @@ func (s *shard) touch(e *entry, now int64) {
 		l.remove(e)
 		l.pushFront(e)
 	}
-	if wasTail {
+	if n := e.next; n != nil && n.last > now {
+		now = n.last
+	}
+	e.last = now
+	if wasTail { // the list's oldest activity changed
 		s.publish(which)
 	}
 }
 
-// move takes e out of list from and puts it at the front of list to.
+// move takes e out of list from and puts it at the front of list to. The
+// caller must touch e next.
 func (s *shard) move(e *entry, from, to int) {
 	wasTail := s.lists[from].tail == e
 	s.lists[from].remove(e)
 	s.lists[to].pushFront(e)
 	if wasTail {
 		s.publish(from)
-	}
-	if s.lists[to].tail == e {
-		s.publish(to)
 	}
 }
 
@@ -229,12 +231,12 @@ func (e *entry) find(c Candidates) int {
 // TableOptions.MaxEntries); under concurrent Place calls the table may
 // briefly hold a few more than MaxEntries entries.
 func (t *Table) Place(key []byte, c Candidates) int {
-	s := t.shardFor(key)
+	s, now := t.shardFor(key), t.clock()
 	s.mu.Lock()
 	e := s.m[string(key)]
 	if e != nil {
 		if i := e.find(c); i >= 0 && c.Up(i) {
-			s.touch(e, t.clock())
+			s.touch(e, now)
 			s.mu.Unlock()
 			return i
 		}
@@ -246,14 +248,14 @@ func (t *Table) Place(key []byte, c Candidates) int {
 	}
 	if e != nil {
 		e.server, e.idx = c.Name(i), i
-		s.touch(e, t.clock())
+		s.touch(e, now)
 		s.mu.Unlock()
 		return i
 	}
-	e = &entry{key: string(key), server: c.Name(i), idx: i, last: t.clock()}
+	e = &entry{key: string(key), server: c.Name(i), idx: i}
 	s.m[e.key] = e
 	s.lists[idleList].pushFront(e)
-	s.publish(idleList)
+	s.touch(e, now)
 	s.mu.Unlock()
 	if t.count.Add(1) > t.max {
 		t.evict()
@@ -279,14 +281,14 @@ func (t *Table) Lookup(key []byte) (server string, ok bool) {
 // MaxEntries only when every entry has open tunnels. Acquire is a no-op for
 // an unknown key; call it after Place.
 func (t *Table) Acquire(key []byte) {
-	s := t.shardFor(key)
+	s, now := t.shardFor(key), t.clock()
 	s.mu.Lock()
 	if e := s.m[string(key)]; e != nil {
 		e.refs++
 		if e.refs == 1 {
 			s.move(e, idleList, busyList)
 		}
-		s.touch(e, t.clock())
+		s.touch(e, now)
 	}
 	s.mu.Unlock()
 }
@@ -296,7 +298,7 @@ func (t *Table) Acquire(key []byte) {
 // expires IdleTimeout later unless used again. Release is a no-op for an
 // unknown key, for example one that was forgotten or evicted meanwhile.
 func (t *Table) Release(key []byte) {
-	s := t.shardFor(key)
+	s, now := t.shardFor(key), t.clock()
 	s.mu.Lock()
 	if e := s.m[string(key)]; e != nil {
 		if e.refs > 0 {
@@ -305,7 +307,7 @@ func (t *Table) Release(key []byte) {
 				s.move(e, busyList, idleList)
 			}
 		}
-		s.touch(e, t.clock())
+		s.touch(e, now)
 	}
 	s.mu.Unlock()
 }

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// binary is the fairlead executable built once for these black-box tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fairlead-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "fairlead")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building fairlead: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func runFairlead(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestShippedConfDPassesCheck(t *testing.T) {
+	out, errOut, code := runFairlead(t, "-check", "-config", "../../conf.d")
+	if code != 0 || !strings.Contains(out, "config ok") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+func TestVersionPrintsAndExitsZero(t *testing.T) {
+	out, _, code := runFairlead(t, "-version")
+	if code != 0 || !strings.HasPrefix(out, "fairlead ") {
+		t.Fatalf("exit %d, output %q", code, out)
+	}
+}
+
+func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
+	base := "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n"
+	f := func(name, bad string, want string) {
+		t.Helper()
+		dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
+		for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
+			_, errOut, code := runFairlead(t, args...)
+			if code != 2 || !strings.Contains(errOut, filepath.Join(dir, "20-bad.toml")+": "+want) {
+				t.Errorf("%s (%v): exit %d, stderr %q; want exit 2 naming 20-bad.toml and %q", name, args, code, errOut, want)
+			}
+		}
+	}
+	f("unknown key", "[frontend]\nlisten_addr = \"127.0.0.1:1\"\n", "frontend.listen_addr: unknown key")
+	f("undefined pool", "[[routes]]\npool = \"missing\"\n", "routes.1.pool: pool \"missing\" is not defined")
+	f("empty server list", "[pools.cx]\nservers = []\n", "pools.cx.servers: empty server list")
+	f("bad duration", "[pools.platform.check]\ntimeout = \"five seconds\"\n", "pools.platform.check.timeout: bad duration")
+	f("bad address", "[admin]\nlisten = \"127.0.0.1\"\n", "admin.listen: bad address")
+
+	// Every error is listed, not only the first.
+	dir := writeFiles(t, map[string]string{"a.toml": "[frontend]\nlisen = 1\n[pools.p]\nservers = []\n[[routes]]\npool = \"q\"\n"})
+	_, errOut, code := runFairlead(t, "-check", "-config", dir)
+	if code != 2 || strings.Count(errOut, "a.toml: ") != 3 {
+		t.Fatalf("exit %d, want 3 errors listed:\n%s", code, errOut)
+	}
+}
+
+// startProcess runs fairlead on a config written for the cluster and waits until it serves.
+func startProcess(t *testing.T, c *sim.Cluster) (*exec.Cmd, string) {
+	t.Helper()
+	addr, admin := freeAddr(t), freeAddr(t)
+	var servers []string
+	for _, p := range c.Platforms {
+		servers = append(servers, strconv.Quote(p.Addr))
+	}
+	dir := writeFiles(t, map[string]string{"fairlead.toml": fmt.Sprintf(`
+[frontend]
+listen = %q
+[admin]
+listen = %q
+[pools.platform]
+servers = [%s]
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+interval = "200ms"
+fast_interval = "100ms"
+timeout = "300ms"
+[[routes]]
+pool = "platform"
+`, addr, admin, strings.Join(servers, ", "))})
+	cmd := exec.Command(binary, "-config", dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fairlead did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, addr
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestSIGTERMStopsCleanly(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd, addr := startProcess(t, c)
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("still running 15s after SIGTERM")
+	}
+}
+
+// TestLargeBodiesStreamWithBoundedRSS sends a 256 MiB upload and a 256 MiB download through a real
+// fairlead process and checks that its peak resident memory stays far below the body size.
+func TestLargeBodiesStreamWithBoundedRSS(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd, addr := startProcess(t, c)
+	const size = 256 << 20
+
+	req, _ := http.NewRequest("PUT", "http://"+addr+"/Thingworx/FileRepositories/big", io.LimitReader(pattern{}, size))
+	req.ContentLength = size
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	if got := resp.Header.Get("X-Body-Bytes"); resp.StatusCode != 200 || got != strconv.Itoa(size) {
+		t.Fatalf("upload: %d, X-Body-Bytes %q", resp.StatusCode, got)
+	}
+
+	resp, err = http.Get("http://" + addr + "/big?bytes=" + strconv.Itoa(size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("download: %d bytes, %v", n, err)
+	}
+
+	hwm := peakRSS(t, cmd.Process.Pid)
+	t.Logf("fairlead peak RSS after 256 MiB up and down: %d KiB", hwm>>10)
+	if hwm > 96<<20 {
+		t.Fatalf("peak RSS %d MiB: bodies were held in memory", hwm>>20)
+	}
+}
+
+type pattern struct{}
+
+func (pattern) Read(b []byte) (int, error) {
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return len(b), nil
+}
+
+// peakRSS reads VmHWM (peak resident set) of a process, in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}

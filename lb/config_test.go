@@ -1,0 +1,123 @@
+package lb
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimalConfig = `
+[pools.platform]
+servers = ["127.0.0.1:9081", "127.0.0.1:9082"]
+[[routes]]
+pool = "platform"
+`
+
+func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
+	cfg, err := LoadConfig(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Pools["platform"]
+	ck := p.Check
+	f := func(name string, got, want any) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	f("frontend.listen", cfg.Frontend.Listen, "127.0.0.1:8080")
+	f("admin.listen", cfg.Admin.Listen, "127.0.0.1:8404")
+	f("balance", p.Balance, "leader")
+	f("queue_timeout", p.QueueTimeout.D, 5*time.Second)
+	f("check.path", ck.Path, "/Thingworx/Admin/HA/LeaderCheck")
+	f("check.interval", ck.Interval.D, 15*time.Second)
+	f("check.interval_max", ck.IntervalMax.D, 20*time.Second)
+	f("check.fast_interval", ck.FastInterval.D, 2*time.Second)
+	f("check.timeout", ck.Timeout.D, 5*time.Second)
+	f("check.fall", ck.Fall, 3)
+}
+
+func TestConfDFilesMergeInLexicalOrder(t *testing.T) {
+	dir := writeConfig(t, map[string]string{
+		"10-base.toml": minimalConfig + `
+[frontend]
+listen = "127.0.0.1:7000"
+idle_timeout = "30s"
+[pools.platform.check]
+interval = "10s"
+`,
+		"20-override.toml": `
+[frontend]
+listen = "127.0.0.1:7001"
+[pools.platform.check]
+fall = 5
+[pools.other]
+servers = ["127.0.0.1:9999"]
+[[routes]]
+pool = "other"
+paths = ["/other"]
+`,
+		"notes.txt": "not a config file",
+	})
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Frontend.Listen != "127.0.0.1:7001" || cfg.Frontend.IdleTimeout.D != 30*time.Second {
+		t.Errorf("frontend = %+v, want listen from the later file and idle_timeout from the earlier", cfg.Frontend)
+	}
+	ck := cfg.Pools["platform"].Check
+	if ck.Interval.D != 10*time.Second || ck.Fall != 5 || ck.IntervalMax.D != 10*time.Second*4/3 {
+		t.Errorf("check = interval %s fall %d interval_max %s", ck.Interval.D, ck.Fall, ck.IntervalMax.D)
+	}
+	if len(cfg.Routes) != 2 || cfg.Routes[0].Pool != "platform" || cfg.Routes[1].Pool != "other" {
+		t.Errorf("routes = %+v, want platform then other", cfg.Routes)
+	}
+	if len(cfg.Files) != 2 {
+		t.Errorf("files = %v, want the two .toml files", cfg.Files)
+	}
+}
+
+func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
+	f := func(name, extra string, want ...string) {
+		t.Helper()
+		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		_, err := LoadConfig(dir)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			return
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not contain %q", name, err, w)
+			}
+		}
+	}
+	bad := filepath.Join("20-bad.toml")
+	f("unknown key", "[frontend]\nlisen = \"x\"\n", bad+": frontend.lisen: unknown key")
+	f("unknown key in a pool", "[pools.platform.check]\nintervall = \"1s\"\n", bad+": pools.platform.check.intervall: unknown key")
+	f("route to an undefined pool", "[[routes]]\npool = \"nope\"\n", bad+": routes.1.pool: pool \"nope\" is not defined")
+	f("empty server list", "[pools.empty]\nservers = []\n", bad+": pools.empty.servers: empty server list")
+	f("bad duration", "[pools.platform.check]\ninterval = \"15x\"\n", bad+": pools.platform.check.interval: bad duration \"15x\"")
+	f("bad address", "[frontend]\nlisten = \"localhost\"\n", bad+": frontend.listen: bad address")
+	f("bad server address", "[pools.x]\nservers = [\"127.0.0.1:99999\"]\n", bad+": pools.x.servers.0: bad address")
+	f("bad balance", "[pools.platform]\nbalance = \"random\"\n", bad+": pools.platform.balance: unknown balance")
+	f("interval_max below interval", "[pools.platform.check]\ninterval = \"20s\"\ninterval_max = \"10s\"\n", bad+": pools.platform.check.interval_max")
+	f("bad credentials", "[pools.platform.check]\ncredentials = \"not base64!\"\n", bad+": pools.platform.check.credentials: not valid base64")
+	f("wrong type", "[pools.platform]\nservers = \"127.0.0.1:1\"\n", bad)
+	f("syntax error", "[frontend\n", bad)
+	f("several errors at once", "[frontend]\nlisen = 1\n[pools.platform.check]\nfall = 0\n",
+		"frontend.lisen: unknown key", "pools.platform.check.fall: must be greater than zero")
+}
+
+func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
+	_, err := LoadConfig(dir)
+	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("got %v: want an error that does not show the credentials", err)
+	}
+}
