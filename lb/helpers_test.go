@@ -17,7 +17,7 @@ import (
 
 // startCluster starts a simulated cluster of n platform servers (platform1 leader) and m connection
 // servers, closed at the end of the test.
-func startCluster(t *testing.T, n, m int) *sim.Cluster {
+func startCluster(t testing.TB, n, m int) *sim.Cluster {
 	t.Helper()
 	c, err := sim.Start(sim.Options{Platforms: n, Connections: m, Logf: func(string, ...any) {}})
 	if err != nil {
@@ -64,7 +64,7 @@ pool = "platform"
 }
 
 // writeConfig writes files (name → content) into a new directory and returns it.
-func writeConfig(t *testing.T, files map[string]string) string {
+func writeConfig(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
@@ -94,7 +94,7 @@ func (l *logSink) all() string {
 }
 
 // startLB loads the config files and starts fairlead on them, stopped at the end of the test.
-func startLB(t *testing.T, files map[string]string) (*LB, *logSink) {
+func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 	t.Helper()
 	cfg, err := LoadConfig(writeConfig(t, files))
 	if err != nil {

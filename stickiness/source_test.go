@@ -152,6 +152,17 @@ func TestKeyReportsNothingWhenNoSourceIsPresent(t *testing.T) {
 	if ok || src != -1 || string(key) != "keep" {
 		t.Fatalf("Key = %q, %d, %v; want \"keep\", -1, false", key, src, ok)
 	}
+
+	// A connection without a usable IP has no source key either.
+	e, err = NewExtractor([]string{"header:X-Asset-Id", "source"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = newCtx("http://lb/ws", nil, nil, nil)
+	key, src, ok = e.Key(make([]byte, 4, 64)[:4], ctx)
+	if ok || src != -1 || len(key) != 4 {
+		t.Fatalf("Key without a client IP = %q, %d, %v; want the 4 bytes passed in, -1, false", key, src, ok)
+	}
 }
 
 func TestKeysFromDifferentKindsDoNotCollide(t *testing.T) {

@@ -38,7 +38,7 @@ type TableOptions struct {
 // Table remembers which server each key was placed on. It is sharded by key
 // hash (64 shards, each a mutex, a map and two lists ordered by last
 // activity: entries with open tunnels and entries without), bounded by
-// TableOptions.MaxEntries, and forgets entries idle for longer than
+// TableOptions.MaxEntries, and forgets entries that have been idle for
 // TableOptions.IdleTimeout. It is safe for concurrent use.
 type Table struct {
 	shards [numShards]shard
@@ -356,7 +356,8 @@ func (t *Table) Expire() int {
 }
 
 // Start launches a janitor goroutine that calls Expire every IdleTimeout/10
-// (at least every second) until ctx is cancelled. Call it at most once.
+// of real time (but at most once a second) until ctx is cancelled. Call it
+// at most once.
 func (t *Table) Start(ctx context.Context) {
 	every := max(t.idle/10, time.Second)
 	go func() {
@@ -390,9 +391,10 @@ func (t *Table) evict() {
 
 // evictOne removes the entry with the oldest last activity, preferring
 // entries without open tunnels. It reports false if the table is empty.
-// The shard is chosen from the published oldest timestamps without locking;
-// if the shard changed meanwhile, evictOne removes nothing but still reports
-// true so that the caller looks again.
+// The shard is chosen from the published oldest timestamps without locking,
+// so under concurrent use the entry removed may not be quite the oldest, or,
+// if the list emptied meanwhile, none is; evictOne still reports true then,
+// so that the caller looks again.
 func (t *Table) evictOne() bool {
 	for which := idleList; which <= busyList; which++ {
 		best, bestLast := -1, int64(math.MaxInt64)
