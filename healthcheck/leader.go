@@ -186,7 +186,8 @@ func (l *Leader) Changes() uint64 { return l.changes.Load() }
 // ServerStatus is a snapshot of one server's probe state, for the admin endpoints.
 type ServerStatus struct {
 	Addr       string    `json:"addr"`
-	Leader     bool      `json:"leader"`
+	Leader     bool      `json:"leader,omitempty"`
+	Up         bool      `json:"up"`
 	LastStatus int       `json:"last_status"`
 	LastError  string    `json:"last_error,omitempty"`
 	LastProbe  time.Time `json:"last_probe"`
@@ -204,6 +205,7 @@ func (l *Leader) Status() []ServerStatus {
 		st := ServerStatus{
 			Addr:       s.addr,
 			Leader:     l.el.leader == i,
+			Up:         l.el.leader == i,
 			LastStatus: int(s.lastStatus.Load()),
 			Run:        l.el.runs[i],
 			Fails:      l.el.fails[i],

@@ -42,13 +42,15 @@ type Status struct {
 
 // PoolStatus describes one pool.
 type PoolStatus struct {
-	Name     string         `json:"name"`
-	Balance  string         `json:"balance"`
-	Leader   string         `json:"leader,omitempty"`
-	Waiting  int64          `json:"waiting"`
-	Requests uint64         `json:"requests"`
-	Retries  uint64         `json:"retries"`
-	Servers  []ServerStatus `json:"servers"`
+	Name     string `json:"name"`
+	Balance  string `json:"balance"`
+	Leader   string `json:"leader,omitempty"`
+	Waiting  int64  `json:"waiting"`
+	Requests uint64 `json:"requests"`
+	Retries  uint64 `json:"retries"`
+	// StickyEntries is the number of keys in the sticky table (balance = "sticky").
+	StickyEntries int            `json:"sticky_entries,omitempty"`
+	Servers       []ServerStatus `json:"servers"`
 }
 
 // ServerStatus describes one server of a pool.
@@ -57,6 +59,7 @@ type ServerStatus struct {
 	Requests uint64                    `json:"requests"`
 	Failures uint64                    `json:"failures"`
 	Conns    int                       `json:"conns"`
+	Tunnels  int64                     `json:"tunnels"`
 	Check    *healthcheck.ServerStatus `json:"check,omitempty"`
 }
 
@@ -74,9 +77,14 @@ func (lb *LB) Status() Status {
 			if i := p.leader.Current(); i >= 0 {
 				ps.Leader = p.servers[i].Addr
 			}
+		} else {
+			checks = p.checker.Status()
+		}
+		if p.table != nil {
+			ps.StickyEntries = p.table.Len()
 		}
 		for i, s := range p.servers {
-			ss := ServerStatus{Addr: s.Addr, Requests: s.requests.Load(), Failures: s.failures.Load(), Conns: s.client.ConnsCount()}
+			ss := ServerStatus{Addr: s.Addr, Requests: s.requests.Load(), Failures: s.failures.Load(), Conns: s.client.ConnsCount(), Tunnels: s.tunnels.Load()}
 			if checks != nil {
 				ss.Check = &checks[i]
 			}
@@ -101,6 +109,13 @@ func (g *generation) poolNames() []string {
 func (lb *LB) writeMetrics(w io.Writer) {
 	g := lb.gen.Load()
 	metrics.WriteCounterUint64(w, "fairlead_bad_requests_total", lb.badRequests.Load())
+	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
+	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
+	ok := uint64(0)
+	if lb.lastReloadOK.Load() {
+		ok = 1
+	}
+	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", ok)
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
 		l := fmt.Sprintf(`pool=%q`, name)
@@ -115,12 +130,27 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", p.leader.Changes())
 			metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", p.leader.SplitBrains())
 		}
-		cur := p.pick()
+		cur := -1
+		if p.leader != nil {
+			cur = p.leader.Current()
+		}
+		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())
+		if p.table != nil {
+			metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(p.table.Len()))
+		}
 		for i, s := range p.servers {
 			sl := fmt.Sprintf(`%s,server=%q`, l, s.Addr)
 			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
 			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
 			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.ConnsCount()))
+			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
+			if p.checker != nil {
+				v := uint64(0)
+				if p.Up(i) {
+					v = 1
+				}
+				metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", v)
+			}
 			if p.leader != nil {
 				v := uint64(0)
 				if i == cur {

@@ -1,19 +1,23 @@
 package lb
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/fairlead/fairlead/stickiness"
 )
 
 // Config is the whole configuration as the operator wrote it, merged from every file of conf.d and with
@@ -31,6 +35,8 @@ type Config struct {
 	Files []string `toml:"-"`
 	// origin maps a dotted key ("pools.platform.check.interval", "routes.2.pool") to the file that set it.
 	origin map[string]string
+	// digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
+	digest string
 }
 
 // FrontendConfig is the [frontend] table: where clients connect.
@@ -61,7 +67,8 @@ type AdminConfig struct {
 // PoolConfig is one [pools.NAME] table: a set of upstream servers and how to choose among them.
 type PoolConfig struct {
 	// Balance is the selection policy: "leader" sends everything to the one server that answers the
-	// leader check with 200. Default "leader".
+	// leader check with 200; "sticky" keeps each key (asset, session) on one server, placing new keys by
+	// rendezvous hashing over the healthy servers. Default "leader".
 	Balance string `toml:"balance"`
 	// Servers are the upstream addresses (host:port). Required, non-empty.
 	Servers []string `toml:"servers"`
@@ -77,27 +84,57 @@ type PoolConfig struct {
 	// ResponseTimeout bounds waiting for a server's response headers; past it the client gets 504.
 	// Default "60s".
 	ResponseTimeout Duration `toml:"response_timeout"`
+	// TunnelIdleTimeout closes an upgraded connection (WebSocket tunnel) with no bytes either way for
+	// this long; "0s" never does. Default "10m".
+	TunnelIdleTimeout Duration `toml:"tunnel_idle_timeout"`
 	// Check is the active health check.
 	Check CheckConfig `toml:"check"`
+	// Sticky configures balance = "sticky".
+	Sticky StickyConfig `toml:"sticky"`
+}
+
+// StickyConfig is a [pools.NAME.sticky] table.
+type StickyConfig struct {
+	// Keys are the sources of the stickiness key, tried in order; the first one present wins:
+	// "header:NAME", "query:NAME", "cookie:NAME", "source" (client IP). Default ["source"].
+	Keys []string `toml:"keys"`
+	// Cookie, if set, is a cookie fairlead sets (on the 101 of a WebSocket, or on an HTTP response) naming
+	// the chosen server, so that cookie-keeping clients stick by it; Keys must list "cookie:<Cookie>".
+	// Default "" (no cookie).
+	Cookie string `toml:"cookie"`
+	// IdleTimeout forgets a key with no open tunnel (and no request) for this long. Default "10m".
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// MaxEntries bounds the table; the longest-idle keys go first. Default 1000000.
+	MaxEntries int `toml:"max_entries"`
 }
 
 // CheckConfig is a [pools.NAME.check] table: the active probe of every server of the pool.
 type CheckConfig struct {
-	// Path is probed with GET. Default "/Thingworx/Admin/HA/LeaderCheck".
+	// Path is probed with GET. Default "/Thingworx/Admin/HA/LeaderCheck" for leader pools; for other
+	// pools default "" (no active probe: a server is taken down when a connection to it fails and tried
+	// again after interval), and a path enables rise/fall probing where 2xx/3xx pass.
 	Path string `toml:"path"`
+	// Port, if set, is the port probes go to instead of each server's own (connection servers may answer
+	// health checks on a port of their own). Default 0 (the server's port).
+	Port int `toml:"port"`
 	// Credentials is base64 of "user:password", sent as "Authorization: Basic <credentials>" exactly as
 	// ThingWorx's LoadBalancerBase64EncodedCredentials. Never logged. Default "" (no Authorization header).
 	Credentials string `toml:"credentials"`
 	// Interval and IntervalMax bound the random wait between two probes of one server in steady state.
-	// Defaults "15s" and IntervalMax = Interval*4/3 ("20s").
+	// Defaults "15s" for leader pools, "5s" for others, and IntervalMax = Interval*4/3.
 	Interval    Duration `toml:"interval"`
 	IntervalMax Duration `toml:"interval_max"`
 	// FastInterval is the probe period of every server while the leader is failing or unknown. Default "2s".
 	FastInterval Duration `toml:"fast_interval"`
-	// Timeout bounds one probe; a probe that times out counts as a non-200 answer. Default "5s".
+	// Timeout bounds one probe; a probe that times out counts as a non-200 answer. Default "5s" for
+	// leader pools, "2s" for others.
 	Timeout Duration `toml:"timeout"`
-	// Fall is the number of consecutive non-200 answers after which the leader is replaced. Default 3.
+	// Fall is the number of consecutive non-200 answers after which the leader is replaced (leader
+	// pools, default 3), or consecutive failures that take a server down (other pools, default 2).
 	Fall int `toml:"fall"`
+	// Rise is the number of consecutive passes that bring a down server back (not for leader pools,
+	// where the 200 answer itself decides). Default 2.
+	Rise int `toml:"rise"`
 }
 
 // RouteConfig is one [[routes]] entry. Routes are tried in order; the first that matches names the pool.
@@ -106,6 +143,9 @@ type RouteConfig struct {
 	Pool string `toml:"pool"`
 	// Paths are optional path prefixes; a route with none matches every path.
 	Paths []string `toml:"paths"`
+	// WebSocket, if true, makes the route match only WebSocket upgrades (Upgrade: websocket), so that
+	// ordinary requests never reach its pool. Default false (the route matches every request).
+	WebSocket bool `toml:"websocket"`
 }
 
 // Duration is a TOML string in Go syntax ("250ms", "15s"). A bad value is kept and reported by
@@ -176,7 +216,13 @@ func configFiles(path string) ([]string, error) {
 // and merges every key it defines over what earlier files set.
 func (c *Config) mergeFile(file string) []string {
 	var fc Config
-	md, err := toml.DecodeFile(file, &fc)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", file, err)}
+	}
+	sum := sha256.Sum256(data)
+	c.digest += file + ":" + hex.EncodeToString(sum[:]) + ";"
+	md, err := toml.Decode(string(data), &fc)
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %s", file, strings.TrimPrefix(err.Error(), "toml: "))}
 	}
@@ -294,17 +340,35 @@ func (c *Config) applyDefaults() {
 		}
 		setDuration(&p.ConnectTimeout, c.isSet(k+"connect_timeout"), 3*time.Second)
 		setDuration(&p.ResponseTimeout, c.isSet(k+"response_timeout"), 60*time.Second)
+		setDuration(&p.TunnelIdleTimeout, c.isSet(k+"tunnel_idle_timeout"), 10*time.Minute)
+		sk := &p.Sticky
+		if !c.isSet(k + "sticky.keys") {
+			sk.Keys = []string{"source"}
+		}
+		setDuration(&sk.IdleTimeout, c.isSet(k+"sticky.idle_timeout"), 10*time.Minute)
+		if !c.isSet(k + "sticky.max_entries") {
+			sk.MaxEntries = 1_000_000
+		}
+
+		leader := p.Balance == "leader"
 		ck := &p.Check
 		k += "check."
-		if !c.isSet(k + "path") {
+		if !c.isSet(k+"path") && leader {
 			ck.Path = "/Thingworx/Admin/HA/LeaderCheck"
 		}
-		setDuration(&ck.Interval, c.isSet(k+"interval"), 15*time.Second)
+		interval, timeout, fall := 5*time.Second, 2*time.Second, 2
+		if leader {
+			interval, timeout, fall = 15*time.Second, 5*time.Second, 3
+		}
+		setDuration(&ck.Interval, c.isSet(k+"interval"), interval)
 		setDuration(&ck.IntervalMax, c.isSet(k+"interval_max"), ck.Interval.D*4/3)
 		setDuration(&ck.FastInterval, c.isSet(k+"fast_interval"), 2*time.Second)
-		setDuration(&ck.Timeout, c.isSet(k+"timeout"), 5*time.Second)
+		setDuration(&ck.Timeout, c.isSet(k+"timeout"), timeout)
 		if !c.isSet(k + "fall") {
-			ck.Fall = 3
+			ck.Fall = fall
+		}
+		if !c.isSet(k + "rise") {
+			ck.Rise = 2
 		}
 	}
 }
@@ -357,9 +421,9 @@ func (c *Config) validate() []string {
 		pc := c.Pools[name]
 		k := "pools." + name + "."
 		switch pc.Balance {
-		case "leader":
+		case "leader", "sticky":
 		default:
-			add(k+"balance", "unknown balance %q (want \"leader\")", pc.Balance)
+			add(k+"balance", "unknown balance %q (want \"leader\" or \"sticky\")", pc.Balance)
 		}
 		if len(pc.Servers) == 0 {
 			add(k+"servers", "empty server list")
@@ -380,11 +444,28 @@ func (c *Config) validate() []string {
 		checkPositive(k+"max_conns", int64(pc.MaxConns))
 		checkDur(k+"connect_timeout", pc.ConnectTimeout, true)
 		checkDur(k+"response_timeout", pc.ResponseTimeout, true)
+		checkDur(k+"tunnel_idle_timeout", pc.TunnelIdleTimeout, false)
+		if pc.Balance == "sticky" {
+			if _, err := stickiness.NewExtractor(pc.Sticky.Keys); err != nil {
+				add(k+"sticky.keys", "%v", strings.TrimPrefix(err.Error(), "stickiness: "))
+			}
+			if ck := pc.Sticky.Cookie; ck != "" && !slices.Contains(pc.Sticky.Keys, "cookie:"+ck) {
+				add(k+"sticky.cookie", "cookie %q is set but sticky.keys does not list \"cookie:%s\"", ck, ck)
+			}
+			checkDur(k+"sticky.idle_timeout", pc.Sticky.IdleTimeout, true)
+			checkPositive(k+"sticky.max_entries", int64(pc.Sticky.MaxEntries))
+		} else if c.isSet(k + "sticky") {
+			add(k+"sticky", "only for balance = \"sticky\"")
+		}
 		ck := pc.Check
 		k += "check."
-		if !strings.HasPrefix(ck.Path, "/") {
+		if ck.Path != "" && !strings.HasPrefix(ck.Path, "/") || ck.Path == "" && pc.Balance == "leader" {
 			add(k+"path", "must start with /, got %q", ck.Path)
 		}
+		if ck.Port < 0 || ck.Port > 65535 {
+			add(k+"port", "bad port %d", ck.Port)
+		}
+		checkPositive(k+"rise", int64(ck.Rise))
 		if ck.Credentials != "" {
 			// Never echo the credentials themselves: they are a password.
 			if raw, err := base64.StdEncoding.DecodeString(ck.Credentials); err != nil {

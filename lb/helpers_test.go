@@ -108,7 +108,12 @@ func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(l.Close)
+	t.Cleanup(func() {
+		l.Close()
+		if t.Failed() {
+			t.Logf("fairlead log:\n%s", logs.all())
+		}
+	})
 	return l, logs
 }
 

@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
 
@@ -29,8 +32,19 @@ type LB struct {
 
 	badRequests atomic.Uint64
 
+	// relays carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
+	// to a generation, so that tunnels outlive config reloads.
+	relayMu sync.Mutex
+	relays  map[time.Duration]*tunnel.Relay
+
+	ctx    context.Context // lives until Close; parent of every pool's checks
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	reloadMu       sync.Mutex
+	reloads        atomic.Uint64
+	reloadFailures atomic.Uint64
+	lastReloadOK   atomic.Bool
 }
 
 // generation is everything built from one Config: pools with their servers and checks, and the routes.
@@ -52,18 +66,27 @@ func New(cfg *Config, o Options) (*LB, error) {
 	if o.Logf == nil {
 		o.Logf = log.Printf
 	}
-	lb := &LB{logf: o.Logf}
-	lb.gen.Store(newGeneration(cfg, o.Logf))
+	lb := &LB{logf: o.Logf, relays: map[time.Duration]*tunnel.Relay{}}
+	lb.lastReloadOK.Store(true)
+	lb.gen.Store(lb.newGeneration(cfg, nil))
 	return lb, nil
 }
 
-func newGeneration(cfg *Config, logf func(string, ...any)) *generation {
+// newGeneration builds the pools and routes of cfg. A pool of old whose config did not change is carried
+// over as it is, with its health state, leader, sticky table and counters.
+func (lb *LB) newGeneration(cfg *Config, old *generation) *generation {
 	g := &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
-		g.pools[name] = newPool(name, pc, logf)
+		if old != nil {
+			if op, ok := old.pools[name]; ok && reflect.DeepEqual(op.cfg, pc) {
+				g.pools[name] = op
+				continue
+			}
+		}
+		g.pools[name] = newPool(name, pc, lb.logf, lb.closeTunnels)
 	}
 	for _, rc := range cfg.Routes {
-		g.routes = append(g.routes, route{paths: rc.Paths, pool: g.pools[rc.Pool]})
+		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
 	return g
 }
@@ -72,6 +95,7 @@ func newGeneration(cfg *Config, logf func(string, ...any)) *generation {
 // opens the front end and the admin listener. It returns once both listen.
 func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)
+	lb.ctx = ctx
 	g := lb.gen.Load()
 	for _, p := range g.pools {
 		p.start(ctx)
@@ -104,6 +128,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		Concurrency:                  fe.MaxConns,
 		MaxRequestBodySize:           maxBody(fe.MaxBodySize),
 		CloseOnShutdown:              true,
+		KeepHijackedConns:            true, // tunnels outlive the handler; the relay owns them
 		Logger:                       fasthttpLogger{lb.logf},
 	}
 	lb.wg.Add(1)
@@ -164,8 +189,74 @@ func (lb *LB) Close() {
 	if lb.cancel != nil {
 		lb.cancel()
 	}
+	lb.relayMu.Lock()
+	for _, r := range lb.relays {
+		r.Close()
+	}
+	lb.relayMu.Unlock()
 	lb.wg.Wait()
 }
+
+// Reload swaps in cfg: pools whose config is unchanged keep running as they are (health, leader,
+// sticky entries), new or changed pools start their checks and the swap waits for their first round
+// (bounded by the check timeout) so that no request meets a pool that knows no server yet. Pools dropped
+// or replaced stop their checks. Open tunnels are never closed by a reload. Changes to [frontend] or
+// [admin] need a restart; they are reported in the error and the rest of the reload still applies.
+func (lb *LB) Reload(cfg *Config) error {
+	lb.reloadMu.Lock()
+	defer lb.reloadMu.Unlock()
+	old := lb.gen.Load()
+	if sameFiles(old.cfg, cfg) {
+		lb.logf("reload: config unchanged, nothing to do")
+		return nil
+	}
+	g := lb.newGeneration(cfg, old)
+	var fresh []*Pool
+	for _, p := range g.pools {
+		if p.stop == nil {
+			p.start(lb.ctx)
+			fresh = append(fresh, p)
+		}
+	}
+	for _, p := range fresh {
+		select {
+		case <-p.ready():
+		case <-lb.ctx.Done():
+			return lb.ctx.Err()
+		}
+	}
+	lb.gen.Store(g)
+	for name, p := range old.pools {
+		if g.pools[name] != p {
+			p.stop()
+		}
+	}
+	lb.reloads.Add(1)
+	lb.lastReloadOK.Store(true)
+	lb.logf("reload: config applied (%d pools, %d carried over unchanged)", len(g.pools), len(g.pools)-len(fresh))
+	var restart []string
+	if cfg.Frontend != old.cfg.Frontend {
+		restart = append(restart, "[frontend]")
+	}
+	if cfg.Admin != old.cfg.Admin {
+		restart = append(restart, "[admin]")
+	}
+	if len(restart) > 0 {
+		return fmt.Errorf("reload: changes to %s take effect only after a restart", strings.Join(restart, " and "))
+	}
+	return nil
+}
+
+// ReloadFailed records a reload whose config did not load; the running config stays.
+func (lb *LB) ReloadFailed(err error) {
+	lb.reloadFailures.Add(1)
+	lb.lastReloadOK.Store(false)
+	lb.logf("reload: keeping the running config: %v", err)
+}
+
+// sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
+// skipped).
+func sameFiles(a, b *Config) bool { return a.digest != "" && a.digest == b.digest }
 
 type fasthttpLogger struct{ logf func(string, ...any) }
 

@@ -3,11 +3,15 @@ package lb
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
 
@@ -18,15 +22,27 @@ type Server struct {
 
 	requests atomic.Uint64 // requests forwarded (each attempt)
 	failures atomic.Uint64 // attempts that ended in a transport error
+	tunnels  atomic.Int64  // open tunnels
 }
 
 // Pool is a set of servers and the policy that picks one for a request. A Pool belongs to one config
 // generation and is immutable apart from its atomics.
+//
+// Health is written by the pool's checker (leader or rise/fall) and read here through one predicate per
+// policy; policies never probe.
 type Pool struct {
-	Name    string
+	name    string
 	cfg     *PoolConfig
 	servers []*Server
-	leader  *healthcheck.Leader // for balance = "leader"
+	leader  *healthcheck.Leader  // balance = "leader"
+	checker *healthcheck.Checker // other balances
+
+	// balance = "sticky"
+	keys      *stickiness.Extractor
+	table     *stickiness.Table
+	cookieIdx int      // index of the cookie source in keys, -1 without a sticky cookie
+	cookieIDs []string // the cookie value naming each server
+	rr        atomic.Uint32
 
 	waiting atomic.Int64 // requests waiting for a usable server
 
@@ -37,15 +53,52 @@ type Pool struct {
 	bad502    atomic.Uint64
 	timeout   atomic.Uint64
 	queueFull atomic.Uint64
+
+	tunnelsOpened atomic.Uint64
+
+	stop context.CancelFunc // ends the pool's checks when a reload drops it
 }
 
-func newPool(name string, cfg *PoolConfig, logf func(string, ...any)) *Pool {
-	p := &Pool{Name: name, cfg: cfg}
+func newPool(name string, cfg *PoolConfig, logf func(string, ...any), onDown func(p *Pool, server int)) *Pool {
+	p := &Pool{name: name, cfg: cfg, cookieIdx: -1}
 	for _, addr := range cfg.Servers {
 		p.servers = append(p.servers, newServer(addr, cfg))
 	}
+	ck := cfg.Check
+	if cfg.Balance != "leader" {
+		p.checker = healthcheck.NewChecker(healthcheck.CheckerOptions{
+			Servers:      cfg.Servers,
+			Path:         ck.Path,
+			Port:         ck.Port,
+			Credentials:  ck.Credentials,
+			Interval:     ck.Interval.D,
+			IntervalMax:  ck.IntervalMax.D,
+			FastInterval: ck.FastInterval.D,
+			Timeout:      ck.Timeout.D,
+			Fall:         ck.Fall,
+			Rise:         ck.Rise,
+			Logf:         logf,
+			OnChange: func(i int, up bool) {
+				if !up && onDown != nil {
+					onDown(p, i)
+				}
+			},
+		})
+	}
+	if cfg.Balance == "sticky" {
+		p.keys, _ = stickiness.NewExtractor(cfg.Sticky.Keys) // validated with the config
+		p.table = stickiness.NewTable(stickiness.TableOptions{
+			MaxEntries:  cfg.Sticky.MaxEntries,
+			IdleTimeout: cfg.Sticky.IdleTimeout.D,
+		})
+		if c := cfg.Sticky.Cookie; c != "" {
+			p.cookieIdx = slices.Index(cfg.Sticky.Keys, "cookie:"+c)
+			for _, s := range p.servers {
+				p.cookieIDs = append(p.cookieIDs, serverCookie(s.Addr))
+			}
+		}
+	}
 	if cfg.Balance == "leader" {
-		ck := cfg.Check
 		p.leader = healthcheck.NewLeader(healthcheck.LeaderOptions{
 			Servers:      cfg.Servers,
 			Path:         ck.Path,
@@ -85,10 +138,25 @@ func newServer(addr string, cfg *PoolConfig) *Server {
 	return s
 }
 
-// start launches the pool's health checks; they stop with ctx.
+// serverCookie is the sticky cookie value naming a server: a hash of its address, the same in every
+// fairlead with the same config, that does not reveal the address.
+func serverCookie(addr string) string {
+	h := fnv.New64a()
+	h.Write([]byte(addr)) //nolint:errcheck // hash writes never fail
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// start launches the pool's health checks and sticky table janitor; they stop with ctx or stop.
 func (p *Pool) start(ctx context.Context) {
+	ctx, p.stop = context.WithCancel(ctx)
 	if p.leader != nil {
 		p.leader.Start(ctx)
+	}
+	if p.checker != nil {
+		p.checker.Start(ctx)
+	}
+	if p.table != nil {
+		p.table.Start(ctx)
 	}
 }
 
@@ -97,17 +165,59 @@ func (p *Pool) ready() <-chan struct{} {
 	if p.leader != nil {
 		return p.leader.Ready()
 	}
-	c := make(chan struct{})
-	close(c)
-	return c
+	return p.checker.Ready()
 }
 
-// pick returns the server for a request, or -1 if none is usable now. Fast path: one atomic load.
-func (p *Pool) pick() int {
+// candidates is a Pool seen as the stickiness.Candidates of its sticky table; the conversion from *Pool
+// costs nothing.
+type candidates Pool
+
+func (c *candidates) Len() int          { return len(c.servers) }
+func (c *candidates) Name(i int) string { return c.servers[i].Addr }
+func (c *candidates) Up(i int) bool     { return c.checker.Up(i) }
+
+// Up reports whether server i of a checked pool may take new traffic.
+func (p *Pool) Up(i int) bool  { return p.checker.Up(i) }
+func (p *Pool) markDown(i int) { p.checker.MarkDown(i) }
+func (p *Pool) sticky() bool   { return p.table != nil }
+
+// pick returns the server for a request, or -1 if none is usable now. Fast path: one atomic load for a
+// leader pool; for a sticky pool a key extraction and a table lookup, without allocating for known keys.
+func (p *Pool) pick(ctx *fasthttp.RequestCtx) int {
 	if p.leader != nil {
 		return p.leader.Current()
 	}
-	return 0
+	if p.table == nil {
+		return p.roundRobin()
+	}
+	var buf [160]byte
+	key, src, ok := p.keys.Key(buf[:0], ctx)
+	if !ok {
+		return p.roundRobin()
+	}
+	if src == p.cookieIdx {
+		// The sticky cookie names its server directly (as HAProxy's "cookie insert" does); a cookie
+		// naming a server that is down or gone falls back to placement by its value.
+		v := key[2:]
+		for i, id := range p.cookieIDs {
+			if string(v) == id && p.Up(i) {
+				return i
+			}
+		}
+	}
+	return p.table.Place(key, (*candidates)(p))
+}
+
+// roundRobin returns the next up server in turn, or -1 if none is up.
+func (p *Pool) roundRobin() int {
+	n := len(p.servers)
+	start := int(p.rr.Add(1))
+	for k := 0; k < n; k++ {
+		if i := (start + k) % n; p.Up(i) {
+			return i
+		}
+	}
+	return -1
 }
 
 // errQueueFull means more requests are waiting than max_queue allows.
@@ -115,7 +225,7 @@ var errQueueFull = errors.New("queue full")
 
 // wait blocks until pick finds a server or deadline passes (then -1). Requests waiting at once are
 // bounded by max_queue; past it wait returns errQueueFull at once. Slow path: only without a leader.
-func (p *Pool) wait(deadline time.Time) (int, error) {
+func (p *Pool) wait(ctx *fasthttp.RequestCtx, deadline time.Time) (int, error) {
 	if n := p.waiting.Add(1); n > int64(p.cfg.MaxQueue) {
 		p.waiting.Add(-1)
 		return -1, errQueueFull
@@ -132,12 +242,17 @@ func (p *Pool) wait(deadline time.Time) (int, error) {
 		if p.leader != nil {
 			changed = p.leader.Changed()
 		}
-		if i := p.pick(); i >= 0 {
+		if i := p.pick(ctx); i >= 0 {
 			return i, nil
 		}
 		d := time.Until(deadline)
-		if d <= 0 || changed == nil {
+		if d <= 0 {
 			return -1, nil
+		}
+		if changed == nil {
+			// Checker pools have no change broadcast: look again shortly (slow path, no server up).
+			time.Sleep(min(d, 50*time.Millisecond))
+			continue
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)

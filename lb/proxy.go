@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,18 +32,19 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	p := g.route(ctx)
+	req := &ctx.Request
+	upgrade := isUpgrade(&req.Header)
+	p := g.route(ctx, upgrade)
 	if p == nil {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
 		return
 	}
 	p.requests.Add(1)
 
-	req := &ctx.Request
 	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS())
 	replay := lb.makeReplayable(ctx, g)
 
-	i := p.pick()
+	i := p.pick(ctx)
 	var deadline time.Time // computed only on the slow paths
 	for attempt := 1; ; attempt++ {
 		if i < 0 {
@@ -52,7 +52,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
 			}
 			var err error
-			if i, err = p.wait(deadline); i < 0 {
+			if i, err = p.wait(ctx, deadline); i < 0 {
 				if errors.Is(err, errQueueFull) {
 					p.queueFull.Add(1)
 				}
@@ -61,6 +61,10 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 				return
 			}
 		}
+		if upgrade {
+			lb.upgrade(ctx, p, i)
+			return
+		}
 		s := p.servers[i]
 		s.requests.Add(1)
 		err := s.client.Do(req, &ctx.Response)
@@ -68,6 +72,9 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 			status := ctx.Response.StatusCode()
 			if status != fasthttp.StatusServiceUnavailable || p.leader == nil || !replay.ok() || attempt == maxAttempts {
 				prepareResponse(&ctx.Response)
+				if p.cookieIdx >= 0 {
+					p.setCookie(ctx, i)
+				}
 				return
 			}
 			// The leader answered 503: it may be stepping down. Hold the request until the checks
@@ -112,13 +119,35 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 			return
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+		if p.leader != nil {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+			}
+			i = p.settle(i, time.Now(), deadline)
+		} else {
+			if dialFailed {
+				p.markDown(i)
+			}
+			i = p.pick(ctx)
 		}
-		i = p.settle(i, time.Now(), deadline)
 		p.retries.Add(1)
 		replay.rewind()
 	}
+}
+
+// setCookie sets the sticky cookie naming server i unless the client already sent it.
+func (p *Pool) setCookie(ctx *fasthttp.RequestCtx, i int) {
+	name := p.cfg.Sticky.Cookie
+	if string(ctx.Request.Header.Cookie(name)) == p.cookieIDs[i] {
+		return
+	}
+	c := fasthttp.AcquireCookie()
+	c.SetKey(name)
+	c.SetValue(p.cookieIDs[i])
+	c.SetPath("/")
+	c.SetHTTPOnly(true)
+	ctx.Response.Header.SetCookie(c)
+	fasthttp.ReleaseCookie(c)
 }
 
 // serviceUnavailable answers when no server could take the request in time.
@@ -136,11 +165,11 @@ func isTimeout(err error) bool {
 }
 
 // route returns the pool of the first route that matches the request, or nil.
-func (g *generation) route(ctx *fasthttp.RequestCtx) *Pool {
+func (g *generation) route(ctx *fasthttp.RequestCtx, upgrade bool) *Pool {
 	path := ctx.Path()
 	for i := range g.routes {
 		r := &g.routes[i]
-		if r.matches(path) {
+		if r.matches(path, upgrade) {
 			return r.pool
 		}
 	}
@@ -148,11 +177,15 @@ func (g *generation) route(ctx *fasthttp.RequestCtx) *Pool {
 }
 
 type route struct {
-	paths []string
-	pool  *Pool
+	paths     []string
+	websocket bool // matches only WebSocket upgrades
+	pool      *Pool
 }
 
-func (r *route) matches(path []byte) bool {
+func (r *route) matches(path []byte, upgrade bool) bool {
+	if r.websocket && !upgrade {
+		return false
+	}
 	if len(r.paths) == 0 {
 		return true
 	}
@@ -215,6 +248,3 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
-
-// joinPaths is used by status output.
-func joinPaths(p []string) string { return strings.Join(p, ",") }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 )
@@ -112,7 +113,7 @@ func BenchmarkTablePlaceNewKey(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		key = fmt.Appendf(key[:0], "h:asset-%d", i)
+		key = strconv.AppendInt(append(key[:0], "h:asset-"...), int64(i), 10)
 		tb.Place(key, p)
 		i++
 	}

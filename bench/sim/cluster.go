@@ -22,10 +22,11 @@ const (
 // connection servers on free 127.0.0.1 ports, without a control API.
 type Options struct {
 	// Platforms is the number of fake platform servers; 0 means
-	// len(PlatformAddrs), or DefaultPlatforms if that is empty too.
+	// DefaultPlatforms, or len(PlatformAddrs) if that is larger.
 	Platforms int
 	// Connections is the number of fake connection servers; 0 means
-	// len(ConnectionAddrs), or DefaultConnections if that is empty too.
+	// DefaultConnections, or the length of ConnectionAddrs or
+	// ConnectionHealthAddrs if larger.
 	Connections int
 
 	// PlatformAddrs are optional fixed listen addresses, by index; missing
@@ -70,7 +71,6 @@ type Cluster struct {
 	// ControlAddr is the actual address of the control API, "" if none.
 	ControlAddr string
 
-	quit      chan struct{}
 	control   *http.Server
 	controlWG sync.WaitGroup
 	closeOnce sync.Once
@@ -81,7 +81,7 @@ func Start(opts Options) (*Cluster, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{quit: make(chan struct{})}
+	c := &Cluster{}
 	ok := false
 	defer func() {
 		if !ok {
@@ -93,7 +93,7 @@ func Start(opts Options) (*Cluster, error) {
 		if i == 0 {
 			st = Leader
 		}
-		p, err := newPlatform("platform"+strconv.Itoa(i+1), addrAt(opts.PlatformAddrs, i, "127.0.0.1:0"), st, &opts, c.quit)
+		p, err := newPlatform("platform"+strconv.Itoa(i+1), addrAt(opts.PlatformAddrs, i, "127.0.0.1:0"), st, &opts)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +125,7 @@ func (o *Options) setDefaults() error {
 		o.Platforms = max(len(o.PlatformAddrs), DefaultPlatforms)
 	}
 	if o.Connections == 0 {
-		o.Connections = max(len(o.ConnectionAddrs), DefaultConnections)
+		o.Connections = max(len(o.ConnectionAddrs), len(o.ConnectionHealthAddrs), DefaultConnections)
 	}
 	if len(o.PlatformAddrs) > o.Platforms {
 		return fmt.Errorf("sim: %d platform addresses for %d platforms", len(o.PlatformAddrs), o.Platforms)
@@ -171,7 +171,6 @@ func PortRange(host string, firstPort, n int) []string {
 // Dead and ConnServer.Restart fail.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
-		close(c.quit)
 		if c.control != nil {
 			_ = c.control.Close()
 			c.controlWG.Wait()

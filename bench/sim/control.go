@@ -84,7 +84,7 @@ func (c *Cluster) Status() Status {
 //
 //	GET  /status                              Status as JSON
 //	POST /platform/<name>/<state>             Platform.SetState
-//	POST /platform/<name>/leadercheck/<code>  Platform.SetLeaderCheckStatus
+//	POST /platform/<name>/leadercheck/<code>  Platform.SetLeaderCheckStatus (0 or 200-599)
 //	POST /connection/<name>/<up|down|kill|restart>
 //
 // GET is accepted wherever POST is. Changes answer 200 with the server's new
@@ -169,7 +169,7 @@ func (c *Cluster) handleLeaderCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code, err := strconv.Atoi(r.PathValue("code"))
-	if err != nil || (code != 0 && (code < 100 || code > 999)) {
+	if err != nil || (code != 0 && (code < 200 || code > 599)) {
 		http.Error(w, "bad status code", http.StatusBadRequest)
 		return
 	}

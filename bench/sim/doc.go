@@ -11,7 +11,16 @@
 //
 // Tests drive the cluster through the Go API (Platform.SetState,
 // ConnServer.Kill, ...); `make run` and the benchmark may drive it through
-// the optional HTTP control API (see Options.ControlAddr).
+// the optional HTTP control API (see Options.ControlAddr):
+//
+//	GET  /status                                  Status as JSON
+//	POST /platform/<name>/<state>                 Platform.SetState
+//	POST /platform/<name>/leadercheck/<code>      Platform.SetLeaderCheckStatus (0 clears)
+//	POST /connection/<name>/<up|down|kill|restart>
+//
+// GET is accepted wherever POST is. A change answers 200 with the server's
+// new status (PlatformStatus or ConnStatus) as one line of JSON, 404 for an
+// unknown server and 400 for a bad state, code or action.
 //
 // The platform servers are built on fasthttp with streamed request bodies, so
 // they sustain high request rates and arbitrarily large uploads and

@@ -41,7 +41,7 @@ type Probe struct {
 // "X-Served-By: <Name>". Ordinary requests understand these query
 // parameters on any path:
 //
-//	status=N     answer with status N
+//	status=N     answer with status N (200-599)
 //	delay=D      sleep D (a Go duration, e.g. 250ms) before answering
 //	bytes=N      answer with an N-byte body, byte i being 'a'+i%26, streamed
 //	             with a Content-Length (add chunked=1 for chunked encoding)
@@ -60,7 +60,6 @@ type Platform struct {
 	Addr string
 
 	srv  *netServer
-	quit <-chan struct{} // closed when the cluster closes
 	logf func(format string, args ...any)
 
 	servedBy        []byte
@@ -81,10 +80,9 @@ type Platform struct {
 	probes   []Probe
 }
 
-func newPlatform(name, addr string, st State, opts *Options, quit <-chan struct{}) (*Platform, error) {
+func newPlatform(name, addr string, st State, opts *Options) (*Platform, error) {
 	p := &Platform{
 		Name:            name,
-		quit:            quit,
 		logf:            opts.Logf,
 		servedBy:        []byte(name),
 		auth:            []byte("Basic " + opts.Credentials),
@@ -95,7 +93,7 @@ func newPlatform(name, addr string, st State, opts *Options, quit <-chan struct{
 		p.body = []byte("hello from " + name + "\n")
 	}
 	p.state.Store(int32(st))
-	srv, err := newNetServer(addr, p.newServer)
+	srv, err := newNetServer(addr, p.newServer, p.logf)
 	if err != nil {
 		return nil, fmt.Errorf("platform %s: %w", name, err)
 	}
@@ -270,7 +268,7 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 	if args := ctx.QueryArgs(); args.Len() > 0 {
 		if v := args.Peek("status"); len(v) > 0 {
 			n, err := strconv.Atoi(string(v))
-			if err != nil || n < 100 || n > 999 {
+			if err != nil || n < 200 || n > 599 {
 				badRequest(ctx, "bad status parameter %q", v)
 				return
 			}
@@ -334,6 +332,9 @@ func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 		ctx.SetBody(bodyUnauthorized)
 	case p.forced.Load() != 0:
 		status = int(p.forced.Load())
+		if status == fasthttp.StatusUnauthorized {
+			ctx.Response.Header.SetBytesKV(hdrWWWAuth, valWWWAuth)
+		}
 		ctx.SetBodyString(fasthttp.StatusMessage(status) + "\n")
 	case st == Leader:
 		status = fasthttp.StatusOK
@@ -346,7 +347,8 @@ func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 	p.recordProbe(auth, status)
 }
 
-// sleep waits d or until the cluster closes; it reports whether d elapsed.
+// sleep waits d or until the server stops (goes Dead or the cluster
+// closes); it reports whether d elapsed.
 func (p *Platform) sleep(d time.Duration) bool {
 	if d <= 0 {
 		return true
@@ -356,7 +358,7 @@ func (p *Platform) sleep(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-p.quit:
+	case <-p.srv.stopping():
 		return false
 	}
 }

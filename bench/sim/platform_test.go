@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 func leaderCheckURL(p *Platform) string {
@@ -155,8 +157,10 @@ func TestOrdinaryRequests(t *testing.T) {
 	if resp, _ := get(t, cl, "http://"+p1.Addr+"/a?status=418"); resp.StatusCode != 418 {
 		t.Fatalf("status=418: got %d", resp.StatusCode)
 	}
-	if resp, _ := get(t, cl, "http://"+p1.Addr+"/a?status=abc"); resp.StatusCode != 400 {
-		t.Fatalf("status=abc: got %d", resp.StatusCode)
+	for _, bad := range []string{"abc", "101", "600"} {
+		if resp, _ := get(t, cl, "http://"+p1.Addr+"/a?status="+bad); resp.StatusCode != 400 {
+			t.Fatalf("status=%s: got %d", bad, resp.StatusCode)
+		}
 	}
 	// ?delay=
 	start := time.Now()
@@ -267,6 +271,24 @@ func TestHung(t *testing.T) {
 	if resp, _, err := dialRaw(t, p.Addr).roundTrip(DefaultLeaderCheckPath, time.Second); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after recovery: %v %v", resp, err)
 	}
+	// Close does not wait for hung connections.
+	other := startCluster(t, Options{Platforms: 1})
+	if err := other.Platforms[0].SetState(Hung); err != nil {
+		t.Fatal(err)
+	}
+	hung := dialRaw(t, other.Platforms[0].Addr)
+	if _, _, err := hung.roundTrip("/", 100*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("want timeout, got %v", err)
+	}
+	start := time.Now()
+	other.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Close with a hung connection took %s", d)
+	}
+	if _, _, err := hung.roundTrip("/", time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("hung connection after Close: %v", err)
+	}
+
 	// Hung connections are freed when the client goes away.
 	old.Close()
 	fresh.Close()
@@ -320,6 +342,29 @@ func TestDead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Going Dead does not wait for slow requests: they are cut.
+	if err := p.SetState(Leader); err != nil {
+		t.Fatal(err)
+	}
+	slow := dialRaw(t, addr)
+	before := p.Requests()
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := slow.roundTrip("/slow?delay=1m", 5*time.Second)
+		errc <- err
+	}()
+	waitFor(t, "slow request", func() bool { return p.Requests() == before+1 })
+	start = time.Now()
+	if err := p.SetState(Dead); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err == nil || isTimeout(err) {
+		t.Fatalf("slow request on dead server: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("going Dead took %s", d)
+	}
+
 	if err := p.SetState(State(9)); err == nil {
 		t.Fatal("SetState(9): want error")
 	}
@@ -451,5 +496,85 @@ func TestKeepAliveCounting(t *testing.T) {
 	}
 	if p.Requests() != 5 || p.OpenConns() != 1 {
 		t.Fatalf("requests %d, open conns %d", p.Requests(), p.OpenConns())
+	}
+}
+
+// BenchmarkPlatformGet measures ordinary keep-alive GETs against one
+// platform server over loopback.
+func BenchmarkPlatformGet(b *testing.B) {
+	c, err := Start(Options{Platforms: 1, Connections: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	hc := &fasthttp.HostClient{Addr: c.Platforms[0].Addr, MaxConns: 64}
+	uri := "http://" + c.Platforms[0].Addr + "/Thingworx/Things/x"
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI(uri)
+		for pb.Next() {
+			if err := hc.Do(req, resp); err != nil {
+				b.Error(err)
+				return
+			}
+			if resp.StatusCode() != 200 {
+				b.Errorf("status %d", resp.StatusCode())
+				return
+			}
+		}
+	})
+}
+
+// TestStateFlapping changes states under traffic; it checks for races,
+// panics and deadlocks rather than for answers.
+func TestStateFlapping(t *testing.T) {
+	c := startCluster(t, Options{Platforms: 1, Logf: func(string, ...any) {}})
+	p := c.Platforms[0]
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	const clients = 4
+	for i := range clients {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			cl := &http.Client{Transport: tr, Timeout: 50 * time.Millisecond}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				url := "http://" + p.Addr + "/x?delay=1ms"
+				if i%2 == 1 {
+					url = leaderCheckURL(p)
+				}
+				if resp, err := cl.Get(url); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	for i := range 40 {
+		if err := p.SetState([]State{Leader, Hung, Backup, Dead, Standby}[i%5]); err != nil {
+			t.Error(err)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	for range clients {
+		<-done
+	}
+	if err := p.SetState(Leader); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _, err := dialRaw(t, p.Addr).roundTrip(DefaultLeaderCheckPath, time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after flapping: %v %v", resp, err)
 	}
 }

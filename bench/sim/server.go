@@ -22,36 +22,46 @@ const (
 
 // netServer is a fasthttp server that can be stopped and started again on the
 // same address. Stopping it closes the listener and every connection it
-// accepted, hijacked ones included, so the peer sees the process "die".
+// accepted, hijacked ones included, so the peer sees the process "die", and
+// waits until the handlers of those connections have returned.
 type netServer struct {
 	// addr is the address resolved by the first listen; constant afterwards.
 	addr string
 
 	newServer func() *fasthttp.Server
+	logf      func(format string, args ...any)
 
 	// opMu serializes start, stop and close.
 	opMu sync.Mutex
 
 	mu     sync.Mutex
-	ln     *trackingListener // nil while stopped
-	served chan struct{}     // closed when Serve on ln returns
-	conns  map[*trackedConn]struct{}
+	gen    *generation // nil while stopped
 	closed bool
 }
 
+// generation is one listen-to-stop life of a netServer.
+type generation struct {
+	s      *netServer
+	ln     net.Listener
+	served chan struct{} // closed when Serve returns
+	stop   chan struct{} // closed when the generation starts stopping
+	conns  map[*trackedConn]struct{}
+	wg     sync.WaitGroup // one per accepted connection, until it is closed
+}
+
+// stopWait bounds how long stop waits for handlers of closed connections.
+const stopWait = 5 * time.Second
+
 // newNetServer listens on addr ("host:0" picks a free port) and serves
 // connections with servers made by newServer, a fresh one per listen.
-func newNetServer(addr string, newServer func() *fasthttp.Server) (*netServer, error) {
-	s := &netServer{
-		newServer: newServer,
-		conns:     make(map[*trackedConn]struct{}),
-	}
+func newNetServer(addr string, newServer func() *fasthttp.Server, logf func(string, ...any)) (*netServer, error) {
+	s := &netServer{newServer: newServer, logf: logf}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.listenLocked(addr, 1); err != nil {
 		return nil, err
 	}
-	s.addr = s.ln.Addr().String()
+	s.addr = s.gen.ln.Addr().String()
 	return s, nil
 }
 
@@ -65,7 +75,7 @@ func (s *netServer) start() error {
 	if s.closed {
 		return errClosed
 	}
-	if s.ln != nil {
+	if s.gen != nil {
 		return nil
 	}
 	return s.listenLocked(s.addr, bindAttempts)
@@ -85,20 +95,25 @@ func (s *netServer) listenLocked(addr string, attempts int) error {
 	if err != nil {
 		return fmt.Errorf("sim: cannot listen on %s: %w", addr, err)
 	}
-	tl := &trackingListener{Listener: ln, s: s}
-	served := make(chan struct{})
-	s.ln = tl
-	s.served = served
+	g := &generation{
+		s:      s,
+		ln:     ln,
+		served: make(chan struct{}),
+		stop:   make(chan struct{}),
+		conns:  make(map[*trackedConn]struct{}),
+	}
+	s.gen = g
 	srv := s.newServer()
 	go func() {
-		defer close(served)
-		_ = srv.Serve(tl)
+		defer close(g.served)
+		_ = srv.Serve(&trackingListener{Listener: ln, g: g})
 	}()
 	return nil
 }
 
 // stop closes the listener and every open connection and waits until the
-// accept loop has returned. It is a no-op on a stopped server.
+// accept loop and the connections' handlers have returned. It is a no-op on
+// a stopped server.
 func (s *netServer) stop() {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -107,18 +122,34 @@ func (s *netServer) stop() {
 
 func (s *netServer) stopLocked() {
 	s.mu.Lock()
-	ln, served, conns := s.ln, s.served, s.conns
-	s.ln = nil
-	s.conns = make(map[*trackedConn]struct{})
+	g := s.gen
+	s.gen = nil
+	var conns []*trackedConn
+	if g != nil {
+		close(g.stop)
+		for c := range g.conns {
+			conns = append(conns, c)
+		}
+	}
 	s.mu.Unlock()
-	if ln == nil {
+	if g == nil {
 		return
 	}
-	_ = ln.Listener.Close()
-	for c := range conns {
+	_ = g.ln.Close()
+	for _, c := range conns {
 		_ = c.Conn.Close()
 	}
-	<-served
+	<-g.served
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait):
+		s.logf("%s: handlers still running %s after stop", s.addr, stopWait)
+	}
 }
 
 // close stops the server for good: start fails afterwards.
@@ -135,19 +166,36 @@ func (s *netServer) close() {
 func (s *netServer) running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ln != nil
+	return s.gen != nil
+}
+
+// stopping returns a channel that is closed when the current listen
+// generation stops; it is already closed while the server is stopped.
+// Handlers that wait use it so that stop does not wait for them.
+func (s *netServer) stopping() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return s.gen.stop
 }
 
 // openConns returns the number of currently open accepted connections.
 func (s *netServer) openConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.conns)
+	if s.gen == nil {
+		return 0
+	}
+	return len(s.gen.conns)
 }
 
 type trackingListener struct {
 	net.Listener
-	s *netServer
+	g *generation
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
@@ -155,28 +203,36 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, s: l.s}
-	l.s.mu.Lock()
-	if l.s.ln != l {
+	g := l.g
+	tc := &trackedConn{Conn: c, g: g}
+	g.s.mu.Lock()
+	if g.s.gen != g {
 		// Accepted while being stopped.
-		l.s.mu.Unlock()
+		g.s.mu.Unlock()
 		_ = c.Close()
 		return nil, net.ErrClosed
 	}
-	l.s.conns[tc] = struct{}{}
-	l.s.mu.Unlock()
+	g.conns[tc] = struct{}{}
+	g.wg.Add(1)
+	g.s.mu.Unlock()
 	return tc, nil
 }
 
+// trackedConn is an accepted connection; fasthttp closes it once its
+// handlers (hijack handlers included) are done.
 type trackedConn struct {
 	net.Conn
-	s *netServer
+	g    *generation
+	once sync.Once
 }
 
 func (c *trackedConn) Close() error {
-	c.s.mu.Lock()
-	delete(c.s.conns, c)
-	c.s.mu.Unlock()
+	c.once.Do(func() {
+		c.g.s.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.s.mu.Unlock()
+		c.g.wg.Done()
+	})
 	return c.Conn.Close()
 }
 

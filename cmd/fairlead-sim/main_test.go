@@ -16,8 +16,10 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
-// freePorts returns the first of n consecutive free ports on 127.0.0.1.
-func freePorts(t *testing.T, n int) int {
+// reservePorts finds n consecutive free ports on 127.0.0.1 and keeps them
+// bound, so later reservations cannot overlap; it returns the first port and
+// appends the listeners to held.
+func reservePorts(t *testing.T, n int, held *[]net.Listener) int {
 	t.Helper()
 	for range 50 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,11 +37,12 @@ func freePorts(t *testing.T, n int) int {
 			}
 			lns = append(lns, l)
 		}
+		if ok {
+			*held = append(*held, lns...)
+			return base
+		}
 		for _, l := range lns {
 			l.Close()
-		}
-		if ok {
-			return base
 		}
 	}
 	t.Fatalf("no %d consecutive free ports", n)
@@ -57,7 +60,11 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("go build: %s\n%s", err, out)
 	}
 
-	pport, cport, hport, ctl := freePorts(t, 3), freePorts(t, 2), freePorts(t, 2), freePorts(t, 1)
+	var held []net.Listener
+	pport, cport, hport, ctl := reservePorts(t, 3, &held), reservePorts(t, 2, &held), reservePorts(t, 2, &held), reservePorts(t, 1, &held)
+	for _, l := range held {
+		l.Close()
+	}
 	control := fmt.Sprintf("127.0.0.1:%d", ctl)
 	cmd := exec.Command(bin,
 		"-platforms", "3", "-connections", "2",
@@ -72,25 +79,26 @@ func TestCommand(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-
-	lines := make(chan string, 16)
+	// exited is closed once the process is reaped; waitErr is its result.
+	exited := make(chan struct{})
+	var waitErr error
+	lines := make(chan string, 64)
 	go func() {
-		defer close(lines)
+		defer close(exited)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- sc.Text()
+			select {
+			case lines <- sc.Text():
+			default: // nobody is listening any more
+			}
 		}
-		exited <- cmd.Wait()
+		close(lines)
+		waitErr = cmd.Wait()
 	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
 	var summary []string
 	timeout := time.After(10 * time.Second)
 	for len(summary) == 0 || !strings.HasPrefix(summary[len(summary)-1], "control ") {
@@ -155,12 +163,10 @@ func TestCommand(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for range lines {
-	}
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("exit: %v; stderr:\n%s", err, stderr.String())
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("exit: %v; stderr:\n%s", waitErr, stderr.String())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("fairlead-sim did not exit after SIGTERM")

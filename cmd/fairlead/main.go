@@ -67,6 +67,22 @@ func run(args []string) int {
 		return 1
 	}
 	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
+
+	// SIGHUP reloads the config; a bad config is reported and the running one stays.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			cfg, err := lb.LoadConfig(*configPath)
+			if err != nil {
+				l.ReloadFailed(err)
+				continue
+			}
+			if err := l.Reload(cfg); err != nil {
+				log.Print(err)
+			}
+		}
+	}()
 	<-ctx.Done()
 	log.Print("fairlead: stopping")
 	l.Close()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fasthttp/websocket"
 )
 
 // binary is the fairlead executable built once for these black-box tests.
@@ -105,12 +106,18 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 // startProcess runs fairlead on a config written for the cluster and waits until it serves.
 func startProcess(t *testing.T, c *sim.Cluster) (*exec.Cmd, string) {
 	t.Helper()
+	return startProcessWith(t, c, "")
+}
+
+// startProcessWith is startProcess with more config in a file that sorts first (its routes come first).
+func startProcessWith(t *testing.T, c *sim.Cluster, first string) (*exec.Cmd, string) {
+	t.Helper()
 	addr, admin := freeAddr(t), freeAddr(t)
 	var servers []string
 	for _, p := range c.Platforms {
 		servers = append(servers, strconv.Quote(p.Addr))
 	}
-	dir := writeFiles(t, map[string]string{"fairlead.toml": fmt.Sprintf(`
+	dir := writeFiles(t, map[string]string{"00-first.toml": first, "fairlead.toml": fmt.Sprintf(`
 [frontend]
 listen = %q
 [admin]
@@ -247,4 +254,63 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
+}
+
+// TestTwoProcessesWithTheSameConfigPlaceAssetsIdentically starts two fairlead processes with one config
+// (apart from their listen addresses) and checks that 1,000 assets land on the same connection server
+// through either: rendezvous hashing needs no shared state.
+func TestTwoProcessesWithTheSameConfigPlaceAssetsIdentically(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var addrs [2]string
+	for k := range addrs {
+		_, addrs[k] = startProcessWith(t, c, cxPool(c))
+	}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	counts := map[string]int{}
+	for i := 0; i < 1000; i++ {
+		asset := fmt.Sprintf("asset-%04d", i)
+		var by [2]string
+		for k, addr := range addrs {
+			conn, resp, err := d.Dial("ws://"+addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {asset}})
+			if err != nil {
+				t.Fatalf("%s via %s: %v", asset, addr, err)
+			}
+			conn.Close()
+			by[k] = resp.Header.Get("X-Served-By")
+		}
+		if by[0] != by[1] || by[0] == "" {
+			t.Fatalf("%s: placed on %q by one fairlead and %q by the other", asset, by[0], by[1])
+		}
+		counts[by[0]]++
+	}
+	for _, s := range c.Connections {
+		if counts[s.Name] < 200 {
+			t.Errorf("placement is lopsided: %v", counts)
+		}
+	}
+}
+
+func cxPool(c *sim.Cluster) string {
+	var cx []string
+	for _, s := range c.Connections {
+		cx = append(cx, strconv.Quote(s.Addr))
+	}
+	return fmt.Sprintf(`
+[pools.cxserver]
+balance = "sticky"
+servers = [%s]
+[pools.cxserver.sticky]
+keys = ["header:X-Asset-Id", "source"]
+[pools.cxserver.check]
+path = "/health"
+interval = "200ms"
+[[routes]]
+websocket = true
+paths = ["/Thingworx/WS"]
+pool = "cxserver"
+`, strings.Join(cx, ", "))
 }

@@ -1,0 +1,205 @@
+package tunnel
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// env is a relay between two loopback listeners: the test dials front as the client (the
+// relay gets the accepted conn) and the relay's server conn is dialed to back (the test gets
+// the accepted conn as the upstream).
+type env struct {
+	tb    testing.TB
+	r     *Relay
+	front net.Listener
+	back  net.Listener
+}
+
+func newEnv(tb testing.TB, o Options) *env {
+	tb.Helper()
+	if o.Logf == nil {
+		o.Logf = tb.Logf
+	}
+	r, err := NewRelay(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := &env{tb: tb, r: r, front: listen(tb), back: listen(tb)}
+	tb.Cleanup(func() {
+		r.Close()
+		e.front.Close()
+		e.back.Close()
+	})
+	return e
+}
+
+func listen(tb testing.TB) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln
+}
+
+// pair returns a connected pair: the end that dialed ln and the end ln accepted.
+func pair(tb testing.TB, ln net.Listener) (dialed, accepted *net.TCPConn) {
+	tb.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a, err := ln.Accept()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c.(*net.TCPConn), a.(*net.TCPConn)
+}
+
+// conns are the four sockets of one test tunnel: the test's client and upstream ends, and the
+// two the relay gets.
+type conns struct {
+	client, relayClient, relayServer, up *net.TCPConn
+}
+
+func (e *env) conns() conns {
+	var c conns
+	c.client, c.relayClient = pair(e.tb, e.front)
+	c.relayServer, c.up = pair(e.tb, e.back)
+	return c
+}
+
+// open makes the sockets of a tunnel and Adds them; the test's ends are closed at cleanup.
+func (e *env) open(group string, toServer, toClient []byte, onClose func(Reason)) (client, up *net.TCPConn, tun *Tunnel) {
+	e.tb.Helper()
+	c := e.conns()
+	tun, err := e.r.Add(c.relayClient, c.relayServer, toServer, toClient, group, onClose)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.tb.Cleanup(func() {
+		c.client.Close()
+		c.up.Close()
+	})
+	return c.client, c.up, tun
+}
+
+// reasons records onClose calls.
+type reasons struct {
+	mu   sync.Mutex
+	got  []Reason
+	done chan struct{}
+}
+
+func newReasons() *reasons { return &reasons{done: make(chan struct{}, 1000)} }
+
+func (rs *reasons) onClose(r Reason) {
+	rs.mu.Lock()
+	rs.got = append(rs.got, r)
+	rs.mu.Unlock()
+	rs.done <- struct{}{}
+}
+
+func (rs *reasons) wait(tb testing.TB, d time.Duration) {
+	tb.Helper()
+	select {
+	case <-rs.done:
+	case <-time.After(d):
+		tb.Fatal("onClose not called in time")
+	}
+}
+
+func (rs *reasons) list() []Reason {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]Reason(nil), rs.got...)
+}
+
+// expectEOF reads c until EOF (or a reset/close error) within d, returning what it read. It
+// reports a timeout with Errorf, so that it may run on any goroutine; the caller's checks of
+// what it read stop the test.
+func expectEOF(tb testing.TB, c net.Conn, d time.Duration) []byte {
+	tb.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		tb.Errorf("no EOF within %v (read %d bytes)", d, len(b))
+	}
+	return b
+}
+
+// readN reads exactly n bytes within d; a failure is reported with Errorf (see expectEOF) and
+// returns what was read.
+func readN(tb testing.TB, c net.Conn, n int, d time.Duration) []byte {
+	tb.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	b := make([]byte, n)
+	m, err := io.ReadFull(c, b)
+	if err != nil {
+		tb.Errorf("read %d bytes: %v", n, err)
+	}
+	return b[:m]
+}
+
+func countFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Skip("no /proc/self/fd:", err)
+	}
+	return len(ents)
+}
+
+// eventually polls cond every 10ms for up to d.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitGoroutines(tb testing.TB, want int, d time.Duration) {
+	tb.Helper()
+	if !eventually(d, func() bool { return runtime.NumGoroutine() <= want }) {
+		buf := make([]byte, 1<<16)
+		n := runtime.Stack(buf, true)
+		tb.Fatalf("goroutines: %d, want <= %d\n%s", runtime.NumGoroutine(), want, buf[:n])
+	}
+}
+
+// echo copies everything up reads back to it, until EOF or error, with a fixed buffer.
+func echo(up net.Conn) {
+	var buf [64 << 10]byte
+	for {
+		n, err := up.Read(buf[:])
+		if n > 0 {
+			if _, werr := up.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// stopIfFailed ends the test if a helper reported an error.
+func stopIfFailed(tb testing.TB) {
+	tb.Helper()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+}

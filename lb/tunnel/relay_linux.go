@@ -1,0 +1,490 @@
+//go:build linux
+
+package tunnel
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// How it works on Linux.
+//
+// Each socket of a tunnel is registered in the relay's epoll instance with
+// EPOLLIN|EPOLLRDHUP|EPOLLONESHOT and, as epoll data, a uint64 id looked up in sysRelay.ids (no
+// Go pointer goes to the kernel). Go's own netpoller keeps its registration of the same fd in
+// its own epoll instance; one file may be watched by several epoll instances (epoll(7), Q&A 1
+// and 2), and we never let Go wait on a tunnel's reads, so the two do not interfere.
+//
+// Nobody blocks in epoll_wait. The epoll fd is itself pollable: it reads as ready while
+// events are pending (epoll(7), Q&A 3), so it is wrapped in an *os.File and waited for through
+// Go's netpoller like a socket. A worker takes the File's read lock (RawConn.Read), collects
+// up to eventsPerWait events with epoll_wait(timeout 0), releases the lock and runs the turns
+// of those sides itself; the next worker meanwhile polls for more (leader/followers). An idle
+// relay is Workers goroutines parked in the scheduler: no OS thread is held in a system call,
+// and a wake-up takes the same path as for any Go socket.
+//
+// EPOLLONESHOT (epoll(7), "EPOLLONESHOT", Q&A 6 and 9): after one event the fd is disabled
+// until it is re-armed with EPOLL_CTL_MOD. So exactly one goroutine owns a side between an
+// event and its re-arm: the worker that took the event reads it, writes to the peer, and
+// re-arms it last. The registration is level-triggered, and EPOLL_CTL_MOD re-evaluates
+// readiness (the kernel polls the file), so data left unread, or an EOF, is reported again at
+// once: a worker may stop reading early (fairness, or a short read) without losing a wake-up.
+//
+// EPOLLRDHUP (epoll_ctl(2)): the peer shut down its writing half. Data may still precede it,
+// so it is treated like EPOLLIN (read until EOF); it only tells the worker not to stop at a
+// short read. EPOLLERR and EPOLLHUP are always reported (epoll_ctl(2)); the read that follows
+// returns the error or EOF.
+//
+// A side's read is done inside RawConn.Read with a callback that always returns true, so Go
+// never parks on it (EAGAIN just ends the turn). The write to the peer is a non-blocking write
+// inside the peer's RawConn.Write; if the peer's socket buffer is full, the rest is written by a
+// goroutine of its own with the ordinary, parking net.Conn.Write, and the side is re-armed
+// only when that write has finished: the sender is not read meanwhile (backpressure), and no
+// worker ever waits for a slow receiver.
+//
+// Lifecycle and fd reuse: Tunnel.mu guards closed and each side's registration. A re-arm is
+// done under it and only while !closed; closeTunnel sets closed and removes both fds from epoll
+// (EPOLL_CTL_DEL) under it, before closing the conns. So no epoll_ctl ever names a closed fd,
+// whose number may already belong to another connection. Events already fetched for a closed
+// tunnel find no id (ids are never reused) or fail on the closed conn, and are dropped.
+
+const (
+	readsPerTurn  = 4  // buffers read from one side before it yields to the others
+	eventsPerWait = 64 // events the poller takes per epoll_wait
+	armEvents     = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+	eofEvents     = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
+)
+
+type sysRelay struct {
+	epfd    int             // the epoll instance, for epoll_ctl
+	ep      *os.File        // the same fd, registered in Go's netpoller; Close releases it
+	epRaw   syscall.RawConn // of ep
+	bufs    sync.Pool       // *[]byte of BufferSize, for the worker that gave its own to a blocked write
+	work    chan job        // from the poller to the workers; unbuffered: only idle workers take jobs
+	closing atomic.Bool     // set by Close before it closes ep
+	idsMu   sync.RWMutex
+	ids     map[uint64]*side
+	nextID  uint64
+}
+
+// side is one direction of a tunnel, named by the socket it reads from; it writes to its peer.
+type side struct {
+	t    *Tunnel
+	i    int             // clientSide or serverSide
+	raw  syscall.RawConn // of conns[i], obtained once
+	fd   int             // of conns[i]; valid while the tunnel is not closed
+	id   uint64          // epoll data
+	reg  bool            // added to epoll; guarded by t.mu
+	peer *side
+}
+
+type job struct {
+	s      *side
+	events uint32
+}
+
+func (r *Relay) sysStart() error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("tunnel: epoll_create1: %w", err)
+	}
+	// Non-blocking, so that os.NewFile registers it in Go's netpoller.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("tunnel: epoll fd: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "tunnel-epoll")
+	epRaw, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		return fmt.Errorf("tunnel: epoll fd: %w", err)
+	}
+	size := r.opts.BufferSize
+	r.sys = sysRelay{
+		epfd:   epfd,
+		ep:     ep,
+		epRaw:  epRaw,
+		work:   make(chan job),
+		ids:    make(map[uint64]*side),
+		nextID: 1,
+	}
+	r.sys.bufs.New = func() any {
+		b := make([]byte, size)
+		return &b
+	}
+	p := newWorker(r)
+	p.events = make([]unix.EpollEvent, eventsPerWait)
+	p.jobs = make([]job, 0, eventsPerWait)
+	p.pollFn = p.rawPoll
+	r.wg.Add(1 + r.opts.Workers)
+	go p.poll()
+	for range r.opts.Workers {
+		go newWorker(r).work()
+	}
+	return nil
+}
+
+// sysClose runs after every tunnel is closed: closing the epoll File wakes the parked poller
+// (its RawConn.Read fails; the fd itself is closed once it has let go of it), which stops the
+// workers as it exits. It then waits for every goroutine of the relay.
+func (r *Relay) sysClose() {
+	r.sys.closing.Store(true)
+	r.sys.ep.Close()
+	r.wg.Wait()
+}
+
+// sysPrepare fetches each conn's fd and RawConn, before t is visible to anyone.
+func (r *Relay) sysPrepare(t *Tunnel) error {
+	for i, c := range t.conns {
+		raw, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		s := &t.sides[i]
+		s.t, s.i, s.raw, s.peer = t, i, raw, &t.sides[1-i]
+		var fd int
+		if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+			return err
+		}
+		s.fd = fd
+	}
+	return nil
+}
+
+// sysAdd runs under t.mu with t registered but not yet armed: it assigns the epoll ids, writes
+// the pending bytes as far as the sockets take them without blocking, and arms each side whose
+// peer has nothing pending left. The rest of a pending write goes to a goroutine that arms the
+// side when done. err means Add fails and gives the conns back; ioErr that writing the pending
+// bytes failed (the tunnel is then closed by Add).
+func (r *Relay) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err error) {
+	r.sys.idsMu.Lock()
+	for i := range t.sides {
+		s := &t.sides[i]
+		s.id = r.sys.nextID
+		r.sys.nextID++
+		r.sys.ids[s.id] = s
+	}
+	r.sys.idsMu.Unlock()
+
+	// pending[i]: bytes to write to conns[1-i] before side i may be read.
+	pending := [2][]byte{toServer, toClient}
+	var rest [2][]byte
+	for i, p := range pending {
+		if len(p) == 0 {
+			continue
+		}
+		n, werr := writeNow(t.sides[1-i].raw, p)
+		r.stats.bytes[i].Add(uint64(n))
+		if werr != nil {
+			return true, nil
+		}
+		if n < len(p) {
+			rest[i] = append([]byte(nil), p[n:]...) // the caller may reuse p once Add returns
+		}
+	}
+	for i := range t.sides {
+		if rest[i] != nil {
+			continue
+		}
+		if err := r.armLocked(&t.sides[i]); err != nil {
+			for j := range t.sides {
+				r.detachLocked(&t.sides[j])
+			}
+			return false, err
+		}
+	}
+	for i, p := range rest {
+		if p != nil {
+			r.wg.Add(1) // before Close's Wait: Close cannot get past t.mu, held here
+			go r.writePending(&t.sides[i], p)
+		}
+	}
+	return false, nil
+}
+
+// writeNow writes b to raw's socket without blocking, returning how much it took.
+func writeNow(raw syscall.RawConn, b []byte) (n int, err error) {
+	var werr error
+	err = raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, e := unix.Write(int(fd), b[n:])
+			if e == unix.EINTR {
+				continue
+			}
+			if e != nil {
+				if e != unix.EAGAIN {
+					werr = e
+				}
+				break
+			}
+			n += m
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// writePending finishes writing Add's pending bytes for side s (to its peer), then arms s.
+func (r *Relay) writePending(s *side, p []byte) {
+	defer r.wg.Done()
+	t := s.t
+	n, err := t.conns[1-s.i].Write(p)
+	r.stats.bytes[s.i].Add(uint64(n))
+	if err != nil {
+		r.closeTunnel(t, Error)
+		return
+	}
+	t.touch()
+	r.arm(s)
+}
+
+// sysDetachLocked removes t's sockets from epoll; t.mu is held and the conns are still open.
+func (r *Relay) sysDetachLocked(t *Tunnel) {
+	for i := range t.sides {
+		r.detachLocked(&t.sides[i])
+	}
+}
+
+func (r *Relay) detachLocked(s *side) {
+	if s.reg {
+		if err := unix.EpollCtl(r.sys.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
+			r.opts.Logf("tunnel: epoll_ctl DEL fd %d: %v", s.fd, err)
+		}
+		s.reg = false
+	}
+}
+
+// sysForget drops t's epoll ids, so that events already fetched for it are ignored.
+func (r *Relay) sysForget(t *Tunnel) {
+	r.sys.idsMu.Lock()
+	for i := range t.sides {
+		delete(r.sys.ids, t.sides[i].id)
+	}
+	r.sys.idsMu.Unlock()
+}
+
+// arm (re-)enables one event for s, unless the tunnel has closed or s has reached EOF. An
+// epoll failure closes the tunnel.
+func (r *Relay) arm(s *side) {
+	t := s.t
+	t.mu.Lock()
+	err := r.armLocked(s)
+	t.mu.Unlock()
+	if err != nil {
+		r.opts.Logf("%v", err)
+		r.closeTunnel(t, Error)
+	}
+}
+
+func (r *Relay) armLocked(s *side) error {
+	if s.t.closed || s.t.eof[s.i] {
+		return nil
+	}
+	ev := unix.EpollEvent{Events: armEvents, Fd: int32(uint32(s.id)), Pad: int32(uint32(s.id >> 32))}
+	op := unix.EPOLL_CTL_MOD
+	if !s.reg {
+		op = unix.EPOLL_CTL_ADD
+	}
+	if err := unix.EpollCtl(r.sys.epfd, op, s.fd, &ev); err != nil {
+		return fmt.Errorf("tunnel: epoll_ctl fd %d: %w", s.fd, err)
+	}
+	s.reg = true
+	return nil
+}
+
+// worker moves bytes for the sides it is given. Its callbacks are method values made once, and
+// the syscall results go through its fields, so a turn allocates nothing.
+type worker struct {
+	r   *Relay
+	buf *[]byte
+
+	rb   []byte
+	rn   int
+	rerr error
+	wb   []byte
+	wn   int
+	werr error
+
+	readFn, writeFn func(fd uintptr) bool
+
+	// The poller's only.
+	events []unix.EpollEvent
+	pn     int
+	perr   error
+	jobs   []job
+	pollFn func(fd uintptr) bool
+}
+
+func newWorker(r *Relay) *worker {
+	w := &worker{r: r, buf: r.sys.bufs.Get().(*[]byte)}
+	w.readFn, w.writeFn = w.rawRead, w.rawWrite
+	return w
+}
+
+func (w *worker) rawRead(fd uintptr) bool {
+	w.rn, w.rerr = unix.Read(int(fd), w.rb)
+	return true // never let Go park: EAGAIN ends the turn and epoll tells us when to come back
+}
+
+func (w *worker) rawWrite(fd uintptr) bool {
+	w.wn, w.werr = unix.Write(int(fd), w.wb)
+	return true
+}
+
+// rawPoll collects ready events without blocking; returning false (none) lets Go park the
+// poller until the epoll fd is readable again.
+func (w *worker) rawPoll(fd uintptr) bool {
+	for {
+		w.pn, w.perr = unix.EpollWait(int(fd), w.events, 0)
+		if w.perr != unix.EINTR {
+			return w.pn > 0 || w.perr != nil
+		}
+	}
+}
+
+func (w *worker) work() {
+	defer w.r.wg.Done()
+	for j := range w.r.sys.work {
+		w.turn(j.s, j.events)
+	}
+}
+
+// poll waits (parked in Go's netpoller) for the epoll fd to be readable, collects the ready
+// events, runs the first turn itself and hands the others to idle workers (or runs them too
+// when none is idle). A lone event, the usual case at low load, thus costs no goroutine
+// hand-off; a burst is spread over the workers.
+func (w *worker) poll() {
+	r := w.r
+	defer r.wg.Done()
+	defer close(r.sys.work) // the workers end when the poller does
+	for {
+		if err := r.sys.epRaw.Read(w.pollFn); err != nil {
+			if !r.sys.closing.Load() {
+				r.opts.Logf("tunnel: waiting for epoll: %v; relay stopped", err)
+			}
+			return
+		}
+		if w.perr != nil {
+			r.opts.Logf("tunnel: epoll_wait: %v; relay stopped", w.perr)
+			return
+		}
+		r.sys.idsMu.RLock()
+		for _, ev := range w.events[:w.pn] {
+			if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil {
+				w.jobs = append(w.jobs, job{s, ev.Events})
+			}
+		}
+		r.sys.idsMu.RUnlock()
+		for i := len(w.jobs) - 1; i >= 1; i-- {
+			select {
+			case r.sys.work <- w.jobs[i]:
+			default:
+				w.turn(w.jobs[i].s, w.jobs[i].events)
+			}
+		}
+		if len(w.jobs) > 0 {
+			w.turn(w.jobs[0].s, w.jobs[0].events)
+		}
+		clear(w.jobs)
+		w.jobs = w.jobs[:0]
+	}
+}
+
+// turn reads s until EAGAIN, EOF, a short read or readsPerTurn buffers, writing each chunk to
+// the peer, then re-arms s. It owns s from the event to the re-arm (EPOLLONESHOT).
+func (w *worker) turn(s *side, events uint32) {
+	r, t := w.r, s.t
+	peer := s.peer
+	moved := 0
+	for n := 0; n < readsPerTurn; {
+		b := *w.buf
+		w.rb = b
+		err := s.raw.Read(w.readFn)
+		w.rb = nil
+		if err != nil { // the conn was closed: the tunnel is closing
+			r.closeTunnel(t, Error)
+			return
+		}
+		m, rerr := w.rn, w.rerr
+		if rerr != nil {
+			if rerr == unix.EINTR {
+				continue
+			}
+			if rerr == unix.EAGAIN {
+				break
+			}
+			r.closeTunnel(t, Error)
+			return
+		}
+		if m == 0 {
+			if moved > 0 {
+				r.stats.bytes[s.i].Add(uint64(moved))
+				t.touch()
+			}
+			r.sideEOF(t, s.i) // not re-armed: nothing more to read from s
+			return
+		}
+		for off := 0; off < m; {
+			w.wb = b[off:m]
+			err := peer.raw.Write(w.writeFn)
+			w.wb = nil
+			if err != nil {
+				r.closeTunnel(t, Error)
+				return
+			}
+			if w.werr != nil {
+				if w.werr == unix.EINTR {
+					continue
+				}
+				if w.werr == unix.EAGAIN {
+					// The receiver is behind. Hand this buffer to a goroutine that waits for
+					// it (and re-arms s afterwards), take another one, and move on.
+					if moved > 0 {
+						r.stats.bytes[s.i].Add(uint64(moved))
+					}
+					r.wg.Add(1)
+					go r.finishWrite(s, w.buf, off, m)
+					w.buf = r.sys.bufs.Get().(*[]byte)
+					return
+				}
+				r.writeFailed(t, s.i)
+				return
+			}
+			off += w.wn
+		}
+		moved += m
+		n++
+		if m < len(b) && events&eofEvents == 0 {
+			break // most likely drained; if not, the re-arm reports it again
+		}
+	}
+	if moved > 0 {
+		r.stats.bytes[s.i].Add(uint64(moved))
+		t.touch()
+	}
+	r.arm(s)
+}
+
+// finishWrite writes (*bp)[off:m] to s's peer, parking in Go's netpoller as long as needed
+// (until the receiver reads, or the tunnel is closed), then re-arms s.
+func (r *Relay) finishWrite(s *side, bp *[]byte, off, m int) {
+	defer r.wg.Done()
+	t := s.t
+	_, err := t.conns[1-s.i].Write((*bp)[off:m])
+	r.sys.bufs.Put(bp)
+	if err != nil {
+		r.writeFailed(t, s.i)
+		return
+	}
+	r.stats.bytes[s.i].Add(uint64(m))
+	t.touch()
+	r.arm(s)
+}

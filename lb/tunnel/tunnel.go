@@ -1,0 +1,432 @@
+// Package tunnel relays upgraded connections (WebSocket) as raw bytes, epoll-driven, no
+// per-idle-tunnel goroutine or buffer.
+//
+// Once the load balancer has seen a successful upgrade (101 Switching Protocols), it hands the
+// client connection and the upstream connection to a Relay, which copies bytes both ways
+// without parsing frames, like HAProxy's tunnel mode.
+//
+// On Linux one epoll instance per Relay watches every tunnel's two sockets; a fixed pool of
+// worker goroutines moves the bytes of a socket that became readable, with a buffer borrowed
+// for that turn only. An idle tunnel therefore costs its two file descriptors and a few
+// hundred bytes of Go structures, and no goroutine and no buffer. A write that would block
+// (the receiver is slower than the sender) is finished by a goroutine of its own, which holds
+// that one buffer until the receiver catches up; meanwhile the sending side is not read
+// (backpressure), so the other tunnels never wait for it. Elsewhere a fallback with two
+// goroutines per tunnel keeps the same API.
+package tunnel
+
+import (
+	"errors"
+	"log"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Relay. The zero value is usable: no idle timeout, 32 KiB buffers,
+// 4*GOMAXPROCS workers.
+type Options struct {
+	// IdleTimeout closes a tunnel with no bytes either way for this long; 0 = never.
+	IdleTimeout time.Duration
+	// IdleCheck is the janitor's period: the idle timeout is enforced within IdleTimeout+IdleCheck.
+	// Default IdleTimeout/4, at least 100ms, at most 5s. Unused when IdleTimeout is 0.
+	IdleCheck time.Duration
+	// BufferSize is the size of the buffer one read uses, default 32 KiB. Buffers are owned by
+	// the workers (and by the rare blocked write), never by a tunnel.
+	BufferSize int
+	// Workers is the number of goroutines moving bytes, default 4*GOMAXPROCS.
+	Workers int
+	// Logf reports unexpected failures (of epoll itself, not of tunnels); default log.Printf.
+	Logf func(format string, args ...any)
+}
+
+const (
+	defaultBufferSize = 32 << 10
+	minIdleCheck      = 100 * time.Millisecond
+	maxIdleCheck      = 5 * time.Second
+)
+
+func (o *Options) setDefaults() {
+	if o.IdleTimeout < 0 {
+		o.IdleTimeout = 0
+	}
+	if o.IdleTimeout > 0 && o.IdleCheck <= 0 {
+		o.IdleCheck = min(max(o.IdleTimeout/4, minIdleCheck), maxIdleCheck)
+	}
+	if o.BufferSize <= 0 {
+		o.BufferSize = defaultBufferSize
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4 * runtime.GOMAXPROCS(0)
+	}
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+}
+
+// Reason tells why a tunnel ended.
+type Reason int
+
+const (
+	// ClosedByClient: the client closed its side first (EOF), and the tunnel then ended
+	// cleanly, or because the server refused the data the client still sent.
+	ClosedByClient Reason = iota
+	// ClosedByServer: the same, the server first.
+	ClosedByServer
+	// Error: a read or write failed (connection reset, ...) before either side closed.
+	Error
+	// IdleTimeout: no byte either way for Options.IdleTimeout.
+	IdleTimeout
+	// Closed: by Tunnel.Close, Relay.CloseGroup or Relay.Close.
+	Closed
+
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"closed by client", "closed by server", "error", "idle timeout", "closed"}
+
+func (r Reason) String() string {
+	if r >= 0 && r < numReasons {
+		return reasonNames[r]
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Stats are cumulative counters of a Relay.
+type Stats struct {
+	Opened, Closed uint64 // tunnels; Opened-Closed are open now
+	BytesToServer  uint64 // relayed client -> server, including Add's toServer
+	BytesToClient  uint64 // relayed server -> client, including Add's toClient
+	// ByReason counts closed tunnels by why they ended, indexed by Reason.
+	ByReason [numReasons]uint64
+}
+
+type counters struct {
+	opened, closed atomic.Uint64
+	bytes          [2]atomic.Uint64 // indexed by the reading side: [client] = to server
+	byReason       [numReasons]atomic.Uint64
+}
+
+var (
+	// ErrRelayClosed is returned by Add after Close.
+	ErrRelayClosed = errors.New("tunnel: relay closed")
+	// ErrNotTCP is returned by Add when a conn is not a *net.TCPConn.
+	ErrNotTCP = errors.New("tunnel: both conns must be *net.TCPConn")
+)
+
+// Side indexes: a side is named by the connection it reads from.
+const (
+	clientSide = 0
+	serverSide = 1
+)
+
+// Relay carries tunnels. All its methods are safe for concurrent use.
+type Relay struct {
+	opts  Options
+	start time.Time // monotonic base of Tunnel.lastActive
+
+	mu     sync.Mutex // guards closed, groups, n; lock order: Tunnel.mu before Relay.mu
+	closed bool
+	groups map[string]map[*Tunnel]struct{}
+	n      int
+
+	stats counters
+
+	stop      chan struct{}  // closed by Close: stops the janitor
+	wg        sync.WaitGroup // janitor, workers, blocked writes
+	closeOnce sync.Once
+
+	sys sysRelay // the platform's machinery (epoll on Linux)
+}
+
+// Tunnel is one relayed client/server pair. Its methods are safe for concurrent use.
+type Tunnel struct {
+	r       *Relay
+	group   string
+	onClose func(Reason)
+	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the relay
+
+	lastActive atomic.Int64 // Relay.now() after the last relayed bytes
+
+	mu     sync.Mutex // guards what follows and the platform's registration state in sides
+	closed bool
+	eof    [2]bool // the side's read returned EOF (and the peer was shut for writing)
+	first  int8    // the side that reached EOF first, -1 if none
+
+	sides [2]side // platform-specific per-side state
+}
+
+// NewRelay starts a relay: on Linux an epoll instance, its poller goroutine, Options.Workers
+// workers and, with an idle timeout, a janitor. Close releases them.
+func NewRelay(o Options) (*Relay, error) {
+	o.setDefaults()
+	r := &Relay{
+		opts:   o,
+		start:  time.Now(),
+		groups: make(map[string]map[*Tunnel]struct{}),
+		stop:   make(chan struct{}),
+	}
+	if err := r.sysStart(); err != nil {
+		return nil, err
+	}
+	if o.IdleTimeout > 0 {
+		r.wg.Add(1)
+		go r.janitor()
+	}
+	return r, nil
+}
+
+// Add relays between client and server until one side errors, both sides reach EOF, the idle
+// timeout passes, or the tunnel is closed. toServer / toClient are bytes already read from the
+// other side (may be nil) that are written first: nothing read from the client reaches the
+// server before toServer, and likewise toClient. Add does not keep them past its return (a
+// part that cannot be written at once is copied). group labels the tunnel (the upstream server
+// address) for CloseGroup/GroupLen. onClose (may be nil) runs once when the tunnel ends, with
+// the reason; it runs on a relay goroutine (or the one calling a Close method) and must not block.
+//
+// Both conns must be *net.TCPConn (ErrNotTCP otherwise, closing nothing). On error from Add the
+// caller still owns the conns. On success the relay owns them: it closes both when the tunnel
+// ends, and the caller must neither use nor close them (close the Tunnel instead). A failure to
+// write the pending bytes is not an error of Add: the tunnel ends with reason Error.
+func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
+	cc, ok1 := client.(*net.TCPConn)
+	sc, ok2 := server.(*net.TCPConn)
+	if !ok1 || !ok2 || cc == nil || sc == nil {
+		return nil, ErrNotTCP
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, ErrRelayClosed
+	}
+	t := &Tunnel{r: r, group: group, onClose: onClose, conns: [2]*net.TCPConn{cc, sc}, first: -1}
+	t.touch()
+	if err := r.sysPrepare(t); err != nil {
+		return nil, err
+	}
+
+	// t.mu is held until the tunnel is fully set up: a concurrent CloseGroup or Close that
+	// finds it in the registry waits, so it never closes conns that Add may yet give back.
+	t.mu.Lock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		t.mu.Unlock()
+		return nil, ErrRelayClosed
+	}
+	g := r.groups[group]
+	if g == nil {
+		g = make(map[*Tunnel]struct{})
+		r.groups[group] = g
+	}
+	g[t] = struct{}{}
+	r.n++
+	r.mu.Unlock()
+
+	ioErr, err := r.sysAdd(t, toServer, toClient)
+	if err != nil {
+		t.closed = true // never opened: closers skip it
+		t.mu.Unlock()
+		r.unregister(t)
+		return nil, err
+	}
+	r.stats.opened.Add(1)
+	t.mu.Unlock()
+	if ioErr {
+		r.closeTunnel(t, Error)
+	}
+	return t, nil
+}
+
+// Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
+func (t *Tunnel) Close() { t.r.closeTunnel(t, Closed) }
+
+// Group is the label given to Add.
+func (t *Tunnel) Group() string { return t.group }
+
+func (t *Tunnel) touch() { t.lastActive.Store(t.r.now()) }
+
+// now is monotonic nanoseconds since the relay started.
+func (r *Relay) now() int64 { return int64(time.Since(r.start)) }
+
+// CloseGroup closes every tunnel of group now (reason Closed), e.g. because its server went
+// down, and returns how many it closed.
+func (r *Relay) CloseGroup(group string) int {
+	r.mu.Lock()
+	g := r.groups[group]
+	ts := make([]*Tunnel, 0, len(g))
+	for t := range g {
+		ts = append(ts, t)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, t := range ts {
+		if r.closeTunnel(t, Closed) {
+			n++
+		}
+	}
+	return n
+}
+
+// Len is the number of open tunnels.
+func (r *Relay) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// GroupLen is the number of open tunnels of group.
+func (r *Relay) GroupLen(group string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.groups[group])
+}
+
+// Stats returns the cumulative counters.
+func (r *Relay) Stats() Stats {
+	s := Stats{
+		Opened:        r.stats.opened.Load(),
+		Closed:        r.stats.closed.Load(),
+		BytesToServer: r.stats.bytes[clientSide].Load(),
+		BytesToClient: r.stats.bytes[serverSide].Load(),
+	}
+	for i := range s.ByReason {
+		s.ByReason[i] = r.stats.byReason[i].Load()
+	}
+	return s
+}
+
+// Close closes every tunnel (reason Closed), then stops the poller, the janitor and the
+// workers, and returns when all of the relay's goroutines have exited. Add fails afterwards.
+// Idempotent; concurrent callers all return once it is done.
+func (r *Relay) Close() {
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		var ts []*Tunnel
+		for _, g := range r.groups {
+			for t := range g {
+				ts = append(ts, t)
+			}
+		}
+		r.mu.Unlock()
+		close(r.stop)
+		for _, t := range ts {
+			r.closeTunnel(t, Closed)
+		}
+		r.sysClose()
+	})
+}
+
+// closeTunnel ends t once: it detaches both sockets from the platform (epoll DEL, before the
+// fds can be closed and reused), closes both conns, counts, and runs onClose. It reports
+// whether this call did it.
+func (r *Relay) closeTunnel(t *Tunnel, reason Reason) bool {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return false
+	}
+	t.closed = true
+	r.sysDetachLocked(t)
+	t.mu.Unlock()
+
+	r.unregister(t)
+	t.conns[clientSide].Close()
+	t.conns[serverSide].Close()
+	r.stats.closed.Add(1)
+	r.stats.byReason[reason].Add(1)
+	if t.onClose != nil {
+		t.onClose(reason)
+	}
+	return true
+}
+
+func (r *Relay) unregister(t *Tunnel) {
+	r.sysForget(t)
+	r.mu.Lock()
+	if g := r.groups[t.group]; g != nil {
+		if _, ok := g[t]; ok {
+			delete(g, t)
+			r.n--
+			if len(g) == 0 {
+				delete(r.groups, t.group)
+			}
+		}
+	}
+	r.mu.Unlock()
+}
+
+// sideEOF records that side i of t read EOF. The first EOF is propagated as a half-close
+// (shutdown(SHUT_WR) on the peer, so the other end reads EOF while it can still send); the
+// second ends the tunnel, with the reason naming who closed first.
+func (r *Relay) sideEOF(t *Tunnel, i int) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.eof[i] = true
+	if t.first < 0 {
+		t.first = int8(i)
+	}
+	both := t.eof[1-i]
+	first := Reason(t.first) // clientSide/serverSide match ClosedByClient/ClosedByServer
+	t.mu.Unlock()
+	if both {
+		r.closeTunnel(t, first)
+		return
+	}
+	if err := t.conns[1-i].CloseWrite(); err != nil {
+		r.closeTunnel(t, Error)
+	}
+}
+
+// writeFailed ends t after a write toward side 1-i failed. If that side had already sent EOF,
+// its end closed the connection and refused the rest: that is a close by it, not an error.
+func (r *Relay) writeFailed(t *Tunnel, i int) {
+	t.mu.Lock()
+	reason := Error
+	if t.eof[1-i] {
+		reason = Reason(1 - i)
+	}
+	t.mu.Unlock()
+	r.closeTunnel(t, reason)
+}
+
+// janitor closes the tunnels idle for longer than IdleTimeout, checking every IdleCheck.
+func (r *Relay) janitor() {
+	defer r.wg.Done()
+	tk := time.NewTicker(r.opts.IdleCheck)
+	defer tk.Stop()
+	var idle []*Tunnel
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tk.C:
+		}
+		limit := r.now() - int64(r.opts.IdleTimeout)
+		r.mu.Lock()
+		for _, g := range r.groups {
+			for t := range g {
+				if t.lastActive.Load() < limit {
+					idle = append(idle, t)
+				}
+			}
+		}
+		r.mu.Unlock()
+		for i, t := range idle {
+			// Re-check: bytes may have moved since the scan.
+			if t.lastActive.Load() < limit {
+				r.closeTunnel(t, IdleTimeout)
+			}
+			idle[i] = nil
+		}
+		idle = idle[:0]
+	}
+}

@@ -1,0 +1,638 @@
+package tunnel
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// A real WebSocket client and server talk through the relay, handshake included: the relay
+// gets both TCP conns before any byte of the upgrade and carries it like any other bytes.
+func TestWebSocketEcho(t *testing.T) {
+	e := newEnv(t, Options{IdleTimeout: 5 * time.Second})
+
+	up := websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			mt, msg, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			if err := c.WriteMessage(mt, msg); err != nil {
+				return
+			}
+		}
+	})}
+	go srv.Serve(e.back)
+	defer srv.Close()
+
+	rs := newReasons()
+	added := make(chan error, 1)
+	go func() {
+		c, err := e.front.Accept()
+		if err != nil {
+			added <- err
+			return
+		}
+		s, err := net.Dial("tcp", e.back.Addr().String())
+		if err != nil {
+			c.Close()
+			added <- err
+			return
+		}
+		_, err = e.r.Add(c, s, nil, nil, "ws", rs.onClose)
+		added <- err
+	}()
+
+	d := websocket.Dialer{HandshakeTimeout: 3 * time.Second}
+	ws, resp, err := d.Dial("ws://"+e.front.Addr().String()+"/echo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+
+	bin := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range bin {
+		bin[i] = byte(rng.Uint32())
+	}
+	text := []byte(strings.Repeat("fairlead tunnel ✓ ", (1<<20)/20+1)[:1<<20-2])
+	for _, m := range []struct {
+		typ  int
+		data []byte
+	}{{websocket.BinaryMessage, bin}, {websocket.TextMessage, text}} {
+		if err := ws.WriteMessage(m.typ, m.data); err != nil {
+			t.Fatal(err)
+		}
+		typ, got, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ != m.typ || !bytes.Equal(got, m.data) {
+			t.Fatalf("message type %d len %d came back as type %d len %d (equal=%v)", m.typ, len(m.data), typ, len(got), bytes.Equal(got, m.data))
+		}
+	}
+
+	// Orderly WebSocket close: the server echoes the close frame and closes the TCP connection
+	// first, as RFC 6455 says it should.
+	ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+	if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("after close: %v", err)
+	}
+	ws.Close()
+	rs.wait(t, 2*time.Second)
+	if got := rs.list(); len(got) != 1 || got[0] != ClosedByServer {
+		t.Fatalf("reasons %v, want [closed by server]", got)
+	}
+	st := e.r.Stats()
+	if st.BytesToServer < 2<<20 || st.BytesToClient < 2<<20 || st.Opened != 1 || st.Closed != 1 || st.ByReason[ClosedByServer] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Bytes the load balancer already read (the tail of the request, the start of the upgrade
+// response) reach the other side before anything relayed, small or large enough to block.
+func TestPendingBytesFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+	}{{"small", 5}, {"blocking", 8 << 20}} {
+		size := tc.size
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Options{})
+			toServer := bytes.Repeat([]byte("S"), size)
+			toClient := bytes.Repeat([]byte("C"), size)
+			wantS := append(bytes.Clone(toServer), "from-client"...)
+			wantC := append(bytes.Clone(toClient), "from-server"...)
+			client, up, _ := e.open("g", toServer, toClient, nil)
+			// Scribble over the caller's buffers: Add must not have kept them.
+			for i := range toServer {
+				toServer[i], toClient[i] = '!', '!'
+			}
+			if _, err := client.Write([]byte("from-client")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := up.Write([]byte("from-server")); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			var gotS []byte
+			wg.Go(func() { gotS = readN(t, up, len(wantS), 5*time.Second) })
+			gotC := readN(t, client, len(wantC), 5*time.Second)
+			wg.Wait()
+			if !bytes.Equal(gotS, wantS) || !bytes.Equal(gotC, wantC) {
+				t.Fatal("pending bytes not delivered first and intact")
+			}
+			// The counters are updated just after the bytes are written.
+			if !eventually(time.Second, func() bool {
+				st := e.r.Stats()
+				return st.BytesToServer == uint64(len(wantS)) && st.BytesToClient == uint64(len(wantC))
+			}) {
+				t.Fatalf("stats %+v", e.r.Stats())
+			}
+		})
+	}
+}
+
+// client CloseWrite: the server reads EOF and can still answer; then the server closes and
+// the tunnel ends, closed by the client (who closed first), with both relay conns closed.
+func TestHalfCloseByClient(t *testing.T) {
+	e := newEnv(t, Options{})
+	rs := newReasons()
+	c := e.conns()
+	if _, err := e.r.Add(c.relayClient, c.relayServer, nil, nil, "g", rs.onClose); err != nil {
+		t.Fatal(err)
+	}
+	defer c.client.Close()
+	defer c.up.Close()
+
+	c.client.Write([]byte("request"))
+	c.client.CloseWrite()
+	if got := expectEOF(t, c.up, 2*time.Second); string(got) != "request" {
+		t.Fatalf("server read %q before EOF", got)
+	}
+	if e.r.Len() != 1 {
+		t.Fatal("tunnel closed on a half-close")
+	}
+	for range 3 {
+		time.Sleep(20 * time.Millisecond)
+		if _, err := c.up.Write([]byte("answer ")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := readN(t, c.client, 21, 2*time.Second); string(got) != "answer answer answer " {
+		t.Fatalf("client read %q", got)
+	}
+	c.up.CloseWrite()
+	if got := expectEOF(t, c.client, 2*time.Second); len(got) != 0 {
+		t.Fatalf("client read %q before EOF", got)
+	}
+	rs.wait(t, 2*time.Second)
+	if got := rs.list(); !slices.Equal(got, []Reason{ClosedByClient}) {
+		t.Fatalf("reasons %v", got)
+	}
+	if e.r.Len() != 0 || e.r.GroupLen("g") != 0 {
+		t.Fatal("tunnel still counted")
+	}
+	for _, rc := range []net.Conn{c.relayClient, c.relayServer} {
+		if _, err := rc.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("relay conn not closed: %v", err)
+		}
+	}
+}
+
+// The server closes: the client reads EOF at once; when the client closes too, onClose runs
+// once, closed by the server.
+func TestServerClose(t *testing.T) {
+	e := newEnv(t, Options{})
+	rs := newReasons()
+	client, up, _ := e.open("g", nil, nil, rs.onClose)
+	up.Write([]byte("bye"))
+	start := time.Now()
+	up.Close()
+	if got := expectEOF(t, client, time.Second); string(got) != "bye" {
+		t.Fatalf("client read %q", got)
+	}
+	t.Logf("client saw EOF %v after the server closed", time.Since(start))
+	client.Close()
+	rs.wait(t, 2*time.Second)
+	time.Sleep(50 * time.Millisecond)
+	if got := rs.list(); !slices.Equal(got, []Reason{ClosedByServer}) {
+		t.Fatalf("reasons %v", got)
+	}
+}
+
+// The server closes, but the client keeps sending: the server's kernel refuses the data
+// (RST), and the tunnel ends, still counted as closed by the server.
+func TestServerCloseClientKeepsSending(t *testing.T) {
+	e := newEnv(t, Options{})
+	rs := newReasons()
+	client, up, _ := e.open("g", nil, nil, rs.onClose)
+	up.Close()
+	expectEOF(t, client, time.Second)
+	stopIfFailed(t)
+	ended := eventually(2*time.Second, func() bool {
+		client.Write([]byte("still here"))
+		return e.r.Len() == 0
+	})
+	if !ended {
+		t.Fatal("tunnel did not end")
+	}
+	rs.wait(t, time.Second)
+	if got := rs.list(); !slices.Equal(got, []Reason{ClosedByServer}) {
+		t.Fatalf("reasons %v", got)
+	}
+}
+
+// A reset (not a FIN) is an error.
+func TestResetIsError(t *testing.T) {
+	e := newEnv(t, Options{})
+	rs := newReasons()
+	client, _, _ := e.open("g", nil, nil, rs.onClose)
+	client.SetLinger(0) // close sends RST
+	client.Close()
+	rs.wait(t, 2*time.Second)
+	if got := rs.list(); !slices.Equal(got, []Reason{Error}) {
+		t.Fatalf("reasons %v", got)
+	}
+}
+
+func TestCloseGroup(t *testing.T) {
+	e := newEnv(t, Options{IdleTimeout: time.Minute})
+	runtime.GC()
+	baseG, baseFD := runtime.NumGoroutine(), countFDs(t)
+
+	const n = 200
+	rs := newReasons()
+	clients := make([]*net.TCPConn, 0, n)
+	ups := make([]*net.TCPConn, 0, n)
+	for range n {
+		c, u, _ := e.open("10.0.0.1:80", nil, nil, rs.onClose)
+		clients = append(clients, c)
+		ups = append(ups, u)
+	}
+	other, otherUp, _ := e.open("10.0.0.2:80", nil, nil, nil)
+	if e.r.GroupLen("10.0.0.1:80") != n || e.r.Len() != n+1 {
+		t.Fatalf("GroupLen %d Len %d", e.r.GroupLen("10.0.0.1:80"), e.r.Len())
+	}
+
+	start := time.Now()
+	if got := e.r.CloseGroup("10.0.0.1:80"); got != n {
+		t.Fatalf("CloseGroup closed %d", got)
+	}
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() { expectEOF(t, c, time.Second) })
+	}
+	wg.Wait()
+	stopIfFailed(t)
+	t.Logf("%d clients saw EOF %v after CloseGroup", n, time.Since(start))
+	if e.r.Len() != 1 || e.r.GroupLen("10.0.0.1:80") != 0 || e.r.CloseGroup("10.0.0.1:80") != 0 {
+		t.Fatal("group not empty")
+	}
+	if got := rs.list(); len(got) != n || slices.ContainsFunc(got, func(r Reason) bool { return r != Closed }) {
+		t.Fatalf("%d reasons, not all Closed", len(got))
+	}
+
+	// The other group still relays.
+	other.Write([]byte("ping"))
+	if got := readN(t, otherUp, 4, time.Second); string(got) != "ping" {
+		t.Fatal("other group broken")
+	}
+	e.r.CloseGroup("10.0.0.2:80")
+	expectEOF(t, other, time.Second)
+	stopIfFailed(t)
+	for i := range clients {
+		clients[i].Close()
+		ups[i].Close()
+	}
+	other.Close()
+	otherUp.Close()
+	if e.r.Len() != 0 {
+		t.Fatalf("Len %d", e.r.Len())
+	}
+	waitGoroutines(t, baseG, 2*time.Second)
+	if !eventually(time.Second, func() bool { return countFDs(t) <= baseFD }) {
+		t.Fatalf("fds %d, baseline %d", countFDs(t), baseFD)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	e := newEnv(t, Options{IdleTimeout: 300 * time.Millisecond, IdleCheck: 50 * time.Millisecond})
+	idleR, activeR := newReasons(), newReasons()
+	idle, _, _ := e.open("g", nil, nil, idleR.onClose)
+	active, activeUp, _ := e.open("g", nil, nil, activeR.onClose)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				active.Write([]byte{1})
+			}
+		}
+	})
+	go io.Copy(io.Discard, activeUp)
+
+	start := time.Now()
+	expectEOF(t, idle, 2*time.Second)
+	stopIfFailed(t)
+	took := time.Since(start)
+	t.Logf("idle tunnel closed after %v", took)
+	if took < 250*time.Millisecond {
+		t.Fatalf("closed too early: %v", took)
+	}
+	idleR.wait(t, time.Second)
+	if got := idleR.list(); !slices.Equal(got, []Reason{IdleTimeout}) {
+		t.Fatalf("reasons %v", got)
+	}
+	time.Sleep(400 * time.Millisecond) // past another full timeout for the active one
+	close(stop)
+	wg.Wait()
+	if e.r.Len() != 1 || len(activeR.list()) != 0 {
+		t.Fatalf("active tunnel closed: Len %d, reasons %v", e.r.Len(), activeR.list())
+	}
+	if st := e.r.Stats(); st.ByReason[IdleTimeout] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestNoGoroutinePerTunnel(t *testing.T) {
+	e := newEnv(t, Options{IdleTimeout: time.Minute})
+	base := runtime.NumGoroutine()
+	const n = 1000
+	for range n {
+		e.open("g", nil, nil, nil)
+	}
+	got := runtime.NumGoroutine() - base
+	t.Logf("%d idle tunnels: %+d goroutines", n, got)
+	if got >= 50 {
+		t.Fatalf("%d goroutines for %d idle tunnels", got, n)
+	}
+	// And they all still work.
+	c, u, _ := e.open("g", nil, nil, nil)
+	c.Write([]byte("x"))
+	if string(readN(t, u, 1, time.Second)) != "x" {
+		t.Fatal("relay broken")
+	}
+}
+
+func heapInuse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+// The Go memory of an idle tunnel: the relay's own structures plus its two conns (their
+// netFD, addresses; Go's pollDesc is allocated off-heap and not counted).
+func TestMemoryPerIdleTunnel(t *testing.T) {
+	e := newEnv(t, Options{IdleTimeout: time.Minute})
+	const n = 2000
+	cs := make([]conns, n)
+	m0 := heapInuse()
+	for i := range cs {
+		cs[i] = e.conns()
+	}
+	m1 := heapInuse()
+	for _, c := range cs {
+		if _, err := e.r.Add(c.relayClient, c.relayServer, nil, nil, "10.1.2.3:8080", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m2 := heapInuse()
+	// Four conns were made per tunnel, two of them the relay's.
+	connsPer := float64(m1-m0) / n / 2
+	relayPer := float64(int64(m2)-int64(m1)) / n
+	total := connsPer + relayPer
+	t.Logf("per idle tunnel: %.0f B relay structures + %.0f B for its 2 conns = %.0f B (heap+stack in use)", relayPer, connsPer, total)
+	if total >= 4096 {
+		t.Fatalf("%.0f B per idle tunnel, budget 4096", total)
+	}
+	runtime.KeepAlive(cs)
+	for _, c := range cs {
+		c.client.Close()
+		c.up.Close()
+	}
+}
+
+// Relaying small messages allocates nothing: 10,000 round trips of 64 bytes (20,000 relayed
+// messages), with the test's ends using fixed buffers.
+func TestNoAllocsPerMessage(t *testing.T) {
+	e := newEnv(t, Options{})
+	client, up, _ := e.open("g", nil, nil, nil)
+	go echo(up)
+	var msg, got [64]byte
+	copy(msg[:], "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	roundTrip := func() {
+		if _, err := client.Write(msg[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, got[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // warm up: worker buffers, goroutine stacks
+		roundTrip()
+	}
+	const n = 10000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		roundTrip()
+	}
+	runtime.ReadMemStats(&after)
+	per := float64(after.Mallocs-before.Mallocs) / (2 * n)
+	t.Logf("%d mallocs for %d relayed messages: %.4f per message", after.Mallocs-before.Mallocs, 2*n, per)
+	if per >= 0.1 {
+		t.Fatalf("%.3f allocations per relayed message", per)
+	}
+	if got != msg {
+		t.Fatal("echo mismatch")
+	}
+}
+
+// A receiver that does not read holds one buffer and no worker: with a single worker, another
+// tunnel keeps relaying, and the stalled one completes once its receiver reads.
+func TestSlowReceiverDoesNotBlockOthers(t *testing.T) {
+	e := newEnv(t, Options{Workers: 1, BufferSize: 16 << 10})
+	slowC, slowUp, _ := e.open("g", nil, nil, nil)
+	fastC, fastUp, _ := e.open("g", nil, nil, nil)
+
+	const big = 16 << 20
+	data := make([]byte, big)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := slowC.Write(data)
+		wrote <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the socket buffers fill up; the relay is blocked on slowUp
+
+	go echo(fastUp)
+	for i := range 50 {
+		fastC.Write([]byte{byte(i)})
+		if got := readN(t, fastC, 1, time.Second); !bytes.Equal(got, []byte{byte(i)}) {
+			t.Fatal("fast tunnel corrupted")
+		}
+	}
+
+	got := readN(t, slowUp, big, 10*time.Second)
+	if !bytes.Equal(got, data) {
+		t.Fatal("slow tunnel corrupted")
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRelayClose(t *testing.T) {
+	base := runtime.NumGoroutine()
+	baseFD := countFDs(t)
+	r, err := NewRelay(Options{IdleTimeout: time.Minute, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, back := listen(t), listen(t)
+	defer front.Close()
+	defer back.Close()
+	rs := newReasons()
+	const n = 50
+	var ends []*net.TCPConn
+	for range n {
+		c, rc := pair(t, front)
+		rsv, u := pair(t, back)
+		if _, err := r.Add(rc, rsv, nil, nil, "g", rs.onClose); err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, c, u)
+	}
+	// One tunnel with a blocked write in progress, to check that its goroutine ends too.
+	c, rc := pair(t, front)
+	rsv, u := pair(t, back)
+	if _, err := r.Add(rc, rsv, nil, nil, "g", rs.onClose); err != nil {
+		t.Fatal(err)
+	}
+	ends = append(ends, c, u)
+	go c.Write(make([]byte, 16<<20))
+	time.Sleep(100 * time.Millisecond)
+
+	r.Close()
+	r.Close() // idempotent
+	if r.Len() != 0 {
+		t.Fatalf("Len %d after Close", r.Len())
+	}
+	for _, c := range ends {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("end not closed by Relay.Close")
+			}
+		}
+		c.Close()
+	}
+	if got := rs.list(); len(got) != n+1 || slices.ContainsFunc(got, func(r Reason) bool { return r != Closed }) {
+		t.Fatalf("reasons %v", got)
+	}
+	if _, err := r.Add(rc, rsv, nil, nil, "g", nil); !errors.Is(err, ErrRelayClosed) {
+		t.Fatalf("Add after Close: %v", err)
+	}
+	waitGoroutines(t, base+1, 2*time.Second) // +1: the Write goroutine may still be finishing
+	waitGoroutines(t, base, 2*time.Second)
+	if !eventually(time.Second, func() bool { return countFDs(t) <= baseFD+2 }) { // the listeners
+		t.Fatalf("fds %d, baseline %d", countFDs(t), baseFD)
+	}
+}
+
+func TestAddErrorsLeaveConnsOpen(t *testing.T) {
+	e := newEnv(t, Options{})
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	c := e.conns()
+	if _, err := e.r.Add(p1, c.relayServer, nil, nil, "g", nil); !errors.Is(err, ErrNotTCP) {
+		t.Fatalf("Add(pipe): %v", err)
+	}
+	if _, err := e.r.Add(c.relayClient, p2, nil, nil, "g", nil); !errors.Is(err, ErrNotTCP) {
+		t.Fatalf("Add(pipe): %v", err)
+	}
+	if e.r.Len() != 0 {
+		t.Fatal("counted")
+	}
+	// Still open and usable by the caller.
+	c.client.Write([]byte("ok"))
+	if got := readN(t, c.relayClient, 2, time.Second); string(got) != "ok" {
+		t.Fatal("conn damaged")
+	}
+	for _, x := range []net.Conn{c.client, c.relayClient, c.relayServer, c.up} {
+		x.Close()
+	}
+}
+
+func TestTunnelCloseAndReasonString(t *testing.T) {
+	e := newEnv(t, Options{})
+	rs := newReasons()
+	client, up, tun := e.open("backend-1", nil, nil, rs.onClose)
+	if tun.Group() != "backend-1" {
+		t.Fatal(tun.Group())
+	}
+	var wg sync.WaitGroup
+	for range 4 { // concurrent closes: onClose once
+		wg.Go(tun.Close)
+	}
+	wg.Wait()
+	expectEOF(t, client, time.Second)
+	expectEOF(t, up, time.Second)
+	stopIfFailed(t)
+	time.Sleep(20 * time.Millisecond)
+	if got := rs.list(); !slices.Equal(got, []Reason{Closed}) {
+		t.Fatalf("reasons %v", got)
+	}
+	for r, want := range map[Reason]string{ClosedByClient: "closed by client", ClosedByServer: "closed by server",
+		Error: "error", IdleTimeout: "idle timeout", Closed: "closed", Reason(42): "Reason(42)"} {
+		if r.String() != want {
+			t.Errorf("%d: %q", int(r), r.String())
+		}
+	}
+}
+
+// Many tunnels moving data at once, in both directions, with tunnels opening and closing
+// around them: for the race detector, and to check that nothing is lost or crossed.
+func TestConcurrentTunnels(t *testing.T) {
+	e := newEnv(t, Options{Workers: 3, BufferSize: 4096, IdleTimeout: 5 * time.Second})
+	const tunnels, size = 16, 1 << 20
+	var wg sync.WaitGroup
+	for i := range tunnels {
+		client, up, _ := e.open("g", nil, nil, nil)
+		data := bytes.Repeat([]byte{byte(i), byte(i >> 8), 0xA5}, size/3)
+		wg.Go(func() { client.Write(data); client.CloseWrite() })
+		wg.Go(func() { up.Write(data); up.CloseWrite() })
+		wg.Go(func() {
+			if got := expectEOF(t, up, 5*time.Second); !bytes.Equal(got, data) {
+				t.Errorf("tunnel %d: server got %d bytes, corrupted", i, len(got))
+			}
+		})
+		wg.Go(func() {
+			if got := expectEOF(t, client, 5*time.Second); !bytes.Equal(got, data) {
+				t.Errorf("tunnel %d: client got %d bytes, corrupted", i, len(got))
+			}
+		})
+	}
+	for range 50 {
+		_, _, tun := e.open("churn", nil, nil, nil)
+		tun.Close()
+	}
+	wg.Wait()
+	if !eventually(time.Second, func() bool { return e.r.Len() == 0 }) {
+		t.Fatalf("Len %d", e.r.Len())
+	}
+}
