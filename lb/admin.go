@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/pprofhandler"
 )
 
 // Admin endpoints (on [admin] listen):
@@ -16,6 +18,7 @@ import (
 //	GET /healthz   200 "ok" while the process serves
 //	GET /status    JSON: every pool, its servers, the leader and the probe state
 //	GET /metrics   Prometheus text format
+//	GET /debug/pprof/...  Go profiles (CPU, heap, goroutines)
 func (lb *LB) handleAdmin(ctx *fasthttp.RequestCtx) {
 	switch string(ctx.Path()) {
 	case "/healthz":
@@ -30,6 +33,11 @@ func (lb *LB) handleAdmin(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; version=0.0.4")
 		lb.writeMetrics(ctx)
 	default:
+		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
+			// Go's profiler, for finding where time and memory go under real traffic.
+			pprofhandler.PprofHandler(ctx)
+			return
+		}
 		ctx.Error("404 Not Found: try /status, /metrics or /healthz\n", fasthttp.StatusNotFound)
 	}
 }

@@ -42,8 +42,8 @@ func BenchmarkProxyHandlerGET(b *testing.B) {
 }
 
 func TestProxyPathDoesNotAllocatePerRequest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster")
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; run without -race")
 	}
 	do := newHandlerBench(t)
 	for i := 0; i < 100; i++ { // warm pools and connections

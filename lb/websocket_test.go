@@ -403,3 +403,74 @@ func TestReloadKeepsOpenTunnels(t *testing.T) {
 		t.Fatalf("GET after reload: %d", code)
 	}
 }
+
+func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
+	c := startCluster(t, 3, 0)
+	for _, p := range c.Platforms {
+		mustSetState(t, p, sim.Backup) // all serve ordinary requests
+	}
+	var addrs []string
+	for _, p := range c.Platforms {
+		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
+	}
+	l, _ := startLB(t, map[string]string{"a.toml": fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = ""
+[pools.app]
+balance = "sticky"
+servers = [%s]
+[pools.app.sticky]
+keys = ["cookie:SESSION_LB", "header:X-User"]
+cookie = "SESSION_LB"
+[[routes]]
+pool = "app"
+`, strings.Join(addrs, ", "))})
+
+	// A user identified by a header always lands on one server.
+	first := ""
+	for i := 0; i < 20; i++ {
+		req, _ := http.NewRequest("GET", "http://"+l.Addr()+"/app", nil)
+		req.Header.Set("X-User", "alice")
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		by := resp.Header.Get("X-Served-By")
+		if first == "" {
+			first = by
+		} else if by != first {
+			t.Fatalf("request %d for alice went to %s, first to %s", i, by, first)
+		}
+	}
+	// A cookie-keeping client without the header gets the cookie and sticks by it.
+	resp, err := testClient.Get("http://" + l.Addr() + "/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var ck *http.Cookie
+	for _, x := range resp.Cookies() {
+		if x.Name == "SESSION_LB" {
+			ck = x
+		}
+	}
+	if ck == nil {
+		t.Fatalf("no SESSION_LB cookie: %v", resp.Header)
+	}
+	by := resp.Header.Get("X-Served-By")
+	for i := 0; i < 20; i++ {
+		req, _ := http.NewRequest("GET", "http://"+l.Addr()+"/app", nil)
+		req.AddCookie(ck)
+		resp, err := testClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Served-By"); got != by {
+			t.Fatalf("cookie request %d went to %s, want %s", i, got, by)
+		}
+	}
+}

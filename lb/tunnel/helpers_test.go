@@ -203,3 +203,10 @@ func stopIfFailed(tb testing.TB) {
 		tb.FailNow()
 	}
 }
+
+// skipPortable skips tests of properties only the epoll relay has.
+func skipPortable(tb testing.TB) {
+	if !epollRelay {
+		tb.Skip("the portable relay has a goroutine and a buffer per direction")
+	}
+}

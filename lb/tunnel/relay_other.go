@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux || tunnel_portable
 
 package tunnel
 
@@ -10,7 +10,10 @@ import (
 
 // The portable fallback: two goroutines per tunnel, each with a buffer, copying one direction
 // with blocking reads and writes. Same API and semantics (half-close, idle timeout, groups,
-// reasons) as the epoll relay, without its memory properties.
+// reasons) as the epoll relay, without its memory properties. Build with -tags tunnel_portable
+// to use (and test) it on Linux too.
+
+const epollRelay = false
 
 type sysRelay struct {
 	bufs sync.Pool

@@ -5,14 +5,16 @@
 // client connection and the upstream connection to a Relay, which copies bytes both ways
 // without parsing frames, like HAProxy's tunnel mode.
 //
-// On Linux one epoll instance per Relay watches every tunnel's two sockets; a fixed pool of
-// worker goroutines moves the bytes of a socket that became readable, with a buffer borrowed
-// for that turn only. An idle tunnel therefore costs its two file descriptors and a few
-// hundred bytes of Go structures, and no goroutine and no buffer. A write that would block
-// (the receiver is slower than the sender) is finished by a goroutine of its own, which holds
-// that one buffer until the receiver catches up; meanwhile the sending side is not read
-// (backpressure), so the other tunnels never wait for it. Elsewhere a fallback with two
-// goroutines per tunnel keeps the same API.
+// On Linux one epoll instance per Relay watches every tunnel's two sockets. A poller goroutine
+// waits for it through Go's netpoller (no thread blocked in epoll_wait) and moves the bytes of
+// a socket that became readable itself, or hands the socket to one of a fixed pool of workers
+// when several are ready at once; each uses its own buffer for the turn. An idle tunnel
+// therefore costs its two file descriptors and about a kilobyte of Go structures (its two
+// net.TCPConn included), and no goroutine and no buffer. A write that would block (the
+// receiver is slower than the sender) is finished by a goroutine of its own, which holds that
+// one buffer until the receiver catches up; meanwhile the sending side is not read
+// (backpressure), so no other tunnel waits for it. Relaying allocates nothing per message.
+// Elsewhere a fallback with two goroutines per tunnel keeps the same API.
 package tunnel
 
 import (
@@ -37,7 +39,8 @@ type Options struct {
 	// BufferSize is the size of the buffer one read uses, default 32 KiB. Buffers are owned by
 	// the workers (and by the rare blocked write), never by a tunnel.
 	BufferSize int
-	// Workers is the number of goroutines moving bytes, default 4*GOMAXPROCS.
+	// Workers is the number of goroutines that help the poller move bytes when several sockets
+	// are ready at once, default 4*GOMAXPROCS. Each owns one buffer.
 	Workers int
 	// Logf reports unexpected failures (of epoll itself, not of tunnels); default log.Printf.
 	Logf func(format string, args ...any)
@@ -185,7 +188,8 @@ func NewRelay(o Options) (*Relay, error) {
 // server before toServer, and likewise toClient. Add does not keep them past its return (a
 // part that cannot be written at once is copied). group labels the tunnel (the upstream server
 // address) for CloseGroup/GroupLen. onClose (may be nil) runs once when the tunnel ends, with
-// the reason; it runs on a relay goroutine (or the one calling a Close method) and must not block.
+// the reason; it runs on a relay goroutine (or the one calling a Close method), must not block,
+// and must not call Relay.Close (which waits for the relay's goroutines).
 //
 // Both conns must be *net.TCPConn (ErrNotTCP otherwise, closing nothing). On error from Add the
 // caller still owns the conns. On success the relay owns them: it closes both when the tunnel

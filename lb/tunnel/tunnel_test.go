@@ -363,6 +363,7 @@ func TestIdleTimeout(t *testing.T) {
 }
 
 func TestNoGoroutinePerTunnel(t *testing.T) {
+	skipPortable(t)
 	e := newEnv(t, Options{IdleTimeout: time.Minute})
 	base := runtime.NumGoroutine()
 	const n = 1000
@@ -393,6 +394,7 @@ func heapInuse() uint64 {
 // The Go memory of an idle tunnel: the relay's own structures plus its two conns (their
 // netFD, addresses; Go's pollDesc is allocated off-heap and not counted).
 func TestMemoryPerIdleTunnel(t *testing.T) {
+	skipPortable(t)
 	e := newEnv(t, Options{IdleTimeout: time.Minute})
 	const n = 2000
 	cs := make([]conns, n)
@@ -425,6 +427,7 @@ func TestMemoryPerIdleTunnel(t *testing.T) {
 // Relaying small messages allocates nothing: 10,000 round trips of 64 bytes (20,000 relayed
 // messages), with the test's ends using fixed buffers.
 func TestNoAllocsPerMessage(t *testing.T) {
+	skipPortable(t)
 	e := newEnv(t, Options{})
 	client, up, _ := e.open("g", nil, nil, nil)
 	go echo(up)
