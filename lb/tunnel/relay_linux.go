@@ -371,14 +371,16 @@ func (w *worker) poll() {
 	defer r.wg.Done()
 	defer close(r.sys.work) // the workers end when the poller does
 	for {
-		if err := r.sys.epRaw.Read(w.pollFn); err != nil {
-			if !r.sys.closing.Load() {
-				r.opts.Logf("tunnel: waiting for epoll: %v; relay stopped", err)
-			}
-			return
+		err := r.sys.epRaw.Read(w.pollFn)
+		if err == nil {
+			err = w.perr
 		}
-		if w.perr != nil {
-			r.opts.Logf("tunnel: epoll_wait: %v; relay stopped", w.perr)
+		if err != nil {
+			if !r.sys.closing.Load() {
+				// Cannot happen short of a bug; do not leave tunnels hanging unserved.
+				r.opts.Logf("tunnel: epoll: %v; closing the relay", err)
+				go r.Close()
+			}
 			return
 		}
 		r.sys.idsMu.RLock()

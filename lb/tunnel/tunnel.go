@@ -191,10 +191,14 @@ func NewRelay(o Options) (*Relay, error) {
 // the reason; it runs on a relay goroutine (or the one calling a Close method), must not block,
 // and must not call Relay.Close (which waits for the relay's goroutines).
 //
-// Both conns must be *net.TCPConn (ErrNotTCP otherwise, closing nothing). On error from Add the
-// caller still owns the conns. On success the relay owns them: it closes both when the tunnel
-// ends, and the caller must neither use nor close them (close the Tunnel instead). A failure to
-// write the pending bytes is not an error of Add: the tunnel ends with reason Error.
+// Both conns must be *net.TCPConn (ErrNotTCP otherwise, closing nothing); a connection
+// hijacked from fasthttp wraps one (its UnsafeConn method returns it), and the bytes its reader
+// had buffered past the request belong in toServer. Add clears both conns' deadlines.
+//
+// On error from Add the caller still owns the conns. On success the relay owns them: it closes
+// both when the tunnel ends, and the caller must neither use nor close them (close the Tunnel
+// instead). A failure to write the pending bytes is not an error of Add: the tunnel ends with
+// reason Error.
 func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
 	cc, ok1 := client.(*net.TCPConn)
 	sc, ok2 := server.(*net.TCPConn)
@@ -206,6 +210,13 @@ func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group st
 	r.mu.Unlock()
 	if closed {
 		return nil, ErrRelayClosed
+	}
+	// A deadline left by the HTTP server (fasthttp sets them per request) would fail the
+	// relay's reads and writes once passed; the relay's own idle timeout replaces them.
+	for _, c := range [2]*net.TCPConn{cc, sc} {
+		if err := c.SetDeadline(time.Time{}); err != nil {
+			return nil, err
+		}
 	}
 	t := &Tunnel{r: r, group: group, onClose: onClose, conns: [2]*net.TCPConn{cc, sc}, first: -1}
 	t.touch()

@@ -7,12 +7,15 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fasthttp/websocket"
 )
@@ -77,6 +80,9 @@ func TestWebSocketEcho(t *testing.T) {
 		bin[i] = byte(rng.Uint32())
 	}
 	text := []byte(strings.Repeat("fairlead tunnel ✓ ", (1<<20)/20+1)[:1<<20-2])
+	if !utf8.Valid(text) {
+		t.Fatal("text message is not UTF-8")
+	}
 	for _, m := range []struct {
 		typ  int
 		data []byte
@@ -94,10 +100,13 @@ func TestWebSocketEcho(t *testing.T) {
 	}
 
 	// Orderly WebSocket close: the server echoes the close frame and closes the TCP connection
-	// first, as RFC 6455 says it should.
+	// first, as RFC 6455 says it should; the client waits for that EOF, then closes too.
 	ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
 	if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
 		t.Fatalf("after close: %v", err)
+	}
+	if rest := expectEOF(t, ws.UnderlyingConn(), 2*time.Second); len(rest) != 0 {
+		t.Fatalf("%d bytes after the close frame", len(rest))
 	}
 	ws.Close()
 	rs.wait(t, 2*time.Second)
@@ -392,28 +401,33 @@ func heapInuse() uint64 {
 }
 
 // The Go memory of an idle tunnel: the relay's own structures plus its two conns (their
-// netFD, addresses; Go's pollDesc is allocated off-heap and not counted).
+// netFD, addresses). Go's pollDesc for each conn is allocated off-heap and not counted there;
+// the resident-set figure logged alongside counts it (and the runtime's own overheads).
 func TestMemoryPerIdleTunnel(t *testing.T) {
 	skipPortable(t)
 	e := newEnv(t, Options{IdleTimeout: time.Minute})
 	const n = 2000
 	cs := make([]conns, n)
-	m0 := heapInuse()
+	m0, r0 := heapInuse(), rss()
 	for i := range cs {
 		cs[i] = e.conns()
 	}
-	m1 := heapInuse()
+	m1, r1 := heapInuse(), rss()
 	for _, c := range cs {
 		if _, err := e.r.Add(c.relayClient, c.relayServer, nil, nil, "10.1.2.3:8080", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m2 := heapInuse()
+	m2, r2 := heapInuse(), rss()
 	// Four conns were made per tunnel, two of them the relay's.
-	connsPer := float64(m1-m0) / n / 2
+	connsPer := float64(int64(m1)-int64(m0)) / n / 2
 	relayPer := float64(int64(m2)-int64(m1)) / n
 	total := connsPer + relayPer
 	t.Logf("per idle tunnel: %.0f B relay structures + %.0f B for its 2 conns = %.0f B (heap+stack in use)", relayPer, connsPer, total)
+	if r0 > 0 {
+		t.Logf("per idle tunnel, resident: %.0f B (%.0f B relay + %.0f B for its 2 conns)",
+			float64(r1-r0)/n/2+float64(r2-r1)/n, float64(r2-r1)/n, float64(r1-r0)/n/2)
+	}
 	if total >= 4096 {
 		t.Fatalf("%.0f B per idle tunnel, budget 4096", total)
 	}
@@ -422,6 +436,21 @@ func TestMemoryPerIdleTunnel(t *testing.T) {
 		c.client.Close()
 		c.up.Close()
 	}
+}
+
+// rss is the resident set size of the process, 0 where /proc is missing.
+func rss() int64 {
+	runtime.GC()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }
 
 // Relaying small messages allocates nothing: 10,000 round trips of 64 bytes (20,000 relayed
@@ -637,5 +666,28 @@ func TestConcurrentTunnels(t *testing.T) {
 	wg.Wait()
 	if !eventually(time.Second, func() bool { return e.r.Len() == 0 }) {
 		t.Fatalf("Len %d", e.r.Len())
+	}
+}
+
+// Deadlines left on the conns (fasthttp sets them per request) do not kill the tunnel.
+func TestAddClearsDeadlines(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := e.conns()
+	defer c.client.Close()
+	defer c.up.Close()
+	past := time.Now().Add(-time.Second)
+	c.relayClient.SetDeadline(past)
+	c.relayServer.SetDeadline(past)
+	rs := newReasons()
+	if _, err := e.r.Add(c.relayClient, c.relayServer, []byte("a"), []byte("b"), "g", rs.onClose); err != nil {
+		t.Fatal(err)
+	}
+	go echo(c.up)
+	c.client.Write([]byte("c"))
+	if got := readN(t, c.client, 3, time.Second); string(got) != "bac" {
+		t.Fatalf("got %q", got)
+	}
+	if e.r.Len() != 1 || len(rs.list()) != 0 {
+		t.Fatal("tunnel ended")
 	}
 }
