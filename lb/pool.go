@@ -302,15 +302,21 @@ func (e *dialError) Unwrap() error { return e.err }
 
 // idleConn is an upstream connection whose reads time out after a period without data, so that
 // response_timeout bounds a silent server without cutting a long download that keeps moving (a fixed
-// deadline per response would).
+// deadline per response would). Moving a socket deadline costs a runtime timer update, so the deadline is
+// pushed only once it has fallen a quarter of the timeout behind: the effective limit of silence is
+// between 3/4 of response_timeout and all of it.
 type idleConn struct {
 	net.Conn
-	timeout time.Duration
+	timeout  time.Duration
+	deadline time.Time // the read deadline currently set
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
-		return 0, err
+	if want := time.Now().Add(c.timeout); want.Sub(c.deadline) > c.timeout/4 {
+		if err := c.Conn.SetReadDeadline(want); err != nil {
+			return 0, err
+		}
+		c.deadline = want
 	}
 	return c.Conn.Read(b)
 }
