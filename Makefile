@@ -15,6 +15,16 @@ build:
 run: build
 	bash bench/run.sh
 
+# Compares fairlead with HAProxy, nginx and Caddy (installed when missing) on the simulated cluster:
+# Markdown on stdout, bench/results/<timestamp>.json and .svg. bench-quick: every scenario briefly.
+bench: build
+	bash bench/install-peers.sh
+	$(GO) run ./bench/cmd/fairlead-bench -rounds 3
+
+bench-quick: build
+	bash bench/install-peers.sh
+	$(GO) run ./bench/cmd/fairlead-bench -quick
+
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 8m ./...

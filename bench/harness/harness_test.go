@@ -1,0 +1,252 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHarnessTiny runs every scenario once at tiny size against fairlead (built here), so that the bench
+// cannot rot: it checks that every run succeeded with sane figures and that the Markdown, JSON and SVG
+// outputs are produced. Peers are left out by default (they would multiply the run time); set
+// FAIRLEAD_BENCH_TEST_PEERS=haproxy,nginx,caddy to include the installed ones (missing ones are skipped).
+func TestHarnessTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go tool not found")
+	}
+	bin := filepath.Join(t.TempDir(), "fairlead")
+	build := exec.Command(goBin, "build", "-o", bin, "../../cmd/fairlead")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build fairlead: %v\n%s", err, out)
+	}
+
+	var peers []string
+	if env := os.Getenv("FAIRLEAD_BENCH_TEST_PEERS"); env != "" {
+		peers = strings.Split(env, ",")
+	}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{
+		Plan: TinyPlan(), FairleadBin: bin, Peers: append([]string{"fairlead"}, peers...),
+		Pin: false, Progress: &progress,
+	})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every scenario ran against fairlead (and fairlead-tuned for failover) without error.
+	for _, sc := range ScenarioNames() {
+		want := []string{"fairlead"}
+		if sc == "failover" {
+			want = append(want, "fairlead-tuned")
+		}
+		for _, p := range want {
+			r := rep.result(sc, p, 1)
+			if r == nil {
+				for _, x := range rep.Results {
+					if x.Scenario == sc && x.Peer == p {
+						t.Errorf("%s/%s: %s", sc, p, x.Error)
+					}
+				}
+				t.Errorf("%s/%s: no successful result", sc, p)
+			}
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	get := func(sc, peer, key string) float64 {
+		t.Helper()
+		v, ok := rep.result(sc, peer, 1).Metrics[key]
+		if !ok {
+			t.Errorf("%s/%s: no metric %s", sc, peer, key)
+		}
+		return v
+	}
+	positive := func(sc, key string) {
+		if v := get(sc, "fairlead", key); !(v > 0) {
+			t.Errorf("%s: %s = %v, want > 0", sc, key, v)
+		}
+	}
+	for _, sc := range []string{"http-small", "http-16k", "upload-1m"} {
+		positive(sc, "req_s")
+		positive(sc, "p99_ms")
+		if v := get(sc, "fairlead", "errors"); v != 0 {
+			t.Errorf("%s: %v errors", sc, v)
+		}
+	}
+	positive("upload-1m", "mib_s")
+	positive("ws-echo", "rt_s")
+	positive("ws-echo", "p99_ms")
+	if n, want := get("ws-idle", "fairlead", "tunnels"), float64(TinyPlan().IdleTunnels); n != want {
+		t.Errorf("ws-idle: %v tunnels open, want %v", n, want)
+	}
+	if kib := get("ws-idle", "fairlead", "kib_per_tunnel"); kib < -64 || kib > 1024 {
+		t.Errorf("ws-idle: %v KiB per tunnel is not plausible", kib)
+	}
+	positive("ws-idle", "rss_before_mib")
+	positive("ws-idle", "fd_limit")
+	for _, p := range []string{"fairlead", "fairlead-tuned"} {
+		for _, ev := range []string{"flip", "kill"} {
+			if v := get("failover", p, ev+"_new_leader_s"); v < 0 || v > 10 {
+				t.Errorf("failover %s %s: new leader after %v s", p, ev, v)
+			}
+		}
+	}
+	if v := get("failover", "fairlead", "requests"); v < 50 {
+		t.Errorf("failover: only %v requests sent", v)
+	}
+	if v := get("reload", "fairlead", "tunnels"); v != float64(TinyPlan().ReloadTunnels) {
+		t.Errorf("reload: %v tunnels open before the reload", v)
+	}
+	positive("reload", "requests")
+	if up, c := get("fan-in", "fairlead", "upstream_max"), get("fan-in", "fairlead", "cap"); up < 1 || c != float64(TinyPlan().FanInCap) {
+		t.Errorf("fan-in: upstream max %v, cap %v", up, c)
+	}
+	if v := get("fan-in", "fairlead", "clients"); v != float64(TinyPlan().FanInClients) {
+		t.Errorf("fan-in: %v clients", v)
+	}
+
+	// Outputs.
+	var md bytes.Buffer
+	rep.WriteMarkdown(&md)
+	for _, want := range append(ScenarioNames(), "## Targets", "| fairlead |", "What the peers cannot express") {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if len(rep.Targets) < 8 {
+		t.Errorf("%d targets, want at least 8", len(rep.Targets))
+	}
+	dir := t.TempDir()
+	jp, sp, err := rep.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(jp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("JSON does not parse back: %v", err)
+	}
+	if len(back.Results) != len(rep.Results) || len(back.Summary) != len(ScenarioNames()) {
+		t.Errorf("JSON has %d results and %d summaries", len(back.Results), len(back.Summary))
+	}
+	svg, err := os.ReadFile(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(svg, []byte("<svg ")) || !bytes.HasSuffix(bytes.TrimSpace(svg), []byte("</svg>")) {
+		t.Errorf("SVG malformed: %.200s", svg)
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md.String())
+	}
+}
+
+// TestReportRatiosAndSVG checks the aggregation on synthetic results: medians, ratios to HAProxy from
+// the same round, targets and the chart.
+func TestReportRatiosAndSVG(t *testing.T) {
+	rep := &Report{Started: time.Now(), Plan: QuickPlan(), Scenarios: []string{"http-small"}}
+	add := func(peer string, round int, rps, p99 float64) {
+		rep.Results = append(rep.Results, &Result{Scenario: "http-small", Peer: peer, Round: round,
+			Metrics: map[string]float64{"req_s": rps, "p99_ms": p99, "errors": 0}})
+	}
+	add("fairlead", 1, 1200, 1.0)
+	add("haproxy", 1, 1000, 2.0)
+	add("fairlead", 2, 900, 3.0)
+	add("haproxy", 2, 1000, 2.0)
+	add("fairlead", 3, 1100, 1.5)
+	add("haproxy", 3, 1000, 2.0)
+	rep.summarize([]*scenario{httpSmallScenario()})
+	f := rep.peerSummary("http-small", "fairlead")
+	if f == nil {
+		t.Fatal("no fairlead summary")
+	}
+	if r := f.Ratios["req_s"]; r.Median != 1.1 || r.Min != 0.9 || r.Max != 1.2 || r.N != 3 {
+		t.Errorf("req/s ratio %+v", r)
+	}
+	if v := f.Values["p99_ms"]; v.Median != 1.5 || v.Min != 1.0 || v.Max != 3.0 {
+		t.Errorf("p99 %+v", v)
+	}
+	if len(rep.Targets) != 2 || rep.Targets[0].Met == nil || !*rep.Targets[0].Met || rep.Targets[1].Met == nil || !*rep.Targets[1].Met {
+		t.Errorf("targets %+v", rep.Targets)
+	}
+	svg := rep.SVG()
+	for _, want := range []string{"http-small · req/s", "1.10×", "fairlead", "haproxy"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("svg lacks %q", want)
+		}
+	}
+}
+
+func TestParseWrk(t *testing.T) {
+	out := `Running 1s test @ http://127.0.0.1:8080/
+  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     5.12ms    1.20ms  20.00ms   90.00%
+    Req/Sec    12.50k     1.00k   14.00k    70.00%
+  Latency Distribution
+     50%    5.00ms
+     75%    5.50ms
+     90%    6.00ms
+     99%  850.00us
+  12500 requests in 1.00s, 2.00MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 4
+Requests/sec:  12500.50
+Transfer/sec:      2.00MB
+`
+	r, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.reqPerSec != 12500.50 || r.p99ms != 0.85 || r.errors != 7 {
+		t.Errorf("%+v", r)
+	}
+}
+
+func TestHist(t *testing.T) {
+	var h Hist
+	for i := 1; i <= 100; i++ {
+		h.Add(time.Duration(i) * time.Millisecond)
+	}
+	if q := h.Quantile(0.99); q < 97*time.Millisecond || q > 102*time.Millisecond {
+		t.Errorf("p99 = %v", q)
+	}
+	if q := h.Quantile(0.5); q < 49*time.Millisecond || q > 52*time.Millisecond {
+		t.Errorf("p50 = %v", q)
+	}
+}
+
+func TestPlanJSON(t *testing.T) {
+	b, err := json.Marshal(FullPlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"failover_window":"1m0s"`) {
+		t.Errorf("durations not in Go syntax: %s", b)
+	}
+	var back Plan
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != FullPlan() {
+		t.Errorf("round trip: %+v", back)
+	}
+}

@@ -1,0 +1,523 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+)
+
+// The proxies under test. Each gets the closest equivalent of fairlead's bench configuration, generated
+// into a temporary directory from the templates below:
+//
+//   - the four ThingWorx WebSocket paths, for WebSocket upgrades, go to the connection servers, sticky on
+//     X-Asset-Id, with a /health check;
+//   - everything else goes to the platform server that passes GET /Thingworx/Admin/HA/LeaderCheck with
+//     the Basic credentials, over keep-alive upstream connections.
+//
+// What a peer cannot express is listed in its Limits and printed with the results.
+
+// Peer is one proxy (or one configuration variant of a proxy) under test.
+type Peer struct {
+	// Name is what the results show: "fairlead", "fairlead-tuned", "haproxy", "haproxy-tuned", "nginx",
+	// "caddy".
+	Name string
+	// Base is the proxy: "fairlead", "haproxy", "nginx" or "caddy".
+	Base string
+	// Tuned selects the tuned failover variant (fairlead: fast_interval 250ms; HAProxy: fastinter,
+	// observe layer7, retry-on 503).
+	Tuned bool
+	// Bin is the binary; "" when not installed.
+	Bin string
+	// Version is what the binary says about itself.
+	Version string
+	// Limits lists what this peer's configuration cannot express of fairlead's behaviour.
+	Limits []string
+}
+
+// baseline is the peer every figure is divided by.
+const baseline = "haproxy"
+
+// PeerNames are the proxies a run compares by default, in the order they alternate.
+var PeerNames = []string{"fairlead", "haproxy", "nginx", "caddy"}
+
+var peerLimits = map[string][]string{
+	"fairlead": nil,
+	"haproxy": {
+		"no leader semantics: every server passing LeaderCheck gets traffic (round robin), so during a split brain both nodes get requests (fairlead keeps the current leader)",
+		"a server is UP at start until its first check fails, and a new leader needs `rise` passing checks",
+		"plain variant (inter 15s fall 3): a node that stepped down keeps getting requests, answered 503, until 3 checks failed (up to 45 s); a dead node's requests fail until then",
+		"stickiness by consistent hash of X-Asset-Id (balance hdr), not a table: a key moves when a server goes down and comes back",
+	},
+	"nginx": {
+		"no active health checks in nginx OSS (NGINX Plus only): LeaderCheck is never sent; the first platform server is primary, the other `backup`, and a 503 or a refused connection moves the request to the backup (proxy_next_upstream error timeout http_503, idempotent requests only)",
+		"no leader semantics: it cannot tell which node is leader; a Backup node answering 200 would get traffic whenever the primary fails, and after fail_timeout (10s) the old primary is tried again",
+		"no queueing at a connection cap (max_conns queue is NGINX Plus): the fan-in cap is not set, only `keepalive 64` idle connections are kept",
+		"stickiness by `hash $http_x_asset_id consistent`; connection servers are taken out only by failed connects (no /health check)",
+	},
+	"caddy": {
+		"no fall/rise counting (health_fails/health_passes are not in Caddy 2.6): one failed LeaderCheck drops a server, one pass restores it",
+		"no leader semantics: lb_policy first over the servers whose LeaderCheck passes",
+		"a 503 is relayed, never retried (only dial failures are retried, within lb_try_duration 5s); passive health (unhealthy_status 503) takes the server out for fail_duration 10s after it",
+		"stickiness by lb_policy header X-Asset-Id (hash, no table)",
+		"`caddy reload` closes every open WebSocket tunnel (Caddy 2.6 has no stream_close_delay, added in 2.7)",
+	},
+}
+
+// NewPeer describes the peer called name ("fairlead-tuned", "haproxy-tuned" are variants); fairleadBin is
+// the fairlead binary. A peer whose binary is missing has Bin "".
+func NewPeer(name, fairleadBin string) (*Peer, error) {
+	base, tuned := strings.CutSuffix(name, "-tuned")
+	p := &Peer{Name: name, Base: base, Tuned: tuned}
+	limits, ok := peerLimits[base]
+	if !ok || (tuned && base != "fairlead" && base != "haproxy") {
+		return nil, fmt.Errorf("unknown peer %q (known: fairlead, fairlead-tuned, haproxy, haproxy-tuned, nginx, caddy)", name)
+	}
+	p.Limits = limits
+	var verArgs []string
+	switch base {
+	case "fairlead":
+		p.Bin = lookBin(fairleadBin)
+		verArgs = []string{"-version"}
+	case "haproxy":
+		p.Bin = lookBin("haproxy")
+		verArgs = []string{"-v"}
+	case "nginx":
+		p.Bin = lookBin("nginx")
+		verArgs = []string{"-v"}
+	case "caddy":
+		p.Bin = lookBin("caddy")
+		verArgs = []string{"version"}
+	}
+	if p.Bin != "" {
+		out, _ := exec.Command(p.Bin, verArgs...).CombinedOutput()
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		p.Version = line
+	}
+	return p, nil
+}
+
+// Setup is what a peer's configuration is generated from.
+type Setup struct {
+	Dir         string
+	Port        int // client-facing port
+	AdminPort   int // fairlead's admin / Caddy's admin API
+	Platforms   []string
+	Connections []string
+	Credentials string
+	CheckPath   string
+	WSPaths     []string
+	Tuned       bool
+	// UpstreamCap, if non-zero, caps upstream connections per platform server (fan-in).
+	UpstreamCap int
+	// MaxClients is how many concurrent client connections the proxy must accept.
+	MaxClients int
+	// FDLimit is the hard open-file limit the proxy will run under.
+	FDLimit int
+	// ConnectTimeout is the upstream connect timeout; a reload changes it ("3s" → "3100ms"), which leaves
+	// the configuration equivalent.
+	ConnectTimeout string
+}
+
+// Listen is the client-facing address.
+func (s Setup) Listen() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
+
+// HAProxyMaxConn is HAProxy's global maxconn: HAProxy needs about two descriptors per connection.
+func (s Setup) HAProxyMaxConn() int {
+	return min(max(s.MaxClients+500, 4000), (s.FDLimit-200)/2)
+}
+
+// NginxWorkerConns is nginx's worker_connections (client and upstream connections together).
+func (s Setup) NginxWorkerConns() int {
+	return min(max(2*s.MaxClients+1000, 8000), s.FDLimit-100)
+}
+
+// FairleadMaxConns is fairlead's [frontend] max_conns.
+func (s Setup) FairleadMaxConns() int { return max(s.MaxClients+1000, 20000) }
+
+// ConnectTimeoutMS is ConnectTimeout in milliseconds (for configs without Go duration syntax).
+func (s Setup) ConnectTimeoutMS() int {
+	d, err := time.ParseDuration(s.ConnectTimeout)
+	if err != nil {
+		return 3000
+	}
+	return int(d / time.Millisecond)
+}
+
+var tmplFuncs = template.FuncMap{
+	"quote": func(xs []string) string {
+		q := make([]string, len(xs))
+		for i, x := range xs {
+			q[i] = fmt.Sprintf("%q", x)
+		}
+		return strings.Join(q, ", ")
+	},
+	"join": strings.Join,
+	"inc":  func(i int) int { return i + 1 },
+}
+
+var fairleadTmpl = template.Must(template.New("fairlead").Funcs(tmplFuncs).Parse(`# generated by fairlead-bench
+[frontend]
+listen = "{{.Listen}}"
+max_conns = {{.FairleadMaxConns}}
+
+[admin]
+listen = "127.0.0.1:{{.AdminPort}}"
+
+[pools.platform]
+balance = "leader"
+servers = [{{quote .Platforms}}]
+connect_timeout = "{{.ConnectTimeout}}"
+{{- if .UpstreamCap}}
+max_conns = {{.UpstreamCap}}
+{{- end}}
+
+[pools.platform.check]
+path = "{{.CheckPath}}"
+credentials = "{{.Credentials}}"
+{{- if .Tuned}}
+fast_interval = "250ms"
+{{- end}}
+
+[pools.cxserver]
+balance = "sticky"
+servers = [{{quote .Connections}}]
+tunnel_idle_timeout = "10m"
+connect_timeout = "{{.ConnectTimeout}}"
+
+[pools.cxserver.sticky]
+keys = ["header:X-Asset-Id", "source"]
+
+[pools.cxserver.check]
+path = "/health"
+interval = "1s"
+fall = 2
+rise = 2
+
+[[routes]]
+websocket = true
+paths = [{{quote .WSPaths}}]
+pool = "cxserver"
+
+[[routes]]
+pool = "platform"
+`))
+
+var haproxyTmpl = template.Must(template.New("haproxy").Funcs(tmplFuncs).Parse(`# generated by fairlead-bench
+global
+	nbthread 1
+	maxconn {{.HAProxyMaxConn}}
+	stats socket {{.Dir}}/haproxy.sock mode 600 level admin expose-fd listeners
+
+defaults
+	mode http
+	option http-keep-alive
+	option forwardfor
+	timeout connect {{.ConnectTimeoutMS}}ms
+	timeout client 60s
+	timeout server 60s
+	timeout http-keep-alive 60s
+	timeout http-request 30s
+	timeout tunnel 10m
+	timeout queue 5s
+	maxconn {{.HAProxyMaxConn}}
+
+frontend fe
+	bind {{.Listen}}
+	acl ws_path path_beg {{join .WSPaths " "}}
+	acl ws_upgrade hdr(Upgrade) -i websocket
+	use_backend cxserver if ws_path ws_upgrade
+	default_backend platform
+
+backend platform
+	option httpchk
+	http-check send meth GET uri {{.CheckPath}} hdr Authorization "Basic {{.Credentials}}"
+	http-check expect status 200
+{{- if .Tuned}}
+	retry-on 503 conn-failure
+	option redispatch
+	retries 3
+	default-server inter 15s fastinter 1s downinter 1s fall 3 rise 1 observe layer7{{if .UpstreamCap}} maxconn {{.UpstreamCap}}{{end}}
+{{- else}}
+	default-server inter 15s fall 3{{if .UpstreamCap}} maxconn {{.UpstreamCap}}{{end}}
+{{- end}}
+{{- range $i, $a := .Platforms}}
+	server platform{{inc $i}} {{$a}} check
+{{- end}}
+
+backend cxserver
+	balance hdr(X-Asset-Id)
+	hash-type consistent
+	option httpchk GET /health
+	default-server inter 1s fall 2 rise 2
+{{- range $i, $a := .Connections}}
+	server cx{{inc $i}} {{$a}} check
+{{- end}}
+`))
+
+var nginxTmpl = template.Must(template.New("nginx").Funcs(tmplFuncs).Parse(`# generated by fairlead-bench
+user root root;
+worker_processes 1;
+worker_rlimit_nofile {{.FDLimit}};
+daemon off;
+pid {{.Dir}}/nginx.pid;
+error_log {{.Dir}}/nginx-error.log warn;
+
+events {
+	worker_connections {{.NginxWorkerConns}};
+}
+
+http {
+	access_log off;
+	client_body_temp_path {{.Dir}}/tmp-body;
+	proxy_temp_path {{.Dir}}/tmp-proxy;
+	fastcgi_temp_path {{.Dir}}/tmp-fastcgi;
+	uwsgi_temp_path {{.Dir}}/tmp-uwsgi;
+	scgi_temp_path {{.Dir}}/tmp-scgi;
+	client_max_body_size 0;
+	keepalive_requests 1000000;
+	keepalive_timeout 60s;
+
+	map $http_upgrade $connection_upgrade {
+		default upgrade;
+		'' close;
+	}
+
+	# No active health checks in nginx OSS: the first server is primary, the others backups; a 503 or a
+	# failed connect moves an idempotent request on to the next server.
+	upstream platform {
+{{- range $i, $a := .Platforms}}
+		server {{$a}}{{if $i}} backup{{else}} max_fails=1 fail_timeout=10s{{end}};
+{{- end}}
+		keepalive 64;
+	}
+
+	upstream cxserver {
+		hash $http_x_asset_id consistent;
+{{- range .Connections}}
+		server {{.}};
+{{- end}}
+	}
+
+	server {
+		listen {{.Listen}} backlog=4096;
+
+		location ~ ^/Thingworx/(WS|WSTunnelServer|WSTunnelClient|VWS)(/|$) {
+			proxy_pass http://cxserver;
+			proxy_http_version 1.1;
+			proxy_set_header Upgrade $http_upgrade;
+			proxy_set_header Connection $connection_upgrade;
+			proxy_set_header Host $host;
+			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+			proxy_connect_timeout {{.ConnectTimeoutMS}}ms;
+			proxy_read_timeout 10m;
+			proxy_send_timeout 10m;
+		}
+
+		location / {
+			proxy_pass http://platform;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_set_header Host $host;
+			proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+			proxy_next_upstream error timeout http_503;
+			proxy_request_buffering off;
+			proxy_connect_timeout {{.ConnectTimeoutMS}}ms;
+		}
+	}
+}
+`))
+
+var caddyTmpl = template.Must(template.New("caddy").Funcs(tmplFuncs).Parse(`# generated by fairlead-bench
+{
+	admin 127.0.0.1:{{.AdminPort}}
+	auto_https off
+	grace_period 10s
+}
+
+http://{{.Listen}} {
+	@ws {
+		path{{range .WSPaths}} {{.}} {{.}}/*{{end}}
+		header Connection *Upgrade*
+		header Upgrade websocket
+	}
+	reverse_proxy @ws {{join .Connections " "}} {
+		lb_policy header X-Asset-Id
+		health_uri /health
+		health_interval 1s
+		health_timeout 2s
+		transport http {
+			dial_timeout {{.ConnectTimeoutMS}}ms
+		}
+	}
+
+	reverse_proxy {{join .Platforms " "}} {
+		lb_policy first
+		lb_try_duration 5s
+		lb_try_interval 250ms
+		health_uri {{.CheckPath}}
+		health_headers {
+			Authorization "Basic {{.Credentials}}"
+		}
+		health_status 200
+		health_interval 15s
+		health_timeout 5s
+		fail_duration 10s
+		max_fails 1
+		unhealthy_status 503
+		transport http {
+			dial_timeout {{.ConnectTimeoutMS}}ms
+			keepalive 60s
+			keepalive_idle_conns 1024
+			keepalive_idle_conns_per_host 1024
+{{- if .UpstreamCap}}
+			max_conns_per_host {{.UpstreamCap}}
+{{- end}}
+		}
+	}
+}
+`))
+
+// Instance is a running peer.
+type Instance struct {
+	Peer  *Peer
+	Setup Setup
+	Proc  *Proc
+	conf  string
+}
+
+// Addr is the client-facing address.
+func (in *Instance) Addr() string { return in.Setup.Listen() }
+
+// Pid is the proxy's main process.
+func (in *Instance) Pid() int { return in.Proc.Pid() }
+
+func (p *Peer) writeConfig(s Setup) (string, error) {
+	var t *template.Template
+	var name string
+	switch p.Base {
+	case "fairlead":
+		t, name = fairleadTmpl, "fairlead.toml"
+	case "haproxy":
+		t, name = haproxyTmpl, "haproxy.cfg"
+	case "nginx":
+		t, name = nginxTmpl, "nginx.conf"
+		for _, d := range []string{"tmp-body", "tmp-proxy", "tmp-fastcgi", "tmp-uwsgi", "tmp-scgi"} {
+			if err := os.MkdirAll(filepath.Join(s.Dir, d), 0o755); err != nil {
+				return "", err
+			}
+		}
+	case "caddy":
+		t, name = caddyTmpl, "Caddyfile"
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, s); err != nil {
+		return "", err
+	}
+	path := filepath.Join(s.Dir, name)
+	return path, os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Start writes the peer's configuration for s and starts it pinned to core (-1: unpinned) with one
+// worker; it returns once the proxy answers on its port (see waitReady for when it routes correctly).
+func (p *Peer) Start(s Setup, core int) (*Instance, error) {
+	if p.Bin == "" {
+		return nil, fmt.Errorf("%s is not installed", p.Base)
+	}
+	conf, err := p.writeConfig(s)
+	if err != nil {
+		return nil, err
+	}
+	var argv, env []string
+	switch p.Base {
+	case "fairlead":
+		argv = []string{p.Bin, "-config", conf}
+		env = []string{"GOMAXPROCS=1"}
+	case "haproxy":
+		// master-worker mode in the foreground: soft reloads with SIGUSR2 to the master.
+		argv = []string{p.Bin, "-W", "-f", conf}
+	case "nginx":
+		argv = []string{p.Bin, "-e", filepath.Join(s.Dir, "nginx-error.log"), "-p", s.Dir, "-c", conf}
+	case "caddy":
+		argv = []string{p.Bin, "run", "--config", conf, "--adapter", "caddyfile"}
+		env = []string{"GOMAXPROCS=1", "HOME=" + s.Dir, "XDG_CONFIG_HOME=" + s.Dir, "XDG_DATA_HOME=" + s.Dir}
+	}
+	proc, err := startProc(p.Name, core, env, filepath.Join(s.Dir, p.Base+".log"), argv...)
+	if err != nil {
+		return nil, err
+	}
+	in := &Instance{Peer: p, Setup: s, Proc: proc, conf: conf}
+	err = waitFor(20*time.Second, 20*time.Millisecond, func() error {
+		if proc.Exited() {
+			return errExited
+		}
+		return dialOK(s.Listen())
+	})
+	if err != nil {
+		if proc.Exited() {
+			err = fmt.Errorf("exited (%v)", proc.err)
+		}
+		tail := proc.LogTail(1500)
+		proc.Stop(time.Second)
+		return nil, fmt.Errorf("%s did not start listening: %v\n%s", p.Name, err, tail)
+	}
+	return in, nil
+}
+
+// Reload makes the proxy reload a changed but equivalent configuration (the upstream connect timeout
+// moves from 3s to 3.1s) the way an operator would: fairlead SIGHUP, HAProxy master-worker SIGUSR2 (a
+// soft reload: the old worker finishes its connections), `nginx -s reload`, `caddy reload`.
+func (in *Instance) Reload(ctx context.Context) error {
+	s := in.Setup
+	s.ConnectTimeout = "3100ms"
+	if _, err := in.Peer.writeConfig(s); err != nil {
+		return err
+	}
+	in.Setup = s
+	switch in.Peer.Base {
+	case "fairlead":
+		return syscall.Kill(in.Pid(), syscall.SIGHUP)
+	case "haproxy":
+		return syscall.Kill(in.Pid(), syscall.SIGUSR2)
+	case "nginx":
+		cmd := exec.CommandContext(ctx, in.Peer.Bin, "-e", filepath.Join(s.Dir, "nginx-error.log"), "-p", s.Dir, "-c", in.conf, "-s", "reload")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nginx -s reload: %v: %s", err, out)
+		}
+	case "caddy":
+		cmd := exec.CommandContext(ctx, in.Peer.Bin, "reload", "--config", in.conf, "--adapter", "caddyfile",
+			"--address", fmt.Sprintf("127.0.0.1:%d", s.AdminPort), "--force")
+		cmd.Env = append(os.Environ(), "HOME="+s.Dir, "XDG_CONFIG_HOME="+s.Dir, "XDG_DATA_HOME="+s.Dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("caddy reload: %v: %s", err, out)
+		}
+	}
+	return nil
+}
+
+// Stop stops the proxy and all its processes (SIGTERM, and SIGKILL after a second: nothing of a
+// graceful shutdown is measured).
+func (in *Instance) Stop() { in.Proc.Stop(time.Second) }
+
+// RSS is the resident memory of all the proxy's processes.
+func (in *Instance) RSS() int64 { return RSS(in.Pid()) }
+
+// CPU is the CPU time the proxy's processes used so far.
+func (in *Instance) CPU() time.Duration { return CPUTime(in.Pid()) }
+
+// FDLimit is the open-file limit of the proxy's processes (the worker's, where there is one).
+func (in *Instance) FDLimit() int {
+	limit := 0
+	for _, pid := range Tree(in.Pid()) {
+		if l := FDLimit(pid); l > limit {
+			limit = l
+		}
+	}
+	return limit
+}

@@ -1,0 +1,198 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Plain HTTP scenarios: http-small (64-byte answers), http-16k (16 KiB answers), upload-1m (1 MiB POST
+// bodies), measured with wrk (`wrk -t1 --latency`) or, where wrk is missing, the Go closed-loop generator.
+
+func httpMetrics(rate string) []metric {
+	return []metric{
+		{key: "req_s", label: rate, better: "higher", chart: true},
+		{key: "p99_ms", label: "p99 ms", better: "lower", chart: true, format: "%.2f"},
+		{key: "errors", label: "errors", better: "lower"},
+		{key: "proxy_cpu", label: "proxy CPU (cores)", format: "%.2f"},
+	}
+}
+
+func httpSmallScenario() *scenario {
+	return &scenario{
+		name:     "http-small",
+		summary:  "GET with 64-byte answers over 64 keep-alive connections (wrk): req/s and p99",
+		metrics:  httpMetrics("req/s"),
+		variants: samePeers,
+		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, 64, rc.plan.HTTPConns, 0) },
+	}
+}
+
+func http16kScenario() *scenario {
+	return &scenario{
+		name:     "http-16k",
+		summary:  "GET with 16 KiB answers over 64 keep-alive connections (wrk): req/s and p99",
+		metrics:  httpMetrics("req/s"),
+		variants: samePeers,
+		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, 16<<10, rc.plan.HTTPConns, 0) },
+	}
+}
+
+func uploadScenario() *scenario {
+	ms := httpMetrics("uploads/s")
+	ms = append(ms[:1], append([]metric{{key: "mib_s", ratio: true, label: "MiB/s", better: "higher", format: "%.0f"}}, ms[1:]...)...)
+	return &scenario{
+		name:     "upload-1m",
+		summary:  "POST of 1 MiB bodies over 16 keep-alive connections (wrk with a Lua script): uploads/s, MiB/s and p99",
+		metrics:  ms,
+		variants: samePeers,
+		run: func(rc *runCtx) (*Result, error) {
+			return runHTTP(rc, 64, rc.plan.UploadConns, rc.plan.UploadSize)
+		},
+	}
+}
+
+// runHTTP measures GETs of answers of size bytes (upload == 0) or POSTs of upload-byte bodies.
+func runHTTP(rc *runCtx, size, conns, upload int) (*Result, error) {
+	c, err := rc.startCluster(bytes.Repeat([]byte("x"), size))
+	if err != nil {
+		return nil, err
+	}
+	in, err := rc.startPeer(c, serving, nil)
+	if err != nil {
+		return nil, err
+	}
+	const path = "/Thingworx/Things/BenchThing/Properties"
+	wrk := ""
+	if rc.plan.UseWrk {
+		wrk = lookBin("wrk")
+	}
+	var body []byte
+	method := "GET"
+	if upload > 0 {
+		body = bytes.Repeat([]byte("u"), upload)
+		method = "POST"
+	}
+
+	raw := rawRequest(method, in.Addr(), path, body)
+	// The warm-up uses the Go generator (wrk cannot run less than a second).
+	if rc.plan.Warmup > 0 {
+		if st := closedLoop(rc.ctx, in.Addr(), conns, rc.plan.Warmup, raw); st.Requests == 0 {
+			return nil, fmt.Errorf("warm-up: no request answered with 2xx (%d errors, %d non-2xx)", st.Errors, st.Non2xx)
+		}
+	}
+	cpu0, t0 := in.CPU(), time.Now()
+	var res *Result
+	if wrk != "" {
+		w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, in.Addr(), path, conns, rc.plan.HTTPDuration, upload)
+		if err != nil {
+			return nil, err
+		}
+		res = &Result{Metrics: map[string]float64{
+			"req_s": w.reqPerSec, "p99_ms": w.p99ms, "errors": float64(w.errors),
+		}}
+	} else {
+		st := closedLoop(rc.ctx, in.Addr(), conns, rc.plan.HTTPDuration, raw)
+		res = &Result{Metrics: map[string]float64{
+			"req_s":  float64(st.Requests) / st.Elapsed.Seconds(),
+			"p99_ms": ms(st.Hist.Quantile(0.99)),
+			"errors": float64(st.Errors + st.Non2xx),
+		}}
+	}
+	el := time.Since(t0)
+	res.Metrics["proxy_cpu"] = (in.CPU() - cpu0).Seconds() / el.Seconds()
+	if upload > 0 {
+		res.Metrics["mib_s"] = res.Metrics["req_s"] * float64(upload) / (1 << 20)
+	}
+	if wrk == "" {
+		rc.note("Go load generator (wrk not used)")
+	}
+	if upload > 0 {
+		var got int64
+		for _, p := range c.Platforms {
+			got += p.Requests()
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("no upload reached the platform servers")
+		}
+	}
+	return res, nil
+}
+
+type wrkResult struct {
+	reqPerSec float64
+	p99ms     float64
+	errors    int64
+}
+
+// runWrk runs `wrk -t1 -cN -dS --latency` pinned to core (the generators' core), with a Lua script for
+// uploads of upload bytes.
+func runWrk(ctx context.Context, wrk string, core int, dir, addr, path string, conns int, dur time.Duration, upload int) (*wrkResult, error) {
+	secs := int(math.Ceil(dur.Seconds()))
+	args := []string{wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "--latency", "--timeout", "10s"}
+	if upload > 0 {
+		script := filepath.Join(dir, "upload.lua")
+		lua := fmt.Sprintf("wrk.method = \"POST\"\nwrk.body = string.rep(\"u\", %d)\nwrk.headers[\"Content-Type\"] = \"application/octet-stream\"\n", upload)
+		if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "-s", script)
+	}
+	args = append(args, "http://"+addr+path)
+	args = pinned(core, args)
+	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(string(out))
+}
+
+var (
+	reWrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reWrkP99    = regexp.MustCompile(`(?m)^\s+99%\s+([0-9.]+)(us|ms|s|m)\s*$`)
+	reWrkNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
+	reWrkSocket = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+)
+
+// parseWrk reads req/s, the 99th percentile and the errors from wrk's --latency output.
+func parseWrk(out string) (*wrkResult, error) {
+	m := reWrkRate.FindStringSubmatch(out)
+	if m == nil {
+		return nil, fmt.Errorf("wrk output without Requests/sec:\n%s", out)
+	}
+	r := &wrkResult{}
+	r.reqPerSec, _ = strconv.ParseFloat(m[1], 64)
+	if m := reWrkP99.FindStringSubmatch(out); m != nil {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		switch m[2] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		case "m":
+			v *= 60000
+		}
+		r.p99ms = v
+	}
+	if m := reWrkNon2xx.FindStringSubmatch(out); m != nil {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		r.errors += n
+	}
+	if m := reWrkSocket.FindStringSubmatch(out); m != nil {
+		for _, s := range m[1:] {
+			n, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			r.errors += n
+		}
+	}
+	return r, nil
+}

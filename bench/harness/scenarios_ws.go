@@ -1,0 +1,267 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// WebSocket scenarios: ws-echo (round trips through 64 tunnels) and ws-idle (memory per idle tunnel).
+// Every connection carries its own X-Asset-Id, as a ThingWorx edge device does.
+
+func wsEchoScenario() *scenario {
+	return &scenario{
+		name:    "ws-echo",
+		summary: "64 WebSocket connections (each its own X-Asset-Id) echo 64-byte messages back to back through the proxy to the connection servers: round trips/s and p99",
+		metrics: []metric{
+			{key: "rt_s", label: "round trips/s", better: "higher", chart: true},
+			{key: "p99_ms", label: "p99 ms", better: "lower", chart: true, format: "%.2f"},
+			{key: "errors", label: "errors", better: "lower"},
+			{key: "proxy_cpu", label: "proxy CPU (cores)", format: "%.2f"},
+		},
+		variants: samePeers,
+		run:      runWSEcho,
+	}
+}
+
+func wsIdleScenario() *scenario {
+	return &scenario{
+		name:    "ws-idle",
+		summary: "N idle WebSocket tunnels (8,000; quick: 300): resident memory of the proxy per tunnel = (VmRSS with N tunnels − VmRSS before) / N, summed over all its processes; N reached and the proxy's open-file limit",
+		metrics: []metric{
+			{key: "kib_per_tunnel", ratio: true, label: "KiB/tunnel", better: "lower", chart: true, format: "%.1f"},
+			{key: "tunnels", label: "tunnels (N reached)", better: "higher"},
+			{key: "target_n", label: "N tried"},
+			{key: "rss_before_mib", ratio: true, label: "RSS before MiB", better: "lower", format: "%.1f"},
+			{key: "rss_after_mib", ratio: true, label: "RSS with N MiB", better: "lower", format: "%.1f"},
+			{key: "fd_limit", label: "proxy fd limit"},
+		},
+		variants: samePeers,
+		run:      runWSIdle,
+	}
+}
+
+// wsDial opens a WebSocket through addr on path with X-Asset-Id asset.
+func wsDial(addr, path, asset string, timeout time.Duration, bufSize int) (*websocket.Conn, error) {
+	d := websocket.Dialer{
+		HandshakeTimeout: timeout,
+		ReadBufferSize:   bufSize,
+		WriteBufferSize:  bufSize,
+		NetDial: func(network, a string) (net.Conn, error) {
+			return net.DialTimeout(network, a, timeout)
+		},
+	}
+	h := http.Header{}
+	h.Set("X-Asset-Id", asset)
+	conn, resp, err := d.Dial("ws://"+addr+path, h)
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("%w (status %d)", err, resp.StatusCode)
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
+// wsEcho sends msg and waits for its echo.
+func wsEcho(c *websocket.Conn, msg []byte, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	_ = c.SetWriteDeadline(deadline)
+	if err := c.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(deadline)
+	_, got, err := c.ReadMessage()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, msg) {
+		return errors.New("echo differs from the message sent")
+	}
+	return nil
+}
+
+func runWSEcho(rc *runCtx) (*Result, error) {
+	c, err := rc.startCluster(nil)
+	if err != nil {
+		return nil, err
+	}
+	in, err := rc.startPeer(c, servingWS, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := rc.plan
+	conns := make([]*websocket.Conn, 0, p.WSConns)
+	defer func() {
+		for _, cn := range conns {
+			cn.Close()
+		}
+	}()
+	for i := 0; i < p.WSConns; i++ {
+		cn, err := wsDial(in.Addr(), "/Thingworx/WS", fmt.Sprintf("asset-%d", i), 5*time.Second, 4096)
+		if err != nil {
+			return nil, fmt.Errorf("ws dial %d: %v", i, err)
+		}
+		conns = append(conns, cn)
+	}
+	msg := bytes.Repeat([]byte("m"), p.WSMessage)
+	loop := func(dur time.Duration) (Hist, uint64, uint64) {
+		ctx, cancel := context.WithTimeout(rc.ctx, dur)
+		defer cancel()
+		var mu sync.Mutex
+		var total Hist
+		var n, errs uint64
+		var wg sync.WaitGroup
+		for _, cn := range conns {
+			wg.Add(1)
+			go func(cn *websocket.Conn) {
+				defer wg.Done()
+				var h Hist
+				var k, e uint64
+				for ctx.Err() == nil {
+					t0 := time.Now()
+					if err := wsEcho(cn, msg, 5*time.Second); err != nil {
+						e++
+						break // a broken tunnel stays broken
+					}
+					h.Add(time.Since(t0))
+					k++
+				}
+				mu.Lock()
+				total.Merge(&h)
+				n += k
+				errs += e
+				mu.Unlock()
+			}(cn)
+		}
+		wg.Wait()
+		return total, n, errs
+	}
+	loop(p.Warmup)
+	cpu0, t0 := in.CPU(), time.Now()
+	h, n, errs := loop(p.WSDuration)
+	el := time.Since(t0)
+	cpu := in.CPU() - cpu0
+	return &Result{Metrics: map[string]float64{
+		"rt_s":      float64(n) / el.Seconds(),
+		"p99_ms":    ms(h.Quantile(0.99)),
+		"errors":    float64(errs),
+		"proxy_cpu": cpu.Seconds() / el.Seconds(),
+	}}, nil
+}
+
+func runWSIdle(rc *runCtx) (*Result, error) {
+	p := rc.plan
+	soft, hard := raiseNoFile()
+	// Each tunnel costs the bench process two descriptors (the client end and the simulated connection
+	// server's end) and the proxy two.
+	n := p.IdleTunnels
+	if lim := (int(soft) - 1000) / 2; n > lim {
+		rc.note("N lowered from %d to %d: the bench process's open-file limit is %d (2 per tunnel)", n, lim, soft)
+		n = lim
+	}
+	if lim := (int(hard) - 300) / 2; n > lim {
+		rc.note("N lowered from %d to %d: the proxy's open-file limit is at most %d (2 per tunnel)", n, lim, hard)
+		n = lim
+	}
+	c, err := rc.startCluster(nil)
+	if err != nil {
+		return nil, err
+	}
+	in, err := rc.startPeer(c, servingWS, func(s *Setup) { s.MaxClients = n + 100 })
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := in.RSS()
+
+	conns := make([]*websocket.Conn, n)
+	defer func() {
+		for _, cn := range conns {
+			if cn != nil {
+				cn.Close()
+			}
+		}
+	}()
+	var opened, failed atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(max(p.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	msg := []byte("hello")
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || time.Now().After(deadline) || rc.ctx.Err() != nil || failed.Load() > 50 {
+					return
+				}
+				cn, err := wsDial(in.Addr(), "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512)
+				if err == nil {
+					if err = wsEcho(cn, msg, 5*time.Second); err != nil {
+						cn.Close()
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				conns[i] = cn
+				opened.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	reached := int(opened.Load())
+	if f := failed.Load(); f > 0 {
+		rc.note("%d tunnels failed to open (first: %v)", f, firstErr.Load())
+	}
+	if reached == 0 {
+		return nil, fmt.Errorf("no tunnel opened: %v", firstErr.Load())
+	}
+	time.Sleep(time.Second)
+	after := medianRSS(in, 3, 200*time.Millisecond)
+	open := 0
+	for _, cx := range c.Connections {
+		open += cx.OpenTunnels()
+	}
+	if open < reached {
+		rc.note("connection servers see %d open tunnels of %d opened", open, reached)
+	}
+	return &Result{Metrics: map[string]float64{
+		"kib_per_tunnel": float64(after-before) / float64(reached) / 1024,
+		"tunnels":        float64(reached),
+		"target_n":       float64(n),
+		"rss_before_mib": float64(before) / (1 << 20),
+		"rss_after_mib":  float64(after) / (1 << 20),
+		"fd_limit":       float64(in.FDLimit()),
+	}}, nil
+}
+
+// medianRSS samples the proxy's RSS k times, step apart, and returns the median.
+func medianRSS(in *Instance, k int, step time.Duration) int64 {
+	var xs []float64
+	for i := 0; i < k; i++ {
+		if i > 0 {
+			time.Sleep(step)
+		}
+		xs = append(xs, float64(in.RSS()))
+	}
+	return int64(median(xs))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
