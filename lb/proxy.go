@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -232,19 +233,52 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) replayable
 }
 
 // countingReader counts the bytes read from a client's body stream and pushes the client connection's
-// read deadline forward on every read, so read_timeout bounds silence rather than the whole upload.
+// read deadline forward while bytes arrive, so read_timeout bounds silence rather than the whole upload.
+// As for upstream reads, the deadline moves only once it fell a quarter of the timeout behind.
 type countingReader struct {
-	r       io.Reader
-	conn    net.Conn
-	timeout time.Duration
-	n       int64
+	r        io.Reader
+	conn     net.Conn
+	timeout  time.Duration
+	deadline time.Time
+	n        int64
 }
 
 func (c *countingReader) Read(b []byte) (int, error) {
 	if c.timeout > 0 {
-		c.conn.SetReadDeadline(time.Now().Add(c.timeout)) //nolint:errcheck // a failed read reports it
+		if want := time.Now().Add(c.timeout); want.Sub(c.deadline) > c.timeout/4 {
+			c.conn.SetReadDeadline(want) //nolint:errcheck // a failed read reports it
+			c.deadline = want
+		}
 	}
 	n, err := c.r.Read(b)
 	c.n += int64(n)
 	return n, err
+}
+
+// copyBuffers are the buffers large bodies are copied through: fasthttp copies in 4 KiB steps, which
+// costs a read and a write system call every 4 KiB; 64 KiB steps cost 16 times fewer.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// WriteTo implements io.WriterTo, which fasthttp prefers when it copies a request body upstream.
+func (c *countingReader) WriteTo(w io.Writer) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	var written int64
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, err
+		}
+	}
 }
