@@ -46,10 +46,11 @@ type CheckerOptions struct {
 // Checker tracks which servers of a pool are up. Up is lock-free and allocation-free: selection policies
 // call it on every request.
 type Checker struct {
-	o       CheckerOptions
-	servers []*checkedServer
-	ready   chan struct{}
-	pending atomic.Int32 // servers whose first probe has not answered yet
+	o         CheckerOptions
+	servers   []*checkedServer
+	ready     chan struct{}
+	readyOnce sync.Once
+	pending   atomic.Int32 // servers whose first probe has not answered yet
 }
 
 type checkedServer struct {
@@ -93,7 +94,7 @@ func NewChecker(o CheckerOptions) *Checker {
 		c.servers = append(c.servers, s)
 	}
 	if o.Path == "" || len(c.servers) == 0 {
-		close(c.ready)
+		c.markReady()
 	}
 	c.pending.Store(int32(len(c.servers)))
 	return c
@@ -118,17 +119,7 @@ func (c *Checker) Start(ctx context.Context) {
 	}
 }
 
-var readyOnce sync.Mutex
-
-func (c *Checker) markReady() {
-	readyOnce.Lock()
-	defer readyOnce.Unlock()
-	select {
-	case <-c.ready:
-	default:
-		close(c.ready)
-	}
-}
+func (c *Checker) markReady() { c.readyOnce.Do(func() { close(c.ready) }) }
 
 // Ready is closed once every server answered its first probe (bounded by Timeout).
 func (c *Checker) Ready() <-chan struct{} { return c.ready }

@@ -335,3 +335,25 @@ func TestNonIdempotentRequestGets502WhenItReachedTheServerAnd504OnTimeout(t *tes
 		t.Fatalf("silent server: got %d, want 504", code)
 	}
 }
+
+func TestA503ToANonIdempotentRequestIsRelayedNotRetriedButTriggersProbes(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	// Slow checks: only the live 503 can make fairlead probe before a second has passed.
+	l, _ := startLB(t, platformConfig(c, "", `interval = "5s"`+"\n"+`interval_max = "5s"`+"\n"+`fast_interval = "5s"`))
+	mustSetState(t, p1, sim.Standby)
+	mustSetState(t, p2, sim.Leader)
+	before := len(p2.Probes())
+	resp, err := testClient.Post("http://"+l.Addr()+"/Thingworx/Things/x/Services/Do", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("X-Served-By") != p1.Name {
+		t.Fatalf("POST got %d from %q, want the leader's own 503", resp.StatusCode, resp.Header.Get("X-Served-By"))
+	}
+	if p2.Requests() != 0 {
+		t.Fatal("the POST was replayed on another server")
+	}
+	eventually(t, time.Second, "an immediate probe of every server", func() bool { return len(p2.Probes()) > before })
+}

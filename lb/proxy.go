@@ -70,34 +70,37 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		s.requests.Add(1)
 		err := s.client.Do(req, &ctx.Response)
 		if err == nil {
-			status := ctx.Response.StatusCode()
-			if status != fasthttp.StatusServiceUnavailable || p.leader == nil || !replay.ok() || attempt == maxAttempts {
-				prepareResponse(&ctx.Response)
-				if p.cookieIdx >= 0 {
-					p.setCookie(ctx, i)
+			if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable && p.leader != nil {
+				// The leader answered 503: it may be stepping down, so every server is probed now.
+				// An idempotent request is held until the checks settle and retried if the leader
+				// changed; otherwise (and for any other request) the original answer is relayed.
+				p.leader.Trigger()
+				if idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
+					ctx.Response.Body() // keep the answer but free the upstream connection while waiting
+					if deadline.IsZero() {
+						deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+					}
+					if next := p.settle(i, time.Now(), deadline); next >= 0 && next != i {
+						ctx.Response.Reset()
+						p.retries.Add(1)
+						i = next
+						continue
+					}
 				}
-				return
 			}
-			// The leader answered 503: it may be stepping down. Hold the request until the checks
-			// settle; if the leader changed, retry there, otherwise relay the original answer.
-			if deadline.IsZero() {
-				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+			prepareResponse(&ctx.Response)
+			if p.cookieIdx >= 0 {
+				p.setCookie(ctx, i)
 			}
-			failedAt := time.Now()
-			next := p.settle(i, failedAt, deadline)
-			if next < 0 || next == i {
-				prepareResponse(&ctx.Response)
-				return
-			}
-			ctx.Response.CloseBodyStream() //nolint:errcheck // discarding the 503 body
-			ctx.Response.Reset()
-			p.retries.Add(1)
-			i = next
-			continue
+			return
 		}
 
 		s.failures.Add(1)
 		ctx.Response.Reset()
+		if p.leader != nil {
+			// Live traffic to the leader was refused, reset or timed out: probe every server now.
+			p.leader.Trigger()
+		}
 		var de *dialError
 		dialFailed := errors.As(err, &de)
 		switch {
@@ -113,7 +116,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		}
 		// A refused dial reached no byte of the server: any request may go again. Otherwise only a
 		// request that cannot cause a second side effect, and whose body can be sent again.
-		retryable := (dialFailed && replay.untouched()) || (idempotent(&req.Header) && replay.ok())
+		retryable := (dialFailed || idempotent(&req.Header)) && replay.ok()
 		if !retryable || attempt == maxAttempts {
 			p.bad502.Add(1)
 			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.Addr, err)
@@ -132,7 +135,6 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 			i = p.pick(ctx)
 		}
 		p.retries.Add(1)
-		replay.rewind()
 	}
 }
 
@@ -201,18 +203,11 @@ func (r *route) matches(path []byte, upgrade bool) bool {
 // replayable tracks whether a request's body can be sent again after a failed attempt.
 type replayable struct {
 	stream *countingReader // nil when the body is in memory (always replayable)
-	size   int
 }
 
-// ok reports whether the body can be sent again in full.
+// ok reports whether the body can be sent again in full: it is in memory, or no byte of the stream was
+// consumed yet (the stream is still at its start).
 func (r replayable) ok() bool { return r.stream == nil || r.stream.n == 0 }
-
-// untouched reports whether no byte of a streamed body was consumed yet.
-func (r replayable) untouched() bool { return r.ok() }
-
-// rewind prepares the request for one more attempt. In-memory bodies need nothing; an untouched stream
-// is still at its start.
-func (r replayable) rewind() {}
 
 // makeReplayable reads small streamed bodies into memory (up to retry_buffer) so that they can be
 // replayed, and wraps larger ones to know whether any byte was consumed. It also keeps a streamed body's
@@ -229,7 +224,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) replayable
 	}
 	cr := &countingReader{r: req.BodyStream(), conn: ctx.Conn(), timeout: g.cfg.Frontend.ReadTimeout.D}
 	req.SetBodyStream(cr, size)
-	return replayable{stream: cr, size: size}
+	return replayable{stream: cr}
 }
 
 // countingReader counts the bytes read from a client's body stream and pushes the client connection's
