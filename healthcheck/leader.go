@@ -313,6 +313,13 @@ func (l *Leader) probe(s *leaderServer) (int, error) {
 func (l *Leader) record(i int, ok bool, status int, err error) {
 	l.mu.Lock()
 	wasFailing := l.el.failing()
+	if !ok && i == l.el.leader {
+		what := fmt.Sprintf("status %d", status)
+		if err != nil {
+			what = err.Error()
+		}
+		l.o.Logf("healthcheck: leader %s answered %s", l.servers[i].addr, what)
+	}
 	out := l.el.observe(i, ok)
 	if !l.el.ready {
 		l.answered++
@@ -324,14 +331,6 @@ func (l *Leader) record(i int, ok bool, status int, err error) {
 	nowFailing := l.el.failing()
 	l.mu.Unlock()
 
-	s := l.servers[i]
-	if !ok && i == out.old {
-		what := fmt.Sprintf("status %d", status)
-		if err != nil {
-			what = err.Error()
-		}
-		l.o.Logf("healthcheck: leader %s answered %s", s.addr, what)
-	}
 	if wasFailing != nowFailing {
 		l.wakeAll()
 	}
