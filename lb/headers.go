@@ -3,9 +3,8 @@ package lb
 import (
 	"bytes"
 	"net"
-	"net/netip"
-	"strconv"
 
+	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
 
@@ -37,7 +36,11 @@ func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool) {
 		xff = append(xff, prior...)
 		xff = append(xff, ", "...)
 	}
-	xff = appendIP(xff, remote)
+	if b, ok := stickiness.AppendIP(xff, remote); ok {
+		xff = b
+	} else {
+		xff = append(xff, "unknown"...)
+	}
 	h.SetBytesV(fasthttp.HeaderXForwardedFor, xff)
 	if tls {
 		h.Set(fasthttp.HeaderXForwardedProto, "https")
@@ -77,23 +80,6 @@ func stripConnectionHeaders(v []byte, del func([]byte)) {
 		}
 		del(tok)
 	}
-}
-
-// appendIP appends ip in its usual text form (as net.IP.String) without allocating.
-func appendIP(dst []byte, ip net.IP) []byte {
-	if ip4 := ip.To4(); ip4 != nil {
-		for i, b := range ip4 {
-			if i > 0 {
-				dst = append(dst, '.')
-			}
-			dst = strconv.AppendUint(dst, uint64(b), 10)
-		}
-		return dst
-	}
-	if len(ip) == net.IPv6len {
-		return netip.AddrFrom16([16]byte(ip)).AppendTo(dst)
-	}
-	return append(dst, "unknown"...)
 }
 
 // ambiguousFraming reports a request whose body length could be read two ways: Transfer-Encoding

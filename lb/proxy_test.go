@@ -120,12 +120,3 @@ func TestUpstreamStatusAndHeadersAreRelayedUnchanged(t *testing.T) {
 		}
 	}
 }
-
-func TestAppendIPFormatsLikeNetIP(t *testing.T) {
-	for _, s := range []string{"127.0.0.1", "10.1.2.3", "::1", "2001:db8::68", "::ffff:192.0.2.1", "255.255.255.255"} {
-		ip := net.ParseIP(s)
-		if got := string(appendIP(nil, ip)); got != ip.String() {
-			t.Errorf("appendIP(%s) = %q, want %q", s, got, ip.String())
-		}
-	}
-}

@@ -219,7 +219,7 @@ func (e *Extractor) Key(dst []byte, ctx *fasthttp.RequestCtx) (key []byte, sourc
 			v = ctx.Request.Header.Cookie(s.Name)
 		case SourceIP:
 			n := len(dst)
-			if out, ok := appendIP(append(dst, 's', ':'), ctx.RemoteIP()); ok {
+			if out, ok := AppendIP(append(dst, 's', ':'), ctx.RemoteIP()); ok {
 				return out, i, true
 			}
 			dst = dst[:n]
@@ -245,11 +245,11 @@ func appendValue(dst []byte, prefix byte, v []byte) []byte {
 	return base64.RawURLEncoding.AppendEncode(dst, sum[:])
 }
 
-// appendIP appends ip to dst in the form net.IP.String uses (dotted quad for
+// AppendIP appends ip to dst in the form net.IP.String uses (dotted quad for
 // IPv4 and IPv4-mapped IPv6 addresses, RFC 5952 for other IPv6 addresses),
 // without allocating. It reports false, leaving dst as is, for an IP that is
-// neither 4 nor 16 bytes long.
-func appendIP(dst []byte, ip net.IP) ([]byte, bool) {
+// neither 4 nor 16 bytes long. The proxy uses it for X-Forwarded-For too.
+func AppendIP(dst []byte, ip net.IP) (b []byte, ok bool) {
 	switch len(ip) {
 	case net.IPv4len:
 		return netip.AddrFrom4([4]byte(ip)).AppendTo(dst), true

@@ -244,9 +244,9 @@ func TestSourceKeyFormatsIPsLikeNetIPString(t *testing.T) {
 func TestAppendIPRefusesMalformedIPs(t *testing.T) {
 	f := func(ip net.IP) {
 		t.Helper()
-		got, ok := appendIP([]byte("x"), ip)
+		got, ok := AppendIP([]byte("x"), ip)
 		if ok || string(got) != "x" {
-			t.Fatalf("appendIP(%#v) = %q, %v; want \"x\", false", ip, got, ok)
+			t.Fatalf("AppendIP(%#v) = %q, %v; want \"x\", false", ip, got, ok)
 		}
 	}
 	f(nil)
