@@ -14,33 +14,19 @@ import (
 )
 
 // CheckerOptions configures a Checker: the rise/fall health check of an ordinary pool (connection
-// servers, sticky HTTP pools).
+// servers, sticky HTTP pools). 2xx and 3xx answers pass. An empty Path disables active probing: servers
+// are up unless MarkDown takes one down, and then it is tried again after Interval. FastInterval is the
+// probe period of a server that is down or changing state.
 type CheckerOptions struct {
-	// Servers are the pool's addresses (host:port), in config order.
-	Servers []string
-	// Path is probed with GET; 2xx and 3xx answers pass. "" disables active probing: servers are up
-	// unless MarkDown takes one down, and then it is tried again after Interval.
-	Path string
+	Probe
 	// Port, if non-zero, replaces each server's port for probes (connection servers may answer health
 	// checks on a port of their own).
 	Port int
-	// Credentials, if set, is sent as "Authorization: Basic <Credentials>".
-	Credentials string
-	// Interval and IntervalMax bound the random wait between two probes of a healthy server.
-	Interval, IntervalMax time.Duration
-	// FastInterval is the probe period of a server that is down or changing state.
-	FastInterval time.Duration
-	// Timeout bounds one probe.
-	Timeout time.Duration
-	// Fall consecutive failures take an up server down; Rise consecutive passes bring a down one up.
-	Fall, Rise int
+	// Rise consecutive passes bring a down server back up.
+	Rise int
 	// OnChange is called (from a checker goroutine, or from MarkDown's caller) when a server goes up or
 	// down. It must not block for long.
 	OnChange func(server int, up bool)
-	// Logf logs state changes. Default log.Printf.
-	Logf func(format string, args ...any)
-	// Rand returns a number in [0, 1) for jitter. Default math/rand/v2.Float64.
-	Rand func() float64
 }
 
 // Checker tracks which servers of a pool are up. Up is lock-free and allocation-free: selection policies

@@ -20,27 +20,34 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// LeaderOptions configures a Leader. Durations must be positive; NewLeader does not validate them (the
-// config loader does).
-type LeaderOptions struct {
+// Probe is what every health check sends, to which servers, and how often. Durations must be positive;
+// the constructors do not validate them (the config loader does).
+type Probe struct {
 	// Servers are the addresses (host:port) probed, in config order.
 	Servers []string
-	// Path is the LeaderCheck path, e.g. "/Thingworx/Admin/HA/LeaderCheck".
+	// Path is probed with GET.
 	Path string
 	// Credentials is base64 of user:password, sent as "Authorization: Basic <Credentials>"; "" sends none.
+	// It is never logged.
 	Credentials string
 	// Interval and IntervalMax bound the random steady-state wait between two probes of one server.
 	Interval, IntervalMax time.Duration
-	// FastInterval is the probe period while the leader is failing or unknown.
+	// FastInterval is the probe period while things are failing (see Leader and Checker).
 	FastInterval time.Duration
-	// Timeout bounds one probe.
+	// Timeout bounds one probe; a probe that times out has failed.
 	Timeout time.Duration
-	// Fall is the number of consecutive non-200 answers that dethrone the leader.
+	// Fall is the number of consecutive failed answers that take the leader (or a server) down.
 	Fall int
-	// Logf logs state changes (never credentials). Default log.Printf.
+	// Logf logs state changes. Default log.Printf.
 	Logf func(format string, args ...any)
 	// Rand returns a number in [0, 1) for probe jitter. Default math/rand/v2.Float64. Tests inject one.
 	Rand func() float64
+}
+
+// LeaderOptions configures a Leader: Path is the LeaderCheck, e.g. "/Thingworx/Admin/HA/LeaderCheck",
+// 200 is a leader answer, and FastInterval applies while the leader is failing or unknown.
+type LeaderOptions struct {
+	Probe
 	// OnProbe, if set, is called after every probe with the server index and the answer (status 0 on a
 	// transport error). It runs on the prober goroutine and must be quick.
 	OnProbe func(server, status int, err error)

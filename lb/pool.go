@@ -65,19 +65,22 @@ func newPool(name string, cfg *PoolConfig, logf func(string, ...any), onDown fun
 		p.servers = append(p.servers, newServer(addr, cfg))
 	}
 	ck := cfg.Check
+	probe := healthcheck.Probe{
+		Servers:      cfg.Servers,
+		Path:         ck.Path,
+		Credentials:  ck.Credentials,
+		Interval:     ck.Interval.D,
+		IntervalMax:  ck.IntervalMax.D,
+		FastInterval: ck.FastInterval.D,
+		Timeout:      ck.Timeout.D,
+		Fall:         ck.Fall,
+		Logf:         logf,
+	}
 	if cfg.Balance != "leader" {
 		p.checker = healthcheck.NewChecker(healthcheck.CheckerOptions{
-			Servers:      cfg.Servers,
-			Path:         ck.Path,
-			Port:         ck.Port,
-			Credentials:  ck.Credentials,
-			Interval:     ck.Interval.D,
-			IntervalMax:  ck.IntervalMax.D,
-			FastInterval: ck.FastInterval.D,
-			Timeout:      ck.Timeout.D,
-			Fall:         ck.Fall,
-			Rise:         ck.Rise,
-			Logf:         logf,
+			Probe: probe,
+			Port:  ck.Port,
+			Rise:  ck.Rise,
 			OnChange: func(i int, up bool) {
 				if !up && onDown != nil {
 					onDown(p, i)
@@ -99,17 +102,7 @@ func newPool(name string, cfg *PoolConfig, logf func(string, ...any), onDown fun
 		}
 	}
 	if cfg.Balance == "leader" {
-		p.leader = healthcheck.NewLeader(healthcheck.LeaderOptions{
-			Servers:      cfg.Servers,
-			Path:         ck.Path,
-			Credentials:  ck.Credentials,
-			Interval:     ck.Interval.D,
-			IntervalMax:  ck.IntervalMax.D,
-			FastInterval: ck.FastInterval.D,
-			Timeout:      ck.Timeout.D,
-			Fall:         ck.Fall,
-			Logf:         logf,
-		})
+		p.leader = healthcheck.NewLeader(healthcheck.LeaderOptions{Probe: probe})
 	}
 	return p
 }
