@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -313,4 +314,98 @@ websocket = true
 paths = ["/Thingworx/WS"]
 pool = "cxserver"
 `, strings.Join(cx, ", "))
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's stderr copier and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestSIGHUPReloadsAndABadConfigKeepsTheRunningOne(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr, admin := freeAddr(t), freeAddr(t)
+	dir := writeFiles(t, map[string]string{"10-base.toml": fmt.Sprintf(`
+[frontend]
+listen = %q
+[admin]
+listen = %q
+[pools.platform]
+servers = [%q, %q]
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+interval = "200ms"
+[[routes]]
+pool = "platform"
+`, addr, admin, c.Platforms[0].Addr, c.Platforms[1].Addr)})
+	var stderr syncBuffer
+	cmd := exec.Command(binary, "-config", dir)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }() //nolint:errcheck
+	metric := func(name string) string {
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; stderr:\n%s", what, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitUntil("fairlead to serve", func() bool { return metric("fairlead_config_last_reload_successful") == "1" })
+
+	bad := filepath.Join(dir, "30-bad.toml")
+	if err := os.WriteFile(bad, []byte("[frontend]\nlisen = \"x\"\n[pools.platform]\nqueue_timeout = \"soon\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
+	waitUntil("the failed reload to show", func() bool { return metric("fairlead_config_last_reload_successful") == "0" })
+	for _, want := range []string{bad + ": frontend.lisen: unknown key", bad + ": pools.platform.queue_timeout: bad duration"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log does not name %q:\n%s", want, stderr.String())
+		}
+	}
+	if resp, err := http.Get("http://" + addr + "/"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after a bad reload: %v %v", resp, err)
+	}
+
+	// Fixed: the next SIGHUP applies it.
+	if err := os.WriteFile(bad, []byte("[pools.platform]\nqueue_timeout = \"3s\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
+	waitUntil("the reload to apply", func() bool {
+		return metric("fairlead_config_last_reload_successful") == "1" && metric("fairlead_config_reloads_total") == "1"
+	})
+	if resp, err := http.Get("http://" + addr + "/"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the reload: %v %v", resp, err)
+	}
 }
