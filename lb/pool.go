@@ -109,7 +109,7 @@ func newPool(name string, cfg *PoolConfig, logf func(string, ...any), onDown fun
 
 func newServer(addr string, cfg *PoolConfig) *Server {
 	s := &Server{Addr: addr}
-	connectTimeout, idle := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D
+	connectTimeout, idle, nodelay := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D, cfg.NoDelay
 	s.client = &fasthttp.HostClient{
 		Addr:                addr,
 		MaxConns:            cfg.MaxConns,
@@ -127,6 +127,9 @@ func newServer(addr string, cfg *PoolConfig) *Server {
 			c, err := fasthttp.DialTimeout(a, connectTimeout)
 			if err != nil {
 				return nil, &dialError{err}
+			}
+			if tc, ok := c.(*net.TCPConn); ok && !nodelay {
+				tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
 			}
 			return &idleConn{Conn: c, timeout: idle}, nil
 		},
