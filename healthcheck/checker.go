@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // CheckerOptions configures a Checker: the rise/fall health check of an ordinary pool (connection
@@ -40,10 +38,10 @@ type Checker struct {
 }
 
 type checkedServer struct {
-	addr, probeAddr string
-	client          *fasthttp.HostClient
-	up              atomic.Bool
-	wake            chan struct{}
+	addr  string
+	probe *prober
+	up    atomic.Bool
+	wake  chan struct{}
 
 	mu         sync.Mutex // guards the counters below
 	run, fails int
@@ -64,18 +62,14 @@ func NewChecker(o CheckerOptions) *Checker {
 	}
 	c := &Checker{o: o, ready: make(chan struct{})}
 	for _, addr := range o.Servers {
-		s := &checkedServer{addr: addr, probeAddr: addr, wake: make(chan struct{}, 1), first: true}
+		s := &checkedServer{addr: addr, wake: make(chan struct{}, 1), first: true}
+		probeAddr := addr
 		if o.Port != 0 {
 			if host, _, err := net.SplitHostPort(addr); err == nil {
-				s.probeAddr = net.JoinHostPort(host, strconv.Itoa(o.Port))
+				probeAddr = net.JoinHostPort(host, strconv.Itoa(o.Port))
 			}
 		}
-		timeout := o.Timeout
-		s.client = &fasthttp.HostClient{
-			Addr: s.probeAddr, Name: "fairlead-check", MaxConns: 2,
-			ReadTimeout: timeout, WriteTimeout: timeout,
-			Dial: func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
-		}
+		s.probe = newProber(probeAddr, &o.Probe)
 		s.up.Store(true)
 		c.servers = append(c.servers, s)
 	}
@@ -185,20 +179,7 @@ func (c *Checker) probeOnce(i int) {
 		}
 	}()
 	s := c.servers[i]
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(c.o.Path)
-	req.Header.SetHost(s.probeAddr)
-	if c.o.Credentials != "" {
-		req.Header.Set(fasthttp.HeaderAuthorization, "Basic "+c.o.Credentials)
-	}
-	resp.SkipBody = true
-	err := s.client.DoTimeout(req, resp, c.o.Timeout)
-	status := 0
-	if err == nil {
-		status = resp.StatusCode()
-	}
+	status, err := s.probe.get()
 	pass := err == nil && status >= 200 && status < 400
 
 	s.mu.Lock()

@@ -37,6 +37,18 @@ func startChecker(t *testing.T, s *sim.ConnServer, fall, rise int, ev *events) *
 	return c
 }
 
+// startSim starts a simulated cluster, closed at the end of the test.
+func startSim(t *testing.T, o sim.Options) *sim.Cluster {
+	t.Helper()
+	o.Logf = func(string, ...any) {}
+	cl, err := sim.Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
@@ -49,11 +61,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testing.T) {
-	cl, err := sim.Start(sim.Options{Platforms: 1, Connections: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
 	s := cl.Connections[0]
 	var ev events
 	c := startChecker(t, s, 3, 2, &ev)
@@ -77,11 +85,7 @@ func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testi
 }
 
 func TestCheckerIgnoresFewerFailuresThanFall(t *testing.T) {
-	cl, err := sim.Start(sim.Options{Platforms: 1, Connections: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
 	s := cl.Connections[0]
 	var ev events
 	c := startChecker(t, s, 1000, 2, &ev) // never enough failures in this test
@@ -93,11 +97,7 @@ func TestCheckerIgnoresFewerFailuresThanFall(t *testing.T) {
 }
 
 func TestMarkDownTakesAServerDownAtOnceAndProbesBringItBack(t *testing.T) {
-	cl, err := sim.Start(sim.Options{Platforms: 1, Connections: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
 	var ev events
 	c := startChecker(t, cl.Connections[0], 2, 2, &ev)
 	c.MarkDown(0)
@@ -108,11 +108,7 @@ func TestMarkDownTakesAServerDownAtOnceAndProbesBringItBack(t *testing.T) {
 }
 
 func TestCheckerProbesTheConfiguredPort(t *testing.T) {
-	cl, err := sim.Start(sim.Options{Platforms: 1, Connections: 1, ConnectionHealthAddrs: []string{"127.0.0.1:0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1, ConnectionHealthAddrs: []string{"127.0.0.1:0"}})
 	s := cl.Connections[0]
 	if s.HealthAddr == s.Addr {
 		t.Skip("simulator did not give a separate health port")
@@ -124,7 +120,7 @@ func TestCheckerProbesTheConfiguredPort(t *testing.T) {
 			FastInterval: time.Second, Timeout: 200 * time.Millisecond, Fall: 1, Logf: func(string, ...any) {}},
 		Port: port, Rise: 1, OnChange: ev.add,
 	})
-	if got := c.servers[0].probeAddr; got != s.HealthAddr {
+	if got := c.servers[0].probe.addr; got != s.HealthAddr {
 		t.Fatalf("probes go to %s, want %s", got, s.HealthAddr)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +75,7 @@ type Leader struct {
 // that Status can read them.
 type leaderServer struct {
 	addr    string
-	client  *fasthttp.HostClient
+	probe   *prober
 	trigger chan struct{} // probe now
 	wake    chan struct{} // the pace changed: recompute the next probe time
 
@@ -104,18 +103,8 @@ func NewLeader(o LeaderOptions) *Leader {
 	l.current.Store(-1)
 	for _, addr := range o.Servers {
 		l.servers = append(l.servers, &leaderServer{
-			addr: addr,
-			client: &fasthttp.HostClient{
-				Addr:                addr,
-				Name:                "fairlead-check",
-				MaxConns:            2,
-				ReadTimeout:         o.Timeout,
-				WriteTimeout:        o.Timeout,
-				MaxIdleConnDuration: o.IntervalMax + time.Second,
-				Dial: func(a string) (net.Conn, error) {
-					return fasthttp.DialTimeout(a, o.Timeout)
-				},
-			},
+			addr:    addr,
+			probe:   newProber(addr, &o.Probe),
 			trigger: make(chan struct{}, 1),
 			wake:    make(chan struct{}, 1),
 		})
@@ -276,7 +265,7 @@ func (l *Leader) probeOnce(ctx context.Context, i int) {
 	s := l.servers[i]
 	start := time.Now()
 	s.lastStart.Store(start.UnixNano())
-	status, err := l.probe(s)
+	status, err := s.probe.get()
 	if ctx.Err() != nil {
 		return
 	}
@@ -296,24 +285,6 @@ func (l *Leader) probeOnce(ctx context.Context, i int) {
 		l.o.OnProbe(i, status, err)
 	}
 	l.record(i, ok, status, err)
-}
-
-func (l *Leader) probe(s *leaderServer) (int, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(l.o.Path)
-	req.Header.SetHost(s.addr)
-	req.Header.SetMethod(fasthttp.MethodGet)
-	if l.o.Credentials != "" {
-		req.Header.Set(fasthttp.HeaderAuthorization, "Basic "+l.o.Credentials)
-	}
-	resp.SkipBody = true
-	if err := s.client.DoTimeout(req, resp, l.o.Timeout); err != nil {
-		return 0, err
-	}
-	return resp.StatusCode(), nil
 }
 
 // record feeds one answer to the election and publishes the result.

@@ -178,7 +178,6 @@ func (c *candidates) Up(i int) bool     { return c.checker.Up(i) }
 // Up reports whether server i of a checked pool may take new traffic.
 func (p *Pool) Up(i int) bool  { return p.checker.Up(i) }
 func (p *Pool) markDown(i int) { p.checker.MarkDown(i) }
-func (p *Pool) sticky() bool   { return p.table != nil }
 
 // pick returns the server for a request, or -1 if none is usable now. Fast path: one atomic load for a
 // leader pool; for a sticky pool a key extraction and a table lookup, without allocating for known keys.
