@@ -1,7 +1,8 @@
 package healthcheck
 
 // election is the leader state machine of a ThingWorx HA pool, without clocks or sockets: it is fed one
-// LeaderCheck answer at a time and says who is leader. It is not safe for concurrent use; Leader guards it.
+// LeaderCheck answer at a time and says who is leader. It is not safe for concurrent use; Leader guards
+// it (and the run and fails counts of its targets) with its mutex.
 //
 // The rules, as ThingWorx prescribes for its load balancers:
 //   - 200 is a leader answer; anything else (400, 401, 503, another code, timeout, refused) is not.
@@ -11,11 +12,10 @@ package healthcheck
 //     answers 200.
 //   - Another server answering 200 while the leader's latest answer is also 200 is split brain: the
 //     leader stays and the event is reported.
+//   - A leader removed from the pool (reload, discovery) is replaced at once by the same choice.
 type election struct {
 	fall   int
-	leader int   // index into the servers, -1 while no leader is known
-	runs   []int // consecutive 200 answers of each server, 0 if its latest answer was not 200
-	fails  []int // consecutive non-200 answers of each server
+	leader *Target // nil while no leader is known
 	// ready is false until the first round of probes is over; until then nobody is elected, so that the
 	// initial choice sees every server's answer instead of whichever came first.
 	ready bool
@@ -23,72 +23,81 @@ type election struct {
 
 // outcome says what one answer changed.
 type outcome struct {
-	changed    bool // the leader changed (possibly to -1)
-	old        int  // the leader before this answer
-	splitBrain bool // a second server answered 200 while the leader is healthy
+	old        *Target // the leader before
+	splitBrain bool    // a second server answered 200 while the leader is healthy
 }
 
-func newElection(n, fall int) *election {
-	return &election{fall: fall, leader: -1, runs: make([]int, n), fails: make([]int, n)}
-}
+func (e *election) changed(o outcome) bool { return e.leader != o.old }
 
-// observe records server i's answer (ok means 200).
-func (e *election) observe(i int, ok bool) outcome {
+// observe records t's answer (ok means 200); ts are the pool's targets in config order.
+func (e *election) observe(ts []*Target, t *Target, ok bool) outcome {
 	if ok {
-		e.runs[i]++
-		e.fails[i] = 0
+		t.run++
+		t.fails = 0
 	} else {
-		e.runs[i] = 0
-		e.fails[i]++
+		t.run = 0
+		t.fails++
 	}
 	out := outcome{old: e.leader}
 	switch {
 	case !e.ready:
-	case e.leader < 0:
+	case e.leader == nil:
 		if ok {
-			e.leader = e.best()
+			e.leader = best(ts)
 		}
-	case i == e.leader:
-		if !ok && e.fails[i] >= e.fall {
-			e.leader = e.best()
+	case t == e.leader:
+		if !ok && t.fails >= e.fall {
+			e.leader = best(ts)
 		}
-	case ok && e.fails[e.leader] == 0:
+	case ok && e.leader.fails == 0:
 		out.splitBrain = true
 	}
-	out.changed = e.leader != out.old
 	return out
 }
 
 // finishFirstRound ends the initial round and elects from the answers seen so far.
-func (e *election) finishFirstRound() outcome {
+func (e *election) finishFirstRound(ts []*Target) outcome {
 	out := outcome{old: e.leader}
 	if !e.ready {
 		e.ready = true
-		e.leader = e.best()
+		e.leader = best(ts)
 		n := 0
-		for _, r := range e.runs {
-			if r > 0 {
+		for _, t := range ts {
+			if t.run > 0 {
 				n++
 			}
 		}
 		out.splitBrain = n > 1
 	}
-	out.changed = e.leader != out.old
 	return out
 }
 
-// best returns the server whose latest answer was 200 with the longest run of 200s, or -1.
-func (e *election) best() int {
-	best := -1
-	for i, r := range e.runs {
-		if r > 0 && (best < 0 || r > e.runs[best]) {
-			best = i
+// removed re-elects when the leader left the pool; ts are the targets that stay.
+func (e *election) removed(ts []*Target, gone []*Target) outcome {
+	out := outcome{old: e.leader}
+	for _, t := range gone {
+		if t == e.leader {
+			e.leader = nil
+			if e.ready {
+				e.leader = best(ts)
+			}
 		}
 	}
-	return best
+	return out
+}
+
+// best returns the target whose latest answer was 200 with the longest run of 200s, or nil.
+func best(ts []*Target) *Target {
+	var b *Target
+	for _, t := range ts {
+		if t.run > 0 && (b == nil || t.run > b.run) {
+			b = t
+		}
+	}
+	return b
 }
 
 // failing reports whether probing must go fast: no leader known, or the leader's latest answer was not 200.
 func (e *election) failing() bool {
-	return e.leader < 0 || e.fails[e.leader] > 0
+	return e.leader == nil || e.leader.fails > 0
 }

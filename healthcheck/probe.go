@@ -1,14 +1,264 @@
 package healthcheck
 
 import (
+	"context"
+	"log"
+	"math/rand/v2"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
+// Options configures a Checker or a Leader: what every probe sends, where, how often, and what a run of
+// answers means. Durations must be positive; the config loader validates them.
+type Options struct {
+	// Pool names the pool in events and logs.
+	Pool string
+	// Path is probed with GET. "" disables active probing (a Checker then relies on live traffic alone).
+	Path string
+	// Credentials is base64 of user:password, sent as "Authorization: Basic <Credentials>"; "" sends none.
+	// It is never logged.
+	Credentials string
+	// Port, if non-zero, replaces each server's port for probes.
+	Port int
+	// Interval and IntervalMax bound the random steady-state wait between two probes of one server.
+	Interval, IntervalMax time.Duration
+	// FastInterval is the probe period while things are failing: the leader is failing or unknown, or
+	// a server is down, changing state, or failing live traffic.
+	FastInterval time.Duration
+	// Timeout bounds one probe; a probe that times out has failed.
+	Timeout time.Duration
+	// Fall consecutive failures take a server down (a leader: fall non-200 answers end its term).
+	Fall int
+	// Rise consecutive passes bring a down server back (Checker only).
+	Rise int
+	// Bus receives the events; nil publishes nowhere.
+	Bus *Bus
+	// Logf logs what events do not carry (a failing leader's answers, a panicking probe). Default log.Printf.
+	Logf func(format string, args ...any)
+	// Rand returns a number in [0, 1) for probe jitter. Default math/rand/v2.Float64.
+	Rand func() float64
+}
+
+func (o *Options) setDefaults() {
+	if o.Logf == nil {
+		o.Logf = log.Printf
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.Bus == nil {
+		o.Bus = NewBus()
+	}
+}
+
+// steady is a random wait in [Interval, IntervalMax]: probes of many servers do not fall in step.
+func (o *Options) steady() time.Duration {
+	return o.Interval + time.Duration(o.Rand()*float64(o.IntervalMax-o.Interval))
+}
+
+// Loop calls fn at once, then each time the wait that next returns (computed after fn) has passed. A
+// signal on kick runs fn now; one on wake recomputes the wait. It returns when ctx is done. It is the
+// one timer loop of fairlead's periodic work: every prober, and the sticky table's janitor.
+func Loop(ctx context.Context, kick, wake <-chan struct{}, next func() time.Duration, fn func()) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-kick:
+			timer.Stop()
+		case <-wake:
+			timer.Stop()
+			if d := next(); d > 0 {
+				timer.Reset(d)
+				continue
+			}
+		}
+		fn()
+		timer.Reset(max(next(), 0))
+	}
+}
+
+// judge is what a Checker or a Leader makes of answers.
+type judge interface {
+	// answer takes one probe's answer of t, publishing what it changes.
+	answer(t *Target, start time.Time, status int, err error)
+	// pace is the wait from t's latest probe start to its next one.
+	pace(t *Target) time.Duration
+	// firstRoundOver ends the first round (every first-round target answered, or the timeout passed).
+	firstRoundOver()
+}
+
+// group is what Checker and Leader share: the set of targets, one probe loop per target, the first
+// round, and applying a server set change or new options while running.
+type group struct {
+	j judge
+
+	mu      sync.Mutex
+	o       Options
+	targets []*Target // config order
+	ctx     context.Context
+	pending map[*Target]bool // first-round targets that have not answered yet
+
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+func (g *group) init(j judge, o Options, targets []*Target) {
+	o.setDefaults()
+	g.j, g.o, g.targets = j, o, slices.Clone(targets)
+	g.ready = make(chan struct{})
+	g.pending = map[*Target]bool{}
+	for _, t := range targets {
+		g.pending[t] = true
+	}
+}
+
+// Start launches the probe loops; they stop with ctx. The first probe of every server goes at once.
+func (g *group) Start(ctx context.Context) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ctx = ctx
+	for _, t := range g.targets {
+		g.startLocked(t)
+	}
+	if g.o.Path == "" || len(g.pending) == 0 {
+		go g.j.firstRoundOver()
+		return
+	}
+	limit := g.o.Timeout + 100*time.Millisecond // plus a little for scheduling
+	go func() {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			g.j.firstRoundOver()
+		case <-g.ready:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// Ready is closed once the first round of probes has answered (bounded by the probe timeout).
+func (g *group) Ready() <-chan struct{} { return g.ready }
+
+func (g *group) markReady() { g.readyOnce.Do(func() { close(g.ready) }) }
+
+// answeredFirst records that t answered; it reports whether that completed the first round.
+func (g *group) answeredFirstLocked(t *Target) bool {
+	if !g.pending[t] {
+		return false
+	}
+	delete(g.pending, t)
+	return len(g.pending) == 0
+}
+
+func (g *group) startLocked(t *Target) {
+	if g.ctx == nil || g.o.Path == "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(g.ctx)
+	t.stop = cancel
+	pr := newProber(probeAddr(t.addr, g.o.Port), &g.o)
+	next := func() time.Duration {
+		return time.Until(time.Unix(0, t.lastStart.Load()).Add(g.j.pace(t)))
+	}
+	go Loop(ctx, t.kick, t.wake, next, func() { g.probe(ctx, t, pr) })
+}
+
+func (g *group) stopLocked(t *Target) {
+	if t.stop != nil {
+		t.stop()
+		t.stop = nil
+	}
+	if t.retry != nil {
+		t.retry.Stop()
+		t.retry = nil
+	}
+}
+
+func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
+	defer func() {
+		// A checker must never take the process down; log and carry on with the next probe.
+		if r := recover(); r != nil {
+			g.o.Logf("healthcheck: probe of %s panicked: %v", t.addr, r)
+		}
+	}()
+	start := time.Now()
+	t.lastStart.Store(start.UnixNano())
+	status, err := pr.get()
+	if ctx.Err() != nil {
+		return // stopped meanwhile: a removed server, or new options
+	}
+	g.j.answer(t, start, status, err)
+	e := Event{Kind: CheckAnswered, Pool: g.o.Pool, Server: t.addr, Status: status, Latency: time.Since(start)}
+	if err != nil {
+		e.Detail = err.Error()
+	}
+	g.o.Bus.Publish(e)
+}
+
+// setLocked applies a server set change: targets kept keep their loops, removed ones stop, added ones
+// start probing at once. It returns the removed targets.
+func (g *group) setLocked(targets []*Target) (removed []*Target) {
+	for _, t := range g.targets {
+		if !slices.Contains(targets, t) {
+			g.stopLocked(t)
+			delete(g.pending, t)
+			removed = append(removed, t)
+		}
+	}
+	for _, t := range targets {
+		if !slices.Contains(g.targets, t) {
+			g.startLocked(t)
+		}
+	}
+	g.targets = slices.Clone(targets)
+	return removed
+}
+
+// Update applies new options (another path, interval, timeout, fall...): every probe loop restarts with
+// them, and every server keeps its state. Pool, Bus and Logf stay as they were.
+func (g *group) Update(o Options) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	o.Pool, o.Bus, o.Logf = g.o.Pool, g.o.Bus, g.o.Logf
+	if o.Rand == nil {
+		o.Rand = g.o.Rand
+	}
+	for _, t := range g.targets {
+		g.stopLocked(t)
+	}
+	g.o = o
+	for _, t := range g.targets {
+		g.startLocked(t)
+	}
+}
+
+// Status returns a snapshot of every server's check state, in config order.
+func (g *group) Status() []ServerStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]ServerStatus, len(g.targets))
+	for i, t := range g.targets {
+		out[i] = t.status()
+	}
+	return out
+}
+
+func (g *group) publish(e Event) {
+	e.Pool = g.o.Pool
+	g.o.Bus.Publish(e)
+}
+
 // prober sends the probes of one server: GET <Path> with the Basic credentials, bounded by Timeout.
-// Both the leader check and the rise/fall checker use it; it is used by one goroutine at a time.
+// It is used by one goroutine at a time.
 type prober struct {
 	addr    string // where probes go (host:port)
 	path    string
@@ -17,19 +267,19 @@ type prober struct {
 	client  *fasthttp.HostClient
 }
 
-func newProber(addr string, p *Probe) *prober {
-	pr := &prober{addr: addr, path: p.Path, timeout: p.Timeout}
-	if p.Credentials != "" {
-		pr.auth = "Basic " + p.Credentials
+func newProber(addr string, o *Options) *prober {
+	pr := &prober{addr: addr, path: o.Path, timeout: o.Timeout}
+	if o.Credentials != "" {
+		pr.auth = "Basic " + o.Credentials
 	}
-	timeout := p.Timeout
+	timeout := o.Timeout
 	pr.client = &fasthttp.HostClient{
 		Addr:                addr,
 		Name:                "fairlead-check",
 		MaxConns:            2,
 		ReadTimeout:         timeout,
 		WriteTimeout:        timeout,
-		MaxIdleConnDuration: p.IntervalMax + time.Second,
+		MaxIdleConnDuration: o.IntervalMax + time.Second,
 		Dial:                func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
 	}
 	return pr

@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 )
@@ -52,10 +53,14 @@ type Status struct {
 type PoolStatus struct {
 	Name     string `json:"name"`
 	Balance  string `json:"balance"`
-	Leader   string `json:"leader,omitempty"`
 	Waiting  int64  `json:"waiting"`
 	Requests uint64 `json:"requests"`
 	Retries  uint64 `json:"retries"`
+	// Leader is the elected leader's address (balance = "leader"; "" while none is known), with the
+	// number of leader changes and split brains seen.
+	Leader        string `json:"leader,omitempty"`
+	LeaderChanges uint64 `json:"leader_changes,omitempty"`
+	SplitBrains   uint64 `json:"split_brains,omitempty"`
 	// StickyEntries is the number of keys in the sticky table (balance = "sticky").
 	StickyEntries int            `json:"sticky_entries,omitempty"`
 	Servers       []ServerStatus `json:"servers"`
@@ -63,12 +68,17 @@ type PoolStatus struct {
 
 // ServerStatus describes one server of a pool.
 type ServerStatus struct {
-	Addr     string                    `json:"addr"`
-	Requests uint64                    `json:"requests"`
-	Failures uint64                    `json:"failures"`
-	Conns    int                       `json:"conns"`
-	Tunnels  int64                     `json:"tunnels"`
-	Check    *healthcheck.ServerStatus `json:"check,omitempty"`
+	Addr string `json:"addr"`
+	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader) or
+	// "removed" (draining after a server set change).
+	State     string                    `json:"state"`
+	Available bool                      `json:"available"`
+	Requests  uint64                    `json:"requests"`
+	Failures  uint64                    `json:"failures"`
+	InFlight  int64                     `json:"in_flight"`
+	Conns     int                       `json:"conns"`
+	Tunnels   int64                     `json:"tunnels"`
+	Check     *healthcheck.ServerStatus `json:"check,omitempty"`
 }
 
 // Status returns a snapshot of the running state.
@@ -77,28 +87,23 @@ func (lb *LB) Status() Status {
 	st := Status{ConfigFiles: g.cfg.Files}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
-		ps := PoolStatus{Name: name, Balance: p.cfg.Balance, Waiting: p.waiting.Load(),
+		ps := p.state.Load()
+		out := PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
 			Requests: p.requests.Load(), Retries: p.retries.Load()}
-		var checks []healthcheck.ServerStatus
-		if p.leader != nil {
-			checks = p.leader.Status()
-			if i := p.leader.Current(); i >= 0 {
-				ps.Leader = p.servers[i].Addr
+		ps.policy.describe(&out)
+		checks := p.health.Status()
+		for _, s := range ps.servers {
+			ss := ServerStatus{Addr: s.Addr, State: s.state(), Available: s.Available(), Requests: s.requests.Load(),
+				Failures: s.failures.Load(), InFlight: s.inflight.Load(), Conns: s.client.Load().ConnsCount(),
+				Tunnels: s.tunnels.Load()}
+			for i := range checks {
+				if checks[i].Addr == s.Addr {
+					ss.Check = &checks[i]
+				}
 			}
-		} else {
-			checks = p.checker.Status()
+			out.Servers = append(out.Servers, ss)
 		}
-		if p.table != nil {
-			ps.StickyEntries = p.table.Len()
-		}
-		for i, s := range p.servers {
-			ss := ServerStatus{Addr: s.Addr, Requests: s.requests.Load(), Failures: s.failures.Load(), Conns: s.client.ConnsCount(), Tunnels: s.tunnels.Load()}
-			if checks != nil {
-				ss.Check = &checks[i]
-			}
-			ps.Servers = append(ps.Servers, ss)
-		}
-		st.Pools = append(st.Pools, ps)
+		st.Pools = append(st.Pools, out)
 	}
 	return st
 }
@@ -119,13 +124,21 @@ func (lb *LB) writeMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "fairlead_bad_requests_total", lb.badRequests.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
-	ok := uint64(0)
-	if lb.lastReloadOK.Load() {
-		ok = 1
+	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
+	for _, k := range healthcheck.Kinds() {
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
 	}
-	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", ok)
+	ts := lb.relayStats()
+	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
+	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
+	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)
+	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_client"}`, ts.BytesToClient)
+	for r, n := range ts.ByReason {
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_tunnels_closed_by_reason_total{reason=%q}`, tunnel.Reason(r)), n)
+	}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
+		st := p.state.Load()
 		l := fmt.Sprintf(`pool=%q`, name)
 		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
@@ -134,39 +147,24 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, `fairlead_pool_errors_total{`+l+`,code="504"}`, p.timeout.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_queue_full_total{"+l+"}", p.queueFull.Load())
 		metrics.WriteGaugeUint64(w, "fairlead_pool_waiting{"+l+"}", uint64(max(p.waiting.Load(), 0)))
-		if p.leader != nil {
-			metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", p.leader.Changes())
-			metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", p.leader.SplitBrains())
-		}
-		cur := -1
-		if p.leader != nil {
-			cur = p.leader.Current()
-		}
 		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())
-		if p.table != nil {
-			metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(p.table.Len()))
-		}
-		for i, s := range p.servers {
+		st.policy.writeMetrics(w, l)
+		for _, s := range st.servers {
 			sl := fmt.Sprintf(`%s,server=%q`, l, s.Addr)
 			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
 			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
-			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.ConnsCount()))
+			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight{"+sl+"}", uint64(max(s.inflight.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.Load().ConnsCount()))
 			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
-			if p.checker != nil {
-				v := uint64(0)
-				if p.Up(i) {
-					v = 1
-				}
-				metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", v)
-			}
-			if p.leader != nil {
-				v := uint64(0)
-				if i == cur {
-					v = 1
-				}
-				metrics.WriteGaugeUint64(w, "fairlead_server_leader{"+sl+"}", v)
-			}
+			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
 		}
 	}
 	metrics.WriteProcessMetrics(w)
+}
+
+func boolGauge(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -425,10 +425,8 @@ func (c *Config) validate() []string {
 	for _, name := range names {
 		pc := c.Pools[name]
 		k := "pools." + name + "."
-		switch pc.Balance {
-		case "leader", "sticky":
-		default:
-			add(k+"balance", "unknown balance %q (want \"leader\" or \"sticky\")", pc.Balance)
+		if _, ok := balances[pc.Balance]; !ok {
+			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, balanceNames())
 		}
 		if len(pc.Servers) == 0 {
 			add(k+"servers", "empty server list")

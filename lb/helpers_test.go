@@ -101,10 +101,7 @@ func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 		t.Fatal(err)
 	}
 	logs := &logSink{}
-	l, err := New(cfg, Options{Logf: logs.logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := New(cfg, Options{Logf: logs.logf})
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -159,4 +156,19 @@ func mustSetState(t *testing.T, p *sim.Platform, s sim.State) {
 	if err := p.SetState(s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serverAvailable reports whether /status shows the server at addr of pool as available.
+func serverAvailable(l *LB, pool, addr string) bool {
+	for _, p := range l.Status().Pools {
+		if p.Name != pool {
+			continue
+		}
+		for _, s := range p.Servers {
+			if s.Addr == addr {
+				return s.Available
+			}
+		}
+	}
+	return false
 }

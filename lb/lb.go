@@ -1,7 +1,14 @@
 // Package lb is fairlead's front end: it accepts client connections, routes each request to a pool,
 // picks a server with the pool's policy and forwards the request to it (proxy.go has the whole path of a
-// request, top to bottom). Configuration (config.go) is an immutable generation read through one
-// atomic pointer, so that a reload can swap it whole.
+// request, top to bottom).
+//
+// Files by concern: config*.go (schema, merge, defaults, validation), pool.go (a pool and its server
+// set changes), server.go (a server and the one Available predicate), policy.go (balance policies as
+// types), proxy.go (the forwarding loop), upgrade.go and tunnels.go (WebSocket tunnels and their
+// registry), transport.go (upstream connections), events.go (the event stream's subscribers), admin.go.
+//
+// Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
+// whole; pools outlive generations, and a reload applies a server set change to each.
 package lb
 
 import (
@@ -10,12 +17,12 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -32,6 +39,11 @@ type LB struct {
 
 	badRequests atomic.Uint64
 
+	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
+	// closer, the log and the event counters subscribe.
+	bus    *healthcheck.Bus
+	events [numEventKinds]atomic.Uint64 // published events by kind
+
 	// relays carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
 	// to a generation, so that tunnels outlive config reloads.
 	relayMu sync.Mutex
@@ -47,8 +59,8 @@ type LB struct {
 	lastReloadOK   atomic.Bool
 }
 
-// generation is everything built from one Config: pools with their servers and checks, and the routes.
-// Requests hold the generation they started with.
+// generation is one Config and the routes built from it. Requests hold the generation they started with;
+// its pools are shared with the generations before and after it.
 type generation struct {
 	cfg    *Config
 	pools  map[string]*Pool
@@ -61,34 +73,45 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// New builds a load balancer for cfg. Start makes it listen.
-func New(cfg *Config, o Options) (*LB, error) {
+// New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
+func New(cfg *Config, o Options) *LB {
 	if o.Logf == nil {
 		o.Logf = log.Printf
 	}
-	lb := &LB{logf: o.Logf, relays: map[time.Duration]*tunnel.Relay{}}
+	lb := &LB{logf: o.Logf, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus()}
 	lb.lastReloadOK.Store(true)
-	lb.gen.Store(lb.newGeneration(cfg, nil))
-	return lb, nil
+	lb.bus.Subscribe(lb.countEvent)
+	lb.bus.Subscribe(lb.logEvent)
+	lb.bus.Subscribe(lb.closeTunnels)
+	g, _ := lb.newGeneration(cfg, nil)
+	lb.gen.Store(g)
+	return lb
 }
 
-// newGeneration builds the pools and routes of cfg. A pool of old whose config did not change is carried
-// over as it is, with its health state, leader, sticky table and counters.
-func (lb *LB) newGeneration(cfg *Config, old *generation) *generation {
-	g := &generation{cfg: cfg, pools: map[string]*Pool{}}
+// Events returns the event stream (for subscribers such as the admin event feed).
+func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
+
+// newGeneration builds the routes of cfg over its pools. A pool of old with the same balance is kept and
+// brought to its new config by a server set change; other pools are new (returned in fresh, not yet
+// started) and the pools of old that are not kept are returned in dropped.
+func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh []*Pool) {
+	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
 		if old != nil {
-			if op, ok := old.pools[name]; ok && reflect.DeepEqual(op.cfg, pc) {
+			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
+				op.apply(pc, lb.logf)
 				g.pools[name] = op
 				continue
 			}
 		}
-		g.pools[name] = newPool(name, pc, lb.logf, lb.closeTunnels)
+		p := newPool(name, pc, lb.bus, lb.logf)
+		g.pools[name] = p
+		fresh = append(fresh, p)
 	}
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
-	return g
+	return g, fresh
 }
 
 // Start begins health checks, waits for their first round (bounded by the check timeout) and then
@@ -201,11 +224,12 @@ func (lb *LB) Close() {
 	lb.wg.Wait()
 }
 
-// Reload swaps in cfg: pools whose config is unchanged keep running as they are (health, leader,
-// sticky entries), new or changed pools start their checks and the swap waits for their first round
-// (bounded by the check timeout) so that no request meets a pool that knows no server yet. Pools dropped
-// or replaced stop their checks. Open tunnels are never closed by a reload. Changes to [frontend] or
-// [admin] need a restart; they are reported in the error and the rest of the reload still applies.
+// Reload swaps in cfg. Pools with the same balance keep running and get a server set change: servers
+// whose address stays keep their health, leader role, sticky keys, tunnels and counters; new servers
+// take traffic after their first passing probe; removed servers drain and their tunnels close. New pools
+// (or pools whose balance changed) start their checks, and the swap waits for their first round (bounded
+// by the check timeout) so that no request meets a pool that knows no server yet. Changes to [frontend]
+// or [admin] need a restart; they are reported in the error and the rest of the reload still applies.
 func (lb *LB) Reload(cfg *Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
@@ -214,13 +238,9 @@ func (lb *LB) Reload(cfg *Config) error {
 		lb.logf("reload: config unchanged, nothing to do")
 		return nil
 	}
-	g := lb.newGeneration(cfg, old)
-	var fresh []*Pool
-	for _, p := range g.pools {
-		if p.stop == nil {
-			p.start(lb.ctx)
-			fresh = append(fresh, p)
-		}
+	g, fresh := lb.newGeneration(cfg, old)
+	for _, p := range fresh {
+		p.start(lb.ctx)
 	}
 	for _, p := range fresh {
 		select {
@@ -232,12 +252,13 @@ func (lb *LB) Reload(cfg *Config) error {
 	lb.gen.Store(g)
 	for name, p := range old.pools {
 		if g.pools[name] != p {
-			p.stop()
+			p.close()
 		}
 	}
 	lb.reloads.Add(1)
 	lb.lastReloadOK.Store(true)
-	lb.logf("reload: config applied (%d pools, %d carried over unchanged)", len(g.pools), len(g.pools)-len(fresh))
+	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadApplied,
+		Detail: fmt.Sprintf("%d pools, %d new", len(g.pools), len(fresh))})
 	var restart []string
 	if cfg.Frontend != old.cfg.Frontend {
 		restart = append(restart, "[frontend]")
@@ -255,7 +276,7 @@ func (lb *LB) Reload(cfg *Config) error {
 func (lb *LB) ReloadFailed(err error) {
 	lb.reloadFailures.Add(1)
 	lb.lastReloadOK.Store(false)
-	lb.logf("reload: keeping the running config: %v", err)
+	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadFailed, Detail: err.Error()})
 }
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is

@@ -141,7 +141,7 @@ func TestSplitBrainKeepsTheCurrentLeaderAndIsCounted(t *testing.T) {
 	if p2.Requests() != 0 {
 		t.Fatalf("platform2 got %d requests during split brain", p2.Requests())
 	}
-	if n := l.gen.Load().pools["platform"].leader.SplitBrains(); n == 0 {
+	if n := l.Status().Pools[0].SplitBrains; n == 0 {
 		t.Fatal("split brain not counted")
 	}
 	if !strings.Contains(logs.all(), "split brain") {

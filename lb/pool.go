@@ -3,10 +3,7 @@ package lb
 import (
 	"context"
 	"errors"
-	"hash/fnv"
-	"net"
-	"slices"
-	"strconv"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -15,218 +12,164 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Server is one upstream server of a pool: its bounded connection pool and its counters.
-type Server struct {
-	Addr   string
-	client *fasthttp.HostClient
-
-	requests atomic.Uint64 // requests forwarded (each attempt)
-	failures atomic.Uint64 // attempts that ended in a transport error
-	tunnels  atomic.Int64  // open tunnels
-}
-
-// Pool is a set of servers and the policy that picks one for a request. A Pool belongs to one config
-// generation and is immutable apart from its atomics.
-//
-// Health is written by the pool's checker (leader or rise/fall) and read here through one predicate per
-// policy; policies never probe.
+// Pool is a named set of servers, their health check and the policy that picks one for a request. A
+// Pool outlives config generations: a reload applies a server set change to it (apply), so that servers
+// whose address stays keep everything. Only a change of balance replaces a pool.
 type Pool struct {
 	name    string
-	cfg     *PoolConfig
-	servers []*Server
-	leader  *healthcheck.Leader  // balance = "leader"
-	checker *healthcheck.Checker // other balances
+	balance string
+	bus     *healthcheck.Bus
+	health  health
+	table   *stickiness.Table // sticky keys; kept across reloads (nil for balances without keys)
+	rr      roundRobin
 
-	// balance = "sticky"
-	keys      *stickiness.Extractor
-	table     *stickiness.Table
-	cookieIdx int      // index of the cookie source in keys, -1 without a sticky cookie
-	cookieIDs []string // the cookie value naming each server
-	rr        atomic.Uint32
+	state atomic.Pointer[poolState]
 
 	waiting atomic.Int64 // requests waiting for a usable server
 
 	// counters for /status and /metrics
-	requests  atomic.Uint64
-	retries   atomic.Uint64
-	noServer  atomic.Uint64 // 503 after queue_timeout or with a full queue
-	bad502    atomic.Uint64
-	timeout   atomic.Uint64
-	queueFull atomic.Uint64
-
+	requests      atomic.Uint64
+	retries       atomic.Uint64
+	noServer      atomic.Uint64 // 503 after queue_timeout or with a full queue
+	bad502        atomic.Uint64
+	timeout       atomic.Uint64
+	queueFull     atomic.Uint64
 	tunnelsOpened atomic.Uint64
 
-	stop context.CancelFunc // ends the pool's checks when a reload drops it
+	stop context.CancelFunc // ends the pool's checks and janitor when a reload drops it
 }
 
-func newPool(name string, cfg *PoolConfig, logf func(string, ...any), onDown func(p *Pool, server int)) *Pool {
-	p := &Pool{name: name, cfg: cfg, cookieIdx: -1}
-	for _, addr := range cfg.Servers {
-		p.servers = append(p.servers, newServer(addr, cfg))
+// poolState is one immutable view of a pool: its config, its servers in config order and its policy.
+// A request loads it once; a server set change or a reload swaps in a new one.
+type poolState struct {
+	cfg     *PoolConfig
+	servers []*Server
+	policy  policy
+}
+
+func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) *Pool {
+	p := &Pool{name: name, balance: cfg.Balance, bus: bus}
+	if cfg.Balance == "sticky" {
+		p.table = stickiness.NewTable(stickiness.TableOptions{MaxEntries: cfg.Sticky.MaxEntries, IdleTimeout: cfg.Sticky.IdleTimeout.D})
 	}
+	servers := make([]*Server, len(cfg.Servers))
+	targets := make([]*healthcheck.Target, len(cfg.Servers))
+	for i, addr := range cfg.Servers {
+		servers[i] = newServer(addr, cfg)
+		targets[i] = servers[i].health
+	}
+	b := balances[cfg.Balance]
+	p.health = b.newHealth(checkOptions(name, cfg, bus, logf), targets)
+	p.state.Store(&poolState{cfg: cfg, servers: servers, policy: b.newPolicy(p, cfg)})
+	return p
+}
+
+// checkOptions are the health check options of a pool config.
+func checkOptions(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) healthcheck.Options {
 	ck := cfg.Check
-	probe := healthcheck.Probe{
-		Servers:      cfg.Servers,
+	return healthcheck.Options{
+		Pool:         name,
 		Path:         ck.Path,
 		Credentials:  ck.Credentials,
+		Port:         ck.Port,
 		Interval:     ck.Interval.D,
 		IntervalMax:  ck.IntervalMax.D,
 		FastInterval: ck.FastInterval.D,
 		Timeout:      ck.Timeout.D,
 		Fall:         ck.Fall,
+		Rise:         ck.Rise,
+		Bus:          bus,
 		Logf:         logf,
 	}
-	if cfg.Balance != "leader" {
-		p.checker = healthcheck.NewChecker(healthcheck.CheckerOptions{
-			Probe: probe,
-			Port:  ck.Port,
-			Rise:  ck.Rise,
-			OnChange: func(i int, up bool) {
-				if !up && onDown != nil {
-					onDown(p, i)
-				}
-			},
-		})
+}
+
+// apply brings a running pool to cfg (same balance) as one server set change: servers whose address
+// stays keep their health, role, sticky keys, tunnels and counters; new servers start unknown and take
+// traffic after their first passing probe; removed servers drain (no new traffic, in-flight requests
+// finish, their tunnels close and their sticky keys are forgotten, through the ServerRemoved event).
+func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
+	old := p.state.Load()
+	byAddr := make(map[string]*Server, len(old.servers))
+	for _, s := range old.servers {
+		byAddr[s.Addr] = s
 	}
-	if cfg.Balance == "sticky" {
-		p.keys, _ = stickiness.NewExtractor(cfg.Sticky.Keys) // validated with the config
-		p.table = stickiness.NewTable(stickiness.TableOptions{
-			MaxEntries:  cfg.Sticky.MaxEntries,
-			IdleTimeout: cfg.Sticky.IdleTimeout.D,
-		})
-		if c := cfg.Sticky.Cookie; c != "" {
-			p.cookieIdx = slices.Index(cfg.Sticky.Keys, "cookie:"+c)
-			for _, s := range p.servers {
-				p.cookieIDs = append(p.cookieIDs, serverCookie(s.Addr))
-			}
+	newClients := !sameTransport(old.cfg, cfg)
+	servers := make([]*Server, len(cfg.Servers))
+	targets := make([]*healthcheck.Target, len(cfg.Servers))
+	var added []*Server
+	for i, addr := range cfg.Servers {
+		s, ok := byAddr[addr]
+		switch {
+		case !ok:
+			s = newServer(addr, cfg)
+			added = append(added, s)
+		case newClients:
+			s.client.Swap(newTransport(addr, cfg)).CloseIdleConnections()
+		}
+		delete(byAddr, addr)
+		servers[i], targets[i] = s, s.health
+	}
+	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) {
+		p.health.Update(checkOptions(p.name, cfg, p.bus, logf))
+	}
+	p.health.Set(targets)
+	st := &poolState{cfg: cfg, servers: servers, policy: balances[cfg.Balance].newPolicy(p, cfg)}
+	p.state.Store(st)
+	for _, s := range added {
+		p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerAdded, Pool: p.name, Server: s.Addr})
+	}
+	for _, s := range old.servers {
+		if _, gone := byAddr[s.Addr]; gone {
+			p.drop(st, s, "removed from the pool")
 		}
 	}
-	if cfg.Balance == "leader" {
-		p.leader = healthcheck.NewLeader(healthcheck.LeaderOptions{Probe: probe})
-	}
-	return p
 }
 
-func newServer(addr string, cfg *PoolConfig) *Server {
-	s := &Server{Addr: addr}
-	connectTimeout, idle, nodelay := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D, cfg.NoDelay
-	s.client = &fasthttp.HostClient{
-		Addr:                addr,
-		MaxConns:            cfg.MaxConns,
-		MaxConnWaitTimeout:  cfg.QueueTimeout.D,
-		MaxIdleConnDuration: 10 * time.Second,
-		StreamResponseBody:  true,
-		// Large enough that a 16 KiB answer or a 32 KiB slice of an upload is one system call.
-		ReadBufferSize:           32 << 10,
-		WriteBufferSize:          32 << 10,
-		DisablePathNormalizing:   true,
-		NoDefaultUserAgentHeader: true,
-		// The client's request may or may not carry a User-Agent; either way it is forwarded as is.
-		RetryIf: func(req *fasthttp.Request) bool { return idempotent(&req.Header) },
-		Dial: func(a string) (net.Conn, error) {
-			c, err := fasthttp.DialTimeout(a, connectTimeout)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			if tc, ok := c.(*net.TCPConn); ok && !nodelay {
-				tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
-			}
-			return &idleConn{Conn: c, timeout: idle}, nil
-		},
-	}
-	return s
-}
-
-// serverCookie is the sticky cookie value naming a server: a hash of its address, the same in every
-// fairlead with the same config, that does not reveal the address.
-func serverCookie(addr string) string {
-	h := fnv.New64a()
-	h.Write([]byte(addr)) //nolint:errcheck // hash writes never fail
-	return strconv.FormatUint(h.Sum64(), 36)
+// drop takes s out of service for good: it leaves its pool (the caller already swapped in a state
+// without it), the policy forgets it, and ServerRemoved closes its tunnels. In-flight requests finish
+// on its client, whose idle connections are closed now.
+func (p *Pool) drop(st *poolState, s *Server, why string) {
+	s.removed.Store(true)
+	st.policy.removed(s)
+	s.client.Load().CloseIdleConnections()
+	p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
 }
 
 // start launches the pool's health checks and sticky table janitor; they stop with ctx or stop.
 func (p *Pool) start(ctx context.Context) {
 	ctx, p.stop = context.WithCancel(ctx)
-	if p.leader != nil {
-		p.leader.Start(ctx)
+	p.health.Start(ctx)
+	if t := p.table; t != nil {
+		every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
+		go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
 	}
-	if p.checker != nil {
-		p.checker.Start(ctx)
-	}
-	if p.table != nil {
-		p.table.Start(ctx)
+}
+
+// close stops the pool for good (a reload dropped it or changed its balance): its checks end and its
+// servers leave service.
+func (p *Pool) close() {
+	p.stop()
+	st := p.state.Load()
+	for _, s := range st.servers {
+		p.drop(st, s, "pool removed")
 	}
 }
 
 // ready is closed when the pool has finished its first round of checks.
-func (p *Pool) ready() <-chan struct{} {
-	if p.leader != nil {
-		return p.leader.Ready()
-	}
-	return p.checker.Ready()
-}
-
-// candidates is a Pool seen as the stickiness.Candidates of its sticky table; the conversion from *Pool
-// costs nothing.
-type candidates Pool
-
-func (c *candidates) Len() int          { return len(c.servers) }
-func (c *candidates) Name(i int) string { return c.servers[i].Addr }
-func (c *candidates) Up(i int) bool     { return c.checker.Up(i) }
-
-// Up reports whether server i of a checked pool may take new traffic.
-func (p *Pool) Up(i int) bool  { return p.checker.Up(i) }
-func (p *Pool) markDown(i int) { p.checker.MarkDown(i) }
-
-// pick returns the server for a request, or -1 if none is usable now. Fast path: one atomic load for a
-// leader pool; for a sticky pool a key extraction and a table lookup, without allocating for known keys.
-func (p *Pool) pick(ctx *fasthttp.RequestCtx) int {
-	if p.leader != nil {
-		return p.leader.Current()
-	}
-	if p.table == nil {
-		return p.roundRobin()
-	}
-	var buf [160]byte
-	key, src, ok := p.keys.Key(buf[:0], ctx)
-	if !ok {
-		return p.roundRobin()
-	}
-	if src == p.cookieIdx {
-		// The sticky cookie names its server directly (as HAProxy's "cookie insert" does); a cookie
-		// naming a server that is down or gone falls back to placement by its value.
-		v := key[2:]
-		for i, id := range p.cookieIDs {
-			if string(v) == id && p.Up(i) {
-				return i
-			}
-		}
-	}
-	return p.table.Place(key, (*candidates)(p))
-}
-
-// roundRobin returns the next up server in turn, or -1 if none is up.
-func (p *Pool) roundRobin() int {
-	n := len(p.servers)
-	start := int(p.rr.Add(1))
-	for k := 0; k < n; k++ {
-		if i := (start + k) % n; p.Up(i) {
-			return i
-		}
-	}
-	return -1
-}
+func (p *Pool) ready() <-chan struct{} { return p.health.Ready() }
 
 // errQueueFull means more requests are waiting than max_queue allows.
 var errQueueFull = errors.New("queue full")
 
-// wait blocks until pick finds a server or deadline passes (then -1). Requests waiting at once are
-// bounded by max_queue; past it wait returns errQueueFull at once. Slow path: only without a leader.
-func (p *Pool) wait(ctx *fasthttp.RequestCtx, deadline time.Time) (int, error) {
-	if n := p.waiting.Add(1); n > int64(p.cfg.MaxQueue) {
+// await waits for a server for the request until deadline (then nil): the policy's pick among the
+// available servers other than except, or except itself once it answered its checks after since (a
+// leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
+// It waits on the event stream, not on a timer loop. Requests waiting at once are bounded by max_queue;
+// past it await returns errQueueFull at once. Slow path only.
+func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (*Server, error) {
+	if n := p.waiting.Add(1); n > int64(p.state.Load().cfg.MaxQueue) {
 		p.waiting.Add(-1)
-		return -1, errQueueFull
+		return nil, errQueueFull
 	}
 	defer p.waiting.Add(-1)
 	var timer *time.Timer
@@ -236,21 +179,17 @@ func (p *Pool) wait(ctx *fasthttp.RequestCtx, deadline time.Time) (int, error) {
 		}
 	}()
 	for {
-		var changed <-chan struct{}
-		if p.leader != nil {
-			changed = p.leader.Changed()
+		changed := p.bus.Changed()
+		st := p.state.Load()
+		if s := st.policy.pick(ctx, st, except); s != nil {
+			return s, nil
 		}
-		if i := p.pick(ctx); i >= 0 {
-			return i, nil
+		if except != nil && except.Available() && except.health.PassedSince(since) {
+			return except, nil
 		}
 		d := time.Until(deadline)
 		if d <= 0 {
-			return -1, nil
-		}
-		if changed == nil {
-			// Checker pools have no change broadcast: look again shortly (slow path, no server up).
-			time.Sleep(min(d, 50*time.Millisecond))
-			continue
+			return nil, nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -258,67 +197,7 @@ func (p *Pool) wait(ctx *fasthttp.RequestCtx, deadline time.Time) (int, error) {
 		select {
 		case <-changed:
 		case <-timer.C:
-			return -1, nil
+			return nil, nil
 		}
 	}
-}
-
-// settle waits, after server i failed a request (refused, reset or 503), for the leader checks to tell
-// what happened: the leader changed (returns the new one, or -1 if none is known yet when the deadline
-// passes) or server i answered a LeaderCheck with 200 after the failure (returns i). Pools without a
-// leader return i at once.
-func (p *Pool) settle(i int, failedAt, deadline time.Time) int {
-	if p.leader == nil {
-		return i
-	}
-	p.leader.Trigger()
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	for {
-		changed := p.leader.Changed()
-		cur := p.leader.Current()
-		if cur >= 0 && cur != i {
-			return cur
-		}
-		if cur == i && p.leader.Confirmed(i, failedAt) {
-			return i
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return p.leader.Current()
-		}
-	}
-}
-
-// dialError marks a failure to connect: none of the request's bytes reached the server, so any request
-// may be retried.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
-
-// idleConn is an upstream connection whose reads time out after a period without data, so that
-// response_timeout bounds a silent server without cutting a long download that keeps moving (a fixed
-// deadline per response would). Moving a socket deadline costs a runtime timer update, so the deadline is
-// pushed only once it has fallen a quarter of the timeout behind: the effective limit of silence is
-// between 3/4 of response_timeout and all of it.
-type idleConn struct {
-	net.Conn
-	timeout  time.Duration
-	deadline time.Time // the read deadline currently set
-}
-
-func (c *idleConn) Read(b []byte) (int, error) {
-	if want := time.Now().Add(c.timeout); want.Sub(c.deadline) > c.timeout/4 {
-		if err := c.Conn.SetReadDeadline(want); err != nil {
-			return 0, err
-		}
-		c.deadline = want
-	}
-	return c.Conn.Read(b)
-}
-
-func idempotent(h *fasthttp.RequestHeader) bool {
-	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete()
 }

@@ -15,13 +15,19 @@ import (
 //	accept   fasthttp.Server (lb.go) calls handle for each request
 //	check    ambiguous framing gets 400 and the connection is closed, nothing is forwarded
 //	route    the first [[routes]] entry that matches names a pool
-//	pick     the pool's policy returns a server, or the request waits (bounded) for one
-//	forward  the server's bounded HostClient streams the request and the response; failures before a
-//	         response are retried on the (new) leader when that cannot duplicate a side effect
+//	pick     the pool's policy returns an available server, or the request waits (bounded) for one
+//	forward  one loop for plain requests and upgrades: the server's bounded HostClient streams the
+//	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
+//	         response are reported to the health check and retried on another server when that cannot
+//	         duplicate a side effect, within one retry budget and one deadline
 //	account  counters for /status and /metrics
 
-// maxAttempts bounds the tries of one request across failovers (the deadline bounds it too).
+// maxAttempts bounds the tries of one request or upgrade across failovers (the deadline bounds it too).
 const maxAttempts = 4
+
+// errRefused is what a pool's health check is told when a server's answer says it no longer serves
+// (a leader stepping down answers 503).
+var errRefused = errors.New("server refused the request (503)")
 
 func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	g := lb.gen.Load()
@@ -41,19 +47,35 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.requests.Add(1)
-
 	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS())
-	replay := lb.makeReplayable(ctx, g)
+	if upgrade {
+		// prepareRequest removed the hop-by-hop Connection and Upgrade headers; an upgrade needs them.
+		req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
+		req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
+	}
+	lb.forward(ctx, p, upgrade, lb.makeReplayable(ctx, g))
+}
 
-	i := p.pick(ctx)
-	var deadline time.Time // computed only on the slow paths
+// forward is the one forwarding loop of plain requests and upgrades. Each attempt goes to the server the
+// policy picks; a failed attempt is reported to the pool's health check (which alone decides whether
+// the server is down) and, when the request may go again, the next attempt goes to another available
+// server, or to the same one once it answered its checks again. Every wait for a server shares one
+// deadline (queue_timeout, counted from the first wait) and the attempts one budget (maxAttempts).
+func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay replayable) {
+	req := &ctx.Request
+	st := p.state.Load()
+	var (
+		failed             *Server   // the server of the last failed attempt
+		failedAt, deadline time.Time // computed only on the slow paths
+	)
+	s := st.policy.pick(ctx, st, nil)
 	for attempt := 1; ; attempt++ {
-		if i < 0 {
+		if s == nil {
 			if deadline.IsZero() {
-				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+				deadline = time.Now().Add(st.cfg.QueueTimeout.D)
 			}
 			var err error
-			if i, err = p.wait(ctx, deadline); i < 0 {
+			if s, err = p.await(ctx, failed, failedAt, deadline); s == nil {
 				if errors.Is(err, errQueueFull) {
 					p.queueFull.Add(1)
 				}
@@ -61,59 +83,68 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 				serviceUnavailable(ctx)
 				return
 			}
+			st = p.state.Load()
 		}
-		if upgrade {
-			lb.upgrade(ctx, p, i)
-			return
-		}
-		s := p.servers[i]
 		s.requests.Add(1)
-		err := s.client.Do(req, &ctx.Response)
-		if err == nil {
-			if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable && p.leader != nil {
-				// The leader answered 503: it may be stepping down, so every server is probed now.
-				// An idempotent request is held until the checks settle and retried if the leader
-				// changed; otherwise (and for any other request) the original answer is relayed.
-				p.leader.Trigger()
+
+		var err error
+		if upgrade {
+			var conn net.Conn
+			if conn, err = lb.dialUpgrade(s, st.cfg); err == nil {
+				p.health.Report(s.health, nil)
+				lb.exchange(ctx, p, st, s, conn)
+				return
+			}
+		} else {
+			s.inflight.Add(1)
+			err = s.client.Load().Do(req, &ctx.Response)
+			s.inflight.Add(-1)
+			if err == nil {
+				status := ctx.Response.StatusCode()
+				if !st.policy.refuses(status) {
+					p.health.Report(s.health, nil)
+					lb.answer(ctx, st, s)
+					return
+				}
+				// The server says it no longer serves (a leader stepping down): every server is
+				// probed now. An idempotent request is held until the checks settle and retried if
+				// another server took over; otherwise (and for any other request) the answer is relayed.
+				p.health.Report(s.health, errRefused)
 				if idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
 					ctx.Response.Body() // keep the answer but free the upstream connection while waiting
 					if deadline.IsZero() {
-						deadline = time.Now().Add(p.cfg.QueueTimeout.D)
+						deadline = time.Now().Add(st.cfg.QueueTimeout.D)
 					}
-					if next := p.settle(i, time.Now(), deadline); next >= 0 && next != i {
+					if next, _ := p.await(ctx, s, time.Now(), deadline); next != nil && next != s {
 						ctx.Response.Reset()
 						p.retries.Add(1)
-						i = next
+						s, st = next, p.state.Load()
 						continue
 					}
 				}
+				lb.answer(ctx, st, s)
+				return
 			}
-			prepareResponse(&ctx.Response)
-			if p.cookieIdx >= 0 {
-				p.setCookie(ctx, i)
-			}
-			return
 		}
 
+		// The attempt failed before any answer.
 		s.failures.Add(1)
 		ctx.Response.Reset()
-		if p.leader != nil {
-			// Live traffic to the leader was refused, reset or timed out: probe every server now.
-			p.leader.Trigger()
-		}
 		var de *dialError
 		dialFailed := errors.As(err, &de)
 		switch {
-		case isTimeout(err) && !dialFailed:
-			p.timeout.Add(1)
-			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
-			return
 		case errors.Is(err, fasthttp.ErrNoFreeConns):
-			// Every upstream connection stayed busy for queue_timeout.
+			// Every upstream connection stayed busy for queue_timeout: the server is busy, not failing.
 			p.noServer.Add(1)
 			serviceUnavailable(ctx)
 			return
+		case isTimeout(err) && !dialFailed:
+			p.health.Report(s.health, err)
+			p.timeout.Add(1)
+			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
+			return
 		}
+		p.health.Report(s.health, err)
 		// A refused dial reached no byte of the server: any request may go again. Otherwise only a
 		// request that cannot cause a second side effect, and whose body can be sent again.
 		retryable := (dialFailed || idempotent(&req.Header)) && replay.ok()
@@ -123,34 +154,24 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 			return
 		}
-		if p.leader != nil {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(p.cfg.QueueTimeout.D)
-			}
-			i = p.settle(i, time.Now(), deadline)
-		} else {
-			if dialFailed {
-				p.markDown(i)
-			}
-			i = p.pick(ctx)
-		}
 		p.retries.Add(1)
+		failed, failedAt = s, time.Now()
+		s = st.policy.pick(ctx, st, failed)
 	}
 }
 
-// setCookie sets the sticky cookie naming server i unless the client already sent it.
-func (p *Pool) setCookie(ctx *fasthttp.RequestCtx, i int) {
-	name := p.cfg.Sticky.Cookie
-	if string(ctx.Request.Header.Cookie(name)) == p.cookieIDs[i] {
-		return
+// answer relays a server's answer to a plain request.
+func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolState, s *Server) {
+	prepareResponse(&ctx.Response)
+	if name, value := st.policy.cookie(ctx, s); name != "" {
+		c := fasthttp.AcquireCookie()
+		c.SetKey(name)
+		c.SetValue(value)
+		c.SetPath("/")
+		c.SetHTTPOnly(true)
+		ctx.Response.Header.SetCookie(c)
+		fasthttp.ReleaseCookie(c)
 	}
-	c := fasthttp.AcquireCookie()
-	c.SetKey(name)
-	c.SetValue(p.cookieIDs[i])
-	c.SetPath("/")
-	c.SetHTTPOnly(true)
-	ctx.Response.Header.SetCookie(c)
-	fasthttp.ReleaseCookie(c)
 }
 
 // serviceUnavailable answers when no server could take the request in time.

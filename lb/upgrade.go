@@ -13,11 +13,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// WebSocket upgrades (ThingWorx edge traffic) take this path after route and pick: fairlead dials the
-// chosen server, forwards the upgrade request, and on a 101 relays the server's response head as it came
-// (plus the sticky cookie) and from then on copies raw bytes both ways through the tunnel relay, like
-// HAProxy's tunnel mode. Any other answer is relayed to the client as it is. A failed dial marks the
-// server down and the next healthy server is tried at once: the client sees no error.
+// WebSocket upgrades (ThingWorx edge traffic) take this path from the forwarding loop (proxy.go):
+// fairlead dials the chosen server, forwards the upgrade request, and on a 101 relays the server's
+// response head as it came (plus the sticky cookie) and from then on copies raw bytes both ways through
+// the tunnel relay (tunnels.go), like HAProxy's tunnel mode. Any other answer is relayed to the client as
+// it is. A failed dial is an ordinary failed attempt of the loop: reported to the health check, and the
+// client is served by another server at once without seeing an error.
 
 // isUpgrade reports a WebSocket upgrade request: "Upgrade: websocket" with "Connection: upgrade".
 func isUpgrade(h *fasthttp.RequestHeader) bool {
@@ -26,46 +27,19 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
-// upgrade serves one upgrade request on pool p, starting with server i.
-func (lb *LB) upgrade(ctx *fasthttp.RequestCtx, p *Pool, i int) {
-	req := &ctx.Request
-	// prepareRequest removed the hop-by-hop Connection and Upgrade headers; an upgrade needs them again.
-	req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
-	req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
-
-	for attempt := 0; attempt <= len(p.servers); attempt++ {
-		if i < 0 {
-			p.noServer.Add(1)
-			serviceUnavailable(ctx)
-			return
-		}
-		s := p.servers[i]
-		s.requests.Add(1)
-		conn, err := net.DialTimeout("tcp", s.Addr, p.cfg.ConnectTimeout.D)
-		if err != nil {
-			s.failures.Add(1)
-			lb.logf("tunnel: dial %s: %v", s.Addr, err)
-			if p.checker != nil {
-				p.markDown(i)
-				i = p.pick(ctx)
-			} else {
-				// A leader pool: let the checks settle, as for a refused plain request.
-				p.retries.Add(1)
-				i = p.settle(i, time.Now(), time.Now().Add(p.cfg.QueueTimeout.D))
-			}
-			continue
-		}
-		lb.exchange(ctx, p, i, conn)
-		return
+// dialUpgrade connects to s for an upgrade; a failure is a *dialError.
+func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
+	conn, err := net.DialTimeout("tcp", s.Addr, cfg.ConnectTimeout.D)
+	if err != nil {
+		lb.logf("tunnel: dial %s: %v", s.Addr, err)
+		return nil, &dialError{err}
 	}
-	p.noServer.Add(1)
-	serviceUnavailable(ctx)
+	return conn, nil
 }
 
 // exchange sends the upgrade request on conn and relays the answer; on 101 the connection pair becomes a
 // tunnel. It owns conn.
-func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, i int, conn net.Conn) {
-	s := p.servers[i]
+func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, conn net.Conn) {
 	fail := func(format string, args ...any) {
 		conn.Close()
 		s.failures.Add(1)
@@ -73,8 +47,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, i int, conn net.Conn) 
 		lb.logf("tunnel: %s: %s", s.Addr, fmt.Sprintf(format, args...))
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	}
-	timeout := p.cfg.ResponseTimeout.D
-	conn.SetDeadline(time.Now().Add(timeout)) //nolint:errcheck // a failed write or read reports it
+	conn.SetDeadline(time.Now().Add(st.cfg.ResponseTimeout.D)) //nolint:errcheck // a failed write or read reports it
 	bw := bufio.NewWriterSize(conn, 2048)
 	if err := ctx.Request.Write(bw); err != nil {
 		fail("writing the upgrade request: %v", err)
@@ -114,8 +87,8 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, i int, conn net.Conn) 
 	// Switching protocols. The head is relayed as the server sent it, with the sticky cookie added.
 	out := make([]byte, 0, len(head)+64)
 	out = append(out, head[:len(head)-2]...) // without the final CRLF
-	if p.cookieIdx >= 0 && string(ctx.Request.Header.Cookie(p.cfg.Sticky.Cookie)) != p.cookieIDs[i] {
-		out = fmt.Appendf(out, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", p.cfg.Sticky.Cookie, p.cookieIDs[i])
+	if name, value := st.policy.cookie(ctx, s); name != "" {
+		out = fmt.Appendf(out, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", name, value)
 	}
 	out = append(out, "\r\n"...)
 	if _, err := br.Discard(len(head)); err != nil {
@@ -130,40 +103,42 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, i int, conn net.Conn) 
 	}
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
-	var key []byte
-	if p.table != nil {
-		var buf [160]byte
-		if k, _, ok := p.keys.Key(buf[:0], ctx); ok {
-			key = bytes.Clone(k)
-			p.table.Acquire(key)
-		}
-	}
-	relay, group := lb.relayFor(p), tunnelGroup(p.name, s.Addr)
+	release := st.policy.hold(ctx, s)
+	relay, group := lb.relayFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		client, pending, err := unwrapHijacked(c)
 		if err == nil {
 			_, err = client.Write(out)
 		}
+		var t *tunnel.Tunnel
 		if err == nil {
-			_, err = relay.Add(client, conn, pending, toClient, group, func(tunnel.Reason) {
+			s.tunnels.Add(1)
+			t, err = relay.Add(client, conn, pending, toClient, group, func(tunnel.Reason) {
 				s.tunnels.Add(-1)
-				if key != nil {
-					p.table.Release(key)
+				if release != nil {
+					release()
 				}
 			})
+			if err != nil {
+				s.tunnels.Add(-1)
+			}
 		}
 		if err != nil {
 			lb.logf("tunnel: %s: %v", s.Addr, err)
 			c.Close()
 			conn.Close()
-			if key != nil {
-				p.table.Release(key)
+			if release != nil {
+				release()
 			}
 			return
 		}
-		s.tunnels.Add(1)
 		p.tunnelsOpened.Add(1)
+		if !s.Available() {
+			// The server went down or left the pool while this tunnel was being set up, after its
+			// tunnels were closed: close this one too.
+			t.Close()
+		}
 	})
 }
 
@@ -216,39 +191,4 @@ func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 		return nil, nil, err
 	}
 	return raw, pending, nil
-}
-
-func tunnelGroup(pool, addr string) string { return pool + "|" + addr }
-
-// relayFor returns the tunnel relay for the pool's tunnel_idle_timeout. Relays belong to the LB, not to a
-// config generation, so tunnels outlive reloads.
-func (lb *LB) relayFor(p *Pool) *tunnel.Relay {
-	d := p.cfg.TunnelIdleTimeout.D
-	lb.relayMu.Lock()
-	defer lb.relayMu.Unlock()
-	if r, ok := lb.relays[d]; ok {
-		return r
-	}
-	r, err := tunnel.NewRelay(tunnel.Options{IdleTimeout: d, Logf: lb.logf})
-	if err != nil {
-		// Only fails if the kernel refuses an epoll instance; nothing can be relayed then.
-		panic(fmt.Sprintf("tunnel relay: %v", err))
-	}
-	lb.relays[d] = r
-	return r
-}
-
-// closeTunnels closes every tunnel to server i of p (it went down): clients reconnect and are placed
-// on a healthy server.
-func (lb *LB) closeTunnels(p *Pool, i int) {
-	group := tunnelGroup(p.name, p.servers[i].Addr)
-	lb.relayMu.Lock()
-	defer lb.relayMu.Unlock()
-	n := 0
-	for _, r := range lb.relays {
-		n += r.CloseGroup(group)
-	}
-	if n > 0 {
-		lb.logf("tunnel: closed %d tunnels to %s (down)", n, p.servers[i].Addr)
-	}
 }

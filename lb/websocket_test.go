@@ -287,7 +287,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 			if slowest > limit {
 				t.Fatalf("last tunnel closed after %s, want within %s", slowest, limit)
 			}
-			eventually(t, 3*time.Second, "fairlead to see the server down", func() bool { return !l.gen.Load().pools["cxserver"].Up(0) })
+			eventually(t, 3*time.Second, "fairlead to see the server down", func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
 			for _, a := range assets[:20] {
 				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(a))
 				conn.Close()
@@ -311,14 +311,14 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	idx := map[string]int{c.Connections[0].Name: 0, c.Connections[1].Name: 1}[by]
 	conn.Close()
 	c.Connections[idx].SetHealthy(false)
-	eventually(t, 3*time.Second, "server down", func() bool { return !p.Up(idx) })
+	eventually(t, 3*time.Second, "server down", func() bool { return !serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
 	conn, by2, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	conn.Close()
 	if by2 == by {
 		t.Fatalf("placed on the down server %s", by)
 	}
 	c.Connections[idx].SetHealthy(true)
-	eventually(t, 3*time.Second, "server up", func() bool { return p.Up(idx) })
+	eventually(t, 3*time.Second, "server up", func() bool { return serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
 	// While the key is remembered it stays on the server it moved to.
 	conn, by3, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	conn.Close()

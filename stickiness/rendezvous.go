@@ -30,11 +30,14 @@ type Candidates interface {
 //
 // Rendezvous does not allocate. It costs one hash of key plus one hash of
 // each up server's name.
-func Rendezvous(key []byte, c Candidates) int {
+func Rendezvous(key []byte, c Candidates) int { return rendezvous(key, c, -1) }
+
+// rendezvous is Rendezvous with candidate except (or none for -1) treated as not Up.
+func rendezvous(key []byte, c Candidates, except int) int {
 	kh := mix64(fnv1a(key))
 	best, bestScore, bestName := -1, uint64(0), ""
 	for i, n := 0, c.Len(); i < n; i++ {
-		if !c.Up(i) {
+		if i == except || !c.Up(i) {
 			continue
 		}
 		name := c.Name(i)

@@ -1,7 +1,6 @@
 package stickiness
 
 import (
-	"context"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -9,11 +8,27 @@ import (
 	"time"
 )
 
-// Defaults for TableOptions.
+// Defaults for TableOptions: the defaults of fairlead's sticky.max_entries and sticky.idle_timeout.
 const (
 	DefaultMaxEntries  = 1_000_000
 	DefaultIdleTimeout = 10 * time.Minute
 )
+
+// SetLimits changes MaxEntries and IdleTimeout of a running table (a reload); values <= 0 take the
+// defaults. A lower MaxEntries takes effect at the next new key, a shorter IdleTimeout at the next Expire.
+func (t *Table) SetLimits(maxEntries int, idle time.Duration) {
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	t.max.Store(int64(maxEntries))
+	t.idle.Store(int64(idle))
+}
+
+// IdleTimeout returns the current idle timeout.
+func (t *Table) IdleTimeout() time.Duration { return time.Duration(t.idle.Load()) }
 
 // numShards is the number of independently locked parts of a Table.
 const numShards = 64
@@ -45,30 +60,20 @@ type Table struct {
 	count  atomic.Int64 // entries in all shards
 
 	seed  maphash.Seed
-	max   int64
-	idle  time.Duration
+	max   atomic.Int64
+	idle  atomic.Int64 // time.Duration
 	now   func() time.Time
 	epoch time.Time
 }
 
-// NewTable returns an empty Table; zero fields of o get their defaults.
-// Expiry only happens on Expire calls, or in the background after Start.
+// NewTable returns an empty Table; zero limits get their defaults (see SetLimits).
+// Expiry only happens on Expire calls: the owner runs them (fairlead's pool every IdleTimeout/10).
 func NewTable(o TableOptions) *Table {
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = DefaultMaxEntries
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	t := &Table{
-		seed: maphash.MakeSeed(),
-		max:  int64(o.MaxEntries),
-		idle: o.IdleTimeout,
-		now:  o.Now,
-	}
+	t := &Table{seed: maphash.MakeSeed(), now: o.Now}
+	t.SetLimits(o.MaxEntries, o.IdleTimeout)
 	t.epoch = t.now()
 	for i := range t.shards {
 		s := &t.shards[i]
@@ -230,18 +235,23 @@ func (e *entry) find(c Candidates) int {
 // kept as c.Name returned it. Adding a key may evict others (see
 // TableOptions.MaxEntries); under concurrent Place calls the table may
 // briefly hold a few more than MaxEntries entries.
-func (t *Table) Place(key []byte, c Candidates) int {
+func (t *Table) Place(key []byte, c Candidates) int { return t.PlaceExcept(key, c, -1) }
+
+// PlaceExcept is Place with candidate except (an index into c, or -1 for none) treated as not Up: the
+// server that just failed this client's connection is passed over, and the key is placed anew if it
+// was remembered there.
+func (t *Table) PlaceExcept(key []byte, c Candidates, except int) int {
 	s, now := t.shardFor(key), t.clock()
 	s.mu.Lock()
 	e := s.m[string(key)]
 	if e != nil {
-		if i := e.find(c); i >= 0 && c.Up(i) {
+		if i := e.find(c); i >= 0 && i != except && c.Up(i) {
 			s.touch(e, now)
 			s.mu.Unlock()
 			return i
 		}
 	}
-	i := Rendezvous(key, c)
+	i := rendezvous(key, c, except)
 	if i < 0 {
 		s.mu.Unlock()
 		return -1
@@ -257,23 +267,10 @@ func (t *Table) Place(key []byte, c Candidates) int {
 	s.lists[idleList].pushFront(e)
 	s.touch(e, now)
 	s.mu.Unlock()
-	if t.count.Add(1) > t.max {
+	if t.count.Add(1) > t.max.Load() {
 		t.evict()
 	}
 	return i
-}
-
-// Lookup returns the server remembered for key, if any. It neither
-// allocates nor counts as activity.
-func (t *Table) Lookup(key []byte) (server string, ok bool) {
-	s := t.shardFor(key)
-	s.mu.Lock()
-	e := s.m[string(key)]
-	if e != nil {
-		server, ok = e.server, true
-	}
-	s.mu.Unlock()
-	return server, ok
 }
 
 // Acquire records one more open tunnel for key and counts as activity. An
@@ -313,8 +310,8 @@ func (t *Table) Release(key []byte) {
 }
 
 // Forget removes every entry that points at server, whatever its open
-// tunnels, and returns how many it removed. Use it when server is removed
-// from the config. It visits every entry.
+// tunnels, and returns how many it removed: the server left its pool, so
+// its keys are placed anew on their next connection. It visits every entry.
 func (t *Table) Forget(server string) int {
 	n := 0
 	for i := range t.shards {
@@ -336,7 +333,7 @@ func (t *Table) Forget(server string) int {
 // at least IdleTimeout, and returns how many it removed. It only visits the
 // entries it removes (plus one per shard).
 func (t *Table) Expire() int {
-	cutoff := t.clock() - int64(t.idle)
+	cutoff := t.clock() - t.idle.Load()
 	n := 0
 	for i := range t.shards {
 		s := &t.shards[i]
@@ -355,25 +352,6 @@ func (t *Table) Expire() int {
 	return n
 }
 
-// Start launches a janitor goroutine that calls Expire every IdleTimeout/10
-// of real time (but at most once a second) until ctx is cancelled. Call it
-// at most once.
-func (t *Table) Start(ctx context.Context) {
-	every := max(t.idle/10, time.Second)
-	go func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				t.Expire()
-			}
-		}
-	}()
-}
-
 // Len returns the number of remembered keys.
 func (t *Table) Len() int {
 	return int(t.count.Load())
@@ -382,7 +360,7 @@ func (t *Table) Len() int {
 // evict removes the longest-idle entries until the table is within
 // MaxEntries: entries without open tunnels first, then the others.
 func (t *Table) evict() {
-	for t.count.Load() > t.max {
+	for t.count.Load() > t.max.Load() {
 		if !t.evictOne() {
 			return
 		}

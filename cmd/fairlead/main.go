@@ -57,11 +57,7 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	l, err := lb.New(cfg, lb.Options{})
-	if err != nil {
-		log.Print(err)
-		return 1
-	}
+	l := lb.New(cfg, lb.Options{})
 	if err := l.Start(ctx); err != nil {
 		log.Print(err)
 		return 1

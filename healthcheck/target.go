@@ -1,0 +1,125 @@
+package healthcheck
+
+import (
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Target is one upstream server as the health checks see it, keyed by its address. It belongs to one
+// Checker or Leader for its whole life: a reload that keeps the address keeps the Target and with it the
+// health, the leader role and the run of answers. Only this package writes it; the load balancer reads
+// Up on every request.
+type Target struct {
+	addr string
+
+	up         atomic.Bool  // may take traffic: passes its checks (a leader pool: it is the leader)
+	answered   atomic.Bool  // at least one probe answered
+	lastStart  atomic.Int64 // unix nanos when the latest probe started
+	lastPassAt atomic.Int64 // unix nanos when the latest passing probe started
+	lastStatus atomic.Int32
+	latency    atomic.Int64 // of the latest probe, nanoseconds
+	lastErr    atomic.Pointer[string]
+	probes     atomic.Uint64
+	passive    atomic.Int32 // live-traffic failures in a row (see Checker.Report)
+
+	// Guarded by the owning Checker's or Leader's mutex.
+	run, fails int  // consecutive passing / failing answers
+	first      bool // no answer yet: the first decides the initial state
+
+	kick chan struct{} // probe now
+	wake chan struct{} // the pace changed: recompute the wait
+	stop func()        // ends the target's probe loop
+	// retry ends a passive-only target's down time (no active probe); nil otherwise.
+	retry *time.Timer
+}
+
+// NewTarget returns the health state of the server at addr: not up, never probed.
+func NewTarget(addr string) *Target {
+	return &Target{addr: addr, first: true, kick: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+// Addr is the server's address (host:port).
+func (t *Target) Addr() string { return t.addr }
+
+// Up reports whether the server may take new traffic by its health: it passes its checks, or, in a
+// leader pool, it is the elected leader. Lock-free and allocation-free.
+func (t *Target) Up() bool { return t.up.Load() }
+
+// PassedSince reports whether a probe that started after since passed (a LeaderCheck answered 200, a
+// health check 2xx/3xx): the server answered for itself after a failure was seen.
+func (t *Target) PassedSince(since time.Time) bool { return t.lastPassAt.Load() > since.UnixNano() }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// probeAddr is where probes of addr go: the same host, on port if non-zero.
+func probeAddr(addr string, port int) string {
+	if port == 0 {
+		return addr
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// ServerStatus is a snapshot of one server's check state, for the admin endpoints.
+type ServerStatus struct {
+	Addr       string    `json:"addr"`
+	Up         bool      `json:"up"`
+	Answered   bool      `json:"answered"` // at least one probe answered
+	LastStatus int       `json:"last_status"`
+	LastError  string    `json:"last_error,omitempty"`
+	LastProbe  time.Time `json:"last_probe"`
+	LatencyMs  float64   `json:"latency_ms"`
+	Run        int       `json:"run"`   // consecutive passing answers (200 for a LeaderCheck)
+	Fails      int       `json:"fails"` // consecutive failing answers
+	Passive    int       `json:"passive_failures"`
+	Probes     uint64    `json:"probes"`
+}
+
+// status fills what the atomics hold; the caller adds Run and Fails under its lock.
+func (t *Target) status() ServerStatus {
+	st := ServerStatus{
+		Addr:       t.addr,
+		Up:         t.up.Load(),
+		Answered:   t.answered.Load(),
+		LastStatus: int(t.lastStatus.Load()),
+		LatencyMs:  float64(t.latency.Load()) / 1e6,
+		Passive:    int(t.passive.Load()),
+		Probes:     t.probes.Load(),
+		Run:        t.run,
+		Fails:      t.fails,
+	}
+	if e := t.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	if ns := t.lastStart.Load(); ns > 0 {
+		st.LastProbe = time.Unix(0, ns)
+	}
+	return st
+}
+
+// record stores one probe's answer in the atomics and reports whether it passed by pass.
+func (t *Target) record(start time.Time, status int, err error, pass bool) {
+	t.probes.Add(1)
+	t.answered.Store(true)
+	t.lastStatus.Store(int32(status))
+	t.latency.Store(int64(time.Since(start)))
+	if err != nil {
+		msg := err.Error()
+		t.lastErr.Store(&msg)
+	} else {
+		t.lastErr.Store(nil)
+	}
+	if pass {
+		t.lastPassAt.Store(start.UnixNano())
+	}
+}

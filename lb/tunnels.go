@@ -1,0 +1,75 @@
+package lb
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/tunnel"
+)
+
+// The registry of tunnels: relays belong to the LB, not to a config generation, so tunnels outlive
+// reloads. Each tunnel is labelled with its pool and server (tunnelGroup), and the tunnel closer, a
+// subscriber of the event stream, closes a server's tunnels when that server goes down, leaves its pool,
+// or stops being the leader of a leader pool: the clients reconnect and are placed on an available server.
+
+func tunnelGroup(pool, addr string) string { return pool + "|" + addr }
+
+// relayFor returns the tunnel relay for a tunnel_idle_timeout.
+func (lb *LB) relayFor(idle time.Duration) *tunnel.Relay {
+	lb.relayMu.Lock()
+	defer lb.relayMu.Unlock()
+	if r, ok := lb.relays[idle]; ok {
+		return r
+	}
+	r, err := tunnel.NewRelay(tunnel.Options{IdleTimeout: idle, Logf: lb.logf})
+	if err != nil {
+		// Only fails if the kernel refuses an epoll instance; nothing can be relayed then.
+		panic(fmt.Sprintf("tunnel relay: %v", err))
+	}
+	lb.relays[idle] = r
+	return r
+}
+
+// closeTunnels is the tunnel closer: it acts on the events that end a server's service.
+func (lb *LB) closeTunnels(e healthcheck.Event) {
+	addr, why := e.Server, e.Kind.String()
+	switch e.Kind {
+	case healthcheck.ServerDown, healthcheck.ServerRemoved:
+	case healthcheck.LeaderChanged:
+		addr, why = e.Old, "no longer the leader"
+	default:
+		return
+	}
+	if addr == "" {
+		return
+	}
+	group := tunnelGroup(e.Pool, addr)
+	lb.relayMu.Lock()
+	n := 0
+	for _, r := range lb.relays {
+		n += r.CloseGroup(group)
+	}
+	lb.relayMu.Unlock()
+	if n > 0 {
+		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, addr, why)
+	}
+}
+
+// relayStats sums the counters of every relay.
+func (lb *LB) relayStats() tunnel.Stats {
+	lb.relayMu.Lock()
+	defer lb.relayMu.Unlock()
+	var sum tunnel.Stats
+	for _, r := range lb.relays {
+		s := r.Stats()
+		sum.Opened += s.Opened
+		sum.Closed += s.Closed
+		sum.BytesToServer += s.BytesToServer
+		sum.BytesToClient += s.BytesToClient
+		for i := range sum.ByReason {
+			sum.ByReason[i] += s.ByReason[i]
+		}
+	}
+	return sum
+}
