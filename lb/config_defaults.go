@@ -1,0 +1,79 @@
+package lb
+
+// Defaults: each is defined here once (the sticky table's in package stickiness); the field comments in
+// config.go, conf.d/ and README.md document them.
+
+import (
+	"time"
+
+	"github.com/fairlead/fairlead/stickiness"
+)
+
+func setDuration(d *Duration, set bool, def time.Duration) {
+	if !set {
+		d.D = def
+	}
+}
+
+func (c *Config) applyDefaults() {
+	fe := &c.Frontend
+	if !c.isSet("frontend.listen") {
+		fe.Listen = "127.0.0.1:8080"
+	}
+	setDuration(&fe.ReadTimeout, c.isSet("frontend.read_timeout"), 30*time.Second)
+	setDuration(&fe.IdleTimeout, c.isSet("frontend.idle_timeout"), 60*time.Second)
+	if !c.isSet("frontend.max_conns") {
+		fe.MaxConns = 20000
+	}
+	if !c.isSet("frontend.retry_buffer") {
+		fe.RetryBuffer = 64 << 10
+	}
+	if !c.isSet("admin.listen") {
+		c.Admin.Listen = "127.0.0.1:8404"
+	}
+	for name, p := range c.Pools {
+		k := "pools." + name + "."
+		if !c.isSet(k + "balance") {
+			p.Balance = "leader"
+		}
+		setDuration(&p.QueueTimeout, c.isSet(k+"queue_timeout"), 5*time.Second)
+		if !c.isSet(k + "max_queue") {
+			p.MaxQueue = 10000
+		}
+		if !c.isSet(k + "max_conns") {
+			p.MaxConns = 512
+		}
+		setDuration(&p.ConnectTimeout, c.isSet(k+"connect_timeout"), 3*time.Second)
+		setDuration(&p.ResponseTimeout, c.isSet(k+"response_timeout"), 60*time.Second)
+		setDuration(&p.TunnelIdleTimeout, c.isSet(k+"tunnel_idle_timeout"), 10*time.Minute)
+		sk := &p.Sticky
+		if !c.isSet(k + "sticky.keys") {
+			sk.Keys = []string{"source"}
+		}
+		setDuration(&sk.IdleTimeout, c.isSet(k+"sticky.idle_timeout"), stickiness.DefaultIdleTimeout)
+		if !c.isSet(k + "sticky.max_entries") {
+			sk.MaxEntries = stickiness.DefaultMaxEntries
+		}
+
+		leader := p.Balance == "leader"
+		ck := &p.Check
+		k += "check."
+		if !c.isSet(k+"path") && leader {
+			ck.Path = "/Thingworx/Admin/HA/LeaderCheck"
+		}
+		interval, timeout, fall := 5*time.Second, 2*time.Second, 2
+		if leader {
+			interval, timeout, fall = 15*time.Second, 5*time.Second, 3
+		}
+		setDuration(&ck.Interval, c.isSet(k+"interval"), interval)
+		setDuration(&ck.IntervalMax, c.isSet(k+"interval_max"), ck.Interval.D*4/3)
+		setDuration(&ck.FastInterval, c.isSet(k+"fast_interval"), 2*time.Second)
+		setDuration(&ck.Timeout, c.isSet(k+"timeout"), timeout)
+		if !c.isSet(k + "fall") {
+			ck.Fall = fall
+		}
+		if !c.isSet(k + "rise") {
+			ck.Rise = 2
+		}
+	}
+}

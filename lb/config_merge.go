@@ -1,0 +1,128 @@
+package lb
+
+// Merging conf.d: every file is decoded on its own and merged key by key over the files before it, and
+// every key remembers the file that set it so that errors name the file and the key.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+func configFiles(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot read config: %w", path, err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	files, err := filepath.Glob(filepath.Join(path, "*.toml"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no *.toml files", path)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// mergeFile decodes one file on its own (so type errors and unknown keys name this file and its lines)
+// and merges every key it defines over what earlier files set.
+func (c *Config) mergeFile(file string) []string {
+	var fc Config
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", file, err)}
+	}
+	sum := sha256.Sum256(data)
+	c.digest += file + ":" + hex.EncodeToString(sum[:]) + ";"
+	md, err := toml.Decode(string(data), &fc)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %s", file, strings.TrimPrefix(err.Error(), "toml: "))}
+	}
+	var problems []string
+	for _, k := range md.Undecoded() {
+		problems = append(problems, fmt.Sprintf("%s: %s: unknown key", file, k))
+	}
+	merge(reflect.ValueOf(c).Elem(), reflect.ValueOf(&fc).Elem(), nil, &md, file, c.origin)
+	return problems
+}
+
+// merge copies into dst every field of src that the file's metadata says was defined, recording the
+// file of each key in origin. Tables merge key by key, [[routes]] append, other values replace.
+func merge(dst, src reflect.Value, path []string, md *toml.MetaData, file string, origin map[string]string) {
+	t := src.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := strings.Split(f.Tag.Get("toml"), ",")[0]
+		if name == "" || name == "-" {
+			continue
+		}
+		key := append(append([]string(nil), path...), name)
+		if !md.IsDefined(key...) {
+			continue
+		}
+		s, d := src.Field(i), dst.Field(i)
+		switch {
+		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration{}):
+			origin[strings.Join(key, ".")] = file
+			merge(d, s, key, md, file, origin)
+		case f.Type.Kind() == reflect.Map:
+			origin[strings.Join(key, ".")] = file
+			if d.IsNil() {
+				d.Set(reflect.MakeMap(f.Type))
+			}
+			for _, mk := range s.MapKeys() {
+				dv := d.MapIndex(mk)
+				if !dv.IsValid() {
+					dv = reflect.New(f.Type.Elem().Elem())
+					d.SetMapIndex(mk, dv)
+				}
+				sub := append(append([]string(nil), key...), mk.String())
+				origin[strings.Join(sub, ".")] = file
+				merge(dv.Elem(), s.MapIndex(mk).Elem(), sub, md, file, origin)
+			}
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			// Arrays of tables ([[routes]]) accumulate across files; each entry remembers its file.
+			for j := 0; j < s.Len(); j++ {
+				origin[fmt.Sprintf("%s.%d", strings.Join(key, "."), d.Len())] = file
+				d.Set(reflect.Append(d, s.Index(j)))
+			}
+		default:
+			origin[strings.Join(key, ".")] = file
+			d.Set(s)
+		}
+	}
+}
+
+// isSet tells whether some file set the dotted key.
+func (c *Config) isSet(key string) bool { _, ok := c.origin[key]; return ok }
+
+// at formats a problem with the file that set key (or the closest enclosing key that some file set).
+func (c *Config) at(key, format string, args ...any) string {
+	file := ""
+	for k := key; k != ""; {
+		if f, ok := c.origin[k]; ok {
+			file = f
+			break
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			break
+		}
+		k = k[:i]
+	}
+	if file == "" && len(c.Files) > 0 {
+		file = c.Files[0]
+	}
+	return fmt.Sprintf("%s: %s: %s", file, key, fmt.Sprintf(format, args...))
+}

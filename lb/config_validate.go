@@ -1,0 +1,158 @@
+package lb
+
+// Validation: every problem of a loaded config is listed at once, each naming the file and the key.
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fairlead/fairlead/stickiness"
+)
+
+func (c *Config) validate() []string {
+	var p []string
+	add := func(key, format string, args ...any) { p = append(p, c.at(key, format, args...)) }
+	checkAddr := func(key, addr string, allowEmpty bool) {
+		if addr == "" {
+			if !allowEmpty {
+				add(key, "must not be empty")
+			}
+			return
+		}
+		if err := validAddr(addr); err != nil {
+			add(key, "bad address %q: %v", addr, err)
+		}
+	}
+	checkDur := func(key string, d Duration, positive bool) {
+		if d.err != nil {
+			add(key, "bad duration %q: %v", d.raw, d.err)
+		} else if positive && d.D <= 0 {
+			add(key, "must be greater than zero")
+		}
+	}
+	checkPositive := func(key string, v int64) {
+		if v <= 0 {
+			add(key, "must be greater than zero, got %d", v)
+		}
+	}
+
+	checkAddr("frontend.listen", c.Frontend.Listen, false)
+	checkDur("frontend.read_timeout", c.Frontend.ReadTimeout, true)
+	checkDur("frontend.idle_timeout", c.Frontend.IdleTimeout, true)
+	checkPositive("frontend.max_conns", int64(c.Frontend.MaxConns))
+	if c.Frontend.MaxBodySize < 0 {
+		add("frontend.max_body_size", "must not be negative")
+	}
+	if c.Frontend.RetryBuffer < 0 {
+		add("frontend.retry_buffer", "must not be negative")
+	}
+	checkAddr("admin.listen", c.Admin.Listen, true)
+
+	names := make([]string, 0, len(c.Pools))
+	for name := range c.Pools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		pc := c.Pools[name]
+		k := "pools." + name + "."
+		if _, ok := balances[pc.Balance]; !ok {
+			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, balanceNames())
+		}
+		if len(pc.Servers) == 0 {
+			add(k+"servers", "empty server list")
+		}
+		seen := map[string]bool{}
+		for i, s := range pc.Servers {
+			checkAddr(fmt.Sprintf("%sservers.%d", k, i), s, false)
+			if _, port, err := net.SplitHostPort(s); err == nil && port == "0" {
+				add(fmt.Sprintf("%sservers.%d", k, i), "bad address %q: port 0", s)
+			}
+			if seen[s] {
+				add(k+"servers", "server %q listed twice", s)
+			}
+			seen[s] = true
+		}
+		checkDur(k+"queue_timeout", pc.QueueTimeout, false)
+		checkPositive(k+"max_queue", int64(pc.MaxQueue))
+		checkPositive(k+"max_conns", int64(pc.MaxConns))
+		checkDur(k+"connect_timeout", pc.ConnectTimeout, true)
+		checkDur(k+"response_timeout", pc.ResponseTimeout, true)
+		checkDur(k+"tunnel_idle_timeout", pc.TunnelIdleTimeout, false)
+		if pc.Balance == "sticky" {
+			if _, err := stickiness.NewExtractor(pc.Sticky.Keys); err != nil {
+				add(k+"sticky.keys", "%v", strings.TrimPrefix(err.Error(), "stickiness: "))
+			}
+			if ck := pc.Sticky.Cookie; ck != "" && !slices.Contains(pc.Sticky.Keys, "cookie:"+ck) {
+				add(k+"sticky.cookie", "cookie %q is set but sticky.keys does not list \"cookie:%s\"", ck, ck)
+			}
+			checkDur(k+"sticky.idle_timeout", pc.Sticky.IdleTimeout, true)
+			checkPositive(k+"sticky.max_entries", int64(pc.Sticky.MaxEntries))
+		} else if c.isSet(k + "sticky") {
+			add(k+"sticky", "only for balance = \"sticky\"")
+		}
+		ck := pc.Check
+		k += "check."
+		if ck.Path != "" && !strings.HasPrefix(ck.Path, "/") || ck.Path == "" && pc.Balance == "leader" {
+			add(k+"path", "must start with /, got %q", ck.Path)
+		}
+		if ck.Port < 0 || ck.Port > 65535 {
+			add(k+"port", "bad port %d", ck.Port)
+		}
+		checkPositive(k+"rise", int64(ck.Rise))
+		if ck.Credentials != "" {
+			// Never echo the credentials themselves: they are a password.
+			if raw, err := base64.StdEncoding.DecodeString(ck.Credentials); err != nil {
+				add(k+"credentials", "not valid base64")
+			} else if !strings.Contains(string(raw), ":") {
+				add(k+"credentials", "must be base64 of user:password")
+			}
+		}
+		checkDur(k+"interval", ck.Interval, true)
+		checkDur(k+"interval_max", ck.IntervalMax, true)
+		if ck.Interval.err == nil && ck.IntervalMax.err == nil && ck.IntervalMax.D < ck.Interval.D {
+			add(k+"interval_max", "%s is less than interval %s", ck.IntervalMax.D, ck.Interval.D)
+		}
+		checkDur(k+"fast_interval", ck.FastInterval, true)
+		checkDur(k+"timeout", ck.Timeout, true)
+		checkPositive(k+"fall", int64(ck.Fall))
+	}
+
+	if len(c.Routes) == 0 {
+		add("routes", "no [[routes]]: at least one route must name a pool")
+	}
+	for i, r := range c.Routes {
+		k := "routes." + strconv.Itoa(i) + "."
+		if r.Pool == "" {
+			add(k+"pool", "missing pool")
+		} else if _, ok := c.Pools[r.Pool]; !ok {
+			add(k+"pool", "pool %q is not defined in any file", r.Pool)
+		}
+		for j, pfx := range r.Paths {
+			if !strings.HasPrefix(pfx, "/") {
+				add(fmt.Sprintf("%spaths.%d", k, j), "path prefix must start with /, got %q", pfx)
+			}
+		}
+	}
+	return p
+}
+
+func validAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /:") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
