@@ -25,8 +25,11 @@ bench-quick: build
 	bash bench/install-peers.sh
 	$(GO) run ./bench/cmd/fairlead-bench -quick
 
+# All tests under the race detector, plus the allocation guards of the hot paths, which run without it
+# (the race detector allocates on its own).
 test:
 	$(GO) vet ./...
+	$(GO) test -count=1 -run 'DoesNotAllocate' ./lb/... ./stickiness/
 	$(GO) test -race -count=1 -timeout 8m ./...
 
 fmt:
