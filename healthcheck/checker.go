@@ -49,6 +49,27 @@ func (c *Checker) Set(targets []*Target) {
 
 func (c *Checker) firstRoundOver() { c.markReady() }
 
+// Update applies new check options (path, port, intervals, timeout, fall, rise): probing restarts with
+// them and every server keeps its state. Without active probing from now on, servers that are down
+// come back up (nothing else would bring them back).
+func (c *Checker) Update(o Options) {
+	c.mu.Lock()
+	c.updateLocked(o)
+	var back []*Target
+	if c.o.Path == "" {
+		for _, t := range c.targets {
+			if !t.up.Load() {
+				c.passiveOnlyUp(t)
+				back = append(back, t)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, t := range back {
+		c.publish(Event{Kind: ServerUp, Server: t.addr, Detail: "active checks disabled"})
+	}
+}
+
 func (c *Checker) pace(t *Target) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -119,11 +140,8 @@ func (c *Checker) Report(t *Target, err error) {
 	}
 	n := t.passive.Add(1)
 	signal(t.wake) // probe at the fast pace now
-	if int(n) < c.o.Fall {
-		return
-	}
 	c.mu.Lock()
-	if !t.up.Load() {
+	if int(n) < c.o.Fall || !t.up.Load() {
 		c.mu.Unlock()
 		return
 	}

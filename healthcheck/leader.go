@@ -45,14 +45,14 @@ func (l *Leader) Current() *Target { return l.current.Load() }
 // reset or answered 503. It does not itself count as an answer. Triggers closer together than a quarter
 // of FastInterval (at least 50ms, at most 500ms) are merged, so an error storm cannot become a probe storm.
 func (l *Leader) Trigger() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	gap := min(max(l.o.FastInterval/4, 50*time.Millisecond), 500*time.Millisecond)
 	now := time.Now().UnixNano()
 	last := l.lastTrigger.Load()
 	if now-last < int64(gap) || !l.lastTrigger.CompareAndSwap(last, now) {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, t := range l.targets {
 		signal(t.kick)
 	}
@@ -80,6 +80,15 @@ func (l *Leader) Set(targets []*Target) {
 	ev := l.applyLocked(out)
 	l.mu.Unlock()
 	l.publishAll(ev)
+}
+
+// Update applies new check options (path, credentials, intervals, timeout, fall): probing restarts with
+// them; the leader, and every server's run of answers, stay.
+func (l *Leader) Update(o Options) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.updateLocked(o)
+	l.el.fall = l.o.Fall
 }
 
 // SplitBrains returns how many times a second server answered 200 while the leader was healthy.
@@ -113,7 +122,7 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 		if err != nil {
 			what = err.Error()
 		}
-		l.o.Logf("healthcheck: pool %s: leader %s answered %s", l.o.Pool, t.addr, what)
+		l.logf("healthcheck: pool %s: leader %s answered %s", l.pool, t.addr, what)
 	}
 	out := l.el.observe(l.targets, t, ok)
 	t.first = false
@@ -146,7 +155,7 @@ func (l *Leader) finishFirstRoundLocked() []Event {
 	ev := l.applyLocked(out)
 	l.markReady()
 	if l.el.leader == nil {
-		l.o.Logf("healthcheck: pool %s: no leader after the first round of probes", l.o.Pool)
+		l.logf("healthcheck: pool %s: no leader after the first round of probes", l.pool)
 	}
 	return ev
 }

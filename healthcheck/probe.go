@@ -98,10 +98,13 @@ type judge interface {
 // group is what Checker and Leader share: the set of targets, one probe loop per target, the first
 // round, and applying a server set change or new options while running.
 type group struct {
-	j judge
+	j    judge
+	pool string // Options.Pool, Bus and Logf: fixed for the group's life
+	bus  *Bus
+	logf func(format string, args ...any)
 
 	mu      sync.Mutex
-	o       Options
+	o       Options // guarded by mu: Update replaces it
 	targets []*Target // config order
 	ctx     context.Context
 	pending map[*Target]bool // first-round targets that have not answered yet
@@ -113,6 +116,7 @@ type group struct {
 func (g *group) init(j judge, o Options, targets []*Target) {
 	o.setDefaults()
 	g.j, g.o, g.targets = j, o, slices.Clone(targets)
+	g.pool, g.bus, g.logf = o.Pool, o.Bus, o.Logf
 	g.ready = make(chan struct{})
 	g.pending = map[*Target]bool{}
 	for _, t := range targets {
@@ -187,7 +191,7 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 	defer func() {
 		// A checker must never take the process down; log and carry on with the next probe.
 		if r := recover(); r != nil {
-			g.o.Logf("healthcheck: probe of %s panicked: %v", t.addr, r)
+			g.logf("healthcheck: probe of %s panicked: %v", t.addr, r)
 		}
 	}()
 	start := time.Now()
@@ -197,11 +201,11 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 		return // stopped meanwhile: a removed server, or new options
 	}
 	g.j.answer(t, start, status, err)
-	e := Event{Kind: CheckAnswered, Pool: g.o.Pool, Server: t.addr, Status: status, Latency: time.Since(start)}
+	e := Event{Kind: CheckAnswered, Server: t.addr, Status: status, Latency: time.Since(start)}
 	if err != nil {
 		e.Detail = err.Error()
 	}
-	g.o.Bus.Publish(e)
+	g.publish(e)
 }
 
 // setLocked applies a server set change: targets kept keep their loops, removed ones stop, added ones
@@ -223,12 +227,10 @@ func (g *group) setLocked(targets []*Target) (removed []*Target) {
 	return removed
 }
 
-// Update applies new options (another path, interval, timeout, fall...): every probe loop restarts with
-// them, and every server keeps its state. Pool, Bus and Logf stay as they were.
-func (g *group) Update(o Options) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	o.Pool, o.Bus, o.Logf = g.o.Pool, g.o.Bus, g.o.Logf
+// updateLocked applies new options (another path, interval, timeout, fall...): every probe loop restarts
+// with them, and every server keeps its state. Pool, Bus and Logf stay as they were.
+func (g *group) updateLocked(o Options) {
+	o.Pool, o.Bus, o.Logf = g.pool, g.bus, g.logf
 	if o.Rand == nil {
 		o.Rand = g.o.Rand
 	}
@@ -253,8 +255,8 @@ func (g *group) Status() []ServerStatus {
 }
 
 func (g *group) publish(e Event) {
-	e.Pool = g.o.Pool
-	g.o.Bus.Publish(e)
+	e.Pool = g.pool
+	g.bus.Publish(e)
 }
 
 // prober sends the probes of one server: GET <Path> with the Basic credentials, bounded by Timeout.

@@ -117,6 +117,9 @@ type stickyPolicy struct {
 
 func newStickyPolicy(p *Pool, cfg *PoolConfig) policy {
 	keys, _ := stickiness.NewExtractor(cfg.Sticky.Keys) // validated with the config
+	if p.table == nil {
+		p.table = stickiness.NewTable(stickiness.TableOptions{})
+	}
 	p.table.SetLimits(cfg.Sticky.MaxEntries, cfg.Sticky.IdleTimeout.D)
 	sp := &stickyPolicy{keys: keys, table: p.table, cookieIdx: -1, rr: &p.rr}
 	if c := cfg.Sticky.Cookie; c != "" {

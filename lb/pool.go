@@ -20,7 +20,7 @@ type Pool struct {
 	balance string
 	bus     *healthcheck.Bus
 	health  health
-	table   *stickiness.Table // sticky keys; kept across reloads (nil for balances without keys)
+	table   *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
 	rr      roundRobin
 
 	state atomic.Pointer[poolState]
@@ -49,9 +49,6 @@ type poolState struct {
 
 func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) *Pool {
 	p := &Pool{name: name, balance: cfg.Balance, bus: bus}
-	if cfg.Balance == "sticky" {
-		p.table = stickiness.NewTable(stickiness.TableOptions{MaxEntries: cfg.Sticky.MaxEntries, IdleTimeout: cfg.Sticky.IdleTimeout.D})
-	}
 	servers := make([]*Server, len(cfg.Servers))
 	targets := make([]*healthcheck.Target, len(cfg.Servers))
 	for i, addr := range cfg.Servers {
