@@ -1,0 +1,35 @@
+package tunnel
+
+import (
+	"io"
+	"testing"
+)
+
+// TestRelayDoesNotAllocatePerMessage counts the allocations of the whole process per 64-byte round trip
+// (two relayed messages) through one tunnel: the test's own ends use fixed buffers, so every allocation
+// would be the relay's. make test runs it without -race (the race detector allocates on its own).
+func TestRelayDoesNotAllocatePerMessage(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without -race")
+	}
+	e := newEnv(t, Options{})
+	client, up, _ := e.open("g", nil, nil, nil)
+	go echo(up)
+	var msg, got [64]byte
+	roundTrip := func() {
+		if _, err := client.Write(msg[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(client, got[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 100; i++ { // warm the buffer pools
+		roundTrip()
+	}
+	// A stray allocation from the runtime (a timer, a goroutine stack) is allowed over 1000 round trips;
+	// one per message is not.
+	if n := testing.AllocsPerRun(1000, roundTrip); n > 0.05 {
+		t.Fatalf("%.3f allocations per round trip through the relay, want 0", n)
+	}
+}
