@@ -67,7 +67,8 @@ type Table struct {
 }
 
 // NewTable returns an empty Table; zero limits get their defaults (see SetLimits).
-// Expiry only happens on Expire calls: the owner runs them (fairlead's pool every IdleTimeout/10).
+// Expiry only happens on Expire calls: the owner runs them (fairlead's pool every IdleTimeout/10, at
+// least a second apart).
 func NewTable(o TableOptions) *Table {
 	if o.Now == nil {
 		o.Now = time.Now

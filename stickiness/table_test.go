@@ -1,7 +1,6 @@
 package stickiness
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -37,6 +36,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 // checkInvariants verifies the table's internal bookkeeping: every entry is
 // in its map and in the right list, lists are ordered by activity, the
 // published oldest timestamps match, and count matches.
+// remembered returns the server the table remembers for key, reading the shard's map directly:
+// unlike Place, it is not activity and never places the key.
+func remembered(tb *Table, key []byte) (server string, ok bool) {
+	s := tb.shardFor(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.m[string(key)]; e != nil {
+		return e.server, true
+	}
+	return "", false
+}
+
 func checkInvariants(t *testing.T, tb *Table) {
 	t.Helper()
 	total := 0
@@ -86,8 +97,12 @@ func checkInvariants(t *testing.T, tb *Table) {
 
 func TestNewTableFillsInDefaults(t *testing.T) {
 	tb := NewTable(TableOptions{})
-	if tb.max != DefaultMaxEntries || tb.idle != DefaultIdleTimeout || tb.now == nil {
-		t.Fatalf("defaults: max %d, idle %v", tb.max, tb.idle)
+	if tb.max.Load() != DefaultMaxEntries || tb.IdleTimeout() != DefaultIdleTimeout || tb.now == nil {
+		t.Fatalf("defaults: max %d, idle %v", tb.max.Load(), tb.IdleTimeout())
+	}
+	tb = NewTable(TableOptions{MaxEntries: -1, IdleTimeout: -time.Second})
+	if tb.max.Load() != DefaultMaxEntries || tb.IdleTimeout() != DefaultIdleTimeout {
+		t.Fatalf("negative limits: max %d, idle %v; want the defaults", tb.max.Load(), tb.IdleTimeout())
 	}
 	if DefaultMaxEntries != 1_000_000 || DefaultIdleTimeout != 10*time.Minute {
 		t.Fatalf("documented defaults changed")
@@ -111,8 +126,8 @@ func TestPlaceKeepsAKeyOnOneServer(t *testing.T) {
 				t.Fatalf("Place(%q) #%d = %d, want %d", key, n, got, first)
 			}
 		}
-		if s, ok := tb.Lookup([]byte(key)); !ok || s != p.Name(first) {
-			t.Fatalf("Lookup(%q) = %q, %v; want %q", key, s, ok, p.Name(first))
+		if s, ok := remembered(tb, []byte(key)); !ok || s != p.Name(first) {
+			t.Fatalf("%q remembered on %q, %v; want %q", key, s, ok, p.Name(first))
 		}
 	}
 	for k := 0; k < 20; k++ {
@@ -128,7 +143,7 @@ func TestPlaceStoresTheCandidatesNameWithoutCopying(t *testing.T) {
 	tb := NewTable(TableOptions{})
 	p := newPool(threeServers...)
 	i := tb.Place([]byte("h:pump-7"), p)
-	s, _ := tb.Lookup([]byte("h:pump-7"))
+	s, _ := remembered(tb, []byte("h:pump-7"))
 	if len(s) == 0 || unsafeStringData(s) != unsafeStringData(p.Name(i)) {
 		t.Fatalf("remembered server name is a copy of %q", p.Name(i))
 	}
@@ -196,8 +211,8 @@ func TestPlaceReplacesAServerThatIsDownOrGone(t *testing.T) {
 		if want := Rendezvous(key, q); i != want {
 			t.Fatalf("%s: Place = %d, want the rendezvous choice %d", what, i, want)
 		}
-		if s, _ := tb.Lookup(key); s != q.Name(i) {
-			t.Fatalf("%s: Lookup = %q, want the new server %q remembered", what, s, q.Name(i))
+		if s, _ := remembered(tb, key); s != q.Name(i) {
+			t.Fatalf("%s: remembered %q, want the new server %q", what, s, q.Name(i))
 		}
 		// The new choice sticks even after the old server is back.
 		if got := tb.Place(key, newPool(threeServers...)); newPool(threeServers...).Name(got) != q.Name(i) {
@@ -223,13 +238,13 @@ func TestPlaceReturnsMinusOneAndRemembersNothingWhenNothingIsUp(t *testing.T) {
 	if got := tb.Place([]byte("h:new"), p); got != -1 {
 		t.Fatalf("Place(new key) = %d, want -1", got)
 	}
-	if _, ok := tb.Lookup([]byte("h:new")); ok {
+	if _, ok := remembered(tb, []byte("h:new")); ok {
 		t.Fatalf("a key placed nowhere was remembered")
 	}
 	if got := tb.Place(known, p); got != -1 {
 		t.Fatalf("Place(known key) = %d, want -1", got)
 	}
-	if s, ok := tb.Lookup(known); !ok || s != old {
+	if s, ok := remembered(tb, known); !ok || s != old {
 		t.Fatalf("known key's server became %q, %v; want %q kept", s, ok, old)
 	}
 	if got := tb.Place(known, newPool()); got != -1 {
@@ -254,13 +269,13 @@ func TestIdleEntriesExpireUnlessATunnelIsOpen(t *testing.T) {
 		if got := tb.Expire(); got != wantExpired {
 			t.Fatalf("after %v more, Expire() = %d, want %d", advance, got, wantExpired)
 		}
-		if _, ok := tb.Lookup(idle); ok != wantIdle {
+		if _, ok := remembered(tb, idle); ok != wantIdle {
 			t.Fatalf("idle key remembered = %v, want %v", ok, wantIdle)
 		}
-		if _, ok := tb.Lookup(open); ok != wantOpen {
+		if _, ok := remembered(tb, open); ok != wantOpen {
 			t.Fatalf("open key remembered = %v, want %v", ok, wantOpen)
 		}
-		if _, ok := tb.Lookup(unknown); ok {
+		if _, ok := remembered(tb, unknown); ok {
 			t.Fatalf("Acquire/Release created an entry")
 		}
 		checkInvariants(t, tb)
@@ -294,7 +309,6 @@ func TestActivityPostponesExpiry(t *testing.T) {
 		}
 	}
 	clock.Advance(50 * time.Second)
-	tb.Lookup(key)  // not activity
 	tb.Release(key) // unbalanced: activity, refs stay at zero
 	clock.Advance(59 * time.Second)
 	if n := tb.Expire(); n != 0 {
@@ -322,7 +336,7 @@ func TestMaxEntriesEvictsTheLongestIdleFirst(t *testing.T) {
 			t.Fatalf("Len() = %d, want %d", tb.Len(), len(want))
 		}
 		for _, k := range want {
-			if _, ok := tb.Lookup([]byte(k)); !ok {
+			if _, ok := remembered(tb, []byte(k)); !ok {
 				t.Fatalf("%q was evicted", k)
 			}
 		}
@@ -364,20 +378,22 @@ func TestEvictionTakesEntriesWithTunnelsLongestIdleFirstWhenNothingElseIsLeft(t 
 	}
 	clock.Advance(time.Second)
 	tb.Place([]byte("a"), p) // a is now the most recent
-	tb.max = 2
+	tb.SetLimits(2, 0)
 	tb.evict()
 	checkInvariants(t, tb)
 	for k, want := range map[string]bool{"a": true, "b": false, "c": false, "d": true} {
-		if _, ok := tb.Lookup([]byte(k)); ok != want {
+		if _, ok := remembered(tb, []byte(k)); ok != want {
 			t.Fatalf("%q kept = %v, want %v", k, ok, want)
 		}
 	}
 }
 
 func TestMaxEntriesBoundsTheTable(t *testing.T) {
-	tb := NewTable(TableOptions{MaxEntries: 1000})
+	clock := newFakeClock()
+	tb := NewTable(TableOptions{MaxEntries: 1000, Now: clock.Now})
 	p := newPool(threeServers...)
 	for k := 0; k < 10_000; k++ {
+		clock.Advance(time.Millisecond)
 		tb.Place([]byte(fmt.Sprintf("h:asset-%d", k)), p)
 		if tb.Len() > 1000 {
 			t.Fatalf("Len() = %d after %d keys, want at most 1000", tb.Len(), k+1)
@@ -386,9 +402,9 @@ func TestMaxEntriesBoundsTheTable(t *testing.T) {
 	if tb.Len() != 1000 {
 		t.Fatalf("Len() = %d, want 1000", tb.Len())
 	}
-	// With a real clock, the most recent keys survive.
+	// With a clock that moves between keys, the most recent keys survive.
 	for k := 9000; k < 10_000; k++ {
-		if _, ok := tb.Lookup([]byte(fmt.Sprintf("h:asset-%d", k))); !ok {
+		if _, ok := remembered(tb, []byte(fmt.Sprintf("h:asset-%d", k))); !ok {
 			t.Fatalf("recent key %d was evicted", k)
 		}
 	}
@@ -421,35 +437,9 @@ func TestForgetRemovesEveryEntryOfAServer(t *testing.T) {
 		t.Fatalf("Len() = %d, want %d", tb.Len(), 3000-per[threeServers[1]])
 	}
 	for k := 0; k < 3000; k++ {
-		if s, ok := tb.Lookup([]byte(fmt.Sprintf("h:asset-%d", k))); ok && s == threeServers[1] {
+		if s, ok := remembered(tb, []byte(fmt.Sprintf("h:asset-%d", k))); ok && s == threeServers[1] {
 			t.Fatalf("key %d still on a forgotten server", k)
 		}
-	}
-}
-
-func TestStartExpiresInTheBackgroundUntilCancelled(t *testing.T) {
-	clock := newFakeClock()
-	// IdleTimeout/10 is under a second, so the janitor runs every second.
-	tb := NewTable(TableOptions{IdleTimeout: time.Second, Now: clock.Now})
-	p := newPool(threeServers...)
-	ctx, cancel := context.WithCancel(context.Background())
-	tb.Start(ctx)
-	tb.Place([]byte("h:a"), p)
-	clock.Advance(time.Hour)
-	deadline := time.Now().Add(10 * time.Second)
-	for tb.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("janitor did not expire the idle entry")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	cancel()
-	time.Sleep(1500 * time.Millisecond) // let a tick pass; the janitor must be gone
-	tb.Place([]byte("h:b"), p)
-	clock.Advance(time.Hour)
-	time.Sleep(1500 * time.Millisecond)
-	if tb.Len() != 1 {
-		t.Fatalf("janitor still running after cancel: Len() = %d", tb.Len())
 	}
 }
 
@@ -476,8 +466,14 @@ func TestTableIsSafeForConcurrentUse(t *testing.T) {
 					tb.Acquire(buf)
 				case op < 90:
 					tb.Release(buf)
+				case op < 95:
+					if i := tb.PlaceExcept(buf, p, r.IntN(4)-1); i < 0 || i >= 3 {
+						t.Errorf("PlaceExcept = %d", i)
+						return
+					}
 				case op < 97:
-					tb.Lookup(buf)
+					// A reload: MaxEntries stays within 400..500, the idle timeout within 1..2m.
+					tb.SetLimits(400+r.IntN(101), time.Minute+time.Duration(r.IntN(61))*time.Second)
 				case op < 98:
 					clock.Advance(time.Second)
 					tb.Expire()
@@ -494,4 +490,195 @@ func TestTableIsSafeForConcurrentUse(t *testing.T) {
 	if tb.Len() > 500 {
 		t.Fatalf("Len() = %d after the dust settled, want at most 500", tb.Len())
 	}
+}
+
+func TestPlaceExceptPassesOverTheExceptedServerAndReplacesTheKey(t *testing.T) {
+	tb := NewTable(TableOptions{})
+	p := newPool(threeServers...)
+	key := []byte("h:pump-7")
+	old := tb.Place(key, p)
+	if old < 0 {
+		t.Fatal("Place = -1 with all servers up")
+	}
+	// Excepting another server leaves the key where it is.
+	other := (old + 1) % p.Len()
+	if got := tb.PlaceExcept(key, p, other); got != old {
+		t.Fatalf("PlaceExcept(except %d) = %d, want the remembered %d", other, got, old)
+	}
+	// Excepting its own server places it anew, by rendezvous among the others...
+	i := tb.PlaceExcept(key, p, old)
+	if i < 0 || i == old {
+		t.Fatalf("PlaceExcept(except the remembered %d) = %d, want another up server", old, i)
+	}
+	if want := rendezvous(key, p, old); i != want {
+		t.Fatalf("PlaceExcept = %d, want the rendezvous choice without %d: %d", i, old, want)
+	}
+	if s, _ := remembered(tb, key); s != p.Name(i) {
+		t.Fatalf("remembered %q, want the new server %q", s, p.Name(i))
+	}
+	// ...and the new server sticks, though every server is up and hashing would choose the old one.
+	for n := 0; n < 10; n++ {
+		if got := tb.Place(key, p); got != i {
+			t.Fatalf("Place #%d after PlaceExcept = %d, want the new server %d", n, got, i)
+		}
+	}
+	if tb.Len() != 1 {
+		t.Fatalf("Len() = %d, want 1", tb.Len())
+	}
+	checkInvariants(t, tb)
+}
+
+func TestPlaceExceptNeverReturnsTheExceptedServerForANewKey(t *testing.T) {
+	tb := NewTable(TableOptions{})
+	p := newPool(threeServers...)
+	passedOver := 0 // keys whose rendezvous choice was the excepted server
+	for k := 0; k < 300; k++ {
+		key := []byte(fmt.Sprintf("h:asset-%d", k))
+		except := k % p.Len()
+		if Rendezvous(key, p) == except {
+			passedOver++
+		}
+		i := tb.PlaceExcept(key, p, except)
+		if i < 0 || i == except {
+			t.Fatalf("PlaceExcept(%q, except %d) = %d", key, except, i)
+		}
+		if want := rendezvous(key, p, except); i != want {
+			t.Fatalf("PlaceExcept(%q, except %d) = %d, want the rendezvous choice %d", key, except, i, want)
+		}
+		if got := tb.Place(key, p); got != i {
+			t.Fatalf("Place(%q) = %d after PlaceExcept, want %d remembered", key, got, i)
+		}
+	}
+	if passedOver == 0 {
+		t.Fatal("no key had the excepted server as its rendezvous choice: the test proves nothing")
+	}
+	// Except -1 is Place.
+	key := []byte("h:fresh")
+	if got, want := tb.PlaceExcept(key, p, -1), Rendezvous(key, p); got != want {
+		t.Fatalf("PlaceExcept(-1) = %d, want the rendezvous choice %d", got, want)
+	}
+	checkInvariants(t, tb)
+}
+
+func TestPlaceExceptOfTheOnlyUpServerPlacesNothing(t *testing.T) {
+	tb := NewTable(TableOptions{})
+	p := newPool(threeServers...)
+	known := []byte("h:known")
+	old := tb.Place(known, p)
+	for i := range threeServers {
+		p.setUp(i, i == old)
+	}
+	if got := tb.PlaceExcept([]byte("h:new"), p, old); got != -1 {
+		t.Fatalf("PlaceExcept(new key, except the only up server) = %d, want -1", got)
+	}
+	if _, ok := remembered(tb, []byte("h:new")); ok {
+		t.Fatal("a key placed nowhere was remembered")
+	}
+	if got := tb.PlaceExcept(known, p, old); got != -1 {
+		t.Fatalf("PlaceExcept(known key, except the only up server) = %d, want -1", got)
+	}
+	if s, ok := remembered(tb, known); !ok || s != p.Name(old) {
+		t.Fatalf("known key's server became %q, %v; want %q kept", s, ok, p.Name(old))
+	}
+	if got := tb.Place(known, p); got != old {
+		t.Fatalf("Place(known key) = %d, want its server %d", got, old)
+	}
+}
+
+func TestSetLimitsLowersMaxEntriesAtTheNextNewKey(t *testing.T) {
+	clock := newFakeClock()
+	tb := NewTable(TableOptions{MaxEntries: 10, IdleTimeout: time.Hour, Now: clock.Now})
+	p := newPool(threeServers...)
+	place := func(key string) {
+		clock.Advance(time.Second)
+		tb.Place([]byte(key), p)
+	}
+	for k := 0; k < 10; k++ {
+		place(fmt.Sprintf("k%d", k))
+	}
+	tb.SetLimits(4, time.Hour)
+	if tb.Len() != 10 {
+		t.Fatalf("Len() = %d right after SetLimits, want 10: the bound applies at the next new key", tb.Len())
+	}
+	place("k0") // a known key: k0 becomes the most recent, nothing is evicted
+	if tb.Len() != 10 {
+		t.Fatalf("Len() = %d after placing a known key, want 10", tb.Len())
+	}
+	place("new")
+	if tb.Len() != 4 {
+		t.Fatalf("Len() = %d after a new key, want the new bound 4", tb.Len())
+	}
+	for k, want := range map[string]bool{"k8": true, "k9": true, "k0": true, "new": true, "k1": false, "k7": false} {
+		if _, ok := remembered(tb, []byte(k)); ok != want {
+			t.Fatalf("%q kept = %v, want %v (the longest idle go first)", k, ok, want)
+		}
+	}
+	checkInvariants(t, tb)
+
+	// Raising the bound lets the table grow again.
+	tb.SetLimits(6, time.Hour)
+	place("new2")
+	place("new3")
+	place("new4")
+	if tb.Len() != 6 {
+		t.Fatalf("Len() = %d after raising the bound to 6 and three new keys, want 6", tb.Len())
+	}
+	checkInvariants(t, tb)
+
+	// Zero or negative limits are the defaults.
+	tb.SetLimits(0, 0)
+	if tb.max.Load() != DefaultMaxEntries || tb.IdleTimeout() != DefaultIdleTimeout {
+		t.Fatalf("SetLimits(0, 0): max %d, idle %v; want the defaults", tb.max.Load(), tb.IdleTimeout())
+	}
+	tb.SetLimits(-5, -time.Minute)
+	if tb.max.Load() != DefaultMaxEntries || tb.IdleTimeout() != DefaultIdleTimeout {
+		t.Fatalf("SetLimits(-5, -1m): max %d, idle %v; want the defaults", tb.max.Load(), tb.IdleTimeout())
+	}
+}
+
+func TestSetLimitsShorterIdleTimeoutAppliesAtTheNextExpire(t *testing.T) {
+	clock := newFakeClock()
+	tb := NewTable(TableOptions{IdleTimeout: 10 * time.Minute, Now: clock.Now})
+	p := newPool(threeServers...)
+	old, open, recent := []byte("h:old"), []byte("h:open"), []byte("h:recent")
+	tb.Place(old, p)
+	tb.Place(open, p)
+	tb.Acquire(open)
+	clock.Advance(2 * time.Minute)
+	tb.Place(recent, p)
+	clock.Advance(time.Minute) // old and open idle 3m, recent 1m
+	if n := tb.Expire(); n != 0 {
+		t.Fatalf("Expire() = %d under a 10m idle timeout, want 0", n)
+	}
+
+	tb.SetLimits(0, 90*time.Second)
+	if got := tb.IdleTimeout(); got != 90*time.Second {
+		t.Fatalf("IdleTimeout() = %v after SetLimits, want 1m30s", got)
+	}
+	if tb.max.Load() != DefaultMaxEntries {
+		t.Fatalf("max %d after SetLimits(0, ...), want the default", tb.max.Load())
+	}
+	if tb.Len() != 3 {
+		t.Fatalf("Len() = %d right after SetLimits, want 3: expiry happens at Expire", tb.Len())
+	}
+	if n := tb.Expire(); n != 1 {
+		t.Fatalf("Expire() = %d, want 1: only the entry idle 3m without a tunnel", n)
+	}
+	for k, want := range map[string]bool{"h:old": false, "h:open": true, "h:recent": true} {
+		if _, ok := remembered(tb, []byte(k)); ok != want {
+			t.Fatalf("%q kept = %v, want %v", k, ok, want)
+		}
+	}
+	clock.Advance(29 * time.Second) // recent idle 1m29s
+	if n := tb.Expire(); n != 0 {
+		t.Fatalf("Expire() = %d with recent idle 1m29s, want 0", n)
+	}
+	clock.Advance(time.Second) // exactly the new timeout
+	if n := tb.Expire(); n != 1 {
+		t.Fatalf("Expire() = %d with recent idle 1m30s, want 1", n)
+	}
+	if _, ok := remembered(tb, recent); ok {
+		t.Fatal("recent key still remembered past the new idle timeout")
+	}
+	checkInvariants(t, tb)
 }

@@ -6,10 +6,16 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
+
+// hang is the deadline for something that must happen: generous, so that it is missed only
+// when the relay hangs, never because the machine is slow (-race, a loaded CI runner). No test
+// bounds how fast the relay is.
+const hang = 5 * time.Second
 
 // env is a relay between two loopback listeners: the test dials front as the client (the
 // relay gets the accepted conn) and the relay's server conn is dialed to back (the test gets
@@ -177,6 +183,42 @@ func waitGoroutines(tb testing.TB, want int, d time.Duration) {
 		buf := make([]byte, 1<<16)
 		n := runtime.Stack(buf, true)
 		tb.Fatalf("goroutines: %d, want <= %d\n%s", runtime.NumGoroutine(), want, buf[:n])
+	}
+}
+
+// writeBlocked reports whether a relay goroutine is parked in the netpoller writing to a
+// receiver whose socket buffers are full: with the epoll relay the goroutine that a blocked
+// write is handed to (finishWrite), with the portable one a tunnel's pump stuck in its Write.
+// It reads the goroutines' stacks, as the relay has no hook for it.
+func writeBlocked() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(header, "[IO wait") {
+			continue
+		}
+		if strings.Contains(g, "tunnel.(*Relay).finishWrite(") ||
+			strings.Contains(g, "tunnel.(*Relay).pump(") && strings.Contains(g, "net.(*conn).Write(") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitWriteBlocked waits until a relay write is blocked on a receiver that does not read (see
+// writeBlocked), so that a test goes on only once the relay is really stalled on it.
+func waitWriteBlocked(tb testing.TB) {
+	tb.Helper()
+	if !eventually(hang, writeBlocked) {
+		tb.Fatal("no relay write blocked on the receiver that does not read")
 	}
 }
 
