@@ -123,13 +123,15 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 }
 
 // drop takes s out of service for good: it leaves its pool (the caller already swapped in a state
-// without it), the policy forgets it, and ServerRemoved closes its tunnels. In-flight requests finish
+// without it), ServerRemoved closes its tunnels, and the policy forgets it. In-flight requests finish
 // on its client, whose idle connections are closed now.
 func (p *Pool) drop(st *poolState, s *Server, why string) {
 	s.removed.Store(true)
-	st.policy.removed(s)
 	s.client.Load().CloseIdleConnections()
 	p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
+	// Only once its tunnels are closed (and their keys released): a key of s that a client re-placed
+	// meanwhile names another server now and is kept.
+	st.policy.removed(s)
 }
 
 // start launches the pool's health checks and sticky table janitor; they stop with ctx or stop.

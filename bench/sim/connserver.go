@@ -44,7 +44,7 @@ type ConnServer struct {
 	servedBy []byte
 	upgrader websocket.FastHTTPUpgrader
 
-	// opMu serializes Kill and Restart.
+	// opMu serializes Kill, Restart, PauseListener and ResumeListener.
 	opMu    sync.Mutex
 	healthy atomic.Bool
 
@@ -145,9 +145,54 @@ func (s *ConnServer) Restart() error {
 	return nil
 }
 
-// Alive reports whether the server is listening (not killed).
+// Alive reports whether the server is running (not killed); a server whose
+// listener is paused is alive.
 func (s *ConnServer) Alive() bool {
 	return s.main.running()
+}
+
+// PauseListener closes the listener on Addr while the server stays alive:
+// new dials to Addr are refused, but the WebSocket tunnels and keep-alive
+// connections already open go on being served, as when a process stops
+// accepting or a firewall briefly closes the port. A separate health
+// listener (HealthAddr != Addr) keeps answering; with health served on Addr,
+// health checks are refused too. Pausing a paused server is a no-op; a
+// killed server gives an error. Kill and Restart work on a paused server
+// (Restart listens again).
+func (s *ConnServer) PauseListener() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	wasListening := s.main.listening()
+	if err := s.main.pauseListener(); err != nil {
+		return fmt.Errorf("connection server %s: %w", s.Name, err)
+	}
+	if wasListening {
+		s.logf("%s: listener paused", s.Name)
+	}
+	return nil
+}
+
+// ResumeListener listens on Addr again after PauseListener, retrying
+// briefly while the port is still busy; the tunnels opened before the pause
+// are kept. Resuming a server that is not paused is a no-op; a killed server
+// gives an error.
+func (s *ConnServer) ResumeListener() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	wasListening := s.main.listening()
+	if err := s.main.resumeListener(); err != nil {
+		return fmt.Errorf("connection server %s: %w", s.Name, err)
+	}
+	if !wasListening {
+		s.logf("%s: listener resumed", s.Name)
+	}
+	return nil
+}
+
+// Listening reports whether new dials to Addr are accepted: the server is
+// alive and its listener is not paused.
+func (s *ConnServer) Listening() bool {
+	return s.main.listening()
 }
 
 // Upgrades returns the number of successful WebSocket upgrades so far. It is
@@ -220,18 +265,19 @@ func (s *ConnServer) upgrade(ctx *fasthttp.RequestCtx) {
 	s.hdrMu.Lock()
 	s.lastHdr = h
 	s.hdrMu.Unlock()
-	if err := s.upgrader.Upgrade(ctx, s.echo); err != nil {
+	if err := s.upgrader.Upgrade(ctx, func(c *websocket.Conn) { echoMessages(c, &s.tunnels) }); err != nil {
 		s.logf("%s: upgrade failed: %s", s.Name, err)
 		return
 	}
 	s.upgrades.Add(1)
 }
 
-// echo echoes every message back with the same type until the connection
-// fails or closes.
-func (s *ConnServer) echo(c *websocket.Conn) {
-	s.tunnels.Add(1)
-	defer s.tunnels.Add(-1)
+// echoMessages echoes every message of c back with the same type until the
+// connection fails or closes; open counts it while it runs. Messages up to
+// maxMessageSize are accepted.
+func echoMessages(c *websocket.Conn, open *atomic.Int64) {
+	open.Add(1)
+	defer open.Add(-1)
 	c.SetReadLimit(maxMessageSize)
 	for {
 		mt, r, err := c.NextReader()

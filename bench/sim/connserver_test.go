@@ -185,3 +185,76 @@ func TestConnServerKillRestart(t *testing.T) {
 		t.Fatal("tunnel survived Close")
 	}
 }
+
+func TestConnServerPauseListenerKeepsOpenTunnels(t *testing.T) {
+	c := startCluster(t, Options{Connections: 1})
+	cx := c.Connections[0]
+	conn, _ := dialWS(t, cx.Addr, "/ws", nil)
+	echo(t, conn, websocket.TextMessage, []byte("before"))
+	// A plain keep-alive connection, opened before the pause, is served too.
+	hc := dialRaw(t, cx.Addr)
+	if resp, _, err := hc.roundTrip("/health", time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+
+	if err := cx.PauseListener(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.PauseListener(); err != nil {
+		t.Fatal("second PauseListener:", err)
+	}
+	if !cx.Alive() || cx.Listening() {
+		t.Fatalf("paused: Alive %v Listening %v, want true false", cx.Alive(), cx.Listening())
+	}
+	if nc, err := net.DialTimeout("tcp", cx.Addr, time.Second); err == nil {
+		nc.Close()
+		t.Fatal("dial succeeded while the listener is paused")
+	}
+	echo(t, conn, websocket.TextMessage, []byte("while paused"))
+	if resp, _, err := hc.roundTrip("/health", time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("keep-alive health while paused: %v %v", resp, err)
+	}
+	if cx.OpenTunnels() != 1 {
+		t.Fatalf("OpenTunnels = %d while paused", cx.OpenTunnels())
+	}
+
+	if err := cx.ResumeListener(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.ResumeListener(); err != nil {
+		t.Fatal("second ResumeListener:", err)
+	}
+	if !cx.Listening() {
+		t.Fatal("not Listening after ResumeListener")
+	}
+	conn2, _ := dialWS(t, cx.Addr, "/ws", nil)
+	echo(t, conn2, websocket.TextMessage, []byte("after"))
+	echo(t, conn, websocket.TextMessage, []byte("first still here"))
+	if cx.OpenTunnels() != 2 || cx.Upgrades() != 2 {
+		t.Fatalf("OpenTunnels %d, Upgrades %d, want 2 and 2", cx.OpenTunnels(), cx.Upgrades())
+	}
+
+	// Kill closes the tunnels of every listen, paused or not; Restart listens again.
+	if err := cx.PauseListener(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cx.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := conn.ReadMessage(); err == nil || isTimeout(err) {
+		t.Fatalf("read on the tunnel of a killed paused server: %v, want a connection error", err)
+	}
+	waitFor(t, "tunnels to close", func() bool { return cx.OpenTunnels() == 0 })
+	if err := cx.PauseListener(); err == nil {
+		t.Fatal("PauseListener on a killed server: want an error")
+	}
+	if err := cx.ResumeListener(); err == nil {
+		t.Fatal("ResumeListener on a killed server: want an error")
+	}
+	if err := cx.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	conn3, _ := dialWS(t, cx.Addr, "/ws", nil)
+	echo(t, conn3, websocket.TextMessage, []byte("restarted"))
+}

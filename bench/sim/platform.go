@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
 
@@ -51,6 +52,14 @@ type Probe struct {
 // answers with the request headers as the body, one "Name: value" per line in
 // the order received, plus an "X-Echo-Host: <Host>" header.
 //
+// A WebSocket upgrade on the path /Thingworx/WS (where ThingWorx accepts
+// edge connections) is upgraded by a Leader or Backup platform, the 101
+// carrying "X-Served-By: <Name>", and every message is echoed back with the
+// same type, as a connection server does; a Standby platform answers it 503
+// like any ordinary request. The tunnel lasts until either side closes it
+// or the platform goes Dead, whatever other state changes happen meanwhile.
+// An upgrade counts as an ordinary request in Requests.
+//
 // All methods are safe for concurrent use.
 type Platform struct {
 	// Name is "platform1", "platform2", ...
@@ -74,6 +83,10 @@ type Platform struct {
 
 	requests atomic.Int64
 
+	upgrader websocket.FastHTTPUpgrader
+	upgrades atomic.Int64
+	tunnels  atomic.Int64
+
 	bufPool sync.Pool // *[]byte of copyBufSize, for streaming request bodies
 
 	probesMu sync.Mutex
@@ -88,6 +101,9 @@ func newPlatform(name, addr string, st State, opts *Options) (*Platform, error) 
 		auth:            []byte("Basic " + opts.Credentials),
 		leaderCheckPath: []byte(opts.LeaderCheckPath),
 		body:            opts.Body,
+		upgrader: websocket.FastHTTPUpgrader{
+			CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+		},
 	}
 	if p.body == nil {
 		p.body = []byte("hello from " + name + "\n")
@@ -176,6 +192,19 @@ func (p *Platform) Probes() []Probe {
 	return append([]Probe(nil), p.probes...)
 }
 
+// Upgrades returns the number of successful WebSocket upgrades so far (see
+// Platform). It is incremented before the 101 response is sent.
+func (p *Platform) Upgrades() int64 {
+	return p.upgrades.Load()
+}
+
+// OpenTunnels returns the number of currently open WebSocket connections to
+// the platform. A tunnel counts from just after the 101 is written until its
+// connection closes.
+func (p *Platform) OpenTunnels() int {
+	return int(p.tunnels.Load())
+}
+
 // ResetCounters zeroes Requests and forgets the recorded Probes.
 func (p *Platform) ResetCounters() {
 	p.requests.Store(0)
@@ -213,6 +242,7 @@ var (
 	hdrWWWAuth        = []byte("WWW-Authenticate")
 	valWWWAuth        = []byte(`Basic realm="ThingWorx"`)
 	pathEchoHeaders   = []byte("/echo-headers")
+	pathWS            = []byte("/Thingworx/WS")
 	textPlain         = []byte("text/plain; charset=utf-8")
 	bodyLeader        = []byte("leader\n")
 	bodyNotLeader     = []byte("not leader\n")
@@ -252,6 +282,10 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 	if st == Standby {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBody(bodyStandby)
+		return
+	}
+	if bytes.Equal(ctx.Path(), pathWS) && websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		p.upgrade(ctx)
 		return
 	}
 
@@ -309,6 +343,15 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		ctx.SetBody(p.body)
 	}
+}
+
+// upgrade answers a WebSocket upgrade with a 101 and echoes the messages.
+func (p *Platform) upgrade(ctx *fasthttp.RequestCtx) {
+	if err := p.upgrader.Upgrade(ctx, func(c *websocket.Conn) { echoMessages(c, &p.tunnels) }); err != nil {
+		p.logf("%s: upgrade failed: %s", p.Name, err)
+		return
+	}
+	p.upgrades.Add(1)
 }
 
 func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {

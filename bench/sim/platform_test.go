@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
 
@@ -576,5 +577,48 @@ func TestStateFlapping(t *testing.T) {
 	}
 	if resp, _, err := dialRaw(t, p.Addr).roundTrip(DefaultLeaderCheckPath, time.Second); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after flapping: %v %v", resp, err)
+	}
+}
+
+func TestPlatformWebSocketEcho(t *testing.T) {
+	c := startCluster(t, Options{Platforms: 2})
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	conn, resp := dialWS(t, p1.Addr, "/Thingworx/WS", nil)
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("X-Served-By") != p1.Name {
+		t.Fatalf("upgrade: status %d, X-Served-By %q", resp.StatusCode, resp.Header.Get("X-Served-By"))
+	}
+	echo(t, conn, websocket.TextMessage, []byte("to the leader"))
+	echo(t, conn, websocket.BinaryMessage, []byte{0, 1, 2})
+	if p1.Upgrades() != 1 || p1.OpenTunnels() != 1 || p1.Requests() != 1 {
+		t.Fatalf("Upgrades %d, OpenTunnels %d, Requests %d, want 1, 1, 1", p1.Upgrades(), p1.OpenTunnels(), p1.Requests())
+	}
+	// A backup upgrades too.
+	conn2, _ := dialWS(t, p2.Addr, "/Thingworx/WS", nil)
+	echo(t, conn2, websocket.TextMessage, []byte("to a backup"))
+
+	// Only on /Thingworx/WS: elsewhere an upgrade is an ordinary request.
+	d := websocket.Dialer{HandshakeTimeout: 2 * time.Second}
+	if _, resp, err := d.Dial("ws://"+p1.Addr+"/Thingworx/Things", nil); err == nil || resp == nil || resp.StatusCode != 200 {
+		t.Fatalf("upgrade on another path: %v (response %v), want the ordinary 200", err, resp)
+	}
+
+	// A state change keeps the tunnel; Standby answers new upgrades 503; Dead closes the tunnel.
+	if err := p1.SetState(Standby); err != nil {
+		t.Fatal(err)
+	}
+	echo(t, conn, websocket.TextMessage, []byte("still here"))
+	if _, resp, err := d.Dial("ws://"+p1.Addr+"/Thingworx/WS", nil); err == nil || resp == nil || resp.StatusCode != 503 {
+		t.Fatalf("upgrade to a standby: %v (response %v), want 503", err, resp)
+	}
+	if err := p1.SetState(Dead); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := conn.ReadMessage(); err == nil || isTimeout(err) {
+		t.Fatalf("read on the tunnel of a dead platform: %v, want a connection error", err)
+	}
+	waitFor(t, "the tunnel to close", func() bool { return p1.OpenTunnels() == 0 })
+	if p2.OpenTunnels() != 1 {
+		t.Fatalf("platform2 OpenTunnels = %d", p2.OpenTunnels())
 	}
 }

@@ -13,6 +13,10 @@ import (
 // errClosed is returned when a server of a closed Cluster is asked to listen.
 var errClosed = errors.New("sim: cluster is closed")
 
+// errStopped is returned when the listener of a stopped (killed, Dead)
+// server is asked to pause or resume.
+var errStopped = errors.New("sim: server is stopped")
+
 const (
 	// bindAttempts and bindRetryDelay bound how long a restart waits for the
 	// old address to become bindable again.
@@ -39,11 +43,16 @@ type netServer struct {
 	closed bool
 }
 
-// generation is one listen-to-stop life of a netServer.
+// generation is one listen-to-stop life of a netServer. Within it the
+// listener may be paused and resumed (pauseListener): the accepted
+// connections belong to the generation, not to one listener.
 type generation struct {
-	s      *netServer
+	s *netServer
+	// ln and served are the current listener and the channel closed when its
+	// Serve returns; while paused, the closed ones. Written under opMu and mu.
 	ln     net.Listener
-	served chan struct{} // closed when Serve returns
+	served chan struct{}
+	paused bool
 	stop   chan struct{} // closed when the generation starts stopping
 	conns  map[*trackedConn]struct{}
 	wg     sync.WaitGroup // one per accepted connection, until it is closed
@@ -82,6 +91,23 @@ func (s *netServer) start() error {
 }
 
 func (s *netServer) listenLocked(addr string, attempts int) error {
+	ln, err := listen(addr, attempts)
+	if err != nil {
+		return err
+	}
+	g := &generation{
+		s:     s,
+		stop:  make(chan struct{}),
+		conns: make(map[*trackedConn]struct{}),
+	}
+	s.gen = g
+	s.serveLocked(g, ln)
+	return nil
+}
+
+// listen listens on addr, retrying up to attempts times while the address
+// is still in use.
+func listen(addr string, attempts int) (net.Listener, error) {
 	var ln net.Listener
 	var err error
 	for i := range attempts {
@@ -89,26 +115,85 @@ func (s *netServer) listenLocked(addr string, attempts int) error {
 			time.Sleep(bindRetryDelay)
 		}
 		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
+			return ln, nil
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("sim: cannot listen on %s: %w", addr, err)
-	}
-	g := &generation{
-		s:      s,
-		ln:     ln,
-		served: make(chan struct{}),
-		stop:   make(chan struct{}),
-		conns:  make(map[*trackedConn]struct{}),
-	}
-	s.gen = g
+	return nil, fmt.Errorf("sim: cannot listen on %s: %w", addr, err)
+}
+
+// serveLocked makes ln the listener of g and serves it with a fresh server
+// from newServer.
+func (s *netServer) serveLocked(g *generation, ln net.Listener) {
+	served := make(chan struct{})
+	g.ln, g.served, g.paused = ln, served, false
 	srv := s.newServer()
 	go func() {
-		defer close(g.served)
+		defer close(served)
 		_ = srv.Serve(&trackingListener{Listener: ln, g: g})
 	}()
+}
+
+// pauseListener closes the listener of a running server and waits until
+// its accept loop has returned, but keeps every connection it accepted open
+// and served: new dials are refused while keep-alive connections and
+// hijacked ones (WebSocket tunnels) go on. Pausing a paused server is a
+// no-op; a stopped server gives errStopped (errClosed once closed).
+func (s *netServer) pauseListener() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	g := s.gen
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return errClosed
+	case g == nil:
+		s.mu.Unlock()
+		return errStopped
+	case g.paused:
+		s.mu.Unlock()
+		return nil
+	}
+	g.paused = true
+	ln, served := g.ln, g.served
+	s.mu.Unlock()
+	_ = ln.Close()
+	<-served
 	return nil
+}
+
+// resumeListener listens again on s.addr after pauseListener, retrying
+// briefly while the address is still in use; the connections accepted
+// before the pause are kept. Resuming a server that is not paused is a
+// no-op; a stopped server gives errStopped (errClosed once closed).
+func (s *netServer) resumeListener() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.gen
+	switch {
+	case s.closed:
+		return errClosed
+	case g == nil:
+		return errStopped
+	case !g.paused:
+		return nil
+	}
+	ln, err := listen(s.addr, bindAttempts)
+	if err != nil {
+		return err
+	}
+	s.serveLocked(g, ln)
+	return nil
+}
+
+// listening reports whether the server is running with its listener open
+// (not stopped, not paused).
+func (s *netServer) listening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen != nil && !s.gen.paused
 }
 
 // stop closes the listener and every open connection and waits until the
@@ -125,21 +210,24 @@ func (s *netServer) stopLocked() {
 	g := s.gen
 	s.gen = nil
 	var conns []*trackedConn
+	var ln net.Listener
+	var served chan struct{}
 	if g != nil {
 		close(g.stop)
 		for c := range g.conns {
 			conns = append(conns, c)
 		}
+		ln, served = g.ln, g.served
 	}
 	s.mu.Unlock()
 	if g == nil {
 		return
 	}
-	_ = g.ln.Close()
+	_ = ln.Close() // already closed if paused
 	for _, c := range conns {
 		_ = c.Conn.Close()
 	}
-	<-g.served
+	<-served
 	done := make(chan struct{})
 	go func() {
 		g.wg.Wait()

@@ -1,0 +1,604 @@
+package lb
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/stickiness"
+	"github.com/fasthttp/websocket"
+)
+
+// Black-box tests of the server model over real sockets: servers are keyed by address and survive
+// reloads with their health, sticky keys and tunnels; removed servers drain; live failures reach the
+// health check, which alone takes a server down; a leader change ends the old leader's tunnels.
+
+// hang is the deadline of the waits below: long enough to fail only on a hang.
+const hang = 20 * time.Second
+
+// reloadWith loads files as a new config and applies it, as SIGHUP does.
+func reloadWith(t *testing.T, l *LB, files map[string]string) {
+	t.Helper()
+	cfg, err := LoadConfig(writeConfig(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverStatus returns the /status entry of the server at addr in pool; ok is false if the pool does
+// not list it.
+func serverStatus(l *LB, pool, addr string) (ss ServerStatus, ok bool) {
+	for _, p := range l.Status().Pools {
+		if p.Name != pool {
+			continue
+		}
+		for _, s := range p.Servers {
+			if s.Addr == addr {
+				return s, true
+			}
+		}
+	}
+	return ServerStatus{}, false
+}
+
+// mustServerStatus is serverStatus for a server that must be listed.
+func mustServerStatus(t *testing.T, l *LB, pool, addr string) ServerStatus {
+	t.Helper()
+	ss, ok := serverStatus(l, pool, addr)
+	if !ok {
+		t.Fatalf("/status does not list %s in pool %s", addr, pool)
+	}
+	return ss
+}
+
+// listedServers returns the addresses /status lists for pool.
+func listedServers(l *LB, pool string) []string {
+	var addrs []string
+	for _, p := range l.Status().Pools {
+		if p.Name == pool {
+			for _, s := range p.Servers {
+				addrs = append(addrs, s.Addr)
+			}
+		}
+	}
+	return addrs
+}
+
+// placedOn is the server that sticky placement gives the X-Asset-Id (or X-User) value among addrs, all
+// available: the rendezvous choice, computed as fairlead computes it.
+func placedOn(value string, addrs ...string) string {
+	return addrs[stickiness.Rendezvous([]byte("h:"+value), testCandidates(addrs))]
+}
+
+// valuesPlacedOn returns n values "<prefix><i>" that placement among addrs puts on want.
+func valuesPlacedOn(t *testing.T, prefix string, n int, want string, addrs ...string) []string {
+	t.Helper()
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if i == 100000 {
+			t.Fatalf("no %d values placed on %s among %v", n, want, addrs)
+		}
+		if v := fmt.Sprint(prefix, i); placedOn(v, addrs...) == want {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// mustEcho fails the test unless msg comes back through the tunnel.
+func mustEcho(t *testing.T, conn *websocket.Conn, msg string) {
+	t.Helper()
+	conn.SetWriteDeadline(time.Now().Add(hang)) //nolint:errcheck
+	conn.SetReadDeadline(time.Now().Add(hang))  //nolint:errcheck
+	if err := conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatalf("tunnel closed: writing %q: %v", msg, err)
+	}
+	_, got, err := conn.ReadMessage()
+	if err != nil || string(got) != msg {
+		t.Fatalf("tunnel: sent %q, read %q, %v", msg, got, err)
+	}
+	conn.SetWriteDeadline(time.Time{}) //nolint:errcheck
+	conn.SetReadDeadline(time.Time{})  //nolint:errcheck
+}
+
+// mustClose waits until the tunnel ends: a read fails with a close or EOF, not with the deadline,
+// which only guards against a hang.
+func mustClose(t *testing.T, conn *websocket.Conn, what string) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+	_, msg, err := conn.ReadMessage()
+	if err == nil {
+		t.Fatalf("%s: tunnel still delivers messages (%q)", what, msg)
+	}
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: tunnel still open: the read timed out", what)
+	}
+}
+
+// dialAsset opens a tunnel for X-Asset-Id asset, closed at the end of the test, and returns it with the
+// name of the server that answered.
+func dialAsset(t *testing.T, l *LB, asset string) (*websocket.Conn, string) {
+	t.Helper()
+	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
+	t.Cleanup(func() { conn.Close() })
+	return conn, by
+}
+
+// landsOn opens a tunnel for asset, closes it, and returns the name of the server that answered.
+func landsOn(t *testing.T, l *LB, asset string) string {
+	t.Helper()
+	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
+	conn.Close()
+	return by
+}
+
+// settles waits until check returns "" and fails with its last answer if that never happens.
+func settles(t *testing.T, what string, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(hang)
+	for {
+		msg := check()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %s", hang, what, msg)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// probeWatch follows the probe counts of servers in /status and fails the test if one ever goes down.
+type probeWatch struct {
+	t    *testing.T
+	l    *LB
+	pool string
+	last map[string]uint64
+}
+
+// see returns the server's probe count now, checking that it did not go down since the last look.
+func (w *probeWatch) see(addr string) uint64 {
+	w.t.Helper()
+	ss := mustServerStatus(w.t, w.l, w.pool, addr)
+	if ss.Check == nil {
+		w.t.Fatalf("%s: /status has no check state", addr)
+	}
+	n := ss.Check.Probes
+	if n < w.last[addr] {
+		w.t.Fatalf("%s: probe count went from %d down to %d: its health was reset", addr, w.last[addr], n)
+	}
+	w.last[addr] = n
+	return n
+}
+
+func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServerOnlyAfterAPassingProbe(t *testing.T) {
+	c := startCluster(t, 2, 3)
+	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
+	name := map[string]string{cx1.Addr: cx1.Name, cx2.Addr: cx2.Name, cx3.Addr: cx3.Name}
+	l, _ := startLB(t, cxConfig(c, fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", cx1.Addr, cx2.Addr)))
+
+	// 40 assets, ten of each kind: on cx1 or cx2 now, and on cx3 or not by hashing over three servers.
+	// Half of them (movable) would go to cx3 once it is up if a reload forgot their keys; they are
+	// first reconnected only then, so that no reconnect while cx3 is down places them anew unseen.
+	var assets, movable []string
+	for _, pair := range [][2]*sim.ConnServer{{cx1, cx3}, {cx2, cx3}, {cx1, cx1}, {cx2, cx2}} {
+		n := 0
+		for i := 0; n < 10; i++ {
+			a := fmt.Sprintf("keep-%s-%s-%d", pair[0].Name, pair[1].Name, i)
+			if placedOn(a, cx1.Addr, cx2.Addr) == pair[0].Addr && placedOn(a, cx1.Addr, cx2.Addr, cx3.Addr) == pair[1].Addr {
+				assets = append(assets, a)
+				if pair[1] == cx3 {
+					movable = append(movable, a)
+				}
+				n++
+			}
+		}
+	}
+	conns := map[string]*websocket.Conn{}
+	home := map[string]string{} // asset → server name
+	for _, a := range assets {
+		conn, by := dialAsset(t, l, a)
+		if want := name[placedOn(a, cx1.Addr, cx2.Addr)]; by != want {
+			t.Fatalf("%s landed on %s, want %s", a, by, want)
+		}
+		conns[a], home[a] = conn, by
+	}
+
+	// Health before the reload: both up, a few probes answered.
+	w := &probeWatch{t: t, l: l, pool: "cxserver", last: map[string]uint64{}}
+	eventually(t, hang, "a few probes of each server", func() bool { return w.see(cx1.Addr) >= 3 && w.see(cx2.Addr) >= 3 })
+	before := map[string]uint64{cx1.Addr: w.see(cx1.Addr), cx2.Addr: w.see(cx2.Addr)}
+	stayUp := func(when string) {
+		t.Helper()
+		for _, s := range []*sim.ConnServer{cx1, cx2} {
+			if ss := mustServerStatus(t, l, "cxserver", s.Addr); ss.State != "up" || !ss.Available {
+				t.Fatalf("%s: %s is %q (available %v), want up", when, s.Name, ss.State, ss.Available)
+			}
+			w.see(s.Addr)
+		}
+	}
+	stayUp("before the reload")
+
+	// The third server fails its health check when the reload adds it.
+	cx3.SetHealthy(false)
+	reloadWith(t, l, cxConfig(c, ""))
+	stayUp("just after the reload")
+	if !slices.Contains(listedServers(l, "cxserver"), cx3.Addr) {
+		t.Fatalf("/status does not list the added server: %v", listedServers(l, "cxserver"))
+	}
+
+	for _, a := range assets {
+		mustEcho(t, conns[a], "after the reload: "+a)
+	}
+	for _, a := range assets {
+		if slices.Contains(movable, a) {
+			continue
+		}
+		if by := landsOn(t, l, a); by != home[a] {
+			t.Fatalf("after the reload %s reconnected to %s, want its server %s", a, by, home[a])
+		}
+	}
+
+	// The new server's probe answered and failed: it takes no new key.
+	eventually(t, hang, "the first probe of the added server", func() bool {
+		ss := mustServerStatus(t, l, "cxserver", cx3.Addr)
+		return ss.Check != nil && ss.Check.Answered
+	})
+	placedWhileDown := valuesPlacedOn(t, "new-", 40, cx3.Addr, cx1.Addr, cx2.Addr, cx3.Addr)
+	homeWhileDown := map[string]string{}
+	for _, a := range placedWhileDown {
+		by := landsOn(t, l, a)
+		if by == cx3.Name {
+			t.Fatalf("new key %s landed on %s, which never passed a probe", a, by)
+		}
+		homeWhileDown[a] = by
+	}
+	if ss := mustServerStatus(t, l, "cxserver", cx3.Addr); ss.State != "down" || ss.Available {
+		t.Fatalf("unhealthy added server is %q (available %v), want down", ss.State, ss.Available)
+	}
+	if n := cx3.Upgrades(); n != 0 {
+		t.Fatalf("the unhealthy added server got %d upgrades", n)
+	}
+	stayUp("while the added server is down")
+
+	// Once it passes its probes, new keys that hash to it go there, and only new keys.
+	cx3.SetHealthy(true)
+	eventually(t, hang, "the added server to pass its probes", func() bool { return serverAvailable(l, "cxserver", cx3.Addr) })
+	for _, a := range valuesPlacedOn(t, "fresh-", 20, cx3.Addr, cx1.Addr, cx2.Addr, cx3.Addr) {
+		if by := landsOn(t, l, a); by != cx3.Name {
+			t.Fatalf("new key %s landed on %s, want the added server %s", a, by, cx3.Name)
+		}
+	}
+	for _, a := range placedWhileDown {
+		if by := landsOn(t, l, a); by != homeWhileDown[a] {
+			t.Fatalf("%s, placed on %s while the added server was down, moved to %s", a, homeWhileDown[a], by)
+		}
+	}
+	for _, a := range assets { // the movable ones for the first time since the reload
+		if by := landsOn(t, l, a); by != home[a] {
+			t.Fatalf("once the added server is up %s reconnected to %s, want its server %s", a, by, home[a])
+		}
+		mustEcho(t, conns[a], "at the end: "+a)
+	}
+
+	// The kept servers' checks went on from where they were.
+	eventually(t, hang, "more probes of the kept servers", func() bool {
+		return w.see(cx1.Addr) > before[cx1.Addr]+2 && w.see(cx2.Addr) > before[cx2.Addr]+2
+	})
+	stayUp("at the end")
+}
+
+// appPool is a sticky plain-HTTP pool over the given platform servers, keyed by X-User, for paths under
+// /app. Its file sorts first, so that its route comes before the catch-all platform route.
+func appPool(servers ...*sim.Platform) (file, body string) {
+	var addrs []string
+	for _, p := range servers {
+		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
+	}
+	return "01-app.toml", fmt.Sprintf(`
+[pools.app]
+balance = "sticky"
+servers = [%s]
+queue_timeout = "1s"
+[pools.app.sticky]
+keys = ["header:X-User"]
+[[routes]]
+paths = ["/app"]
+pool = "app"
+`, strings.Join(addrs, ", "))
+}
+
+type answer struct {
+	status int
+	by     string
+	err    error
+}
+
+// getAsUser sends GET path to fairlead with X-User user.
+func getAsUser(l *LB, path, user string) answer {
+	req, _ := http.NewRequest("GET", "http://"+l.Addr()+path, nil)
+	req.Header.Set("X-User", user)
+	resp, err := testClient.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return answer{err: err}
+	}
+	return answer{status: resp.StatusCode, by: resp.Header.Get("X-Served-By")}
+}
+
+func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlightRequestFinish(t *testing.T) {
+	c := startCluster(t, 3, 3)
+	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
+	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
+	files := cxConfig(c, "")
+	f, body := appPool(p1, p2, p3)
+	files[f] = body
+	l, _ := startLB(t, files)
+
+	// Ten tunnels to each connection server.
+	cxAddrs := []string{cx1.Addr, cx2.Addr, cx3.Addr}
+	conns := map[*sim.ConnServer][]*websocket.Conn{}
+	var removedAssets []string
+	for _, s := range []*sim.ConnServer{cx1, cx2, cx3} {
+		for _, a := range valuesPlacedOn(t, "asset-"+s.Name+"-", 10, s.Addr, cxAddrs...) {
+			conn, by := dialAsset(t, l, a)
+			if by != s.Name {
+				t.Fatalf("%s landed on %s, want %s", a, by, s.Name)
+			}
+			conns[s] = append(conns[s], conn)
+			if s == cx2 {
+				removedAssets = append(removedAssets, a)
+			}
+		}
+	}
+
+	// A user of platform2, whose slow request is in flight during the reload.
+	user := valuesPlacedOn(t, "user-", 1, p2.Addr, p1.Addr, p2.Addr, p3.Addr)[0]
+	if a := getAsUser(l, "/app/x", user); a.err != nil || a.status != 200 || a.by != p2.Name {
+		t.Fatalf("GET as %s: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, p2.Name)
+	}
+	slow := make(chan answer, 1)
+	go func() { slow <- getAsUser(l, "/app/slow?delay=1s", user) }()
+	eventually(t, hang, "the slow request to be in flight on platform2", func() bool {
+		return mustServerStatus(t, l, "app", p2.Addr).InFlight == 1
+	})
+	select {
+	case a := <-slow:
+		t.Fatalf("the slow request was answered before the reload: %+v", a)
+	default:
+	}
+
+	files = maps.Clone(files)
+	f, body = appPool(p1, p3)
+	files[f] = body
+	files["30-extra.toml"] = fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", cx1.Addr, cx3.Addr)
+	reloadWith(t, l, files)
+
+	if a := <-slow; a.err != nil || a.status != 200 || a.by != p2.Name {
+		t.Fatalf("in-flight request to the removed server: %d from %q (%v), want 200 from %s", a.status, a.by, a.err, p2.Name)
+	}
+	if got := listedServers(l, "app"); slices.Contains(got, p2.Addr) || len(got) != 2 {
+		t.Fatalf("/status lists %v in pool app, want platform1 and platform3 only", got)
+	}
+	if got := listedServers(l, "cxserver"); slices.Contains(got, cx2.Addr) || len(got) != 2 {
+		t.Fatalf("/status lists %v in pool cxserver, want cx1 and cx3 only", got)
+	}
+
+	// The removed server's tunnels close; the others stay.
+	for _, conn := range conns[cx2] {
+		mustClose(t, conn, "tunnel to the removed server")
+	}
+	eventually(t, hang, "the removed server's tunnels to close on its side", func() bool { return cx2.OpenTunnels() == 0 })
+	for _, s := range []*sim.ConnServer{cx1, cx3} {
+		for i, conn := range conns[s] {
+			mustEcho(t, conn, fmt.Sprintf("%s tunnel %d", s.Name, i))
+		}
+	}
+
+	// Its keys are placed anew among the servers that stay.
+	for _, a := range removedAssets {
+		by := landsOn(t, l, a)
+		if want := map[string]string{cx1.Addr: cx1.Name, cx3.Addr: cx3.Name}[placedOn(a, cx1.Addr, cx3.Addr)]; by != want {
+			t.Fatalf("%s of the removed server reconnected to %s, want %s", a, by, want)
+		}
+	}
+	want := map[string]string{p1.Addr: p1.Name, p3.Addr: p3.Name}[placedOn(user, p1.Addr, p3.Addr)]
+	if a := getAsUser(l, "/app/x", user); a.err != nil || a.status != 200 || a.by != want {
+		t.Fatalf("GET as %s after the reload: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, want)
+	}
+}
+
+// slowChecks makes the connection servers' probes wait 10s: only live failures can change their health
+// during the test.
+const slowChecks = `
+[pools.cxserver.check]
+interval = "10s"
+interval_max = "10s"
+fast_interval = "10s"
+fall = 3
+`
+
+func TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTakeTheServerDown(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	a, b := c.Connections[0], c.Connections[1]
+	l, _ := startLB(t, cxConfig(c, slowChecks))
+
+	var open []*websocket.Conn
+	for _, asset := range valuesPlacedOn(t, "open-", 5, a.Addr, a.Addr, b.Addr) {
+		conn, by := dialAsset(t, l, asset)
+		if by != a.Name {
+			t.Fatalf("%s landed on %s, want %s", asset, by, a.Name)
+		}
+		open = append(open, conn)
+	}
+	// Assets known to be on A, disconnected for now.
+	later := valuesPlacedOn(t, "later-", 3, a.Addr, a.Addr, b.Addr)
+	for _, asset := range later {
+		if by := landsOn(t, l, asset); by != a.Name {
+			t.Fatalf("%s landed on %s, want %s", asset, by, a.Name)
+		}
+	}
+	eventually(t, hang, "A to hold only the open tunnels", func() bool { return a.OpenTunnels() == len(open) })
+
+	if err := a.PauseListener(); err != nil {
+		t.Fatal(err)
+	}
+	for i, asset := range later {
+		// Each dial to A is refused; the client gets its 101 from B without seeing an error.
+		conn, by := dialAsset(t, l, asset)
+		if by != b.Name {
+			t.Fatalf("refused dial %d: %s landed on %q, want %s", i+1, asset, by, b.Name)
+		}
+		mustEcho(t, conn, "redirected "+asset)
+		conn.Close()
+		if i+1 == len(later) {
+			break
+		}
+		// Fewer than fall refused dials: A stays up and keeps its tunnels.
+		ss := mustServerStatus(t, l, "cxserver", a.Addr)
+		if ss.State != "up" || !ss.Available {
+			t.Fatalf("after %d refused dial(s) A is %q (available %v), want up", i+1, ss.State, ss.Available)
+		}
+		if ss.Check == nil || ss.Check.Passive != i+1 {
+			t.Fatalf("after %d refused dial(s) /status shows check %+v, want %d live failures in a row", i+1, ss.Check, i+1)
+		}
+		for j, conn := range open {
+			mustEcho(t, conn, fmt.Sprintf("tunnel %d after %d refused dial(s)", j, i+1))
+		}
+	}
+
+	// The third refused dial in a row (fall = 3) takes A down and closes its tunnels.
+	eventually(t, hang, "A down", func() bool { return !serverAvailable(l, "cxserver", a.Addr) })
+	if ss := mustServerStatus(t, l, "cxserver", a.Addr); ss.State != "down" {
+		t.Fatalf("A is %q, want down", ss.State)
+	}
+	for _, conn := range open {
+		mustClose(t, conn, "tunnel to a server taken down by live failures")
+	}
+	eventually(t, hang, "A's tunnels to close on its side", func() bool { return a.OpenTunnels() == 0 })
+}
+
+func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeader(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	files := platformConfig(c, "", "")
+	files["05-ws.toml"] = "[[routes]]\nwebsocket = true\npaths = [\"/Thingworx/WS\"]\npool = \"platform\"\n"
+	l, _ := startLB(t, files)
+
+	var conns []*websocket.Conn
+	for i := 0; i < 5; i++ {
+		conn, by := dialAsset(t, l, fmt.Sprint("edge-", i))
+		if by != p1.Name {
+			t.Fatalf("tunnel %d went to %q, want the leader %s", i, by, p1.Name)
+		}
+		mustEcho(t, conn, fmt.Sprint("to the leader ", i))
+		conns = append(conns, conn)
+	}
+	eventually(t, hang, "five tunnels on platform1", func() bool {
+		return p1.OpenTunnels() == 5 && mustServerStatus(t, l, "platform", p1.Addr).Tunnels == 5
+	})
+
+	// platform1 steps down (it still serves, and would keep its tunnels), platform2 leads.
+	mustSetState(t, p1, sim.Backup)
+	mustSetState(t, p2, sim.Leader)
+	for _, conn := range conns {
+		mustClose(t, conn, "tunnel to the old leader")
+	}
+	eventually(t, hang, "the old leader's tunnels to close on its side", func() bool { return p1.OpenTunnels() == 0 })
+	if leader := l.Status().Pools[0].Leader; leader != p2.Addr {
+		t.Fatalf("tunnels closed, but /status shows leader %q, want %s", leader, p2.Addr)
+	}
+	conn, by := dialAsset(t, l, "edge-new")
+	if by != p2.Name {
+		t.Fatalf("new tunnel went to %q, want the new leader %s", by, p2.Name)
+	}
+	mustEcho(t, conn, "to the new leader")
+	eventually(t, hang, "the new tunnel counted on platform2", func() bool {
+		return mustServerStatus(t, l, "platform", p2.Addr).Tunnels == 1 && mustServerStatus(t, l, "platform", p1.Addr).Tunnels == 0
+	})
+}
+
+func TestStatusCountsEachServersTunnelsAcrossAReloadAndAsTheyClose(t *testing.T) {
+	c := startCluster(t, 2, 3)
+	servers := c.Connections
+	byName := map[string]*sim.ConnServer{}
+	for _, s := range servers {
+		byName[s.Name] = s
+	}
+	l, _ := startLB(t, cxConfig(c, fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", servers[0].Addr, servers[1].Addr)))
+
+	type tunnel struct {
+		conn   *websocket.Conn
+		server *sim.ConnServer
+	}
+	var tunnels []tunnel
+	open := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			conn, by := dialAsset(t, l, fmt.Sprint(prefix, i))
+			tunnels = append(tunnels, tunnel{conn, byName[by]})
+		}
+	}
+	// The counts agree with the tunnels open, as fairlead's /status and as the servers see them.
+	countsAgree := func(when string) {
+		t.Helper()
+		settles(t, "tunnel counts "+when, func() string {
+			want := map[*sim.ConnServer]int{}
+			for _, tu := range tunnels {
+				if tu.conn != nil {
+					want[tu.server]++
+				}
+			}
+			var bad []string
+			for _, s := range servers {
+				ss, _ := serverStatus(l, "cxserver", s.Addr) // before the reload the third is not listed: 0
+				if ss.Tunnels != int64(want[s]) || s.OpenTunnels() != want[s] {
+					bad = append(bad, fmt.Sprintf("%s: /status %d, open on the server %d, want %d", s.Name, ss.Tunnels, s.OpenTunnels(), want[s]))
+				}
+			}
+			return strings.Join(bad, "; ")
+		})
+	}
+
+	open("count-", 30)
+	countsAgree("before the reload")
+
+	// A reload that adds a server and changes queue_timeout (which gives every server a new upstream
+	// connection pool).
+	reloadWith(t, l, cxConfig(c, "[pools.cxserver]\nqueue_timeout = \"2s\"\n"))
+	countsAgree("after the reload")
+	eventually(t, hang, "the added server to pass its probes", func() bool { return serverAvailable(l, "cxserver", servers[2].Addr) })
+	open("after-", 30)
+	if servers[2].Upgrades() == 0 {
+		t.Fatalf("no tunnel of 30 went to the added server")
+	}
+	countsAgree("with tunnels opened after the reload")
+
+	for i := range tunnels {
+		if i%3 != 0 {
+			continue
+		}
+		tunnels[i].conn.Close()
+		tunnels[i].conn = nil
+	}
+	countsAgree("after a third of the tunnels closed")
+	for i := range tunnels {
+		if tunnels[i].conn != nil {
+			tunnels[i].conn.Close()
+			tunnels[i].conn = nil
+		}
+	}
+	countsAgree("after every tunnel closed")
+}
