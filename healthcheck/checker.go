@@ -30,6 +30,7 @@ func NewChecker(o Options, targets []*Target) *Checker {
 
 func (c *Checker) passiveOnlyUp(t *Target) {
 	t.first = false
+	t.passive.Store(0)
 	t.up.Store(true)
 }
 
@@ -38,13 +39,16 @@ func (c *Checker) passiveOnlyUp(t *Target) {
 // probed. Without active probing new servers are up at once.
 func (c *Checker) Set(targets []*Target) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, t := range targets {
 		if c.o.Path == "" && t.first {
 			c.passiveOnlyUp(t)
 		}
 	}
-	c.setLocked(targets)
+	_, roundDone := c.setLocked(targets)
+	c.mu.Unlock()
+	if roundDone {
+		c.firstRoundOver()
+	}
 }
 
 func (c *Checker) firstRoundOver() { c.markReady() }
@@ -84,6 +88,10 @@ func (c *Checker) answer(t *Target, start time.Time, status int, err error) {
 	t.record(start, status, err, pass)
 
 	c.mu.Lock()
+	if !slices.Contains(c.targets, t) {
+		c.mu.Unlock() // removed while its probe was out
+		return
+	}
 	first := t.first
 	t.first = false
 	if pass {
@@ -147,7 +155,7 @@ func (c *Checker) Report(t *Target, err error) {
 	}
 	t.up.Store(false)
 	t.run, t.first = 0, false
-	if c.o.Path == "" && c.ctx != nil {
+	if c.o.Path == "" {
 		// No probe will bring it back: try it again after Interval.
 		t.retry = time.AfterFunc(c.o.Interval, func() { c.retryPassive(t) })
 	}
@@ -158,7 +166,7 @@ func (c *Checker) Report(t *Target, err error) {
 func (c *Checker) retryPassive(t *Target) {
 	c.mu.Lock()
 	t.retry = nil
-	if t.up.Load() || !slices.Contains(c.targets, t) {
+	if t.up.Load() || !slices.Contains(c.targets, t) || c.ctx != nil && c.ctx.Err() != nil {
 		c.mu.Unlock()
 		return
 	}

@@ -1,31 +1,48 @@
 package healthcheck
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestElectionFollowsTheThingWorxRules feeds answer scripts to the state machine. A script is a list of
-// "<server><answer>" steps: "0+" means server 0 answered 200, "1-" means server 1 answered non-200, and
-// "|" ends the first round. want is the leader after the last step.
+// steps over n servers: "0+" means server 0 answered 200, "1-" means server 1 answered non-200, "|"
+// ends the first round, and "x0" removes server 0 from the pool ("x01" removes servers 0 and 1 in one
+// server set change). want is the leader after the last step (-1 for none); wantSplit is how many
+// outcomes reported split brain.
 func TestElectionFollowsTheThingWorxRules(t *testing.T) {
-	f := func(name string, n int, script string, want int, wantSplit int) {
+	f := func(name string, n int, script string, want, wantSplit int) {
 		t.Helper()
-		e := newElection(n, 3)
+		all := make([]*Target, n)
+		for i := range all {
+			all[i] = NewTarget(fmt.Sprintf("10.0.0.%d:8080", i))
+		}
+		ts := slices.Clone(all) // the pool, config order
+		e := &election{fall: 3}
 		split := 0
 		for _, step := range strings.Fields(script) {
 			var out outcome
-			if step == "|" {
-				out = e.finishFirstRound()
-			} else {
-				out = e.observe(int(step[0]-'0'), step[1] == '+')
+			switch {
+			case step == "|":
+				out = e.finishFirstRound(ts)
+			case step[0] == 'x':
+				var gone []*Target
+				for _, c := range step[1:] {
+					gone = append(gone, all[c-'0'])
+				}
+				ts = slices.DeleteFunc(ts, func(t *Target) bool { return slices.Contains(gone, t) })
+				out = e.removed(ts, gone)
+			default:
+				out = e.observe(ts, all[step[0]-'0'], step[1] == '+')
 			}
 			if out.splitBrain {
 				split++
 			}
 		}
-		if e.leader != want || split != wantSplit {
-			t.Errorf("%s: leader %d split %d, want leader %d split %d", name, e.leader, split, want, wantSplit)
+		if got := slices.Index(all, e.leader); got != want || split != wantSplit {
+			t.Errorf("%s: leader %d split %d, want leader %d split %d", name, got, split, want, wantSplit)
 		}
 	}
 	f("first round elects the one server answering 200", 2, "0- 1+ |", 1, 0)
@@ -42,25 +59,62 @@ func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 	f("split brain keeps the leader and is reported", 2, "0+ 1- | 1+ 0+ 1+", 0, 2)
 	f("split brain in the first round elects the first server", 2, "0+ 1+ |", 0, 1)
 	f("a 200 from another server while the leader fails is not split brain", 2, "0+ 1- | 0- 1+", 0, 0)
+
+	f("a removed leader is replaced at once by the longest run of 200s", 3, "0+ 1- 2- | 0- 1+ 2+ 2+ x0", 2, 0)
+	f("a removed leader is replaced by the first in config order on a tie", 3, "0+ 1- 2- | 0- 2+ 1+ x0", 1, 0)
+	f("a removed healthy leader is replaced too", 3, "0+ 1- 2- | 1+ 2+ 2+ x0", 2, 3)
+	f("removing a non-leader changes nothing", 3, "0+ 1- 2- | 0- 1+ 2+ 2+ x2", 0, 0)
+	f("removing a non-leader while the leader is failing changes nothing", 2, "0+ 1- | 0- 0- 1+ x1", 0, 0)
+	f("removing the leader when nobody else answered 200 leaves no leader", 2, "0+ 1- | x0", -1, 0)
+	f("removing the leader when the others' latest answers were not 200 leaves no leader", 2,
+		"0+ 1- | 0- 1+ 1- x0", -1, 0)
+	f("removing the leader and the runner-up together elects the next", 3, "0+ 1- 2- | 0- 1+ 1+ 2+ x01", 2, 0)
+	f("after a removal left no leader, a 200 elects at once", 2, "0+ 1- | x0 1+", 1, 0)
+	f("a server removed during the first round is not elected", 2, "0+ 1- x0 1+ |", 1, 0)
+	f("a removal during the first round elects nobody yet", 2, "0+ 1+ x0", -1, 0)
 }
 
 func TestElectionIsFailingWhileTheLeaderIsUnknownOrFailing(t *testing.T) {
-	e := newElection(2, 3)
+	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
+	e := &election{fall: 3}
 	if !e.failing() {
 		t.Fatal("no leader known yet: want failing")
 	}
-	e.observe(0, true)
-	e.observe(1, false)
-	e.finishFirstRound()
+	e.observe(ts, ts[0], true)
+	e.observe(ts, ts[1], false)
+	e.finishFirstRound(ts)
 	if e.failing() {
 		t.Fatal("healthy leader: want not failing")
 	}
-	e.observe(0, false)
+	e.observe(ts, ts[0], false)
 	if !e.failing() {
 		t.Fatal("leader answered non-200: want failing")
 	}
-	e.observe(0, true)
+	e.observe(ts, ts[0], true)
 	if e.failing() {
 		t.Fatal("leader recovered: want not failing")
 	}
+	e.removed(ts[1:], ts[:1])
+	if !e.failing() {
+		t.Fatal("leader removed and nobody else answers 200: want failing")
+	}
+}
+
+func TestElectionOutcomeSaysWhetherTheLeaderChanged(t *testing.T) {
+	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
+	e := &election{fall: 1}
+	f := func(what string, out outcome, want bool) {
+		t.Helper()
+		if got := e.changed(out); got != want {
+			t.Errorf("%s: changed %v, want %v", what, got, want)
+		}
+	}
+	f("an answer during the first round", e.observe(ts, ts[0], true), false)
+	f("the first round electing server 0", e.finishFirstRound(ts), true)
+	f("the first round ending twice", e.finishFirstRound(ts), false)
+	f("the leader's 200", e.observe(ts, ts[0], true), false)
+	f("another server's 200 (split brain)", e.observe(ts, ts[1], true), false)
+	f("the leader's fall-th non-200", e.observe(ts, ts[0], false), true)
+	f("removing a non-leader", e.removed(ts[1:], ts[:1]), false)
+	f("removing the leader", e.removed(nil, ts[1:]), true)
 }

@@ -72,14 +72,21 @@ func (l *Leader) Report(t *Target, err error) {
 // once by the server with the longest run of 200s.
 func (l *Leader) Set(targets []*Target) {
 	l.mu.Lock()
-	removed := l.setLocked(targets)
+	wasFailing := l.el.failing()
+	removed, roundDone := l.setLocked(targets)
 	out := l.el.removed(l.targets, removed)
 	for _, t := range removed {
 		t.up.Store(false)
 	}
 	ev := l.applyLocked(out)
+	nowFailing := l.el.failing()
 	l.mu.Unlock()
 	l.publishAll(ev)
+	if roundDone {
+		l.firstRoundOver()
+	} else if wasFailing != nowFailing {
+		l.wakeAll()
+	}
 }
 
 // Update applies new check options (path, credentials, intervals, timeout, fall): probing restarts with
@@ -127,13 +134,17 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 	out := l.el.observe(l.targets, t, ok)
 	t.first = false
 	ev := l.applyLocked(out)
-	if l.answeredFirstLocked(t) {
+	roundDone := l.answeredFirstLocked(t)
+	if roundDone {
 		ev = append(ev, l.finishFirstRoundLocked()...)
 	}
 	nowFailing := l.el.failing()
 	l.mu.Unlock()
 
 	l.publishAll(ev)
+	if roundDone {
+		l.markReady() // after the first round's events: a waiter of Ready sees them published
+	}
 	if wasFailing != nowFailing {
 		l.wakeAll()
 	}
@@ -144,16 +155,18 @@ func (l *Leader) firstRoundOver() {
 	ev := l.finishFirstRoundLocked()
 	l.mu.Unlock()
 	l.publishAll(ev)
+	l.markReady()
 	l.wakeAll()
 }
 
+// finishFirstRoundLocked elects from the first round's answers; the caller publishes the events and
+// then marks the Leader ready.
 func (l *Leader) finishFirstRoundLocked() []Event {
 	if l.el.ready {
 		return nil
 	}
 	out := l.el.finishFirstRound(l.targets)
 	ev := l.applyLocked(out)
-	l.markReady()
 	if l.el.leader == nil {
 		l.logf("healthcheck: pool %s: no leader after the first round of probes", l.pool)
 	}

@@ -104,7 +104,7 @@ type group struct {
 	logf func(format string, args ...any)
 
 	mu      sync.Mutex
-	o       Options // guarded by mu: Update replaces it
+	o       Options   // guarded by mu: Update replaces it
 	targets []*Target // config order
 	ctx     context.Context
 	pending map[*Target]bool // first-round targets that have not answered yet
@@ -209,8 +209,10 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 }
 
 // setLocked applies a server set change: targets kept keep their loops, removed ones stop, added ones
-// start probing at once. It returns the removed targets.
-func (g *group) setLocked(targets []*Target) (removed []*Target) {
+// start probing at once. It returns the removed targets, and whether removing them ended the first
+// round (the caller then calls firstRoundOver once it released the lock).
+func (g *group) setLocked(targets []*Target) (removed []*Target, roundDone bool) {
+	waiting := len(g.pending)
 	for _, t := range g.targets {
 		if !slices.Contains(targets, t) {
 			g.stopLocked(t)
@@ -224,7 +226,7 @@ func (g *group) setLocked(targets []*Target) (removed []*Target) {
 		}
 	}
 	g.targets = slices.Clone(targets)
-	return removed
+	return removed, waiting > 0 && len(g.pending) == 0 && g.ctx != nil
 }
 
 // updateLocked applies new options (another path, interval, timeout, fall...): every probe loop restarts
