@@ -22,7 +22,7 @@ type Server struct {
 	// requests finish on its client, its tunnels are closed.
 	removed atomic.Bool
 
-	inflight atomic.Int64  // requests sent and not yet answered
+	inflight atomic.Int64  // requests sent whose response head has not arrived yet
 	tunnels  atomic.Int64  // open tunnels
 	requests atomic.Uint64 // requests forwarded (each attempt), upgrades included
 	failures atomic.Uint64 // attempts that ended in a transport error
