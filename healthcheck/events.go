@@ -21,14 +21,14 @@ const (
 	CheckAnswered                 // one probe answered (Status, Latency, Detail on error)
 	ReloadApplied                 // a new configuration is in force
 	ReloadFailed                  // a configuration did not load; the running one stays (Detail)
-	numKinds
+	NumKinds // one more than the last kind: the size of an array indexed by Kind
 )
 
-var kindNames = [numKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
+var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
 	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed"}
 
 func (k Kind) String() string {
-	if k > 0 && k < numKinds {
+	if k > 0 && k < NumKinds {
 		return kindNames[k]
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
@@ -36,8 +36,8 @@ func (k Kind) String() string {
 
 // Kinds lists every kind, in order (for metrics that want a series per kind).
 func Kinds() []Kind {
-	ks := make([]Kind, 0, numKinds-1)
-	for k := Kind(1); k < numKinds; k++ {
+	ks := make([]Kind, 0, NumKinds-1)
+	for k := Kind(1); k < NumKinds; k++ {
 		ks = append(ks, k)
 	}
 	return ks

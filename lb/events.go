@@ -9,10 +9,8 @@ import (
 // Subscribers of the event stream that the LB itself runs: the event counters (for /metrics), the log,
 // and the tunnel closer (tunnels.go).
 
-const numEventKinds = 16 // > every healthcheck.Kind
-
 func (lb *LB) countEvent(e healthcheck.Event) {
-	if int(e.Kind) < numEventKinds {
+	if e.Kind < healthcheck.NumKinds {
 		lb.events[e.Kind].Add(1)
 	}
 }

@@ -42,7 +42,7 @@ type LB struct {
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
 	bus    *healthcheck.Bus
-	events [numEventKinds]atomic.Uint64 // published events by kind
+	events [healthcheck.NumKinds]atomic.Uint64 // published events by kind
 
 	// relays carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
 	// to a generation, so that tunnels outlive config reloads.
