@@ -21,7 +21,7 @@ const (
 	CheckAnswered                 // one probe answered (Status, Latency, Detail on error)
 	ReloadApplied                 // a new configuration is in force
 	ReloadFailed                  // a configuration did not load; the running one stays (Detail)
-	NumKinds // one more than the last kind: the size of an array indexed by Kind
+	NumKinds                      // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
