@@ -80,6 +80,9 @@ func (c *Checker) pace(t *Target) time.Duration {
 	if t.up.Load() && t.fails == 0 && t.passive.Load() == 0 {
 		return c.o.steady()
 	}
+	if !t.up.Load() {
+		return c.o.failback(t, c.o.FastInterval)
+	}
 	return c.o.FastInterval
 }
 
@@ -156,8 +159,9 @@ func (c *Checker) Report(t *Target, err error) {
 	t.up.Store(false)
 	t.run, t.first = 0, false
 	if c.o.Path == "" {
-		// No probe will bring it back: try it again after Interval.
-		t.retry = time.AfterFunc(c.o.Interval, func() { c.retryPassive(t) })
+		// No probe will bring it back: try it again after Interval (a primary at least every
+		// FailbackInterval).
+		t.retry = time.AfterFunc(c.o.failback(t, c.o.Interval), func() { c.retryPassive(t) })
 	}
 	c.mu.Unlock()
 	c.publish(Event{Kind: ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live failures in a row: %v", n, err)})

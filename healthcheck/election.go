@@ -13,6 +13,8 @@ package healthcheck
 //   - Another server answering 200 while the leader's latest answer is also 200 is split brain: the
 //     leader stays and the event is reported.
 //   - A leader removed from the pool (reload, discovery) is replaced at once by the same choice.
+//   - Backup servers are chosen only when no primary's latest answer was 200. A primary answering 200
+//     while a backup leads is split brain like any other: the backup stays until fall non-200 answers.
 type election struct {
 	fall   int
 	leader *Target // nil while no leader is known
@@ -86,15 +88,21 @@ func (e *election) removed(ts []*Target, gone []*Target) outcome {
 	return out
 }
 
-// best returns the target whose latest answer was 200 with the longest run of 200s, or nil.
+// best returns the target whose latest answer was 200 with the longest run of 200s, primaries before
+// backups, or nil.
 func best(ts []*Target) *Target {
-	var b *Target
-	for _, t := range ts {
-		if t.run > 0 && (b == nil || t.run > b.run) {
-			b = t
+	for _, backup := range [2]bool{false, true} {
+		var b *Target
+		for _, t := range ts {
+			if t.run > 0 && t.backup.Load() == backup && (b == nil || t.run > b.run) {
+				b = t
+			}
+		}
+		if b != nil {
+			return b
 		}
 	}
-	return b
+	return nil
 }
 
 // failing reports whether probing must go fast: no leader known, or the leader's latest answer was not 200.

@@ -107,9 +107,15 @@ func (l *Leader) Changes() uint64 { return l.changes.Load() }
 func (l *Leader) pace(t *Target) time.Duration {
 	l.mu.Lock()
 	fast := l.el.failing()
+	onBackup := l.el.leader != nil && l.el.leader.backup.Load()
 	l.mu.Unlock()
 	if fast {
 		return l.o.FastInterval
+	}
+	if onBackup {
+		// A backup leads: primaries are probed at least every FailbackInterval, so that one answering
+		// 200 again is seen (it takes over once the backup steps down, by the usual rules).
+		return l.o.failback(t, l.o.steady())
 	}
 	return l.o.steady()
 }

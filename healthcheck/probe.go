@@ -35,6 +35,11 @@ type Options struct {
 	Fall int
 	// Rise consecutive passes bring a down server back (Checker only).
 	Rise int
+	// FailbackInterval, if non-zero, bounds the wait between two probes of a primary server while
+	// traffic is on backups: a down primary of a Checker (or, without active probing, its retry), and
+	// every primary of a Leader whose leader is a backup. Traffic returns to a primary as soon as its
+	// checks pass again.
+	FailbackInterval time.Duration
 	// Bus receives the events; nil publishes nowhere.
 	Bus *Bus
 	// Logf logs what events do not carry (a failing leader's answers, a panicking probe). Default log.Printf.
@@ -53,6 +58,14 @@ func (o *Options) setDefaults() {
 	if o.Bus == nil {
 		o.Bus = NewBus()
 	}
+}
+
+// failback bounds d by FailbackInterval for a primary target.
+func (o *Options) failback(t *Target, d time.Duration) time.Duration {
+	if o.FailbackInterval > 0 && !t.backup.Load() {
+		return min(d, o.FailbackInterval)
+	}
+	return d
 }
 
 // steady is a random wait in [Interval, IntervalMax]: probes of many servers do not fall in step.

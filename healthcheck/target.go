@@ -23,6 +23,7 @@ type Target struct {
 	lastErr    atomic.Pointer[string]
 	probes     atomic.Uint64
 	passive    atomic.Int32 // live-traffic failures in a row (see Checker.Report)
+	backup     atomic.Bool  // a backup server: elected, or probed for failback, after the primaries
 
 	// Guarded by the owning Checker's or Leader's mutex.
 	run, fails int  // consecutive passing / failing answers
@@ -42,6 +43,14 @@ func NewTarget(addr string) *Target {
 
 // Addr is the server's address (host:port).
 func (t *Target) Addr() string { return t.addr }
+
+// SetBackup marks the server as a backup (true) or a primary (false). It is configuration, not health:
+// the pool sets it before it hands the target to Set. A Leader elects a backup only when no primary
+// answers 200; while traffic is on backups, primaries are probed at least every FailbackInterval.
+func (t *Target) SetBackup(b bool) { t.backup.Store(b) }
+
+// Backup reports whether the server is a backup.
+func (t *Target) Backup() bool { return t.backup.Load() }
 
 // Up reports whether the server may take new traffic by its health: it passes its checks, or, in a
 // leader pool, it is the elected leader. Lock-free and allocation-free.

@@ -62,23 +62,45 @@ type PoolStatus struct {
 	LeaderChanges uint64 `json:"leader_changes,omitempty"`
 	SplitBrains   uint64 `json:"split_brains,omitempty"`
 	// StickyEntries is the number of keys in the sticky table (balance = "sticky").
-	StickyEntries int            `json:"sticky_entries,omitempty"`
-	Servers       []ServerStatus `json:"servers"`
+	StickyEntries int `json:"sticky_entries,omitempty"`
+	// Serving is the tier that takes traffic: "primaries", or "backups" after a failover. Failovers and
+	// Failbacks count the switches.
+	Serving   string `json:"serving"`
+	Failovers uint64 `json:"failovers"`
+	Failbacks uint64 `json:"failbacks"`
+	// HighWatermark and HighWatermarkBytes are a roundrobin pool's watermarks (0: no limit).
+	HighWatermark      int   `json:"high_watermark,omitempty"`
+	HighWatermarkBytes int64 `json:"high_watermark_bytes,omitempty"`
+	// MultipartHeader, Pins and PinFailures: a roundrobin pool's multi-part pins, and the requests
+	// that failed with 502 because their pinned server was not connected and writable.
+	MultipartHeader string         `json:"multipart_header,omitempty"`
+	Pins            int            `json:"pins,omitempty"`
+	PinFailures     uint64         `json:"pin_failures,omitempty"`
+	Servers         []ServerStatus `json:"servers"`
 }
 
 // ServerStatus describes one server of a pool.
 type ServerStatus struct {
 	Addr string `json:"addr"`
+	// Name is the display name ([pools.NAME.names]; the address by default).
+	Name string `json:"name"`
+	// Tier is "primary" or "backup".
+	Tier string `json:"tier"`
 	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader) or
 	// "removed" (draining after a server set change).
-	State     string                    `json:"state"`
-	Available bool                      `json:"available"`
-	Requests  uint64                    `json:"requests"`
-	Failures  uint64                    `json:"failures"`
-	InFlight  int64                     `json:"in_flight"`
-	Conns     int                       `json:"conns"`
-	Tunnels   int64                     `json:"tunnels"`
-	Check     *healthcheck.ServerStatus `json:"check,omitempty"`
+	State     string `json:"state"`
+	Available bool   `json:"available"`
+	// Writable: below the pool's watermarks (always true without them). A roundrobin pool sends new
+	// requests only to servers that are available and writable.
+	Writable      bool                      `json:"writable"`
+	Requests      uint64                    `json:"requests"`
+	Failures      uint64                    `json:"failures"`
+	InFlight      int64                     `json:"in_flight"`
+	InFlightBytes int64                     `json:"in_flight_bytes"`
+	Pins          int                       `json:"pins,omitempty"`
+	Conns         int                       `json:"conns"`
+	Tunnels       int64                     `json:"tunnels"`
+	Check         *healthcheck.ServerStatus `json:"check,omitempty"`
 }
 
 // Status returns a snapshot of the running state.
@@ -89,13 +111,13 @@ func (lb *LB) Status() Status {
 		p := g.pools[name]
 		ps := p.state.Load()
 		out := PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
-			Requests: p.requests.Load(), Retries: p.retries.Load()}
-		ps.policy.describe(&out)
+			Requests: p.requests.Load(), Retries: p.retries.Load(), Serving: tierNames[p.tier.Load()],
+			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
 		checks := p.health.Status()
 		for _, s := range ps.servers {
-			ss := ServerStatus{Addr: s.Addr, State: s.state(), Available: s.Available(), Requests: s.requests.Load(),
-				Failures: s.failures.Load(), InFlight: s.inflight.Load(), Conns: s.client.Load().ConnsCount(),
-				Tunnels: s.tunnels.Load()}
+			ss := ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(), Available: s.Available(),
+				Writable: true, Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
+				InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
 			for i := range checks {
 				if checks[i].Addr == s.Addr {
 					ss.Check = &checks[i]
@@ -103,9 +125,17 @@ func (lb *LB) Status() Status {
 			}
 			out.Servers = append(out.Servers, ss)
 		}
+		ps.policy.describe(&out, ps)
 		st.Pools = append(st.Pools, out)
 	}
 	return st
+}
+
+func tierOf(s *Server) string {
+	if s.Backup() {
+		return "backup"
+	}
+	return "primary"
 }
 
 func (g *generation) poolNames() []string {
@@ -148,12 +178,18 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, "fairlead_pool_queue_full_total{"+l+"}", p.queueFull.Load())
 		metrics.WriteGaugeUint64(w, "fairlead_pool_waiting{"+l+"}", uint64(max(p.waiting.Load(), 0)))
 		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())
-		st.policy.writeMetrics(w, l)
+		metrics.WriteGaugeUint64(w, "fairlead_pool_serving_backups{"+l+"}", boolGauge(p.tier.Load() == backups))
+		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
+		st.policy.writeMetrics(w, l, st)
 		for _, s := range st.servers {
-			sl := fmt.Sprintf(`%s,server=%q`, l, s.Addr)
+			sl := l + "," + serverLabels(s)
 			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
 			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
 			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight{"+sl+"}", uint64(max(s.inflight.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight_bytes{"+sl+"}", uint64(max(s.inflightBytes.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_backup{"+sl+"}", boolGauge(s.Backup()))
 			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.Load().ConnsCount()))
 			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
 			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))

@@ -54,13 +54,53 @@ type AdminConfig struct {
 type PoolConfig struct {
 	// Balance is the selection policy: "leader" sends everything to the one server that answers the
 	// leader check with 200; "sticky" keeps each key (asset, session) on one server, placing new keys by
-	// rendezvous hashing over the healthy servers. Default "leader".
+	// rendezvous hashing over the healthy servers; "roundrobin" sends each request to the next server,
+	// in config order, that is connected (passes its checks) and writable (below its watermarks), as the
+	// ThingWorx connectors do. Default "leader".
 	Balance string `toml:"balance"`
-	// Servers are the upstream addresses (host:port). Required, non-empty.
+	// Servers are the upstream addresses (host:port), the primaries. Required, non-empty.
 	Servers []string `toml:"servers"`
-	// QueueTimeout is how long a request may wait for a usable server (a leader) or a free upstream
-	// connection before it gets 503 with Retry-After. Default "5s".
+	// Backups are servers that take no traffic while any primary is usable (passes its checks; in a
+	// leader pool: a primary answers 200). When none is, the balance runs over the backups, and
+	// traffic returns to the primaries as soon as one passes its checks again. Default none.
+	Backups []string `toml:"backups"`
+	// FailbackInterval bounds the wait between two probes of a primary while traffic is on backups
+	// (needs backups). Default "15s".
+	FailbackInterval Duration `toml:"failback_interval"`
+	// FailbackCloseTunnels closes the tunnels on backups once a primary is usable again, spread over
+	// FailbackCloseSpread, so that devices reconnect to the primaries (needs backups; not for leader
+	// pools, whose tunnels close whenever the leader changes). Default false: they stay until they end.
+	FailbackCloseTunnels bool `toml:"failback_close_tunnels"`
+	// FailbackCloseSpread is the time over which those closes are spread, so that the devices do not
+	// all reconnect at once (needs failback_close_tunnels). Default "5s".
+	FailbackCloseSpread Duration `toml:"failback_close_spread"`
+	// Names are display names of servers for logs, /status and metrics: address → name. Default: the
+	// address.
+	Names map[string]string `toml:"names"`
+	// QueueTimeout is how long a request may wait for a usable server (a leader; in a roundrobin pool a
+	// connected and writable one) or a free upstream connection before it gets UnavailableStatus.
+	// Default "5s".
 	QueueTimeout Duration `toml:"queue_timeout"`
+	// UnavailableStatus is the status of the answer when no server could take a request within
+	// QueueTimeout (503 carries Retry-After: 1). 500 reproduces the ThingWorx connectors. Default 503.
+	UnavailableStatus int `toml:"unavailable_status"`
+	// HighWatermark makes a server of a roundrobin pool unwritable (skipped) while this many requests
+	// to it are in flight (sent, response head not yet arrived). Default 0: no limit.
+	HighWatermark int `toml:"high_watermark"`
+	// HighWatermarkBytes makes a server of a roundrobin pool unwritable while the request-body bytes
+	// in flight to it reach this many (a request's Content-Length, or a chunked body's bytes as they
+	// stream). Default 0: no limit.
+	HighWatermarkBytes int64 `toml:"high_watermark_bytes"`
+	// MultipartHeader names the request header carrying a multi-part id (roundrobin pools): the first
+	// request with an id is balanced as usual and pins the id to its server; later requests with the
+	// id go to that server while it is connected and writable, and otherwise fail with 502 (the pin is
+	// dropped). They are never retried elsewhere. Default "" (no pins).
+	MultipartHeader string `toml:"multipart_header"`
+	// MultipartTTL forgets a pin this long after its last use (needs multipart_header). Default "5m".
+	MultipartTTL Duration `toml:"multipart_ttl"`
+	// MultipartMaxPins bounds the pins; the longest-unused go first (needs multipart_header).
+	// Default 100000.
+	MultipartMaxPins int `toml:"multipart_max_pins"`
 	// MaxQueue caps the requests waiting at once in this pool; over it requests get 503 at once. Default 10000.
 	MaxQueue int `toml:"max_queue"`
 	// MaxConns caps the upstream connections fairlead opens to each server. Default 512.

@@ -37,6 +37,15 @@ func (c *Config) applyDefaults() {
 			p.Balance = "leader"
 		}
 		setDuration(&p.QueueTimeout, c.isSet(k+"queue_timeout"), 5*time.Second)
+		if !c.isSet(k + "unavailable_status") {
+			p.UnavailableStatus = 503
+		}
+		setDuration(&p.FailbackInterval, c.isSet(k+"failback_interval"), 15*time.Second)
+		setDuration(&p.FailbackCloseSpread, c.isSet(k+"failback_close_spread"), 5*time.Second)
+		setDuration(&p.MultipartTTL, c.isSet(k+"multipart_ttl"), 5*time.Minute)
+		if !c.isSet(k + "multipart_max_pins") {
+			p.MultipartMaxPins = 100000
+		}
 		if !c.isSet(k + "max_queue") {
 			p.MaxQueue = 10000
 		}

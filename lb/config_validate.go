@@ -67,17 +67,85 @@ func (c *Config) validate() []string {
 		if len(pc.Servers) == 0 {
 			add(k+"servers", "empty server list")
 		}
-		seen := map[string]bool{}
-		for i, s := range pc.Servers {
-			checkAddr(fmt.Sprintf("%sservers.%d", k, i), s, false)
-			if _, port, err := net.SplitHostPort(s); err == nil && port == "0" {
-				add(fmt.Sprintf("%sservers.%d", k, i), "bad address %q: port 0", s)
+		seen := map[string]string{} // address → the list that has it
+		for _, list := range []struct {
+			field string
+			addrs []string
+		}{{"servers", pc.Servers}, {"backups", pc.Backups}} {
+			for i, s := range list.addrs {
+				key := fmt.Sprintf("%s%s.%d", k, list.field, i)
+				checkAddr(key, s, false)
+				if _, port, err := net.SplitHostPort(s); err == nil && port == "0" {
+					add(key, "bad address %q: port 0", s)
+				}
+				switch seen[s] {
+				case "":
+					seen[s] = list.field
+				case list.field:
+					add(k+list.field, "server %q listed twice", s)
+				default:
+					add(key, "backup %q is also a primary (listed in servers)", s)
+				}
 			}
-			if seen[s] {
-				add(k+"servers", "server %q listed twice", s)
-			}
-			seen[s] = true
 		}
+		names := map[string]string{} // name → address
+		for _, addr := range sortedKeys(pc.Names) {
+			name := pc.Names[addr]
+			key := k + "names." + strconv.Quote(addr)
+			switch {
+			case seen[addr] == "":
+				add(key, "%q is not a server or backup of the pool", addr)
+			case strings.TrimSpace(name) == "" || strings.ContainsAny(name, "\"\\\n"):
+				add(key, "bad name %q: must be non-empty, without quotes, backslashes or newlines", name)
+			case names[name] != "":
+				add(key, "name %q is already the name of %s", name, names[name])
+			default:
+				names[name] = addr
+			}
+		}
+		if len(pc.Backups) == 0 {
+			for _, f := range []string{"failback_interval", "failback_close_tunnels"} {
+				if c.isSet(k + f) {
+					add(k+f, "needs backups")
+				}
+			}
+		}
+		checkDur(k+"failback_interval", pc.FailbackInterval, true)
+		if pc.FailbackCloseTunnels && pc.Balance == "leader" {
+			add(k+"failback_close_tunnels", "not for balance = \"leader\": a leader pool closes its tunnels whenever the leader changes")
+		}
+		if c.isSet(k+"failback_close_spread") && !pc.FailbackCloseTunnels {
+			add(k+"failback_close_spread", "needs failback_close_tunnels = true")
+		}
+		checkDur(k+"failback_close_spread", pc.FailbackCloseSpread, false)
+		if pc.UnavailableStatus < 400 || pc.UnavailableStatus > 599 {
+			add(k+"unavailable_status", "must be a 4xx or 5xx status, got %d", pc.UnavailableStatus)
+		}
+		if pc.Balance != "roundrobin" {
+			for _, f := range []string{"high_watermark", "high_watermark_bytes", "multipart_header"} {
+				if c.isSet(k + f) {
+					add(k+f, "only for balance = \"roundrobin\"")
+				}
+			}
+		}
+		if pc.HighWatermark < 0 {
+			add(k+"high_watermark", "must not be negative, got %d", pc.HighWatermark)
+		}
+		if pc.HighWatermarkBytes < 0 {
+			add(k+"high_watermark_bytes", "must not be negative, got %d", pc.HighWatermarkBytes)
+		}
+		if h := pc.MultipartHeader; h != "" && !validHeaderName(h) {
+			add(k+"multipart_header", "bad header name %q", h)
+		}
+		if pc.MultipartHeader == "" {
+			for _, f := range []string{"multipart_ttl", "multipart_max_pins"} {
+				if c.isSet(k + f) {
+					add(k+f, "needs multipart_header")
+				}
+			}
+		}
+		checkDur(k+"multipart_ttl", pc.MultipartTTL, true)
+		checkPositive(k+"multipart_max_pins", int64(pc.MultipartMaxPins))
 		checkDur(k+"queue_timeout", pc.QueueTimeout, false)
 		checkPositive(k+"max_queue", int64(pc.MaxQueue))
 		checkPositive(k+"max_conns", int64(pc.MaxConns))
@@ -140,6 +208,26 @@ func (c *Config) validate() []string {
 		}
 	}
 	return p
+}
+
+// validHeaderName reports whether h is an HTTP field name (an RFC 9110 token).
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return h != ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func validAddr(addr string) error {

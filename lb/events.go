@@ -28,11 +28,13 @@ func (lb *LB) logEvent(e healthcheck.Event) {
 		lb.logf("reload: keeping the running config: %s", e.Detail)
 		return
 	case healthcheck.LeaderChanged:
-		b.WriteString("leader is now " + orNone(e.Server) + " (was " + orNone(e.Old) + ")")
+		b.WriteString("leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")")
 	case healthcheck.SplitBrain:
-		b.WriteString("split brain: " + e.Detail + " " + e.Server)
+		b.WriteString("split brain: " + e.Detail + " " + lb.serverLabel(e.Pool, e.Server))
+	case healthcheck.Failover, healthcheck.Failback:
+		b.WriteString(e.Kind.String() + ": " + e.Detail)
 	default:
-		b.WriteString(e.Server + ": " + strings.ReplaceAll(e.Kind.String(), "_", " "))
+		b.WriteString(lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " "))
 		if e.Detail != "" {
 			b.WriteString(" (" + e.Detail + ")")
 		}
@@ -40,9 +42,20 @@ func (lb *LB) logEvent(e healthcheck.Event) {
 	lb.logf("healthcheck: pool %s: %s", e.Pool, b.String())
 }
 
-func orNone(addr string) string {
+// serverLabel names the server at addr of pool in a log line: "name (address)" when it has a display
+// name, its address otherwise, "none" for "".
+func (lb *LB) serverLabel(pool, addr string) string {
 	if addr == "" {
 		return "none"
+	}
+	if g := lb.gen.Load(); g != nil {
+		if p := g.pools[pool]; p != nil {
+			for _, s := range p.state.Load().servers {
+				if s.Addr == addr {
+					return s.label()
+				}
+			}
+		}
 	}
 	return addr
 }

@@ -83,6 +83,7 @@ func New(cfg *Config, o Options) *LB {
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
+	lb.bus.Subscribe(lb.failbackTunnels)
 	g, _ := lb.newGeneration(cfg, nil)
 	lb.gen.Store(g)
 	return lb

@@ -15,13 +15,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// A policy chooses a server for a request among the available ones of a pool (Server.Available). The
-// request path calls the pool's policy and never asks which one it is: each balance is a type here and
-// one entry in balances.
+// A policy chooses a server for a request among the available ones of a pool (Server.Available), in
+// the pool's active tier (its primaries while any is available, else its backups). The request path
+// calls the pool's policy and never asks which one it is: each balance is a type here and one entry in
+// balances.
 type policy interface {
 	// pick returns an available server for the request other than except (a server that just failed
-	// it; nil for none), or nil if there is none now. It must not allocate for a known client.
-	pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) *Server
+	// it; nil for none), with the attempt counted in flight to it (Server.begin; the caller ends it
+	// with Pool.end), or no server now. It must not allocate for a known client.
+	pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice
 	// refuses reports whether an answer with this status means the server no longer serves the pool
 	// (a leader stepping down answers 503): an idempotent request then waits for the checks and goes to
 	// the new server.
@@ -33,10 +35,31 @@ type policy interface {
 	hold(ctx *fasthttp.RequestCtx, s *Server) (release func())
 	// removed forgets what the policy remembers of s (it left the pool).
 	removed(s *Server)
-	// describe and writeMetrics add what is particular to the policy to /status and /metrics.
-	describe(ps *PoolStatus)
-	writeMetrics(w io.Writer, labels string)
+	// describe and writeMetrics add what is particular to the policy to /status and /metrics; describe
+	// is called with ps.Servers filled in, in the order of st.servers.
+	describe(ps *PoolStatus, st *poolState)
+	writeMetrics(w io.Writer, labels string, st *poolState)
 }
+
+// choice is what a policy picked for a request.
+type choice struct {
+	s *Server // nil: no server now
+	// pinned means the request belongs to s and nowhere else (a later part of a multi-part request):
+	// it fails with 502 if s is nil or fails, and is never retried on another server.
+	pinned bool
+}
+
+// take returns s as the choice for the request, counted in flight to it.
+func take(ctx *fasthttp.RequestCtx, s *Server) choice {
+	if s != nil {
+		s.begin(bodyBytes(&ctx.Request.Header))
+	}
+	return choice{s: s}
+}
+
+// bodyBytes is what a request's body counts against high_watermark_bytes when it is sent: its
+// Content-Length (a chunked body counts its bytes as they stream instead).
+func bodyBytes(h *fasthttp.RequestHeader) int64 { return int64(max(h.ContentLength(), 0)) }
 
 // health is the pool's health check (healthcheck.Leader or healthcheck.Checker): the only writer of its
 // servers' health.
@@ -62,28 +85,34 @@ var balances = map[string]balance{
 		newPolicy: func(p *Pool, _ *PoolConfig) policy { return &leaderPolicy{leader: p.health.(*healthcheck.Leader)} },
 	},
 	"sticky": {
-		newHealth: func(o healthcheck.Options, ts []*healthcheck.Target) health { return healthcheck.NewChecker(o, ts) },
+		newHealth: newChecker,
 		newPolicy: newStickyPolicy,
 	},
+	"roundrobin": {
+		newHealth: newChecker,
+		newPolicy: newRoundRobinPolicy,
+	},
 }
+
+func newChecker(o healthcheck.Options, ts []*healthcheck.Target) health { return healthcheck.NewChecker(o, ts) }
 
 // leaderPolicy sends everything to the elected leader (balance = "leader").
 type leaderPolicy struct{ leader *healthcheck.Leader }
 
-func (lp *leaderPolicy) pick(_ *fasthttp.RequestCtx, st *poolState, except *Server) *Server {
+func (lp *leaderPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice {
 	cur := lp.leader.Current()
 	if cur == nil {
-		return nil
+		return choice{}
 	}
 	for _, s := range st.servers {
 		if s.health == cur {
 			if s == except || !s.Available() {
-				return nil
+				return choice{}
 			}
-			return s
+			return take(ctx, s)
 		}
 	}
-	return nil
+	return choice{}
 }
 
 func (lp *leaderPolicy) refuses(status int) bool                               { return status == fasthttp.StatusServiceUnavailable }
@@ -91,7 +120,7 @@ func (lp *leaderPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) {
 func (lp *leaderPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
 func (lp *leaderPolicy) removed(*Server)                                       {}
 
-func (lp *leaderPolicy) describe(ps *PoolStatus) {
+func (lp *leaderPolicy) describe(ps *PoolStatus, _ *poolState) {
 	if cur := lp.leader.Current(); cur != nil {
 		ps.Leader = cur.Addr()
 	}
@@ -99,7 +128,7 @@ func (lp *leaderPolicy) describe(ps *PoolStatus) {
 	ps.SplitBrains = lp.leader.SplitBrains()
 }
 
-func (lp *leaderPolicy) writeMetrics(w io.Writer, l string) {
+func (lp *leaderPolicy) writeMetrics(w io.Writer, l string, _ *poolState) {
 	metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", lp.leader.Changes())
 	metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", lp.leader.SplitBrains())
 }
@@ -129,26 +158,28 @@ func newStickyPolicy(p *Pool, cfg *PoolConfig) policy {
 	return sp
 }
 
-func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) *Server {
+func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice {
+	t := st.active()
 	var buf [160]byte
 	key, src, ok := sp.keys.Key(buf[:0], ctx)
 	if !ok {
-		return sp.rr.next(st, except)
+		return take(ctx, sp.rr.next(t, except))
 	}
 	if src == sp.cookieIdx {
 		// The sticky cookie names its server directly (as HAProxy's "cookie insert" does); a cookie
-		// naming a server that is not available falls back to placement by its value.
+		// naming a server that is not available (or not in the active tier) falls back to placement by
+		// its value.
 		v := key[2:]
-		for _, s := range st.servers {
+		for _, s := range t.servers {
 			if string(v) == s.cookie && s != except && s.Available() {
-				return s
+				return take(ctx, s)
 			}
 		}
 	}
-	if i := sp.table.PlaceExcept(key, st, st.index(except)); i >= 0 {
-		return st.servers[i]
+	if i := sp.table.PlaceExcept(key, t, t.index(except)); i >= 0 {
+		return take(ctx, t.servers[i])
 	}
-	return nil
+	return choice{}
 }
 
 func (sp *stickyPolicy) refuses(int) bool { return false }
@@ -173,28 +204,86 @@ func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) func() {
 
 func (sp *stickyPolicy) removed(s *Server) { sp.table.Forget(s.Addr) }
 
-func (sp *stickyPolicy) describe(ps *PoolStatus) { ps.StickyEntries = sp.table.Len() }
+func (sp *stickyPolicy) describe(ps *PoolStatus, _ *poolState) { ps.StickyEntries = sp.table.Len() }
 
-func (sp *stickyPolicy) writeMetrics(w io.Writer, l string) {
+func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolState) {
 	metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(sp.table.Len()))
 }
 
-// roundRobin hands out the available servers in turn.
+// roundRobin hands out the available servers of a tier in turn (the sticky policy's requests without
+// a key).
 type roundRobin struct{ n atomic.Uint32 }
 
-// next returns the next available server other than except, or nil.
-func (rr *roundRobin) next(st *poolState, except *Server) *Server {
-	n := len(st.servers)
+// next returns the next available server of t other than except, or nil.
+func (rr *roundRobin) next(t *tier, except *Server) *Server {
+	n := len(t.servers)
+	if n == 0 {
+		return nil
+	}
 	start := int(rr.n.Add(1))
 	for k := 0; k < n; k++ {
-		if s := st.servers[(start+k)%n]; s != except && s.Available() {
+		if s := t.servers[(start+k)%n]; s != except && s.Available() {
 			return s
 		}
 	}
 	return nil
 }
 
-// poolState is seen by placement as its candidates: the servers in config order and the predicate.
+// tier is the primaries or the backups of a pool, in config order: the candidates of placement.
+type tier struct {
+	which   int // primaries or backups
+	servers []*Server
+}
+
+const (
+	primaries = 0
+	backups   = 1
+)
+
+var tierNames = [2]string{"primaries", "backups"}
+
+func (t *tier) Len() int          { return len(t.servers) }
+func (t *tier) Name(i int) string { return t.servers[i].Addr }
+func (t *tier) Up(i int) bool     { return t.servers[i].Available() }
+
+// index returns the position of s in t, or -1 (s nil or not in t).
+func (t *tier) index(s *Server) int {
+	if s == nil {
+		return -1
+	}
+	return slices.Index(t.servers, s)
+}
+
+func (t *tier) anyAvailable() bool {
+	for _, s := range t.servers {
+		if s.Available() {
+			return true
+		}
+	}
+	return false
+}
+
+// serving returns the tier that takes traffic now: the primaries while any is available, else the
+// backups while any is, else -1 (none is available).
+func (st *poolState) serving() int {
+	switch {
+	case st.tiers[primaries].anyAvailable():
+		return primaries
+	case st.tiers[backups].anyAvailable():
+		return backups
+	}
+	return -1
+}
+
+// active is the tier policies choose in: the serving one, or the primaries when no server is available.
+func (st *poolState) active() *tier {
+	if len(st.tiers[backups].servers) > 0 && st.serving() == backups {
+		return &st.tiers[backups]
+	}
+	return &st.tiers[primaries]
+}
+
+// poolState is seen by pins as its candidates: every server, primaries then backups.
 func (st *poolState) Len() int          { return len(st.servers) }
 func (st *poolState) Name(i int) string { return st.servers[i].Addr }
 func (st *poolState) Up(i int) bool     { return st.servers[i].Available() }
@@ -207,7 +296,7 @@ func (st *poolState) index(s *Server) int {
 	return slices.Index(st.servers, s)
 }
 
-// balanceNames lists the balances for error messages: "leader", "sticky".
+// balanceNames lists the balances for error messages: "leader", "roundrobin", "sticky".
 func balanceNames() string {
 	names := make([]string, 0, len(balances))
 	for n := range balances {

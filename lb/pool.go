@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +24,15 @@ type Pool struct {
 	bus     *healthcheck.Bus
 	health  health
 	table   *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
-	rr      roundRobin
+	pins    *stickiness.Table // multi-part pins of a roundrobin pool, kept across reloads
+	rr      roundRobin        // the sticky policy's requests without a key
+	cursor  rrCursor          // the roundrobin policy's cycle
 
 	state atomic.Pointer[poolState]
 
 	waiting atomic.Int64 // requests waiting for a usable server
+	freed   broadcast    // an in-flight request ended while requests wait (a server may be writable again)
+	tier    atomic.Int32 // the tier serving, as last seen by watchTier (primaries or backups)
 
 	// counters for /status and /metrics
 	requests      atomic.Uint64
@@ -35,30 +42,54 @@ type Pool struct {
 	timeout       atomic.Uint64
 	queueFull     atomic.Uint64
 	tunnelsOpened atomic.Uint64
+	pinFailures   atomic.Uint64 // 502: a multi-part request whose server was not connected and writable
+	failovers     atomic.Uint64 // the backups took over
+	failbacks     atomic.Uint64 // the primaries took back
 
 	stop context.CancelFunc // ends the pool's checks and janitor when a reload drops it
 }
 
-// poolState is one immutable view of a pool: its config, its servers in config order and its policy.
-// A request loads it once; a server set change or a reload swaps in a new one.
+// poolState is one immutable view of a pool: its config, its servers (primaries then backups, each in
+// config order), its tiers and its policy. A request loads it once; a server set change or a reload
+// swaps in a new one.
 type poolState struct {
 	cfg     *PoolConfig
 	servers []*Server
+	tiers   [2]tier // primaries, backups: sub-slices of servers
 	policy  policy
 }
 
 func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) *Pool {
 	p := &Pool{name: name, balance: cfg.Balance, bus: bus}
-	servers := make([]*Server, len(cfg.Servers))
-	targets := make([]*healthcheck.Target, len(cfg.Servers))
-	for i, addr := range cfg.Servers {
-		servers[i] = newServer(addr, cfg)
-		targets[i] = servers[i].health
+	var servers []*Server
+	for _, addr := range serverAddrs(cfg) {
+		servers = append(servers, newServer(addr, cfg))
 	}
 	b := balances[cfg.Balance]
-	p.health = b.newHealth(checkOptions(name, cfg, bus, logf), targets)
-	p.state.Store(&poolState{cfg: cfg, servers: servers, policy: b.newPolicy(p, cfg)})
+	p.health = b.newHealth(checkOptions(name, cfg, bus, logf), targetsOf(servers))
+	p.state.Store(p.newState(cfg, servers))
 	return p
+}
+
+// serverAddrs lists a pool's servers: the primaries, then the backups.
+func serverAddrs(cfg *PoolConfig) []string { return append(slices.Clip(cfg.Servers), cfg.Backups...) }
+
+func targetsOf(servers []*Server) []*healthcheck.Target {
+	ts := make([]*healthcheck.Target, len(servers))
+	for i, s := range servers {
+		ts[i] = s.health
+	}
+	return ts
+}
+
+// newState makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
+func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
+	np := len(cfg.Servers)
+	st := &poolState{cfg: cfg, servers: servers}
+	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
+	st.tiers[backups] = tier{which: backups, servers: servers[np:]}
+	st.policy = balances[cfg.Balance].newPolicy(p, cfg)
+	return st
 }
 
 // checkOptions are the health check options of a pool config.
@@ -77,7 +108,16 @@ func checkOptions(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(
 		Rise:         ck.Rise,
 		Bus:          bus,
 		Logf:         logf,
+		// Only a pool with backups probes its primaries for failback.
+		FailbackInterval: failbackInterval(cfg),
 	}
+}
+
+func failbackInterval(cfg *PoolConfig) time.Duration {
+	if len(cfg.Backups) == 0 {
+		return 0
+	}
+	return cfg.FailbackInterval.D
 }
 
 // apply brings a running pool to cfg (same balance) as one server set change: servers whose address
@@ -91,10 +131,8 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		byAddr[s.Addr] = s
 	}
 	newClients := !sameTransport(old.cfg, cfg)
-	servers := make([]*Server, len(cfg.Servers))
-	targets := make([]*healthcheck.Target, len(cfg.Servers))
-	var added []*Server
-	for i, addr := range cfg.Servers {
+	var servers, added []*Server
+	for _, addr := range serverAddrs(cfg) {
 		s, ok := byAddr[addr]
 		switch {
 		case !ok:
@@ -103,14 +141,17 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		case newClients:
 			s.client.Swap(newTransport(addr, cfg)).CloseIdleConnections()
 		}
+		if ok {
+			s.configure(cfg) // its name and tier may have changed
+		}
 		delete(byAddr, addr)
-		servers[i], targets[i] = s, s.health
+		servers = append(servers, s)
 	}
-	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) {
+	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) || failbackInterval(old.cfg) != failbackInterval(cfg) {
 		p.health.Update(checkOptions(p.name, cfg, p.bus, logf))
 	}
-	p.health.Set(targets)
-	st := &poolState{cfg: cfg, servers: servers, policy: balances[cfg.Balance].newPolicy(p, cfg)}
+	p.health.Set(targetsOf(servers))
+	st := p.newState(cfg, servers)
 	p.state.Store(st)
 	for _, s := range added {
 		p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerAdded, Pool: p.name, Server: s.Addr})
@@ -134,14 +175,64 @@ func (p *Pool) drop(st *poolState, s *Server, why string) {
 	st.policy.removed(s)
 }
 
-// start launches the pool's health checks and sticky table janitor; they stop with ctx or stop.
+// start launches the pool's health checks, the janitor of its sticky table or pins, and the watch of
+// its serving tier; they stop with ctx or stop.
 func (p *Pool) start(ctx context.Context) {
 	ctx, p.stop = context.WithCancel(ctx)
 	p.health.Start(ctx)
-	if t := p.table; t != nil {
-		every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
-		go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
+	for _, t := range []*stickiness.Table{p.table, p.pins} {
+		if t != nil {
+			every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
+			go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
+		}
 	}
+	go p.watchTier(ctx)
+}
+
+// watchTier follows which tier serves (primaries or backups) from the event stream: when the backups
+// take over it counts and publishes a Failover, when a primary takes back a Failback (on which the
+// tunnel closer may move tunnels back, see failback_close_tunnels). While no server at all is
+// available the tier stays as it was.
+func (p *Pool) watchTier(ctx context.Context) {
+	select {
+	case <-p.ready():
+	case <-ctx.Done():
+		return
+	}
+	first := true
+	for {
+		changed := p.bus.Changed()
+		st := p.state.Load()
+		if now := st.serving(); now >= 0 {
+			if old := int(p.tier.Swap(int32(now))); old != now && !first {
+				p.tierChanged(st, now)
+			}
+			first = false
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (p *Pool) tierChanged(st *poolState, now int) {
+	if now == backups {
+		p.failovers.Add(1)
+		p.bus.Publish(healthcheck.Event{Kind: healthcheck.Failover, Pool: p.name,
+			Detail: "no primary is available; the backups serve"})
+		return
+	}
+	p.failbacks.Add(1)
+	var back []string
+	for _, s := range st.tiers[primaries].servers {
+		if s.Available() {
+			back = append(back, s.label())
+		}
+	}
+	p.bus.Publish(healthcheck.Event{Kind: healthcheck.Failback, Pool: p.name,
+		Detail: "primaries available again: " + strings.Join(back, ", ")})
 }
 
 // close stops the pool for good (a reload dropped it or changed its balance): its checks end and its
@@ -160,15 +251,16 @@ func (p *Pool) ready() <-chan struct{} { return p.health.Ready() }
 // errQueueFull means more requests are waiting than max_queue allows.
 var errQueueFull = errors.New("queue full")
 
-// await waits for a server for the request until deadline (then nil): the policy's pick among the
-// available servers other than except, or except itself once it answered its checks after since (a
+// await waits for a server for the request until deadline (then no server): the policy's pick among
+// the available servers other than except, or except itself once it answered its checks after since (a
 // leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
-// It waits on the event stream, not on a timer loop. Requests waiting at once are bounded by max_queue;
-// past it await returns errQueueFull at once. Slow path only.
-func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (*Server, error) {
+// It waits on the event stream and on in-flight requests ending (a server becoming writable again), not
+// on a timer loop. Requests waiting at once are bounded by max_queue; past it await returns
+// errQueueFull at once. The server returned is counted in flight, as pick's. Slow path only.
+func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (choice, error) {
 	if n := p.waiting.Add(1); n > int64(p.state.Load().cfg.MaxQueue) {
 		p.waiting.Add(-1)
-		return nil, errQueueFull
+		return choice{}, errQueueFull
 	}
 	defer p.waiting.Add(-1)
 	var timer *time.Timer
@@ -178,25 +270,63 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 		}
 	}()
 	for {
-		changed := p.bus.Changed()
+		changed, freed := p.bus.Changed(), p.freed.wait()
 		st := p.state.Load()
-		if s := st.policy.pick(ctx, st, except); s != nil {
-			return s, nil
+		if c := st.policy.pick(ctx, st, except); c.s != nil || c.pinned {
+			return c, nil
 		}
 		if except != nil && except.Available() && except.health.PassedSince(since) {
-			return except, nil
+			return take(ctx, except), nil
 		}
 		d := time.Until(deadline)
 		if d <= 0 {
-			return nil, nil
+			return choice{}, nil
 		}
 		if timer == nil {
 			timer = time.NewTimer(d)
 		}
 		select {
 		case <-changed:
+		case <-freed:
 		case <-timer.C:
-			return nil, nil
+			return choice{}, nil
 		}
 	}
+}
+
+// end ends an attempt counted in flight to s (by pick or await) with n request-body bytes, and wakes
+// the requests waiting for a writable server.
+func (p *Pool) end(s *Server, n int64) {
+	s.inflight.Add(-1)
+	if n != 0 {
+		s.inflightBytes.Add(-n)
+	}
+	if p.waiting.Load() > 0 {
+		p.freed.notify()
+	}
+}
+
+// broadcast wakes every waiter at once, like the event stream's Changed: a waiter takes the channel,
+// checks its condition, then waits on it. It allocates only when someone waits.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,7 +61,8 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 // policy picks; a failed attempt is reported to the pool's health check (which alone decides whether
 // the server is down) and, when the request may go again, the next attempt goes to another available
 // server, or to the same one once it answered its checks again. Every wait for a server shares one
-// deadline (queue_timeout, counted from the first wait) and the attempts one budget (maxAttempts).
+// deadline (queue_timeout, counted from the first wait) and the attempts one budget (maxAttempts). A
+// request pinned to its server (a later part of a multi-part request) goes there or fails with 502.
 func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay replayable) {
 	req := &ctx.Request
 	st := p.state.Load()
@@ -68,22 +70,29 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 		failed             *Server   // the server of the last failed attempt
 		failedAt, deadline time.Time // computed only on the slow paths
 	)
-	s := st.policy.pick(ctx, st, nil)
+	n := bodyBytes(&req.Header) // counted in flight with each attempt by pick and await
+	c := st.policy.pick(ctx, st, nil)
 	for attempt := 1; ; attempt++ {
-		if s == nil {
+		if c.s == nil && !c.pinned {
 			if deadline.IsZero() {
 				deadline = time.Now().Add(st.cfg.QueueTimeout.D)
 			}
 			var err error
-			if s, err = p.await(ctx, failed, failedAt, deadline); s == nil {
+			if c, err = p.await(ctx, failed, failedAt, deadline); c.s == nil && !c.pinned {
 				if errors.Is(err, errQueueFull) {
 					p.queueFull.Add(1)
 				}
-				p.noServer.Add(1)
-				serviceUnavailable(ctx)
+				unavailable(ctx, p, st)
 				return
 			}
 			st = p.state.Load()
+		}
+		s := c.s
+		if s == nil {
+			p.pinFailures.Add(1)
+			p.bad502.Add(1)
+			ctx.Error("502 Bad Gateway: the server of this multi-part request is not available\n", fasthttp.StatusBadGateway)
+			return
 		}
 		s.requests.Add(1)
 
@@ -93,12 +102,13 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 			if conn, err = lb.dialUpgrade(s, st.cfg); err == nil {
 				p.health.Report(s.health, nil)
 				lb.exchange(ctx, p, st, s, conn)
+			}
+			p.end(s, n)
+			if err == nil {
 				return
 			}
 		} else {
-			s.inflight.Add(1)
-			err = s.client.Load().Do(req, &ctx.Response)
-			s.inflight.Add(-1)
+			err = lb.send(p, s, req, &ctx.Response, n, replay)
 			if err == nil {
 				status := ctx.Response.StatusCode()
 				if !st.policy.refuses(status) {
@@ -110,16 +120,19 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 				// probed now. An idempotent request is held until the checks settle and retried if
 				// another server took over; otherwise (and for any other request) the answer is relayed.
 				p.health.Report(s.health, errRefused)
-				if idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
+				if !c.pinned && idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
 					ctx.Response.Body() // keep the answer but free the upstream connection while waiting
 					if deadline.IsZero() {
 						deadline = time.Now().Add(st.cfg.QueueTimeout.D)
 					}
-					if next, _ := p.await(ctx, s, time.Now(), deadline); next != nil && next != s {
-						ctx.Response.Reset()
-						p.retries.Add(1)
-						s, st = next, p.state.Load()
-						continue
+					if next, _ := p.await(ctx, s, time.Now(), deadline); next.s != nil {
+						if next.s != s && !next.pinned {
+							ctx.Response.Reset()
+							p.retries.Add(1)
+							c, st = next, p.state.Load()
+							continue
+						}
+						p.end(next.s, n)
 					}
 				}
 				lb.answer(ctx, st, s)
@@ -135,8 +148,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 		switch {
 		case errors.Is(err, fasthttp.ErrNoFreeConns):
 			// Every upstream connection stayed busy for queue_timeout: the server is busy, not failing.
-			p.noServer.Add(1)
-			serviceUnavailable(ctx)
+			unavailable(ctx, p, st)
 			return
 		case isTimeout(err) && !dialFailed:
 			p.health.Report(s.health, err)
@@ -146,18 +158,35 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 		}
 		p.health.Report(s.health, err)
 		// A refused dial reached no byte of the server: any request may go again. Otherwise only a
-		// request that cannot cause a second side effect, and whose body can be sent again.
-		retryable := (dialFailed || idempotent(&req.Header)) && replay.ok()
+		// request that cannot cause a second side effect, and whose body can be sent again. A pinned
+		// request never goes elsewhere.
+		retryable := (dialFailed || idempotent(&req.Header)) && replay.ok() && !c.pinned
 		if !retryable || attempt == maxAttempts {
 			p.bad502.Add(1)
-			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.Addr, err)
+			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
 			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 			return
 		}
 		p.retries.Add(1)
 		failed, failedAt = s, time.Now()
-		s = st.policy.pick(ctx, st, failed)
+		c = st.policy.pick(ctx, st, failed)
 	}
+}
+
+// send forwards a plain request to s, counted in flight (with n body bytes) until the response head
+// arrives or the attempt fails. A chunked body counts against s's high_watermark_bytes as it streams.
+func (lb *LB) send(p *Pool, s *Server, req *fasthttp.Request, resp *fasthttp.Response, n int64, replay replayable) error {
+	cr := replay.stream
+	if cr != nil && n == 0 {
+		cr.to = s
+	}
+	err := s.client.Load().Do(req, resp)
+	if cr != nil && cr.to != nil {
+		n += cr.counted
+		cr.to, cr.counted = nil, 0
+	}
+	p.end(s, n)
+	return err
 }
 
 // answer relays a server's answer to a plain request.
@@ -174,10 +203,15 @@ func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolState, s *Server) {
 	}
 }
 
-// serviceUnavailable answers when no server could take the request in time.
-func serviceUnavailable(ctx *fasthttp.RequestCtx) {
-	ctx.Error("503 Service Unavailable: no server available\n", fasthttp.StatusServiceUnavailable)
-	ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+// unavailable answers when no server could take the request in time: unavailable_status (503, with
+// Retry-After, unless configured otherwise).
+func unavailable(ctx *fasthttp.RequestCtx, p *Pool, st *poolState) {
+	p.noServer.Add(1)
+	code := st.cfg.UnavailableStatus
+	ctx.Error(strconv.Itoa(code)+" "+fasthttp.StatusMessage(code)+": no server available\n", code)
+	if code == fasthttp.StatusServiceUnavailable {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	}
 }
 
 func isTimeout(err error) bool {
@@ -251,12 +285,16 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) replayable
 // countingReader counts the bytes read from a client's body stream and pushes the client connection's
 // read deadline forward while bytes arrive, so read_timeout bounds silence rather than the whole upload.
 // As for upstream reads, the deadline moves only once it fell a quarter of the timeout behind.
+// A chunked body also counts its bytes in flight to the server it streams to (to), against
+// high_watermark_bytes.
 type countingReader struct {
 	r        io.Reader
 	conn     net.Conn
 	timeout  time.Duration
 	deadline time.Time
 	n        int64
+	to       *Server // the server a chunked body streams to, nil otherwise
+	counted  int64   // bytes counted in to's inflightBytes
 }
 
 func (c *countingReader) Read(b []byte) (int, error) {
@@ -268,6 +306,10 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	}
 	n, err := c.r.Read(b)
 	c.n += int64(n)
+	if c.to != nil && n > 0 {
+		c.to.inflightBytes.Add(int64(n))
+		c.counted += int64(n)
+	}
 	return n, err
 }
 

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -22,7 +23,11 @@ type Server struct {
 	// requests finish on its client, its tunnels are closed.
 	removed atomic.Bool
 
-	inflight atomic.Int64  // requests sent whose response head has not arrived yet
+	// name is the display name for logs, /status and metrics ([pools.NAME.names]; default the address).
+	name atomic.Pointer[string]
+
+	inflight      atomic.Int64  // requests sent whose response head has not arrived yet
+	inflightBytes atomic.Int64  // their request-body bytes (Content-Length, or chunked bytes streamed)
 	tunnels  atomic.Int64  // open tunnels
 	requests atomic.Uint64 // requests forwarded (each attempt), upgrades included
 	failures atomic.Uint64 // attempts that ended in a transport error
@@ -31,7 +36,50 @@ type Server struct {
 func newServer(addr string, cfg *PoolConfig) *Server {
 	s := &Server{Addr: addr, health: healthcheck.NewTarget(addr), cookie: serverCookie(addr)}
 	s.client.Store(newTransport(addr, cfg))
+	s.configure(cfg)
 	return s
+}
+
+// configure applies the parts of a pool config that concern s alone: its display name and its tier.
+// The pool calls it before it hands the server's target to the health check.
+func (s *Server) configure(cfg *PoolConfig) {
+	name := s.Addr
+	if n := cfg.Names[s.Addr]; n != "" {
+		name = n
+	}
+	if old := s.name.Load(); old == nil || *old != name {
+		s.name.Store(&name)
+	}
+	s.health.SetBackup(slices.Contains(cfg.Backups, s.Addr))
+}
+
+// Name is the server's display name: its configured name, or its address.
+func (s *Server) Name() string { return *s.name.Load() }
+
+// label names the server in logs: "name (address)", or the address when it has no name of its own.
+func (s *Server) label() string {
+	if n := s.Name(); n != s.Addr {
+		return n + " (" + s.Addr + ")"
+	}
+	return s.Addr
+}
+
+// Backup reports whether s is a backup server of its pool.
+func (s *Server) Backup() bool { return s.health.Backup() }
+
+// begin counts one attempt in flight to s, with n request-body bytes. Pool.end ends it.
+func (s *Server) begin(n int64) {
+	s.inflight.Add(1)
+	if n != 0 {
+		s.inflightBytes.Add(n)
+	}
+}
+
+// writable reports whether s is below its watermarks: fewer than hw requests in flight (hw 0: no
+// limit) and fewer than hwb request-body bytes (hwb 0: no limit). Writability is not part of
+// Available: a roundrobin pool skips unwritable servers; they stay up.
+func (s *Server) writable(hw int, hwb int64) bool {
+	return (hw <= 0 || s.inflight.Load() < int64(hw)) && (hwb <= 0 || s.inflightBytes.Load() < hwb)
 }
 
 // Available is the one predicate that says whether s may take new traffic now: its health checks pass

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -52,7 +53,65 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 	}
 	lb.relayMu.Unlock()
 	if n > 0 {
-		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, addr, why)
+		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, lb.serverLabel(e.Pool, addr), why)
+	}
+}
+
+// failbackTunnels moves the tunnels of a pool's backups back to its primaries after a Failback, when
+// failback_close_tunnels is set: it closes them one by one, spread evenly over failback_close_spread
+// so that the devices do not all reconnect at once, and stops if the backups take over again. It runs
+// in its own goroutine (subscribers must be quick).
+func (lb *LB) failbackTunnels(e healthcheck.Event) {
+	if e.Kind != healthcheck.Failback {
+		return
+	}
+	p := lb.gen.Load().pools[e.Pool]
+	if p == nil {
+		return
+	}
+	st := p.state.Load()
+	if !st.cfg.FailbackCloseTunnels {
+		return
+	}
+	var ts []*tunnel.Tunnel
+	lb.relayMu.Lock()
+	for _, s := range st.tiers[backups].servers {
+		for _, r := range lb.relays {
+			ts = append(ts, r.Group(tunnelGroup(p.name, s.Addr))...)
+		}
+	}
+	lb.relayMu.Unlock()
+	if len(ts) == 0 {
+		return
+	}
+	spread := st.cfg.FailbackCloseSpread.D
+	lb.logf("tunnel: pool %s: moving %d tunnels from the backups back to the primaries over %s", p.name, len(ts), spread)
+	lb.wg.Add(1)
+	go func() {
+		defer lb.wg.Done()
+		closeSpread(lb.ctx, ts, spread, func() bool { return p.tier.Load() == primaries })
+	}()
+}
+
+// closeSpread closes ts one by one, evenly over spread, while ok holds.
+func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration, ok func() bool) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	start := time.Now()
+	for i, t := range ts {
+		if d := time.Until(start.Add(spread * time.Duration(i) / time.Duration(len(ts)))); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !ok() {
+			return
+		}
+		t.Close()
 	}
 }
 

@@ -31,7 +31,7 @@ var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(ni
 func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
 	conn, err := net.DialTimeout("tcp", s.Addr, cfg.ConnectTimeout.D)
 	if err != nil {
-		lb.logf("tunnel: dial %s: %v", s.Addr, err)
+		lb.logf("tunnel: dial %s: %v", s.label(), err)
 		return nil, &dialError{err}
 	}
 	return conn, nil
@@ -44,7 +44,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 		conn.Close()
 		s.failures.Add(1)
 		p.bad502.Add(1)
-		lb.logf("tunnel: %s: %s", s.Addr, fmt.Sprintf(format, args...))
+		lb.logf("tunnel: %s: %s", s.label(), fmt.Sprintf(format, args...))
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	}
 	conn.SetDeadline(time.Now().Add(st.cfg.ResponseTimeout.D)) //nolint:errcheck // a failed write or read reports it
@@ -125,7 +125,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 			}
 		}
 		if err != nil {
-			lb.logf("tunnel: %s: %v", s.Addr, err)
+			lb.logf("tunnel: %s: %v", s.label(), err)
 			c.Close()
 			conn.Close()
 			if release != nil {

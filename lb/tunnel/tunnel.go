@@ -271,20 +271,26 @@ func (r *Relay) now() int64 { return int64(time.Since(r.start)) }
 // CloseGroup closes every tunnel of group now (reason Closed), e.g. because its server went
 // down, and returns how many it closed.
 func (r *Relay) CloseGroup(group string) int {
-	r.mu.Lock()
-	g := r.groups[group]
-	ts := make([]*Tunnel, 0, len(g))
-	for t := range g {
-		ts = append(ts, t)
-	}
-	r.mu.Unlock()
 	n := 0
-	for _, t := range ts {
+	for _, t := range r.Group(group) {
 		if r.closeTunnel(t, Closed) {
 			n++
 		}
 	}
 	return n
+}
+
+// Group returns the open tunnels of group, in no particular order (to close them one by one, e.g.
+// spread over a few seconds).
+func (r *Relay) Group(group string) []*Tunnel {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.groups[group]
+	ts := make([]*Tunnel, 0, len(g))
+	for t := range g {
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // Len is the number of open tunnels.
