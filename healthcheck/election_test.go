@@ -11,13 +11,14 @@ import (
 // steps over n servers: "0+" means server 0 answered 200, "1-" means server 1 answered non-200, "|"
 // ends the first round, and "x0" removes server 0 from the pool ("x01" removes servers 0 and 1 in one
 // server set change). want is the leader after the last step (-1 for none); wantSplit is how many
-// outcomes reported split brain.
+// outcomes reported split brain. fb also takes the indices of the backup servers ("2" or "12").
 func TestElectionFollowsTheThingWorxRules(t *testing.T) {
-	f := func(name string, n int, script string, want, wantSplit int) {
+	fb := func(name string, n int, backups, script string, want, wantSplit int) {
 		t.Helper()
 		all := make([]*Target, n)
 		for i := range all {
 			all[i] = NewTarget(fmt.Sprintf("10.0.0.%d:8080", i))
+			all[i].SetBackup(strings.ContainsRune(backups, rune('0'+i)))
 		}
 		ts := slices.Clone(all) // the pool, config order
 		e := &election{fall: 3}
@@ -44,6 +45,10 @@ func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 		if got := slices.Index(all, e.leader); got != want || split != wantSplit {
 			t.Errorf("%s: leader %d split %d, want leader %d split %d", name, got, split, want, wantSplit)
 		}
+	}
+	f := func(name string, n int, script string, want, wantSplit int) {
+		t.Helper()
+		fb(name, n, "", script, want, wantSplit)
 	}
 	f("first round elects the one server answering 200", 2, "0- 1+ |", 1, 0)
 	f("nobody is elected before the first round ends", 2, "0+", -1, 0)
@@ -72,6 +77,20 @@ func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 	f("after a removal left no leader, a 200 elects at once", 2, "0+ 1- | x0 1+", 1, 0)
 	f("a server removed during the first round is not elected", 2, "0+ 1- x0 1+ |", 1, 0)
 	f("a removal during the first round elects nobody yet", 2, "0+ 1+ x0", -1, 0)
+
+	// Backups (server 2, or 1 and 2): chosen only when no primary's latest answer was 200.
+	fb("a primary answering 200 wins the first round over a backup", 3, "2", "2+ 0+ 1- |", 0, 1)
+	fb("a backup is elected when no primary answers 200", 3, "2", "0- 1- 2+ |", 2, 0)
+	fb("a backup with a longer run loses to a primary", 3, "2", "0+ 1- 2- | 0- 2+ 2+ 2+ 1+ 0- 0-", 1, 0)
+	fb("after the leader's fall, a backup takes over only when no primary answers 200", 3, "2",
+		"0+ 1- 2- | 2+ 0- 0- 0-", 2, 1)
+	fb("a primary answering 200 while a backup leads is split brain: the backup stays", 3, "2",
+		"0- 1- 2+ | 0+ 2+", 2, 1)
+	fb("the three-answer rule governs the change back to a primary", 3, "2",
+		"0- 1- 2+ | 0+ 2- 2- 0+ 2-", 0, 1)
+	fb("a removed primary leader is replaced by a primary before a backup", 3, "2",
+		"0+ 1- 2- | 2+ 2+ 1+ x0", 1, 3)
+	fb("the longest run wins among backups", 4, "23", "0- 1- 2+ 3+ | 3+ 2- 2- 2-", 3, 2)
 }
 
 func TestElectionIsFailingWhileTheLeaderIsUnknownOrFailing(t *testing.T) {

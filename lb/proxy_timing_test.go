@@ -12,10 +12,11 @@ import (
 )
 
 // newHandlerBench starts a cluster and fairlead and returns a function that runs one request through the
-// handler itself (no client socket), so allocations of the proxy path can be counted.
-func newHandlerBench(tb testing.TB) func() {
+// handler itself (no client socket), so allocations of the proxy path can be counted. extraPool
+// overrides keys of the platform pool (another balance); header, if not empty, is set on every request.
+func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
 	c := startCluster(tb, 2, 0)
-	l, _ := startLB(tb, platformConfig(c, "", ""))
+	l, _ := startLB(tb, platformConfig(c, extraPool, ""))
 	var ctx fasthttp.RequestCtx
 	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
 	var req fasthttp.Request
@@ -26,6 +27,9 @@ func newHandlerBench(tb testing.TB) func() {
 		req.Header.SetHost("thingworx.example.com")
 		req.Header.Set("X-Forwarded-For", "203.0.113.9")
 		req.Header.Set("Connection", "keep-alive")
+		if len(header) == 2 {
+			req.Header.Set(header[0], header[1])
+		}
 		ctx.Init(&req, remote, nil)
 		l.handle(&ctx)
 		if ctx.Response.StatusCode() != 200 {
@@ -37,7 +41,24 @@ func newHandlerBench(tb testing.TB) func() {
 }
 
 func BenchmarkProxyHandlerGET(b *testing.B) {
-	do := newHandlerBench(b)
+	do := newHandlerBench(b, "")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		do()
+	}
+}
+
+// roundRobinPool makes the bench's platform pool a roundrobin pool with watermarks and multi-part pins.
+const roundRobinPool = `
+balance = "roundrobin"
+high_watermark = 100
+high_watermark_bytes = 1000000
+multipart_header = "X-Multipart-Id"
+`
+
+func BenchmarkProxyHandlerRoundRobinGET(b *testing.B) {
+	do := newHandlerBench(b, roundRobinPool)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -49,28 +70,40 @@ func BenchmarkProxyHandlerGET(b *testing.B) {
 // the allocations of the proxied-request path and attributes each to the first function outside the Go
 // runtime on its stack: none may be fairlead's own code. The whole path (fasthttp included) is bounded
 // too. make test runs it in a separate step without -race (the race detector allocates on its own).
+// It covers the leader policy and the roundrobin policy, with and without a multi-part pin.
 func TestProxyPathDoesNotAllocatePerRequest(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
 	}
-	do := newHandlerBench(t)
-	for i := 0; i < 200; i++ { // warm pools and connections
-		do()
-	}
-	// Known and bounded, outside fairlead: RequestCtx.Init in this harness allocates 1, and fasthttp's
-	// response body streaming (HostClient.StreamResponseBody, transport.RoundTrip) allocates 4 small
-	// objects per response (a clientStreamBody and three closures).
-	const harness, fasthttpStreaming = 1, 4
-	if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming {
-		t.Errorf("%.1f allocations per proxied request, want at most %d", n, harness+fasthttpStreaming)
-	}
+	for _, tc := range []struct {
+		name, pool string
+		header     []string
+	}{
+		{"leader", "", nil},
+		{"roundrobin", roundRobinPool, nil},
+		{"roundrobin-pinned", roundRobinPool, []string{"X-Multipart-Id", "upload-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			do := newHandlerBench(t, tc.pool, tc.header...)
+			for i := 0; i < 200; i++ { // warm pools and connections
+				do()
+			}
+			// Known and bounded, outside fairlead: RequestCtx.Init in this harness allocates 1, and
+			// fasthttp's response body streaming (HostClient.StreamResponseBody, transport.RoundTrip)
+			// allocates 4 small objects per response (a clientStreamBody and three closures).
+			const harness, fasthttpStreaming = 1, 4
+			if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming {
+				t.Errorf("%.1f allocations per proxied request, want at most %d", n, harness+fasthttpStreaming)
+			}
 
-	const requests = 400
-	own := ownAllocations(t, requests, do)
-	for site, n := range own {
-		if n >= requests/4 { // per request, not a pool or a connection warming up
-			t.Errorf("fairlead's own code allocates per request: %d objects in %d requests at %s", n, requests, site)
-		}
+			const requests = 400
+			own := ownAllocations(t, requests, do)
+			for site, n := range own {
+				if n >= requests/4 { // per request, not a pool or a connection warming up
+					t.Errorf("fairlead's own code allocates per request: %d objects in %d requests at %s", n, requests, site)
+				}
+			}
+		})
 	}
 }
 

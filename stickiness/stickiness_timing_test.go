@@ -10,7 +10,7 @@ import (
 )
 
 // The hot path of a request is Key, then Place for a key already known,
-// then Acquire and Release; none of them may allocate.
+// then Acquire and Release (a multi-part request: Lookup of its pin); none of them may allocate.
 
 func TestHotPathDoesNotAllocate(t *testing.T) {
 	hdr, _ := NewExtractor([]string{"header:X-Asset-Id", "source"})
@@ -40,6 +40,9 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	other := (tb.Place(known, p) + 1) % p.Len()
 	f("PlaceExcept of a known key on another server", func() { tb.PlaceExcept(known, p, other) })
 	f("Acquire and Release", func() { tb.Acquire(known); tb.Release(known) })
+	pins := NewTable(TableOptions{})
+	pins.Pin(known, p, 1)
+	f("Lookup of a known pin", func() { pins.Lookup(known, p) })
 }
 
 func BenchmarkExtractorKey(b *testing.B) {
