@@ -94,7 +94,9 @@ var balances = map[string]balance{
 	},
 }
 
-func newChecker(o healthcheck.Options, ts []*healthcheck.Target) health { return healthcheck.NewChecker(o, ts) }
+func newChecker(o healthcheck.Options, ts []*healthcheck.Target) health {
+	return healthcheck.NewChecker(o, ts)
+}
 
 // leaderPolicy sends everything to the elected leader (balance = "leader").
 type leaderPolicy struct{ leader *healthcheck.Leader }

@@ -113,7 +113,7 @@ func (rp *roundRobinPolicy) takeIfWritable(s *Server, n int64) bool {
 	return true
 }
 
-func (rp *roundRobinPolicy) refuses(int) bool                                    { return false }
+func (rp *roundRobinPolicy) refuses(int) bool                                      { return false }
 func (rp *roundRobinPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) { return "", "" }
 func (rp *roundRobinPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
 func (rp *roundRobinPolicy) removed(s *Server)                                     { rp.pins.Forget(s.Addr) }

@@ -28,9 +28,9 @@ type Server struct {
 
 	inflight      atomic.Int64  // requests sent whose response head has not arrived yet
 	inflightBytes atomic.Int64  // their request-body bytes (Content-Length, or chunked bytes streamed)
-	tunnels  atomic.Int64  // open tunnels
-	requests atomic.Uint64 // requests forwarded (each attempt), upgrades included
-	failures atomic.Uint64 // attempts that ended in a transport error
+	tunnels       atomic.Int64  // open tunnels
+	requests      atomic.Uint64 // requests forwarded (each attempt), upgrades included
+	failures      atomic.Uint64 // attempts that ended in a transport error
 }
 
 func newServer(addr string, cfg *PoolConfig) *Server {
