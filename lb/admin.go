@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -172,9 +174,14 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		l := fmt.Sprintf(`pool=%q`, name)
 		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
-		metrics.WriteCounterUint64(w, `fairlead_pool_errors_total{`+l+`,code="502"}`, p.bad502.Load())
-		metrics.WriteCounterUint64(w, `fairlead_pool_errors_total{`+l+`,code="503"}`, p.noServer.Load())
-		metrics.WriteCounterUint64(w, `fairlead_pool_errors_total{`+l+`,code="504"}`, p.timeout.Load())
+		// Answers fairlead gave itself, by status: 502, 504, and unavailable_status (503 by default) for
+		// requests no server could take in time.
+		errs := map[int]uint64{502: p.bad502.Load(), 504: p.timeout.Load()}
+		errs[st.cfg.UnavailableStatus] += p.noServer.Load()
+		for _, code := range slices.Sorted(maps.Keys(errs)) {
+			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_pool_errors_total{%s,code="%d"}`, l, code), errs[code])
+		}
+		metrics.WriteCounterUint64(w, "fairlead_pool_unavailable_total{"+l+"}", p.noServer.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_queue_full_total{"+l+"}", p.queueFull.Load())
 		metrics.WriteGaugeUint64(w, "fairlead_pool_waiting{"+l+"}", uint64(max(p.waiting.Load(), 0)))
 		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())

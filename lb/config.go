@@ -101,7 +101,7 @@ type PoolConfig struct {
 	// MultipartMaxPins bounds the pins; the longest-unused go first (needs multipart_header).
 	// Default 100000.
 	MultipartMaxPins int `toml:"multipart_max_pins"`
-	// MaxQueue caps the requests waiting at once in this pool; over it requests get 503 at once. Default 10000.
+	// MaxQueue caps the requests waiting at once in this pool; over it requests get UnavailableStatus at once. Default 10000.
 	MaxQueue int `toml:"max_queue"`
 	// MaxConns caps the upstream connections fairlead opens to each server. Default 512.
 	MaxConns int `toml:"max_conns"`

@@ -81,6 +81,14 @@ func merge(dst, src reflect.Value, path []string, md *toml.MetaData, file string
 			if d.IsNil() {
 				d.Set(reflect.MakeMap(f.Type))
 			}
+			if f.Type.Elem().Kind() != reflect.Pointer {
+				// A map of plain values ([pools.NAME.names]): entries replace entries.
+				for _, mk := range s.MapKeys() {
+					d.SetMapIndex(mk, s.MapIndex(mk))
+					origin[strings.Join(append(append([]string(nil), key...), mk.String()), ".")] = file
+				}
+				continue
+			}
 			for _, mk := range s.MapKeys() {
 				dv := d.MapIndex(mk)
 				if !dv.IsValid() {
