@@ -252,8 +252,8 @@ func (p *Pool) ready() <-chan struct{} { return p.health.Ready() }
 var errQueueFull = errors.New("queue full")
 
 // await waits for a server for the request until deadline (then no server): the policy's pick among
-// the available servers other than except, or except itself once it answered its checks after since (a
-// leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
+// the available servers other than except, or including except once it answered its checks after since
+// (a leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
 // It waits on the event stream and on in-flight requests ending (a server becoming writable again), not
 // on a timer loop. Requests waiting at once are bounded by max_queue; past it await returns
 // errQueueFull at once. The server returned is counted in flight, as pick's. Slow path only.
@@ -276,7 +276,11 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 			return c, nil
 		}
 		if except != nil && except.Available() && except.health.PassedSince(since) {
-			return take(ctx, except), nil
+			// except answered its checks again: the policy may choose it too (a roundrobin pool only
+			// while it is writable).
+			if c := st.policy.pick(ctx, st, nil); c.s != nil || c.pinned {
+				return c, nil
+			}
 		}
 		d := time.Until(deadline)
 		if d <= 0 {
