@@ -76,6 +76,8 @@ type metric struct {
 	chart bool
 	// format prints a value ("%.0f" by default).
 	format string
+	// show, if set, prints a value instead of format (e.g. a split "50.0/50.0").
+	show func(v float64) string
 	// needs names a 0/1 metric that must be 1 for the value to be meaningful (e.g. a converged failover);
 	// otherwise the value is a lower bound, shown with ">".
 	needs string
@@ -92,7 +94,7 @@ func ScenarioNames() []string {
 
 func scenarios() []*scenario {
 	return []*scenario{
-		httpSmallScenario(), http16kScenario(), uploadScenario(),
+		httpSmallScenario(), http16kScenario(), uploadScenario(), httpRRScenario(),
 		wsEchoScenario(), wsIdleScenario(),
 		failoverScenario(), reloadScenario(), fanInScenario(),
 	}
@@ -165,7 +167,14 @@ const (
 	leaderOnly
 	// servingWS: serving, and a WebSocket upgrade on /Thingworx/WS echoes.
 	servingWS
+	// servingAll: serving, and answered by every platform server within a few requests (a round-robin
+	// peer whose servers all passed their first check: http-rr).
+	servingAll
 )
+
+// readyPath is the ordinary path that readiness checks (and http-rr's health checks) request: the
+// simulated platform servers answer it 200 like any ordinary path.
+const readyPath = "/Thingworx/ready"
 
 // startPeer starts the peer in front of c (mod may adjust the setup) and waits until it is ready.
 func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (*Instance, error) {
@@ -205,6 +214,15 @@ func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (
 	if err := waitReady(in, leader, 20*time.Second); err != nil {
 		return nil, err
 	}
+	if ready == servingAll {
+		var names []string
+		for _, p := range c.Platforms {
+			names = append(names, p.Name)
+		}
+		if err := waitServedByAll(in, names, 20*time.Second); err != nil {
+			return nil, err
+		}
+	}
 	if ready == servingWS {
 		err := waitFor(10*time.Second, 100*time.Millisecond, func() error {
 			if in.Proc.Exited() {
@@ -227,7 +245,7 @@ func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (
 // waitReady waits until 4 consecutive GETs on fresh connections get 200, from the server named leader
 // unless it is "" (a round-robin peer whose other server has not failed its first check yet alternates).
 func waitReady(in *Instance, leader string, timeout time.Duration) error {
-	raw := rawRequest("GET", in.Addr(), "/Thingworx/ready", nil)
+	raw := rawRequest("GET", in.Addr(), readyPath, nil)
 	ok := 0
 	var last string
 	err := waitFor(timeout, 50*time.Millisecond, func() error {
@@ -244,6 +262,37 @@ func waitReady(in *Instance, leader string, timeout time.Duration) error {
 				return fmt.Errorf("not ready: %s", last)
 			}
 			ok++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %v\n%s", in.Peer.Name, err, in.Proc.LogTail(1000))
+	}
+	return nil
+}
+
+// waitServedByAll waits until 4 GETs per server in a row, on fresh connections, all get 200 and every
+// server named in names answered at least one of them.
+func waitServedByAll(in *Instance, names []string, timeout time.Duration) error {
+	raw := rawRequest("GET", in.Addr(), readyPath, nil)
+	err := waitFor(timeout, 50*time.Millisecond, func() error {
+		if in.Proc.Exited() {
+			return errExited
+		}
+		seen := map[string]int{}
+		for i := 0; i < 4*len(names); i++ {
+			c := newHTTPConn(in.Addr(), 2*time.Second)
+			r := c.do(raw, true)
+			c.close()
+			if r.err != nil || r.status != 200 {
+				return fmt.Errorf("not ready: status %d served by %q err %v", r.status, r.servedBy, r.err)
+			}
+			seen[r.servedBy]++
+		}
+		for _, n := range names {
+			if seen[n] == 0 {
+				return fmt.Errorf("not served by every server yet: %s got none of %d requests (%v)", n, 4*len(names), seen)
+			}
 		}
 		return nil
 	})
@@ -408,7 +457,7 @@ func (sc *scenario) brief(r *Result) string {
 	var parts []string
 	for _, m := range sc.metrics {
 		v, ok := r.Metrics[m.key]
-		if !ok || !(m.chart || m.key == "failed" || m.key == "tunnels_lost") {
+		if !ok || !(m.chart || m.key == "failed" || m.key == "tunnels_lost" || m.key == "split") {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", m.label, m.fmt(v, r.Metrics)))

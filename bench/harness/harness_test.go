@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,7 +82,7 @@ func TestHarnessTiny(t *testing.T) {
 			t.Errorf("%s: %s = %v, want > 0", sc, key, v)
 		}
 	}
-	for _, sc := range []string{"http-small", "http-16k", "upload-1m"} {
+	for _, sc := range []string{"http-small", "http-16k", "upload-1m", "http-rr"} {
 		positive(sc, "req_s")
 		positive(sc, "p99_ms")
 		if v := get(sc, "fairlead", "errors"); v != 0 {
@@ -89,6 +90,15 @@ func TestHarnessTiny(t *testing.T) {
 		}
 	}
 	positive("upload-1m", "mib_s")
+	// Round robin over both platform servers: both got requests, neither much more than the other.
+	positive("http-rr", "platform1_requests")
+	positive("http-rr", "platform2_requests")
+	if v := get("http-rr", "fairlead", "split"); v < 25 || v > 75 {
+		t.Errorf("http-rr: platform1 got %.1f%% of the requests, want about 50%%", v)
+	}
+	if v := get("http-rr", "fairlead", "watermark"); v != float64(TinyPlan().RRWatermark) {
+		t.Errorf("http-rr: cap per server %v, want %d", v, TinyPlan().RRWatermark)
+	}
 	positive("ws-echo", "rt_s")
 	positive("ws-echo", "p99_ms")
 	if n, want := get("ws-idle", "fairlead", "tunnels"), float64(TinyPlan().IdleTunnels); n != want {
@@ -191,6 +201,79 @@ func TestReportRatiosAndSVG(t *testing.T) {
 	for _, want := range []string{"http-small · req/s", "1.10×", "fairlead", "haproxy"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("svg lacks %q", want)
+		}
+	}
+}
+
+// TestPeerConfigs renders every peer's configuration, leader (the default) and round robin (http-rr),
+// checks the lines http-rr depends on, and has each installed peer validate its own (haproxy -c, nginx
+// -t, caddy adapt). fairlead's is checked by TestHarnessTiny, which runs it.
+func TestPeerConfigs(t *testing.T) {
+	for _, rr := range []bool{false, true} {
+		for _, base := range []string{"fairlead", "haproxy", "nginx", "caddy"} {
+			t.Run(fmt.Sprintf("%s/roundrobin=%v", base, rr), func(t *testing.T) {
+				s := Setup{
+					Dir: t.TempDir(), Port: 18080, AdminPort: 18404,
+					Platforms: []string{"127.0.0.1:19081", "127.0.0.1:19082"}, Connections: []string{"127.0.0.1:19181"},
+					Credentials: "YWRtaW46YWRtaW4=", CheckPath: "/Thingworx/Admin/HA/LeaderCheck",
+					WSPaths: []string{"/Thingworx/WS"}, MaxClients: 1000, FDLimit: 65536, ConnectTimeout: "3s",
+					RoundRobin: rr, Watermark: 7,
+				}
+				p := &Peer{Name: base, Base: base}
+				path, err := p.writeConfig(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				conf := string(b)
+				// Lines that are there with RoundRobin, and only then.
+				rrOnly := map[string][]string{
+					"fairlead": {`balance = "roundrobin"`, "high_watermark = 7", `path = "/Thingworx/ready"`},
+					"haproxy":  {"balance roundrobin", "option httpchk GET /Thingworx/ready", "server platform1 127.0.0.1:19081 maxconn 7 check", "server platform2 127.0.0.1:19082 maxconn 7 check"},
+					"nginx":    {"server 127.0.0.1:19081 max_conns=7;", "server 127.0.0.1:19082 max_conns=7;"},
+					"caddy":    {"lb_policy round_robin", "health_uri /Thingworx/ready", "unhealthy_request_count 7"},
+				}[base]
+				for _, w := range rrOnly {
+					if in := strings.Contains(conf, w); in != rr {
+						t.Errorf("roundrobin=%v but contains %q = %v:\n%s", rr, w, in, conf)
+					}
+				}
+				var cmd *exec.Cmd
+				switch bin := lookBin(map[string]string{"haproxy": "haproxy", "nginx": "nginx", "caddy": "caddy"}[base]); {
+				case base == "fairlead":
+					return
+				case bin == "":
+					t.Skipf("%s is not installed", base)
+				case base == "haproxy":
+					cmd = exec.Command(bin, "-c", "-f", path)
+				case base == "nginx":
+					cmd = exec.Command(bin, "-t", "-e", filepath.Join(s.Dir, "nginx-error.log"), "-p", s.Dir, "-c", path)
+				case base == "caddy":
+					cmd = exec.Command(bin, "adapt", "--config", path, "--adapter", "caddyfile")
+					cmd.Env = append(os.Environ(), "HOME="+s.Dir, "XDG_CONFIG_HOME="+s.Dir, "XDG_DATA_HOME="+s.Dir)
+				}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s rejects its config: %v\n%s\n%s", base, err, out, conf)
+				}
+			})
+		}
+	}
+}
+
+func TestNginxHasMaxConns(t *testing.T) {
+	for v, want := range map[string]bool{
+		"nginx version: nginx/1.22.1":          true,
+		"nginx version: nginx/1.11.5":          true,
+		"nginx version: nginx/1.11.4":          false,
+		"nginx version: nginx/1.10.3 (Ubuntu)": false,
+		"nginx version: nginx/2.0.0":           true,
+		"something else":                       true,
+	} {
+		if got := nginxHasMaxConns(v); got != want {
+			t.Errorf("nginxHasMaxConns(%q) = %v, want %v", v, got, want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/template"
@@ -19,7 +20,11 @@ import (
 //   - the four ThingWorx WebSocket paths, for WebSocket upgrades, go to the connection servers, sticky on
 //     X-Asset-Id, with a /health check;
 //   - everything else goes to the platform server that passes GET /Thingworx/Admin/HA/LeaderCheck with
-//     the Basic credentials, over keep-alive upstream connections.
+//     the Basic credentials, over keep-alive upstream connections;
+//   - except in http-rr (Setup.RoundRobin), where everything else is balanced round robin over both
+//     platform servers, each checked with GET /Thingworx/ready (any 2xx passes) and capped at
+//     Setup.Watermark requests in flight (fairlead high_watermark, HAProxy server maxconn, nginx
+//     max_conns, Caddy unhealthy_request_count).
 //
 // What a peer cannot express is listed in its Limits and printed with the results.
 
@@ -54,12 +59,14 @@ var peerLimits = map[string][]string{
 		"a server is UP at start until its first check fails, and a new leader needs `rise` passing checks",
 		"plain variant (inter 15s fall 3): a node that stepped down keeps getting requests, answered 503, until 3 checks failed (up to 45 s); a dead node's requests fail until then",
 		"stickiness by consistent hash of X-Asset-Id (balance hdr), not a table: a key moves when a server goes down and comes back",
+		"http-rr: `server … maxconn N` counts a request until its response has been forwarded (fairlead's high_watermark only until the response head arrives); above it on every server requests wait in the backend queue (`timeout queue 5s`, as fairlead's queue_timeout)",
 	},
 	"nginx": {
 		"no active health checks in nginx OSS (NGINX Plus only): LeaderCheck is never sent; the first platform server is primary, the other `backup`, and a 503 or a refused connection moves the request to the backup (proxy_next_upstream error timeout http_503, idempotent requests only)",
 		"no leader semantics: it cannot tell which node is leader; a Backup node answering 200 would get traffic whenever the primary fails, and after fail_timeout (10s) the old primary is tried again",
 		"no queueing at a connection cap (max_conns queue is NGINX Plus): the fan-in cap is not set, only `keepalive 64` idle connections are kept",
 		"stickiness by `hash $http_x_asset_id consistent`; connection servers are taken out only by failed connects (no /health check)",
+		"http-rr: `max_conns=N` (nginx OSS ≥ 1.11.5) skips a server with N active connections, but with every server at N a request fails at once with 502 (no queue); /Thingworx/ready is never probed (a server is taken out only by failed requests: max_fails, fail_timeout)",
 	},
 	"caddy": {
 		"no fall/rise counting (health_fails/health_passes are not in Caddy 2.6): one failed LeaderCheck drops a server, one pass restores it",
@@ -67,6 +74,7 @@ var peerLimits = map[string][]string{
 		"a 503 is relayed, never retried (only dial failures are retried, within lb_try_duration 5s); passive health (unhealthy_status 503) takes the server out for fail_duration 10s after it",
 		"stickiness by lb_policy header X-Asset-Id (hash, no table)",
 		"`caddy reload` closes every open WebSocket tunnel (Caddy 2.6 has no stream_close_delay, added in 2.7)",
+		"http-rr: no per-server in-flight cap as such; the closest is passive health `unhealthy_request_count N`: an upstream with N requests in flight counts as unavailable and round_robin skips it, but with every upstream at N a request is not queued: Caddy selects again every lb_try_interval (250ms) until lb_try_duration (5s), then fails it; one failed /Thingworx/ready check takes a server out",
 	},
 }
 
@@ -116,6 +124,12 @@ type Setup struct {
 	Tuned       bool
 	// UpstreamCap, if non-zero, caps upstream connections per platform server (fan-in).
 	UpstreamCap int
+	// RoundRobin balances the platform route round robin over every platform server, each checked with
+	// GET ReadyPath, instead of sending it to the leader (http-rr).
+	RoundRobin bool
+	// Watermark, with RoundRobin and if non-zero, caps the requests in flight per platform server
+	// (fairlead high_watermark, HAProxy server maxconn, nginx max_conns, Caddy unhealthy_request_count).
+	Watermark int
 	// MaxClients is how many concurrent client connections the proxy must accept.
 	MaxClients int
 	// FDLimit is the hard open-file limit the proxy will run under.
@@ -127,6 +141,10 @@ type Setup struct {
 
 // Listen is the client-facing address.
 func (s Setup) Listen() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
+
+// ReadyPath is the health check of the platform servers when RoundRobin: any ordinary path answers 200
+// on the simulator (every state but Standby, Hung and Dead).
+func (s Setup) ReadyPath() string { return readyPath }
 
 // HAProxyMaxConn is HAProxy's global maxconn: HAProxy needs about two descriptors per connection.
 func (s Setup) HAProxyMaxConn() int {
@@ -171,18 +189,31 @@ max_conns = {{.FairleadMaxConns}}
 listen = "127.0.0.1:{{.AdminPort}}"
 
 [pools.platform]
+{{- if .RoundRobin}}
+balance = "roundrobin"
+servers = [{{quote .Platforms}}]
+{{- if .Watermark}}
+high_watermark = {{.Watermark}}
+{{- end}}
+queue_timeout = "5s"
+{{- else}}
 balance = "leader"
 servers = [{{quote .Platforms}}]
+{{- end}}
 connect_timeout = "{{.ConnectTimeout}}"
 {{- if .UpstreamCap}}
 max_conns = {{.UpstreamCap}}
 {{- end}}
 
 [pools.platform.check]
+{{- if .RoundRobin}}
+path = "{{.ReadyPath}}"
+{{- else}}
 path = "{{.CheckPath}}"
 credentials = "{{.Credentials}}"
 {{- if .Tuned}}
 fast_interval = "250ms"
+{{- end}}
 {{- end}}
 
 [pools.cxserver]
@@ -236,6 +267,15 @@ frontend fe
 	default_backend platform
 
 backend platform
+{{- if .RoundRobin}}
+	balance roundrobin
+	option httpchk GET {{.ReadyPath}}
+	timeout check 2s
+	default-server inter 5s fall 2 rise 2
+{{- range $i, $a := .Platforms}}
+	server platform{{inc $i}} {{$a}}{{if $.Watermark}} maxconn {{$.Watermark}}{{end}} check
+{{- end}}
+{{- else}}
 	option httpchk
 	http-check send meth GET uri {{.CheckPath}} hdr Authorization "Basic {{.Credentials}}"
 	http-check expect status 200
@@ -249,6 +289,7 @@ backend platform
 {{- end}}
 {{- range $i, $a := .Platforms}}
 	server platform{{inc $i}} {{$a}} check
+{{- end}}
 {{- end}}
 
 backend cxserver
@@ -289,6 +330,16 @@ http {
 		'' close;
 	}
 
+{{- if .RoundRobin}}
+	# Round robin (nginx's default) over every platform server, each capped at max_conns active
+	# connections; no active health checks in nginx OSS.
+	upstream platform {
+{{- range .Platforms}}
+		server {{.}}{{if $.Watermark}} max_conns={{$.Watermark}}{{end}};
+{{- end}}
+		keepalive 64;
+	}
+{{- else}}
 	# No active health checks in nginx OSS: the first server is primary, the others backups; a 503 or a
 	# failed connect moves an idempotent request on to the next server.
 	upstream platform {
@@ -297,6 +348,7 @@ http {
 {{- end}}
 		keepalive 64;
 	}
+{{- end}}
 
 	upstream cxserver {
 		hash $http_x_asset_id consistent;
@@ -358,6 +410,23 @@ http://{{.Listen}} {
 	}
 
 	reverse_proxy {{join .Platforms " "}} {
+{{- if .RoundRobin}}
+		lb_policy round_robin
+		lb_try_duration 5s
+		lb_try_interval 250ms
+		health_uri {{.ReadyPath}}
+		health_status 2xx
+		health_interval 5s
+		health_timeout 2s
+		# unhealthy_request_count is the closest to a cap on the requests in flight per upstream. It makes
+		# the passive health check count too, which in Caddy 2.6 takes every upstream out unless max_fails
+		# is set (it defaults to 0 without fail_duration): 2 failed requests within 5s, as fairlead's fall.
+		fail_duration 5s
+		max_fails 2
+{{- if .Watermark}}
+		unhealthy_request_count {{.Watermark}}
+{{- end}}
+{{- else}}
 		lb_policy first
 		lb_try_duration 5s
 		lb_try_interval 250ms
@@ -371,6 +440,7 @@ http://{{.Listen}} {
 		fail_duration 10s
 		max_fails 1
 		unhealthy_status 503
+{{- end}}
 		transport http {
 			dial_timeout {{.ConnectTimeoutMS}}ms
 			keepalive 60s
@@ -383,6 +453,25 @@ http://{{.Listen}} {
 	}
 }
 `))
+
+// nginxHasMaxConns reports whether the nginx that printed version ("nginx version: nginx/1.22.1")
+// accepts `server … max_conns=N` (open-source nginx since 1.11.5); true when the version is unknown.
+func nginxHasMaxConns(version string) bool {
+	_, v, ok := strings.Cut(version, "nginx/")
+	if !ok {
+		return true
+	}
+	v, _, _ = strings.Cut(v, " ")
+	var n [3]int
+	for i, f := range strings.SplitN(v, ".", 3) {
+		x, err := strconv.Atoi(f)
+		if err != nil {
+			return true
+		}
+		n[i] = x
+	}
+	return n[0] > 1 || (n[0] == 1 && (n[1] > 11 || (n[1] == 11 && n[2] >= 5)))
+}
 
 // Instance is a running peer.
 type Instance struct {

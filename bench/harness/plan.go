@@ -14,7 +14,8 @@ type Plan struct {
 	Mode   string `json:"mode"`
 	Rounds int    `json:"rounds"`
 
-	// HTTPDuration is the measurement of http-small, http-16k and upload-1m (whole seconds with wrk).
+	// HTTPDuration is the measurement of http-small, http-16k, upload-1m and http-rr (whole seconds with
+	// wrk).
 	HTTPDuration time.Duration `json:"http_duration"`
 	// Warmup precedes every throughput measurement.
 	Warmup      time.Duration `json:"warmup"`
@@ -23,6 +24,12 @@ type Plan struct {
 	UploadSize  int           `json:"upload_size"`
 	// UseWrk runs wrk for the HTTP scenarios when it is installed (the Go generator otherwise).
 	UseWrk bool `json:"use_wrk"`
+	// RRWatermark is http-rr's cap on the requests in flight per platform server (fairlead
+	// high_watermark, HAProxy server maxconn, nginx max_conns, Caddy unhealthy_request_count): half of
+	// HTTPConns, each server's fair share, so that a server is skipped whenever the split of the requests
+	// in flight is uneven, while the two caps together still admit every client connection's request (no
+	// peer needs to queue or refuse one: nginx OSS cannot queue).
+	RRWatermark int `json:"rr_watermark"`
 
 	WSConns    int           `json:"ws_conns"`
 	WSMessage  int           `json:"ws_message"`
@@ -57,7 +64,7 @@ func FullPlan() Plan {
 	return Plan{
 		Mode: "full", Rounds: 3,
 		HTTPDuration: 10 * time.Second, Warmup: 2 * time.Second,
-		HTTPConns: 64, UploadConns: 16, UploadSize: 1 << 20, UseWrk: true,
+		HTTPConns: 64, UploadConns: 16, UploadSize: 1 << 20, UseWrk: true, RRWatermark: 32,
 		WSConns: 64, WSMessage: 64, WSDuration: 10 * time.Second,
 		IdleTunnels: 8000, IdleOpenTimeout: 120 * time.Second,
 		FailoverRate: 400, FailoverWorkers: 32, FailoverSteady: 3 * time.Second, FailoverWindow: 60 * time.Second,
@@ -73,7 +80,7 @@ func QuickPlan() Plan {
 	return Plan{
 		Mode: "quick", Rounds: 1,
 		HTTPDuration: time.Second, Warmup: 200 * time.Millisecond,
-		HTTPConns: 64, UploadConns: 16, UploadSize: 1 << 20, UseWrk: true,
+		HTTPConns: 64, UploadConns: 16, UploadSize: 1 << 20, UseWrk: true, RRWatermark: 32,
 		WSConns: 64, WSMessage: 64, WSDuration: time.Second,
 		IdleTunnels: 300, IdleOpenTimeout: 10 * time.Second,
 		FailoverRate: 400, FailoverWorkers: 32, FailoverSteady: 500 * time.Millisecond, FailoverWindow: 2 * time.Second,
@@ -87,7 +94,7 @@ func TinyPlan() Plan {
 	return Plan{
 		Mode: "tiny", Rounds: 1,
 		HTTPDuration: 400 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		HTTPConns: 8, UploadConns: 2, UploadSize: 256 << 10, UseWrk: false,
+		HTTPConns: 8, UploadConns: 2, UploadSize: 256 << 10, UseWrk: false, RRWatermark: 4,
 		WSConns: 8, WSMessage: 64, WSDuration: 400 * time.Millisecond,
 		IdleTunnels: 40, IdleOpenTimeout: 10 * time.Second,
 		FailoverRate: 200, FailoverWorkers: 16, FailoverSteady: 300 * time.Millisecond, FailoverWindow: 1500 * time.Millisecond,

@@ -335,8 +335,16 @@ func fmtNum(v float64, format string) string {
 	return b.String()
 }
 
+// num prints a value of m (its show function, or fmtNum with its format).
+func (m metric) num(v float64) string {
+	if m.show != nil && !math.IsNaN(v) {
+		return m.show(v)
+	}
+	return fmtNum(v, m.format)
+}
+
 func (m metric) fmt(v float64, all map[string]float64) string {
-	s := fmtNum(v, m.format)
+	s := m.num(v)
 	if m.needs != "" && all[m.needs] != 1 {
 		s = ">" + s
 	}
@@ -354,12 +362,12 @@ func metricOf(sc *scenario, key string) metric {
 
 // cell prints a stat: median (min–max), and its ratio to HAProxy.
 func cell(m metric, v Stat, r *Stat) string {
-	s := fmtNum(v.Median, m.format)
+	s := m.num(v.Median)
 	if v.Bound {
 		s = ">" + s
 	}
 	if v.N > 1 && v.Min != v.Max {
-		s += fmt.Sprintf(" (%s–%s)", fmtNum(v.Min, m.format), fmtNum(v.Max, m.format))
+		s += fmt.Sprintf(" (%s–%s)", m.num(v.Min), m.num(v.Max))
 	}
 	if r != nil {
 		s += fmt.Sprintf(" · **%.2f×**", r.Median)

@@ -15,7 +15,9 @@ import (
 )
 
 // Plain HTTP scenarios: http-small (64-byte answers), http-16k (16 KiB answers), upload-1m (1 MiB POST
-// bodies), measured with wrk (`wrk -t1 --latency`) or, where wrk is missing, the Go closed-loop generator.
+// bodies), http-rr (64-byte answers balanced round robin over both platform servers, with a cap on the
+// requests in flight per server), measured with wrk (`wrk -t1 --latency`) or, where wrk is missing, the
+// Go closed-loop generator.
 
 func httpMetrics(rate string) []metric {
 	return []metric{
@@ -32,7 +34,7 @@ func httpSmallScenario() *scenario {
 		summary:  "GET with 64-byte answers over 64 keep-alive connections (wrk): req/s and p99",
 		metrics:  httpMetrics("req/s"),
 		variants: samePeers,
-		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, 64, rc.plan.HTTPConns, 0) },
+		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, httpLoad{size: 64, conns: rc.plan.HTTPConns}) },
 	}
 }
 
@@ -42,7 +44,9 @@ func http16kScenario() *scenario {
 		summary:  "GET with 16 KiB answers over 64 keep-alive connections (wrk): req/s and p99",
 		metrics:  httpMetrics("req/s"),
 		variants: samePeers,
-		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, 16<<10, rc.plan.HTTPConns, 0) },
+		run: func(rc *runCtx) (*Result, error) {
+			return runHTTP(rc, httpLoad{size: 16 << 10, conns: rc.plan.HTTPConns})
+		},
 	}
 }
 
@@ -55,18 +59,67 @@ func uploadScenario() *scenario {
 		metrics:  ms,
 		variants: samePeers,
 		run: func(rc *runCtx) (*Result, error) {
-			return runHTTP(rc, 64, rc.plan.UploadConns, rc.plan.UploadSize)
+			return runHTTP(rc, httpLoad{size: 64, conns: rc.plan.UploadConns, upload: rc.plan.UploadSize})
 		},
 	}
 }
 
-// runHTTP measures GETs of answers of size bytes (upload == 0) or POSTs of upload-byte bodies.
-func runHTTP(rc *runCtx, size, conns, upload int) (*Result, error) {
+// http-rr: the platform route balanced round robin over both simulated platform servers (both answer
+// ordinary requests; platform1 is Leader, platform2 Backup), each checked with GET /Thingworx/ready and
+// capped at Plan.RRWatermark requests in flight. Besides req/s and p99 it reports how the requests were
+// split between the servers (the simulator's per-server request counts, reset after the warm-up; they
+// include the few health checks of the measurement): a fair round robin gives 50/50.
+func httpRRScenario() *scenario {
+	ms := httpMetrics("req/s")
+	ms = append(ms,
+		metric{key: "split", label: "split platform1/2 %", format: "%.1f",
+			show: func(v float64) string { return fmt.Sprintf("%.1f/%.1f", v, 100-v) }},
+		metric{key: "watermark", label: "cap per server (0 = none)"},
+	)
+	return &scenario{
+		name: "http-rr",
+		summary: "GET with 64-byte answers over 64 keep-alive connections (wrk), balanced round robin over both platform " +
+			"servers, each health-checked (GET /Thingworx/ready) and capped at 32 requests in flight (fairlead high_watermark, " +
+			"HAProxy server maxconn, nginx max_conns, Caddy unhealthy_request_count): req/s, p99, and the split of the requests " +
+			"between the two servers (50/50 is fair)",
+		metrics:  ms,
+		variants: samePeers,
+		run: func(rc *runCtx) (*Result, error) {
+			return runHTTP(rc, httpLoad{size: 64, conns: rc.plan.HTTPConns, roundRobin: true})
+		},
+	}
+}
+
+// httpLoad is one plain HTTP measurement.
+type httpLoad struct {
+	// size is the answer size; conns the client keep-alive connections.
+	size, conns int
+	// upload, if non-zero, makes the requests POSTs of upload-byte bodies (GETs otherwise).
+	upload int
+	// roundRobin balances the platform route round robin over both platform servers, capped at
+	// Plan.RRWatermark requests in flight per server, and reports the split (http-rr).
+	roundRobin bool
+}
+
+// runHTTP measures l: GETs of answers of l.size bytes, or POSTs of l.upload-byte bodies.
+func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
+	size, conns, upload := l.size, l.conns, l.upload
 	c, err := rc.startCluster(bytes.Repeat([]byte("x"), size))
 	if err != nil {
 		return nil, err
 	}
-	in, err := rc.startPeer(c, serving, nil)
+	ready, mod, watermark := serving, func(*Setup) {}, 0
+	if l.roundRobin {
+		watermark = rc.plan.RRWatermark
+		if rc.peer.Base == "nginx" && !nginxHasMaxConns(rc.peer.Version) {
+			watermark = 0
+			rc.note("no cap per server: %s has no max_conns (nginx OSS ≥ 1.11.5)", rc.peer.Version)
+		}
+		// Both servers must have passed their first check before the split means anything.
+		ready = servingAll
+		mod = func(s *Setup) { s.RoundRobin, s.Watermark = true, watermark }
+	}
+	in, err := rc.startPeer(c, ready, mod)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +141,10 @@ func runHTTP(rc *runCtx, size, conns, upload int) (*Result, error) {
 		if st := closedLoop(rc.ctx, in.Addr(), conns, rc.plan.Warmup, raw); st.Requests == 0 {
 			return nil, fmt.Errorf("warm-up: no request answered with 2xx (%d errors, %d non-2xx)", st.Errors, st.Non2xx)
 		}
+	}
+	// The platform servers count what the measurement sends them.
+	for _, p := range c.Platforms {
+		p.ResetCounters()
 	}
 	cpu0, t0 := in.CPU(), time.Now()
 	var res *Result
@@ -123,6 +180,23 @@ func runHTTP(rc *runCtx, size, conns, upload int) (*Result, error) {
 		if got == 0 {
 			return nil, fmt.Errorf("no upload reached the platform servers")
 		}
+	}
+	if l.roundRobin {
+		var first, total int64
+		for i, p := range c.Platforms {
+			n := p.Requests()
+			res.Metrics[p.Name+"_requests"] = float64(n)
+			if i == 0 {
+				first = n
+			}
+			total += n
+		}
+		if total == 0 {
+			return nil, fmt.Errorf("no request reached the platform servers")
+		}
+		// split is platform1's share of the requests, in percent.
+		res.Metrics["split"] = 100 * float64(first) / float64(total)
+		res.Metrics["watermark"] = float64(watermark)
 	}
 	return res, nil
 }
