@@ -60,9 +60,11 @@ type PoolConfig struct {
 	Balance string `toml:"balance"`
 	// Servers are the upstream addresses (host:port), the primaries. Required, non-empty.
 	Servers []string `toml:"servers"`
-	// Backups are servers that take no traffic while any primary is usable (passes its checks; in a
-	// leader pool: a primary answers 200). When none is, the balance runs over the backups, and
-	// traffic returns to the primaries as soon as one passes its checks again. Default none.
+	// Backups are servers that take no traffic while any primary is usable (passes its checks). When
+	// none is, the balance runs over the backups, and traffic returns to the primaries as soon as one
+	// passes its checks again. In a leader pool a backup is elected only when no primary answers 200,
+	// and the change back follows the leader rules: a backup that leads stays until it gives fall
+	// non-200 answers, even if a primary answers 200 meanwhile. Default none.
 	Backups []string `toml:"backups"`
 	// FailbackInterval bounds the wait between two probes of a primary while traffic is on backups
 	// (needs backups). Default "15s".

@@ -116,7 +116,11 @@ func (rp *roundRobinPolicy) takeIfWritable(s *Server, n int64) bool {
 func (rp *roundRobinPolicy) refuses(int) bool                                      { return false }
 func (rp *roundRobinPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) { return "", "" }
 func (rp *roundRobinPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
-func (rp *roundRobinPolicy) removed(s *Server)                                     { rp.pins.Forget(s.Addr) }
+
+// removed keeps the pins to s: the next part of such an id must fail with 502 (its server is gone, and
+// the others have not seen its first parts), which pickPinned does for a pin whose server is not in the
+// pool; the pin is dropped then, or expires with multipart_ttl.
+func (rp *roundRobinPolicy) removed(*Server) {}
 
 func (rp *roundRobinPolicy) describe(ps *PoolStatus, st *poolState) {
 	ps.HighWatermark, ps.HighWatermarkBytes = rp.hw, rp.hwb
