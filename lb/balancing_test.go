@@ -241,6 +241,39 @@ func countsUnchanged(t *testing.T, what string, ps []*sim.Platform, before map[s
 	}
 }
 
+// concurrentGets sends n GETs of path at once in the background; the function returned waits for
+// them and counts the answers by "status X-Served-By".
+func concurrentGets(t *testing.T, l *LB, path string, n int) func() map[string]int {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	var (
+		mu   sync.Mutex
+		byOf = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Get("http://" + l.Addr() + path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body) //nolint:errcheck
+			resp.Body.Close()
+			mu.Lock()
+			byOf[fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-Served-By"))]++
+			mu.Unlock()
+		}()
+	}
+	return func() map[string]int {
+		wg.Wait()
+		client.CloseIdleConnections()
+		return byOf
+	}
+}
+
 func TestRoundRobinVisitsTheServersInConfigOrderAndSplitsConcurrentRequestsEvenly(t *testing.T) {
 	c := startReadyCluster(t, 3)
 	ps := c.Platforms
@@ -258,36 +291,15 @@ func TestRoundRobinVisitsTheServersInConfigOrderAndSplitsConcurrentRequestsEvenl
 
 	// 30 requests in flight at once: each server gets exactly 10.
 	before := requestCounts(ps)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer client.CloseIdleConnections()
-	var (
-		mu   sync.Mutex
-		byOf = map[string]int{}
-		wg   sync.WaitGroup
-	)
-	for i := 0; i < 30; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get("http://" + l.Addr() + "/Thingworx/Things?delay=50ms")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Errorf("concurrent request: status %d", resp.StatusCode)
-			}
-			mu.Lock()
-			byOf[resp.Header.Get("X-Served-By")]++
-			mu.Unlock()
-		}()
+	byOf := concurrentGets(t, l, "/Thingworx/Things?delay=50ms", 30)()
+	for name, n := range byOf {
+		if !strings.HasPrefix(name, "200 ") {
+			t.Errorf("concurrent requests: %d answered %s", n, name)
+		}
 	}
-	wg.Wait()
 	for _, p := range ps {
-		if byOf[p.Name] != 10 || p.Requests()-before[p.Name] != 10 {
-			t.Errorf("%s: %d answers, %d requests received, want 10 (all: %v)", p.Name, byOf[p.Name], p.Requests()-before[p.Name], byOf)
+		if byOf["200 "+p.Name] != 10 || p.Requests()-before[p.Name] != 10 {
+			t.Errorf("%s: %d answers, %d requests received, want 10 (all: %v)", p.Name, byOf["200 "+p.Name], p.Requests()-before[p.Name], byOf)
 		}
 	}
 	if st := poolStatus(t, l, "platform"); st.Balance != "roundrobin" || st.Serving != "primaries" || st.Requests != 42 {
@@ -464,31 +476,10 @@ func TestConcurrentRequestsNeverTakeAServerPastItsWatermark(t *testing.T) {
 
 	// 24 requests of 200ms at once over 3 servers that take 2 each: 6 are served at a time, the
 	// others wait for a slot. Sampled /status never shows more than 2 in flight to a server.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer client.CloseIdleConnections()
-	var (
-		mu   sync.Mutex
-		byOf = map[string]int{}
-		wg   sync.WaitGroup
-	)
-	for i := 0; i < 24; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get("http://" + l.Addr() + "/Thingworx/Things?delay=200ms")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
-			mu.Lock()
-			byOf[fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-Served-By"))]++
-			mu.Unlock()
-		}()
-	}
+	wait := concurrentGets(t, l, "/Thingworx/Things?delay=200ms", 24)
+	var byOf map[string]int
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { byOf = wait(); close(done) }()
 	maxInFlight, maxTotal, maxWaiting := int64(0), int64(0), int64(0)
 	for sampling := true; sampling; {
 		select {

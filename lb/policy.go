@@ -231,15 +231,17 @@ func (rr *roundRobin) next(t *tier, except *Server) *Server {
 	return nil
 }
 
-// tier is the primaries or the backups of a pool, in config order: the candidates of placement.
+// tier is the primaries or the backups of a pool, in config order: the candidates of placement (or
+// all of a pool's servers, the candidates of its pins).
 type tier struct {
-	which   int // primaries or backups
+	which   int // primaries, backups, or everyone
 	servers []*Server
 }
 
 const (
 	primaries = 0
 	backups   = 1
+	everyone  = -1
 )
 
 var tierNames = [2]string{"primaries", "backups"}
@@ -283,19 +285,6 @@ func (st *poolState) active() *tier {
 		return &st.tiers[backups]
 	}
 	return &st.tiers[primaries]
-}
-
-// poolState is seen by pins as its candidates: every server, primaries then backups.
-func (st *poolState) Len() int          { return len(st.servers) }
-func (st *poolState) Name(i int) string { return st.servers[i].Addr }
-func (st *poolState) Up(i int) bool     { return st.servers[i].Available() }
-
-// index returns the position of s among the servers, or -1 (s nil or gone).
-func (st *poolState) index(s *Server) int {
-	if s == nil {
-		return -1
-	}
-	return slices.Index(st.servers, s)
 }
 
 // balanceNames lists the balances for error messages: "leader", "roundrobin", "sticky".

@@ -56,6 +56,7 @@ type poolState struct {
 	cfg     *PoolConfig
 	servers []*Server
 	tiers   [2]tier // primaries, backups: sub-slices of servers
+	all     tier    // servers
 	policy  policy
 }
 
@@ -88,6 +89,7 @@ func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
 	st := &poolState{cfg: cfg, servers: servers}
 	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
 	st.tiers[backups] = tier{which: backups, servers: servers[np:]}
+	st.all = tier{which: everyone, servers: servers}
 	st.policy = balances[cfg.Balance].newPolicy(p, cfg)
 	return st
 }

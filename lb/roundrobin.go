@@ -57,7 +57,7 @@ func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except
 
 // pickPinned routes a request of multi-part id.
 func (rp *roundRobinPolicy) pickPinned(id []byte, st *poolState, except *Server, n int64) choice {
-	if i, ok := rp.pins.Lookup(id, st); ok {
+	if i, ok := rp.pins.Lookup(id, &st.all); ok {
 		var s *Server
 		if i >= 0 {
 			s = st.servers[i]
@@ -74,7 +74,7 @@ func (rp *roundRobinPolicy) pickPinned(id []byte, st *poolState, except *Server,
 	}
 	s := rp.next(st.active(), except, n)
 	if s != nil {
-		rp.pins.Pin(id, st, st.index(s))
+		rp.pins.Pin(id, &st.all, st.all.index(s))
 	}
 	return choice{s: s}
 }

@@ -41,14 +41,7 @@ func (t *Table) Pin(key []byte, c Candidates, i int) {
 		s.mu.Unlock()
 		return
 	}
-	e := &entry{key: string(key), server: c.Name(i), idx: i}
-	s.m[e.key] = e
-	s.lists[idleList].pushFront(e)
-	s.touch(e, now)
-	s.mu.Unlock()
-	if t.count.Add(1) > t.max.Load() {
-		t.evict()
-	}
+	t.addUnlock(s, key, c.Name(i), i, now)
 }
 
 // Unpin forgets key; it reports whether key was remembered.

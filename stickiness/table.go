@@ -263,7 +263,14 @@ func (t *Table) PlaceExcept(key []byte, c Candidates, except int) int {
 		s.mu.Unlock()
 		return i
 	}
-	e = &entry{key: string(key), server: c.Name(i), idx: i}
+	t.addUnlock(s, key, c.Name(i), i, now)
+	return i
+}
+
+// addUnlock remembers a new key on server (index idx) in s, whose lock the caller holds: it releases
+// the lock and evicts what no longer fits.
+func (t *Table) addUnlock(s *shard, key []byte, server string, idx int, now int64) {
+	e := &entry{key: string(key), server: server, idx: idx}
 	s.m[e.key] = e
 	s.lists[idleList].pushFront(e)
 	s.touch(e, now)
@@ -271,7 +278,6 @@ func (t *Table) PlaceExcept(key []byte, c Candidates, except int) int {
 	if t.count.Add(1) > t.max.Load() {
 		t.evict()
 	}
-	return i
 }
 
 // Acquire records one more open tunnel for key and counts as activity. An
