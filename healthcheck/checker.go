@@ -167,6 +167,23 @@ func (c *Checker) Report(t *Target, err error) {
 	c.publish(Event{Kind: ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live failures in a row: %v", n, err)})
 }
 
+// Probe asks for an immediate probe of t; without active probing, a server that live failures took
+// down is tried again now.
+func (c *Checker) Probe(t *Target) {
+	c.mu.Lock()
+	passive := c.o.Path == ""
+	if passive && t.retry != nil {
+		t.retry.Stop()
+		t.retry = nil
+	}
+	c.mu.Unlock()
+	if passive {
+		c.retryPassive(t)
+		return
+	}
+	c.group.Probe(t)
+}
+
 func (c *Checker) retryPassive(t *Target) {
 	c.mu.Lock()
 	t.retry = nil

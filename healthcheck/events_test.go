@@ -95,7 +95,7 @@ func TestBusChangedIsClosedByTheNextPublish(t *testing.T) {
 
 func TestKindsHaveNames(t *testing.T) {
 	want := []string{"server_up", "server_down", "server_added", "server_removed", "leader_changed",
-		"split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback"}
+		"split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action"}
 	var got []string
 	for _, k := range Kinds() {
 		got = append(got, k.String())
@@ -106,7 +106,7 @@ func TestKindsHaveNames(t *testing.T) {
 	if s := Kind(0).String(); s != "kind(0)" {
 		t.Fatalf("Kind(0) is %q, want kind(0)", s)
 	}
-	if s := NumKinds.String(); s != "kind(12)" {
-		t.Fatalf("an unknown kind is %q, want kind(12)", s)
+	if s := NumKinds.String(); s != "kind(13)" {
+		t.Fatalf("an unknown kind is %q, want kind(13)", s)
 	}
 }

@@ -162,6 +162,15 @@ func (g *group) Start(ctx context.Context) {
 	}()
 }
 
+// Probe asks for an immediate probe of t (an operator's re-probe); a target of another group is ignored.
+func (g *group) Probe(t *Target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if slices.Contains(g.targets, t) {
+		signal(t.kick)
+	}
+}
+
 // Ready is closed once the first round of probes has answered (bounded by the probe timeout).
 func (g *group) Ready() <-chan struct{} { return g.ready }
 

@@ -1,13 +1,13 @@
 package lb
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
@@ -18,30 +18,45 @@ import (
 
 // Admin endpoints (on [admin] listen):
 //
-//	GET /healthz   200 "ok" while the process serves
-//	GET /status    JSON: every pool, its servers, the leader and the probe state
-//	GET /metrics   Prometheus text format
-//	GET /debug/pprof/...  Go profiles (CPU, heap, goroutines)
+//	GET  /               the live status page (statuspage.go)
+//	GET  /events         Server-Sent Events: the event stream and periodic snapshots (sse.go)
+//	GET  /api/status     JSON: every pool, its servers, the leader and the probe state (also /status)
+//	GET  /metrics        Prometheus text format
+//	GET  /healthz        200 "ok" while the process serves
+//	GET  /debug/pprof/... Go profiles (CPU, heap, goroutines)
+//	POST /api/servers/POOL/ADDRESS/ACTION   drain, maint, ready or probe a server (actions.go)
+//
+// Access (auth.go): actions need the configured token or user and password; every path does when the
+// listener is not a loopback address.
 func (lb *LB) handleAdmin(ctx *fasthttp.RequestCtx) {
-	switch string(ctx.Path()) {
-	case "/healthz":
+	g := lb.gen.Load()
+	if !lb.adminAccess(ctx, g) {
+		return
+	}
+	path := string(ctx.Path())
+	switch {
+	case path == "/":
+		lb.servePage(ctx)
+	case path == "/events":
+		lb.serveEvents(ctx)
+	case path == "/healthz":
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.WriteString("ok\n") //nolint:errcheck
-	case "/status":
+	case path == "/status" || path == "/api/status":
 		ctx.SetContentType("application/json")
 		enc := json.NewEncoder(ctx)
 		enc.SetIndent("", "  ")
 		enc.Encode(lb.Status()) //nolint:errcheck
-	case "/metrics":
+	case path == "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4")
 		lb.writeMetrics(ctx)
+	case strings.HasPrefix(path, "/api/servers/"):
+		lb.serverAction(ctx, strings.TrimPrefix(path, "/api/servers/"))
+	case strings.HasPrefix(path, "/debug/pprof/"):
+		// Go's profiler, for finding where time and memory go under real traffic.
+		pprofhandler.PprofHandler(ctx)
 	default:
-		if bytes.HasPrefix(ctx.Path(), []byte("/debug/pprof/")) {
-			// Go's profiler, for finding where time and memory go under real traffic.
-			pprofhandler.PprofHandler(ctx)
-			return
-		}
-		ctx.Error("404 Not Found: try /status, /metrics or /healthz\n", fasthttp.StatusNotFound)
+		ctx.Error("404 Not Found: try /, /api/status, /events, /metrics or /healthz\n", fasthttp.StatusNotFound)
 	}
 }
 
@@ -88,10 +103,12 @@ type ServerStatus struct {
 	Name string `json:"name"`
 	// Tier is "primary" or "backup".
 	Tier string `json:"tier"`
-	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader) or
-	// "removed" (draining after a server set change).
-	State     string `json:"state"`
-	Available bool   `json:"available"`
+	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader),
+	// "drain" or "maint" (put there by an operator) or "removed" (draining after a server set change).
+	State string `json:"state"`
+	// AdminState is the operator's state: "ready", "drain" or "maint" (admin actions).
+	AdminState string `json:"admin_state"`
+	Available  bool   `json:"available"`
 	// Writable: below the pool's watermarks (always true without them). A roundrobin pool sends new
 	// requests only to servers that are available and writable.
 	Writable      bool                      `json:"writable"`
@@ -117,9 +134,7 @@ func (lb *LB) Status() Status {
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
 		checks := p.health.Status()
 		for _, s := range ps.servers {
-			ss := ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(), Available: s.Available(),
-				Writable: true, Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
-				InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
+			ss := serverStatusOf(s)
 			for i := range checks {
 				if checks[i].Addr == s.Addr {
 					ss.Check = &checks[i]
@@ -131,6 +146,28 @@ func (lb *LB) Status() Status {
 		st.Pools = append(st.Pools, out)
 	}
 	return st
+}
+
+// serverStatusOf is what /status says of s, without its check state.
+func serverStatusOf(s *Server) ServerStatus {
+	return ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
+		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
+		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
+		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
+}
+
+// serverStatus is what /status says of s of pool p, with its check state and what its policy adds.
+func (lb *LB) serverStatus(p *Pool, s *Server) ServerStatus {
+	for _, ps := range lb.Status().Pools {
+		if ps.Name == p.name {
+			for _, ss := range ps.Servers {
+				if ss.Addr == s.Addr {
+					return ss
+				}
+			}
+		}
+	}
+	return serverStatusOf(s)
 }
 
 func tierOf(s *Server) string {

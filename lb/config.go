@@ -12,6 +12,7 @@ import (
 // Every key is documented here with its default; conf.d/ shows each of them commented and README.md lists
 // them all.
 type Config struct {
+	Global   GlobalConfig           `toml:"global"`
 	Frontend FrontendConfig         `toml:"frontend"`
 	Admin    AdminConfig            `toml:"admin"`
 	Pools    map[string]*PoolConfig `toml:"pools"`
@@ -23,6 +24,27 @@ type Config struct {
 	origin map[string]string
 	// digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
 	digest string
+	// adminToken and adminPassword are the contents of [admin] token_file and password_file, read when
+	// the config is loaded (a reload reads them again). Never logged.
+	adminToken, adminPassword string
+}
+
+// GlobalConfig is the [global] table: process-wide settings.
+type GlobalConfig struct {
+	// StateFile, if set, is where fairlead persists each pool's leader, server health and sticky table,
+	// written atomically (temp file + rename) at most every few seconds and at exit. Default "" (none).
+	StateFile string `toml:"state_file"`
+	// StateMaxAge: a state file older than this is stale and ignored at a fast start. Default "1h".
+	StateMaxAge Duration `toml:"state_max_age"`
+	// Start is "normal" (wait for the first round of probes before serving) or "fast" (load StateFile
+	// and serve at once with the remembered leaders and sticky placements while probes confirm in the
+	// background; a missing, stale or corrupt state file falls back to a normal start). Default "normal".
+	Start string `toml:"start"`
+	// LogFormat is "text" or "json" (log/slog). Default "text".
+	LogFormat string `toml:"log_format"`
+	// AccessLog writes one line per request and per tunnel close (route, pool, server, status,
+	// duration, bytes, retries). Default false.
+	AccessLog bool `toml:"access_log"`
 }
 
 // FrontendConfig is the [frontend] table: where clients connect.
@@ -37,6 +59,9 @@ type FrontendConfig struct {
 	MaxConns int `toml:"max_conns"`
 	// MaxBodySize caps a request body in bytes; bigger bodies get 413. 0 means no limit. Default 0.
 	MaxBodySize int64 `toml:"max_body_size"`
+	// DrainTimeout bounds the wait for in-flight requests at SIGTERM: fairlead stops accepting, lets
+	// them finish for up to this long, then closes the tunnels and exits 0. Default "10s".
+	DrainTimeout Duration `toml:"drain_timeout"`
 	// RetryBuffer is the largest request body (bytes, with a Content-Length) held in memory so that a failed
 	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
 	// none of their bytes were read. Default 65536.
@@ -48,6 +73,12 @@ type AdminConfig struct {
 	// Listen is the address of the admin HTTP listener (/status, /metrics, /healthz). "" disables it.
 	// Default "127.0.0.1:8404".
 	Listen string `toml:"listen"`
+	// TokenFile holds a bearer token ("Authorization: Bearer <token>"); User and PasswordFile a Basic
+	// user and password. Either admits: they are required for admin actions (POST), and for every admin
+	// path when Listen is not a loopback address (such a listener needs one of them). Default none.
+	TokenFile    string `toml:"token_file"`
+	User         string `toml:"user"`
+	PasswordFile string `toml:"password_file"`
 }
 
 // PoolConfig is one [pools.NAME] table: a set of upstream servers and how to choose among them.
@@ -120,6 +151,11 @@ type PoolConfig struct {
 	// TunnelIdleTimeout closes an upgraded connection (WebSocket tunnel) with no bytes either way for
 	// this long; "0s" never does. Default "10m".
 	TunnelIdleTimeout Duration `toml:"tunnel_idle_timeout"`
+	// TunnelCloseSpread spreads the closing of many tunnels at once (a server down, in maintenance or
+	// removed, a leader change, a drain at exit) evenly over this time, so that devices do not all
+	// reconnect in the same second; until its turn a tunnel to a failed server may stay open on a dead
+	// connection. Default "0s": all at once.
+	TunnelCloseSpread Duration `toml:"tunnel_close_spread"`
 	// Check is the active health check.
 	Check CheckConfig `toml:"check"`
 	// Sticky configures balance = "sticky".

@@ -16,7 +16,16 @@ func setDuration(d *Duration, set bool, def time.Duration) {
 }
 
 func (c *Config) applyDefaults() {
+	gl := &c.Global
+	setDuration(&gl.StateMaxAge, c.isSet("global.state_max_age"), time.Hour)
+	if !c.isSet("global.start") {
+		gl.Start = "normal"
+	}
+	if !c.isSet("global.log_format") {
+		gl.LogFormat = "text"
+	}
 	fe := &c.Frontend
+	setDuration(&fe.DrainTimeout, c.isSet("frontend.drain_timeout"), 10*time.Second)
 	if !c.isSet("frontend.listen") {
 		fe.Listen = "127.0.0.1:8080"
 	}

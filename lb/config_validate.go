@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -51,7 +52,23 @@ func (c *Config) validate() []string {
 	if c.Frontend.RetryBuffer < 0 {
 		add("frontend.retry_buffer", "must not be negative")
 	}
+	checkDur("frontend.drain_timeout", c.Frontend.DrainTimeout, false)
 	checkAddr("admin.listen", c.Admin.Listen, true)
+	p = append(p, c.validateAdmin()...)
+	gl := c.Global
+	checkDur("global.state_max_age", gl.StateMaxAge, true)
+	switch gl.Start {
+	case "normal":
+	case "fast":
+		if gl.StateFile == "" {
+			add("global.start", "\"fast\" needs global.state_file")
+		}
+	default:
+		add("global.start", "unknown start %q (want \"normal\" or \"fast\")", gl.Start)
+	}
+	if gl.LogFormat != "text" && gl.LogFormat != "json" {
+		add("global.log_format", "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
+	}
 
 	names := make([]string, 0, len(c.Pools))
 	for name := range c.Pools {
@@ -152,6 +169,7 @@ func (c *Config) validate() []string {
 		checkDur(k+"connect_timeout", pc.ConnectTimeout, true)
 		checkDur(k+"response_timeout", pc.ResponseTimeout, true)
 		checkDur(k+"tunnel_idle_timeout", pc.TunnelIdleTimeout, false)
+		checkDur(k+"tunnel_close_spread", pc.TunnelCloseSpread, false)
 		if pc.Balance == "sticky" {
 			if _, err := stickiness.NewExtractor(pc.Sticky.Keys); err != nil {
 				add(k+"sticky.keys", "%v", strings.TrimPrefix(err.Error(), "stickiness: "))
@@ -208,6 +226,53 @@ func (c *Config) validate() []string {
 		}
 	}
 	return p
+}
+
+// validateAdmin reads the admin secrets ([admin] token_file, password_file) and checks that a listener
+// other than loopback is protected. A secret never appears in a problem.
+func (c *Config) validateAdmin() []string {
+	var p []string
+	a := c.Admin
+	read := func(key, file string) string {
+		if file == "" {
+			return ""
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			p = append(p, c.at(key, "cannot read: %v", err))
+			return ""
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			p = append(p, c.at(key, "%s is empty", file))
+		}
+		return v
+	}
+	c.adminToken = read("admin.token_file", a.TokenFile)
+	c.adminPassword = read("admin.password_file", a.PasswordFile)
+	if (a.User == "") != (a.PasswordFile == "") {
+		p = append(p, c.at("admin.user", "user and password_file go together"))
+	}
+	if strings.ContainsRune(a.User, ':') {
+		p = append(p, c.at("admin.user", "must not contain ':'"))
+	}
+	if a.Listen != "" && a.TokenFile == "" && a.PasswordFile == "" && !loopbackAddr(a.Listen) {
+		p = append(p, c.at("admin.listen", "%q is not a loopback address: set token_file or user and password_file", a.Listen))
+	}
+	return p
+}
+
+// loopbackAddr reports whether addr (host:port) listens on a loopback address only.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // validHeaderName reports whether h is an HTTP field name (an RFC 9110 token).

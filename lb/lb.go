@@ -38,6 +38,7 @@ type LB struct {
 	admin    *fasthttp.Server
 
 	badRequests atomic.Uint64
+	adminDenied atomic.Uint64 // admin requests answered 401
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.

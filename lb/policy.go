@@ -69,6 +69,7 @@ type health interface {
 	Set(targets []*healthcheck.Target)
 	Update(o healthcheck.Options)
 	Report(t *healthcheck.Target, err error)
+	Probe(t *healthcheck.Target)
 	Status() []healthcheck.ServerStatus
 }
 

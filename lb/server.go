@@ -22,6 +22,9 @@ type Server struct {
 	// removed is set when a server set change drops the server: it takes no new traffic, its in-flight
 	// requests finish on its client, its tunnels are closed.
 	removed atomic.Bool
+	// admin is the operator's state (adminReady, adminDrain, adminMaint), set through the admin API; it
+	// survives reloads that keep the server.
+	admin atomic.Int32
 
 	// name is the display name for logs, /status and metrics ([pools.NAME.names]; default the address).
 	name atomic.Pointer[string]
@@ -83,15 +86,30 @@ func (s *Server) writable(hw int, hwb int64) bool {
 }
 
 // Available is the one predicate that says whether s may take new traffic now: its health checks pass
-// (in a leader pool: it is the elected leader) and it is still in its pool. Policies choose only among
-// available servers; the admin reports it. Lock-free: two atomic loads.
-func (s *Server) Available() bool { return s.health.Up() && !s.removed.Load() }
+// (in a leader pool: it is the elected leader), it is still in its pool, and the operator has not put
+// it in drain or maintenance. Policies choose only among
+// available servers; the admin reports it. Lock-free: three atomic loads.
+func (s *Server) Available() bool {
+	return s.health.Up() && !s.removed.Load() && s.admin.Load() == adminReady
+}
+
+// The operator's states of a server (admin API): ready takes traffic as its health allows; drain takes
+// no new traffic and keeps its tunnels; maint takes no traffic and its tunnels are closed.
+const (
+	adminReady = iota
+	adminDrain
+	adminMaint
+)
+
+var adminStates = [...]string{"ready", "drain", "maint"}
 
 // state names the server's state for /status.
 func (s *Server) state() string {
 	switch {
 	case s.removed.Load():
 		return "removed"
+	case s.admin.Load() != adminReady:
+		return adminStates[s.admin.Load()]
 	case s.health.Up():
 		return "up"
 	default:

@@ -3,6 +3,7 @@ package lb
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
@@ -39,6 +40,11 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 	case healthcheck.ServerDown, healthcheck.ServerRemoved:
 	case healthcheck.LeaderChanged:
 		addr, why = e.Old, "no longer the leader"
+	case healthcheck.AdminAction:
+		if !strings.HasPrefix(e.Detail, "maint") {
+			return
+		}
+		why = "maintenance"
 	default:
 		return
 	}

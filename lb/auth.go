@@ -1,0 +1,56 @@
+package lb
+
+import (
+	"crypto/subtle"
+	"encoding/base64"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Admin access. The listener is on loopback by default, where reading needs no credentials. With
+// [admin] token_file ("Authorization: Bearer <token>") or user and password_file (Basic), every action
+// (any method but GET and HEAD) needs them, and so does every path when the listener is not loopback
+// (config validation refuses such a listener without credentials). Wrong or missing credentials get 401
+// and nothing else. Comparisons take constant time; secrets are never logged.
+
+// adminAccess reports whether the request may go on; if not, it has answered 401.
+func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
+	a := g.cfg.Admin
+	reading := ctx.IsGet() || ctx.IsHead()
+	configured := g.cfg.adminToken != "" || g.cfg.adminPassword != ""
+	if !configured || reading && loopbackAddr(a.Listen) {
+		return true
+	}
+	if adminCredentialsOK(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), g.cfg) {
+		return true
+	}
+	lb.adminDenied.Add(1)
+	if g.cfg.adminPassword != "" {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Basic realm="fairlead admin"`)
+	} else {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead admin"`)
+	}
+	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized)
+	return false
+}
+
+// adminCredentialsOK checks an Authorization header against the configured token and Basic user.
+func adminCredentialsOK(auth []byte, cfg *Config) bool {
+	scheme, cred, _ := strings.Cut(string(auth), " ")
+	cred = strings.TrimSpace(cred)
+	switch {
+	case strings.EqualFold(scheme, "Bearer") && cfg.adminToken != "":
+		return subtle.ConstantTimeCompare([]byte(cred), []byte(cfg.adminToken)) == 1
+	case strings.EqualFold(scheme, "Basic") && cfg.adminPassword != "":
+		raw, err := base64.StdEncoding.DecodeString(cred)
+		if err != nil {
+			return false
+		}
+		user, pass, _ := strings.Cut(string(raw), ":")
+		u := subtle.ConstantTimeCompare([]byte(user), []byte(cfg.Admin.User))
+		p := subtle.ConstantTimeCompare([]byte(pass), []byte(cfg.adminPassword))
+		return u&p == 1
+	}
+	return false
+}
