@@ -6,6 +6,7 @@ require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/fasthttp/websocket v1.5.12
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/valyala/fasthttp v1.79.0
 	golang.org/x/sys v0.50.0
 )

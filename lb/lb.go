@@ -33,9 +33,10 @@ type LB struct {
 	logf func(string, ...any)
 
 	frontend *fasthttp.Server
-	ln       net.Listener
-	adminLn  net.Listener
 	admin    *fasthttp.Server
+	lnMu     sync.Mutex   // guards ln and adminLn: a reload may move them to another address
+	ln       net.Listener // the front end's
+	adminLn  net.Listener
 
 	badRequests atomic.Uint64
 	adminDenied atomic.Uint64 // admin requests answered 401
@@ -139,7 +140,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		lb.cancel()
 		return fmt.Errorf("frontend: %w", err)
 	}
+	lb.lnMu.Lock()
 	lb.ln = ln
+	lb.lnMu.Unlock()
 	lb.frontend = &fasthttp.Server{
 		Handler:                      lb.handle,
 		Name:                         "fairlead",
@@ -160,13 +163,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
 		Logger:             fasthttpLogger{lb.logf},
 	}
-	lb.wg.Add(1)
-	go func() {
-		defer lb.wg.Done()
-		if err := lb.frontend.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
-			lb.logf("frontend: %v", err)
-		}
-	}()
+	lb.serve(lb.frontend, ln, "frontend")
 
 	if g.cfg.Admin.Listen != "" {
 		aln, err := net.Listen("tcp", g.cfg.Admin.Listen)
@@ -174,15 +171,36 @@ func (lb *LB) Start(ctx context.Context) error {
 			lb.Close()
 			return fmt.Errorf("admin: %w", err)
 		}
+		lb.lnMu.Lock()
 		lb.adminLn = aln
+		lb.lnMu.Unlock()
 		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second}
-		lb.wg.Add(1)
-		go func() {
-			defer lb.wg.Done()
-			lb.admin.Serve(aln) //nolint:errcheck // ends with Close
-		}()
+		lb.serve(lb.admin, aln, "admin")
 	}
 	return nil
+}
+
+// serve runs srv on ln until ln is closed (Close, or a reload that moved the listener).
+func (lb *LB) serve(srv *fasthttp.Server, ln net.Listener, what string) {
+	lb.wg.Add(1)
+	go func() {
+		defer lb.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+			lb.logf("%s: %v", what, err)
+		}
+	}()
+}
+
+// rebind moves a listener to addr: the new one serves first, then the old one closes; connections
+// accepted on the old one (keep-alive clients, requests in flight) are served to their end.
+func (lb *LB) rebind(srv *fasthttp.Server, ln *net.Listener, nl net.Listener, what string) {
+	lb.serve(srv, nl, what)
+	lb.lnMu.Lock()
+	old := *ln
+	*ln = nl
+	lb.lnMu.Unlock()
+	old.Close() //nolint:errcheck // its Serve returns
+	lb.logf("%s: now listening on %s (was %s)", what, nl.Addr(), old.Addr())
 }
 
 // maxBody maps max_body_size (0 = unlimited) to fasthttp's limit. With StreamRequestBody the limit is
@@ -195,28 +213,40 @@ func maxBody(n int64) int {
 }
 
 // Addr returns the front end's listening address.
-func (lb *LB) Addr() string { return lb.ln.Addr().String() }
+func (lb *LB) Addr() string {
+	lb.lnMu.Lock()
+	defer lb.lnMu.Unlock()
+	return lb.ln.Addr().String()
+}
 
 // AdminAddr returns the admin listener's address, or "" if disabled.
 func (lb *LB) AdminAddr() string {
+	lb.lnMu.Lock()
+	defer lb.lnMu.Unlock()
 	if lb.adminLn == nil {
 		return ""
 	}
 	return lb.adminLn.Addr().String()
 }
 
-// Close stops accepting, finishes in-flight requests for up to 10 seconds, then stops the checks.
+// Close is the drain at exit (SIGTERM): it stops accepting, lets in-flight requests finish for up to
+// [frontend] drain_timeout, closes the tunnels (each pool's spread over its tunnel_close_spread), then
+// stops the checks and the admin listener.
 func (lb *LB) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	g := lb.gen.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Frontend.DrainTimeout.D)
 	defer cancel()
 	if lb.frontend != nil {
 		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}
-	if lb.admin != nil {
-		lb.admin.ShutdownWithContext(ctx) //nolint:errcheck
-	}
+	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
-		lb.cancel()
+		lb.cancel() // ends the checks and the admin's event streams
+	}
+	if lb.admin != nil {
+		actx, acancel := context.WithTimeout(context.Background(), time.Second)
+		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
+		acancel()
 	}
 	lb.relayMu.Lock()
 	for _, r := range lb.relays {
@@ -230,8 +260,10 @@ func (lb *LB) Close() {
 // whose address stays keep their health, leader role, sticky keys, tunnels and counters; new servers
 // take traffic after their first passing probe; removed servers drain and their tunnels close. New pools
 // (or pools whose balance changed) start their checks, and the swap waits for their first round (bounded
-// by the check timeout) so that no request meets a pool that knows no server yet. Changes to [frontend]
-// or [admin] need a restart; they are reported in the error and the rest of the reload still applies.
+// by the check timeout) so that no request meets a pool that knows no server yet. A new [frontend] or
+// [admin] listen address is bound before anything applies and served at once, the old listener closing
+// without cutting its connections. Other changes to [frontend], and the logger and state file settings
+// of [global], need a restart; they are reported in the error and the rest of the reload still applies.
 func (lb *LB) Reload(cfg *Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
@@ -239,6 +271,29 @@ func (lb *LB) Reload(cfg *Config) error {
 	if sameFiles(old.cfg, cfg) {
 		lb.logf("reload: config unchanged, nothing to do")
 		return nil
+	}
+	// A new listen address is bound first: if it cannot be, nothing of the reload applies.
+	var feLn, adminLn net.Listener
+	if lb.frontend != nil && cfg.Frontend.Listen != old.cfg.Frontend.Listen {
+		ln, err := net.Listen("tcp", cfg.Frontend.Listen)
+		if err != nil {
+			err = fmt.Errorf("%s: frontend.listen: %w", cfg.origin["frontend.listen"], err)
+			lb.ReloadFailed(err)
+			return err
+		}
+		feLn = ln
+	}
+	if lb.admin != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != old.cfg.Admin.Listen {
+		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			if feLn != nil {
+				feLn.Close() //nolint:errcheck
+			}
+			err = fmt.Errorf("%s: admin.listen: %w", cfg.origin["admin.listen"], err)
+			lb.ReloadFailed(err)
+			return err
+		}
+		adminLn = ln
 	}
 	g, fresh := lb.newGeneration(cfg, old)
 	for _, p := range fresh {
@@ -252,6 +307,12 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
+	if feLn != nil {
+		lb.rebind(lb.frontend, &lb.ln, feLn, "frontend")
+	}
+	if adminLn != nil {
+		lb.rebind(lb.admin, &lb.adminLn, adminLn, "admin")
+	}
 	for name, p := range old.pools {
 		if g.pools[name] != p {
 			p.close()
@@ -261,12 +322,20 @@ func (lb *LB) Reload(cfg *Config) error {
 	lb.lastReloadOK.Store(true)
 	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadApplied,
 		Detail: fmt.Sprintf("%d pools, %d new", len(g.pools), len(fresh))})
+	// The listen addresses moved above, the admin credentials and access_log apply at once; the rest
+	// of [frontend] configures the running HTTP server, and the logger and state file are set up at
+	// start.
 	var restart []string
-	if cfg.Frontend != old.cfg.Frontend {
-		restart = append(restart, "[frontend]")
+	fe, ofe := cfg.Frontend, old.cfg.Frontend
+	fe.Listen, ofe.Listen = "", ""
+	if fe != ofe {
+		restart = append(restart, "[frontend] (but listen)")
 	}
-	if cfg.Admin != old.cfg.Admin {
-		restart = append(restart, "[admin]")
+	if (cfg.Admin.Listen == "") != (old.cfg.Admin.Listen == "") {
+		restart = append(restart, "[admin] listen")
+	}
+	if gl, ogl := cfg.Global, old.cfg.Global; gl.LogFormat != ogl.LogFormat || gl.StateFile != ogl.StateFile || gl.Start != ogl.Start {
+		restart = append(restart, "[global] log_format, state_file or start")
 	}
 	if len(restart) > 0 {
 		return fmt.Errorf("reload: changes to %s take effect only after a restart", strings.Join(restart, " and "))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
@@ -52,6 +53,23 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 		return
 	}
 	group := tunnelGroup(e.Pool, addr)
+	var spread time.Duration
+	if p := lb.gen.Load().pools[e.Pool]; p != nil {
+		spread = p.state.Load().cfg.TunnelCloseSpread.D
+	}
+	if spread > 0 {
+		ts := lb.tunnelsOf(group)
+		if len(ts) == 0 {
+			return
+		}
+		lb.logf("tunnel: pool %s: closing %d tunnels to %s over %s (%s)", e.Pool, len(ts), lb.serverLabel(e.Pool, addr), spread, why)
+		lb.wg.Add(1)
+		go func() {
+			defer lb.wg.Done()
+			closeSpread(lb.ctx, ts, spread, func() bool { return true })
+		}()
+		return
+	}
 	lb.relayMu.Lock()
 	n := 0
 	for _, r := range lb.relays {
@@ -61,6 +79,41 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 	if n > 0 {
 		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, lb.serverLabel(e.Pool, addr), why)
 	}
+}
+
+// tunnelsOf returns the open tunnels of group in every relay.
+func (lb *LB) tunnelsOf(group string) []*tunnel.Tunnel {
+	lb.relayMu.Lock()
+	defer lb.relayMu.Unlock()
+	var ts []*tunnel.Tunnel
+	for _, r := range lb.relays {
+		ts = append(ts, r.Group(group)...)
+	}
+	return ts
+}
+
+// closeAllTunnels closes every tunnel at exit, each pool's spread over its tunnel_close_spread (the
+// pools at once), and returns when they are closed.
+func (lb *LB) closeAllTunnels(g *generation) {
+	var wg sync.WaitGroup
+	for _, p := range g.pools {
+		st := p.state.Load()
+		var ts []*tunnel.Tunnel
+		for _, s := range st.servers {
+			ts = append(ts, lb.tunnelsOf(tunnelGroup(p.name, s.Addr))...)
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		spread := st.cfg.TunnelCloseSpread.D
+		lb.logf("tunnel: pool %s: closing %d tunnels to stop, over %s", p.name, len(ts), spread)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			closeSpread(context.Background(), ts, spread, func() bool { return true })
+		}()
+	}
+	wg.Wait()
 }
 
 // failbackTunnels moves the tunnels of a pool's backups back to its primaries after a Failback, when
@@ -80,13 +133,9 @@ func (lb *LB) failbackTunnels(e healthcheck.Event) {
 		return
 	}
 	var ts []*tunnel.Tunnel
-	lb.relayMu.Lock()
 	for _, s := range st.tiers[backups].servers {
-		for _, r := range lb.relays {
-			ts = append(ts, r.Group(tunnelGroup(p.name, s.Addr))...)
-		}
+		ts = append(ts, lb.tunnelsOf(tunnelGroup(p.name, s.Addr))...)
 	}
-	lb.relayMu.Unlock()
 	if len(ts) == 0 {
 		return
 	}

@@ -64,13 +64,20 @@ func run(args []string) int {
 	}
 	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
 
-	// SIGHUP reloads the config; a bad config is reported and the running one stays.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+	// SIGHUP, or a change to a config file, reloads the config; a bad config is reported (file and key,
+	// and an event) and the running one stays. Reloads run one at a time.
+	reloads := make(chan struct{}, 1)
+	reload := func() {
+		select {
+		case reloads <- struct{}{}:
+		default: // one is pending already: it will read the files as they are then
+		}
+	}
 	go func() {
-		for range hup {
+		for range reloads {
 			cfg, err := lb.LoadConfig(*configPath)
 			if err != nil {
+				log.Printf("reload: keeping the running config:\n%v", err)
 				l.ReloadFailed(err)
 				continue
 			}
@@ -79,8 +86,17 @@ func run(args []string) int {
 			}
 		}
 	}()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			reload()
+		}
+	}()
+	go watchConfig(ctx, *configPath, reload, log.Printf)
+
 	<-ctx.Done()
-	log.Print("fairlead: stopping")
+	log.Print("fairlead: stopping: draining")
 	l.Close()
 	return 0
 }
