@@ -329,14 +329,21 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func TestSIGHUPReloadsAndABadConfigKeepsTheRunningOne(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	addr, admin := freeAddr(t), freeAddr(t)
-	dir := writeFiles(t, map[string]string{"10-base.toml": fmt.Sprintf(`
+// proc is a fairlead process started on a config directory of its own, with its stderr kept.
+type proc struct {
+	t           *testing.T
+	cmd         *exec.Cmd
+	dir         string // the config directory
+	addr, admin string
+	stderr      syncBuffer
+}
+
+// startProc runs fairlead on a config directory holding 10-base.toml (a leader pool over the cluster's
+// platforms) and 20-extra.toml (extra), and waits until it serves.
+func startProc(t *testing.T, c *sim.Cluster, extra string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
+	p.dir = writeFiles(t, map[string]string{"10-base.toml": fmt.Sprintf(`
 [frontend]
 listen = %q
 [admin]
@@ -348,39 +355,62 @@ credentials = "YWRtaW46YWRtaW4="
 interval = "200ms"
 [[routes]]
 pool = "platform"
-`, addr, admin, c.Platforms[0].Addr, c.Platforms[1].Addr)})
-	var stderr syncBuffer
-	cmd := exec.Command(binary, "-config", dir)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+`, p.addr, p.admin, c.Platforms[0].Addr, c.Platforms[1].Addr), "20-extra.toml": extra})
+	p.cmd = exec.Command(binary, "-config", p.dir)
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }() //nolint:errcheck
-	metric := func(name string) string {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, name+" "); ok {
-				return v
-			}
-		}
+	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() }) //nolint:errcheck
+	p.waitUntil("fairlead to serve", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
+	return p
+}
+
+// metric returns the value of the metric line named name ("" if absent or unreachable).
+func (p *proc) metric(name string) string {
+	resp, err := http.Get("http://" + p.admin + "/metrics")
+	if err != nil {
 		return ""
 	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; stderr:\n%s", what, stderr.String())
-			}
-			time.Sleep(20 * time.Millisecond)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
 		}
 	}
-	waitUntil("fairlead to serve", func() bool { return metric("fairlead_config_last_reload_successful") == "1" })
+	return ""
+}
+
+func (p *proc) waitUntil(what string, cond func() bool) {
+	p.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("timed out waiting for %s; stderr:\n%s", what, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *proc) write(name, body string) string {
+	p.t.Helper()
+	path := filepath.Join(p.dir, name)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	return path
+}
+
+func TestSIGHUPReloadsAndABadConfigKeepsTheRunningOne(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, "")
+	cmd, addr, metric, waitUntil, stderr := p.cmd, p.addr, p.metric, p.waitUntil, &p.stderr
+	dir := p.dir
 
 	bad := filepath.Join(dir, "30-bad.toml")
 	if err := os.WriteFile(bad, []byte("[frontend]\nlisen = \"x\"\n[pools.platform]\nqueue_timeout = \"soon\"\n"), 0o644); err != nil {
@@ -407,5 +437,92 @@ pool = "platform"
 	})
 	if resp, err := http.Get("http://" + addr + "/"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after the reload: %v %v", resp, err)
+	}
+}
+
+// TestAConfigFileEditIsPickedUpWithoutASignal: a change to a file of the config directory reloads
+// (debounced), a bad edit keeps the running config and says why with the file and key, and fixing it
+// applies it — all without SIGHUP.
+func TestAConfigFileEditIsPickedUpWithoutASignal(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, "")
+	p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"3s\"\n")
+	p.waitUntil("the edit to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "1" })
+
+	bad := p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
+	p.waitUntil("the bad edit to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
+	if want := bad + ": pools.platform.queue_timeout: bad duration"; !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("log does not name %q:\n%s", want, p.stderr.String())
+	}
+	if p.metric(`fairlead_events_total{kind="reload_failed"}`) != "1" {
+		t.Errorf("the failed reload is not an event: reload_failed = %q", p.metric(`fairlead_events_total{kind="reload_failed"}`))
+	}
+	for i := 0; i < 5; i++ {
+		resp, err := http.Get("http://" + p.addr + "/")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("serving after a bad edit: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"4s\"\n")
+	p.waitUntil("the fixed edit to be applied", func() bool {
+		return p.metric("fairlead_config_last_reload_successful") == "1" && p.metric("fairlead_config_reloads_total") == "2"
+	})
+}
+
+// TestSIGTERMCompletesSlowInFlightRequests: at SIGTERM fairlead stops accepting but lets a request in
+// flight finish (within drain_timeout), then exits 0.
+func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, "[frontend]\ndrain_timeout = \"5s\"\n")
+	leader := c.Platforms[0]
+	before := leader.Requests()
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	slow := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + p.addr + "/slow?delay=1500ms")
+		if err != nil {
+			slow <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		slow <- result{status: resp.StatusCode, body: string(b)}
+	}()
+	p.waitUntil("the slow request to reach the leader", func() bool { return leader.Requests() > before })
+	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	// No new connection is accepted once draining.
+	p.waitUntil("the listener to close", func() bool {
+		conn, err := net.DialTimeout("tcp", p.addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
+	r := <-slow
+	if r.err != nil || r.status != 200 || !strings.Contains(r.body, "hello from platform1") {
+		t.Fatalf("the slow request in flight at SIGTERM: %d %q %v, want 200 from platform1", r.status, r.body, r.err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("still running 15s after SIGTERM")
 	}
 }
