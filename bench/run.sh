@@ -25,6 +25,8 @@ for _ in $(seq 100); do curl -fs http://127.0.0.1:8404/healthz >/dev/null 2>&1 &
 
 cat <<'TXT'
 
+Status page (live; open it in a browser first):  http://127.0.0.1:8404/
+
 fairlead listens on http://127.0.0.1:8080 (admin http://127.0.0.1:8404), in front of a simulated
 ThingWorx cluster: platform1 127.0.0.1:9081 (leader), platform2 127.0.0.1:9082 (backup),
 connection servers cx1 127.0.0.1:9181 and cx2 127.0.0.1:9182, simulator control on 127.0.0.1:9000.
@@ -44,10 +46,18 @@ Kill the leader outright, or hang it:
   curl -s -XPOST http://127.0.0.1:9000/platform/platform2/dead
   curl -s -XPOST http://127.0.0.1:9000/platform/platform1/hung
 
-State and metrics:
-  curl -s http://127.0.0.1:8404/status
+State, the live event stream and metrics:
+  curl -s http://127.0.0.1:8404/api/status
+  curl -sN http://127.0.0.1:8404/events
   curl -s http://127.0.0.1:8404/metrics | grep fairlead_
   curl -s http://127.0.0.1:9000/status
+
+Drain a connection server (no new devices, its tunnels stay), put it in maintenance, bring it back:
+  curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/drain
+  curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/maint
+  curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/ready
+
+Edit any conf.d/*.toml: fairlead reloads it by itself (a bad edit is refused and logged).
 
 Ctrl-C stops everything.
 TXT
