@@ -53,6 +53,55 @@ func (c *Checker) Set(targets []*Target) {
 
 func (c *Checker) firstRoundOver() { c.markReady() }
 
+// Restore brings up the servers in up at once, as remembered from an earlier run (fairlead's fast
+// start), publishing ServerUp (Detail "restored") for each, and ends the first round: Ready is closed.
+// A restored server is then confirmed or taken down by the usual rules: Fall failed probes (or live
+// failures) in a row take it down. Targets not in up, and targets of up that are not the checker's or
+// that a probe answered already, stay as they are (a server never probed is unknown until its first
+// answer). It returns how many servers it brought up.
+//
+// Call it before Start. Called later, it applies only while the first round is not over; it returns 0
+// and changes nothing once the first round is over (the probes have decided).
+func (c *Checker) Restore(up []*Target) int {
+	c.mu.Lock()
+	if c.firstRoundOverLocked() {
+		c.mu.Unlock()
+		return 0
+	}
+	var restored []*Target
+	for _, t := range up {
+		if t.first && slices.Contains(c.targets, t) && !slices.Contains(restored, t) {
+			t.first = false
+			t.passive.Store(0)
+			t.up.Store(true)
+			restored = append(restored, t)
+		}
+	}
+	c.skipFirstRoundLocked()
+	c.mu.Unlock()
+	for _, t := range restored {
+		c.publish(Event{Kind: ServerUp, Server: t.addr, Detail: "restored"})
+	}
+	c.markReady()
+	return len(restored)
+}
+
+// firstRoundOverLocked reports whether the first round is over: Ready is closed, or every first-round
+// target has answered since Start.
+func (g *group) firstRoundOverLocked() bool {
+	select {
+	case <-g.ready:
+		return true
+	default:
+	}
+	return g.ctx != nil && len(g.pending) == 0
+}
+
+// skipFirstRoundLocked ends the first round without waiting for its answers (a restore): no target is
+// pending any more, so no later answer or server set change ends it again. The caller closes Ready
+// once it released the lock; a Start after it closes Ready at once.
+func (g *group) skipFirstRoundLocked() { clear(g.pending) }
+
 // Update applies new check options (path, port, intervals, timeout, fall, rise): probing restarts with
 // them and every server keeps its state. Without active probing from now on, servers that are down
 // come back up (nothing else would bring them back).

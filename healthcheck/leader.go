@@ -98,6 +98,36 @@ func (l *Leader) Update(o Options) {
 	l.el.fall = l.o.Fall
 }
 
+// Restore makes leader the elected leader at once, as remembered from an earlier run (fairlead's fast
+// start): its Target is Up, Current returns it, LeaderChanged is published (Detail "restored"), and the
+// first round counts as over, so Ready is closed. From then on the usual rules apply: the probes still
+// go to every server at once, and fall non-200 answers in a row replace the restored leader like any
+// other. Until it has answered 200 itself, another server's 200 is not split brain (the leader's
+// latest answer is not known to be 200).
+//
+// Call it before Start. Called later, it applies only while the first round is not over; it returns
+// false and changes nothing when the first round is over (the probes have decided) or when leader is
+// not one of the pool's targets.
+func (l *Leader) Restore(leader *Target) bool {
+	l.mu.Lock()
+	if l.el.ready || leader == nil || !slices.Contains(l.targets, leader) {
+		l.mu.Unlock()
+		return false
+	}
+	out := outcome{old: l.el.leader}
+	l.el.ready, l.el.leader = true, leader
+	l.skipFirstRoundLocked()
+	ev := l.applyLocked(out)
+	for i := range ev {
+		ev[i].Detail = "restored"
+	}
+	l.mu.Unlock()
+	l.publishAll(ev)
+	l.markReady()
+	l.wakeAll()
+	return true
+}
+
 // SplitBrains returns how many times a second server answered 200 while the leader was healthy.
 func (l *Leader) SplitBrains() uint64 { return l.splitBrains.Load() }
 
@@ -138,6 +168,12 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 		l.logf("healthcheck: pool %s: leader %s answered %s", l.pool, t.addr, what)
 	}
 	out := l.el.observe(l.targets, t, ok)
+	if out.splitBrain && l.el.leader.run == 0 {
+		// A restored leader (Restore) that has not answered 200 yet: its latest answer is not known to
+		// be 200, so another server's 200 is a leader answer, not split brain. (An elected leader
+		// always has a run of 200s while it has no failures.)
+		out.splitBrain = false
+	}
 	t.first = false
 	ev := l.applyLocked(out)
 	roundDone := l.answeredFirstLocked(t)

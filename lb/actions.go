@@ -20,8 +20,8 @@ import (
 
 func (lb *LB) serverAction(ctx *fasthttp.RequestCtx, rest string) {
 	if !ctx.IsPost() {
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodPost)
 		ctx.Error("405 Method Not Allowed: actions are POSTs\n", fasthttp.StatusMethodNotAllowed)
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodPost)
 		return
 	}
 	poolName, rest, _ := strings.Cut(rest, "/")

@@ -2,16 +2,10 @@ package lb
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
-	"maps"
-	"slices"
 	"sort"
 	"strings"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
-	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 )
@@ -73,6 +67,9 @@ type PoolStatus struct {
 	Waiting  int64  `json:"waiting"`
 	Requests uint64 `json:"requests"`
 	Retries  uint64 `json:"retries"`
+	// Errors counts the answers fairlead gave itself: 502, 504 and unavailable_status (the sum of
+	// fairlead_pool_errors_total).
+	Errors uint64 `json:"errors"`
 	// Leader is the elected leader's address (balance = "leader"; "" while none is known), with the
 	// number of leader changes and split brains seen.
 	Leader        string `json:"leader,omitempty"`
@@ -130,7 +127,8 @@ func (lb *LB) Status() Status {
 		p := g.pools[name]
 		ps := p.state.Load()
 		out := PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
-			Requests: p.requests.Load(), Retries: p.retries.Load(), Serving: tierNames[p.tier.Load()],
+			Requests: p.requests.Load(), Retries: p.retries.Load(),
+			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
 		checks := p.health.Status()
 		for _, s := range ps.servers {
@@ -184,67 +182,4 @@ func (g *generation) poolNames() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// writeMetrics writes the counters of the current generation, read from their atomics at scrape time, so
-// a pool or server removed by a reload disappears from /metrics with it.
-func (lb *LB) writeMetrics(w io.Writer) {
-	g := lb.gen.Load()
-	metrics.WriteCounterUint64(w, "fairlead_bad_requests_total", lb.badRequests.Load())
-	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
-	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
-	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
-	for _, k := range healthcheck.Kinds() {
-		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
-	}
-	ts := lb.relayStats()
-	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
-	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
-	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)
-	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_client"}`, ts.BytesToClient)
-	for r, n := range ts.ByReason {
-		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_tunnels_closed_by_reason_total{reason=%q}`, tunnel.Reason(r)), n)
-	}
-	for _, name := range g.poolNames() {
-		p := g.pools[name]
-		st := p.state.Load()
-		l := fmt.Sprintf(`pool=%q`, name)
-		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
-		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
-		// Answers fairlead gave itself, by status: 502, 504, and unavailable_status (503 by default) for
-		// requests no server could take in time.
-		errs := map[int]uint64{502: p.bad502.Load(), 504: p.timeout.Load()}
-		errs[st.cfg.UnavailableStatus] += p.noServer.Load()
-		for _, code := range slices.Sorted(maps.Keys(errs)) {
-			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_pool_errors_total{%s,code="%d"}`, l, code), errs[code])
-		}
-		metrics.WriteCounterUint64(w, "fairlead_pool_unavailable_total{"+l+"}", p.noServer.Load())
-		metrics.WriteCounterUint64(w, "fairlead_pool_queue_full_total{"+l+"}", p.queueFull.Load())
-		metrics.WriteGaugeUint64(w, "fairlead_pool_waiting{"+l+"}", uint64(max(p.waiting.Load(), 0)))
-		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())
-		metrics.WriteGaugeUint64(w, "fairlead_pool_serving_backups{"+l+"}", boolGauge(p.tier.Load() == backups))
-		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
-		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
-		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
-		st.policy.writeMetrics(w, l, st)
-		for _, s := range st.servers {
-			sl := l + "," + serverLabels(s)
-			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
-			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
-			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight{"+sl+"}", uint64(max(s.inflight.Load(), 0)))
-			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight_bytes{"+sl+"}", uint64(max(s.inflightBytes.Load(), 0)))
-			metrics.WriteGaugeUint64(w, "fairlead_server_backup{"+sl+"}", boolGauge(s.Backup()))
-			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.Load().ConnsCount()))
-			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
-			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
-		}
-	}
-	metrics.WriteProcessMetrics(w)
-}
-
-func boolGauge(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -26,12 +26,12 @@ func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
 		return true
 	}
 	lb.adminDenied.Add(1)
+	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after it
 	if g.cfg.adminPassword != "" {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Basic realm="fairlead admin"`)
 	} else {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead admin"`)
 	}
-	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized)
 	return false
 }
 

@@ -3,7 +3,9 @@ package lb
 // Validation: every problem of a loaded config is listed at once, each naming the file and the key.
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -250,6 +252,9 @@ func (c *Config) validateAdmin() []string {
 	}
 	c.adminToken = read("admin.token_file", a.TokenFile)
 	c.adminPassword = read("admin.password_file", a.PasswordFile)
+	// A secret rotated in place is a change: a reload of otherwise unchanged files applies it.
+	sum := sha256.Sum256([]byte(c.adminToken + "\x00" + c.adminPassword))
+	c.digest += "secrets:" + hex.EncodeToString(sum[:]) + ";"
 	if (a.User == "") != (a.PasswordFile == "") {
 		p = append(p, c.at("admin.user", "user and password_file go together"))
 	}

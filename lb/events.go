@@ -1,45 +1,84 @@
 package lb
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 
 	"github.com/fairlead/fairlead/healthcheck"
 )
 
-// Subscribers of the event stream that the LB itself runs: the event counters (for /metrics), the log,
-// and the tunnel closer (tunnels.go).
+// Subscribers of the event stream that the LB itself runs: the event counters and probe latencies (for
+// /metrics), the log, and the tunnel closer (tunnels.go).
 
+// countEvent counts events by kind and records each probe's latency in its server's histogram.
 func (lb *LB) countEvent(e healthcheck.Event) {
 	if e.Kind < healthcheck.NumKinds {
 		lb.events[e.Kind].Add(1)
 	}
+	switch e.Kind {
+	case healthcheck.CheckAnswered, healthcheck.ServerRemoved:
+	default:
+		return
+	}
+	g := lb.gen.Load()
+	if g == nil {
+		return
+	}
+	p := g.pools[e.Pool]
+	if p == nil {
+		return
+	}
+	if e.Kind == healthcheck.CheckAnswered {
+		p.observeCheck(e.Server, e.Latency)
+	} else {
+		p.forgetCheck(e.Server)
+	}
 }
 
-// logEvent writes one line per event, except the routine probe answers.
+// logEvent writes one line per event, except the routine probe answers: the message says what happened
+// in words (servers by their label), the attributes kind, pool, server (the address; for
+// leader_changed the new leader), old (the previous leader) and detail say it for machines. Events that
+// need an operator's eye (a server down, a split brain, a failover, a failed reload) are warnings.
 func (lb *LB) logEvent(e healthcheck.Event) {
-	var b strings.Builder
+	var msg string
+	level := slog.LevelInfo
 	switch e.Kind {
 	case healthcheck.CheckAnswered:
 		return
 	case healthcheck.ReloadApplied:
-		lb.logf("reload: config applied (%s)", e.Detail)
-		return
+		msg = "reload: config applied"
 	case healthcheck.ReloadFailed:
-		lb.logf("reload: keeping the running config: %s", e.Detail)
-		return
+		msg, level = "reload: keeping the running config", slog.LevelWarn
 	case healthcheck.LeaderChanged:
-		b.WriteString("leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")")
+		msg = "leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")"
 	case healthcheck.SplitBrain:
-		b.WriteString("split brain: " + e.Detail + " " + lb.serverLabel(e.Pool, e.Server))
-	case healthcheck.Failover, healthcheck.Failback:
-		b.WriteString(e.Kind.String() + ": " + e.Detail)
+		msg, level = "split brain: "+lb.serverLabel(e.Pool, e.Server), slog.LevelWarn
+	case healthcheck.Failover:
+		msg, level = "failover: the backups serve", slog.LevelWarn
+	case healthcheck.Failback:
+		msg = "failback: the primaries serve again"
 	default:
-		b.WriteString(lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " "))
-		if e.Detail != "" {
-			b.WriteString(" (" + e.Detail + ")")
+		msg = lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
+		if e.Kind == healthcheck.ServerDown {
+			level = slog.LevelWarn
 		}
 	}
-	lb.logf("healthcheck: pool %s: %s", e.Pool, b.String())
+	attrs := make([]slog.Attr, 1, 5)
+	attrs[0] = slog.String("kind", e.Kind.String())
+	if e.Pool != "" {
+		attrs = append(attrs, slog.String("pool", e.Pool))
+	}
+	if e.Server != "" {
+		attrs = append(attrs, slog.String("server", e.Server))
+	}
+	if e.Old != "" {
+		attrs = append(attrs, slog.String("old", e.Old))
+	}
+	if e.Detail != "" {
+		attrs = append(attrs, slog.String("detail", e.Detail))
+	}
+	lb.log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // serverLabel names the server at addr of pool in a log line: "name (address)" when it has a display

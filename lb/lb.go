@@ -2,7 +2,8 @@
 // picks a server with the pool's policy and forwards the request to it (proxy.go has the whole path of a
 // request, top to bottom).
 //
-// Files by concern: config*.go (schema, merge, defaults, validation), pool.go (a pool and its server
+// Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
+// fast start), pool.go (a pool and its server
 // set changes), server.go (a server and the one Available predicate), policy.go (balance policies as
 // types), proxy.go (the forwarding loop), upgrade.go and tunnels.go (WebSocket tunnels and their
 // registry), transport.go (upstream connections), events.go (the event stream's subscribers), admin.go.
@@ -15,7 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -29,8 +30,10 @@ import (
 
 // LB is a running load balancer.
 type LB struct {
-	gen  atomic.Pointer[generation]
-	logf func(string, ...any)
+	gen     atomic.Pointer[generation]
+	log     *slog.Logger         // events and the access log (log.go)
+	logf    func(string, ...any) // printf-style lines, through log unless Options.Logf was given
+	version string               // fairlead_build_info
 
 	frontend *fasthttp.Server
 	admin    *fasthttp.Server
@@ -71,16 +74,20 @@ type generation struct {
 
 // Options configures New.
 type Options struct {
-	// Logf logs operational events. Default log.Printf.
+	// Logger receives the log: operational lines, events and the access log. Default NewLogger with
+	// [global] log_format on standard error, or Logf's lines when Logf is set.
+	Logger *slog.Logger
+	// Logf, when Logger is nil, receives every line instead, as text (tests collect them). Ignored
+	// when Logger is set.
 	Logf func(format string, args ...any)
+	// Version is the version fairlead_build_info reports. Default "dev".
+	Version string
 }
 
 // New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
 func New(cfg *Config, o Options) *LB {
-	if o.Logf == nil {
-		o.Logf = log.Printf
-	}
-	lb := &LB{logf: o.Logf, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus()}
+	o.setDefaults(cfg)
+	lb := &LB{log: o.Logger, logf: o.Logf, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus()}
 	lb.lastReloadOK.Store(true)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
@@ -117,12 +124,14 @@ func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh 
 	return g, fresh
 }
 
-// Start begins health checks, waits for their first round (bounded by the check timeout) and then
-// opens the front end and the admin listener. It returns once both listen.
+// Start begins health checks, waits for their first round (bounded by the check timeout; with start =
+// "fast", a pool restored from the state file does not wait, see state.go) and then opens the front end
+// and the admin listener. It returns once both listen.
 func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)
 	lb.ctx = ctx
 	g := lb.gen.Load()
+	lb.restoreState(g) // start = "fast": pools with a remembered state are ready before their first probe
 	for _, p := range g.pools {
 		p.start(ctx)
 	}
@@ -133,6 +142,7 @@ func (lb *LB) Start(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
 
 	fe := g.cfg.Frontend
 	ln, err := net.Listen("tcp", fe.Listen)
@@ -236,6 +246,15 @@ func (lb *LB) Close() {
 	g := lb.gen.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Frontend.DrainTimeout.D)
 	defer cancel()
+	// Closing the listeners first stops accepting even if a Serve goroutine has not started yet (its
+	// Serve then returns at once; Shutdown alone only knows the listeners Serve registered).
+	lb.lnMu.Lock()
+	for _, ln := range []net.Listener{lb.ln, lb.adminLn} {
+		if ln != nil {
+			ln.Close() //nolint:errcheck // Shutdown may close it again
+		}
+	}
+	lb.lnMu.Unlock()
 	if lb.frontend != nil {
 		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}

@@ -45,6 +45,7 @@ type Pool struct {
 	pinFailures   atomic.Uint64 // 502: a multi-part request whose server was not connected and writable
 	failovers     atomic.Uint64 // the backups took over
 	failbacks     atomic.Uint64 // the primaries took back
+	m             poolMetrics   // histograms and byte counters (metrics.go)
 
 	stop context.CancelFunc // ends the pool's checks and janitor when a reload drops it
 }
@@ -258,13 +259,15 @@ var errQueueFull = errors.New("queue full")
 // (a leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
 // It waits on the event stream and on in-flight requests ending (a server becoming writable again), not
 // on a timer loop. Requests waiting at once are bounded by max_queue; past it await returns
-// errQueueFull at once. The server returned is counted in flight, as pick's. Slow path only.
+// errQueueFull at once. The server returned is counted in flight, as pick's. Each wait is observed in
+// fairlead_queue_wait_seconds, whatever its outcome. Slow path only.
 func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (choice, error) {
 	if n := p.waiting.Add(1); n > int64(p.state.Load().cfg.MaxQueue) {
 		p.waiting.Add(-1)
 		return choice{}, errQueueFull
 	}
 	defer p.waiting.Add(-1)
+	defer p.m.queueWait.UpdateDuration(time.Now())
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

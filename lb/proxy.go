@@ -21,7 +21,8 @@ import (
 //	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
 //	         response are reported to the health check and retried on another server when that cannot
 //	         duplicate a side effect, within one retry budget and one deadline
-//	account  counters for /status and /metrics
+//	account  counters for /status and /metrics, the pool's duration histogram and byte counts
+//	         (metrics.go), and with [global] access_log one line (log.go)
 
 // maxAttempts bounds the tries of one request or upgrade across failovers (the deadline bounds it too).
 const maxAttempts = 4
@@ -37,16 +38,23 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.badRequests.Add(1)
 		ctx.Error("400 Bad Request: ambiguous message framing (Content-Length with Transfer-Encoding)\n", fasthttp.StatusBadRequest)
 		ctx.SetConnectionClose()
+		if g.accessLog() {
+			lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
+		}
 		return
 	}
 
 	req := &ctx.Request
 	upgrade := isUpgrade(&req.Header)
-	p := g.route(ctx, upgrade)
-	if p == nil {
+	ri := g.route(ctx, upgrade)
+	if ri < 0 {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
+		if g.accessLog() {
+			lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
+		}
 		return
 	}
+	p := g.routes[ri].pool
 	p.requests.Add(1)
 	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS())
 	if upgrade {
@@ -54,7 +62,16 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
 		req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
 	}
-	lb.forward(ctx, p, upgrade, lb.makeReplayable(ctx, g))
+	replay := lb.makeReplayable(ctx, g)
+	s, retries := lb.forward(ctx, p, upgrade, replay)
+
+	// account: the answer's head is ready (its body streams once the handler returns).
+	took := time.Since(ctx.Time())
+	in, out := requestBodyBytes(req, replay), responseBodyBytes(ctx)
+	p.m.observe(took, in, out)
+	if g.accessLog() {
+		lb.logRequest(ctx, ri, p, s, took, in, out, retries)
+	}
 }
 
 // forward is the one forwarding loop of plain requests and upgrades. Each attempt goes to the server the
@@ -63,7 +80,8 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 // server, or to the same one once it answered its checks again. Every wait for a server shares one
 // deadline (queue_timeout, counted from the first wait) and the attempts one budget (maxAttempts). A
 // request pinned to its server (a later part of a multi-part request) goes there or fails with 502.
-func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay replayable) {
+// It returns the server of the last attempt (nil if none was made) and the number of retries.
+func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay replayable) (last *Server, retries int) {
 	req := &ctx.Request
 	st := p.state.Load()
 	var (
@@ -94,6 +112,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 			ctx.Error("502 Bad Gateway: the server of this multi-part request is not available\n", fasthttp.StatusBadGateway)
 			return
 		}
+		last = s
 		s.requests.Add(1)
 
 		var err error
@@ -129,6 +148,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 						if next.s != s && !next.pinned {
 							ctx.Response.Reset()
 							p.retries.Add(1)
+							retries++
 							c, st = next, p.state.Load()
 							continue
 						}
@@ -168,6 +188,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 			return
 		}
 		p.retries.Add(1)
+		retries++
 		failed, failedAt = s, time.Now()
 		c = st.policy.pick(ctx, st, failed)
 	}
@@ -222,16 +243,15 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// route returns the pool of the first route that matches the request, or nil.
-func (g *generation) route(ctx *fasthttp.RequestCtx, upgrade bool) *Pool {
+// route returns the index of the first route that matches the request, or -1.
+func (g *generation) route(ctx *fasthttp.RequestCtx, upgrade bool) int {
 	path := ctx.Path()
 	for i := range g.routes {
-		r := &g.routes[i]
-		if r.matches(path, upgrade) {
-			return r.pool
+		if g.routes[i].matches(path, upgrade) {
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 type route struct {

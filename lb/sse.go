@@ -1,8 +1,238 @@
 package lb
 
-import "github.com/valyala/fasthttp"
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"strconv"
+	"sync"
+	"time"
 
-// serveEvents is GET /events. Placeholder while the event feed is written (issue #9).
+	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/valyala/fasthttp"
+)
+
+// GET /events: the event stream as Server-Sent Events, for the status page and for anyone with curl
+// (https://html.spec.whatwg.org/multipage/server-sent-events.html):
+//
+//	retry: 2000                      once, first: how long an EventSource waits before reconnecting
+//
+//	event: snapshot                  at once, then every 2 s: the document of GET /api/status, on one line
+//	data: {"config_files":[...],"pools":[...]}
+//
+//	event: leader_changed            each event of the stream (but check_answered), as it is published
+//	id: 42                           its seq
+//	data: {"seq":42,"time":"2026-12-01T10:00:00.123Z","kind":"leader_changed","pool":"platform","server":"10.0.0.2:8080","old":"10.0.0.1:8080","status":0,"latency_ms":0,"detail":""}
+//
+//	: ping                           every 15 s, so that proxies keep an idle stream open
+//
+// Probe answers (check_answered) are left out unless asked for with GET /events?checks=1: there is one
+// per probe of every server, and each snapshot already carries every server's last answer, its latency
+// and its time (servers[].check), which is what the status page shows.
+//
+// A subscriber never slows fairlead: the Bus calls deliver, which only tries a send on a bounded
+// buffer. A client that falls sseBuffer events behind is dropped: its stream ends (an EventSource
+// reconnects and starts again from a snapshot). A stream also ends when its client goes away (the next
+// write fails, within a snapshot interval), when the admin server shuts down and when the LB closes.
+
+// Intervals of the stream; variables so that tests can shorten them (a stream reads them when it starts).
+var (
+	sseSnapshotEvery = 2 * time.Second
+	ssePingEvery     = 15 * time.Second
+	// sseWriteTimeout bounds each write to the client: a client that reads nothing for this long, with
+	// its socket buffers full, is cut even when no events arrive to overflow its buffer.
+	sseWriteTimeout = 10 * time.Second
+	// sseCloseGrace is how long a stream that ends (dropped, or fairlead stopping) may still take to
+	// write what it has; a client that does not read it is cut then.
+	sseCloseGrace = time.Second
+)
+
+// sseBuffer is how many events a subscriber may fall behind before it is dropped.
+const sseBuffer = 512
+
+// sseRetryMs is the reconnection delay the stream asks of an EventSource.
+const sseRetryMs = 2000
+
+// eventJSON is an event as the stream sends it (the data line of every event but snapshots).
+type eventJSON struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Pool      string    `json:"pool"`
+	Server    string    `json:"server"` // the server's address; for leader_changed the new leader ("" for none)
+	Old       string    `json:"old"`    // leader_changed: the previous leader ("" for none)
+	Status    int       `json:"status"`
+	LatencyMs float64   `json:"latency_ms"`
+	Detail    string    `json:"detail"`
+}
+
+func eventJSONOf(e healthcheck.Event) eventJSON {
+	return eventJSON{Seq: e.Seq, Time: e.Time, Kind: e.Kind.String(), Pool: e.Pool, Server: e.Server, Old: e.Old,
+		Status: e.Status, LatencyMs: float64(e.Latency) / float64(time.Millisecond), Detail: e.Detail}
+}
+
+// eventSub is one /events client's subscription to the Bus.
+type eventSub struct {
+	events  chan healthcheck.Event
+	dropped chan struct{} // closed when events overflowed
+	once    sync.Once
+	checks  bool // send check_answered too
+}
+
+// deliver is the Bus subscriber: it runs in the publisher's goroutine, possibly in several at once and
+// even after the subscription was cancelled, so it only tries a send and never blocks.
+func (s *eventSub) deliver(e healthcheck.Event) {
+	if e.Kind == healthcheck.CheckAnswered && !s.checks {
+		return
+	}
+	select {
+	case s.events <- e:
+	default:
+		s.once.Do(func() { close(s.dropped) })
+	}
+}
+
+// serveEvents is GET /events.
 func (lb *LB) serveEvents(ctx *fasthttp.RequestCtx) {
-	ctx.Error("501 Not Implemented\n", fasthttp.StatusNotImplemented)
+	if !ctx.IsGet() {
+		ctx.Error("405 Method Not Allowed\n", fasthttp.StatusMethodNotAllowed)
+		ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodGet) // after Error, which resets the response
+		return
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
+	// The connection ends with the stream, so that nothing waits for a keep-alive request after it.
+	ctx.SetConnectionClose()
+
+	sub := &eventSub{events: make(chan healthcheck.Event, sseBuffer), dropped: make(chan struct{}),
+		checks: string(ctx.QueryArgs().Peek("checks")) == "1"}
+	cancel := lb.bus.Subscribe(sub.deliver)
+	// The stream writer runs in its own goroutine and writes into a pipe that the connection's
+	// goroutine copies to the client; it may not touch ctx. What it needs of ctx is taken here: the
+	// server's shutdown channel (closed by ShutdownWithContext, which otherwise waits for the stream)
+	// and the connection, whose write deadline unblocks a write to a client that does not read.
+	st := &sseStream{lb: lb, sub: sub, srvDone: ctx.Done(), snapshotEvery: sseSnapshotEvery, pingEvery: ssePingEvery,
+		dl: &writeDeadline{conn: ctx.Conn(), timeout: sseWriteTimeout, grace: sseCloseGrace}}
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer cancel()
+		st.run(w)
+	})
+}
+
+// sseStream is one running /events stream.
+type sseStream struct {
+	lb      *LB
+	sub     *eventSub
+	srvDone <-chan struct{} // the admin server shuts down (nil: never)
+	dl      *writeDeadline
+	buf     []byte
+
+	snapshotEvery, pingEvery time.Duration
+}
+
+// run writes the stream until it ends; each return ends it.
+func (st *sseStream) run(w *bufio.Writer) {
+	snapshots := time.NewTicker(st.snapshotEvery)
+	defer snapshots.Stop()
+	pings := time.NewTicker(st.pingEvery)
+	defer pings.Stop()
+	// A watchdog cuts a write blocked on a client that does not read once the stream must end; the
+	// loop below returns on the same signals when it is not blocked.
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-finished:
+			return
+		case <-st.sub.dropped:
+		case <-st.srvDone:
+		case <-st.lb.ctx.Done():
+		}
+		st.dl.end()
+	}()
+
+	st.buf = strconv.AppendInt(append(st.buf[:0], "retry: "...), sseRetryMs, 10)
+	st.buf = append(st.buf, "\n\n"...)
+	st.appendSnapshot()
+	for {
+		if !st.flush(w) {
+			return
+		}
+		select {
+		case <-st.sub.dropped:
+			return
+		case <-st.srvDone:
+			return
+		case <-st.lb.ctx.Done():
+			return
+		default:
+		}
+		select {
+		case e := <-st.sub.events:
+			st.appendEvent(e)
+			// Batch a burst into one write.
+			for n := len(st.sub.events); n > 0; n-- {
+				st.appendEvent(<-st.sub.events)
+			}
+		case <-snapshots.C:
+			st.appendSnapshot()
+		case <-pings.C:
+			st.buf = append(st.buf, ": ping\n\n"...)
+		case <-st.sub.dropped:
+			return
+		case <-st.srvDone:
+			return
+		case <-st.lb.ctx.Done():
+			return
+		}
+	}
+}
+
+// flush writes what run has put in st.buf; false means the client is gone.
+func (st *sseStream) flush(w *bufio.Writer) bool {
+	st.dl.extend()
+	if _, err := w.Write(st.buf); err != nil {
+		return false
+	}
+	st.buf = st.buf[:0]
+	return w.Flush() == nil
+}
+
+func (st *sseStream) appendEvent(e healthcheck.Event) {
+	data, _ := json.Marshal(eventJSONOf(e)) // cannot fail: strings, numbers and a time
+	st.buf = append(st.buf, "event: "...)
+	st.buf = append(st.buf, e.Kind.String()...)
+	st.buf = strconv.AppendUint(append(st.buf, "\nid: "...), e.Seq, 10)
+	st.buf = append(append(append(st.buf, "\ndata: "...), data...), "\n\n"...)
+}
+
+func (st *sseStream) appendSnapshot() {
+	// One line: JSON without indentation has no newline, so one data field carries it.
+	data, _ := json.Marshal(st.lb.Status())
+	st.buf = append(append(append(st.buf, "event: snapshot\ndata: "...), data...), "\n\n"...)
+}
+
+// writeDeadline sets the write deadline of a stream's connection: extended before each write while the
+// stream runs, brought to sseCloseGrace from now when it must end, and never extended again after that.
+type writeDeadline struct {
+	mu             sync.Mutex
+	conn           net.Conn
+	timeout, grace time.Duration // sseWriteTimeout, sseCloseGrace
+	ending         bool
+}
+
+func (d *writeDeadline) extend() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.ending {
+		d.conn.SetWriteDeadline(time.Now().Add(d.timeout)) //nolint:errcheck // a closed conn fails the write anyway
+	}
+}
+
+func (d *writeDeadline) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ending = true
+	d.conn.SetWriteDeadline(time.Now().Add(d.grace)) //nolint:errcheck
 }

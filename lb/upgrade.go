@@ -18,7 +18,8 @@ import (
 // response head as it came (plus the sticky cookie) and from then on copies raw bytes both ways through
 // the tunnel relay (tunnels.go), like HAProxy's tunnel mode. Any other answer is relayed to the client as
 // it is. A failed dial is an ordinary failed attempt of the loop: reported to the health check, and the
-// client is served by another server at once without seeing an error.
+// client is served by another server at once without seeing an error. When a tunnel closes, its bytes
+// are added to its pool's and, with the access log on, a line is written (tunnelEnd in log.go).
 
 // isUpgrade reports a WebSocket upgrade request: "Upgrade: websocket" with "Connection: upgrade".
 func isUpgrade(h *fasthttp.RequestHeader) bool {
@@ -114,14 +115,18 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 		var t *tunnel.Tunnel
 		if err == nil {
 			s.tunnels.Add(1)
-			t, err = relay.Add(client, conn, pending, toClient, group, func(tunnel.Reason) {
+			end := &tunnelEnd{lb: lb, p: p, s: s, client: client.RemoteAddr(), opened: time.Now()}
+			t, err = relay.Add(client, conn, pending, toClient, group, func(why tunnel.Reason) {
 				s.tunnels.Add(-1)
 				if release != nil {
 					release()
 				}
+				end.closed(why)
 			})
 			if err != nil {
 				s.tunnels.Add(-1)
+			} else {
+				end.added(t)
 			}
 		}
 		if err != nil {

@@ -56,8 +56,9 @@ type TableOptions struct {
 // TableOptions.MaxEntries, and forgets entries that have been idle for
 // TableOptions.IdleTimeout. It is safe for concurrent use.
 type Table struct {
-	shards [numShards]shard
-	count  atomic.Int64 // entries in all shards
+	shards    [numShards]shard
+	count     atomic.Int64  // entries in all shards
+	evictions atomic.Uint64 // entries evicted for MaxEntries (not expirations or Forget)
 
 	seed  maphash.Seed
 	max   atomic.Int64
@@ -364,6 +365,11 @@ func (t *Table) Len() int {
 	return int(t.count.Load())
 }
 
+// Evictions returns how many entries were evicted so far to keep the table within MaxEntries (a new
+// key's own entry included when every other entry has open tunnels). Entries that idled out (Expire)
+// or whose server left (Forget) are not evictions.
+func (t *Table) Evictions() uint64 { return t.evictions.Load() }
+
 // evict removes the longest-idle entries until the table is within
 // MaxEntries: entries without open tunnels first, then the others.
 func (t *Table) evict() {
@@ -400,6 +406,7 @@ func (t *Table) evictOne() bool {
 		s.mu.Unlock()
 		if e != nil {
 			t.count.Add(-1)
+			t.evictions.Add(1)
 		}
 		return true
 	}

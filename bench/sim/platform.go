@@ -60,6 +60,10 @@ type Probe struct {
 // or the platform goes Dead, whatever other state changes happen meanwhile.
 // An upgrade counts as an ordinary request in Requests.
 //
+// SetLeaderCheckHung makes only the LeaderCheck hang, as in Hung, while
+// ordinary requests are served by the state (a leader whose HA check is
+// stuck but whose application still answers).
+//
 // All methods are safe for concurrent use.
 type Platform struct {
 	// Name is "platform1", "platform2", ...
@@ -80,6 +84,8 @@ type Platform struct {
 	stateMu sync.Mutex
 	state   atomic.Int32
 	forced  atomic.Int32
+	// checkHung makes LeaderCheck probes hang whatever the state.
+	checkHung atomic.Bool
 
 	requests atomic.Int64
 
@@ -170,6 +176,15 @@ func (p *Platform) State() State {
 // credentials still get 401, and Hung or Dead platforms still do not answer.
 func (p *Platform) SetLeaderCheckStatus(code int) {
 	p.forced.Store(int32(code))
+}
+
+// SetLeaderCheckHung makes LeaderCheck probes hang (true) as they do in
+// Hung, recorded in Probes with status 0, whatever the state and the forced
+// status; ordinary requests are still served by the state. false goes back
+// to answering them. A probe that hung stays hung until its connection
+// closes.
+func (p *Platform) SetLeaderCheckHung(hung bool) {
+	p.checkHung.Store(hung)
 }
 
 // LeaderCheckStatus returns the forced LeaderCheck status, 0 if none.
@@ -356,12 +371,12 @@ func (p *Platform) upgrade(ctx *fasthttp.RequestCtx) {
 
 func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 	auth := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
-	switch st {
-	case Hung:
+	switch {
+	case st == Hung || p.checkHung.Load() && st != Dead:
 		p.recordProbe(auth, 0)
 		hang(ctx)
 		return
-	case Dead:
+	case st == Dead:
 		drop(ctx)
 		return
 	}

@@ -297,6 +297,33 @@ func TestHung(t *testing.T) {
 	waitFor(t, "hung connections to close", func() bool { return p.OpenConns() <= 1 })
 }
 
+func TestLeaderCheckHungHangsOnlyTheLeaderCheck(t *testing.T) {
+	c := startCluster(t, Options{Platforms: 1})
+	p := c.Platforms[0]
+	p.SetLeaderCheckStatus(503) // hanging wins over a forced status
+	p.SetLeaderCheckHung(true)
+
+	if _, _, err := dialRaw(t, p.Addr).roundTrip(DefaultLeaderCheckPath, 150*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("LeaderCheck with the check hung: want timeout, got %v", err)
+	}
+	// Ordinary requests are still served by the state.
+	cl := newClient(t, time.Second)
+	if resp, _ := get(t, cl, "http://"+p.Addr+"/Thingworx/Things"); resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != p.Name {
+		t.Fatalf("ordinary request with the check hung: %d from %q, want 200 from %s", resp.StatusCode, resp.Header.Get("X-Served-By"), p.Name)
+	}
+	if pr := p.Probes(); len(pr) != 1 || pr[0].Status != 0 {
+		t.Fatalf("probes %+v, want one that hung (status 0)", pr)
+	}
+	if p.Requests() != 1 {
+		t.Fatalf("requests = %d, want 1 (the LeaderCheck is not an ordinary request)", p.Requests())
+	}
+
+	p.SetLeaderCheckHung(false)
+	if resp, _, err := dialRaw(t, p.Addr).roundTrip(DefaultLeaderCheckPath, time.Second); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("LeaderCheck after SetLeaderCheckHung(false): %v %v, want the forced 503", resp, err)
+	}
+}
+
 func TestDead(t *testing.T) {
 	c := startCluster(t, Options{Platforms: 1})
 	p := c.Platforms[0]

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -57,7 +58,9 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	l := lb.New(cfg, lb.Options{})
+	logger := lb.NewLogger(cfg.Global.LogFormat, os.Stderr)
+	slog.SetDefault(logger) // main's own log lines go through it too
+	l := lb.New(cfg, lb.Options{Logger: logger, Version: version})
 	if err := l.Start(ctx); err != nil {
 		log.Print(err)
 		return 1

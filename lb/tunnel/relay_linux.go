@@ -184,7 +184,7 @@ func (r *Relay) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err er
 			continue
 		}
 		n, werr := writeNow(t.sides[1-i].raw, p)
-		r.stats.bytes[i].Add(uint64(n))
+		r.count(t, i, n)
 		if werr != nil {
 			return true, nil
 		}
@@ -242,7 +242,7 @@ func (r *Relay) writePending(s *side, p []byte) {
 	defer r.wg.Done()
 	t := s.t
 	n, err := t.conns[1-s.i].Write(p)
-	r.stats.bytes[s.i].Add(uint64(n))
+	r.count(t, s.i, n)
 	if err != nil {
 		r.closeTunnel(t, Error)
 		return
@@ -433,7 +433,7 @@ func (w *worker) turn(s *side, events uint32) {
 		}
 		if m == 0 {
 			if moved > 0 {
-				r.stats.bytes[s.i].Add(uint64(moved))
+				r.count(t, s.i, moved)
 				t.touch()
 			}
 			r.sideEOF(t, s.i) // not re-armed: nothing more to read from s
@@ -455,7 +455,7 @@ func (w *worker) turn(s *side, events uint32) {
 					// The receiver is behind. Hand this buffer to a goroutine that waits for
 					// it (and re-arms s afterwards), take another one, and move on.
 					if moved > 0 {
-						r.stats.bytes[s.i].Add(uint64(moved))
+						r.count(t, s.i, moved)
 					}
 					r.wg.Add(1)
 					go r.finishWrite(s, w.buf, off, m)
@@ -474,7 +474,7 @@ func (w *worker) turn(s *side, events uint32) {
 		}
 	}
 	if moved > 0 {
-		r.stats.bytes[s.i].Add(uint64(moved))
+		r.count(t, s.i, moved)
 		t.touch()
 	}
 	r.arm(s)
@@ -491,7 +491,7 @@ func (r *Relay) finishWrite(s *side, bp *[]byte, off, m int) {
 		r.writeFailed(t, s.i)
 		return
 	}
-	r.stats.bytes[s.i].Add(uint64(m))
+	r.count(t, s.i, m)
 	t.touch()
 	r.arm(s)
 }

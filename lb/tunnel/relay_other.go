@@ -58,7 +58,7 @@ func (r *Relay) pump(t *Tunnel, i int, pending []byte) {
 	src, dst := t.conns[i], t.conns[1-i]
 	if len(pending) > 0 {
 		n, err := dst.Write(pending)
-		r.stats.bytes[i].Add(uint64(n))
+		r.count(t, i, n)
 		if err != nil {
 			r.closeTunnel(t, Error)
 			return
@@ -73,7 +73,7 @@ func (r *Relay) pump(t *Tunnel, i int, pending []byte) {
 				r.writeFailed(t, i)
 				return
 			}
-			r.stats.bytes[i].Add(uint64(n))
+			r.count(t, i, n)
 			t.touch()
 		}
 		if errors.Is(err, io.EOF) {

@@ -152,7 +152,8 @@ type Tunnel struct {
 	onClose func(Reason)
 	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the relay
 
-	lastActive atomic.Int64 // Relay.now() after the last relayed bytes
+	lastActive atomic.Int64     // Relay.now() after the last relayed bytes
+	bytes      [2]atomic.Uint64 // relayed, indexed by the reading side: [clientSide] = to the server
 
 	mu     sync.Mutex // guards what follows and the platform's registration state in sides
 	closed bool
@@ -263,7 +264,20 @@ func (t *Tunnel) Close() { t.r.closeTunnel(t, Closed) }
 // Group is the label given to Add.
 func (t *Tunnel) Group() string { return t.group }
 
+// Bytes returns the bytes relayed so far each way, Add's toServer and toClient included; once the
+// tunnel has ended (in its onClose, for instance) they are final.
+func (t *Tunnel) Bytes() (toServer, toClient uint64) {
+	return t.bytes[clientSide].Load(), t.bytes[serverSide].Load()
+}
+
 func (t *Tunnel) touch() { t.lastActive.Store(t.r.now()) }
+
+// count records n bytes relayed from side i of t, in the tunnel's and the relay's counters (once per
+// turn, not per message).
+func (r *Relay) count(t *Tunnel, i, n int) {
+	t.bytes[i].Add(uint64(n))
+	r.stats.bytes[i].Add(uint64(n))
+}
 
 // now is monotonic nanoseconds since the relay started.
 func (r *Relay) now() int64 { return int64(time.Since(r.start)) }

@@ -1,0 +1,337 @@
+package lb
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+)
+
+// Secrets a client or the config may hold, none of which may reach the log.
+const (
+	leaderCredentials = "YWRtaW46YWRtaW4=" // the LeaderCheck credentials of platformConfig: admin:admin
+	cookieSecret      = "s3ss10n-c00k1e"
+	appKeySecret      = "0a1b2c3d-app-key"
+)
+
+// sendWithSecrets sends GET path?appKey=... with Basic credentials and a session cookie and returns the
+// status.
+func sendWithSecrets(t *testing.T, l *LB, path string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+l.Addr()+path+"?appKey="+appKeySecret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Basic "+leaderCredentials)
+	req.Header.Set("Cookie", "JSESSIONID="+cookieSecret)
+	req.Header.Set("appKey", appKeySecret)
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// wantNoSecrets fails the test if the log holds any credential, cookie or query string.
+func wantNoSecrets(t *testing.T, log string) {
+	t.Helper()
+	for _, s := range []string{leaderCredentials, "admin:admin", cookieSecret, appKeySecret, "appKey", "?"} {
+		if strings.Contains(log, s) {
+			t.Errorf("the log holds %q:\n%s", s, log)
+		}
+	}
+}
+
+// textFields parses a slog text line (key=value, values quoted when needed) into its fields.
+func textFields(t *testing.T, line string) map[string]string {
+	t.Helper()
+	fields := map[string]string{}
+	for rest := strings.TrimSpace(line); rest != ""; rest = strings.TrimLeft(rest, " ") {
+		key, after, ok := strings.Cut(rest, "=")
+		if !ok {
+			t.Fatalf("not a key=value line: %q", line)
+		}
+		var value string
+		if strings.HasPrefix(after, `"`) {
+			q, err := strconv.QuotedPrefix(after)
+			if err != nil {
+				t.Fatalf("bad quoted value in %q: %v", line, err)
+			}
+			value, _ = strconv.Unquote(q)
+			rest = after[len(q):]
+		} else {
+			value, rest, _ = strings.Cut(after, " ")
+		}
+		fields[key] = value
+	}
+	return fields
+}
+
+// accessLines returns the fields of the access log lines of a type ("request" or "tunnel") in logs.
+func accessLines(t *testing.T, logs *logSink, typ string) []map[string]string {
+	t.Helper()
+	var out []map[string]string
+	for _, ln := range strings.Split(logs.all(), "\n") {
+		if !strings.Contains(ln, "msg=access ") {
+			continue
+		}
+		if f := textFields(t, ln); f["type"] == typ {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	l, logs := startLB(t, cxConfig(c, "[global]\naccess_log = true\n"))
+
+	if code := sendWithSecrets(t, l, "/Thingworx/Things/Asset1/Properties"); code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	reqs := accessLines(t, logs, "request")
+	if len(reqs) != 1 {
+		t.Fatalf("%d request lines, want 1:\n%s", len(reqs), logs.all())
+	}
+	want := map[string]string{"client": "127.0.0.1", "method": "GET", "path": "/Thingworx/Things/Asset1/Properties",
+		"route": "1", "pool": "platform", "server": c.Platforms[0].Addr, "status": "200", "req_bytes": "0",
+		"retries": "0", "level": "INFO"}
+	for k, v := range want {
+		if reqs[0][k] != v {
+			t.Errorf("%s = %q, want %q in %v", k, reqs[0][k], v, reqs[0])
+		}
+	}
+	if d, err := strconv.ParseFloat(reqs[0]["duration_ms"], 64); err != nil || d <= 0 {
+		t.Errorf("duration_ms %q", reqs[0]["duration_ms"])
+	}
+	if n, err := strconv.Atoi(reqs[0]["resp_bytes"]); err != nil || n <= 0 {
+		t.Errorf("resp_bytes %q", reqs[0]["resp_bytes"])
+	}
+
+	// A tunnel: its upgrade is a request line (101), its close a tunnel line.
+	h := assetHeader("asset-7")
+	h.Set("Cookie", "JSESSIONID="+cookieSecret)
+	h.Set("Authorization", "Basic "+leaderCredentials)
+	conn, by, _ := dialWS(t, l, "/Thingworx/WS", h)
+	msg := []byte("twelve bytes")
+	if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	var server string
+	for _, cs := range c.Connections {
+		if cs.Name == by {
+			server = cs.Addr
+		}
+	}
+	eventually(t, 3*time.Second, "the tunnel line", func() bool { return len(accessLines(t, logs, "tunnel")) == 1 })
+	tl := accessLines(t, logs, "tunnel")[0]
+	for k, v := range map[string]string{"client": "127.0.0.1", "pool": "cxserver", "server": server} {
+		if tl[k] != v {
+			t.Errorf("tunnel line: %s = %q, want %q in %v", k, tl[k], v, tl)
+		}
+	}
+	if tl["reason"] == "" {
+		t.Errorf("tunnel line without a reason: %v", tl)
+	}
+	// The client's frame is masked (6 bytes of header for a short frame) and the close frame follows.
+	if n, _ := strconv.Atoi(tl["bytes_to_server"]); n < len(msg)+6 {
+		t.Errorf("bytes_to_server %q, want at least %d", tl["bytes_to_server"], len(msg)+6)
+	}
+	if n, _ := strconv.Atoi(tl["bytes_to_client"]); n < len(msg)+2 {
+		t.Errorf("bytes_to_client %q, want at least %d", tl["bytes_to_client"], len(msg)+2)
+	}
+	reqs = accessLines(t, logs, "request")
+	if len(reqs) != 2 || reqs[1]["status"] != "101" || reqs[1]["pool"] != "cxserver" || reqs[1]["server"] != server || reqs[1]["route"] != "0" {
+		t.Errorf("upgrade request line: %v", reqs[len(reqs)-1])
+	}
+
+	// A request no route takes is logged too, without a pool.
+	l2, logs2 := startLB(t, map[string]string{"a.toml": `
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = ""
+[global]
+access_log = true
+[pools.p]
+servers = ["` + c.Platforms[0].Addr + `"]
+[[routes]]
+paths = ["/Thingworx"]
+pool = "p"
+`})
+	if code := sendWithSecrets(t, l2, "/elsewhere"); code != 404 {
+		t.Fatalf("status %d, want 404", code)
+	}
+	reqs = accessLines(t, logs2, "request")
+	if len(reqs) != 1 || reqs[0]["status"] != "404" || reqs[0]["route"] != "-1" || reqs[0]["pool"] != "" {
+		t.Errorf("404 line: %v", reqs)
+	}
+	wantNoSecrets(t, logs.all()+logs2.all())
+}
+
+func TestAccessLogIsOffByDefaultAndAReloadTurnsItOn(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	files := platformConfig(c, "", "")
+	l, logs := startLB(t, files)
+	sendWithSecrets(t, l, "/Thingworx/Things/A")
+	if n := len(accessLines(t, logs, "request")); n != 0 {
+		t.Fatalf("%d access lines with access_log off", n)
+	}
+	files["30-access.toml"] = "[global]\naccess_log = true\n"
+	reloadWith(t, l, files)
+	sendWithSecrets(t, l, "/Thingworx/Things/B")
+	if reqs := accessLines(t, logs, "request"); len(reqs) != 1 || reqs[0]["path"] != "/Thingworx/Things/B" {
+		t.Fatalf("after the reload: %v", reqs)
+	}
+	wantNoSecrets(t, logs.all())
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	var buf lockedBuffer
+	l := startLBWithOptions(t, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\nlog_format = \"json\"\naccess_log = true\n"),
+		Options{Logger: NewLogger("json", &buf)})
+	sendWithSecrets(t, l, "/Thingworx/Things/A")
+	mustSetState(t, c.Platforms[0], sim.Backup)
+	mustSetState(t, c.Platforms[1], sim.Leader)
+	var access, leader map[string]any
+	eventually(t, 5*time.Second, "the leader change", func() bool {
+		for _, ln := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(ln), &m); err != nil {
+				t.Fatalf("not JSON: %q: %v", ln, err)
+			}
+			switch {
+			case m["msg"] == "access" && m["type"] == "request":
+				access = m
+			case m["kind"] == "leader_changed" && m["old"] != nil:
+				leader = m
+			}
+		}
+		return leader != nil
+	})
+	if access == nil || access["pool"] != "platform" || access["server"] != c.Platforms[0].Addr || access["status"] != float64(200) ||
+		access["path"] != "/Thingworx/Things/A" || access["method"] != "GET" {
+		t.Errorf("access line: %v", access)
+	}
+	if _, ok := access["duration_ms"].(float64); !ok {
+		t.Errorf("duration_ms is not a number: %v", access)
+	}
+	if leader == nil || leader["pool"] != "platform" || leader["server"] != c.Platforms[1].Addr || leader["old"] != c.Platforms[0].Addr ||
+		leader["level"] != "INFO" || leader["time"] == nil {
+		t.Errorf("leader change line: %v", leader)
+	}
+	wantNoSecrets(t, buf.String())
+}
+
+// withFile returns a copy of files with name set to body.
+func withFile(files map[string]string, name, body string) map[string]string {
+	out := map[string]string{name: body}
+	for k, v := range files {
+		if k != name {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
+	f := func(format string, json bool) {
+		t.Helper()
+		o := Options{}
+		o.setDefaults(&Config{Global: GlobalConfig{LogFormat: format}})
+		_, isJSON := o.Logger.Handler().(*slog.JSONHandler)
+		_, isText := o.Logger.Handler().(*slog.TextHandler)
+		if isJSON != json || isText == json {
+			t.Errorf("log_format %q: handler %T", format, o.Logger.Handler())
+		}
+		if o.Logf == nil || o.Version != "dev" {
+			t.Errorf("log_format %q: Logf set %v, Version %q", format, o.Logf != nil, o.Version)
+		}
+	}
+	f("json", true)
+	f("text", false)
+}
+
+// newAccessLogBench is newHandlerBench with the access log on, written as text to io.Discard.
+func newAccessLogBench(tb testing.TB) func() {
+	c := startCluster(tb, 2, 0)
+	l := startLBWithOptions(tb, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\naccess_log = true\n"),
+		Options{Logger: NewLogger("text", io.Discard)})
+	var ctx fasthttp.RequestCtx
+	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
+	var req fasthttp.Request
+	return func() {
+		req.Reset()
+		req.Header.SetMethod("GET")
+		req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
+		req.Header.SetHost("thingworx.example.com")
+		ctx.Init(&req, remote, nil)
+		l.handle(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			tb.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+		ctx.Response.Body()
+		ctx.Response.Reset()
+	}
+}
+
+func BenchmarkProxyHandlerGETWithAccessLog(b *testing.B) {
+	do := newAccessLogBench(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		do()
+	}
+}
+
+// With the access log on, a request costs a few allocations more (the line's strings and slog's
+// buffer); off, none (TestProxyPathDoesNotAllocatePerRequest).
+func TestAccessLogCostsABoundedNumberOfAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	do := newAccessLogBench(t)
+	for i := 0; i < 200; i++ {
+		do()
+	}
+	const harness, fasthttpStreaming, accessLine = 1, 4, 6
+	if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming+accessLine {
+		t.Errorf("%.1f allocations per request with the access log on, want at most %d", n, harness+fasthttpStreaming+accessLine)
+	}
+}

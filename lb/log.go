@@ -1,0 +1,181 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fairlead/fairlead/lb/tunnel"
+	"github.com/valyala/fasthttp"
+)
+
+// The log: fairlead logs through log/slog, as text (key=value) or JSON lines ([global] log_format). Three
+// kinds of lines share it:
+//
+//	operational lines   lb.logf("tunnel: ...") and the like: msg is the line, level INFO
+//	events              one per event of the stream but probe answers (events.go): msg says what
+//	                    happened; kind, pool, server, old and detail are attributes
+//	the access log      [global] access_log: msg="access", one line per request (type=request) and
+//	                    one per tunnel close (type=tunnel); see logRequest and tunnelEnd.log
+//
+// The access log never holds the query string (ThingWorx accepts an appKey there), a header (so no
+// Authorization, cookie or LeaderCheck credentials) or a body.
+
+// NewLogger returns the logger for [global] log_format: "json" writes one JSON object per line, anything
+// else text lines (key=value), at level INFO and above.
+func NewLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// setDefaults gives New a Logger and a Logf that write to the same place: Logf over Logger, or, for a
+// caller that gave only Logf (tests), Logger's text lines (without the time) passed to Logf.
+func (o *Options) setDefaults(cfg *Config) {
+	switch {
+	case o.Logger != nil:
+		o.Logf = logfOver(o.Logger)
+	case o.Logf != nil:
+		o.Logger = slog.New(slog.NewTextHandler(logfWriter(o.Logf), &slog.HandlerOptions{ReplaceAttr: withoutTime}))
+	default:
+		o.Logger = NewLogger(cfg.Global.LogFormat, os.Stderr)
+		o.Logf = logfOver(o.Logger)
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+}
+
+// logfOver returns a printf-style logger writing INFO lines to l.
+func logfOver(l *slog.Logger) func(string, ...any) {
+	return func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) }
+}
+
+// logfWriter passes each line a slog handler writes to a printf-style logger.
+type logfWriter func(format string, args ...any)
+
+func (f logfWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	if n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+	}
+	f("%s", b)
+	return n, nil
+}
+
+func withoutTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
+// accessLog reports whether [global] access_log is on in g (the generation a request started with;
+// a reload switches it for the requests after it).
+func (g *generation) accessLog() bool { return g.cfg.Global.AccessLog }
+
+// logRequest writes the access log line of a request that fairlead answered or relayed: the client
+// address, method, path (never the query string), the index of the [[routes]] entry that matched (-1:
+// none), the pool and the address of the server of the last attempt ("" when none), the status (101 for
+// an upgrade that became a tunnel), the duration until the answer's head was ready to relay (for a
+// tunnel, until the server's 101 arrived), the body bytes each way (see requestBodyBytes and
+// responseBodyBytes; -1: a streamed answer without a length) and the retries on other servers. It
+// allocates; the caller calls it only with the access log on.
+func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server, took time.Duration, in, out int64, retries int) {
+	status := ctx.Response.StatusCode()
+	if ctx.Hijacked() {
+		status = fasthttp.StatusSwitchingProtocols
+	}
+	var pool, server string
+	if p != nil {
+		pool = p.name
+	}
+	if s != nil {
+		server = s.Addr
+	}
+	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("type", "request"),
+		slog.String("client", ctx.RemoteIP().String()),
+		slog.String("method", string(ctx.Method())),
+		slog.String("path", string(ctx.Path())),
+		slog.Int("route", route),
+		slog.String("pool", pool),
+		slog.String("server", server),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", milliseconds(took)),
+		slog.Int64("req_bytes", in),
+		slog.Int64("resp_bytes", out),
+		slog.Int("retries", retries),
+	)
+}
+
+// milliseconds is d in milliseconds, to the microsecond.
+func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// tunnelEnd accounts for a tunnel when it closes: its bytes go to the pool's counters and, with the
+// access log on, one line is written. The relay reports the close to onClose, which may run before
+// relay.Add has returned the Tunnel whose counts it needs (a tunnel can end inside Add); whichever of
+// added and closed comes second does the accounting, once.
+type tunnelEnd struct {
+	lb     *LB
+	p      *Pool
+	s      *Server
+	client net.Addr
+	opened time.Time
+
+	mu    sync.Mutex
+	t     *tunnel.Tunnel
+	why   tunnel.Reason
+	ended bool
+}
+
+// added records the Tunnel relay.Add returned.
+func (e *tunnelEnd) added(t *tunnel.Tunnel) {
+	e.mu.Lock()
+	e.t = t
+	ended := e.ended
+	e.mu.Unlock()
+	if ended {
+		e.account()
+	}
+}
+
+// closed records the end of the tunnel (its onClose).
+func (e *tunnelEnd) closed(why tunnel.Reason) {
+	e.mu.Lock()
+	e.why, e.ended = why, true
+	t := e.t
+	e.mu.Unlock()
+	if t != nil {
+		e.account()
+	}
+}
+
+func (e *tunnelEnd) account() {
+	toServer, toClient := e.t.Bytes()
+	e.p.m.tunnelBytes[0].Add(toServer)
+	e.p.m.tunnelBytes[1].Add(toClient)
+	if !e.lb.gen.Load().accessLog() {
+		return
+	}
+	var client string
+	if a, ok := e.client.(*net.TCPAddr); ok {
+		client = a.IP.String()
+	}
+	e.lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("type", "tunnel"),
+		slog.String("client", client),
+		slog.String("pool", e.p.name),
+		slog.String("server", e.s.Addr),
+		slog.Float64("duration_ms", milliseconds(time.Since(e.opened))),
+		slog.Uint64("bytes_to_server", toServer),
+		slog.Uint64("bytes_to_client", toClient),
+		slog.String("reason", e.why.String()),
+	)
+}

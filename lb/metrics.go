@@ -1,0 +1,197 @@
+package lb
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/tunnel"
+	"github.com/valyala/fasthttp"
+)
+
+// Metrics (GET /metrics) are written at scrape time from what the pools and servers of the current
+// generation hold, so that a pool or server removed by a reload disappears from /metrics with it, and
+// a server's display name is always the current one. Counters are atomics; the histograms are
+// VictoriaMetrics histograms (buckets labelled vmrange) kept on their pool, copied into a Set of the
+// scrape to be written. Recording allocates nothing on the request path: an atomic add, or a histogram
+// update (a short lock, no allocation once its buckets of that magnitude exist).
+
+// poolMetrics are what a pool records for /metrics beside its counters (Pool.m).
+type poolMetrics struct {
+	// duration observes each request routed to the pool, in seconds, from its arrival at the handler
+	// until the answer's head is ready to be relayed (the body streams after it), whatever the answer:
+	// fairlead's own 502, 503 or 504 included. For an upgrade that becomes a tunnel it ends when the
+	// server's 101 has arrived.
+	duration metrics.Histogram
+	// queueWait observes each wait for a server (Pool.await), in seconds, whether the request got one
+	// or not; a request turned away at once by a full queue did not wait.
+	queueWait metrics.Histogram
+	// bytesIn and bytesOut count body bytes: see requestBodyBytes and responseBodyBytes.
+	bytesIn, bytesOut atomic.Uint64
+	// tunnelBytes counts the bytes relayed by the pool's tunnels, to the server and to the client, when
+	// each tunnel closes.
+	tunnelBytes [2]atomic.Uint64
+
+	checksMu sync.Mutex
+	checks   map[string]*metrics.Histogram // probe latency in seconds, by server address
+}
+
+// observe accounts for one request routed to the pool.
+func (m *poolMetrics) observe(took time.Duration, in, out int64) {
+	m.duration.Update(took.Seconds())
+	if in > 0 {
+		m.bytesIn.Add(uint64(in))
+	}
+	if out > 0 {
+		m.bytesOut.Add(uint64(out))
+	}
+}
+
+// observeCheck records the latency of one probe of the server at addr, if it is still in the pool.
+// It runs in the event stream's subscriber (countEvent): quick, one short lock.
+func (p *Pool) observeCheck(addr string, latency time.Duration) {
+	if !slices.ContainsFunc(p.state.Load().servers, func(s *Server) bool { return s.Addr == addr }) {
+		return // a probe that was in flight when its server left the pool
+	}
+	m := &p.m
+	m.checksMu.Lock()
+	h := m.checks[addr]
+	if h == nil {
+		if m.checks == nil {
+			m.checks = map[string]*metrics.Histogram{}
+		}
+		h = &metrics.Histogram{}
+		m.checks[addr] = h
+	}
+	m.checksMu.Unlock()
+	h.Update(latency.Seconds())
+}
+
+// forgetCheck drops the probe latencies of a server that left the pool.
+func (p *Pool) forgetCheck(addr string) {
+	p.m.checksMu.Lock()
+	delete(p.m.checks, addr)
+	p.m.checksMu.Unlock()
+}
+
+func (p *Pool) checkHistogram(addr string) *metrics.Histogram {
+	p.m.checksMu.Lock()
+	defer p.m.checksMu.Unlock()
+	return p.m.checks[addr]
+}
+
+// requestBodyBytes is what fairlead read of a request's body from the client: a body held in memory
+// (with a Content-Length up to retry_buffer) in full, a streamed one (larger, or chunked) as far as it
+// was read, which is all of it once forwarded. The caller has made the body replayable.
+func requestBodyBytes(req *fasthttp.Request, replay replayable) int64 {
+	if replay.stream != nil {
+		return replay.stream.n
+	}
+	if req.IsBodyStream() {
+		return 0
+	}
+	return int64(len(req.Body()))
+}
+
+// responseBodyBytes is the body of the answer as it is known when its head is relayed: the length of a
+// body held in memory (fairlead's own answers, a refused upgrade), the Content-Length of a streamed one,
+// 0 for an answer without a body (HEAD, 1xx, 204, 304, a tunnel), and -1 for a streamed body without a
+// length (chunked, or read until the server closes), whose size fairlead does not learn. A client that
+// disconnects during the body is not noticed either.
+func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
+	resp := &ctx.Response
+	if code := resp.StatusCode(); ctx.Hijacked() || ctx.IsHead() || code < 200 || code == 204 || code == 304 {
+		return 0
+	}
+	if resp.IsBodyStream() {
+		return max(int64(resp.Header.ContentLength()), -1)
+	}
+	return int64(len(resp.Body()))
+}
+
+// writeMetrics writes the metrics of the current generation.
+func (lb *LB) writeMetrics(w io.Writer) {
+	g := lb.gen.Load()
+	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
+	metrics.WriteCounterUint64(w, "fairlead_bad_requests_total", lb.badRequests.Load())
+	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
+	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
+	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
+	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
+	for _, k := range healthcheck.Kinds() {
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
+	}
+	ts := lb.relayStats()
+	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
+	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
+	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)
+	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_client"}`, ts.BytesToClient)
+	for r, n := range ts.ByReason {
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_tunnels_closed_by_reason_total{reason=%q}`, tunnel.Reason(r)), n)
+	}
+	// The histograms of this scrape: copies, so that their names carry the current labels.
+	hs := metrics.NewSet()
+	histogram := func(name string, h *metrics.Histogram) { hs.NewHistogram(name).Merge(h) }
+	for _, name := range g.poolNames() {
+		p := g.pools[name]
+		st := p.state.Load()
+		l := fmt.Sprintf(`pool=%q`, name)
+		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
+		// Answers fairlead gave itself, by status: 502, 504, and unavailable_status (503 by default) for
+		// requests no server could take in time.
+		errs := map[int]uint64{502: p.bad502.Load(), 504: p.timeout.Load()}
+		errs[st.cfg.UnavailableStatus] += p.noServer.Load()
+		for _, code := range slices.Sorted(maps.Keys(errs)) {
+			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_pool_errors_total{%s,code="%d"}`, l, code), errs[code])
+		}
+		metrics.WriteCounterUint64(w, "fairlead_pool_unavailable_total{"+l+"}", p.noServer.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_queue_full_total{"+l+"}", p.queueFull.Load())
+		metrics.WriteGaugeUint64(w, "fairlead_pool_waiting{"+l+"}", uint64(max(p.waiting.Load(), 0)))
+		metrics.WriteCounterUint64(w, "fairlead_pool_tunnels_opened_total{"+l+"}", p.tunnelsOpened.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_bytes_total{"+l+`,direction="in"}`, p.m.bytesIn.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_bytes_total{"+l+`,direction="out"}`, p.m.bytesOut.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_tunnel_bytes_total{"+l+`,direction="to_server"}`, p.m.tunnelBytes[0].Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_tunnel_bytes_total{"+l+`,direction="to_client"}`, p.m.tunnelBytes[1].Load())
+		metrics.WriteGaugeUint64(w, "fairlead_pool_serving_backups{"+l+"}", boolGauge(p.tier.Load() == backups))
+		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
+		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
+		if p.table != nil {
+			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
+		}
+		st.policy.writeMetrics(w, l, st)
+		histogram("fairlead_request_duration_seconds{"+l+"}", &p.m.duration)
+		histogram("fairlead_queue_wait_seconds{"+l+"}", &p.m.queueWait)
+		for _, s := range st.servers {
+			sl := l + "," + serverLabels(s)
+			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
+			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
+			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight{"+sl+"}", uint64(max(s.inflight.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight_bytes{"+sl+"}", uint64(max(s.inflightBytes.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_backup{"+sl+"}", boolGauge(s.Backup()))
+			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.Load().ConnsCount()))
+			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
+			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
+			if h := p.checkHistogram(s.Addr); h != nil {
+				histogram("fairlead_check_duration_seconds{"+sl+"}", h)
+			}
+		}
+	}
+	hs.WritePrometheus(w)
+	metrics.WriteProcessMetrics(w)
+}
+
+func boolGauge(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}

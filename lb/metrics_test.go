@@ -1,0 +1,273 @@
+package lb
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// metricValue returns the value of series (a name with its labels, exactly as /metrics writes them) in
+// page, and whether page has it.
+func metricValue(page, series string) (float64, bool) {
+	for _, ln := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(ln, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// mustMetric is metricValue that fails the test when the series is missing.
+func mustMetric(t *testing.T, page, series string) float64 {
+	t.Helper()
+	v, ok := metricValue(page, series)
+	if !ok {
+		t.Fatalf("/metrics has no %s:\n%s", series, page)
+	}
+	return v
+}
+
+// startLBWithOptions is startLB with the caller's Options (a logger, a version).
+func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
+	t.Helper()
+	cfg, err := LoadConfig(writeConfig(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(cfg, o)
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
+}
+
+// send sends one request through fairlead and returns the response's Content-Length (-1 when the
+// answer had none), having read its body.
+func send(t *testing.T, l *LB, method, path string, body []byte) int64 {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+l.Addr()+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s %s: status %d", method, path, resp.StatusCode)
+	}
+	return resp.ContentLength
+}
+
+func TestMetricsCountEachRequestsDurationAndItsBodyBytesPerPool(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, platformConfig(c, "", ""))
+
+	var out int64
+	for i := 0; i < 5; i++ { // streamed answers with a Content-Length
+		out += send(t, l, "GET", "/Thingworx/Things/A?bytes=1000", nil)
+	}
+	if out != 5000 {
+		t.Fatalf("the simulated answers carried %d bytes, want 5000", out)
+	}
+	// A chunked answer's size is not known when its head is relayed: it is not counted.
+	if n := send(t, l, "GET", "/Thingworx/Things/A?bytes=3000&chunked=1", nil); n != -1 {
+		t.Fatalf("chunked answer with Content-Length %d", n)
+	}
+	for i := 0; i < 3; i++ { // bodies held in memory (Content-Length within retry_buffer)
+		out += send(t, l, "POST", "/Thingworx/Things/A/Services/Upload", make([]byte, 500))
+	}
+	// A body larger than retry_buffer streams: counted as it is read.
+	out += send(t, l, "POST", "/Thingworx/Things/A/Services/Upload", make([]byte, 100_000))
+
+	page := scrapeMetrics(t, l)
+	if n := mustMetric(t, page, `fairlead_request_duration_seconds_count{pool="platform"}`); n != 10 {
+		t.Errorf("request duration count %v, want 10", n)
+	}
+	if s := mustMetric(t, page, `fairlead_request_duration_seconds_sum{pool="platform"}`); s <= 0 || s > 10 {
+		t.Errorf("request duration sum %v s for 10 quick requests", s)
+	}
+	if !strings.Contains(page, `fairlead_request_duration_seconds_bucket{pool="platform",vmrange="`) {
+		t.Errorf("no request duration buckets:\n%s", page)
+	}
+	if in := mustMetric(t, page, `fairlead_pool_bytes_total{pool="platform",direction="in"}`); in != 3*500+100_000 {
+		t.Errorf("bytes in %v, want %d", in, 3*500+100_000)
+	}
+	if got := mustMetric(t, page, `fairlead_pool_bytes_total{pool="platform",direction="out"}`); got != float64(out) {
+		t.Errorf("bytes out %v, want %d (the Content-Lengths the client saw)", got, out)
+	}
+	// No request waited for a server.
+	if _, ok := metricValue(page, `fairlead_queue_wait_seconds_count{pool="platform"}`); ok {
+		t.Errorf("queue wait observed although no request waited:\n%s", page)
+	}
+}
+
+func TestMetricsHaveEachServersProbeLatencies(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	for _, p := range c.Platforms {
+		series := fmt.Sprintf(`fairlead_check_duration_seconds_count{pool="platform",server=%q,name=%q}`, p.Addr, p.Addr)
+		eventually(t, 3*time.Second, "probe latencies of "+p.Addr, func() bool {
+			n, _ := metricValue(scrapeMetrics(t, l), series)
+			return n >= 2
+		})
+	}
+	page := scrapeMetrics(t, l)
+	sum := mustMetric(t, page, fmt.Sprintf(`fairlead_check_duration_seconds_sum{pool="platform",server=%q,name=%q}`, c.Platforms[0].Addr, c.Platforms[0].Addr))
+	if sum <= 0 || sum > 5 {
+		t.Errorf("probe latency sum %v s", sum)
+	}
+}
+
+func TestBuildInfoReportsTheVersionAndGoVersion(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	l := startLBWithOptions(t, platformConfig(c, "", ""), Options{Logf: func(string, ...any) {}, Version: "1.2.3"})
+	mustMetric(t, scrapeMetrics(t, l), fmt.Sprintf(`fairlead_build_info{version="1.2.3",goversion=%q}`, runtime.Version()))
+
+	l2, _ := startLB(t, platformConfig(c, "", ""))
+	mustMetric(t, scrapeMetrics(t, l2), fmt.Sprintf(`fairlead_build_info{version="dev",goversion=%q}`, runtime.Version()))
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	files := platformConfig(c, "", "")
+	// A leader pool whose only server is not there: its requests wait queue_timeout, then get 503.
+	files["05-nobody.toml"] = fmt.Sprintf(`
+[pools.nobody]
+balance = "leader"
+servers = [%q]
+queue_timeout = "300ms"
+[pools.nobody.check]
+timeout = "300ms"
+[[routes]]
+paths = ["/nobody"]
+pool = "nobody"
+`, closedAddr(t))
+	l, _ := startLB(t, files)
+	send(t, l, "GET", "/Thingworx/Things/A", nil)
+	resp, err := testClient.Get("http://" + l.Addr() + "/nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("GET /nobody: %d, want 503", resp.StatusCode)
+	}
+
+	page := scrapeMetrics(t, l)
+	if n := mustMetric(t, page, `fairlead_queue_wait_seconds_count{pool="nobody"}`); n != 1 {
+		t.Errorf("queue waits %v, want 1", n)
+	}
+	if s := mustMetric(t, page, `fairlead_queue_wait_seconds_sum{pool="nobody"}`); s < 0.3 || s > 2 {
+		t.Errorf("queue wait %v s, want about queue_timeout (0.3 s)", s)
+	}
+	if _, ok := metricValue(page, `fairlead_queue_wait_seconds_count{pool="platform"}`); ok {
+		t.Errorf("the platform pool's request did not wait, yet a wait was observed")
+	}
+	// The 503 is a request of its pool like any other.
+	if n := mustMetric(t, page, `fairlead_request_duration_seconds_count{pool="nobody"}`); n != 1 {
+		t.Errorf("request durations of the nobody pool %v, want 1", n)
+	}
+}
+
+func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.sticky]\nmax_entries = 2\n"))
+	msg := []byte("hello, connection server")
+	for i := 0; i < 5; i++ {
+		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("asset-%d", i)))
+		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := conn.ReadMessage(); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("echo: %q, %v", got, err)
+		}
+		conn.Close()
+	}
+	eventually(t, 3*time.Second, "the tunnels to close", func() bool {
+		return l.relayStats().Closed == 5
+	})
+
+	page := scrapeMetrics(t, l)
+	// Five keys in a table of two: three evicted.
+	if n := mustMetric(t, page, `fairlead_pool_sticky_evictions_total{pool="cxserver"}`); n != 3 {
+		t.Errorf("sticky evictions %v, want 3", n)
+	}
+	if _, ok := metricValue(page, `fairlead_pool_sticky_evictions_total{pool="platform"}`); ok {
+		t.Errorf("a leader pool has no sticky table, yet evictions are written")
+	}
+	// Each tunnel carried at least one frame of the message each way (a client frame is masked: 4
+	// bytes more), and the per-pool counts add up to the relay's.
+	ts := l.relayStats()
+	toServer := mustMetric(t, page, `fairlead_pool_tunnel_bytes_total{pool="cxserver",direction="to_server"}`)
+	toClient := mustMetric(t, page, `fairlead_pool_tunnel_bytes_total{pool="cxserver",direction="to_client"}`)
+	if toServer < float64(5*len(msg)) || toServer != float64(ts.BytesToServer) {
+		t.Errorf("tunnel bytes to the servers %v, relay %d", toServer, ts.BytesToServer)
+	}
+	if toClient < float64(5*len(msg)) || toClient != float64(ts.BytesToClient) {
+		t.Errorf("tunnel bytes to the clients %v, relay %d", toClient, ts.BytesToClient)
+	}
+	// The upgrades are requests of their pool: the duration until each 101.
+	if n := mustMetric(t, page, `fairlead_request_duration_seconds_count{pool="cxserver"}`); n != 5 {
+		t.Errorf("upgrade durations %v, want 5", n)
+	}
+}
+
+func TestARemovedPoolsSeriesDisappear(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	files := platformConfig(c, "", "")
+	files["05-other.toml"] = fmt.Sprintf(`
+[pools.other]
+balance = "leader"
+servers = [%q]
+[pools.other.check]
+credentials = "YWRtaW46YWRtaW4="
+[[routes]]
+paths = ["/other"]
+pool = "other"
+`, c.Platforms[0].Addr)
+	l, _ := startLB(t, files)
+	send(t, l, "GET", "/Thingworx/Things/A", nil)
+	if _, ok := metricValue(scrapeMetrics(t, l), `fairlead_request_duration_seconds_count{pool="platform"}`); !ok {
+		t.Fatal("no request duration of the platform pool")
+	}
+	delete(files, "05-other.toml")
+	reloadWith(t, l, files)
+	page := scrapeMetrics(t, l)
+	if strings.Contains(page, `pool="other"`) {
+		t.Errorf("series of the removed pool remain:\n%s", page)
+	}
+	mustMetric(t, page, `fairlead_request_duration_seconds_count{pool="platform"}`)
+}

@@ -1,0 +1,942 @@
+package lb
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// Black-box tests of the operations features over real sockets: admin access (token, Basic user,
+// non-loopback listeners), admin actions (drain, maint, ready, probe), listen address rebinding on
+// reload, tunnel_close_spread, and the drain at Close.
+
+// opSecret writes a secret file (with a trailing newline, as editors leave it) and returns its path.
+func opSecret(t *testing.T, value string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(f, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// opAdmin sends method path to the admin listener at addr (host:port) with the Authorization header
+// auth ("" for none) and returns the status, the headers and the body.
+func opAdmin(t *testing.T, addr, method, path, auth string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+// opAction posts ACTION for the server at addr of pool and returns the status and the body.
+func opAction(t *testing.T, l *LB, pool, addr, action, auth string) (int, []byte) {
+	t.Helper()
+	code, _, body := opAdmin(t, l.AdminAddr(), http.MethodPost, "/api/servers/"+pool+"/"+addr+"/"+action, auth)
+	return code, body
+}
+
+// opMustAction posts ACTION and fails the test unless it answers 200 with the server's status, which
+// it returns.
+func opMustAction(t *testing.T, l *LB, pool, addr, action, auth string) ServerStatus {
+	t.Helper()
+	code, body := opAction(t, l, pool, addr, action, auth)
+	if code != 200 {
+		t.Fatalf("POST %s on %s: %d %s", action, addr, code, body)
+	}
+	var ss ServerStatus
+	if err := json.Unmarshal(body, &ss); err != nil {
+		t.Fatalf("POST %s on %s: the answer is not a server status: %v: %s", action, addr, err, body)
+	}
+	if ss.Addr != addr {
+		t.Fatalf("POST %s on %s: the answer describes %q", action, addr, ss.Addr)
+	}
+	return ss
+}
+
+// opMetric returns the value of the /metrics series named exactly series (name and labels), or -1 if
+// there is none; the scrape goes to addr with auth.
+func opMetric(t *testing.T, addr, auth, series string) float64 {
+	t.Helper()
+	code, _, body := opAdmin(t, addr, http.MethodGet, "/metrics", auth)
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	for _, ln := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(ln, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("/metrics: bad value in %q", ln)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+const adminActionSeries = `fairlead_events_total{kind="admin_action"}`
+
+// opAdminActions is the admin_action event count of /metrics.
+func opAdminActions(t *testing.T, l *LB, auth string) float64 {
+	t.Helper()
+	return opMetric(t, l.AdminAddr(), auth, adminActionSeries)
+}
+
+// opWantState fails the test unless /api/status (read as JSON over the admin listener, as an operator
+// reads it) shows the server with these state, admin_state and available.
+func opWantState(t *testing.T, l *LB, auth, pool, addr, state, adminState string, available bool) {
+	t.Helper()
+	code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, "/api/status", auth)
+	if code != 200 {
+		t.Fatalf("GET /api/status: %d %s", code, body)
+	}
+	var st Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("GET /api/status: %v", err)
+	}
+	for _, p := range st.Pools {
+		if p.Name != pool {
+			continue
+		}
+		for _, s := range p.Servers {
+			if s.Addr == addr {
+				if s.State != state || s.AdminState != adminState || s.Available != available {
+					t.Fatalf("/api/status: %s: state %q, admin_state %q, available %v; want %q, %q, %v",
+						addr, s.State, s.AdminState, s.Available, state, adminState, available)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("/api/status does not list %s in pool %s", addr, pool)
+}
+
+func TestAdminTokenIsNeededForActionsButNotForReadingOnLoopback(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	const token = "t0ken-Xy9-s3cret"
+	l, logs := startLB(t, cxConfig(c, fmt.Sprintf("[admin]\ntoken_file = %q\n", opSecret(t, token))))
+	cx1 := c.Connections[0]
+	asset := valuesPlacedOn(t, "op-auth-", 1, cx1.Addr, cx1.Addr, c.Connections[1].Addr)[0]
+	tunnel, _ := dialAsset(t, l, asset)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:"+token))
+	for _, auth := range []string{"", "Bearer wrong", "Bearer ", "Bearer " + token + "x", "Bearer " + token[:len(token)-1],
+		basic, token, "Token " + token} {
+		code, h, body := opAdmin(t, l.AdminAddr(), http.MethodPost, "/api/servers/cxserver/"+cx1.Addr+"/maint", auth)
+		if code != 401 {
+			t.Fatalf("POST maint with Authorization %q: %d %s, want 401", auth, code, body)
+		}
+		if wa := h.Get("WWW-Authenticate"); !strings.HasPrefix(wa, "Bearer") {
+			t.Errorf("POST with Authorization %q: WWW-Authenticate %q, want a Bearer challenge", auth, wa)
+		}
+		if strings.Contains(string(body), token) {
+			t.Errorf("the 401 shows the token: %s", body)
+		}
+	}
+	// Nothing was done: the server is ready and available, its tunnel open, and no admin action was
+	// published.
+	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
+	mustEcho(t, tunnel, "after refused maint")
+	if n := opAdminActions(t, l, ""); n != 0 {
+		t.Fatalf("%s = %v after refused actions, want 0", adminActionSeries, n)
+	}
+	// Reading needs no credentials on a loopback listener.
+	for _, path := range []string{"/api/status", "/status", "/metrics", "/healthz", "/"} {
+		if code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, path, ""); code != 200 {
+			t.Errorf("GET %s without credentials: %d %s, want 200", path, code, body)
+		}
+	}
+	// The right token is obeyed.
+	if ss := opMustAction(t, l, "cxserver", cx1.Addr, "drain", "Bearer "+token); ss.AdminState != "drain" || ss.Available {
+		t.Fatalf("the answer to drain: admin_state %q, available %v", ss.AdminState, ss.Available)
+	}
+	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
+	if n := opAdminActions(t, l, ""); n != 1 {
+		t.Fatalf("%s = %v after one action, want 1", adminActionSeries, n)
+	}
+	if strings.Contains(logs.all(), token) {
+		t.Errorf("the log shows the token")
+	}
+}
+
+func TestAdminBasicUserAndPassword(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	const password = "pa55-W0rd-zz"
+	l, _ := startLB(t, cxConfig(c, fmt.Sprintf("[admin]\nuser = \"ops\"\npassword_file = %q\n", opSecret(t, password))))
+	cx2 := c.Connections[1]
+	b := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	for _, auth := range []string{"", b("ops", "wrong"), b("ops", password+"x"), b("root", password), b("", password),
+		b("ops", ""), "Bearer " + password, "Basic not-base64!"} {
+		code, h, body := opAdmin(t, l.AdminAddr(), http.MethodPost, "/api/servers/cxserver/"+cx2.Addr+"/drain", auth)
+		if code != 401 {
+			t.Fatalf("POST drain with Authorization %q: %d %s, want 401", auth, code, body)
+		}
+		if wa := h.Get("WWW-Authenticate"); !strings.HasPrefix(wa, "Basic") {
+			t.Errorf("POST with Authorization %q: WWW-Authenticate %q, want a Basic challenge", auth, wa)
+		}
+	}
+	opWantState(t, l, "", "cxserver", cx2.Addr, "up", "ready", true)
+	if n := opAdminActions(t, l, ""); n != 0 {
+		t.Fatalf("%s = %v after refused actions, want 0", adminActionSeries, n)
+	}
+	opMustAction(t, l, "cxserver", cx2.Addr, "drain", b("ops", password))
+	opWantState(t, l, "", "cxserver", cx2.Addr, "drain", "drain", false)
+	if n := opAdminActions(t, l, ""); n != 1 {
+		t.Fatalf("%s = %v, want 1", adminActionSeries, n)
+	}
+}
+
+func TestAdminConfigRequiresCredentialsOffLoopbackAndNeverShowsThem(t *testing.T) {
+	const token, password = "tok-Q7-never-shown", "pw-Z3-never-shown"
+	tokenFile, passwordFile := opSecret(t, token), opSecret(t, password)
+	load := func(admin string) (*Config, error) {
+		t.Helper()
+		return loadConfigNoPanic(t, writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-admin.toml": admin}))
+	}
+	noSecret := func(err error) {
+		t.Helper()
+		if err != nil && (strings.Contains(err.Error(), token) || strings.Contains(err.Error(), password)) {
+			t.Errorf("an error shows a secret: %v", err)
+		}
+	}
+	wantErr := func(name, admin string, want ...string) {
+		t.Helper()
+		_, err := load(admin)
+		if err == nil {
+			t.Errorf("%s: loaded, want an error", name)
+			return
+		}
+		noSecret(err)
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not contain %q", name, err, w)
+			}
+		}
+	}
+	for _, listen := range []string{"0.0.0.0:0", ":8404", "[::]:0", "192.0.2.1:8404"} {
+		wantErr("listen "+listen+" without credentials", fmt.Sprintf("[admin]\nlisten = %q\n", listen),
+			"20-admin.toml", "admin.listen", listen)
+	}
+	for _, admin := range []string{
+		fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\ntoken_file = %q\n", tokenFile),
+		fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\nuser = \"ops\"\npassword_file = %q\n", passwordFile),
+		"[admin]\nlisten = \"localhost:0\"\n",
+		"[admin]\nlisten = \"[::1]:0\"\n",
+	} {
+		cfg, err := load(admin)
+		if err != nil {
+			t.Errorf("%q: %v", admin, err)
+			continue
+		}
+		if cfg.adminToken != "" && cfg.adminToken != token {
+			t.Errorf("the token was read as %q", cfg.adminToken)
+		}
+		if cfg.adminPassword != "" && cfg.adminPassword != password {
+			t.Errorf("the password was read as %q", cfg.adminPassword)
+		}
+	}
+	wantErr("user without password_file", "[admin]\nuser = \"ops\"\n", "20-admin.toml", "admin.user")
+	wantErr("password_file without user", fmt.Sprintf("[admin]\npassword_file = %q\n", passwordFile), "admin.user")
+	missing := filepath.Join(t.TempDir(), "no-such-token")
+	wantErr("unreadable token_file", fmt.Sprintf("[admin]\ntoken_file = %q\n", missing), "20-admin.toml", "admin.token_file")
+	wantErr("token_file a directory", fmt.Sprintf("[admin]\ntoken_file = %q\n", t.TempDir()), "admin.token_file")
+	wantErr("empty token_file", fmt.Sprintf("[admin]\ntoken_file = %q\n", opSecret(t, "  ")), "admin.token_file")
+	wantErr("unreadable password_file", fmt.Sprintf("[admin]\nuser = \"ops\"\npassword_file = %q\n", missing), "admin.password_file")
+	// Other problems of a config with readable secrets do not show them either.
+	wantErr("bad user with secrets", fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\ntoken_file = %q\nuser = \"o:ps\"\npassword_file = %q\n[frontend]\nlisen = 1\n",
+		tokenFile, passwordFile), "admin.user", "frontend.lisen")
+}
+
+func TestANonLoopbackAdminListenerNeedsCredentialsForEveryPath(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	const token = "wide-open-T0k"
+	l, _ := startLB(t, cxConfig(c, fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\ntoken_file = %q\n", opSecret(t, token))))
+	_, port, err := net.SplitHostPort(l.AdminAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", port)
+	for _, path := range []string{"/api/status", "/status", "/metrics", "/healthz", "/", "/events", "/debug/pprof/", "/nope"} {
+		for _, auth := range []string{"", "Bearer nope"} {
+			if code, _, body := opAdmin(t, addr, http.MethodGet, path, auth); code != 401 {
+				t.Errorf("GET %s with Authorization %q: %d %s, want 401", path, auth, code, body)
+			}
+		}
+	}
+	for _, path := range []string{"/api/status", "/metrics", "/healthz", "/"} {
+		if code, _, body := opAdmin(t, addr, http.MethodGet, path, "Bearer "+token); code != 200 {
+			t.Errorf("GET %s with the token: %d %s, want 200", path, code, body)
+		}
+	}
+	cx1 := c.Connections[0]
+	if code, _, body := opAdmin(t, addr, http.MethodPost, "/api/servers/cxserver/"+cx1.Addr+"/drain", ""); code != 401 {
+		t.Errorf("POST drain without the token: %d %s", code, body)
+	}
+	if code, _, body := opAdmin(t, addr, http.MethodPost, "/api/servers/cxserver/"+cx1.Addr+"/drain", "Bearer "+token); code != 200 {
+		t.Errorf("POST drain with the token: %d %s", code, body)
+	}
+	if n := opMetric(t, addr, "Bearer "+token, adminActionSeries); n != 1 {
+		t.Errorf("%s = %v, want 1", adminActionSeries, n)
+	}
+}
+
+func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	files := cxConfig(c, "")
+	l, _ := startLB(t, files)
+	cx1, cx2 := c.Connections[0], c.Connections[1]
+	both := []string{cx1.Addr, cx2.Addr}
+	actions := 0.0
+	wantActions := func() {
+		t.Helper()
+		if n := opAdminActions(t, l, ""); n != actions {
+			t.Fatalf("%s = %v, want %v", adminActionSeries, n, actions)
+		}
+	}
+	// Fresh asset names placed on cx1 by hashing over both servers, handed out one at a time.
+	fresh := valuesPlacedOn(t, "op-fresh-", 20, cx1.Addr, both...)
+	next := func() string { a := fresh[0]; fresh = fresh[1:]; return a }
+
+	assets := valuesPlacedOn(t, "op-held-", 3, cx1.Addr, both...)
+	var conns []*websocket.Conn
+	for _, a := range assets {
+		conn, by := dialAsset(t, l, a)
+		if by != cx1.Name {
+			t.Fatalf("%s landed on %s, want %s", a, by, cx1.Name)
+		}
+		conns = append(conns, conn)
+	}
+	eventually(t, 5*time.Second, "3 tunnels open on cx1", func() bool { return cx1.OpenTunnels() == 3 })
+
+	// drain: no new traffic, not even for the keys of its open tunnels; the tunnels stay.
+	ss := opMustAction(t, l, "cxserver", cx1.Addr, "drain", "")
+	if ss.State != "drain" || ss.AdminState != "drain" || ss.Available {
+		t.Errorf("the answer to drain: %+v", ss)
+	}
+	actions++
+	wantActions()
+	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
+	for i, conn := range conns {
+		mustEcho(t, conn, fmt.Sprint("drained but open ", i))
+	}
+	for _, a := range assets {
+		if by := landsOn(t, l, a); by != cx2.Name {
+			t.Errorf("while cx1 drains, held key %s landed on %s, want %s", a, by, cx2.Name)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if a := next(); landsOn(t, l, a) != cx2.Name {
+			t.Errorf("while cx1 drains, new key %s did not land on %s", a, cx2.Name)
+		}
+	}
+	if n := cx1.OpenTunnels(); n != 3 {
+		t.Errorf("cx1 has %d open tunnels while it drains, want its 3", n)
+	}
+
+	// ready: it takes new traffic again.
+	opMustAction(t, l, "cxserver", cx1.Addr, "ready", "")
+	actions++
+	wantActions()
+	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
+	for i := 0; i < 3; i++ {
+		if a := next(); landsOn(t, l, a) != cx1.Name {
+			t.Errorf("after ready, new key %s placed on cx1 did not land there", a)
+		}
+	}
+	for i, conn := range conns {
+		mustEcho(t, conn, fmt.Sprint("ready ", i))
+	}
+
+	// The operator's state survives a reload that keeps the server.
+	opMustAction(t, l, "cxserver", cx1.Addr, "drain", "")
+	actions++
+	files["40-reload.toml"] = "[pools.cxserver]\nqueue_timeout = \"2s\"\n"
+	reloadWith(t, l, files)
+	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
+	if a := next(); landsOn(t, l, a) != cx2.Name {
+		t.Errorf("drained before a reload, cx1 took new key %s after it", a)
+	}
+
+	// maint: its tunnels are closed and it takes nothing.
+	opMustAction(t, l, "cxserver", cx1.Addr, "maint", "")
+	actions++
+	wantActions()
+	opWantState(t, l, "", "cxserver", cx1.Addr, "maint", "maint", false)
+	for i, conn := range conns {
+		mustClose(t, conn, fmt.Sprint("tunnel ", i, " to cx1 in maintenance"))
+	}
+	eventually(t, 5*time.Second, "cx1's tunnels to end", func() bool { return cx1.OpenTunnels() == 0 })
+	for i := 0; i < 3; i++ {
+		if a := next(); landsOn(t, l, a) != cx2.Name {
+			t.Errorf("cx1 in maintenance took new key %s", a)
+		}
+	}
+	if n := cx1.OpenTunnels(); n != 0 {
+		t.Errorf("cx1 in maintenance has %d open tunnels", n)
+	}
+
+	opMustAction(t, l, "cxserver", cx1.Addr, "ready", "")
+	actions++
+	wantActions()
+	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
+	if a := next(); landsOn(t, l, a) != cx1.Name {
+		t.Errorf("after maint and ready, new key %s placed on cx1 did not land there", a)
+	}
+
+	// Wrong requests: nothing done, nothing published.
+	for _, x := range []struct {
+		method, path string
+		want         int
+	}{
+		{"POST", "/api/servers/cxserver/" + cx1.Addr + "/reboot", 400},
+		{"POST", "/api/servers/cxserver/" + cx1.Addr + "/", 400},
+		{"POST", "/api/servers/cxserver/127.0.0.1:1/drain", 404},
+		{"POST", "/api/servers/nopool/" + cx1.Addr + "/drain", 404},
+		{"POST", "/api/servers/cxserver/" + cx1.Addr, 404},
+		{"POST", "/api/servers/platform/" + cx1.Addr + "/drain", 404},
+		{"GET", "/api/servers/cxserver/" + cx1.Addr + "/drain", 405},
+		{"PUT", "/api/servers/cxserver/" + cx1.Addr + "/drain", 405},
+	} {
+		code, h, body := opAdmin(t, l.AdminAddr(), x.method, x.path, "")
+		if code != x.want {
+			t.Errorf("%s %s: %d %s, want %d", x.method, x.path, code, body, x.want)
+		}
+		if code == 405 && !strings.Contains(h.Get("Allow"), "POST") {
+			t.Errorf("%s %s: 405 with Allow %q, want POST", x.method, x.path, h.Get("Allow"))
+		}
+	}
+	wantActions()
+	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
+}
+
+// opQuietCount waits until count stays the same for 500ms (no probe is due for a long while) and
+// returns it.
+func opQuietCount(t *testing.T, what string, count func() int) int {
+	t.Helper()
+	deadline := time.Now().Add(8 * time.Second)
+	n, since := count(), time.Now()
+	for time.Since(since) < 500*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never stopped changing (long check interval not in force?)", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if m := count(); m != n {
+			n, since = m, time.Now()
+		}
+	}
+	return n
+}
+
+func TestAdminProbeActionProbesTheServerAtOnce(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	const slow = "interval = \"30s\"\ninterval_max = \"40s\"\nfast_interval = \"30s\"\n"
+	l, _ := startLB(t, cxConfig(c, "[pools.platform.check]\n"+slow+"[pools.cxserver.check]\n"+slow))
+	p1, p2, cx2 := c.Platforms[0], c.Platforms[1], c.Connections[1]
+	poolOf := map[string]string{p1.Addr: "platform", p2.Addr: "platform", cx2.Addr: "cxserver"}
+	probes := func(addr string) func() int {
+		return func() int {
+			ss, ok := serverStatus(l, poolOf[addr], addr)
+			if !ok || ss.Check == nil {
+				return -1
+			}
+			return int(ss.Check.Probes)
+		}
+	}
+
+	// A platform server of the leader pool: the simulator records the LeaderCheck.
+	for _, p := range []struct {
+		name string
+		addr string
+		sim  func() int
+	}{
+		{"platform1 (leader)", p1.Addr, func() int { return len(p1.Probes()) }},
+		{"platform2", p2.Addr, func() int { return len(p2.Probes()) }},
+	} {
+		before := opQuietCount(t, p.name+"'s probes", p.sim)
+		st := opQuietCount(t, p.name+"'s probe count in /status", probes(p.addr))
+		opMustAction(t, l, "platform", p.addr, "probe", "")
+		eventually(t, 3*time.Second, p.name+" to get a probe", func() bool { return p.sim() > before })
+		eventually(t, 3*time.Second, p.name+"'s probe count in /status to move", func() bool { return probes(p.addr)() > st })
+	}
+	// A connection server of the sticky pool: /status counts its probes.
+	before := opQuietCount(t, "cx2's probe count", probes(cx2.Addr))
+	opMustAction(t, l, "cxserver", cx2.Addr, "probe", "")
+	eventually(t, 3*time.Second, "cx2 to get a probe", func() bool { return probes(cx2.Addr)() > before })
+	opWantState(t, l, "", "cxserver", cx2.Addr, "up", "ready", true)
+	if n := opAdminActions(t, l, ""); n != 3 {
+		t.Errorf("%s = %v after 3 probes, want 3", adminActionSeries, n)
+	}
+}
+
+// opKeepAlive is a client connection that sends HTTP/1.1 requests one after the other on one socket.
+type opKeepAlive struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func opDialKeepAlive(t *testing.T, addr string) *opKeepAlive {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &opKeepAlive{conn: conn, br: bufio.NewReader(conn)}
+}
+
+// get sends GET path on the connection and returns the status, the X-Served-By header, and whether
+// the server announced that it closes the connection.
+func (k *opKeepAlive) get(t *testing.T, path string) (status int, servedBy string, closing bool) {
+	t.Helper()
+	k.conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	defer k.conn.SetDeadline(time.Time{})                //nolint:errcheck
+	if _, err := fmt.Fprintf(k.conn, "GET %s HTTP/1.1\r\nHost: fairlead.test\r\n\r\n", path); err != nil {
+		t.Fatalf("keep-alive connection: writing GET %s: %v", path, err)
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		t.Fatalf("keep-alive connection: GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("keep-alive connection: GET %s: body: %v", path, err)
+	}
+	return resp.StatusCode, resp.Header.Get("X-Served-By"), resp.Close
+}
+
+// opFreeAddr returns a loopback address that nothing listens on (just now).
+func opFreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// opRefused reports whether a new connection to addr is refused.
+func opRefused(addr string) bool {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return true
+	}
+	conn.Close()
+	return false
+}
+
+// opCopy returns a copy of files with name → body added.
+func opCopy(files map[string]string, name, body string) map[string]string {
+	out := map[string]string{name: body}
+	for k, v := range files {
+		if k != name {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	files := platformConfig(c, "", "")
+	l, logs := startLB(t, files)
+	oldAddr, oldAdmin := l.Addr(), l.AdminAddr()
+	ka := opDialKeepAlive(t, oldAddr)
+	if code, by, closing := ka.get(t, "/Thingworx/one"); code != 200 || by != "platform1" || closing {
+		t.Fatalf("first request on the keep-alive connection: %d from %q (closing %v)", code, by, closing)
+	}
+
+	newAddr, newAdmin := opFreeAddr(t), opFreeAddr(t)
+	cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-listen.toml",
+		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(cfg); err != nil {
+		t.Fatalf("reload to a new listen address: %v", err)
+	}
+	if got := l.Addr(); got != newAddr {
+		t.Fatalf("Addr() = %s after the reload, want %s", got, newAddr)
+	}
+	if got := l.AdminAddr(); got != newAdmin {
+		t.Fatalf("AdminAddr() = %s after the reload, want %s", got, newAdmin)
+	}
+	// The connection accepted on the old listener goes on being served.
+	for i := 0; i < 2; i++ {
+		if code, by, _ := ka.get(t, fmt.Sprint("/Thingworx/again", i)); code != 200 || by != "platform1" {
+			t.Fatalf("request %d on the old keep-alive connection after the move: %d from %q", i+2, code, by)
+		}
+	}
+	// The new addresses serve; the old ones refuse new connections.
+	if code, by := get(t, l, "/Thingworx/new"); code != 200 || by != "platform1" {
+		t.Fatalf("GET on the new address: %d from %q", code, by)
+	}
+	if code, _, body := opAdmin(t, newAdmin, http.MethodGet, "/healthz", ""); code != 200 {
+		t.Fatalf("admin on the new address: %d %s", code, body)
+	}
+	eventually(t, 5*time.Second, "the old frontend address to refuse connections", func() bool { return opRefused(oldAddr) })
+	eventually(t, 5*time.Second, "the old admin address to refuse connections", func() bool { return opRefused(oldAdmin) })
+	if n := opMetric(t, newAdmin, "", "fairlead_config_reloads_total"); n != 1 {
+		t.Errorf("fairlead_config_reloads_total = %v, want 1", n)
+	}
+	if !strings.Contains(logs.all(), "frontend: now listening on "+newAddr) {
+		t.Errorf("no log line about the frontend's new address")
+	}
+}
+
+func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	files := platformConfig(c, "", "")
+	l, _ := startLB(t, files)
+	oldAddr := l.Addr()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	extraPool := fmt.Sprintf("[pools.extra]\nbalance = \"roundrobin\"\nservers = [%q]\n", c.Platforms[1].Addr)
+	hasExtra := func() bool {
+		for _, p := range l.Status().Pools {
+			if p.Name == "extra" {
+				return true
+			}
+		}
+		return false
+	}
+	metric := func(name string) float64 { t.Helper(); return opMetric(t, l.AdminAddr(), "", name) }
+
+	// The frontend's new address is taken.
+	cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-bad.toml",
+		fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Reload(cfg)
+	if err == nil {
+		t.Fatal("a reload to a taken frontend address succeeded")
+	}
+	if !strings.Contains(err.Error(), "50-bad.toml") || !strings.Contains(err.Error(), "frontend.listen") {
+		t.Errorf("error %q does not name the file and frontend.listen", err)
+	}
+	if hasExtra() {
+		t.Errorf("the failed reload's new pool is in /status")
+	}
+	if got := l.Addr(); got != oldAddr {
+		t.Errorf("Addr() = %s after the failed reload, want %s", got, oldAddr)
+	}
+	if code, by := get(t, l, "/Thingworx/still"); code != 200 || by != "platform1" {
+		t.Errorf("the old address after the failed reload: %d from %q", code, by)
+	}
+	if n := metric("fairlead_config_reload_failures_total"); n != 1 {
+		t.Errorf("fairlead_config_reload_failures_total = %v, want 1", n)
+	}
+	if n := metric("fairlead_config_last_reload_successful"); n != 0 {
+		t.Errorf("fairlead_config_last_reload_successful = %v, want 0", n)
+	}
+	if n := metric("fairlead_config_reloads_total"); n != 0 {
+		t.Errorf("fairlead_config_reloads_total = %v, want 0", n)
+	}
+
+	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
+	free := opFreeAddr(t)
+	cfg, err = LoadConfig(writeConfig(t, opCopy(files, "50-bad.toml",
+		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Reload(cfg)
+	if err == nil {
+		t.Fatal("a reload to a taken admin address succeeded")
+	}
+	if !strings.Contains(err.Error(), "admin.listen") {
+		t.Errorf("error %q does not name admin.listen", err)
+	}
+	if hasExtra() {
+		t.Errorf("the failed reload's new pool is in /status")
+	}
+	if got := l.Addr(); got != oldAddr {
+		t.Errorf("Addr() = %s after the failed reload, want %s", got, oldAddr)
+	}
+	if !opRefused(free) {
+		t.Errorf("the failed reload left a listener on the frontend's new address %s", free)
+	}
+	if n := metric("fairlead_config_reload_failures_total"); n != 2 {
+		t.Errorf("fairlead_config_reload_failures_total = %v, want 2", n)
+	}
+
+	// A good reload after them applies.
+	reloadWith(t, l, opCopy(files, "50-good.toml", extraPool))
+	if !hasExtra() {
+		t.Errorf("the good reload's new pool is not in /status")
+	}
+	if n := metric("fairlead_config_reloads_total"); n != 1 {
+		t.Errorf("fairlead_config_reloads_total = %v, want 1", n)
+	}
+	if n := metric("fairlead_config_last_reload_successful"); n != 1 {
+		t.Errorf("fairlead_config_last_reload_successful = %v, want 1", n)
+	}
+}
+
+// opCloseTimes waits until every tunnel of conns ends and returns when each client saw it end.
+func opCloseTimes(t *testing.T, conns []*websocket.Conn) []time.Time {
+	t.Helper()
+	times := make([]time.Time, len(conns))
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+			_, _, errs[i] = conn.ReadMessage()
+			times[i] = time.Now()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		var ne net.Error
+		switch {
+		case err == nil:
+			t.Fatalf("tunnel %d still delivers messages", i)
+		case errors.As(err, &ne) && ne.Timeout():
+			t.Fatalf("tunnel %d still open: the read timed out", i)
+		}
+	}
+	return times
+}
+
+func opSpan(times []time.Time) time.Duration {
+	first, last := times[0], times[0]
+	for _, at := range times {
+		if at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last.Sub(first)
+}
+
+func TestTunnelCloseSpreadSpreadsTheClosesOfADownServersTunnels(t *testing.T) {
+	for _, spread := range []string{"600ms", ""} {
+		name := spread
+		if name == "" {
+			name = "default 0s"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := startCluster(t, 2, 2)
+			extra := ""
+			if spread != "" {
+				extra = fmt.Sprintf("[pools.cxserver]\ntunnel_close_spread = %q\n", spread)
+			}
+			l, logs := startLB(t, cxConfig(c, extra))
+			cx1, cx2 := c.Connections[0], c.Connections[1]
+			var conns []*websocket.Conn
+			for _, a := range valuesPlacedOn(t, "spread-", 6, cx1.Addr, cx1.Addr, cx2.Addr) {
+				conn, by := dialAsset(t, l, a)
+				if by != cx1.Name {
+					t.Fatalf("%s landed on %s, want %s", a, by, cx1.Name)
+				}
+				mustEcho(t, conn, "before "+a)
+				conns = append(conns, conn)
+			}
+			// The health check fails; the server stays alive, so only fairlead closes the tunnels.
+			cx1.SetHealthy(false)
+			span := opCloseTimes(t, conns)
+			d := opSpan(span)
+			if spread != "" {
+				if d < 300*time.Millisecond {
+					t.Errorf("with tunnel_close_spread %s the 6 closes took %s from first to last, want at least 300ms", spread, d)
+				}
+				if !strings.Contains(logs.all(), "closing 6 tunnels to "+cx1.Addr+" over 600ms") {
+					t.Errorf("no log line about closing the 6 tunnels over 600ms")
+				}
+			} else if d >= 250*time.Millisecond {
+				t.Errorf("without tunnel_close_spread the 6 closes took %s from first to last, want them at once", d)
+			}
+			if serverAvailable(l, "cxserver", cx1.Addr) {
+				t.Errorf("cx1 is still available")
+			}
+			eventually(t, 5*time.Second, "cx1's tunnels to end on its side", func() bool { return cx1.OpenTunnels() == 0 })
+		})
+	}
+}
+
+func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	l, _ := startLB(t, cxConfig(c, "[frontend]\ndrain_timeout = \"3s\"\n"))
+	addr := l.Addr()
+	leader := c.Platforms[0]
+	tunnel, by := dialAsset(t, l, "at-close")
+	mustEcho(t, tunnel, "before close")
+	cx := c.Connection(by)
+	idle := opDialKeepAlive(t, addr)
+	if code, _, _ := idle.get(t, "/Thingworx/idle"); code != 200 {
+		t.Fatalf("idle keep-alive connection: %d", code)
+	}
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	slow := make(chan result, 1)
+	before := leader.Requests()
+	go func() {
+		resp, err := testClient.Get("http://" + addr + "/Thingworx/slow?delay=1s")
+		if err != nil {
+			slow <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		slow <- result{code: resp.StatusCode, body: string(b), err: err}
+	}()
+	eventually(t, 5*time.Second, "the slow request to reach the leader", func() bool { return leader.Requests() > before })
+	arrived := time.Now()
+
+	closed := make(chan time.Time, 1)
+	go func() {
+		l.Close()
+		closed <- time.Now()
+	}()
+	eventually(t, 2*time.Second, "new connections to be refused once Close began", func() bool { return opRefused(addr) })
+
+	select {
+	case r := <-slow:
+		if r.err != nil || r.code != 200 || r.body != "hello from platform1\n" {
+			t.Fatalf("the slow request in flight at Close: %d %q %v, want 200 from platform1", r.code, r.body, r.err)
+		}
+	case <-time.After(hang):
+		t.Fatal("the slow request in flight at Close never got an answer")
+	}
+	var done time.Time
+	select {
+	case done = <-closed:
+	case <-time.After(hang):
+		t.Fatal("Close never returned")
+	}
+	if done.Before(arrived.Add(900 * time.Millisecond)) {
+		t.Errorf("Close returned %s after the slow request arrived, before it could have finished", done.Sub(arrived))
+	}
+	if !opRefused(addr) {
+		t.Errorf("the frontend accepts connections after Close")
+	}
+	mustClose(t, tunnel, "the tunnel open at Close")
+	eventually(t, 5*time.Second, "the tunnel to end on the connection server", func() bool { return cx.OpenTunnels() == 0 })
+	idle.conn.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+	if _, err := idle.br.ReadByte(); err == nil {
+		t.Errorf("the idle keep-alive connection got a byte after Close")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Errorf("the idle keep-alive connection is still open after Close")
+	}
+}
+
+func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	tokenFile := opSecret(t, "first-T0ken")
+	files := cxConfig(c, fmt.Sprintf("[admin]\ntoken_file = %q\n", tokenFile))
+	// One config directory for the whole test, as a running fairlead has (startLB writes a new one).
+	dir := writeConfig(t, files)
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	l := New(cfg, Options{Logf: logs.logf})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		if t.Failed() {
+			t.Logf("fairlead log:\n%s", logs.all())
+		}
+	})
+	cx1 := c.Connections[0]
+	action := func(token string) int {
+		t.Helper()
+		code, _ := opAction(t, l, "cxserver", cx1.Addr, "ready", "Bearer "+token)
+		return code
+	}
+	if code := action("first-T0ken"); code != 200 {
+		t.Fatalf("the configured token: %d", code)
+	}
+
+	// The token is rotated in its file, the config files stay as they are, and fairlead reloads (SIGHUP):
+	// "the files are read at start and at every reload".
+	if err := os.WriteFile(tokenFile, []byte("second-T0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(cfg); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if code := action("first-T0ken"); code != 401 {
+		t.Errorf("after the token was rotated in its file and fairlead reloaded, the old token still gets %d, want 401", code)
+	}
+	if code := action("second-T0ken"); code != 200 {
+		t.Errorf("after the token was rotated in its file and fairlead reloaded, the new token gets %d, want 200", code)
+	}
+
+	// The token moves to another file named in the config: the reload applies it at once.
+	newFile := opSecret(t, "third-T0ken")
+	if err := os.WriteFile(filepath.Join(dir, "30-extra.toml"), []byte(fmt.Sprintf("[admin]\ntoken_file = %q\n", newFile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(cfg); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	for _, old := range []string{"first-T0ken", "second-T0ken"} {
+		if code := action(old); code != 401 {
+			t.Errorf("after a reload to another token file, the old token %s gets %d, want 401", old, code)
+		}
+	}
+	if code := action("third-T0ken"); code != 200 {
+		t.Errorf("after a reload to another token file, its token gets %d, want 200", code)
+	}
+	for _, secret := range []string{"first-T0ken", "second-T0ken", "third-T0ken"} {
+		if strings.Contains(logs.all(), secret) {
+			t.Errorf("the log shows the token %s", secret)
+		}
+	}
+}

@@ -1,0 +1,321 @@
+package lb
+
+// The state file ([global] state_file) and the fast start (start = "fast").
+//
+// While fairlead runs, a writer saves every stateWriteInterval, and once more when the LB stops, what a
+// restart needs to serve at once: per pool its balance, its leader, each server's health and its sticky
+// keys (with how long each had been idle). The file is JSON, replaced atomically: a temp file in the
+// same directory, fsync, rename. It holds no credentials, but sticky keys may be session cookies or
+// asset ids, so it is readable by its owner only.
+//
+// A fast start reads it before the first probe: a leader pool's remembered leader is elected at once,
+// a checker pool's remembered-up servers are up, and sticky keys go back into the pool's table, so the
+// pool serves without waiting for its first round; the probes then confirm or correct by the usual
+// rules. A missing, stale or corrupt file falls back to a normal start with a warning; a pool whose
+// balance changed, or whose remembered leader left it, waits for its first round.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/stickiness"
+)
+
+// stateWriteInterval is how often the state file is written while fairlead runs (and once more at
+// stop). A variable so that tests can shorten it; it is not a config key.
+var stateWriteInterval = 5 * time.Second
+
+// stateVersion is the format version of the state file; a file of another version is not read.
+const stateVersion = 1
+
+// savedState is the state file.
+type savedState struct {
+	Version int                   `json:"version"`
+	Written time.Time             `json:"written"`
+	Pools   map[string]*savedPool `json:"pools"`
+}
+
+// savedPool is one pool in the state file.
+type savedPool struct {
+	Balance string        `json:"balance"`
+	Leader  string        `json:"leader,omitempty"` // leader pools: the leader's address, "" for none
+	Servers []savedServer `json:"servers"`
+	Sticky  []savedKey    `json:"sticky,omitempty"`
+}
+
+type savedServer struct {
+	Addr string `json:"addr"`
+	Up   bool   `json:"up"`
+}
+
+// savedKey is one sticky key: the key as a string, or in base64 when it is not valid UTF-8 (JSON
+// strings cannot carry such bytes).
+type savedKey struct {
+	Key    string `json:"key,omitempty"`
+	KeyB64 string `json:"key_b64,omitempty"`
+	Server string `json:"server"`
+	IdleMs int64  `json:"idle_ms"` // idle this long when the file was written
+}
+
+// startStateWriter launches the writer of g's state_file (none without one), which stops with ctx
+// after a last write. Like start, the file is fixed for the process's life: a reload that changes it
+// needs a restart.
+func (lb *LB) startStateWriter(ctx context.Context, g *generation) {
+	path, every := g.cfg.Global.StateFile, stateWriteInterval
+	if path == "" {
+		return
+	}
+	lb.wg.Add(1)
+	go func() {
+		defer lb.wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		failing := false
+		save := func() {
+			err := writeStateFile(path, lb.snapshotState(time.Now()))
+			switch {
+			case err != nil && !failing:
+				lb.log.Warn("state: cannot write the state file", "file", path, "error", err.Error())
+			case err == nil && failing:
+				lb.logf("state: the state file %s is written again", path)
+			}
+			failing = err != nil
+		}
+		for {
+			select {
+			case <-tick.C:
+				save()
+			case <-ctx.Done():
+				save()
+				return
+			}
+		}
+	}()
+}
+
+// snapshotState is the state of every pool of the generation in force.
+func (lb *LB) snapshotState(now time.Time) *savedState {
+	g := lb.gen.Load()
+	st := &savedState{Version: stateVersion, Written: now.UTC().Truncate(time.Millisecond),
+		Pools: make(map[string]*savedPool, len(g.pools))}
+	for name, p := range g.pools {
+		st.Pools[name] = p.snapshot()
+	}
+	return st
+}
+
+func (p *Pool) snapshot() *savedPool {
+	st := p.state.Load()
+	sp := &savedPool{Balance: p.balance, Servers: make([]savedServer, len(st.servers))}
+	inPool := make(map[string]bool, len(st.servers))
+	for i, s := range st.servers {
+		sp.Servers[i] = savedServer{Addr: s.Addr, Up: s.health.Up()}
+		inPool[s.Addr] = true
+	}
+	if l, ok := p.health.(*healthcheck.Leader); ok {
+		if cur := l.Current(); cur != nil {
+			sp.Leader = cur.Addr()
+		}
+	}
+	if p.table != nil {
+		for _, e := range p.table.Export() {
+			if !inPool[e.Server] {
+				continue // a removed server's key, about to be forgotten
+			}
+			k := savedKey{Server: e.Server, IdleMs: e.Idle.Milliseconds()}
+			if utf8.ValidString(e.Key) {
+				k.Key = e.Key
+			} else {
+				k.KeyB64 = base64.StdEncoding.EncodeToString([]byte(e.Key))
+			}
+			sp.Sticky = append(sp.Sticky, k)
+		}
+	}
+	return sp
+}
+
+// writeStateFile replaces the file at path with st atomically: a reader sees the old file or the new
+// one, whole, and after a crash one of them is on disk.
+func writeStateFile(path string, st *savedState) (err error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()           //nolint:errcheck // already failing
+			os.Remove(f.Name()) //nolint:errcheck
+		}
+	}()
+	if _, err = f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable once the directory is synced; not every file system can sync one.
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync()  //nolint:errcheck
+		d.Close() //nolint:errcheck
+	}
+	return nil
+}
+
+// readStateFile reads the state file at path; the error says why it cannot be used: missing,
+// unreadable, corrupt, of another version, or stale (written more than maxAge before now).
+func readStateFile(path string, maxAge time.Duration, now time.Time) (*savedState, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errors.New("missing")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unreadable: %w", err)
+	}
+	var st savedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("corrupt: %w", err)
+	}
+	switch {
+	case st.Version != stateVersion:
+		return nil, fmt.Errorf("format version %d; this fairlead reads version %d", st.Version, stateVersion)
+	case st.Written.IsZero():
+		return nil, errors.New("corrupt: no write time")
+	}
+	if age := now.Sub(st.Written); age > maxAge {
+		return nil, fmt.Errorf("stale: written %s ago, more than state_max_age (%s)", age.Round(time.Second), maxAge)
+	}
+	return &st, nil
+}
+
+// restoreState is the fast start (start = "fast"): before the first probes, every pool of g that has a
+// usable state in the state file gets it back, and so needs no first round of probes before it serves.
+// Anything unusable is logged and falls back to the normal start (of every pool, or of that pool).
+func (lb *LB) restoreState(g *generation) {
+	gl := g.cfg.Global
+	if gl.Start != "fast" {
+		return
+	}
+	now := time.Now()
+	st, err := readStateFile(gl.StateFile, gl.StateMaxAge.D, now)
+	if err != nil {
+		lb.log.Warn("state: start = \"fast\", but the state file is not usable; normal start: waiting for the first round of probes",
+			"file", gl.StateFile, "reason", err.Error())
+		return
+	}
+	age := max(now.Sub(st.Written), 0)
+	for name, p := range g.pools {
+		sp := st.Pools[name]
+		if sp == nil {
+			lb.logf("state: pool %s is not in the state file; waiting for its first round of probes", name)
+			continue
+		}
+		health, sticky, err := p.restore(sp, age)
+		if err != nil {
+			lb.logf("state: pool %s: remembered health not used (%v)%s; waiting for its first round of probes",
+				name, err, sticky)
+			continue
+		}
+		lb.logf("state: pool %s: fast start with %s%s, as of %s ago", name, health, sticky, age.Round(time.Millisecond))
+	}
+}
+
+// restore gives p, whose checks have not started, the state sp remembered age ago: the leader or the
+// servers that were up, and the sticky keys of servers still in the pool. It describes what it restored
+// of the pool's health and of its sticky keys (", sticky keys: 12 restored", "" without a sticky table), or
+// says why it did not restore the pool's health (the pool then needs its first round of probes).
+func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string, err error) {
+	if sp.Balance != p.balance {
+		return "", "", fmt.Errorf("its balance was %q, now %q", sp.Balance, p.balance)
+	}
+	st := p.state.Load()
+	byAddr := make(map[string]*Server, len(st.servers))
+	for _, s := range st.servers {
+		byAddr[s.Addr] = s
+	}
+	if p.table != nil {
+		sticky = p.restoreKeys(sp.Sticky, byAddr, age)
+	}
+
+	switch h := p.health.(type) {
+	case *healthcheck.Leader:
+		s := byAddr[sp.Leader]
+		switch {
+		case sp.Leader == "":
+			return "", sticky, errors.New("it had no leader")
+		case s == nil:
+			return "", sticky, fmt.Errorf("its remembered leader %s is no longer in the pool", sp.Leader)
+		case !h.Restore(s.health):
+			return "", sticky, errors.New("its checks decided already")
+		}
+		return "leader " + s.label(), sticky, nil
+	case *healthcheck.Checker:
+		var up []*healthcheck.Target
+		for _, ss := range sp.Servers {
+			if s := byAddr[ss.Addr]; s != nil && ss.Up {
+				up = append(up, s.health)
+			}
+		}
+		if len(up) == 0 {
+			return "", sticky, errors.New("none of its servers was up")
+		}
+		h.Restore(up)
+		n := 0 // up now: restored, or up already (a pool without active checks starts up)
+		for _, s := range st.servers {
+			if s.health.Up() {
+				n++
+			}
+		}
+		return fmt.Sprintf("%d of %d servers up", n, len(st.servers)), sticky, nil
+	}
+	return "", sticky, fmt.Errorf("balance %q keeps no state", p.balance)
+}
+
+// restoreKeys puts the remembered sticky keys of servers still in the pool (byAddr) back into the
+// pool's table, each idle for as long as it was when written plus age, and describes what it did. A
+// key too idle to keep, or already known, is not counted.
+func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.Duration) string {
+	entries := make([]stickiness.Entry, 0, len(keys))
+	dropped := 0
+	for _, k := range keys {
+		key := k.Key
+		if k.KeyB64 != "" {
+			b, err := base64.StdEncoding.DecodeString(k.KeyB64)
+			if err != nil {
+				dropped++
+				continue
+			}
+			key = string(b)
+		}
+		if byAddr[k.Server] == nil {
+			dropped++ // a server no longer in the pool
+			continue
+		}
+		entries = append(entries, stickiness.Entry{Key: key, Server: k.Server,
+			Idle: time.Duration(k.IdleMs)*time.Millisecond + age})
+	}
+	what := fmt.Sprintf(", sticky keys: %d restored", p.table.Import(entries))
+	if dropped > 0 {
+		what += fmt.Sprintf(" (%d dropped: their server left the pool)", dropped)
+	}
+	return what
+}

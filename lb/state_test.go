@@ -1,0 +1,370 @@
+package lb
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// withState adds a [global] table to files: state_file = path, start, and extra keys.
+func withState(files map[string]string, path, start, extra string) map[string]string {
+	files["30-state.toml"] = fmt.Sprintf("[global]\nstate_file = %q\nstart = %q\n%s\n", path, start, extra)
+	return files
+}
+
+// stateJSON is a state file written at written with the given pools (JSON members "name": {...}).
+func stateJSON(written time.Time, pools ...string) string {
+	return fmt.Sprintf(`{"version": 1, "written": %q, "pools": {%s}}`, written.Format(time.RFC3339Nano), strings.Join(pools, ","))
+}
+
+func mustWriteFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readState parses the state file at path.
+func readState(t *testing.T, path string) *savedState {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st savedState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("state file %s does not parse: %v\n%s", path, err, b)
+	}
+	return &st
+}
+
+// setStateWriteInterval sets how often the state file is written, for the rest of the test.
+func setStateWriteInterval(t *testing.T, d time.Duration) {
+	old := stateWriteInterval
+	stateWriteInterval = d
+	t.Cleanup(func() { stateWriteInterval = old })
+}
+
+// hangLeaderChecks makes every platform's LeaderCheck hang; ordinary requests are still served.
+func hangLeaderChecks(c *sim.Cluster) {
+	for _, p := range c.Platforms {
+		p.SetLeaderCheckHung(true)
+	}
+}
+
+func TestFastStartServesTheRememberedLeaderWithin100msWhileEveryLeaderCheckHangs(t *testing.T) {
+	c := startCluster(t, 3, 0)
+	p2 := c.Platforms[1]
+	hangLeaderChecks(c)
+	path := filepath.Join(t.TempDir(), "state.json")
+	mustWriteFile(t, path, stateJSON(time.Now().Add(-time.Minute),
+		fmt.Sprintf(`"platform": {"balance": "leader", "leader": %q, "servers": [{"addr": %q, "up": true}]}`, p2.Addr, p2.Addr)))
+	cfg, err := LoadConfig(writeConfig(t, withState(platformConfig(c, "", ""), path, "fast", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	l := New(cfg, Options{Logf: logs.logf})
+
+	start := time.Now()
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	code, by := get(t, l, "/Thingworx/Things")
+	if took := time.Since(start); code != 200 || by != p2.Name || took > 100*time.Millisecond {
+		t.Fatalf("first request: %d from %q %s after Start; want 200 from %s within 100ms\n%s", code, by, took, p2.Name, logs.all())
+	}
+	if !strings.Contains(logs.all(), "state: pool platform: fast start with leader "+p2.Addr) {
+		t.Errorf("no log of the fast start:\n%s", logs.all())
+	}
+}
+
+func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
+	setStateWriteInterval(t, time.Hour) // the only write is the one at Close
+	c := startCluster(t, 3, 0)
+	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
+	mustSetState(t, p1, sim.Backup)
+	mustSetState(t, p2, sim.Leader)
+	path := filepath.Join(t.TempDir(), "state.json")
+
+	// A user whose server among all three is platform1 is placed, in the first run, where platform1
+	// is not in the pool: in the second run only the remembered placement keeps it off platform1.
+	user := valuesPlacedOn(t, "user-", 1, p1.Addr, p1.Addr, p2.Addr, p3.Addr)[0]
+	placed := map[string]*sim.Platform{p2.Addr: p2, p3.Addr: p3}[placedOn(user, p2.Addr, p3.Addr)]
+
+	files := withState(platformConfig(c, "", ""), path, "normal", "")
+	f, body := appPool(p2, p3)
+	files[f] = body
+	cfg, err := LoadConfig(writeConfig(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := New(cfg, Options{Logf: (&logSink{}).logf})
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			first.Close()
+		}
+	})
+	if _, by := get(t, first, "/"); by != p2.Name {
+		t.Fatalf("first run: served by %q, want the leader %s", by, p2.Name)
+	}
+	if a := getAsUser(first, "/app/x", user); a.err != nil || a.by != placed.Name {
+		t.Fatalf("first run: %s served by %q (%v), want %s", user, a.by, a.err, placed.Name)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Fatal("state file written before Close, with a write interval of an hour")
+	}
+	first.Close()
+	closed = true
+
+	st := readState(t, path)
+	pl, app := st.Pools["platform"], st.Pools["app"]
+	if st.Version != 1 || time.Since(st.Written) > time.Minute || pl == nil || pl.Leader != p2.Addr || app == nil {
+		t.Fatalf("state written at Close: %+v, want version 1, now, leader %s and pool app", st, p2.Addr)
+	}
+	if len(app.Sticky) != 1 || app.Sticky[0].Key != "h:"+user || app.Sticky[0].Server != placed.Addr {
+		t.Fatalf("sticky keys %+v, want h:%s on %s", app.Sticky, user, placed.Addr)
+	}
+
+	// The second run: every LeaderCheck hangs, platform1 is in the app pool again.
+	hangLeaderChecks(c)
+	files = withState(platformConfig(c, "", ""), path, "fast", "")
+	f, body = appPool(p1, p2, p3)
+	files[f] = body
+	second, logs := startLB(t, files)
+	if code, by := get(t, second, "/"); code != 200 || by != p2.Name {
+		t.Fatalf("second run: %d from %q, want 200 from the remembered leader %s\n%s", code, by, p2.Name, logs.all())
+	}
+	if a := getAsUser(second, "/app/x", user); a.err != nil || a.by != placed.Name {
+		t.Fatalf("second run: %s served by %q (%v), want its remembered server %s, not platform1", user, a.by, a.err, placed.Name)
+	}
+	if !strings.Contains(logs.all(), "state: pool app: fast start with 3 of 3 servers up, sticky keys: 1 restored") {
+		t.Errorf("no log of the app pool's fast start:\n%s", logs.all())
+	}
+}
+
+func TestFastStartIgnoresThePoolsWhoseStateNoLongerFitsAndDropsKeysOfServersNotInThePool(t *testing.T) {
+	c := startCluster(t, 3, 0)
+	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
+	// app's state names platform1, which left the pool; platform's state is of a sticky pool.
+	onP3 := valuesPlacedOn(t, "user-", 1, p2.Addr, p2.Addr, p3.Addr)[0] // remembered on platform3
+	onP1 := valuesPlacedOn(t, "other-", 1, p2.Addr, p2.Addr, p3.Addr)[0]
+	path := filepath.Join(t.TempDir(), "state.json")
+	mustWriteFile(t, path, stateJSON(time.Now(),
+		fmt.Sprintf(`"platform": {"balance": "sticky", "servers": [{"addr": %q, "up": true}]}`, p3.Addr),
+		fmt.Sprintf(`"app": {"balance": "sticky", "servers": [{"addr": %q, "up": true}, {"addr": %q, "up": false}],
+			"sticky": [{"key": "h:%s", "server": %q, "idle_ms": 1000}, {"key": "h:%s", "server": %q, "idle_ms": 0}]}`,
+			p1.Addr, p3.Addr, onP3, p3.Addr, onP1, p1.Addr)))
+	files := withState(platformConfig(c, "", ""), path, "fast", "")
+	f, body := appPool(p2, p3)
+	files[f] = body
+	l, logs := startLB(t, files)
+
+	if _, by := get(t, l, "/"); by != p1.Name {
+		t.Fatalf("platform pool served by %q, want the elected leader %s", by, p1.Name)
+	}
+	for _, want := range []string{
+		`state: pool platform: remembered health not used (its balance was "sticky", now "leader"); waiting for its first round of probes`,
+		"state: pool app: remembered health not used (none of its servers was up), sticky keys: 1 restored (1 dropped: their server left the pool)",
+	} {
+		if !strings.Contains(logs.all(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.all())
+		}
+	}
+	if a := getAsUser(l, "/app/x", onP3); a.by != p3.Name {
+		t.Fatalf("%s served by %q, want its remembered server %s", onP3, a.by, p3.Name)
+	}
+	if a := getAsUser(l, "/app/x", onP1); a.by != p2.Name {
+		t.Fatalf("%s, remembered on a server that left, served by %q; want placement anew on %s", onP1, a.by, p2.Name)
+	}
+}
+
+func TestFastStartWithARememberedLeaderNoLongerInThePoolWaitsForTheFirstRound(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1 := c.Platforms[0]
+	path := filepath.Join(t.TempDir(), "state.json")
+	mustWriteFile(t, path, stateJSON(time.Now(), `"platform": {"balance": "leader", "leader": "127.0.0.1:1", "servers": []}`))
+	l, logs := startLB(t, withState(platformConfig(c, "", ""), path, "fast", ""))
+	if st := l.Status().Pools[0]; st.Leader != p1.Addr {
+		t.Fatalf("leader %q when Start returned, want %s elected by the first round", st.Leader, p1.Addr)
+	}
+	if _, by := get(t, l, "/"); by != p1.Name {
+		t.Fatalf("served by %q, want %s", by, p1.Name)
+	}
+	if want := "remembered health not used (its remembered leader 127.0.0.1:1 is no longer in the pool)"; !strings.Contains(logs.all(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.all())
+	}
+}
+
+func TestFastStartWithAnUnusableStateFileWarnsAndStartsNormally(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	remembered := fmt.Sprintf(`"platform": {"balance": "leader", "leader": %q, "servers": []}`, p2.Addr)
+	f := func(name, content, maxAge, why string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "state.json")
+		if content != "" {
+			mustWriteFile(t, path, content)
+		}
+		extra := ""
+		if maxAge != "" {
+			extra = fmt.Sprintf("state_max_age = %q", maxAge)
+		}
+		start := time.Now()
+		l, logs := startLB(t, withState(platformConfig(c, "", ""), path, "fast", extra))
+		// A normal start: Start returned after the first round, which elected the real leader.
+		if st := l.Status().Pools[0]; st.Leader != p1.Addr || failedProbesSince(p2, start) == 0 {
+			t.Fatalf("%s: leader %q when Start returned (platform2 probed %d times); want %s after a first round",
+				name, st.Leader, failedProbesSince(p2, start), p1.Addr)
+		}
+		if _, by := get(t, l, "/"); by != p1.Name {
+			t.Fatalf("%s: served by %q, want %s", name, by, p1.Name)
+		}
+		want := `level=WARN msg="state: start = \"fast\", but the state file is not usable; normal start: waiting for the first round of probes" file=` +
+			path + ` reason=`
+		if !strings.Contains(logs.all(), want) || !strings.Contains(logs.all(), why) {
+			t.Fatalf("%s: log lacks %q with reason %q:\n%s", name, want, why, logs.all())
+		}
+		l.Close()
+	}
+	f("missing", "", "", "missing")
+	f("garbage", "\x00\x17garbage\xff{", "", "corrupt: invalid character")
+	f("truncated", stateJSON(time.Now(), remembered)[:40], "", "corrupt: unexpected end of JSON input")
+	f("empty", " ", "", "corrupt: unexpected end of JSON input")
+	f("stale", stateJSON(time.Now().Add(-3*time.Second), remembered), "1s", "stale: written 3s ago, more than state_max_age (1s)")
+	f("another version", strings.Replace(stateJSON(time.Now(), remembered), `"version": 1`, `"version": 7`, 1), "",
+		"format version 7; this fairlead reads version 1")
+	f("no write time", `{"version": 1, "pools": {}}`, "", "corrupt: no write time")
+}
+
+func TestARememberedLeaderIsReplacedAfterThreeNon200AnswersLikeAnyLeader(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	// platform1 is remembered as the leader but steps down: its LeaderCheck answers 503 (ordinary
+	// requests still work); platform2 leads now.
+	mustSetState(t, p1, sim.Backup)
+	mustSetState(t, p2, sim.Leader)
+	path := filepath.Join(t.TempDir(), "state.json")
+	mustWriteFile(t, path, stateJSON(time.Now(), fmt.Sprintf(`"platform": {"balance": "leader", "leader": %q, "servers": []}`, p1.Addr)))
+	start := time.Now()
+	// A slower fast_interval leaves time to look between two answers.
+	l, _ := startLB(t, withState(platformConfig(c, "", `fast_interval = "400ms"`), path, "fast", ""))
+	if _, by := get(t, l, "/"); by != p1.Name {
+		t.Fatalf("served by %q at once, want the remembered leader %s", by, p1.Name)
+	}
+	eventually(t, 5*time.Second, "two failed LeaderChecks", func() bool { return failedProbesSince(p1, start) >= 2 })
+	if n := failedProbesSince(p1, start); n == 2 {
+		_, by := get(t, l, "/")
+		if failedProbesSince(p1, start) == 2 && by != p1.Name {
+			t.Fatalf("after two non-200 answers traffic went to %q, want the remembered leader %s", by, p1.Name)
+		}
+	}
+	eventually(t, 5*time.Second, "traffic on platform2", func() bool { _, by := get(t, l, "/"); return by == p2.Name })
+	if n := failedProbesSince(p1, start); n < 3 {
+		t.Fatalf("switched after %d non-200 answers, want 3", n)
+	}
+	if n := l.Status().Pools[0].SplitBrains; n != 0 {
+		t.Fatalf("%d split brains: platform2's 200 before the remembered leader answered is none", n)
+	}
+}
+
+func TestTheStateFileIsReplacedAtomicallyAndAlwaysParsesWhileItIsWritten(t *testing.T) {
+	setStateWriteInterval(t, 2*time.Millisecond)
+	c := startCluster(t, 3, 0)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	files := withState(platformConfig(c, "", ""), path, "normal", "")
+	f, body := appPool(c.Platforms...)
+	files[f] = body
+	l, _ := startLB(t, files)
+	for i := range 200 { // a few kilobytes of sticky keys per write
+		if a := getAsUser(l, "/app/x", fmt.Sprint("user-", i)); a.err != nil || a.status != 200 {
+			t.Fatalf("GET as user-%d: %+v", i, a)
+		}
+	}
+	eventually(t, 5*time.Second, "a state file with the 200 keys", func() bool {
+		b, err := os.ReadFile(path)
+		var st savedState
+		return err == nil && json.Unmarshal(b, &st) == nil && st.Pools["app"] != nil && len(st.Pools["app"].Sticky) == 200
+	})
+	reads := 0
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st savedState
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatalf("read %d: the state file does not parse (%v): a partial file was visible", reads, err)
+		}
+		if st.Version != 1 || st.Pools["app"] == nil || len(st.Pools["app"].Sticky) != 200 || st.Pools["platform"].Leader != c.Platforms[0].Addr {
+			t.Fatalf("read %d: state %+v, want every pool with 200 sticky keys in app", reads, st)
+		}
+		reads++
+	}
+	if reads < 50 {
+		t.Fatalf("only %d reads of the state file in 500ms", reads)
+	}
+	l.Close()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "state.json" {
+		t.Fatalf("files left in the state file's directory: %v, want state.json alone", entries)
+	}
+	if info, err := os.Stat(path); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("state file mode %v (%v), want 0600: sticky keys may be session cookies", info.Mode(), err)
+	}
+}
+
+func TestStickyKeysThatAreNotUTF8SurviveTheStateFile(t *testing.T) {
+	key := "h:\xff\xfe-asset"
+	st := &savedState{Version: stateVersion, Written: time.Now(), Pools: map[string]*savedPool{
+		"app": {Balance: "sticky", Sticky: []savedKey{{KeyB64: "aDr//i1hc3NldA==", Server: "10.0.0.1:80"}}},
+	}}
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := writeStateFile(path, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readStateFile(path, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPool("app", &PoolConfig{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: StickyConfig{Keys: []string{"header:X-Asset"}}}, nil, func(string, ...any) {})
+	_, sticky, _ := p.restore(got.Pools["app"], 0)
+	if exp := p.table.Export(); sticky != ", sticky keys: 1 restored" || len(exp) != 1 || exp[0].Key != key {
+		t.Fatalf("restored %q: %+v, want the key %q", sticky, exp, key)
+	}
+	if saved := p.snapshot().Sticky; len(saved) != 1 || saved[0].Key != "" || saved[0].KeyB64 != "aDr//i1hc3NldA==" {
+		t.Fatalf("saved as %+v, want base64", saved)
+	}
+}
+
+func TestAStateFileThatCannotBeWrittenIsReportedOnceAndFairleadServesOn(t *testing.T) {
+	setStateWriteInterval(t, 5*time.Millisecond)
+	c := startCluster(t, 2, 0)
+	path := filepath.Join(t.TempDir(), "no-such-dir", "state.json")
+	l, logs := startLB(t, withState(platformConfig(c, "", ""), path, "normal", ""))
+	eventually(t, 5*time.Second, "the warning", func() bool { return strings.Contains(logs.all(), "cannot write the state file") })
+	time.Sleep(50 * time.Millisecond) // several more failed writes
+	if code, by := get(t, l, "/"); code != 200 || by != c.Platforms[0].Name {
+		t.Fatalf("got %d from %q, want 200 from %s", code, by, c.Platforms[0].Name)
+	}
+	if n := strings.Count(logs.all(), "cannot write the state file"); n != 1 || !strings.Contains(logs.all(), "level=WARN") ||
+		!strings.Contains(logs.all(), "file="+path) {
+		t.Fatalf("%d warnings, want one naming the file:\n%s", n, logs.all())
+	}
+}

@@ -1,0 +1,213 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// The status page end to end, in a headless Chromium: it follows a leader change without a reload, and
+// its Drain button drains a server (with the admin token, which it sends as a bearer token).
+
+// findChromium returns the browser to drive, or skips the test when the machine has none (CI installs
+// the Debian chromium package, so there the test runs).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium binary (/usr/bin/chromium): install the chromium package to run the status page test")
+	return ""
+}
+
+// page drives one browser tab; what it finds wrong in the page's console (an exception, a Content
+// Security Policy violation) fails the test at its end.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+
+	mu       sync.Mutex
+	problems []string
+}
+
+func openBrowser(t *testing.T, ctx context.Context) *page {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(findChromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000))...)
+	bctx, cancelTab := chromedp.NewContext(actx)
+	p := &page{t: t, ctx: bctx}
+	// Console starts the browser: here, before any other call on bctx.
+	messages := chromedp.Console(bctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
+				p.mu.Lock()
+				p.problems = append(p.problems, m.String())
+				p.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+		<-done
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, pr := range p.problems {
+			t.Errorf("page console: %s", pr)
+		}
+	})
+	return p
+}
+
+func (p *page) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, steps...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitFor polls the JavaScript expression cond until it is true.
+func (p *page) waitFor(timeout time.Duration, what, cond string) {
+	p.t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	if err != nil {
+		text, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		p.t.Fatalf("waiting for %s: %v\npage:\n%s", what, err, text)
+	}
+}
+
+func (p *page) eval(expr string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		p.t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+func TestTheStatusPageFollowsALeaderChangeWithoutReloadingAndItsDrainButtonDrainsAServer(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	cx1 := c.Connections[0]
+	const token = "s3cret-token"
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// cx1's display name is markup: the page must show it as text.
+	const evilName = `<img src=x onerror=document.title=1>cx1`
+	l, _ := startLB(t, cxConfig(c, fmt.Sprintf(`
+[admin]
+token_file = %q
+[pools.platform.names]
+%q = "platform1"
+%q = "platform2"
+[pools.cxserver.names]
+%q = %q
+`, tokenFile, p1.Addr, p2.Addr, cx1.Addr, evilName)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	platform := `document.querySelector('[data-pool="platform"]')`
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "platform1 shown as the leader", fmt.Sprintf(
+		`%s?.dataset.leader === %q && %s.querySelector('[data-stat="leader"] dd').textContent === %q`,
+		platform, p1.Addr, platform, "platform1 ("+p1.Addr+")"))
+	b.waitFor(time.Second, "the live stream", `document.getElementById("conn").dataset.conn === "live"`)
+	b.eval(`window.sameDocument = "yes"`)
+
+	mustSetState(t, p1, sim.Backup)
+	mustSetState(t, p2, sim.Leader)
+	b.waitFor(5*time.Second, "platform2 shown as the leader", fmt.Sprintf(
+		`%s.dataset.leader === %q && %s.querySelector('tr[data-addr=%q] .badge.leader').hidden === false`,
+		platform, p2.Addr, platform, p2.Addr))
+	b.waitFor(time.Second, "the leader change in the event log", `document.querySelector('#log tr[data-kind="leader_changed"]') !== null`)
+
+	cx1Row := fmt.Sprintf(`[data-pool="cxserver"] tr[data-addr=%q]`, cx1.Addr)
+	if got := b.eval(`document.querySelector(` + jsString(cx1Row+" strong") + `).textContent`); got != evilName {
+		t.Errorf("cx1's name shows as %q; want the text %q", got, evilName)
+	}
+	if got := b.eval(`String(document.querySelectorAll("#pools img").length) + " " + document.title`); got != "0 fairlead" {
+		t.Errorf("a server's name became markup (img elements, title): %q", got)
+	}
+
+	// Without the token, the action is refused and the page says why.
+	drain := chromedp.CSS(cx1Row + ` button[data-action="drain"]`)
+	b.do("click Drain without the token", chromedp.Click(drain))
+	b.waitFor(5*time.Second, "the refusal shown", `document.getElementById("msg").textContent.includes("401")`)
+	if ss := mustServerStatus(t, l, "cxserver", cx1.Addr); ss.AdminState != "ready" {
+		t.Fatalf("without the token cx1 is %q; want ready", ss.AdminState)
+	}
+
+	// With it (the page then reads the stream with fetch, to send it there too), Drain drains.
+	b.do("save the token", chromedp.SetValue(chromedp.ID("token"), token), chromedp.Click(chromedp.ID("saveToken")))
+	b.waitFor(5*time.Second, "the stream read with the token",
+		`document.getElementById("conn").dataset.transport === "fetch" && document.getElementById("conn").dataset.conn === "live"`)
+	b.do("click Drain", chromedp.Click(drain))
+	eventually(t, 5*time.Second, "cx1 drained", func() bool {
+		ss := mustServerStatus(t, l, "cxserver", cx1.Addr)
+		return ss.AdminState == "drain" && !ss.Available
+	})
+	b.waitFor(5*time.Second, "cx1 shown draining", fmt.Sprintf(
+		`document.querySelector(%s).dataset.state === "drain" && document.querySelector('#log tr[data-kind="admin_action"]') !== null`,
+		jsString(cx1Row)))
+
+	// The stream read with fetch follows the next leader change too, still without a reload.
+	mustSetState(t, p2, sim.Backup)
+	mustSetState(t, p1, sim.Leader)
+	b.waitFor(5*time.Second, "platform1 shown as the leader again", fmt.Sprintf(`%s.dataset.leader === %q`, platform, p1.Addr))
+	if got := b.eval(`String(window.sameDocument)`); got != "yes" {
+		t.Fatalf("the page was reloaded (marker %q)", got)
+	}
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string { return fmt.Sprintf("%q", s) }
+
+// Without a browser: the page is one document that loads nothing from elsewhere, and only its own
+// script may run.
+func TestTheStatusPageIsOneDocumentThatLoadsNothingFromElsewhere(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	resp, err := testClient.Get("http://" + l.AdminAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" ||
+		!strings.Contains(csp, "script-src 'sha256-") || !strings.Contains(csp, "default-src 'none'") {
+		t.Fatalf("GET /: %s, Content-Type %q, Content-Security-Policy %q", resp.Status, resp.Header.Get("Content-Type"), csp)
+	}
+	page := string(body)
+	for _, bad := range []string{"http://", "https://", "<link", "src=", "innerHTML", "@import"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page contains %q: it must be self-contained and build its content as text", bad)
+		}
+	}
+	if strings.Count(page, "<script>") != 1 || !strings.Contains(page, `new EventSource("/events")`) {
+		t.Errorf("the page should have one inline script that reads /events")
+	}
+}
