@@ -19,9 +19,8 @@ import (
 // Metrics (GET /metrics) are written at scrape time from what the pools and servers of the current
 // generation hold, so that a pool or server removed by a reload disappears from /metrics with it, and
 // a server's display name is always the current one. Counters are atomics; the histograms are
-// VictoriaMetrics histograms (buckets labelled vmrange) kept on their pool, copied into a Set of the
-// scrape to be written. Recording allocates nothing on the request path: an atomic add, or a histogram
-// update (a short lock, no allocation once its buckets of that magnitude exist).
+// Prometheus histograms with fixed le buckets (histogram.go) kept on their pool. Recording allocates
+// nothing on the request path: atomic adds.
 
 // poolMetrics are what a pool records for /metrics beside its counters (Pool.m).
 type poolMetrics struct {
@@ -29,10 +28,10 @@ type poolMetrics struct {
 	// until the answer's head is ready to be relayed (the body streams after it), whatever the answer:
 	// fairlead's own 502, 503 or 504 included. For an upgrade that becomes a tunnel it ends when the
 	// server's 101 has arrived.
-	duration metrics.Histogram
+	duration histogram
 	// queueWait observes each wait for a server (Pool.await), in seconds, whether the request got one
 	// or not; a request turned away at once by a full queue did not wait.
-	queueWait metrics.Histogram
+	queueWait histogram
 	// bytesIn and bytesOut count body bytes: see requestBodyBytes and responseBodyBytes.
 	bytesIn, bytesOut atomic.Uint64
 	// tunnelBytes counts the bytes relayed by the pool's tunnels, to the server and to the client, when
@@ -40,7 +39,7 @@ type poolMetrics struct {
 	tunnelBytes [2]atomic.Uint64
 
 	checksMu sync.Mutex
-	checks   map[string]*metrics.Histogram // probe latency in seconds, by server address
+	checks   map[string]*histogram // probe latency in seconds, by server address
 }
 
 // observe accounts for one request routed to the pool.
@@ -65,9 +64,9 @@ func (p *Pool) observeCheck(addr string, latency time.Duration) {
 	h := m.checks[addr]
 	if h == nil {
 		if m.checks == nil {
-			m.checks = map[string]*metrics.Histogram{}
+			m.checks = map[string]*histogram{}
 		}
-		h = &metrics.Histogram{}
+		h = &histogram{}
 		m.checks[addr] = h
 	}
 	m.checksMu.Unlock()
@@ -81,7 +80,7 @@ func (p *Pool) forgetCheck(addr string) {
 	p.m.checksMu.Unlock()
 }
 
-func (p *Pool) checkHistogram(addr string) *metrics.Histogram {
+func (p *Pool) checkHistogram(addr string) *histogram {
 	p.m.checksMu.Lock()
 	defer p.m.checksMu.Unlock()
 	return p.m.checks[addr]
@@ -136,9 +135,6 @@ func (lb *LB) writeMetrics(w io.Writer) {
 	for r, n := range ts.ByReason {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_tunnels_closed_by_reason_total{reason=%q}`, tunnel.Reason(r)), n)
 	}
-	// The histograms of this scrape: copies, so that their names carry the current labels.
-	hs := metrics.NewSet()
-	histogram := func(name string, h *metrics.Histogram) { hs.NewHistogram(name).Merge(h) }
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
 		st := p.state.Load()
@@ -168,8 +164,8 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
 		}
 		st.policy.writeMetrics(w, l, st)
-		histogram("fairlead_request_duration_seconds{"+l+"}", &p.m.duration)
-		histogram("fairlead_queue_wait_seconds{"+l+"}", &p.m.queueWait)
+		p.m.duration.write(w, "fairlead_request_duration_seconds", l)
+		p.m.queueWait.write(w, "fairlead_queue_wait_seconds", l)
 		for _, s := range st.servers {
 			sl := l + "," + serverLabels(s)
 			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
@@ -181,11 +177,10 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
 			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
 			if h := p.checkHistogram(s.Addr); h != nil {
-				histogram("fairlead_check_duration_seconds{"+sl+"}", h)
+				h.write(w, "fairlead_check_duration_seconds", sl)
 			}
 		}
 	}
-	hs.WritePrometheus(w)
 	metrics.WriteProcessMetrics(w)
 }
 

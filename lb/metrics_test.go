@@ -107,7 +107,7 @@ func TestMetricsCountEachRequestsDurationAndItsBodyBytesPerPool(t *testing.T) {
 	if s := mustMetric(t, page, `fairlead_request_duration_seconds_sum{pool="platform"}`); s <= 0 || s > 10 {
 		t.Errorf("request duration sum %v s for 10 quick requests", s)
 	}
-	if !strings.Contains(page, `fairlead_request_duration_seconds_bucket{pool="platform",vmrange="`) {
+	if !strings.Contains(page, `fairlead_request_duration_seconds_bucket{pool="platform",le="+Inf"} 10`) {
 		t.Errorf("no request duration buckets:\n%s", page)
 	}
 	if in := mustMetric(t, page, `fairlead_pool_bytes_total{pool="platform",direction="in"}`); in != 3*500+100_000 {
