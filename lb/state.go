@@ -80,7 +80,17 @@ func (lb *LB) startStateWriter(ctx context.Context, g *generation) {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		failing := false
-		save := func() {
+		var last stateMark
+		ticks := 0
+		save := func(always bool) {
+			// An unchanged state is not written again (a large sticky table costs a full export), except
+			// every stateRefreshTicks ticks so that the keys' idle ages stay current.
+			ticks++
+			v := lb.stateMark()
+			if !always && !failing && v == last && ticks%stateRefreshTicks != 0 {
+				return
+			}
+			last = v
 			err := writeStateFile(path, lb.snapshotState(time.Now()))
 			switch {
 			case err != nil && !failing:
@@ -93,13 +103,41 @@ func (lb *LB) startStateWriter(ctx context.Context, g *generation) {
 		for {
 			select {
 			case <-tick.C:
-				save()
+				save(false)
 			case <-ctx.Done():
-				save()
+				save(true)
 				return
 			}
 		}
 	}()
+}
+
+// stateRefreshTicks: an unchanged state is written again every this many write intervals (a minute).
+// A variable for tests.
+var stateRefreshTicks = 12
+
+// stateMark changes when something the state file holds may have changed: the generation, an event
+// other than a probe answer (health, leader, set changes), or a sticky table's placements.
+type stateMark struct {
+	gen    *generation
+	events uint64
+	tables uint64
+}
+
+func (lb *LB) stateMark() stateMark {
+	g := lb.gen.Load()
+	v := stateMark{gen: g}
+	for k := range lb.events {
+		if healthcheck.Kind(k) != healthcheck.CheckAnswered {
+			v.events += lb.events[k].Load()
+		}
+	}
+	for _, p := range g.pools {
+		if p.table != nil {
+			v.tables += p.table.Changes()
+		}
+	}
+	return v
 }
 
 // snapshotState is the state of every pool of the generation in force.

@@ -368,3 +368,49 @@ func TestAStateFileThatCannotBeWrittenIsReportedOnceAndFairleadServesOn(t *testi
 		t.Fatalf("%d warnings, want one naming the file:\n%s", n, logs.all())
 	}
 }
+
+// TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs: a large sticky table costs a full export, so
+// the writer skips ticks where nothing the file holds changed, and writes at the next tick after a
+// change.
+func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
+	setStateWriteInterval(t, 20*time.Millisecond)
+	old := stateRefreshTicks
+	stateRefreshTicks = 1 << 30 // no periodic refresh during the test
+	t.Cleanup(func() { stateRefreshTicks = old })
+	c := startCluster(t, 2, 0)
+	path := filepath.Join(t.TempDir(), "state.json")
+	files := withState(platformConfig(c, "", ""), path, "normal", "")
+	f, body := appPool(c.Platforms...)
+	files[f] = body
+	l, _ := startLB(t, files)
+	if a := getAsUser(l, "/app/x", "user-1"); a.err != nil || a.status != 200 {
+		t.Fatalf("GET as user-1: %+v", a)
+	}
+	written := func() time.Time {
+		b, err := os.ReadFile(path)
+		var st savedState
+		if err != nil || json.Unmarshal(b, &st) != nil {
+			return time.Time{}
+		}
+		return st.Written
+	}
+	eventually(t, 5*time.Second, "a state file with user-1", func() bool {
+		st := written()
+		return !st.IsZero() && len(readState(t, path).Pools["app"].Sticky) == 1
+	})
+	first := written()
+	// Five ticks with nothing changed: the file stays as it was, even though user-1 keeps using its key.
+	for range 5 {
+		time.Sleep(stateWriteInterval)
+		getAsUser(l, "/app/x", "user-1")
+	}
+	if got := written(); !got.Equal(first) {
+		t.Fatalf("the state file was rewritten at %v although nothing changed since %v", got, first)
+	}
+	if a := getAsUser(l, "/app/x", "user-2"); a.err != nil || a.status != 200 {
+		t.Fatalf("GET as user-2: %+v", a)
+	}
+	eventually(t, 5*time.Second, "the new key in the state file", func() bool {
+		return written().After(first) && len(readState(t, path).Pools["app"].Sticky) == 2
+	})
+}

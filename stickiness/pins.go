@@ -21,7 +21,7 @@ func (t *Table) Lookup(key []byte, c Candidates) (int, bool) {
 	if e.refs == 0 && now-e.last >= t.idle.Load() {
 		s.drop(e)
 		s.mu.Unlock()
-		t.count.Add(-1)
+		t.addCount(-1)
 		return -1, false
 	}
 	i := e.find(c)
@@ -36,6 +36,9 @@ func (t *Table) Pin(key []byte, c Candidates, i int) {
 	s, now := t.shardFor(key), t.clock()
 	s.mu.Lock()
 	if e := s.m[string(key)]; e != nil {
+		if e.server != c.Name(i) {
+			t.changes.Add(1)
+		}
 		e.server, e.idx = c.Name(i), i
 		s.touch(e, now)
 		s.mu.Unlock()
@@ -54,7 +57,7 @@ func (t *Table) Unpin(key []byte) bool {
 	}
 	s.mu.Unlock()
 	if e != nil {
-		t.count.Add(-1)
+		t.addCount(-1)
 	}
 	return e != nil
 }

@@ -84,7 +84,7 @@ func (t *Table) Import(entries []Entry) int {
 		s.mu.Unlock()
 		n++
 	}
-	if t.count.Add(int64(n)) > t.max.Load() {
+	if t.addCount(int64(n)) > t.max.Load() {
 		t.evict() // live keys added meanwhile
 	}
 	return n

@@ -59,6 +59,7 @@ type Table struct {
 	shards    [numShards]shard
 	count     atomic.Int64  // entries in all shards
 	evictions atomic.Uint64 // entries evicted for MaxEntries (not expirations or Forget)
+	changes   atomic.Uint64 // keys added, moved to another server or removed (see Changes)
 
 	seed  maphash.Seed
 	max   atomic.Int64
@@ -259,6 +260,9 @@ func (t *Table) PlaceExcept(key []byte, c Candidates, except int) int {
 		return -1
 	}
 	if e != nil {
+		if e.server != c.Name(i) {
+			t.changes.Add(1)
+		}
 		e.server, e.idx = c.Name(i), i
 		s.touch(e, now)
 		s.mu.Unlock()
@@ -276,7 +280,7 @@ func (t *Table) addUnlock(s *shard, key []byte, server string, idx int, now int6
 	s.lists[idleList].pushFront(e)
 	s.touch(e, now)
 	s.mu.Unlock()
-	if t.count.Add(1) > t.max.Load() {
+	if t.addCount(1) > t.max.Load() {
 		t.evict()
 	}
 }
@@ -333,7 +337,7 @@ func (t *Table) Forget(server string) int {
 		}
 		s.mu.Unlock()
 	}
-	t.count.Add(int64(-n))
+	t.addCount(int64(-n))
 	return n
 }
 
@@ -356,7 +360,7 @@ func (t *Table) Expire() int {
 		}
 		s.mu.Unlock()
 	}
-	t.count.Add(int64(-n))
+	t.addCount(int64(-n))
 	return n
 }
 
@@ -369,6 +373,19 @@ func (t *Table) Len() int {
 // key's own entry included when every other entry has open tunnels). Entries that idled out (Expire)
 // or whose server left (Forget) are not evictions.
 func (t *Table) Evictions() uint64 { return t.evictions.Load() }
+
+// Changes counts the changes of the table's placements: keys added, moved to another server, or
+// removed. Activity alone (a known key used again) is not a change. A state writer compares it to skip
+// writing an unchanged table.
+func (t *Table) Changes() uint64 { return t.changes.Load() }
+
+// addCount adjusts the number of entries after delta were added (or removed), and counts a change.
+func (t *Table) addCount(delta int64) int64 {
+	if delta != 0 {
+		t.changes.Add(1)
+	}
+	return t.count.Add(delta)
+}
 
 // evict removes the longest-idle entries until the table is within
 // MaxEntries: entries without open tunnels first, then the others.
@@ -405,7 +422,7 @@ func (t *Table) evictOne() bool {
 		}
 		s.mu.Unlock()
 		if e != nil {
-			t.count.Add(-1)
+			t.addCount(-1)
 			t.evictions.Add(1)
 		}
 		return true
