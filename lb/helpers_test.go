@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,7 +97,13 @@ func (l *logSink) all() string {
 // startLB loads the config files and starts fairlead on them, stopped at the end of the test.
 func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 	t.Helper()
-	cfg, err := LoadConfig(writeConfig(t, files))
+	return startLBDir(t, writeConfig(t, files))
+}
+
+// startLBDir is startLB on a config directory the test keeps (to edit it and reload).
+func startLBDir(t testing.TB, dir string) (*LB, *logSink) {
+	t.Helper()
+	cfg, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +178,16 @@ func serverAvailable(l *LB, pool, addr string) bool {
 		}
 	}
 	return false
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -146,18 +145,6 @@ func TestBuildInfoReportsTheVersionAndGoVersion(t *testing.T) {
 
 	l2, _ := startLB(t, platformConfig(c, "", ""))
 	mustMetric(t, scrapeMetrics(t, l2), fmt.Sprintf(`fairlead_build_info{version="dev",goversion=%q}`, runtime.Version()))
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {

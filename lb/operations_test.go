@@ -2,7 +2,6 @@ package lb
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -534,18 +533,6 @@ func (k *opKeepAlive) get(t *testing.T, path string) (status int, servedBy strin
 	return resp.StatusCode, resp.Header.Get("X-Served-By"), resp.Close
 }
 
-// opFreeAddr returns a loopback address that nothing listens on (just now).
-func opFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // opRefused reports whether a new connection to addr is refused.
 func opRefused(addr string) bool {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
@@ -577,7 +564,7 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 		t.Fatalf("first request on the keep-alive connection: %d from %q (closing %v)", code, by, closing)
 	}
 
-	newAddr, newAdmin := opFreeAddr(t), opFreeAddr(t)
+	newAddr, newAdmin := closedAddr(t), closedAddr(t)
 	cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-listen.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
 	if err != nil {
@@ -669,7 +656,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	}
 
 	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
-	free := opFreeAddr(t)
+	free := closedAddr(t)
 	cfg, err = LoadConfig(writeConfig(t, opCopy(files, "50-bad.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool))))
 	if err != nil {
@@ -870,21 +857,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	files := cxConfig(c, fmt.Sprintf("[admin]\ntoken_file = %q\n", tokenFile))
 	// One config directory for the whole test, as a running fairlead has (startLB writes a new one).
 	dir := writeConfig(t, files)
-	cfg, err := LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logSink{}
-	l := New(cfg, Options{Logf: logs.logf})
-	if err := l.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		if t.Failed() {
-			t.Logf("fairlead log:\n%s", logs.all())
-		}
-	})
+	l, logs := startLBDir(t, dir)
 	cx1 := c.Connections[0]
 	action := func(token string) int {
 		t.Helper()
@@ -900,7 +873,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("second-T0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err = LoadConfig(dir)
+	cfg, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
