@@ -1026,17 +1026,8 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			if t.Failed() {
 				return
 			}
-			first, last := closedAt[0], closedAt[0]
-			for _, at := range closedAt {
-				if at.Before(first) {
-					first = at
-				}
-				if at.After(last) {
-					last = at
-				}
-			}
 			// The last close is due 5/6 of the spread (500ms) after the first.
-			if span := last.Sub(first); span < 250*time.Millisecond {
+			if span := timeSpan(closedAt); span < 250*time.Millisecond {
 				t.Errorf("the %d tunnels closed within %s, want them spread over failback_close_spread (600ms)", n, span)
 			}
 			eventually(t, hang, "the backup's tunnels to close on its side", func() bool { return cx3.OpenTunnels() == 0 })

@@ -723,7 +723,8 @@ func opCloseTimes(t *testing.T, conns []*websocket.Conn) []time.Time {
 	return times
 }
 
-func opSpan(times []time.Time) time.Duration {
+// timeSpan is the time between the earliest and the latest of times.
+func timeSpan(times []time.Time) time.Duration {
 	first, last := times[0], times[0]
 	for _, at := range times {
 		if at.Before(first) {
@@ -762,7 +763,7 @@ func TestTunnelCloseSpreadSpreadsTheClosesOfADownServersTunnels(t *testing.T) {
 			// The health check fails; the server stays alive, so only fairlead closes the tunnels.
 			cx1.SetHealthy(false)
 			span := opCloseTimes(t, conns)
-			d := opSpan(span)
+			d := timeSpan(span)
 			if spread != "" {
 				if d < 300*time.Millisecond {
 					t.Errorf("with tunnel_close_spread %s the 6 closes took %s from first to last, want at least 300ms", spread, d)

@@ -38,9 +38,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.badRequests.Add(1)
 		ctx.Error("400 Bad Request: ambiguous message framing (Content-Length with Transfer-Encoding)\n", fasthttp.StatusBadRequest)
 		ctx.SetConnectionClose()
-		if g.accessLog() {
-			lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
-		}
+		lb.logUnrouted(ctx, g)
 		return
 	}
 
@@ -49,9 +47,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	ri := g.route(ctx, upgrade)
 	if ri < 0 {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
-		if g.accessLog() {
-			lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
-		}
+		lb.logUnrouted(ctx, g)
 		return
 	}
 	p := g.routes[ri].pool
@@ -71,6 +67,13 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	p.m.observe(took, in, out)
 	if g.accessLog() {
 		lb.logRequest(ctx, ri, p, s, took, in, out, retries)
+	}
+}
+
+// logUnrouted writes the access log line of a request answered before any route (400, 404).
+func (lb *LB) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
+	if g.accessLog() {
+		lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
 	}
 }
 
