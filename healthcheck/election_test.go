@@ -11,7 +11,8 @@ import (
 // steps over n servers: "0+" means server 0 answered 200, "1-" means server 1 answered non-200, "|"
 // ends the first round, and "x0" removes server 0 from the pool ("x01" removes servers 0 and 1 in one
 // server set change). want is the leader after the last step (-1 for none); wantSplit is how many
-// outcomes reported split brain. fb also takes the indices of the backup servers ("2" or "12").
+// outcomes reported split brain (one split brain is reported once, until it ends). fb also takes the
+// indices of the backup servers ("2" or "12").
 func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 	fb := func(name string, n int, backups, script string, want, wantSplit int) {
 		t.Helper()
@@ -56,18 +57,25 @@ func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 	f("a 200 after a leaderless start elects at once", 2, "0- 1- | 1+", 1, 0)
 	f("two non-200 answers do not switch", 2, "0+ 1- | 0- 1+ 0-", 0, 0)
 	f("the third non-200 answer switches", 2, "0+ 1- | 0- 1+ 0- 0-", 1, 0)
-	f("a 200 between failures resets the count", 2, "0+ 1- | 0- 1+ 0- 0+ 0- 0-", 0, 0)
+	f("a 200 between failures resets the count (and, with the other's 200, is split brain)", 2, "0+ 1- | 0- 1+ 0- 0+ 0- 0-", 0, 1)
 	f("the switch goes to a server whose latest answer was 200", 3, "0+ 1- 2- | 0- 1+ 2+ 1- 0- 0-", 2, 0)
 	f("among several, the longest run of 200s wins", 3, "0+ 1- 2- | 0- 2+ 1+ 2+ 0- 0-", 2, 0)
 	f("nobody answering 200 leaves no leader", 2, "0+ 1- | 0- 0- 0-", -1, 0)
 	f("the old leader can come back when nobody else is leader", 2, "0+ 1- | 0- 0- 0- 0+", 0, 0)
-	f("split brain keeps the leader and is reported", 2, "0+ 1- | 1+ 0+ 1+", 0, 2)
+	f("split brain keeps the leader and is reported once while it lasts", 2, "0+ 1- | 1+ 0+ 1+ 0+ 1+", 0, 1)
+	f("a split brain that ended is reported again when it begins again", 2, "0+ 1- | 1+ 0+ 1- 0+ 1+ 0+", 0, 2)
+	f("another server's 200 is split brain only once the leader answers 200 after it", 2, "0+ 1- | 1+ 1+", 0, 0)
+	f("another server's 200 while the leader steps down is not split brain", 2, "0+ 1- | 1+ 0- 0- 0-", 1, 0)
+	f("a split brain is reported once through a flapping leader", 2, "0+ 1- | 1+ 0- 1+ 0+ 1+ 0- 1+ 0+ 1+", 0, 1)
+	f("a leader flapping at every probe while another server answers 200 is never replaced", 2,
+		"0+ 1- | 1+ 0- 0- 1+ 0+ 0- 1+ 0- 0+ 0- 0- 1+ 0+", 0, 1)
+	f("a split brain with a new leader is reported anew", 3, "0+ 1- 2- | 1+ 0+ 2+ 0- 0- 0- 2+ 1+", 1, 2)
 	f("split brain in the first round elects the first server", 2, "0+ 1+ |", 0, 1)
 	f("a 200 from another server while the leader fails is not split brain", 2, "0+ 1- | 0- 1+", 0, 0)
 
 	f("a removed leader is replaced at once by the longest run of 200s", 3, "0+ 1- 2- | 0- 1+ 2+ 2+ x0", 2, 0)
 	f("a removed leader is replaced by the first in config order on a tie", 3, "0+ 1- 2- | 0- 2+ 1+ x0", 1, 0)
-	f("a removed healthy leader is replaced too", 3, "0+ 1- 2- | 1+ 2+ 2+ x0", 2, 3)
+	f("a removed healthy leader is replaced too", 3, "0+ 1- 2- | 1+ 2+ 2+ x0", 2, 0)
 	f("removing a non-leader changes nothing", 3, "0+ 1- 2- | 0- 1+ 2+ 2+ x2", 0, 0)
 	f("removing a non-leader while the leader is failing changes nothing", 2, "0+ 1- | 0- 0- 1+ x1", 0, 0)
 	f("removing the leader when nobody else answered 200 leaves no leader", 2, "0+ 1- | x0", -1, 0)
@@ -83,40 +91,54 @@ func TestElectionFollowsTheThingWorxRules(t *testing.T) {
 	fb("a backup is elected when no primary answers 200", 3, "2", "0- 1- 2+ |", 2, 0)
 	fb("a backup with a longer run loses to a primary", 3, "2", "0+ 1- 2- | 0- 2+ 2+ 2+ 1+ 0- 0-", 1, 0)
 	fb("after the leader's fall, a backup takes over only when no primary answers 200", 3, "2",
-		"0+ 1- 2- | 2+ 0- 0- 0-", 2, 1)
+		"0+ 1- 2- | 2+ 0- 0- 0-", 2, 0)
 	fb("a primary answering 200 while a backup leads is split brain: the backup stays", 3, "2",
 		"0- 1- 2+ | 0+ 2+", 2, 1)
 	fb("the three-answer rule governs the change back to a primary", 3, "2",
-		"0- 1- 2+ | 0+ 2- 2- 0+ 2-", 0, 1)
+		"0- 1- 2+ | 0+ 2- 2- 0+ 2-", 0, 0)
 	fb("a removed primary leader is replaced by a primary before a backup", 3, "2",
-		"0+ 1- 2- | 2+ 2+ 1+ x0", 1, 3)
-	fb("the longest run wins among backups", 4, "23", "0- 1- 2+ 3+ | 3+ 2- 2- 2-", 3, 2)
+		"0+ 1- 2- | 2+ 2+ 1+ x0", 1, 0)
+	fb("the longest run wins among backups", 4, "23", "0- 1- 2+ 3+ | 3+ 2- 2- 2-", 3, 1)
 }
 
-func TestElectionIsFailingWhileTheLeaderIsUnknownOrFailing(t *testing.T) {
-	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
+func TestElectionIsUnsettledWhileTheLeaderIsUnknownOrFailingOrAnotherServerAnswers200(t *testing.T) {
+	ts := targets("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080")
 	e := &election{fall: 3}
-	if !e.failing() {
-		t.Fatal("no leader known yet: want failing")
+	f := func(what string, wantFailing, wantUnsettled bool) {
+		t.Helper()
+		if got := e.failing(); got != wantFailing {
+			t.Errorf("%s: failing %v, want %v", what, got, wantFailing)
+		}
+		if got := e.unsettled(ts); got != wantUnsettled {
+			t.Errorf("%s: unsettled %v, want %v", what, got, wantUnsettled)
+		}
 	}
+	f("no leader known yet", true, true)
 	e.observe(ts, ts[0], true)
 	e.observe(ts, ts[1], false)
+	e.observe(ts, ts[2], false)
 	e.finishFirstRound(ts)
-	if e.failing() {
-		t.Fatal("healthy leader: want not failing")
-	}
+	f("healthy leader, the others non-200", false, false)
 	e.observe(ts, ts[0], false)
-	if !e.failing() {
-		t.Fatal("leader answered non-200: want failing")
-	}
+	f("leader answered non-200", true, true)
 	e.observe(ts, ts[0], true)
-	if e.failing() {
-		t.Fatal("leader recovered: want not failing")
+	f("leader recovered", false, false)
+	e.observe(ts, ts[2], true)
+	f("another server answered 200 (leadership moving, or split brain)", false, true)
+	e.observe(ts, ts[0], true)
+	f("the leader answered 200 again while the other's latest answer is 200", false, true)
+	e.observe(ts, ts[2], false)
+	f("the other server answered non-200 again", false, false)
+	e.observe(ts, ts[1], true)
+	for range 3 {
+		e.observe(ts, ts[0], false)
 	}
-	e.removed(ts[1:], ts[:1])
-	if !e.failing() {
-		t.Fatal("leader removed and nobody else answers 200: want failing")
+	if e.leader != ts[1] {
+		t.Fatalf("leader %v after the leader's fall, want %s", e.leader, ts[1].Addr())
 	}
+	f("a new leader, the old one non-200", false, false)
+	e.removed(ts[:1], ts[1:])
+	f("leader removed and nobody else answers 200", true, true)
 }
 
 func TestElectionOutcomeSaysWhetherTheLeaderChanged(t *testing.T) {

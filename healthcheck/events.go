@@ -17,7 +17,7 @@ const (
 	ServerAdded                   // a server set change added a server (it gets traffic after a passing probe)
 	ServerRemoved                 // a server set change removed a server (it drains)
 	LeaderChanged                 // a leader pool elected another leader (Server; Old was the leader)
-	SplitBrain                    // a second server answered 200 while the leader is healthy
+	SplitBrain                    // the leader answered 200 while another server's latest answer was 200 (once per split brain)
 	CheckAnswered                 // one probe answered (Status, Latency, Detail on error)
 	ReloadApplied                 // a new configuration is in force
 	ReloadFailed                  // a configuration did not load; the running one stays (Detail)

@@ -90,16 +90,24 @@ func TestLeaderProbesPrimariesAtLeastEveryFailbackIntervalWhileABackupLeads(t *t
 			t.Errorf("primary leads: pace of %s %v, want steady", tg.Addr(), got)
 		}
 	}
-	// The backup leads, healthy: primaries every FailbackInterval, the backup steady.
+	// The backup leads, healthy, the primaries answering non-200: primaries every FailbackInterval, the
+	// backup steady.
 	l.el.leader = b
+	p1.run, p1.fails, b.run = 0, 3, 1
 	if got := l.pace(p2); got != o.FailbackInterval {
 		t.Errorf("backup leads: pace of a primary %v, want FailbackInterval %v", got, o.FailbackInterval)
 	}
 	if got := l.pace(b); !steady(got) {
 		t.Errorf("backup leads: pace of the backup %v, want steady", got)
 	}
+	// A primary answers 200 while the backup leads (leadership moving back, or split brain): everybody fast.
+	p2.run = 1
+	if got := l.pace(b); got != o.FastInterval {
+		t.Errorf("a primary answers 200 while a backup leads: pace %v, want FastInterval", got)
+	}
+	p2.run = 0
 	// The leader failing: everybody fast, as always.
-	b.fails = 1
+	b.run, b.fails = 0, 1
 	if got := l.pace(p1); got != o.FastInterval {
 		t.Errorf("backup leader failing: pace %v, want FastInterval", got)
 	}

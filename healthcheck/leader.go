@@ -43,7 +43,10 @@ func (l *Leader) Current() *Target { return l.current.Load() }
 
 // Trigger asks for an immediate probe of every server, because live traffic to the leader was refused,
 // reset or answered 503. It does not itself count as an answer. Triggers closer together than a quarter
-// of FastInterval (at least 50ms, at most 500ms) are merged, so an error storm cannot become a probe storm.
+// of FastInterval (at least 50ms, at most 500ms) are merged, so an error storm cannot become a probe
+// storm: with the default FastInterval of 250ms, each server is probed at most 16 times a second, and
+// only while live traffic fails. The gap stays short because a request held until the leader confirms
+// itself waits for a probe that started after its failure: a merged trigger makes it wait for the next.
 func (l *Leader) Trigger() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -72,19 +75,19 @@ func (l *Leader) Report(t *Target, err error) {
 // once by the server with the longest run of 200s.
 func (l *Leader) Set(targets []*Target) {
 	l.mu.Lock()
-	wasFailing := l.el.failing()
+	wasFast := l.el.unsettled(l.targets)
 	removed, roundDone := l.setLocked(targets)
 	out := l.el.removed(l.targets, removed)
 	for _, t := range removed {
 		t.up.Store(false)
 	}
 	ev := l.applyLocked(out)
-	nowFailing := l.el.failing()
+	nowFast := l.el.unsettled(l.targets)
 	l.mu.Unlock()
 	l.publishAll(ev)
 	if roundDone {
 		l.firstRoundOver()
-	} else if wasFailing != nowFailing {
+	} else if wasFast != nowFast {
 		l.wakeAll()
 	}
 }
@@ -128,15 +131,20 @@ func (l *Leader) Restore(leader *Target) bool {
 	return true
 }
 
-// SplitBrains returns how many times a second server answered 200 while the leader was healthy.
+// SplitBrains returns how many split brains began: the leader answering 200 while another server's
+// latest answer was 200 too. One split brain counts once, however many probes see it, until no other
+// server answers 200 or the leader changes.
 func (l *Leader) SplitBrains() uint64 { return l.splitBrains.Load() }
 
 // Changes returns how many times the leader changed (including to and from "none").
 func (l *Leader) Changes() uint64 { return l.changes.Load() }
 
+// pace is FastInterval while the pool is unsettled (the leader failing or unknown, or another server
+// answering 200), else the steady random wait (bounded by FailbackInterval for primaries while a backup
+// leads).
 func (l *Leader) pace(t *Target) time.Duration {
 	l.mu.Lock()
-	fast := l.el.failing()
+	fast := l.el.unsettled(l.targets)
 	onBackup := l.el.leader != nil && l.el.leader.backup.Load()
 	l.mu.Unlock()
 	if fast {
@@ -159,7 +167,7 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 		l.mu.Unlock()
 		return
 	}
-	wasFailing := l.el.failing()
+	wasFast := l.el.unsettled(l.targets)
 	if !ok && t == l.el.leader {
 		what := fmt.Sprintf("status %d", status)
 		if err != nil {
@@ -168,26 +176,22 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 		l.logf("healthcheck: pool %s: leader %s answered %s", l.pool, t.addr, what)
 	}
 	out := l.el.observe(l.targets, t, ok)
-	if out.splitBrain && l.el.leader.run == 0 {
-		// A restored leader (Restore) that has not answered 200 yet: its latest answer is not known to
-		// be 200, so another server's 200 is a leader answer, not split brain. (An elected leader
-		// always has a run of 200s while it has no failures.)
-		out.splitBrain = false
-	}
 	t.first = false
 	ev := l.applyLocked(out)
 	roundDone := l.answeredFirstLocked(t)
 	if roundDone {
 		ev = append(ev, l.finishFirstRoundLocked()...)
 	}
-	nowFailing := l.el.failing()
+	nowFast := l.el.unsettled(l.targets)
 	l.mu.Unlock()
 
 	l.publishAll(ev)
 	if roundDone {
 		l.markReady() // after the first round's events: a waiter of Ready sees them published
 	}
-	if wasFailing != nowFailing {
+	if wasFast != nowFast {
+		// Every prober takes the new pace now: a second server's first 200 gets the leader probed within
+		// a fast interval (at once if its latest probe is older), not at the end of its steady wait.
 		l.wakeAll()
 	}
 }
@@ -244,7 +248,7 @@ func (l *Leader) publishAll(ev []Event) {
 	}
 }
 
-// wakeAll switches every prober between the normal and the fast pace now, not after its current wait.
+// wakeAll switches every prober between the steady and the fast pace now, not after its current wait.
 func (l *Leader) wakeAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

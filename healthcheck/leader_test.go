@@ -110,9 +110,10 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 		}
 	}))
 
-	// The second server answers 200 too (split brain: the leader stays); then the leader steps down.
+	// The second server answers 200 too, and the leader again (split brain: the leader stays); then the
+	// leader steps down.
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "a 200 from the second server", func() bool { return l.Status()[1].Run > 0 })
+	waitFor(t, bus, "split brain", func() bool { return len(r.of("", SplitBrain)) > 0 })
 	if l.Current() != ts[0] {
 		t.Fatal("split brain changed the leader")
 	}
@@ -259,7 +260,7 @@ func TestLeaderMergesTriggersCloserThanAQuarterOfFastInterval(t *testing.T) {
 	f(10*time.Second, 500*time.Millisecond)      // at most 500ms
 }
 
-func TestLeaderProbesFastWhileTheLeaderIsUnknownOrFailing(t *testing.T) {
+func TestLeaderProbesFastWhileTheLeaderIsUnknownOrFailingOrAnotherServerAnswers200(t *testing.T) {
 	o := leaderChecks(nil)
 	o.Interval, o.IntervalMax = time.Second, 2*time.Second
 	o.Rand = func() float64 { return 0.5 }
@@ -285,6 +286,15 @@ func TestLeaderProbesFastWhileTheLeaderIsUnknownOrFailing(t *testing.T) {
 	f("leader answered 503", o.FastInterval)
 	l.answer(ts[0], time.Now(), 200, nil)
 	f("leader answered 200 again", steady)
+	l.answer(ts[1], time.Now(), 200, nil)
+	f("another server answered 200", o.FastInterval)
+	l.answer(ts[0], time.Now(), 200, nil)
+	f("the leader answered 200 too (split brain)", o.FastInterval)
+	l.answer(ts[1], time.Now(), 503, nil)
+	f("the other server answered 503 again", steady)
+	if l.Current() != ts[0] {
+		t.Fatalf("current %v, want %s: a second 200 alone does not switch", l.Current(), ts[0].Addr())
+	}
 	l.answer(ts[0], time.Now(), 0, errRefused)
 	l.answer(ts[0], time.Now(), 0, errRefused)
 	l.answer(ts[0], time.Now(), 0, errRefused)

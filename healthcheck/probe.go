@@ -26,8 +26,9 @@ type Options struct {
 	Port int
 	// Interval and IntervalMax bound the random steady-state wait between two probes of one server.
 	Interval, IntervalMax time.Duration
-	// FastInterval is the probe period while things are failing: the leader is failing or unknown, or
-	// a server is down, changing state, or failing live traffic.
+	// FastInterval is the probe period while things are failing or changing: a Leader's leader is
+	// failing or unknown, or another server answers 200; a Checker's server is down, changing state, or
+	// failing live traffic.
 	FastInterval time.Duration
 	// Timeout bounds one probe; a probe that times out has failed.
 	Timeout time.Duration
@@ -46,6 +47,11 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// Rand returns a number in [0, 1) for probe jitter. Default math/rand/v2.Float64.
 	Rand func() float64
+
+	// script, if set, answers every probe instead of an HTTP GET (status, or 0 and an error), given the
+	// probed address: tests script servers under testing/synctest, whose fake clock sockets would not
+	// follow. Update keeps it.
+	script func(addr string) (int, error)
 }
 
 func (o *Options) setDefaults() {
@@ -258,6 +264,9 @@ func (g *group) updateLocked(o Options) {
 	if o.Rand == nil {
 		o.Rand = g.o.Rand
 	}
+	if o.script == nil {
+		o.script = g.o.script
+	}
 	for _, t := range g.targets {
 		g.stopLocked(t)
 	}
@@ -291,10 +300,11 @@ type prober struct {
 	auth    string // "Basic <credentials>", or "" for none
 	timeout time.Duration
 	client  *fasthttp.HostClient
+	script  func(addr string) (int, error) // Options.script: a test's answers
 }
 
 func newProber(addr string, o *Options) *prober {
-	pr := &prober{addr: addr, path: o.Path, timeout: o.Timeout}
+	pr := &prober{addr: addr, path: o.Path, timeout: o.Timeout, script: o.script}
 	if o.Credentials != "" {
 		pr.auth = "Basic " + o.Credentials
 	}
@@ -313,6 +323,9 @@ func newProber(addr string, o *Options) *prober {
 
 // get sends one probe and returns the answer's status, or 0 and the error (a timeout included).
 func (pr *prober) get() (int, error) {
+	if pr.script != nil {
+		return pr.script(pr.addr)
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)

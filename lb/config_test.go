@@ -35,7 +35,7 @@ func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
 	f("check.path", ck.Path, "/Thingworx/Admin/HA/LeaderCheck")
 	f("check.interval", ck.Interval.D, 15*time.Second)
 	f("check.interval_max", ck.IntervalMax.D, 20*time.Second)
-	f("check.fast_interval", ck.FastInterval.D, 2*time.Second)
+	f("check.fast_interval", ck.FastInterval.D, 250*time.Millisecond)
 	f("check.timeout", ck.Timeout.D, 5*time.Second)
 	f("check.fall", ck.Fall, 3)
 }
