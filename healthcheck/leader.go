@@ -27,7 +27,8 @@ type Leader struct {
 	current     atomic.Pointer[Target]
 	splitBrains atomic.Uint64
 	changes     atomic.Uint64
-	lastTrigger atomic.Int64 // unix nanos of the last accepted Trigger
+	lastTrigger atomic.Int64 // unix nanos of the last round of probes a Trigger started
+	deferred    bool         // a round is due at the end of the current gap (guarded by mu)
 }
 
 // NewLeader returns a Leader over targets (config order). Start begins probing.
@@ -45,17 +46,37 @@ func (l *Leader) Current() *Target { return l.current.Load() }
 // reset or answered 503. It does not itself count as an answer. Triggers closer together than a quarter
 // of FastInterval (at least 50ms, at most 500ms) are merged, so an error storm cannot become a probe
 // storm: with the default FastInterval of 250ms, each server is probed at most 16 times a second, and
-// only while live traffic fails. The gap stays short because a request held until the leader confirms
-// itself waits for a probe that started after its failure: a merged trigger makes it wait for the next.
+// only while live traffic fails. A request held until the leader confirms itself waits for a probe that
+// started after its failure, so a merged trigger is not dropped: one more round of probes starts at the
+// end of the gap (however many triggers were merged into it).
 func (l *Leader) Trigger() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	gap := min(max(l.o.FastInterval/4, 50*time.Millisecond), 500*time.Millisecond)
+	gap := int64(min(max(l.o.FastInterval/4, 50*time.Millisecond), 500*time.Millisecond))
 	now := time.Now().UnixNano()
 	last := l.lastTrigger.Load()
-	if now-last < int64(gap) || !l.lastTrigger.CompareAndSwap(last, now) {
+	if now-last < gap {
+		if !l.deferred {
+			l.deferred = true
+			time.AfterFunc(time.Duration(last+gap-now), l.deferredTrigger)
+		}
 		return
 	}
+	l.lastTrigger.Store(now)
+	l.kickAll()
+}
+
+// deferredTrigger is the round of probes of the triggers merged into a gap.
+func (l *Leader) deferredTrigger() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deferred = false
+	l.lastTrigger.Store(time.Now().UnixNano())
+	l.kickAll()
+}
+
+// kickAll asks every server for a probe now. The caller holds l.mu.
+func (l *Leader) kickAll() {
 	for _, t := range l.targets {
 		signal(t.kick)
 	}
