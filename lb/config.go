@@ -2,6 +2,7 @@ package lb
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -27,6 +28,10 @@ type Config struct {
 	// adminToken and adminPassword are the contents of [admin] token_file and password_file, read when
 	// the config is loaded (a reload reads them again). Never logged.
 	adminToken, adminPassword string
+	// routeAuth holds, by route index, what [routes.auth] files held when the config was loaded: the
+	// SHA-256 of each client key and the upstream credential (nil for a route without auth). Never
+	// logged (routeauth.go).
+	routeAuth []*routeAuth
 }
 
 // GlobalConfig is the [global] table: process-wide settings.
@@ -62,6 +67,18 @@ type FrontendConfig struct {
 	// DrainTimeout bounds the wait for in-flight requests at SIGTERM: fairlead stops accepting, lets
 	// them finish for up to this long, then closes the tunnels and exits 0. Default "10s".
 	DrainTimeout Duration `toml:"drain_timeout"`
+	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
+	// bytes; larger gets 431. Default 16384.
+	MaxHeaderSize int `toml:"max_header_size"`
+	// HeaderTimeout bounds receiving a request's head from its first byte; a slower head (slowloris)
+	// gets 408 and the connection closes. Default "10s".
+	HeaderTimeout Duration `toml:"header_timeout"`
+	// TrustedProxies are the CIDRs of proxies in front of fairlead whose X-Forwarded-For is appended to
+	// and whose X-Forwarded-Proto, X-Forwarded-Host and other X-Forwarded-* and Forwarded headers are
+	// kept; from any other client they are removed and replaced. Default none.
+	TrustedProxies []string `toml:"trusted_proxies"`
+	// trusted is TrustedProxies parsed (config_validate.go).
+	trusted []netip.Prefix
 	// RetryBuffer is the largest request body (bytes, with a Content-Length) held in memory so that a failed
 	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
 	// none of their bytes were read. Default 65536.
@@ -193,7 +210,9 @@ type CheckConfig struct {
 	// Defaults "15s" for leader pools, "5s" for others, and IntervalMax = Interval*4/3.
 	Interval    Duration `toml:"interval"`
 	IntervalMax Duration `toml:"interval_max"`
-	// FastInterval is the probe period of every server while the leader is failing or unknown. Default "2s".
+	// FastInterval is the probe period of every server of a leader pool while the leader is failing or
+	// unknown or another server answers 200, and of a server of another pool while it is down or
+	// changing state. Default "250ms".
 	FastInterval Duration `toml:"fast_interval"`
 	// Timeout bounds one probe; a probe that times out counts as a non-200 answer. Default "5s" for
 	// leader pools, "2s" for others.
@@ -217,6 +236,28 @@ type RouteConfig struct {
 	// WebSocket, if true, makes the route match only WebSocket upgrades (Upgrade: websocket), so that
 	// ordinary requests never reach its pool. Default false (the route matches every request).
 	WebSocket bool `toml:"websocket"`
+	// Auth, if set ([routes.auth] after this [[routes]] entry), is the route's single-point auth:
+	// clients present a key fairlead defines, fairlead removes it and injects the upstream credential
+	// that only fairlead holds. Default none (no key asked).
+	Auth *RouteAuthConfig `toml:"auth"`
+}
+
+// RouteAuthConfig is a [routes.auth] table (routeauth.go). A request on the route without one of the
+// keys of KeysFile gets 401 and nothing of it is forwarded; with one, the key's header is removed and
+// UpstreamHeader is set to the contents of UpstreamValueFile. Both files are read when the config is
+// loaded (at start and at every reload); their contents never appear in logs, errors or /status.
+type RouteAuthConfig struct {
+	// KeysFile holds the client keys, one per line; blank lines and lines starting with # are ignored.
+	// Required, with at least one key.
+	KeysFile string `toml:"keys_file"`
+	// Header is the request header carrying the client's key. "Authorization" means
+	// "Authorization: Bearer <key>"; any other header carries the key as its whole value.
+	// Default "Authorization".
+	Header string `toml:"header"`
+	// UpstreamHeader is the header set on every admitted request, replacing any the client sent, to the
+	// contents of UpstreamValueFile (trimmed). The two go together. Default none (nothing injected).
+	UpstreamHeader    string `toml:"upstream_header"`
+	UpstreamValueFile string `toml:"upstream_value_file"`
 }
 
 // Duration is a TOML string in Go syntax ("250ms", "15s"). A bad value is kept and reported by

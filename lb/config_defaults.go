@@ -34,6 +34,10 @@ func (c *Config) applyDefaults() {
 	if !c.isSet("frontend.max_conns") {
 		fe.MaxConns = 20000
 	}
+	if !c.isSet("frontend.max_header_size") {
+		fe.MaxHeaderSize = 16 << 10
+	}
+	setDuration(&fe.HeaderTimeout, c.isSet("frontend.header_timeout"), 10*time.Second)
 	if !c.isSet("frontend.retry_buffer") {
 		fe.RetryBuffer = 64 << 10
 	}
@@ -85,13 +89,20 @@ func (c *Config) applyDefaults() {
 		}
 		setDuration(&ck.Interval, c.isSet(k+"interval"), interval)
 		setDuration(&ck.IntervalMax, c.isSet(k+"interval_max"), ck.Interval.D*4/3)
-		setDuration(&ck.FastInterval, c.isSet(k+"fast_interval"), 2*time.Second)
+		setDuration(&ck.FastInterval, c.isSet(k+"fast_interval"), 250*time.Millisecond)
 		setDuration(&ck.Timeout, c.isSet(k+"timeout"), timeout)
 		if !c.isSet(k + "fall") {
 			ck.Fall = fall
 		}
 		if !c.isSet(k + "rise") {
 			ck.Rise = 2
+		}
+	}
+	// [[routes]] entries are merged whole, so their keys have no origin of their own: an empty header
+	// is the default one.
+	for _, r := range c.Routes {
+		if r.Auth != nil && r.Auth.Header == "" {
+			r.Auth.Header = "Authorization"
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -55,6 +56,23 @@ func (c *Config) validate() []string {
 		add("frontend.retry_buffer", "must not be negative")
 	}
 	checkDur("frontend.drain_timeout", c.Frontend.DrainTimeout, false)
+	checkDur("frontend.header_timeout", c.Frontend.HeaderTimeout, false)
+	if n := c.Frontend.MaxHeaderSize; n < 1024 || n > 1<<20 {
+		add("frontend.max_header_size", "must be between 1024 and 1048576 bytes, got %d", n)
+	}
+	c.Frontend.trusted = c.Frontend.trusted[:0]
+	for i, s := range c.Frontend.TrustedProxies {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				add(fmt.Sprintf("frontend.trusted_proxies.%d", i), "%q is neither a CIDR nor an IP address", s)
+				continue
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		c.Frontend.trusted = append(c.Frontend.trusted, pfx.Masked())
+	}
 	checkAddr("admin.listen", c.Admin.Listen, true)
 	p = append(p, c.validateAdmin()...)
 	gl := c.Global
@@ -214,7 +232,9 @@ func (c *Config) validate() []string {
 	if len(c.Routes) == 0 {
 		add("routes", "no [[routes]]: at least one route must name a pool")
 	}
+	c.routeAuth = make([]*routeAuth, len(c.Routes))
 	for i, r := range c.Routes {
+		p = append(p, c.loadRouteAuth(i)...) // [routes.auth]: reads its files (routeauth.go)
 		k := "routes." + strconv.Itoa(i) + "."
 		if r.Pool == "" {
 			add(k+"pool", "missing pool")

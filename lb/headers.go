@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"net"
+	"net/netip"
 
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -18,8 +19,13 @@ var hopByHop = []string{
 // prepareRequest turns the client's request into the upstream request in place: hop-by-hop headers
 // (and every header the Connection header names) are removed, X-Forwarded-* are set, and the upstream
 // connection is kept alive whatever the client asked. Host is left as the client sent it.
-// It does not allocate in the common case.
-func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool) {
+//
+// X-Forwarded-For, -Proto and -Host are set from the connection. A client in trusted (the
+// trusted_proxies CIDRs) is a proxy in front of fairlead: its X-Forwarded-For is appended to and its
+// other X-Forwarded-* and Forwarded headers are kept (X-Forwarded-Proto and -Host only set when it sent
+// none). From any other client every X-Forwarded-* and Forwarded header is removed first, so that it
+// cannot pass for another address or scheme. It does not allocate in the common case.
+func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool, trusted []netip.Prefix) {
 	h := &req.Header
 	stripConnectionHeaders(h.Peek(fasthttp.HeaderConnection), h.DelBytes)
 	h.Del(fasthttp.HeaderConnection)
@@ -30,9 +36,13 @@ func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool) {
 	// fasthttp's server already answered "100 Continue" to the client; the upstream gets the body at once.
 	h.Del(fasthttp.HeaderExpect)
 
+	proxy := isTrusted(remote, trusted)
+	if !proxy {
+		stripForwarded(h)
+	}
 	var buf [128]byte
 	xff := buf[:0]
-	if prior := h.Peek(fasthttp.HeaderXForwardedFor); len(prior) > 0 {
+	if prior := h.Peek(fasthttp.HeaderXForwardedFor); proxy && len(prior) > 0 {
 		xff = append(xff, prior...)
 		xff = append(xff, ", "...)
 	}
@@ -42,14 +52,68 @@ func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool) {
 		xff = append(xff, "unknown"...)
 	}
 	h.SetBytesV(fasthttp.HeaderXForwardedFor, xff)
-	if tls {
-		h.Set(fasthttp.HeaderXForwardedProto, "https")
-	} else {
-		h.Set(fasthttp.HeaderXForwardedProto, "http")
+	if !proxy || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
+		if tls {
+			h.Set(fasthttp.HeaderXForwardedProto, "https")
+		} else {
+			h.Set(fasthttp.HeaderXForwardedProto, "http")
+		}
 	}
-	if host := h.Host(); len(host) > 0 {
+	if host := h.Host(); len(host) > 0 && (!proxy || len(h.Peek(fasthttp.HeaderXForwardedHost)) == 0) {
 		h.SetBytesV(fasthttp.HeaderXForwardedHost, host)
 	}
+}
+
+// isTrusted reports whether remote is in one of the trusted prefixes.
+func isTrusted(remote net.IP, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	a, ok := netip.AddrFromSlice(remote)
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// stripForwarded removes every X-Forwarded-* and Forwarded header. The raw header block is scanned
+// first, so that a request without any (nearly all) costs one pass over bytes and no deletion.
+func stripForwarded(h *fasthttp.RequestHeader) {
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 {
+			continue
+		}
+		name := line[:colon]
+		if hasPrefixFold(name, "x-forwarded-") || (len(name) == len("forwarded") && hasPrefixFold(name, "forwarded")) {
+			h.DelBytes(name)
+		}
+	}
+}
+
+func hasPrefixFold(b []byte, prefix string) bool {
+	if len(b) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if b[i]|0x20 != prefix[i] && b[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // prepareResponse removes hop-by-hop headers from an upstream response before it is relayed. The
@@ -80,26 +144,4 @@ func stripConnectionHeaders(v []byte, del func([]byte)) {
 		}
 		del(tok)
 	}
-}
-
-// ambiguousFraming reports a request whose body length could be read two ways: Transfer-Encoding
-// together with Content-Length (RFC 9112 6.3: a classic request smuggling vector). fasthttp itself
-// rejects two Content-Length headers. Only chunked requests need the scan of the raw headers.
-func ambiguousFraming(req *fasthttp.Request) bool {
-	if req.Header.ContentLength() != -1 {
-		return false
-	}
-	raw := req.Header.RawHeaders()
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		if i := bytes.IndexByte(line, ':'); i >= 0 && bytes.EqualFold(bytes.TrimSpace(line[:i]), []byte("Content-Length")) {
-			return true
-		}
-	}
-	return false
 }

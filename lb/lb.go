@@ -3,10 +3,11 @@
 // request, top to bottom).
 //
 // Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
-// fast start), pool.go (a pool and its server
-// set changes), server.go (a server and the one Available predicate), policy.go (balance policies as
-// types), proxy.go (the forwarding loop), upgrade.go and tunnels.go (WebSocket tunnels and their
-// registry), transport.go (upstream connections), events.go (the event stream's subscribers), admin.go.
+// fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
+// predicate), policy.go (balance policies as types), framing.go (the front end's check of every client
+// byte), proxy.go (the forwarding loop), headers.go (hop-by-hop and X-Forwarded-*), routeauth.go
+// (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), transport.go
+// (upstream connections), events.go (the event stream's subscribers), admin.go.
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +43,9 @@ type LB struct {
 	ln       net.Listener // the front end's
 	adminLn  net.Listener
 
-	badRequests atomic.Uint64
-	adminDenied atomic.Uint64 // admin requests answered 401
+	limits      *frameLimits                     // the framer's, set at Start
+	badRequests [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
+	adminDenied atomic.Uint64                    // admin requests answered 401
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -150,11 +153,14 @@ func (lb *LB) Start(ctx context.Context) error {
 		lb.cancel()
 		return fmt.Errorf("frontend: %w", err)
 	}
+	lb.limits = &frameLimits{maxHeader: fe.MaxHeaderSize, maxBody: fe.MaxBodySize, headerTimeout: fe.HeaderTimeout.D}
+	ln = lb.frontListener(ln)
 	lb.lnMu.Lock()
 	lb.ln = ln
 	lb.lnMu.Unlock()
 	lb.frontend = &fasthttp.Server{
 		Handler:                      lb.handle,
+		ErrorHandler:                 lb.frontendError,
 		Name:                         "fairlead",
 		NoDefaultServerHeader:        true,
 		NoDefaultDate:                true,
@@ -164,6 +170,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		// A 32 KiB write buffer sends a 16 KiB answer in one system call; ReduceMemoryUsage gives the
 		// buffers back to a pool between requests, so an idle keep-alive client holds none.
 		WriteBufferSize:    32 << 10,
+		ReadBufferSize:     fe.MaxHeaderSize + 4<<10, // the framer (framing.go) enforces max_header_size first
 		ReduceMemoryUsage:  true,
 		ReadTimeout:        fe.ReadTimeout.D,
 		IdleTimeout:        fe.IdleTimeout.D,
@@ -300,7 +307,7 @@ func (lb *LB) Reload(cfg *Config) error {
 			lb.ReloadFailed(err)
 			return err
 		}
-		feLn = ln
+		feLn = lb.frontListener(ln)
 	}
 	if lb.admin != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != old.cfg.Admin.Listen {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
@@ -347,7 +354,9 @@ func (lb *LB) Reload(cfg *Config) error {
 	var restart []string
 	fe, ofe := cfg.Frontend, old.cfg.Frontend
 	fe.Listen, ofe.Listen = "", ""
-	if fe != ofe {
+	// trusted_proxies applies at once (read from the generation of each request).
+	fe.TrustedProxies, ofe.TrustedProxies, fe.trusted, ofe.trusted = nil, nil, nil, nil
+	if !reflect.DeepEqual(fe, ofe) {
 		restart = append(restart, "[frontend] (but listen)")
 	}
 	if (cfg.Admin.Listen == "") != (old.cfg.Admin.Listen == "") {

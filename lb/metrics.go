@@ -6,6 +6,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,11 @@ type poolMetrics struct {
 
 	checksMu sync.Mutex
 	checks   map[string]*histogram // probe latency in seconds, by server address
+
+	// unauthorized counts the requests routed to the pool that single-point auth ([routes.auth],
+	// routeauth.go) answered 401, by route index. Only refused requests take the lock.
+	unauthorizedMu sync.Mutex
+	unauthorized   map[int]uint64
 }
 
 // observe accounts for one request routed to the pool.
@@ -119,7 +125,9 @@ func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
 func (lb *LB) writeMetrics(w io.Writer) {
 	g := lb.gen.Load()
 	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
-	metrics.WriteCounterUint64(w, "fairlead_bad_requests_total", lb.badRequests.Load())
+	for i, code := range refusedCodes {
+		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.badRequests[i].Load())
+	}
 	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
@@ -179,6 +187,12 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			if h := p.checkHistogram(s.Addr); h != nil {
 				h.write(w, "fairlead_check_duration_seconds", sl)
 			}
+		}
+	}
+	// Single-point auth: one series per route with [routes.auth], labelled with the route's index.
+	for i, r := range g.routes {
+		if g.cfg.authOf(i) != nil {
+			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_route_unauthorized_total{route="%d",pool=%q}`, i, r.pool.name), r.pool.m.unauthorizedCount(i))
 		}
 	}
 	metrics.WriteProcessMetrics(w)

@@ -13,9 +13,13 @@ import (
 
 // The path of a request, top to bottom:
 //
-//	accept   fasthttp.Server (lb.go) calls handle for each request
-//	check    ambiguous framing gets 400 and the connection is closed, nothing is forwarded
-//	route    the first [[routes]] entry that matches names a pool
+//	accept   every byte a client sends is checked by the framer (framing.go) before fasthttp parses it:
+//	         malformed or ambiguous framing, a head too large or too slow, a body too large are answered
+//	         (400, 431, 408, 413, 505) and the connection closed, nothing of them forwarded; fasthttp
+//	         (lb.go) calls handle for each request that passed
+//	route    the first [[routes]] entry that matches names a pool; a WebSocket upgrade is checked
+//	         (upgrade.go badHandshake) and tunnelled only on a websocket route; [routes.auth] checks the
+//	         client's key (routeauth.go)
 //	pick     the pool's policy returns an available server, or the request waits (bounded) for one
 //	forward  one loop for plain requests and upgrades: the server's bounded HostClient streams the
 //	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
@@ -33,33 +37,50 @@ var errRefused = errors.New("server refused the request (503)")
 
 func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	g := lb.gen.Load()
-
-	if ambiguousFraming(&ctx.Request) {
-		lb.badRequests.Add(1)
-		ctx.Error("400 Bad Request: ambiguous message framing (Content-Length with Transfer-Encoding)\n", fasthttp.StatusBadRequest)
-		ctx.SetConnectionClose()
-		lb.logUnrouted(ctx, g)
-		return
-	}
-
 	req := &ctx.Request
-	upgrade := isUpgrade(&req.Header)
+	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
+	// the request becomes a tunnel, the connection closes after the answer (framing.go).
+	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
+	upgrade := upgradeHeader && isUpgrade(&req.Header)
 	ri := g.route(ctx, upgrade)
 	if ri < 0 {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
+		lb.closeUnlessTunnel(ctx, upgradeHeader)
 		lb.logUnrouted(ctx, g)
 		return
 	}
+	// Only a websocket route tunnels; elsewhere an upgrade is an ordinary request (its Upgrade and
+	// Connection headers are hop-by-hop and removed).
+	upgrade = upgrade && g.routes[ri].websocket
+	if upgrade {
+		if reason := badHandshake(&req.Header); reason != "" {
+			lb.refused(fasthttp.StatusBadRequest)
+			ctx.Error("400 Bad Request: "+reason+"\n", fasthttp.StatusBadRequest)
+			ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
+			ctx.SetConnectionClose()
+			lb.logUnrouted(ctx, g)
+			return
+		}
+	}
 	p := g.routes[ri].pool
+	if !lb.routeAuthorized(ctx, g, ri) {
+		return // [routes.auth]: no right key, answered 401 (routeauth.go); nothing is forwarded
+	}
 	p.requests.Add(1)
-	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS())
+	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS(), g.cfg.Frontend.trusted)
+	g.injectUpstream(&req.Header, ri)
 	if upgrade {
 		// prepareRequest removed the hop-by-hop Connection and Upgrade headers; an upgrade needs them.
 		req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
 		req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
 	}
-	replay := lb.makeReplayable(ctx, g)
-	s, retries := lb.forward(ctx, p, upgrade, replay)
+	replay, ok := lb.makeReplayable(ctx, g)
+	var s *Server
+	var retries int
+	if ok {
+		s, retries = lb.forward(ctx, p, upgrade, replay)
+	}
+	lb.closeUnlessTunnel(ctx, upgradeHeader)
 
 	// account: the answer's head is ready (its body streams once the handler returns).
 	took := time.Since(ctx.Time())
@@ -68,6 +89,35 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	if g.accessLog() {
 		lb.logRequest(ctx, ri, p, s, took, in, out, retries)
 	}
+}
+
+// closeUnlessTunnel closes the client connection after the answer to a request with an Upgrade header
+// that did not become a tunnel: the framer did not check the bytes after it.
+func (lb *LB) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
+	if upgradeHeader && !ctx.Hijacked() {
+		ctx.SetConnectionClose()
+	}
+}
+
+// clientFailed answers a request whose body could not be read from the client (a framing violation in
+// a chunked body, a body over max_body_size, a client silent for read_timeout, a client gone): its
+// status, and the connection closes. The server is not at fault: nothing is reported to its check.
+func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
+	status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
+	var fe *frameError
+	if fc, ok := ctx.Conn().(*frontConn); ok && fc.claim() != nil {
+		fe = fc.failed.Load()
+	}
+	switch {
+	case fe != nil:
+		status, reason = fe.status, fe.reason
+	case isTimeout(err):
+		status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
+	}
+	lb.refused(status)
+	ctx.Response.Reset()
+	ctx.Error(strconv.Itoa(status)+" "+fasthttp.StatusMessage(status)+": "+reason+"\n", status)
+	ctx.SetConnectionClose()
 }
 
 // logUnrouted writes the access log line of a request answered before any route (400, 404).
@@ -131,6 +181,16 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 			}
 		} else {
 			err = lb.send(p, s, req, &ctx.Response, n, replay)
+			if err == nil && ctx.Response.StatusCode() == fasthttp.StatusSwitchingProtocols {
+				// A server switching protocols on a request that did not ask to: not relayed (the
+				// upstream connection is closed by the client).
+				s.failures.Add(1)
+				p.bad502.Add(1)
+				lb.logf("proxy: %s answered 101 to %s %s, which did not ask to upgrade", s.label(), req.Header.Method(), req.URI().Path())
+				ctx.Response.Reset()
+				ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+				return
+			}
 			if err == nil {
 				status := ctx.Response.StatusCode()
 				if !st.policy.refuses(status) {
@@ -164,6 +224,11 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 		}
 
 		// The attempt failed before any answer.
+		if replay.stream != nil && replay.stream.err != nil {
+			// The client's body failed, not the server: the upstream request was cut before its end.
+			lb.clientFailed(ctx, replay.stream.err)
+			return
+		}
 		s.failures.Add(1)
 		ctx.Response.Reset()
 		var de *dialError
@@ -289,20 +354,49 @@ func (r replayable) ok() bool { return r.stream == nil || r.stream.n == 0 }
 
 // makeReplayable reads small streamed bodies into memory (up to retry_buffer) so that they can be
 // replayed, and wraps larger ones to know whether any byte was consumed. It also keeps a streamed body's
-// client read deadline moving while bytes arrive, so a long upload is not cut by read_timeout.
-func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) replayable {
+// client read deadline moving while bytes arrive, so a long upload is not cut by read_timeout. When a
+// small body cannot be read from the client, the client is answered (clientFailed) and ok is false.
+func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replayable, ok bool) {
 	req := &ctx.Request
 	if !req.IsBodyStream() {
-		return replayable{}
+		return replayable{}, true
 	}
 	size := req.Header.ContentLength()
 	if size >= 0 && size <= g.cfg.Frontend.RetryBuffer {
-		req.Body() // reads the stream into the request's own buffer
-		return replayable{}
+		// req.Body() reads the stream into the request's own buffer, but on a read error it puts the
+		// error's text there: the stream is read through a reader that keeps the error.
+		er := errReaders.Get().(*errReader)
+		er.r, er.err = req.BodyStream(), nil
+		req.SetBodyStream(er, size)
+		req.Body()
+		err := er.err
+		er.r, er.err = nil, nil
+		errReaders.Put(er)
+		if err != nil {
+			lb.clientFailed(ctx, err)
+			return replayable{}, false
+		}
+		return replayable{}, true
 	}
 	cr := &countingReader{r: req.BodyStream(), conn: ctx.Conn(), timeout: g.cfg.Frontend.ReadTimeout.D}
 	req.SetBodyStream(cr, size)
-	return replayable{stream: cr}
+	return replayable{stream: cr}, true
+}
+
+// errReader keeps the error of the reader it wraps (other than io.EOF).
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+var errReaders = sync.Pool{New: func() any { return new(errReader) }}
+
+func (e *errReader) Read(b []byte) (int, error) {
+	n, err := e.r.Read(b)
+	if err != nil && err != io.EOF {
+		e.err = err
+	}
+	return n, err
 }
 
 // countingReader counts the bytes read from a client's body stream and pushes the client connection's
@@ -318,6 +412,7 @@ type countingReader struct {
 	n        int64
 	to       *Server // the server a chunked body streams to, nil otherwise
 	counted  int64   // bytes counted in to's inflightBytes
+	err      error   // the client's read error (not io.EOF): the client's fault, not the server's
 }
 
 func (c *countingReader) Read(b []byte) (int, error) {
@@ -328,6 +423,9 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		}
 	}
 	n, err := c.r.Read(b)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
 	c.n += int64(n)
 	if c.to != nil && n > 0 {
 		c.to.inflightBytes.Add(int64(n))

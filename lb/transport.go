@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"errors"
 	"net"
 	"time"
 
@@ -25,7 +26,19 @@ func newTransport(addr string, cfg *PoolConfig) *fasthttp.HostClient {
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
 		// The client's request may or may not carry a User-Agent; either way it is forwarded as is.
-		RetryIf: func(req *fasthttp.Request) bool { return idempotent(&req.Header) },
+		//
+		// The client retries once, on this server, an idempotent request whose reused keep-alive
+		// connection turned out closed. Never after a timeout (a silent server gets its 504 after one
+		// response_timeout, not five) or a failed dial: the forwarding loop (proxy.go) decides those,
+		// and moves to another server.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(req *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			var de *dialError
+			if isTimeout(err) || errors.As(err, &de) {
+				return false, false
+			}
+			return false, idempotent(&req.Header)
+		},
 		Dial: func(a string) (net.Conn, error) {
 			c, err := fasthttp.DialTimeout(a, connectTimeout)
 			if err != nil {

@@ -3,6 +3,7 @@ package lb
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +25,26 @@ import (
 // isUpgrade reports a WebSocket upgrade request: "Upgrade: websocket" with "Connection: upgrade".
 func isUpgrade(h *fasthttp.RequestHeader) bool {
 	return h.ConnectionUpgrade() && bytes.EqualFold(bytes.TrimSpace(h.Peek(fasthttp.HeaderUpgrade)), []byte("websocket"))
+}
+
+// badHandshake returns why a WebSocket upgrade request is not a valid opening handshake (RFC 6455
+// 4.2.1), or "": GET, a Sec-WebSocket-Key of 16 bytes in base64, Sec-WebSocket-Version 13.
+func badHandshake(h *fasthttp.RequestHeader) string {
+	if !h.IsGet() {
+		return "a WebSocket upgrade must be a GET"
+	}
+	key := bytes.TrimSpace(h.Peek("Sec-WebSocket-Key"))
+	var raw [18]byte
+	if len(key) != 24 {
+		return "missing or invalid Sec-WebSocket-Key"
+	}
+	if n, err := base64.StdEncoding.Decode(raw[:], key); err != nil || n != 16 {
+		return "missing or invalid Sec-WebSocket-Key"
+	}
+	if v := bytes.TrimSpace(h.Peek("Sec-WebSocket-Version")); string(v) != "13" {
+		return "unsupported Sec-WebSocket-Version (13 is)"
+	}
+	return ""
 }
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
@@ -86,8 +107,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	}
 
 	// Switching protocols. The head is relayed as the server sent it, with the sticky cookie added.
-	out := make([]byte, 0, len(head)+64)
-	out = append(out, head[:len(head)-2]...) // without the final CRLF
+	out := switchingHead(make([]byte, 0, len(head)+64), head[:len(head)-2]) // without the final CRLF
 	if name, value := st.policy.cookie(ctx, s); name != "" {
 		out = fmt.Appendf(out, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", name, value)
 	}
@@ -178,7 +198,7 @@ func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 		raw = u.UnsafeConn()
 	}
 	if raw == c {
-		return raw, nil, nil
+		return unwrapFront(raw), nil, nil
 	}
 	var pending []byte
 	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
@@ -195,5 +215,75 @@ func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 	if err := raw.SetReadDeadline(time.Time{}); err != nil {
 		return nil, nil, err
 	}
-	return raw, pending, nil
+	return unwrapFront(raw), pending, nil
+}
+
+// unwrapFront returns the socket under a front end connection (framing.go): a tunnel's bytes are not
+// HTTP, and the relay needs the socket itself.
+func unwrapFront(c net.Conn) net.Conn {
+	if fc, ok := c.(*frontConn); ok {
+		return fc.Conn
+	}
+	return c
+}
+
+// switchingHead appends a server's 101 head (without its final CRLF) to out without the hop-by-hop
+// fields other than Connection and Upgrade, which the switch needs, and without the fields that
+// Connection names besides Upgrade (RFC 9110 7.6.1).
+func switchingHead(out, head []byte) []byte {
+	var conn []byte
+	for rest := head; len(rest) > 0; {
+		line := rest
+		if i := bytes.Index(rest, []byte("\r\n")); i >= 0 {
+			line, rest = rest[:i], rest[i+2:]
+		} else {
+			rest = nil
+		}
+		if name, value, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(name), []byte(fasthttp.HeaderConnection)) {
+			conn = append(append(conn, value...), ',')
+		}
+	}
+	first := true
+	for rest := head; len(rest) > 0; {
+		line := rest
+		if i := bytes.Index(rest, []byte("\r\n")); i >= 0 {
+			line, rest = rest[:i], rest[i+2:]
+		} else {
+			rest = nil
+		}
+		if !first {
+			name, _, _ := bytes.Cut(line, []byte(":"))
+			name = bytes.TrimSpace(name)
+			if dropOnSwitch(name, conn) {
+				continue
+			}
+		}
+		first = false
+		out = append(append(out, line...), "\r\n"...)
+	}
+	return out
+}
+
+// dropOnSwitch reports whether the field name is not relayed with a 101.
+func dropOnSwitch(name, connection []byte) bool {
+	if bytes.EqualFold(name, []byte(fasthttp.HeaderConnection)) || bytes.EqualFold(name, []byte(fasthttp.HeaderUpgrade)) {
+		return false
+	}
+	for _, h := range hopByHop {
+		if bytes.EqualFold(name, []byte(h)) {
+			return true
+		}
+	}
+	for v := connection; len(v) > 0; {
+		tok := v
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			v = nil
+		}
+		if bytes.EqualFold(bytes.TrimSpace(tok), name) {
+			return true
+		}
+	}
+	return false
 }

@@ -14,7 +14,7 @@ import (
 //
 // Counted: failed requests (an error after the one retry an ordinary client makes on a stale keep-alive
 // connection, or any status but 200) and the time from the change until the new leader's first 200.
-// Realistic check intervals: fairlead with its defaults (interval 15s, fast_interval 2s, fall 3) and
+// Realistic check intervals: fairlead with its defaults (interval 15s, fast_interval 250ms, fall 3) and
 // tuned (fast_interval 250ms); HAProxy plain (inter 15s fall 3) and tuned (inter 15s fastinter 1s
 // downinter 1s fall 3 rise 1, observe layer7, retry-on 503 conn-failure, option redispatch). The run
 // waits until the new leader has served alone for a second, bounded by the plan's window.

@@ -1,0 +1,88 @@
+package lb
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+var fuzzFramingSeeds = []string{
+	"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+	"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+	"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+	"GET / HTTP/1.1\nHost: x\n\n",
+	"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+	"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+	"GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.0\r\n\r\n",
+}
+
+// FuzzFramer: the framer never panics, and its verdict does not depend on how the bytes are split into
+// reads.
+func FuzzFramer(f *testing.F) {
+	for _, s := range fuzzFramingSeeds {
+		f.Add([]byte(s), uint16(3))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, cut uint16) {
+		whole, wholeState := frameVerdict(string(in))
+		i := int(cut) % (len(in) + 1)
+		split, splitState := frameVerdict(string(in[:i]), string(in[i:]))
+		if whole != split || (whole == 0 && wholeState != splitState) {
+			t.Fatalf("whole: %d (state %d), split at %d: %d (state %d)", whole, wholeState, i, split, splitState)
+		}
+	})
+}
+
+// FuzzRequestPath sends arbitrary bytes to a running fairlead in front of the simulator. fairlead
+// never crashes and keeps serving; and when the framer refuses the first message, the platform
+// receives nothing.
+func FuzzRequestPath(f *testing.F) {
+	for _, s := range fuzzFramingSeeds {
+		f.Add([]byte(s))
+	}
+	c := startCluster(f, 1, 0)
+	l, _ := startLB(f, platformConfig(c, "", ""))
+	leader := c.Platforms[0]
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fr := framer{lim: l.limits}
+		start, ferr := fr.scan(in)
+		refusedFirst := ferr != nil && start <= 0
+		before := leader.Requests()
+		conn, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
+		conn.Write(in)                                    //nolint:errcheck // fairlead may close early
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.CloseWrite() //nolint:errcheck
+		}
+		io.Copy(io.Discard, conn) //nolint:errcheck // until fairlead closes or the deadline
+		conn.Close()
+		if refusedFirst {
+			if n := leader.Requests() - before; n != 0 {
+				t.Fatalf("the framer refuses %q (%v), yet the platform received %d requests", in, ferr, n)
+			}
+		}
+		// fairlead still serves.
+		conn, err = net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))           //nolint:errcheck
+		io.WriteString(conn, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n") //nolint:errcheck
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("after %q: %v", in, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("after %q: status %d", in, resp.StatusCode)
+		}
+	})
+}

@@ -1,0 +1,523 @@
+package lb
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// Helpers of the hostile-input tests (hostile_test.go): raw client connections that send bytes exactly
+// as written and read fairlead's answer with deadlines, and a raw upstream server that records exactly
+// what fairlead forwards.
+
+const (
+	// hostileAnswerWait bounds the wait for fairlead's answer to a request.
+	hostileAnswerWait = 3 * time.Second
+	// hostileCloseWait bounds the wait for fairlead to close a connection after its answer.
+	hostileCloseWait = time.Second
+	// hostilePath is the path of the hostile requests sent to the platform pool.
+	hostilePath = "/Thingworx/hostile"
+)
+
+// rawResult is what a client saw of one answer on a raw connection.
+type rawResult struct {
+	status int         // 0 when no answer could be read
+	line   string      // the status line ("" when no answer)
+	header http.Header // the answer's headers (nil when no answer)
+	body   []byte
+	raw    []byte // every byte read for this answer, head and body
+	closed bool   // fairlead closed the connection (EOF or reset) after the answer, within the wait
+	err    error  // why no (complete) answer was read, nil if one was
+	// after is what the close check read instead of EOF: bytes fairlead sent after the answer, or the
+	// timeout error when the connection stayed open.
+	after string
+}
+
+func (r rawResult) String() string {
+	if r.status == 0 {
+		return fmt.Sprintf("no answer (%v), closed=%v", r.err, r.closed)
+	}
+	s := fmt.Sprintf("%q closed=%v", r.line, r.closed)
+	if by := r.header.Get("X-Served-By"); by != "" {
+		s += " X-Served-By=" + by
+	}
+	if b := strings.TrimSpace(string(r.body)); b != "" {
+		if len(b) > 120 {
+			b = b[:120] + "…"
+		}
+		s += fmt.Sprintf(" body=%q", b)
+	}
+	if r.err != nil {
+		s += fmt.Sprintf(" err=%v", r.err)
+	}
+	return s
+}
+
+// statusIn reports whether the answer's status is one of want.
+func (r rawResult) statusIn(want ...int) bool {
+	for _, w := range want {
+		if r.status == w {
+			return true
+		}
+	}
+	return false
+}
+
+// hostileConn is a client connection to fairlead that sends raw bytes and reads answers.
+type hostileConn struct {
+	t    testing.TB
+	conn net.Conn
+	rec  *hostileRecorder
+	br   *bufio.Reader
+}
+
+// hostileRecorder keeps every byte read through it since the last take.
+type hostileRecorder struct {
+	r   io.Reader
+	buf bytes.Buffer
+}
+
+func (r *hostileRecorder) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	r.buf.Write(b[:n])
+	return n, err
+}
+
+// take returns the bytes read so far minus those still buffered by the bufio.Reader (they belong to
+// the next answer) and forgets them.
+func (r *hostileRecorder) take(buffered int) []byte {
+	all := r.buf.Bytes()
+	n := len(all) - buffered
+	out := bytes.Clone(all[:n])
+	rest := bytes.Clone(all[n:])
+	r.buf.Reset()
+	r.buf.Write(rest)
+	return out
+}
+
+func hostileDial(t testing.TB, addr string) *hostileConn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rec := &hostileRecorder{r: conn}
+	return &hostileConn{t: t, conn: conn, rec: rec, br: bufio.NewReader(rec)}
+}
+
+// write sends raw bytes in one write. A failed write is not fatal: fairlead may have closed the
+// connection already, which the answer shows.
+func (c *hostileConn) write(raw string) error {
+	c.conn.SetWriteDeadline(time.Now().Add(hostileAnswerWait)) //nolint:errcheck
+	_, err := io.WriteString(c.conn, raw)
+	return err
+}
+
+// answer reads one answer, waiting at most wait for it (head and body), without checking for a close.
+func (c *hostileConn) answer(wait time.Duration) rawResult {
+	return c.answerBy(time.Now().Add(wait))
+}
+
+// answerBy reads one answer, head and body, by deadline, without checking for a close.
+func (c *hostileConn) answerBy(deadline time.Time) rawResult {
+	var r rawResult
+	c.conn.SetReadDeadline(deadline) //nolint:errcheck
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		r.err = err
+		r.closed = hostileClosedErr(err)
+		r.raw = c.rec.take(c.br.Buffered())
+		return r
+	}
+	r.status, r.header = resp.StatusCode, resp.Header
+	r.line = resp.Proto + " " + resp.Status
+	r.body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r.raw = c.rec.take(c.br.Buffered())
+	if err != nil {
+		r.err = fmt.Errorf("reading the body: %w", err)
+		r.closed = hostileClosedErr(err)
+		return r
+	}
+	// A body delimited by the end of the connection: fairlead closed it.
+	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && hostileBodyAllowed(r.status) {
+		r.closed = true
+	}
+	return r
+}
+
+func hostileBodyAllowed(status int) bool { return status >= 200 && status != 204 && status != 304 }
+
+// answerAndClose reads one answer and then whether fairlead closes the connection within
+// hostileCloseWait.
+func (c *hostileConn) answerAndClose() rawResult {
+	r := c.answer(hostileAnswerWait)
+	if r.status == 0 || r.closed {
+		return r
+	}
+	r.closed, r.after = c.closedWithin(hostileCloseWait)
+	return r
+}
+
+// closedWithin reports whether a read returns EOF or a reset within wait; otherwise what it got.
+func (c *hostileConn) closedWithin(wait time.Duration) (bool, string) {
+	c.conn.SetReadDeadline(time.Now().Add(wait)) //nolint:errcheck
+	b, err := c.br.ReadByte()
+	if err == nil {
+		more, _ := c.br.Peek(c.br.Buffered())
+		return false, fmt.Sprintf("more bytes after the answer: %q", append([]byte{b}, more...))
+	}
+	if hostileClosedErr(err) {
+		return true, ""
+	}
+	return false, err.Error()
+}
+
+func hostileClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// rawRequest sends raw on a new connection in one write and returns fairlead's answer, with whether
+// fairlead closed the connection after it.
+func rawRequest(t testing.TB, addr, raw string) rawResult {
+	t.Helper()
+	c := hostileDial(t, addr)
+	if err := c.write(raw); err != nil {
+		// fairlead may have answered and closed before the whole request was written.
+		t.Logf("write: %v", err)
+	}
+	return c.answerAndClose()
+}
+
+// rawAnswer sends raw on a new connection in one write and returns fairlead's answer, without waiting
+// for a close.
+func rawAnswer(t testing.TB, addr, raw string, wait time.Duration) rawResult {
+	t.Helper()
+	c := hostileDial(t, addr)
+	if err := c.write(raw); err != nil {
+		t.Logf("write: %v", err)
+	}
+	return c.answer(wait)
+}
+
+// hostileWait polls cond every 10ms until it holds (true) or timeout passes (false).
+func hostileWait(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// hostileTarget is the target of a raw request head.
+func hostileTarget(head string) string {
+	line, _, _ := strings.Cut(head, "\r\n")
+	parts := strings.Split(line, " ")
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[1]
+}
+
+// hostilePlatformRequests is the number of ordinary requests every platform of c received.
+func hostilePlatformRequests(c *sim.Cluster) int64 {
+	var n int64
+	for _, p := range c.Platforms {
+		n += p.Requests()
+	}
+	return n
+}
+
+// hostileEchoed parses an /echo-headers body: lower-case header name → values, in order.
+func hostileEchoed(body []byte) map[string][]string {
+	got := map[string][]string{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			k = strings.ToLower(k)
+			got[k] = append(got[k], v)
+		}
+	}
+	return got
+}
+
+// hostileBadRequests returns fairlead_bad_requests_total by its code label, and the unlabelled series
+// (-1 if absent), from the admin /metrics.
+func hostileBadRequests(t testing.TB, l *LB) (byCode map[string]float64, unlabelled float64) {
+	t.Helper()
+	page := hostileAdminGet(t, l, "/metrics")
+	byCode, unlabelled = map[string]float64{}, -1
+	for _, ln := range strings.Split(page, "\n") {
+		rest, ok := strings.CutPrefix(ln, "fairlead_bad_requests_total")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, " ")
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		if labels == "" {
+			unlabelled = v
+			continue
+		}
+		if _, after, ok := strings.Cut(labels, `code="`); ok {
+			code, _, _ := strings.Cut(after, `"`)
+			byCode[code] += v
+		}
+	}
+	return byCode, unlabelled
+}
+
+// hostileAdminGet returns the body of GET path on the admin listener (200 required).
+func hostileAdminGet(t testing.TB, l *LB, path string) string {
+	t.Helper()
+	resp, err := testClient.Get("http://" + l.AdminAddr() + path)
+	if err != nil {
+		t.Fatalf("GET admin %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET admin %s: %v", path, err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET admin %s: %s", path, resp.Status)
+	}
+	return string(b)
+}
+
+// hostileServerConns is /status's open upstream connections of the server at addr of pool.
+func hostileServerConns(l *LB, pool, addr string) int {
+	for _, p := range l.Status().Pools {
+		if p.Name == pool {
+			for _, s := range p.Servers {
+				if s.Addr == addr {
+					return s.Conns
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// hostileFiles returns files with more added (later names merge over earlier ones).
+func hostileFiles(files map[string]string, more map[string]string) map[string]string {
+	for k, v := range more {
+		files[k] = v
+	}
+	return files
+}
+
+// hostileRawPool is the config of a leader pool named name over the one server addr (a
+// hostileUpstream) with a route of paths to it; extraPool and extraCheck are merged over its
+// [pools.NAME] and [pools.NAME.check] tables from a second file. Its file names sort before
+// platformConfig's, so its route is tried first.
+func hostileRawPool(name, addr string, paths []string, extraPool, extraCheck string) map[string]string {
+	var ps []string
+	for _, p := range paths {
+		ps = append(ps, fmt.Sprintf("%q", p))
+	}
+	return map[string]string{
+		"05-" + name + ".toml": fmt.Sprintf(`
+[pools.%[1]s]
+balance = "leader"
+servers = [%[2]q]
+queue_timeout = "2s"
+response_timeout = "3s"
+[pools.%[1]s.check]
+credentials = "YWRtaW46YWRtaW4="
+%[3]s
+[[routes]]
+pool = %[1]q
+paths = [%[4]s]
+`, name, addr, fastChecks, strings.Join(ps, ", ")),
+		"06-" + name + "-override.toml": fmt.Sprintf("[pools.%[1]s]\n%[2]s\n[pools.%[1]s.check]\n%[3]s\n", name, extraPool, extraCheck),
+	}
+}
+
+// hostileUpstream is a raw TCP server standing in for a ThingWorx node: it answers the LeaderCheck with
+// 200 (so that it is elected in a leader pool) and hands every other request to its handler with the
+// raw head, so that a test sees exactly what fairlead forwards and can answer anything.
+type hostileUpstream struct {
+	addr     string
+	ln       net.Listener
+	handler  func(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) (keep bool)
+	requests atomic.Int64      // non-LeaderCheck requests whose head arrived
+	bodies   chan upstreamBody // what the body recorder saw of each request body
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// upstreamBody is what a hostileUpstream read of one request body.
+type upstreamBody struct {
+	head     string
+	n        int64 // body bytes read (decoded, for a chunked body)
+	complete bool  // the whole body arrived (Content-Length bytes, or the last chunk)
+	err      error // why it did not
+}
+
+func startHostileUpstream(t testing.TB, handler func(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) bool) *hostileUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &hostileUpstream{addr: ln.Addr().String(), ln: ln, handler: handler, conns: map[net.Conn]struct{}{},
+		bodies: make(chan upstreamBody, 64)}
+	u.wg.Add(1)
+	go u.accept()
+	t.Cleanup(u.close)
+	return u
+}
+
+func (u *hostileUpstream) accept() {
+	defer u.wg.Done()
+	for {
+		c, err := u.ln.Accept()
+		if err != nil {
+			return
+		}
+		u.mu.Lock()
+		if u.closed {
+			u.mu.Unlock()
+			c.Close()
+			return
+		}
+		u.conns[c] = struct{}{}
+		u.wg.Add(1)
+		u.mu.Unlock()
+		go u.serve(c)
+	}
+}
+
+func (u *hostileUpstream) serve(c net.Conn) {
+	defer u.wg.Done()
+	defer func() {
+		c.Close()
+		u.mu.Lock()
+		delete(u.conns, c)
+		u.mu.Unlock()
+	}()
+	br := bufio.NewReader(c)
+	for {
+		head, err := hostileReadHead(br)
+		if err != nil {
+			return
+		}
+		if strings.Contains(strings.SplitN(head, "\r\n", 2)[0], sim.DefaultLeaderCheckPath) {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\nleader\n"); err != nil {
+				return
+			}
+			continue
+		}
+		u.requests.Add(1)
+		if !u.handler(u, c, br, head) {
+			return
+		}
+	}
+}
+
+func (u *hostileUpstream) close() {
+	u.mu.Lock()
+	u.closed = true
+	for c := range u.conns {
+		c.Close()
+	}
+	u.mu.Unlock()
+	u.ln.Close()
+	u.wg.Wait()
+}
+
+// hostileReadHead reads a request or response head through its blank line.
+func hostileReadHead(br *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		b.WriteString(line)
+		if err != nil {
+			return b.String(), err
+		}
+		if line == "\r\n" || line == "\n" {
+			if b.Len() == len(line) {
+				b.Reset() // a leading empty line
+				continue
+			}
+			return b.String(), nil
+		}
+	}
+}
+
+// hostileHeadValue returns the value of the first header called name in a raw head ("" if none).
+func hostileHeadValue(head, name string) string {
+	for _, line := range strings.Split(head, "\r\n")[1:] {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(strings.TrimSpace(k), name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// hostileRecordBody is a hostileUpstream handler that reads the request body as its head frames it
+// (Content-Length or chunked), reports what it read on u.bodies, and answers 200 with X-Body-Bytes
+// only once the whole body arrived.
+func hostileRecordBody(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) bool {
+	b := upstreamBody{head: head}
+	switch {
+	case strings.EqualFold(hostileHeadValue(head, "Transfer-Encoding"), "chunked"):
+		b.n, b.err = io.Copy(io.Discard, httputil.NewChunkedReader(br))
+		for b.err == nil { // the last chunk was read: the trailer section ends with an empty line
+			var line string
+			if line, b.err = br.ReadString('\n'); line == "\r\n" {
+				break
+			}
+		}
+		b.complete = b.err == nil
+	default:
+		cl, _ := strconv.ParseInt(hostileHeadValue(head, "Content-Length"), 10, 64)
+		b.n, b.err = io.CopyN(io.Discard, br, cl)
+		b.complete = b.err == nil && b.n == cl
+	}
+	u.bodies <- b
+	if !b.complete {
+		return false
+	}
+	_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Body-Bytes: %d\r\n\r\nok\n", b.n)
+	return err == nil
+}
+
+// hostileAnswerWith is a hostileUpstream handler that answers every request with the raw answer resp; with
+// hold it then keeps the connection open, reading and discarding, until fairlead closes it.
+func hostileAnswerWith(resp string, hold bool) func(*hostileUpstream, net.Conn, *bufio.Reader, string) bool {
+	return func(_ *hostileUpstream, c net.Conn, br *bufio.Reader, _ string) bool {
+		if _, err := io.WriteString(c, resp); err != nil {
+			return false
+		}
+		if hold {
+			io.Copy(io.Discard, br) //nolint:errcheck
+			return false
+		}
+		return true
+	}
+}
