@@ -304,3 +304,26 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// SecretFiles returns the files a config reads besides its *.toml files ([admin] token_file and
+// password_file, [routes.auth] keys_file and upstream_value_file): a change to one of them is a config
+// change (the command watches them).
+func (c *Config) SecretFiles() []string {
+	var files []string
+	for _, f := range []string{c.Admin.TokenFile, c.Admin.PasswordFile} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	for _, r := range c.Routes {
+		if r.Auth == nil {
+			continue
+		}
+		for _, f := range []string{r.Auth.KeysFile, r.Auth.UpstreamValueFile} {
+			if f != "" {
+				files = append(files, f)
+			}
+		}
+	}
+	return files
+}

@@ -101,6 +101,9 @@ func New(cfg *Config, o Options) *LB {
 	return lb
 }
 
+// SecretFiles returns the running config's secret files (Config.SecretFiles).
+func (lb *LB) SecretFiles() []string { return lb.gen.Load().cfg.SecretFiles() }
+
 // Events returns the event stream (for subscribers such as the admin event feed).
 func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb"
 )
 
@@ -96,7 +97,16 @@ func run(args []string) int {
 			reload()
 		}
 	}()
-	go watchConfig(ctx, *configPath, reload, log.Printf)
+	applied := make(chan struct{}, 1) // a reload applied: the watch follows the new config's secret files
+	l.Events().Subscribe(func(e healthcheck.Event) {
+		if e.Kind == healthcheck.ReloadApplied {
+			select {
+			case applied <- struct{}{}:
+			default:
+			}
+		}
+	})
+	go watchConfig(ctx, *configPath, reload, l.SecretFiles, applied, log.Printf)
 
 	<-ctx.Done()
 	log.Print("fairlead: stopping: draining")

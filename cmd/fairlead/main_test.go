@@ -526,3 +526,47 @@ func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
 		t.Fatal("still running 15s after SIGTERM")
 	}
 }
+
+// TestAKeysFileEditIsPickedUpWithoutASignal: the files a config reads besides its *.toml files (here a
+// [routes.auth] keys file in another directory) are watched too: editing one reloads.
+func TestAKeysFileEditIsPickedUpWithoutASignal(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := filepath.Join(t.TempDir(), "client-keys")
+	if err := os.WriteFile(keys, []byte("old-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProc(t, c, "")
+	// Before the catch-all route of 10-base.toml.
+	p.write("05-auth.toml", fmt.Sprintf("[[routes]]\npool = \"platform\"\npaths = [\"/Thingworx/Things\"]\n[routes.auth]\nkeys_file = %q\nheader = \"appKey\"\n", keys))
+	p.waitUntil("the auth route to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "1" })
+	status := func(key string) int {
+		req, _ := http.NewRequest("GET", "http://"+p.addr+"/Thingworx/Things/x", nil)
+		req.Header.Set("appKey", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("old-key"); got != 200 {
+		t.Fatalf("the old key before the edit: %d, want 200", got)
+	}
+	if got := status("new-key"); got != 401 {
+		t.Fatalf("the new key before the edit: %d, want 401", got)
+	}
+	// The watch follows the new config's secret files once the reload's event reached it, a moment
+	// after the reload counter moved.
+	time.Sleep(200 * time.Millisecond)
+	if err := os.WriteFile(keys, []byte("new-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil("the keys file edit to be applied", func() bool { return status("new-key") == 200 })
+	if got := status("old-key"); got != 401 {
+		t.Errorf("the old key after the edit: %d, want 401", got)
+	}
+}

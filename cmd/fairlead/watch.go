@@ -15,9 +15,11 @@ import (
 const debounce = 300 * time.Millisecond
 
 // watchConfig calls reload after the config at path changes: a *.toml file of the directory (or the one
-// file) written, created, removed or renamed. It returns when ctx ends. A watch that cannot be set up is
-// reported through logf; SIGHUP still reloads then.
-func watchConfig(ctx context.Context, path string, reload func(), logf func(string, ...any)) {
+// file) written, created, removed or renamed, or one of the files secrets returns (the running config's
+// keys and password files, asked again at each value of applied: a reload applied). It returns when ctx
+// ends. A watch that cannot be
+// set up is reported through logf; SIGHUP still reloads then.
+func watchConfig(ctx context.Context, path string, reload func(), secrets func() []string, applied <-chan struct{}, logf func(string, ...any)) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		logf("config watch: %v (reload with SIGHUP)", err)
@@ -33,7 +35,31 @@ func watchConfig(ctx context.Context, path string, reload func(), logf func(stri
 		logf("config watch: %s: %v (reload with SIGHUP)", dir, err)
 		return
 	}
+	dirs := map[string]bool{abs(dir): true}
+	watched := map[string]bool{} // secret files, absolute
+	// syncSecrets watches the directories of the running config's secret files.
+	syncSecrets := func() {
+		clear(watched)
+		for _, f := range secrets() {
+			f = abs(f)
+			watched[f] = true
+			if d := filepath.Dir(f); !dirs[d] {
+				if err := w.Add(d); err != nil {
+					logf("config watch: %s: %v (reload with SIGHUP after changing %s)", d, err, f)
+					continue
+				}
+				dirs[d] = true
+			}
+		}
+	}
+	syncSecrets()
 	relevant := func(name string) bool {
+		if watched[abs(name)] {
+			return true
+		}
+		if filepath.Dir(abs(name)) != abs(dir) {
+			return false
+		}
 		base := filepath.Base(name)
 		if only != "" {
 			return base == only
@@ -61,6 +87,15 @@ func watchConfig(ctx context.Context, path string, reload func(), logf func(stri
 			logf("config watch: %v", err)
 		case <-timer.C:
 			reload()
+		case <-applied:
+			syncSecrets()
 		}
 	}
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
