@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build run test vet fmt bench bench-quick clean
+.PHONY: all build run test vet fmt bench bench-quick clean fuzz soak faults
 
 all: build
 
@@ -31,6 +31,38 @@ test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./lb/... ./stickiness/
 	$(GO) test -race -count=1 -timeout 8m ./...
+
+# Fuzz targets (Name:package), run one after another for FUZZTIME each (go test -fuzz takes one target
+# per package run); FUZZMINIMIZETIME bounds the shrinking of each new input (Go's default, 60s, would
+# eat whole short runs). A failing input is written under the package's testdata/fuzz/<Name>/ and from
+# then on runs as an ordinary test in `make test`: commit it with the fix.
+FUZZTIME         ?= 30s
+FUZZMINIMIZETIME ?= 5s
+FUZZ_TARGETS     := FuzzLoadConfig:./lb/ FuzzStickyKey:./stickiness/ FuzzFramer:./lb/ FuzzRequestPath:./lb/
+
+fuzz:
+	@fail=0; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg || fail=1; \
+	done; exit $$fail
+
+# Soak (minutes; not in CI): mixed HTTP and WebSocket traffic through a real fairlead process in front of
+# the simulator, with a leader switch and a connection server restart; checks that fairlead's RSS,
+# goroutines and open fds return to their baseline once the load stops (bench/soak).
+SOAK ?= 5m
+
+soak:
+	$(GO) test -count=1 -timeout 0 -run Soak -v ./bench/soak -soak.duration $(SOAK)
+
+# The fault suite, long form (make test runs the short form): each scenario under steady load through a
+# real fairlead process, longer load phases and 1,000 tunnels, one line of figures per scenario (bench/faults).
+faults:
+	$(GO) test -count=1 -v -timeout 20m ./bench/faults/ -args -faults.long
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

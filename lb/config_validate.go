@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -321,8 +322,18 @@ func sortedKeys(m map[string]string) []string {
 }
 
 func validAddr(addr string) error {
+	for i := 0; i < len(addr); i++ {
+		if c := addr[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("control or space character %q", c)
+		}
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
+		// Its message repeats the address unquoted: say what is wrong without it.
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return errors.New(ae.Err)
+		}
 		return err
 	}
 	if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /:") {

@@ -79,7 +79,9 @@ func (s Source) String() string {
 // regard to case and surrounding spaces are ignored; the name is kept as
 // written. Header and cookie names must be HTTP tokens; a query name must
 // not contain spaces or control characters. "header:Cookie" is refused
-// (use "cookie:NAME").
+// (use "cookie:NAME"), and so are the headers of the connection and the framing (Connection,
+// Content-Length, Transfer-Encoding, Keep-Alive, TE, Trailer, Upgrade, Proxy-*): the HTTP layer reads
+// and rewrites them (an HTTP/1.0 request has "Connection: close" without sending it).
 func ParseSource(spec string) (Source, error) {
 	if strings.TrimSpace(spec) == "" {
 		return Source{}, fmt.Errorf("empty source %q (want header:NAME, query:NAME, cookie:NAME or source)", spec)
@@ -116,6 +118,9 @@ func ParseSource(spec string) (Source, error) {
 		}
 		if s.Kind == SourceHeader && strings.EqualFold(name, "Cookie") {
 			return Source{}, fmt.Errorf("source %q: use cookie:NAME to take the key from a cookie", spec)
+		}
+		if s.Kind == SourceHeader && connectionHeader(name) {
+			return Source{}, fmt.Errorf("source %q: %s describes the connection or the framing, not the client, and is rewritten on the way (take the key from another header)", spec, name)
 		}
 	case SourceQuery:
 		for i := 0; i < len(name); i++ {
@@ -260,4 +265,15 @@ func AppendIP(dst []byte, ip net.IP) (b []byte, ok bool) {
 		return netip.AddrFrom16([16]byte(ip)).AppendTo(dst), true
 	}
 	return dst, false
+}
+
+// connectionHeader reports the headers that describe the connection or the message framing.
+func connectionHeader(name string) bool {
+	for _, h := range []string{"Connection", "Content-Length", "Transfer-Encoding", "Keep-Alive", "TE",
+		"Trailer", "Upgrade", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
 }
