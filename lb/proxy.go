@@ -239,8 +239,25 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 			unavailable(ctx, p, st)
 			return
 		case isTimeout(err) && !dialFailed:
+			// A server silent for response_timeout. An idempotent request goes again to another server
+			// that takes over within queue_timeout (a hung leader replaced after its checks time out
+			// too), never to the same one: a slow answer would only be asked for again.
 			p.health.Report(s.health, err)
 			p.timeout.Add(1)
+			if !c.pinned && idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
+				if deadline.IsZero() {
+					deadline = time.Now().Add(st.cfg.QueueTimeout.D)
+				}
+				if next, _ := p.await(ctx, s, time.Now(), deadline); next.s != nil {
+					if next.s != s && !next.pinned {
+						p.retries.Add(1)
+						retries++
+						c, st = next, p.state.Load()
+						continue
+					}
+					p.end(next.s, n)
+				}
+			}
 			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
 			return
 		}
@@ -363,15 +380,18 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 	}
 	size := req.Header.ContentLength()
 	if size >= 0 && size <= g.cfg.Frontend.RetryBuffer {
-		// req.Body() reads the stream into the request's own buffer, but on a read error it puts the
-		// error's text there: the stream is read through a reader that keeps the error.
-		er := errReaders.Get().(*errReader)
-		er.r, er.err = req.BodyStream(), nil
-		req.SetBodyStream(er, size)
-		req.Body()
-		err := er.err
-		er.r, er.err = nil, nil
-		errReaders.Put(er)
+		// Read into a scratch buffer, then copied into the request's own: fasthttp's req.Body() would
+		// put a read error's text in the body (and log a warning per request).
+		bp := copyBuffers.Get().(*[]byte)
+		buf := *bp
+		if size > len(buf) {
+			buf = make([]byte, size)
+		}
+		_, err := io.ReadFull(req.BodyStream(), buf[:size])
+		if err == nil {
+			req.SetBody(buf[:size])
+		}
+		copyBuffers.Put(bp)
 		if err != nil {
 			lb.clientFailed(ctx, err)
 			return replayable{}, false
@@ -381,22 +401,6 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 	cr := &countingReader{r: req.BodyStream(), conn: ctx.Conn(), timeout: g.cfg.Frontend.ReadTimeout.D}
 	req.SetBodyStream(cr, size)
 	return replayable{stream: cr}, true
-}
-
-// errReader keeps the error of the reader it wraps (other than io.EOF).
-type errReader struct {
-	r   io.Reader
-	err error
-}
-
-var errReaders = sync.Pool{New: func() any { return new(errReader) }}
-
-func (e *errReader) Read(b []byte) (int, error) {
-	n, err := e.r.Read(b)
-	if err != nil && err != io.EOF {
-		e.err = err
-	}
-	return n, err
 }
 
 // countingReader counts the bytes read from a client's body stream and pushes the client connection's

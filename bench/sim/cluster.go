@@ -39,6 +39,31 @@ type Options struct {
 	// addresses, by index; a missing or empty entry means health is served
 	// on the connection server's main port only.
 	ConnectionHealthAddrs []string
+	// NoConnections starts no connection server (a process running only
+	// platform servers); Connections and the connection addresses must
+	// then be empty.
+	NoConnections bool
+
+	// PlatformNames are optional names of the platform servers, by index;
+	// a missing or empty entry means "platform<i+1>". Names must be unique.
+	PlatformNames []string
+	// PlatformStates are optional initial states of the platform servers,
+	// by index; a missing entry means Leader for the first platform and
+	// Backup for the others. A platform starting Dead does not listen until
+	// it leaves Dead (its address is still reserved by a first listen, so
+	// "127.0.0.1:0" works).
+	PlatformStates []State
+
+	// DeliveryHeader, if set, makes every platform record the value of this
+	// request header on each ordinary request that reaches its handler (see
+	// Platform.Deliveries): a test tags each request with a unique id and
+	// proves that none was delivered twice.
+	DeliveryHeader string
+	// DeliveryLog, if set (with DeliveryHeader), receives one line
+	// "<platform> <id>\n" per delivery, written before the request is
+	// answered, in one Write call: a file keeps the record of a process
+	// that is killed.
+	DeliveryLog io.Writer
 
 	// Credentials is the base64 "user:pass" a LeaderCheck probe must present
 	// as "Authorization: Basic <Credentials>"; default DefaultCredentials.
@@ -88,16 +113,36 @@ func Start(opts Options) (*Cluster, error) {
 			c.Close()
 		}
 	}()
+	var log *lineLog
+	if opts.DeliveryLog != nil {
+		log = &lineLog{w: opts.DeliveryLog}
+	}
 	for i := range opts.Platforms {
 		st := Backup
 		if i == 0 {
 			st = Leader
 		}
-		p, err := newPlatform("platform"+strconv.Itoa(i+1), addrAt(opts.PlatformAddrs, i, "127.0.0.1:0"), st, &opts)
+		if i < len(opts.PlatformStates) {
+			st = opts.PlatformStates[i]
+		}
+		initial := st
+		if st == Dead {
+			initial = Backup // listen once to fix the address, then die
+		}
+		name := addrAt(opts.PlatformNames, i, "platform"+strconv.Itoa(i+1))
+		if c.Platform(name) != nil {
+			return nil, fmt.Errorf("sim: two platforms named %q", name)
+		}
+		p, err := newPlatform(name, addrAt(opts.PlatformAddrs, i, "127.0.0.1:0"), initial, &opts, log)
 		if err != nil {
 			return nil, err
 		}
 		c.Platforms = append(c.Platforms, p)
+		if st == Dead {
+			if err := p.SetState(Dead); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for i := range opts.Connections {
 		s, err := newConnServer("cx"+strconv.Itoa(i+1),
@@ -122,10 +167,22 @@ func (o *Options) setDefaults() error {
 		return errors.New("sim: negative server count")
 	}
 	if o.Platforms == 0 {
-		o.Platforms = max(len(o.PlatformAddrs), DefaultPlatforms)
+		o.Platforms = max(len(o.PlatformAddrs), len(o.PlatformNames), len(o.PlatformStates), DefaultPlatforms)
 	}
-	if o.Connections == 0 {
+	if o.NoConnections {
+		if o.Connections != 0 || len(o.ConnectionAddrs) != 0 || len(o.ConnectionHealthAddrs) != 0 {
+			return errors.New("sim: NoConnections with connection servers configured")
+		}
+	} else if o.Connections == 0 {
 		o.Connections = max(len(o.ConnectionAddrs), len(o.ConnectionHealthAddrs), DefaultConnections)
+	}
+	if n := max(len(o.PlatformNames), len(o.PlatformStates)); n > o.Platforms {
+		return fmt.Errorf("sim: %d platform names or states for %d platforms", n, o.Platforms)
+	}
+	for _, st := range o.PlatformStates {
+		if !st.valid() {
+			return fmt.Errorf("sim: invalid platform state %d", int(st))
+		}
 	}
 	if len(o.PlatformAddrs) > o.Platforms {
 		return fmt.Errorf("sim: %d platform addresses for %d platforms", len(o.PlatformAddrs), o.Platforms)

@@ -27,6 +27,10 @@ type PlatformStatus struct {
 	OpenConns int `json:"open_conns"`
 	// LeaderCheckStatus is the forced LeaderCheck status, 0 if none.
 	LeaderCheckStatus int `json:"leadercheck_status"`
+	// Delay is Platform.Delay as a Go duration ("2s"), absent if none.
+	Delay string `json:"delay,omitempty"`
+	// LeaderCheckFlap is Platform.LeaderCheckFlap, absent if off.
+	LeaderCheckFlap bool `json:"leadercheck_flap,omitempty"`
 }
 
 // ConnStatus is a snapshot of one connection server.
@@ -42,14 +46,19 @@ type ConnStatus struct {
 
 // Status returns a snapshot of p.
 func (p *Platform) Status() PlatformStatus {
-	return PlatformStatus{
+	st := PlatformStatus{
 		Name:              p.Name,
 		Addr:              p.Addr,
 		State:             p.State().String(),
 		Requests:          p.Requests(),
 		OpenConns:         p.OpenConns(),
 		LeaderCheckStatus: p.LeaderCheckStatus(),
+		LeaderCheckFlap:   p.LeaderCheckFlap(),
 	}
+	if d := p.Delay(); d > 0 {
+		st.Delay = d.String()
+	}
+	return st
 }
 
 // Status returns a snapshot of s.
@@ -85,7 +94,10 @@ func (c *Cluster) Status() Status {
 //	GET  /status                              Status as JSON
 //	POST /platform/<name>/<state>             Platform.SetState
 //	POST /platform/<name>/leadercheck/<code>  Platform.SetLeaderCheckStatus (0 or 200-599)
+//	POST /platform/<name>/delay/<duration>    Platform.SetDelay (a Go duration; 0 clears)
+//	POST /platform/<name>/flap/<on|off>       Platform.SetLeaderCheckFlap
 //	POST /connection/<name>/<up|down|kill|restart>
+//	GET  /deliveries                          Cluster.Deliveries as JSON (id -> count)
 //
 // GET is accepted wherever POST is. Changes answer 200 with the server's new
 // status as one line of JSON, 404 for an unknown server and 400 for a bad
@@ -100,6 +112,9 @@ func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
 	mux.HandleFunc("/status", c.handleStatus)
 	mux.HandleFunc("/platform/{name}/{state}", c.handlePlatformState)
 	mux.HandleFunc("/platform/{name}/leadercheck/{code}", c.handleLeaderCheck)
+	mux.HandleFunc("/platform/{name}/delay/{delay}", c.handleDelay)
+	mux.HandleFunc("/platform/{name}/flap/{onoff}", c.handleFlap)
+	mux.HandleFunc("/deliveries", c.handleDeliveries)
 	mux.HandleFunc("/connection/{name}/{action}", c.handleConnection)
 	c.control = &http.Server{
 		Handler:           mux,
@@ -205,4 +220,52 @@ func (c *Cluster) handleConnection(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, s.Status())
+}
+
+func (c *Cluster) handleDelay(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	p := c.Platform(r.PathValue("name"))
+	if p == nil {
+		http.Error(w, "unknown platform", http.StatusNotFound)
+		return
+	}
+	d, err := time.ParseDuration(r.PathValue("delay"))
+	if err != nil || d < 0 {
+		http.Error(w, "bad delay (want a Go duration such as 2s, or 0)", http.StatusBadRequest)
+		return
+	}
+	p.SetDelay(d)
+	writeJSON(w, p.Status())
+}
+
+func (c *Cluster) handleFlap(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	p := c.Platform(r.PathValue("name"))
+	if p == nil {
+		http.Error(w, "unknown platform", http.StatusNotFound)
+		return
+	}
+	switch r.PathValue("onoff") {
+	case "on":
+		p.SetLeaderCheckFlap(true)
+	case "off":
+		p.SetLeaderCheckFlap(false)
+	default:
+		http.Error(w, "want on or off", http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, p.Status())
+}
+
+func (c *Cluster) handleDeliveries(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	writeJSON(w, c.Deliveries())
 }

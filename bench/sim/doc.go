@@ -16,11 +16,27 @@
 //	GET  /status                                  Status as JSON
 //	POST /platform/<name>/<state>                 Platform.SetState
 //	POST /platform/<name>/leadercheck/<code>      Platform.SetLeaderCheckStatus (0 clears)
+//	POST /platform/<name>/delay/<duration>        Platform.SetDelay (0 clears)
+//	POST /platform/<name>/flap/<on|off>           Platform.SetLeaderCheckFlap
 //	POST /connection/<name>/<up|down|kill|restart>
+//	GET  /deliveries                              Cluster.Deliveries as JSON
 //
 // GET is accepted wherever POST is. A change answers 200 with the server's
 // new status (PlatformStatus or ConnStatus) as one line of JSON, 404 for an
 // unknown server and 400 for a bad state, code or action.
+//
+// Beyond the states, the fault suite (bench/faults) uses three knobs of a
+// platform: Platform.SetDelay delays every answer, LeaderCheck included, by
+// a fixed time (a slow leader); Platform.SetLeaderCheckFlap makes the
+// LeaderCheck alternate 503 and 200 at every probe (a flapping leader); and
+// Options.DeliveryHeader makes the platforms record each request's id as it
+// reaches the handler (Platform.Deliveries, Cluster.Deliveries, and with
+// Options.DeliveryLog a line per delivery in a file that survives a
+// SIGKILL), so that a test can prove that no request was delivered twice.
+// Options.PlatformNames, Options.PlatformStates and Options.NoConnections
+// let one process run a single platform server under a chosen name and
+// state (cmd/fairlead-sim -platforms 1 -connections 0 -platform-names
+// platform2 -states backup), so that a test can kill it with SIGKILL.
 //
 // The platform servers are built on fasthttp with streamed request bodies, so
 // they sustain high request rates and arbitrarily large uploads and

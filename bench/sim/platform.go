@@ -62,7 +62,10 @@ type Probe struct {
 //
 // SetLeaderCheckHung makes only the LeaderCheck hang, as in Hung, while
 // ordinary requests are served by the state (a leader whose HA check is
-// stuck but whose application still answers).
+// stuck but whose application still answers). SetDelay makes every answer
+// late (a slow node), SetLeaderCheckFlap makes the LeaderCheck alternate
+// 503 and 200, and with Options.DeliveryHeader the platform records which
+// requests reached it (Deliveries); see faults.go.
 //
 // All methods are safe for concurrent use.
 type Platform struct {
@@ -86,6 +89,13 @@ type Platform struct {
 	forced  atomic.Int32
 	// checkHung makes LeaderCheck probes hang whatever the state.
 	checkHung atomic.Bool
+	// delay (a time.Duration) delays every answer; flap alternates LeaderCheck answers, flapN counting
+	// them (faults.go).
+	delay atomic.Int64
+	flap  atomic.Bool
+	flapN atomic.Int64
+
+	delivery *deliveries // nil without Options.DeliveryHeader
 
 	requests atomic.Int64
 
@@ -99,10 +109,11 @@ type Platform struct {
 	probes   []Probe
 }
 
-func newPlatform(name, addr string, st State, opts *Options) (*Platform, error) {
+func newPlatform(name, addr string, st State, opts *Options, log *lineLog) (*Platform, error) {
 	p := &Platform{
 		Name:            name,
 		logf:            opts.Logf,
+		delivery:        newDeliveries(opts, log),
 		servedBy:        []byte(name),
 		auth:            []byte("Basic " + opts.Credentials),
 		leaderCheckPath: []byte(opts.LeaderCheckPath),
@@ -220,9 +231,11 @@ func (p *Platform) OpenTunnels() int {
 	return int(p.tunnels.Load())
 }
 
-// ResetCounters zeroes Requests and forgets the recorded Probes.
+// ResetCounters zeroes Requests and forgets the recorded Probes and
+// Deliveries.
 func (p *Platform) ResetCounters() {
 	p.requests.Store(0)
+	p.delivery.reset()
 	p.probesMu.Lock()
 	p.probes = nil
 	p.probesMu.Unlock()
@@ -238,8 +251,8 @@ func (p *Platform) close() {
 	p.srv.close()
 }
 
-func (p *Platform) recordProbe(auth []byte, status int) {
-	pr := Probe{At: time.Now(), Authorization: string(auth), Status: status}
+func (p *Platform) recordProbe(at time.Time, auth []byte, status int) {
+	pr := Probe{At: at, Authorization: string(auth), Status: status}
 	p.probesMu.Lock()
 	if len(p.probes) >= maxProbes {
 		n := copy(p.probes, p.probes[len(p.probes)-maxProbes/2:])
@@ -284,11 +297,16 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.requests.Add(1)
+	p.delivery.record(p.Name, ctx)
 	switch st {
 	case Hung:
 		hang(ctx)
 		return
 	case Dead:
+		drop(ctx)
+		return
+	}
+	if !p.delayAnswer() {
 		drop(ctx)
 		return
 	}
@@ -370,13 +388,18 @@ func (p *Platform) upgrade(ctx *fasthttp.RequestCtx) {
 }
 
 func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
+	at := time.Now()
 	auth := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
 	switch {
 	case st == Hung || p.checkHung.Load() && st != Dead:
-		p.recordProbe(auth, 0)
+		p.recordProbe(at, auth, 0)
 		hang(ctx)
 		return
 	case st == Dead:
+		drop(ctx)
+		return
+	}
+	if !p.delayAnswer() {
 		drop(ctx)
 		return
 	}
@@ -394,6 +417,13 @@ func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 			ctx.Response.Header.SetBytesKV(hdrWWWAuth, valWWWAuth)
 		}
 		ctx.SetBodyString(fasthttp.StatusMessage(status) + "\n")
+	case p.flap.Load():
+		status = p.flapStatus()
+		if status == fasthttp.StatusOK {
+			ctx.SetBody(bodyLeader)
+		} else {
+			ctx.SetBody(bodyNotLeader)
+		}
 	case st == Leader:
 		status = fasthttp.StatusOK
 		ctx.SetBody(bodyLeader)
@@ -402,7 +432,7 @@ func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 		ctx.SetBody(bodyNotLeader)
 	}
 	ctx.SetStatusCode(status)
-	p.recordProbe(auth, status)
+	p.recordProbe(at, auth, status)
 }
 
 // sleep waits d or until the server stops (goes Dead or the cluster

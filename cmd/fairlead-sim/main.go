@@ -6,6 +6,17 @@
 // -health-port is set, answer health checks on consecutive ports from it as
 // well. A port of 0 gives every server of that kind a free port. The servers
 // are driven through the control API on -control (empty disables it).
+//
+// One process can run a single platform server under a chosen name and
+// state, so that a test can kill it with SIGKILL while the others run on:
+//
+//	fairlead-sim -platforms 1 -connections 0 -platform-port 0 -control 127.0.0.1:0 \
+//	    -platform-names platform2 -states backup
+//
+// With -delivery-header X-Request-Id the platforms record each request's id
+// (GET /deliveries on the control API), and with -delivery-log FILE they also
+// append a line "<platform> <id>" per delivery to FILE, which outlives the
+// process.
 package main
 
 import (
@@ -16,6 +27,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/fairlead/fairlead/bench/sim"
@@ -36,26 +48,70 @@ func run(args []string, stdout, stderr io.Writer) int {
 	control := fs.String("control", "127.0.0.1:9000", "control API address (empty: none)")
 	credentials := fs.String("credentials", sim.DefaultCredentials, `base64 "user:pass" expected on LeaderCheck`)
 	host := fs.String("host", "127.0.0.1", "host to listen on")
+	names := fs.String("platform-names", "", "comma-separated platform server names (default platform1, platform2, ...)")
+	states := fs.String("states", "", "comma-separated initial platform states: leader, backup, standby, hung or dead (default: the first leader, the others backup)")
+	deliveryHeader := fs.String("delivery-header", "", "record the value of this request header on every ordinary request (GET /deliveries)")
+	deliveryLog := fs.String("delivery-log", "", `append "<platform> <id>" per recorded delivery to this file (needs -delivery-header)`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *platforms < 1 || *connections < 1 {
-		fmt.Fprintln(stderr, "fairlead-sim: -platforms and -connections must be at least 1")
+	if *platforms < 1 || *connections < 0 {
+		fmt.Fprintln(stderr, "fairlead-sim: -platforms must be at least 1 and -connections at least 0")
+		return 2
+	}
+	if *deliveryLog != "" && *deliveryHeader == "" {
+		fmt.Fprintln(stderr, "fairlead-sim: -delivery-log needs -delivery-header")
+		return 2
+	}
+	var initial []sim.State
+	if *states != "" {
+		for _, name := range strings.Split(*states, ",") {
+			st, err := sim.ParseState(strings.TrimSpace(name))
+			if err != nil {
+				fmt.Fprintf(stderr, "fairlead-sim: -states: %s\n", err)
+				return 2
+			}
+			initial = append(initial, st)
+		}
+	}
+	var platformNames []string
+	if *names != "" {
+		for _, n := range strings.Split(*names, ",") {
+			platformNames = append(platformNames, strings.TrimSpace(n))
+		}
+	}
+	if len(initial) > *platforms || len(platformNames) > *platforms {
+		fmt.Fprintln(stderr, "fairlead-sim: more -states or -platform-names than -platforms")
 		return 2
 	}
 
 	logger := log.New(stderr, "fairlead-sim: ", log.LstdFlags)
 	opts := sim.Options{
-		Platforms:       *platforms,
-		Connections:     *connections,
-		PlatformAddrs:   sim.PortRange(*host, *platformPort, *platforms),
-		ConnectionAddrs: sim.PortRange(*host, *connectionPort, *connections),
-		Credentials:     *credentials,
-		ControlAddr:     *control,
-		Logf:            logger.Printf,
+		Platforms:      *platforms,
+		Connections:    *connections,
+		NoConnections:  *connections == 0,
+		PlatformAddrs:  sim.PortRange(*host, *platformPort, *platforms),
+		PlatformNames:  platformNames,
+		PlatformStates: initial,
+		Credentials:    *credentials,
+		ControlAddr:    *control,
+		DeliveryHeader: *deliveryHeader,
+		Logf:           logger.Printf,
 	}
-	if *healthPort != 0 {
-		opts.ConnectionHealthAddrs = sim.PortRange(*host, *healthPort, *connections)
+	if *connections > 0 {
+		opts.ConnectionAddrs = sim.PortRange(*host, *connectionPort, *connections)
+		if *healthPort != 0 {
+			opts.ConnectionHealthAddrs = sim.PortRange(*host, *healthPort, *connections)
+		}
+	}
+	if *deliveryLog != "" {
+		f, err := os.OpenFile(*deliveryLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintf(stderr, "fairlead-sim: %s\n", err)
+			return 1
+		}
+		defer f.Close()
+		opts.DeliveryLog = f
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

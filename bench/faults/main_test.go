@@ -1,0 +1,518 @@
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// long selects the long form (make faults): longer load phases and 1,000 tunnels.
+var long = flag.Bool("faults.long", false, "long form: longer load phases, 1,000 tunnels (make faults)")
+
+// The binaries under test, built once by TestMain.
+var fairleadBin, simBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "fairlead-faults")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fairleadBin, simBin = filepath.Join(dir, "fairlead"), filepath.Join(dir, "fairlead-sim")
+	// Without the race detector: fairlead runs as in production; the test process carries -race.
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../../cmd/fairlead", "../../cmd/fairlead-sim")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building fairlead and fairlead-sim: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	// The children (fairlead with 1,000 tunnels holds 2,000+ sockets) inherit the raised limit only when
+	// it is set explicitly; Go raises its own soft limit but restores the original for children.
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil {
+		rl.Cur = min(rl.Max, 20000)
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pick returns the phase length of the form being run: short, shorter under the race detector, or long.
+func pick(short, long_ time.Duration) time.Duration {
+	switch {
+	case *long:
+		return long_
+	case raceEnabled:
+		return short * 3 / 4
+	default:
+		return short
+	}
+}
+
+// pickN is pick for counts.
+func pickN(short, long_ int) int {
+	if *long {
+		return long_
+	}
+	return short
+}
+
+// freeAddr returns a currently free 127.0.0.1 address.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitUntil polls cond every 10 ms until it holds; it fails the test after timeout.
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// poll polls cond every 10 ms until it holds (true) or timeout passes (false).
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// startCluster starts an in-process simulated cluster recording POST deliveries by X-Request-Id.
+func startCluster(t *testing.T, opts sim.Options) *sim.Cluster {
+	t.Helper()
+	opts.DeliveryHeader = requestIDHeader
+	c, err := sim.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// syncBuffer collects a child's output for the test to read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// tail returns the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// quiet drops from a fairlead log the lines fasthttp repeats for every request with a streamed body
+// (see the report: fairlead reads small streamed bodies with Request.Body()), and says how many.
+func quiet(log string) string {
+	const noise = "Request.Body() reads the entire stream into memory"
+	var keep []string
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, noise) {
+			n++
+			continue
+		}
+		keep = append(keep, line)
+	}
+	if n > 0 {
+		keep = append(keep, fmt.Sprintf("(%d lines of fasthttp's %q warning left out)", n, noise))
+	}
+	return strings.Join(keep, "\n")
+}
+
+// fairlead is a fairlead process started by a test, on a config directory of its own.
+type fairlead struct {
+	t           *testing.T
+	cmd         *exec.Cmd
+	dir         string // the config directory
+	addr, admin string
+	log         *syncBuffer
+	exited      chan struct{}
+	waitErr     error // valid once exited is closed
+}
+
+// testChecks are the LeaderCheck settings of most scenarios: test-sized intervals, so that a leader
+// change completes in about three fast intervals (0.3 s). The timeout is generous: on busy shared cores
+// a probe answered late would count as a failure, and three in a row would switch the leader.
+const testChecks = `interval = "200ms"
+fast_interval = "100ms"
+timeout = "1s"`
+
+// platformPool is the leader pool over the given platforms with the given check settings (besides the
+// credentials). Scenarios override single keys in a later file.
+func platformPool(addrs, names []string, checks string) string {
+	var servers, named []string
+	for i, a := range addrs {
+		servers = append(servers, strconv.Quote(a))
+		named = append(named, fmt.Sprintf("%q = %q", a, names[i]))
+	}
+	return fmt.Sprintf(`
+[pools.platform]
+servers = [%s]
+queue_timeout = "5s"
+response_timeout = "10s"
+[pools.platform.names]
+%s
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+%s
+[[routes]]
+pool = "platform"
+`, strings.Join(servers, ", "), strings.Join(named, "\n"), checks)
+}
+
+// clusterPool is platformPool over an in-process cluster's platforms.
+func clusterPool(c *sim.Cluster, checks string) string {
+	var addrs, names []string
+	for _, p := range c.Platforms {
+		addrs = append(addrs, p.Addr)
+		names = append(names, p.Name)
+	}
+	return platformPool(addrs, names, checks)
+}
+
+// cxPool is the sticky connection-server pool behind the WebSocket route, as conf.d ships it, with
+// test-sized checks. Its file must sort before the platform route's (routes are tried in order).
+func cxPool(c *sim.Cluster) string {
+	var cx, named []string
+	for _, s := range c.Connections {
+		cx = append(cx, strconv.Quote(s.Addr))
+		named = append(named, fmt.Sprintf("%q = %q", s.Addr, s.Name))
+	}
+	return fmt.Sprintf(`
+[pools.cxserver]
+balance = "sticky"
+servers = [%s]
+queue_timeout = "2s"
+[pools.cxserver.names]
+%s
+[pools.cxserver.sticky]
+keys = ["header:X-Asset-Id", "query:assetId", "source"]
+[pools.cxserver.check]
+path = "/health"
+interval = "100ms"
+fast_interval = "100ms"
+timeout = "300ms"
+fall = 2
+rise = 2
+[[routes]]
+websocket = true
+paths = ["/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"]
+pool = "cxserver"
+`, strings.Join(cx, ", "), strings.Join(named, "\n"))
+}
+
+// startFairlead writes files (name → TOML; "00-listen.toml" with the listen addresses is added) into
+// a new config directory, starts fairlead on it and waits until it serves.
+func startFairlead(t *testing.T, files map[string]string) *fairlead {
+	t.Helper()
+	dir := t.TempDir()
+	addr, admin := freeAddr(t), freeAddr(t)
+	files["00-listen.toml"] = fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", addr, admin)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := runFairlead(t, dir, addr, admin)
+	f.waitServing()
+	return f
+}
+
+// dieWithTest makes a child get SIGKILL if the test process dies first (a -timeout panic, a kill), so
+// that no fairlead or simulator outlives the suite; t.Cleanup ends them in every other case.
+func dieWithTest() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// runFairlead starts fairlead on an existing config directory without waiting.
+func runFairlead(t *testing.T, dir, addr, admin string) *fairlead {
+	t.Helper()
+	f := &fairlead{t: t, dir: dir, addr: addr, admin: admin, log: &syncBuffer{}, exited: make(chan struct{})}
+	f.cmd = exec.Command(fairleadBin, "-config", dir)
+	f.cmd.Stdout, f.cmd.Stderr = f.log, f.log
+	f.cmd.SysProcAttr = dieWithTest()
+	if err := f.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		f.waitErr = f.cmd.Wait()
+		close(f.exited)
+	}()
+	t.Cleanup(func() {
+		f.kill()
+		if t.Failed() {
+			t.Logf("fairlead (pid %d) log:\n%s", f.cmd.Process.Pid, tail(quiet(f.log.String()), 6000))
+		}
+	})
+	return f
+}
+
+// waitServing waits until the front end accepts connections and the config is loaded.
+func (f *fairlead) waitServing() {
+	f.t.Helper()
+	waitUntil(f.t, "fairlead to serve", 15*time.Second, func() bool {
+		select {
+		case <-f.exited:
+			f.t.Fatalf("fairlead exited: %v\n%s", f.waitErr, f.log.String())
+		default:
+		}
+		return f.metric("fairlead_config_last_reload_successful") == "1" && dialOK(f.addr)
+	})
+}
+
+func dialOK(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// kill ends the process with SIGKILL (if it still runs) and reaps it.
+func (f *fairlead) kill() {
+	_ = f.cmd.Process.Kill()
+	<-f.exited
+}
+
+// stop sends SIGTERM and waits (bounded) for a clean exit.
+func (f *fairlead) stop(timeout time.Duration) {
+	f.t.Helper()
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	f.waitExit(timeout)
+}
+
+// waitExit waits (bounded) for a clean exit after SIGTERM.
+func (f *fairlead) waitExit(timeout time.Duration) {
+	f.t.Helper()
+	select {
+	case <-f.exited:
+		if f.waitErr != nil {
+			f.t.Errorf("fairlead exit after SIGTERM: %v", f.waitErr)
+		}
+	case <-time.After(timeout):
+		f.t.Fatalf("fairlead still running %s after SIGTERM", timeout)
+	}
+}
+
+var adminClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+
+// metric returns the value of the /metrics line named name, labels included exactly as fairlead
+// writes them ("" if absent or unreachable).
+func (f *fairlead) metric(name string) string {
+	resp, err := adminClient.Get("http://" + f.admin + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// metricInt is metric as an integer, -1 if absent.
+func (f *fairlead) metricInt(name string) int64 {
+	v, err := strconv.ParseFloat(f.metric(name), 64)
+	if err != nil {
+		return -1
+	}
+	return int64(v)
+}
+
+// poolStatus is the part of /api/status the scenarios read.
+type poolStatus struct {
+	Name          string `json:"name"`
+	Leader        string `json:"leader"`
+	LeaderChanges uint64 `json:"leader_changes"`
+	Servers       []struct {
+		Addr      string `json:"addr"`
+		Name      string `json:"name"`
+		State     string `json:"state"`
+		Available bool   `json:"available"`
+		Tunnels   int64  `json:"tunnels"`
+	} `json:"servers"`
+}
+
+// pool returns the /api/status of one pool (zero if unreachable).
+func (f *fairlead) pool(name string) poolStatus {
+	resp, err := adminClient.Get("http://" + f.admin + "/api/status")
+	if err != nil {
+		return poolStatus{}
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Pools []poolStatus `json:"pools"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return poolStatus{}
+	}
+	for _, p := range st.Pools {
+		if p.Name == name {
+			return p
+		}
+	}
+	return poolStatus{}
+}
+
+// serverAvailable reports whether the named server of a pool is available in fairlead's view.
+func (f *fairlead) serverAvailable(pool, server string) bool {
+	for _, s := range f.pool(pool).Servers {
+		if s.Name == server {
+			return s.Available
+		}
+	}
+	return false
+}
+
+// fds counts the process's open file descriptors.
+func (f *fairlead) fds() int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", f.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
+}
+
+// simProc is a cmd/fairlead-sim process running one platform server.
+type simProc struct {
+	name, addr, control string
+	deliveryLog         string
+	cmd                 *exec.Cmd
+	exited              chan struct{}
+}
+
+// startSimProc runs one platform server named name in state as a process of its own, recording
+// deliveries by X-Request-Id into a file that outlives it.
+func startSimProc(t *testing.T, name string, state sim.State) *simProc {
+	t.Helper()
+	p := &simProc{name: name, deliveryLog: filepath.Join(t.TempDir(), name+".deliveries"), exited: make(chan struct{})}
+	p.cmd = exec.Command(simBin, "-platforms", "1", "-connections", "0", "-platform-port", "0",
+		"-control", "127.0.0.1:0", "-platform-names", name, "-states", state.String(),
+		"-delivery-header", requestIDHeader, "-delivery-log", p.deliveryLog)
+	var stderr syncBuffer
+	p.cmd.Stderr = &stderr
+	p.cmd.SysProcAttr = dieWithTest()
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 8)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		p.cmd.Wait() //nolint:errcheck
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("fairlead-sim %s log:\n%s", name, tail(stderr.String(), 3000))
+		}
+	})
+	timeout := time.After(10 * time.Second)
+	for p.control == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("fairlead-sim %s exited: %s", name, stderr.String())
+			}
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == name && f[1] == "platform" {
+				p.addr = f[2]
+			} else if len(f) == 2 && f[0] == "control" {
+				p.control = f[1]
+			}
+		case <-timeout:
+			t.Fatalf("fairlead-sim %s printed no control address", name)
+		}
+	}
+	if p.addr == "" {
+		t.Fatalf("fairlead-sim %s printed no platform address", name)
+	}
+	return p
+}
+
+// setState changes the platform's state through the control API.
+func (p *simProc) setState(st sim.State) error {
+	resp, err := adminClient.Post("http://"+p.control+"/platform/"+p.name+"/"+st.String(), "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("control %s: %d %s", p.name, resp.StatusCode, b)
+	}
+	return nil
+}
+
+// deliveries reads the process's delivery log: id → count.
+func (p *simProc) deliveries(t *testing.T) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(p.deliveryLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, id, ok := strings.Cut(line, " "); ok {
+			out[id]++
+		}
+	}
+	return out
+}
