@@ -272,9 +272,6 @@ func (rep *Report) targets() []Target {
 				if !conv {
 					t.Value += ", new leader not serving within the window"
 				}
-				if !v.timeout {
-					t.Value += " (defaults: 3 probes at fast_interval 2s)"
-				}
 				met := failed == 0 && (!v.timeout || (conv && worst <= 1.0))
 				t.Met = boolp(met)
 			}
