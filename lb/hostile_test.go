@@ -822,3 +822,42 @@ func TestHostileSilentServerGetsTheRequestOnceAndTheClient504(t *testing.T) {
 		t.Fatalf("the silent server received the request %d times, want once", n)
 	}
 }
+
+// A server's 101 is relayed without the hop-by-hop fields other than Connection and Upgrade, and without
+// the fields its Connection header names.
+func TestHostileSwitchingProtocolsAnswerLosesItsHopByHopFields(t *testing.T) {
+	u := startHostileUpstream(t, hostileAnswerWith("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade, X-Internal\r\nX-Internal: secret\r\nKeep-Alive: timeout=5\r\n"+
+		"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nX-Keep: yes\r\n\r\n", true))
+	c := startCluster(t, 1, 0)
+	files := platformConfig(c, "", "")
+	files["05-ws.toml"] = fmt.Sprintf(`
+[pools.ws]
+balance = "leader"
+servers = [%q]
+[pools.ws.check]
+%s
+[[routes]]
+pool = "ws"
+websocket = true
+paths = ["/Thingworx/WS"]
+`, u.addr, fastChecks)
+	l, _ := startLB(t, files)
+	conn := hostileDial(t, l.Addr())
+	conn.write("GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + //nolint:errcheck
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	r := conn.answer(5 * time.Second)
+	if r.status != 101 {
+		t.Fatalf("got %v, want 101", r)
+	}
+	for _, h := range []string{"X-Internal", "Keep-Alive"} {
+		if v := r.header.Get(h); v != "" {
+			t.Errorf("the 101 carried the hop-by-hop %s: %q", h, v)
+		}
+	}
+	for h, want := range map[string]string{"Upgrade": "websocket", "X-Keep": "yes", "Sec-WebSocket-Accept": "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="} {
+		if v := r.header.Get(h); v != want {
+			t.Errorf("the 101's %s = %q, want %q", h, v, want)
+		}
+	}
+}

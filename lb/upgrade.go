@@ -233,24 +233,16 @@ func unwrapFront(c net.Conn) net.Conn {
 func switchingHead(out, head []byte) []byte {
 	var conn []byte
 	for rest := head; len(rest) > 0; {
-		line := rest
-		if i := bytes.Index(rest, []byte("\r\n")); i >= 0 {
-			line, rest = rest[:i], rest[i+2:]
-		} else {
-			rest = nil
-		}
+		var line []byte
+		line, rest = headLine(rest)
 		if name, value, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(name), []byte(fasthttp.HeaderConnection)) {
 			conn = append(append(conn, value...), ',')
 		}
 	}
 	first := true
 	for rest := head; len(rest) > 0; {
-		line := rest
-		if i := bytes.Index(rest, []byte("\r\n")); i >= 0 {
-			line, rest = rest[:i], rest[i+2:]
-		} else {
-			rest = nil
-		}
+		var line []byte
+		line, rest = headLine(rest)
 		if !first {
 			name, _, _ := bytes.Cut(line, []byte(":"))
 			name = bytes.TrimSpace(name)
@@ -262,6 +254,14 @@ func switchingHead(out, head []byte) []byte {
 		out = append(append(out, line...), "\r\n"...)
 	}
 	return out
+}
+
+// headLine splits the first CRLF-ended line off a head.
+func headLine(head []byte) (line, rest []byte) {
+	if i := bytes.Index(head, []byte("\r\n")); i >= 0 {
+		return head[:i], head[i+2:]
+	}
+	return head, nil
 }
 
 // dropOnSwitch reports whether the field name is not relayed with a 101.

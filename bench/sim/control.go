@@ -154,12 +154,8 @@ func (c *Cluster) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) handlePlatformState(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r) {
-		return
-	}
-	p := c.Platform(r.PathValue("name"))
+	p := c.platformOf(w, r)
 	if p == nil {
-		http.Error(w, "unknown platform", http.StatusNotFound)
 		return
 	}
 	st, err := ParseState(r.PathValue("state"))
@@ -175,12 +171,8 @@ func (c *Cluster) handlePlatformState(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) handleLeaderCheck(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r) {
-		return
-	}
-	p := c.Platform(r.PathValue("name"))
+	p := c.platformOf(w, r)
 	if p == nil {
-		http.Error(w, "unknown platform", http.StatusNotFound)
 		return
 	}
 	code, err := strconv.Atoi(r.PathValue("code"))
@@ -223,12 +215,8 @@ func (c *Cluster) handleConnection(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) handleDelay(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r) {
-		return
-	}
-	p := c.Platform(r.PathValue("name"))
+	p := c.platformOf(w, r)
 	if p == nil {
-		http.Error(w, "unknown platform", http.StatusNotFound)
 		return
 	}
 	d, err := time.ParseDuration(r.PathValue("delay"))
@@ -241,12 +229,8 @@ func (c *Cluster) handleDelay(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Cluster) handleFlap(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r) {
-		return
-	}
-	p := c.Platform(r.PathValue("name"))
+	p := c.platformOf(w, r)
 	if p == nil {
-		http.Error(w, "unknown platform", http.StatusNotFound)
 		return
 	}
 	switch r.PathValue("onoff") {
@@ -268,4 +252,17 @@ func (c *Cluster) handleDeliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, c.Deliveries())
+}
+
+// platformOf returns the platform a control request names, or nil after answering 405 (a method other
+// than GET or POST) or 404 (no such platform).
+func (c *Cluster) platformOf(w http.ResponseWriter, r *http.Request) *Platform {
+	if !allowMethod(w, r) {
+		return nil
+	}
+	p := c.Platform(r.PathValue("name"))
+	if p == nil {
+		http.Error(w, "unknown platform", http.StatusNotFound)
+	}
+	return p
 }
