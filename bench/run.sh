@@ -35,7 +35,8 @@ Which node answered (the X-Served-By header):
   curl -si http://127.0.0.1:8080/Thingworx/Things | grep -i x-served-by
 
 Make the leader step down and platform2 take over (fairlead switches after 3 non-200 LeaderChecks,
-probing every fast_interval = 2s once the leader fails):
+probing every fast_interval = 250ms from the first LeaderCheck that sees the change, which comes at the
+steady pace, within interval_max = 20s; requests keep flowing meanwhile, none fails):
   curl -s -XPOST http://127.0.0.1:9000/platform/platform1/backup
   curl -s -XPOST http://127.0.0.1:9000/platform/platform2/leader
 
