@@ -14,7 +14,8 @@
 // receiver is slower than the sender) is finished by a goroutine of its own, which holds that
 // one buffer until the receiver catches up; meanwhile the sending side is not read
 // (backpressure), so no other tunnel waits for it. Relaying allocates nothing per message.
-// Elsewhere a fallback with two goroutines per tunnel keeps the same API.
+// A tunnel with a connection that is not plain TCP (TLS) is streamed by two goroutines
+// (stream.go); elsewhere than Linux every tunnel is, keeping the same API.
 package tunnel
 
 import (
@@ -118,6 +119,8 @@ var (
 	ErrRelayClosed = errors.New("tunnel: relay closed")
 	// ErrNotTCP is returned by Add when a conn is not a *net.TCPConn.
 	ErrNotTCP = errors.New("tunnel: both conns must be *net.TCPConn")
+	// ErrNilConn is Add's answer to a nil connection.
+	ErrNilConn = errors.New("tunnel: nil connection")
 )
 
 // Side indexes: a side is named by the connection it reads from.
@@ -138,6 +141,8 @@ type Relay struct {
 
 	stats counters
 
+	streamBufs sync.Pool // large buffers of streamed tunnels while busy (stream.go)
+
 	stop      chan struct{}  // closed by Close: stops the janitor
 	wg        sync.WaitGroup // janitor, workers, blocked writes
 	closeOnce sync.Once
@@ -151,6 +156,7 @@ type Tunnel struct {
 	group   string
 	onClose func(Reason)
 	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the relay
+	streams [2]net.Conn     // instead, for a streamed tunnel (stream.go)
 
 	lastActive atomic.Int64     // Relay.now() after the last relayed bytes
 	bytes      [2]atomic.Uint64 // relayed, indexed by the reading side: [clientSide] = to the server
@@ -173,6 +179,8 @@ func NewRelay(o Options) (*Relay, error) {
 		groups: make(map[string]map[*Tunnel]struct{}),
 		stop:   make(chan struct{}),
 	}
+	size := o.BufferSize
+	r.streamBufs.New = func() any { b := make([]byte, size); return &b }
 	if err := r.sysStart(); err != nil {
 		return nil, err
 	}
@@ -192,20 +200,22 @@ func NewRelay(o Options) (*Relay, error) {
 // the reason; it runs on a relay goroutine (or the one calling a Close method), must not block,
 // and must not call Relay.Close (which waits for the relay's goroutines).
 //
-// Both conns must be *net.TCPConn (ErrNotTCP otherwise, closing nothing); a connection
-// hijacked from fasthttp wraps one (its UnsafeConn method returns it), and the bytes its reader
-// had buffered past the request belong in toServer. Add clears both conns' deadlines.
+// Two *net.TCPConn are relayed by epoll (on Linux); any other pair (a *tls.Conn on either side) is a
+// streamed tunnel carried by two goroutines (stream.go). A connection hijacked from fasthttp wraps
+// the client's (its UnsafeConn method returns it), and the bytes its reader had buffered past the
+// request belong in toServer. Add clears both conns' deadlines.
 //
 // On error from Add the caller still owns the conns. On success the relay owns them: it closes
 // both when the tunnel ends, and the caller must neither use nor close them (close the Tunnel
 // instead). A failure to write the pending bytes is not an error of Add: the tunnel ends with
 // reason Error.
 func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
+	if client == nil || server == nil {
+		return nil, ErrNilConn
+	}
 	cc, ok1 := client.(*net.TCPConn)
 	sc, ok2 := server.(*net.TCPConn)
-	if !ok1 || !ok2 || cc == nil || sc == nil {
-		return nil, ErrNotTCP
-	}
+	streamed := !ok1 || !ok2 || cc == nil || sc == nil
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
@@ -214,15 +224,22 @@ func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group st
 	}
 	// A deadline left by the HTTP server (fasthttp sets them per request) would fail the
 	// relay's reads and writes once passed; the relay's own idle timeout replaces them.
-	for _, c := range [2]*net.TCPConn{cc, sc} {
+	for _, c := range [2]net.Conn{client, server} {
 		if err := c.SetDeadline(time.Time{}); err != nil {
 			return nil, err
 		}
 	}
-	t := &Tunnel{r: r, group: group, onClose: onClose, conns: [2]*net.TCPConn{cc, sc}, first: -1}
+	t := &Tunnel{r: r, group: group, onClose: onClose, first: -1}
+	if streamed {
+		t.streams = [2]net.Conn{client, server}
+	} else {
+		t.conns = [2]*net.TCPConn{cc, sc}
+	}
 	t.touch()
-	if err := r.sysPrepare(t); err != nil {
-		return nil, err
+	if !streamed {
+		if err := r.sysPrepare(t); err != nil {
+			return nil, err
+		}
 	}
 
 	// t.mu is held until the tunnel is fully set up: a concurrent CloseGroup or Close that
@@ -243,7 +260,13 @@ func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group st
 	r.n++
 	r.mu.Unlock()
 
-	ioErr, err := r.sysAdd(t, toServer, toClient)
+	var ioErr bool
+	var err error
+	if streamed {
+		r.startPumps(t, toServer, toClient)
+	} else {
+		ioErr, err = r.sysAdd(t, toServer, toClient)
+	}
 	if err != nil {
 		t.closed = true // never opened: closers skip it
 		t.mu.Unlock()
@@ -371,8 +394,8 @@ func (r *Relay) closeTunnel(t *Tunnel, reason Reason) bool {
 	t.mu.Unlock()
 
 	r.unregister(t)
-	t.conns[clientSide].Close()
-	t.conns[serverSide].Close()
+	t.conn(clientSide).Close()
+	t.conn(serverSide).Close()
 	r.stats.closed.Add(1)
 	r.stats.byReason[reason].Add(1)
 	if t.onClose != nil {
@@ -416,7 +439,7 @@ func (r *Relay) sideEOF(t *Tunnel, i int) {
 		r.closeTunnel(t, first)
 		return
 	}
-	if err := t.conns[1-i].CloseWrite(); err != nil {
+	if err := closeWrite(t.conn(1 - i)); err != nil {
 		r.closeTunnel(t, Error)
 	}
 }
