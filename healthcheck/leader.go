@@ -165,9 +165,9 @@ func (l *Leader) Changes() uint64 { return l.changes.Load() }
 // leads).
 func (l *Leader) pace(t *Target) time.Duration {
 	l.mu.Lock()
+	defer l.mu.Unlock() // Update rewrites the options under it
 	fast := l.el.unsettled(l.targets)
 	onBackup := l.el.leader != nil && l.el.leader.backup.Load()
-	l.mu.Unlock()
 	if fast {
 		return l.o.FastInterval
 	}

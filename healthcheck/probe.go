@@ -2,11 +2,15 @@ package healthcheck
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"log"
 	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -24,6 +28,12 @@ type Options struct {
 	Credentials string
 	// Port, if non-zero, replaces each server's port for probes.
 	Port int
+	// TLS, if set, sends probes over HTTPS with this client config (the servers' CAs, a client
+	// certificate); an empty ServerName is each probed server's host. A probe whose handshake fails has
+	// failed; a TLS failure (a certificate that does not verify, a server refusing the session, a server
+	// not speaking TLS) is logged naming the server, once per run of the same failure. nil probes over
+	// plain HTTP.
+	TLS *tls.Config
 	// Interval and IntervalMax bound the random steady-state wait between two probes of one server.
 	Interval, IntervalMax time.Duration
 	// FastInterval is the probe period while things are failing or changing: a Leader's leader is
@@ -228,6 +238,7 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 	if ctx.Err() != nil {
 		return // stopped meanwhile: a removed server, or new options
 	}
+	pr.noteTLS(g, err)
 	g.j.answer(t, start, status, err)
 	e := Event{Kind: CheckAnswered, Server: t.addr, Status: status, Latency: time.Since(start)}
 	if err != nil {
@@ -301,12 +312,21 @@ type prober struct {
 	timeout time.Duration
 	client  *fasthttp.HostClient
 	script  func(addr string) (int, error) // Options.script: a test's answers
+	tls     *tls.Config                    // Options.TLS for this server; nil: plain HTTP
+	alert   atomic.Pointer[error]          // a TLS alert the server sent during the latest probe
+	tlsLog  string                         // the TLS failure last logged; "" once a probe got past TLS
 }
 
 func newProber(addr string, o *Options) *prober {
 	pr := &prober{addr: addr, path: o.Path, timeout: o.Timeout, script: o.script}
 	if o.Credentials != "" {
 		pr.auth = "Basic " + o.Credentials
+	}
+	if o.TLS != nil {
+		pr.tls = o.TLS.Clone()
+		if pr.tls.ServerName == "" {
+			pr.tls.ServerName, _, _ = net.SplitHostPort(addr)
+		}
 	}
 	timeout := o.Timeout
 	pr.client = &fasthttp.HostClient{
@@ -316,9 +336,85 @@ func newProber(addr string, o *Options) *prober {
 		ReadTimeout:         timeout,
 		WriteTimeout:        timeout,
 		MaxIdleConnDuration: o.IntervalMax + time.Second,
-		Dial:                func(a string) (net.Conn, error) { return fasthttp.DialTimeout(a, timeout) },
+		Dial:                pr.dial,
 	}
 	return pr
+}
+
+// dial connects to the server, over TLS when the pool has it. The handshake runs here, not through the
+// HostClient's IsTLS, so that the connection can report the alerts a server sends after it: with TLS
+// 1.3 a server refuses a missing or unknown client certificate only after the client's side of the
+// handshake is over, and fasthttp reports any error on a response's first byte as "the server closed
+// connection".
+func (pr *prober) dial(addr string) (net.Conn, error) {
+	c, err := fasthttp.DialTimeout(addr, pr.timeout)
+	if err != nil || pr.tls == nil {
+		return c, err
+	}
+	tc := tls.Client(c, pr.tls)
+	err = tc.SetDeadline(time.Now().Add(pr.timeout))
+	if err == nil {
+		err = tc.Handshake()
+	}
+	if err == nil {
+		err = tc.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &alertConn{Conn: tc, alert: &pr.alert}, nil
+}
+
+// alertConn is a probe's TLS connection: it keeps the alert that ends a read (remote error: tls: ...).
+type alertConn struct {
+	net.Conn
+	alert *atomic.Pointer[error]
+}
+
+func (c *alertConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	var op *net.OpError
+	if err != nil && errors.As(err, &op) && op.Op == "remote error" {
+		c.alert.Store(&err)
+	}
+	return n, err
+}
+
+// noteTLS logs a probe's TLS failure naming the server: once per run of the same failure, so that a
+// wrong CA is said clearly without a line at every probe. Any other outcome ends the run.
+func (pr *prober) noteTLS(g *group, err error) {
+	why := tlsFailure(err)
+	if why != "" && why != pr.tlsLog {
+		g.logf("healthcheck: pool %s: %s: %s", g.pool, pr.addr, why)
+	}
+	pr.tlsLog = why
+}
+
+// tlsFailure describes err if TLS failed it ("" otherwise): a certificate that does not verify (an
+// unknown authority, another name, expired), an alert from the server (a client certificate it
+// requires or refuses), or a server that does not speak TLS.
+func tlsFailure(err error) string {
+	if err == nil {
+		return ""
+	}
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		record  tls.RecordHeaderError
+		op      *net.OpError
+	)
+	switch {
+	case errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid):
+		return "TLS certificate verification failed: " + err.Error()
+	case errors.As(err, &op) && op.Op == "remote error":
+		return "the server refused the TLS session: " + err.Error()
+	case errors.As(err, &record):
+		return "the server does not speak TLS: " + err.Error()
+	}
+	return ""
 }
 
 // get sends one probe and returns the answer's status, or 0 and the error (a timeout included).
@@ -336,7 +432,11 @@ func (pr *prober) get() (int, error) {
 		req.Header.Set(fasthttp.HeaderAuthorization, pr.auth)
 	}
 	resp.SkipBody = true
+	pr.alert.Store(nil)
 	if err := pr.client.DoTimeout(req, resp, pr.timeout); err != nil {
+		if alert := pr.alert.Swap(nil); alert != nil {
+			return 0, *alert // what the server said rather than "the server closed connection"
+		}
 		return 0, err
 	}
 	return resp.StatusCode(), nil

@@ -1,8 +1,11 @@
 package lb
 
 import (
+	"crypto/tls"
 	"errors"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,6 +70,24 @@ type FrontendConfig struct {
 	// DrainTimeout bounds the wait for in-flight requests at SIGTERM: fairlead stops accepting, lets
 	// them finish for up to this long, then closes the tunnels and exits 0. Default "10s".
 	DrainTimeout Duration `toml:"drain_timeout"`
+	// TLSListen is the address of the HTTPS listener, beside Listen (which may then be "" to serve HTTPS
+	// only). It needs a certificate: TLSCert and TLSKey, or Certs. Default "" (no HTTPS).
+	TLSListen string `toml:"tls_listen"`
+	// TLSCert and TLSKey are PEM files of the default certificate (chain first) and its key.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// Certs are more certificates, chosen by the SNI name of the handshake (exact DNS name, then a
+	// wildcard); the first certificate (TLSCert, else Certs[0]) is the default.
+	Certs []CertConfig `toml:"certs"`
+	// ClientCA is a PEM file of the CAs that sign client certificates; ClientAuth is "require" (a
+	// client without a valid certificate fails the handshake) or "verify_if_given". Default none.
+	ClientCA   string `toml:"client_ca"`
+	ClientAuth string `toml:"client_auth"`
+	// RedirectHTTPS answers every plain HTTP request with a 308 to the same URI over HTTPS (on
+	// TLSListen's port). Default false.
+	RedirectHTTPS bool `toml:"redirect_https"`
+	// tls is the loaded TLS (tls.go), nil without TLSListen.
+	tls *frontTLS
 	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
 	// bytes; larger gets 431. Default 16384.
 	MaxHeaderSize int `toml:"max_header_size"`
@@ -83,6 +104,12 @@ type FrontendConfig struct {
 	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
 	// none of their bytes were read. Default 65536.
 	RetryBuffer int `toml:"retry_buffer"`
+}
+
+// CertConfig is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
+type CertConfig struct {
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
 }
 
 // AdminConfig is the [admin] table: status and metrics endpoints.
@@ -177,6 +204,36 @@ type PoolConfig struct {
 	Check CheckConfig `toml:"check"`
 	// Sticky configures balance = "sticky".
 	Sticky StickyConfig `toml:"sticky"`
+	// TLS makes fairlead speak TLS to the pool's servers: proxied requests, WebSocket upgrades and
+	// health checks. Default off (plain HTTP).
+	TLS PoolTLSConfig `toml:"tls"`
+}
+
+// PoolTLSConfig is a [pools.NAME.tls] table: TLS to the servers of a pool (issue #11). The files are
+// read and parsed when the config is loaded (at start and at every reload), so a bad one is a config
+// error and a reload keeps the running config; their contents count in the config digest, so a
+// reload after replacing one applies it. Every key but Enabled needs Enabled.
+type PoolTLSConfig struct {
+	// Enabled speaks TLS to every server of the pool (and to its check port). Default false.
+	Enabled bool `toml:"enabled"`
+	// CAFile is a PEM bundle of the CA certificates that verify the servers' certificates.
+	// Default "": the system roots.
+	CAFile string `toml:"ca_file"`
+	// ServerName is sent as SNI and is the name the servers' certificates are verified against.
+	// Default "": each server's host (an IP address is verified against the certificate's IP SANs).
+	ServerName string `toml:"server_name"`
+	// InsecureSkipVerify accepts any certificate: no verification at all (not with CAFile). Logged as a
+	// warning at start and at each reload that keeps it. Default false.
+	InsecureSkipVerify bool `toml:"insecure_skip_verify"`
+	// Cert and Key are the PEM files of a client certificate and its key, presented to servers that
+	// ask for one (mutual TLS). The two go together. Default none.
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+
+	// client is the TLS config built from the keys and files at load (nil when Enabled is false);
+	// sum identifies the files' contents (loadPoolTLS, config_validate.go).
+	client *tls.Config
+	sum    string
 }
 
 // StickyConfig is a [pools.NAME.sticky] table.
@@ -305,11 +362,12 @@ func LoadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
-// SecretFiles returns the files a config reads besides its *.toml files ([admin] token_file and
-// password_file, [routes.auth] keys_file and upstream_value_file): a change to one of them is a config
+// SecretFiles returns the files a config reads besides its *.toml files ([frontend] certificates, keys
+// and client CAs, [admin] token_file and password_file, [routes.auth] keys_file and
+// upstream_value_file, [pools.NAME.tls] ca_file, cert and key): a change to one of them is a config
 // change (the command watches them).
 func (c *Config) SecretFiles() []string {
-	var files []string
+	files := c.Frontend.tlsFiles()
 	for _, f := range []string{c.Admin.TokenFile, c.Admin.PasswordFile} {
 		if f != "" {
 			files = append(files, f)
@@ -322,6 +380,15 @@ func (c *Config) SecretFiles() []string {
 		for _, f := range []string{r.Auth.KeysFile, r.Auth.UpstreamValueFile} {
 			if f != "" {
 				files = append(files, f)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Pools)) {
+		if t := &c.Pools[name].TLS; t.Enabled {
+			for _, f := range []string{t.CAFile, t.Cert, t.Key} {
+				if f != "" {
+					files = append(files, f)
+				}
 			}
 		}
 	}

@@ -4,8 +4,11 @@ package lb
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -46,7 +49,16 @@ func (c *Config) validate() []string {
 		}
 	}
 
-	checkAddr("frontend.listen", c.Frontend.Listen, false)
+	if c.Frontend.Listen == "" && c.Frontend.TLSListen == "" {
+		add("frontend.listen", "must not be empty unless tls_listen is set (HTTPS only)")
+	} else {
+		checkAddr("frontend.listen", c.Frontend.Listen, true)
+	}
+	checkAddr("frontend.tls_listen", c.Frontend.TLSListen, true)
+	if c.Frontend.TLSListen != "" && c.Frontend.TLSListen == c.Frontend.Listen {
+		add("frontend.tls_listen", "is the same address as listen")
+	}
+	p = append(p, c.loadFrontTLS()...) // reads the certificates (tls.go)
 	checkDur("frontend.read_timeout", c.Frontend.ReadTimeout, true)
 	checkDur("frontend.idle_timeout", c.Frontend.IdleTimeout, true)
 	checkPositive("frontend.max_conns", int64(c.Frontend.MaxConns))
@@ -203,6 +215,7 @@ func (c *Config) validate() []string {
 		} else if c.isSet(k + "sticky") {
 			add(k+"sticky", "only for balance = \"sticky\"")
 		}
+		p = append(p, c.loadPoolTLS(name)...) // [pools.NAME.tls]: reads its files
 		ck := pc.Check
 		k += "check."
 		if ck.Path != "" && !strings.HasPrefix(ck.Path, "/") || ck.Path == "" && pc.Balance == "leader" {
@@ -344,4 +357,119 @@ func validAddr(addr string) error {
 		return fmt.Errorf("bad port %q", port)
 	}
 	return nil
+}
+
+// loadPoolTLS validates pool name's [pools.NAME.tls] and builds the pool's client TLS config from its
+// files, read now: at start, at -check and at every reload, so that a missing or bad file fails the
+// load (and a reload keeps the running config). Problems name the file and the key and never hold a
+// file's contents. The contents go into the config digest, so a reload after replacing a CA, a
+// certificate or a key applies it, and into the table's sum, so that the servers' transports are
+// rebuilt (sameTransport).
+func (c *Config) loadPoolTLS(name string) []string {
+	t := &c.Pools[name].TLS
+	k := "pools." + name + ".tls."
+	var p []string
+	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
+	if !t.Enabled {
+		// A key that would be parsed and ignored is a mistake: say so.
+		for _, f := range []string{"ca_file", "server_name", "insecure_skip_verify", "cert", "key"} {
+			if c.isSet(k + f) {
+				add(f, "needs enabled = true")
+			}
+		}
+		return p
+	}
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify, // the operator's explicit choice, logged as a warning
+		// Resumed sessions spare most handshakes of new upstream connections; the cache is shared by
+		// the pool's servers and kept until the config changes.
+		ClientSessionCache: tls.NewLRUClientSessionCache(0),
+	}
+	digest := sha256.New()
+	read := func(key, file string) []byte {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			add(key, "%v", err)
+			return nil
+		}
+		fmt.Fprintf(digest, "%s %d\n", key, len(data))
+		digest.Write(data)
+		return data
+	}
+	if t.CAFile != "" {
+		if t.InsecureSkipVerify {
+			add("ca_file", "not used with insecure_skip_verify = true, which verifies nothing")
+		}
+		if data := read("ca_file", t.CAFile); data != nil {
+			roots, err := parseCABundle(data)
+			if err != nil {
+				add("ca_file", "%s: %v", t.CAFile, err)
+			}
+			cfg.RootCAs = roots
+		}
+	}
+	if sn := t.ServerName; sn != "" && net.ParseIP(sn) == nil && !validServerName(sn) {
+		add("server_name", "bad server name %q (a DNS name or an IP address, without a port)", sn)
+	}
+	switch {
+	case t.Cert != "" && t.Key == "":
+		add("key", "cert and key go together: key is missing")
+	case t.Cert == "" && t.Key != "":
+		add("cert", "cert and key go together: cert is missing")
+	case t.Cert != "":
+		certPEM, keyPEM := read("cert", t.Cert), read("key", t.Key)
+		if certPEM == nil || keyPEM == nil {
+			break
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			add("cert", "%s with key %s: %v", t.Cert, t.Key, err)
+			break
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	t.sum = hex.EncodeToString(digest.Sum(nil))
+	c.digest += k + t.sum + ";"
+	if len(p) == 0 {
+		t.client = cfg
+	}
+	return p
+}
+
+// parseCABundle returns the certificates of a PEM bundle as a pool. Every block must be a
+// certificate, and there must be one at least.
+func parseCABundle(data []byte) (*x509.CertPool, error) {
+	roots := x509.NewCertPool()
+	n := 0
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		n++
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("PEM block %d is a %q, not a CERTIFICATE", n, b.Type)
+		}
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %v", n, err)
+		}
+		roots.AddCert(cert)
+	}
+	if n == 0 {
+		return nil, errors.New("no PEM certificate in it")
+	}
+	return roots, nil
+}
+
+// validServerName reports whether s may be a DNS name: letters, digits, '-', '.' and '_'.
+func validServerName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
+			return false
+		}
+	}
+	return len(s) <= 253
 }

@@ -1,7 +1,9 @@
 package lb
 
 import (
+	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -576,7 +578,8 @@ func (f *framer) endChunkSize(at int64) *frameError {
 // frontListener wraps the front end's listener: every connection it accepts is a frontConn.
 type frontListener struct {
 	net.Listener
-	lb *LB
+	lb  *LB
+	tls *tls.Config // the HTTPS listener's (tls.go), nil for the plain one
 }
 
 func (lb *LB) frontListener(ln net.Listener) net.Listener {
@@ -587,6 +590,12 @@ func (l *frontListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		fc := &frontConn{Conn: tc, lb: l.lb, tc: tc}
+		fc.f.lim = l.lb.limits
+		return tlsFrontConn{fc}, nil
 	}
 	fc := &frontConn{Conn: c, lb: l.lb}
 	fc.f.lim = l.lb.limits
@@ -613,7 +622,7 @@ func (lb *LB) refused(status int) {
 // (head over its buffer), 413, 408 (a read timeout) or 400.
 func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 	status, reason := fasthttp.StatusBadRequest, "malformed request"
-	if fc, ok := ctx.Conn().(*frontConn); ok && fc.failed.Load() != nil {
+	if fc := frontOf(ctx.Conn()); fc != nil && fc.failed.Load() != nil {
 		fc.answered.Store(true)
 		e := fc.failed.Load()
 		status, reason = e.status, e.reason
@@ -638,6 +647,8 @@ func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 type frontConn struct {
 	net.Conn
 	lb      *LB
+	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
+	shook   bool      // its handshake ran (tls.go)
 	f       framer
 	pending *frameError // found, returned by the next Read
 	// failed is the error Read returned; answered is set once its answer was written or claimed.
@@ -649,6 +660,9 @@ type frontConn struct {
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
+	if c.tc != nil && !c.shook && !c.handshake() {
+		return 0, io.EOF
+	}
 	if c.pending != nil {
 		return 0, c.fail(c.pending)
 	}

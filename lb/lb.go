@@ -40,12 +40,14 @@ type LB struct {
 	frontend *fasthttp.Server
 	admin    *fasthttp.Server
 	lnMu     sync.Mutex   // guards ln and adminLn: a reload may move them to another address
-	ln       net.Listener // the front end's
+	ln       net.Listener // the front end's plain HTTP listener (nil without listen)
+	tlsLn    net.Listener // its HTTPS listener (nil without tls_listen)
 	adminLn  net.Listener
 
-	limits      *frameLimits                     // the framer's, set at Start
-	badRequests [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
-	adminDenied atomic.Uint64                    // admin requests answered 401
+	limits               *frameLimits                     // the framer's, set at Start
+	badRequests          [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
+	tlsHandshakeFailures atomic.Uint64
+	adminDenied          atomic.Uint64 // admin requests answered 401
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -151,16 +153,25 @@ func (lb *LB) Start(ctx context.Context) error {
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
 
 	fe := g.cfg.Frontend
-	ln, err := net.Listen("tcp", fe.Listen)
-	if err != nil {
-		lb.cancel()
-		return fmt.Errorf("frontend: %w", err)
-	}
 	lb.limits = &frameLimits{maxHeader: fe.MaxHeaderSize, maxBody: fe.MaxBodySize, headerTimeout: fe.HeaderTimeout.D}
-	ln = lb.frontListener(ln)
-	lb.lnMu.Lock()
-	lb.ln = ln
-	lb.lnMu.Unlock()
+	var fls []net.Listener // the plain and the HTTPS listener, as configured
+	for _, f := range lb.frontListeners() {
+		if addr := f.addr(g.cfg); addr != "" {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				for _, l := range fls {
+					l.Close() //nolint:errcheck
+				}
+				lb.cancel()
+				return fmt.Errorf("frontend: %s: %w", f.key, err)
+			}
+			ln = f.wrap(ln)
+			lb.lnMu.Lock()
+			*f.ln = ln
+			lb.lnMu.Unlock()
+			fls = append(fls, ln)
+		}
+	}
 	lb.frontend = &fasthttp.Server{
 		Handler:                      lb.handle,
 		ErrorHandler:                 lb.frontendError,
@@ -183,7 +194,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
 		Logger:             fasthttpLogger{lb.logf},
 	}
-	lb.serve(lb.frontend, ln, "frontend")
+	for _, ln := range fls {
+		lb.serve(lb.frontend, ln, "frontend")
+	}
 
 	if g.cfg.Admin.Listen != "" {
 		aln, err := net.Listen("tcp", g.cfg.Admin.Listen)
@@ -232,11 +245,40 @@ func maxBody(n int64) int {
 	return int(n)
 }
 
-// Addr returns the front end's listening address.
+// Addr returns the front end's plain HTTP listening address, or "" if it has none.
 func (lb *LB) Addr() string {
 	lb.lnMu.Lock()
 	defer lb.lnMu.Unlock()
+	if lb.ln == nil {
+		return ""
+	}
 	return lb.ln.Addr().String()
+}
+
+// TLSAddr returns the front end's HTTPS listening address, or "" if it has none.
+func (lb *LB) TLSAddr() string {
+	lb.lnMu.Lock()
+	defer lb.lnMu.Unlock()
+	if lb.tlsLn == nil {
+		return ""
+	}
+	return lb.tlsLn.Addr().String()
+}
+
+// frontListener describes one of the front end's listeners: its config key, its address in a config,
+// where it is kept and how an accepted socket is wrapped.
+type frontListenerSpec struct {
+	key  string
+	addr func(*Config) string
+	ln   *net.Listener
+	wrap func(net.Listener) net.Listener
+}
+
+func (lb *LB) frontListeners() []frontListenerSpec {
+	return []frontListenerSpec{
+		{"listen", func(c *Config) string { return c.Frontend.Listen }, &lb.ln, lb.frontListener},
+		{"tls_listen", func(c *Config) string { return c.Frontend.TLSListen }, &lb.tlsLn, lb.tlsListener},
+	}
 }
 
 // AdminAddr returns the admin listener's address, or "" if disabled.
@@ -259,7 +301,7 @@ func (lb *LB) Close() {
 	// Closing the listeners first stops accepting even if a Serve goroutine has not started yet (its
 	// Serve then returns at once; Shutdown alone only knows the listeners Serve registered).
 	lb.lnMu.Lock()
-	for _, ln := range []net.Listener{lb.ln, lb.adminLn} {
+	for _, ln := range []net.Listener{lb.ln, lb.tlsLn, lb.adminLn} {
 		if ln != nil {
 			ln.Close() //nolint:errcheck // Shutdown may close it again
 		}
@@ -301,23 +343,41 @@ func (lb *LB) Reload(cfg *Config) error {
 		lb.logf("reload: config unchanged, nothing to do")
 		return nil
 	}
-	// A new listen address is bound first: if it cannot be, nothing of the reload applies.
-	var feLn, adminLn net.Listener
-	if lb.frontend != nil && cfg.Frontend.Listen != old.cfg.Frontend.Listen {
-		ln, err := net.Listen("tcp", cfg.Frontend.Listen)
-		if err != nil {
-			err = fmt.Errorf("%s: frontend.listen: %w", cfg.origin["frontend.listen"], err)
-			lb.ReloadFailed(err)
-			return err
-		}
-		feLn = lb.frontListener(ln)
+	// A new listen address is bound first: if it cannot be, nothing of the reload applies. A listener
+	// added or removed needs a restart.
+	type moved struct {
+		spec frontListenerSpec
+		ln   net.Listener
 	}
+	var feMoved []moved
+	var restart []string
+	unbind := func() {
+		for _, m := range feMoved {
+			m.ln.Close() //nolint:errcheck
+		}
+	}
+	for _, f := range lb.frontListeners() {
+		was, now := f.addr(old.cfg), f.addr(cfg)
+		switch {
+		case lb.frontend == nil || was == now:
+		case was == "" || now == "":
+			restart = append(restart, "[frontend] "+f.key+" added or removed")
+		default:
+			ln, err := net.Listen("tcp", now)
+			if err != nil {
+				unbind()
+				err = fmt.Errorf("%s: frontend.%s: %w", cfg.origin["frontend."+f.key], f.key, err)
+				lb.ReloadFailed(err)
+				return err
+			}
+			feMoved = append(feMoved, moved{f, f.wrap(ln)})
+		}
+	}
+	var adminLn net.Listener
 	if lb.admin != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != old.cfg.Admin.Listen {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			if feLn != nil {
-				feLn.Close() //nolint:errcheck
-			}
+			unbind()
 			err = fmt.Errorf("%s: admin.listen: %w", cfg.origin["admin.listen"], err)
 			lb.ReloadFailed(err)
 			return err
@@ -336,8 +396,12 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
-	if feLn != nil {
-		lb.rebind(lb.frontend, &lb.ln, feLn, "frontend")
+	for _, m := range feMoved {
+		what := "frontend"
+		if m.spec.key != "listen" {
+			what += " " + m.spec.key
+		}
+		lb.rebind(lb.frontend, m.spec.ln, m.ln, what)
 	}
 	if adminLn != nil {
 		lb.rebind(lb.admin, &lb.adminLn, adminLn, "admin")
@@ -354,13 +418,17 @@ func (lb *LB) Reload(cfg *Config) error {
 	// The listen addresses moved above, the admin credentials and access_log apply at once; the rest
 	// of [frontend] configures the running HTTP server, and the logger and state file are set up at
 	// start.
-	var restart []string
 	fe, ofe := cfg.Frontend, old.cfg.Frontend
-	fe.Listen, ofe.Listen = "", ""
+	fe.Listen, ofe.Listen, fe.TLSListen, ofe.TLSListen = "", "", "", ""
+	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
+	// running generation's).
+	for _, f := range []*FrontendConfig{&fe, &ofe} {
+		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.tls = "", "", nil, "", "", false, nil
+	}
 	// trusted_proxies applies at once (read from the generation of each request).
 	fe.TrustedProxies, ofe.TrustedProxies, fe.trusted, ofe.trusted = nil, nil, nil, nil
 	if !reflect.DeepEqual(fe, ofe) {
-		restart = append(restart, "[frontend] (but listen)")
+		restart = append(restart, "[frontend] (but its listeners and TLS)")
 	}
 	if (cfg.Admin.Listen == "") != (old.cfg.Admin.Listen == "") {
 		restart = append(restart, "[admin] listen")

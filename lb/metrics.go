@@ -128,6 +128,12 @@ func (lb *LB) writeMetrics(w io.Writer) {
 	for i, code := range refusedCodes {
 		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.badRequests[i].Load())
 	}
+	if ft := g.cfg.Frontend.tls; ft != nil {
+		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.tlsHandshakeFailures.Load())
+		for i, c := range ft.certs {
+			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.files[i]), uint64(c.Leaf.NotAfter.Unix()))
+		}
+	}
 	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())

@@ -38,6 +38,11 @@ var errRefused = errors.New("server refused the request (503)")
 func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	g := lb.gen.Load()
 	req := &ctx.Request
+	if ft := g.cfg.Frontend.tls; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
+		redirectHTTPS(ctx, ft) // tls.go
+		lb.logUnrouted(ctx, g)
+		return
+	}
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
 	// the request becomes a tunnel, the connection closes after the answer (framing.go).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
@@ -105,7 +110,7 @@ func (lb *LB) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
 func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
 	var fe *frameError
-	if fc, ok := ctx.Conn().(*frontConn); ok && fc.claim() != nil {
+	if fc := frontOf(ctx.Conn()); fc != nil && fc.claim() != nil {
 		fe = fc.failed.Load()
 	}
 	switch {
@@ -286,7 +291,16 @@ func (lb *LB) send(p *Pool, s *Server, req *fasthttp.Request, resp *fasthttp.Res
 	if cr != nil && n == 0 {
 		cr.to = s
 	}
-	err := s.client.Load().Do(req, resp)
+	hc := s.client.Load()
+	// The request's scheme is the client's (https over tls_listen); upstream it is the server's.
+	if u := req.URI(); hc.IsTLS != (string(u.Scheme()) == "https") {
+		if hc.IsTLS {
+			u.SetScheme("https")
+		} else {
+			u.SetScheme("http")
+		}
+	}
+	err := hc.Do(req, resp)
 	if cr != nil && cr.to != nil {
 		n += cr.counted
 		cr.to, cr.counted = nil, 0

@@ -49,12 +49,22 @@ func badHandshake(h *fasthttp.RequestHeader) string {
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
-// dialUpgrade connects to s for an upgrade; a failure is a *dialError.
+// dialUpgrade connects to s for an upgrade, over TLS for a pool with [pools.NAME.tls] (a *tls.Conn,
+// the handshake bounded by connect_timeout as the TCP connect is); a failure, a failed handshake
+// included, is a *dialError, so the request goes to another server.
 func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
 	conn, err := net.DialTimeout("tcp", s.Addr, cfg.ConnectTimeout.D)
 	if err != nil {
 		lb.logf("tunnel: dial %s: %v", s.label(), err)
 		return nil, &dialError{err}
+	}
+	if tc := cfg.TLS.clientFor(s.Addr); tc != nil {
+		c, err := handshakeTLS(conn, tc, cfg.ConnectTimeout.D)
+		if err != nil {
+			lb.logf("tunnel: dial %s: %v", s.label(), err)
+			return nil, &dialError{err}
+		}
+		return c, nil
 	}
 	return conn, nil
 }
@@ -221,8 +231,8 @@ func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 // unwrapFront returns the socket under a front end connection (framing.go): a tunnel's bytes are not
 // HTTP, and the relay needs the socket itself.
 func unwrapFront(c net.Conn) net.Conn {
-	if fc, ok := c.(*frontConn); ok {
-		return fc.Conn
+	if fc := frontOf(c); fc != nil {
+		return fc.Conn // a *net.TCPConn, or the *tls.Conn of an HTTPS client (a streamed tunnel)
 	}
 	return c
 }

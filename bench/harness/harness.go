@@ -97,6 +97,7 @@ func scenarios() []*scenario {
 		httpSmallScenario(), http16kScenario(), uploadScenario(), httpRRScenario(),
 		wsEchoScenario(), wsIdleScenario(),
 		failoverScenario(), reloadScenario(), fanInScenario(),
+		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(),
 	}
 }
 
@@ -119,6 +120,8 @@ type runCtx struct {
 	pin   bool
 	dir   string
 	round int
+	// certs is the run's TLS certificate (made on first use; TLS scenarios).
+	certs *runCerts
 	// cleanup runs in reverse order when the run ends.
 	cleanup []func()
 	notes   []string
@@ -392,15 +395,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer os.RemoveAll(root)
 	}
 
+	certs := newRunCerts(filepath.Join(root, "tls"))
 	start := time.Now()
 	for i, st := range steps {
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(prog, "[%2d/%d %s] %-10s round %d/%d  %-14s ", i+1, len(steps), fmtElapsed(time.Since(start)),
+		fmt.Fprintf(prog, "[%2d/%d %s] %-11s round %d/%d  %-14s ", i+1, len(steps), fmtElapsed(time.Since(start)),
 			st.sc.name, st.round, o.Plan.Rounds, st.peer.Name)
 		dir := filepath.Join(root, fmt.Sprintf("%03d-%s-%s-r%d", i+1, st.sc.name, st.peer.Name, st.round))
-		res := runStep(ctx, o, st, dir)
+		res := runStep(ctx, o, st, dir, certs)
 		rep.Results = append(rep.Results, res)
 		if res.Error != "" {
 			first, _, _ := strings.Cut(res.Error, "\n")
@@ -419,9 +423,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 // runStep runs one step, turning a panic or an error into Result.Error, and always cleans up.
-func runStep(ctx context.Context, o Options, st step, dir string) (res *Result) {
+func runStep(ctx context.Context, o Options, st step, dir string, certs *runCerts) (res *Result) {
 	t0 := time.Now()
-	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, dir: dir, round: st.round}
+	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, dir: dir, round: st.round, certs: certs}
 	defer func() {
 		if r := recover(); r != nil {
 			res = &Result{Error: fmt.Sprintf("panic: %v", r)}

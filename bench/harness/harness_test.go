@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,16 +100,35 @@ func TestHarnessTiny(t *testing.T) {
 	if v := get("http-rr", "fairlead", "watermark"); v != float64(TinyPlan().RRWatermark) {
 		t.Errorf("http-rr: cap per server %v, want %d", v, TinyPlan().RRWatermark)
 	}
-	positive("ws-echo", "rt_s")
-	positive("ws-echo", "p99_ms")
-	if n, want := get("ws-idle", "fairlead", "tunnels"), float64(TinyPlan().IdleTunnels); n != want {
-		t.Errorf("ws-idle: %v tunnels open, want %v", n, want)
+	// The TLS scenarios, through fairlead's TLS listener.
+	positive("https-small", "req_s")
+	positive("https-small", "p99_ms")
+	if v := get("https-small", "fairlead", "errors"); v != 0 {
+		t.Errorf("https-small: %v errors", v)
 	}
-	if kib := get("ws-idle", "fairlead", "kib_per_tunnel"); kib < -64 || kib > 1024 {
-		t.Errorf("ws-idle: %v KiB per tunnel is not plausible", kib)
+	for _, sc := range []string{"ws-echo", "wss-echo"} {
+		positive(sc, "rt_s")
+		positive(sc, "p99_ms")
+		if v := get(sc, "fairlead", "errors"); v != 0 {
+			t.Errorf("%s: %v errors", sc, v)
+		}
 	}
-	positive("ws-idle", "rss_before_mib")
-	positive("ws-idle", "fd_limit")
+	for _, sc := range []string{"ws-idle", "ws-idle-tls"} {
+		if n, want := get(sc, "fairlead", "tunnels"), float64(TinyPlan().IdleTunnels); n != want {
+			t.Errorf("%s: %v tunnels open, want %v", sc, n, want)
+		}
+		if kib := get(sc, "fairlead", "kib_per_tunnel"); kib < -64 || kib > 1024 {
+			t.Errorf("%s: %v KiB per tunnel is not plausible", sc, kib)
+		}
+		positive(sc, "rss_before_mib")
+		positive(sc, "fd_limit")
+	}
+	for _, sc := range []string{"https-small", "wss-echo", "ws-idle-tls"} {
+		r := rep.result(sc, "fairlead", 1)
+		if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "TLS negotiated with a Go client: TLS 1.") }) {
+			t.Errorf("%s: no note of the negotiated TLS version: %q", sc, r.Notes)
+		}
+	}
 	for _, p := range []string{"fairlead", "fairlead-tuned"} {
 		for _, ev := range []string{"flip", "kill"} {
 			if v := get("failover", p, ev+"_new_leader_s"); v < 0 || v > 10 {
@@ -138,8 +158,8 @@ func TestHarnessTiny(t *testing.T) {
 			t.Errorf("markdown lacks %q", want)
 		}
 	}
-	if len(rep.Targets) < 8 {
-		t.Errorf("%d targets, want at least 8", len(rep.Targets))
+	if len(rep.Targets) < 12 {
+		t.Errorf("%d targets, want at least 12", len(rep.Targets))
 	}
 	dir := t.TempDir()
 	jp, sp, err := rep.WriteFiles(dir)
@@ -205,19 +225,28 @@ func TestReportRatiosAndSVG(t *testing.T) {
 	}
 }
 
-// TestPeerConfigs renders every peer's configuration, leader (the default) and round robin (http-rr),
-// checks the lines http-rr depends on, and has each installed peer validate its own (haproxy -c, nginx
-// -t, caddy adapt). fairlead's is checked by TestHarnessTiny, which runs it.
+// TestPeerConfigs renders every peer's configuration, leader (the default), round robin (http-rr) and
+// with a TLS listener (the TLS scenarios, with a certificate made like a run's), checks the lines http-rr
+// and TLS depend on, and has each installed peer validate its own (haproxy -c, nginx -t, caddy adapt;
+// haproxy and nginx load the certificate). fairlead's is checked by TestHarnessTiny, which runs it.
 func TestPeerConfigs(t *testing.T) {
-	for _, rr := range []bool{false, true} {
+	certs, err := newRunCerts(t.TempDir()).get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct{ rr, tls bool }{{false, false}, {true, false}, {false, true}} {
+		rr := v.rr
 		for _, base := range []string{"fairlead", "haproxy", "nginx", "caddy"} {
-			t.Run(fmt.Sprintf("%s/roundrobin=%v", base, rr), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/roundrobin=%v/tls=%v", base, rr, v.tls), func(t *testing.T) {
 				s := Setup{
 					Dir: t.TempDir(), Port: 18080, AdminPort: 18404,
 					Platforms: []string{"127.0.0.1:19081", "127.0.0.1:19082"}, Connections: []string{"127.0.0.1:19181"},
 					Credentials: "YWRtaW46YWRtaW4=", CheckPath: "/Thingworx/Admin/HA/LeaderCheck",
 					WSPaths: []string{"/Thingworx/WS"}, MaxClients: 1000, FDLimit: 65536, ConnectTimeout: "3s",
 					RoundRobin: rr, Watermark: 7,
+				}
+				if v.tls {
+					s.TLSPort, s.TLSCert, s.TLSKey, s.TLSPEM = 18443, certs.certFile, certs.keyFile, certs.pemFile
 				}
 				p := &Peer{Name: base, Base: base}
 				path, err := p.writeConfig(s)
@@ -240,6 +269,23 @@ func TestPeerConfigs(t *testing.T) {
 					if in := strings.Contains(conf, w); in != rr {
 						t.Errorf("roundrobin=%v but contains %q = %v:\n%s", rr, w, in, conf)
 					}
+				}
+				// Lines that are there with a TLS listener, and only then.
+				tlsOnly := map[string][]string{
+					"fairlead": {`tls_listen = "127.0.0.1:18443"`, `tls_cert = "` + certs.certFile + `"`, `tls_key = "` + certs.keyFile + `"`},
+					"haproxy":  {"bind 127.0.0.1:18443 ssl crt " + certs.pemFile + " alpn http/1.1", "ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:"},
+					"nginx":    {"listen 127.0.0.1:18443 ssl backlog=4096;", "ssl_certificate " + certs.certFile + ";", "ssl_certificate_key " + certs.keyFile + ";", "ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:"},
+					"caddy":    {"https://127.0.0.1:18443 {", "tls " + certs.certFile + " " + certs.keyFile + " {", "alpn http/1.1"},
+				}[base]
+				for _, w := range tlsOnly {
+					if in := strings.Contains(conf, w); in != v.tls {
+						t.Errorf("tls=%v but contains %q = %v:\n%s", v.tls, w, in, conf)
+					}
+				}
+				// The plain listener is always there.
+				if want := map[string]string{"fairlead": `listen = "127.0.0.1:18080"`, "haproxy": "bind 127.0.0.1:18080\n",
+					"nginx": "listen 127.0.0.1:18080 backlog=4096;", "caddy": "http://127.0.0.1:18080 {"}[base]; !strings.Contains(conf, want) {
+					t.Errorf("no plain listener %q:\n%s", want, conf)
 				}
 				var cmd *exec.Cmd
 				switch bin := lookBin(map[string]string{"haproxy": "haproxy", "nginx": "nginx", "caddy": "caddy"}[base]); {

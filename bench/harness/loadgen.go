@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -96,6 +97,8 @@ type httpConn struct {
 	used    bool // a request was answered on it: a failure before any answer byte may be a stale close
 	resp    fasthttp.Response
 	timeout time.Duration
+	// tls, if set, makes every connection HTTPS (a full handshake per dial: no session resumption).
+	tls *tls.Config
 	// cur and aborted let another goroutine cut the connection short (abort).
 	cur     atomic.Pointer[net.Conn]
 	aborted atomic.Bool
@@ -129,6 +132,15 @@ func (c *httpConn) dial() error {
 	conn, err := net.DialTimeout("tcp", c.addr, c.timeout)
 	if err != nil {
 		return err
+	}
+	if c.tls != nil {
+		tc := tls.Client(conn, c.tls)
+		_ = tc.SetDeadline(time.Now().Add(c.timeout))
+		if err := tc.Handshake(); err != nil {
+			conn.Close()
+			return fmt.Errorf("tls handshake: %w", err)
+		}
+		conn = tc
 	}
 	c.conn, c.used = conn, false
 	c.cur.Store(&conn)
@@ -217,6 +229,11 @@ type LoadStats struct {
 
 // closedLoop runs conns connections, each sending raw back to back, for dur.
 func closedLoop(ctx context.Context, addr string, conns int, dur time.Duration, raw []byte) *LoadStats {
+	return closedLoopTLS(ctx, addr, nil, conns, dur, raw)
+}
+
+// closedLoopTLS is closedLoop over HTTPS when tlsConf is not nil.
+func closedLoopTLS(ctx context.Context, addr string, tlsConf *tls.Config, conns int, dur time.Duration, raw []byte) *LoadStats {
 	ctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	var mu sync.Mutex
@@ -229,6 +246,7 @@ func closedLoop(ctx context.Context, addr string, conns int, dur time.Duration, 
 			defer wg.Done()
 			st := &LoadStats{}
 			c := newHTTPConn(addr, 10*time.Second)
+			c.tls = tlsConf
 			defer c.close()
 			for ctx.Err() == nil {
 				t0 := time.Now()

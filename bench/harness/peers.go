@@ -137,6 +137,28 @@ type Setup struct {
 	// ConnectTimeout is the upstream connect timeout; a reload changes it ("3s" → "3100ms"), which leaves
 	// the configuration equivalent.
 	ConnectTimeout string
+	// TLSPort, if non-zero, adds an HTTPS listener on 127.0.0.1:TLSPort beside the plain one (same routes
+	// and pools), with the run's certificate: TLSCert and TLSKey (PEM files: fairlead, nginx, Caddy) or
+	// TLSPEM (both in one file: HAProxy's crt). TLS 1.2 and 1.3, ALPN http/1.1, the TLS 1.3 cipher suites
+	// in Go's order (TLS13Suites); upstreams stay plain.
+	TLSPort                 int
+	TLSCert, TLSKey, TLSPEM string
+}
+
+// TLS13Suites is the TLS 1.3 cipher suite preference of the OpenSSL-based peers (HAProxy, nginx): Go's
+// (fairlead's and Caddy's) on hardware with AES instructions, so that every peer negotiates the same
+// suite with every client (AES-128-GCM; OpenSSL's own default prefers AES-256-GCM, which costs the proxy
+// and the load generator more per record).
+func (s Setup) TLS13Suites() string {
+	return "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
+}
+
+// TLSListen is the client-facing HTTPS address ("" without TLSPort).
+func (s Setup) TLSListen() string {
+	if s.TLSPort == 0 {
+		return ""
+	}
+	return fmt.Sprintf("127.0.0.1:%d", s.TLSPort)
 }
 
 // Listen is the client-facing address.
@@ -184,6 +206,11 @@ var fairleadTmpl = template.Must(template.New("fairlead").Funcs(tmplFuncs).Parse
 [frontend]
 listen = "{{.Listen}}"
 max_conns = {{.FairleadMaxConns}}
+{{- if .TLSPort}}
+tls_listen = "{{.TLSListen}}"
+tls_cert = "{{.TLSCert}}"
+tls_key = "{{.TLSKey}}"
+{{- end}}
 
 [admin]
 listen = "127.0.0.1:{{.AdminPort}}"
@@ -245,6 +272,9 @@ global
 	nbthread 1
 	maxconn {{.HAProxyMaxConn}}
 	stats socket {{.Dir}}/haproxy.sock mode 600 level admin expose-fd listeners
+{{- if .TLSPort}}
+	ssl-default-bind-ciphersuites {{.TLS13Suites}}
+{{- end}}
 
 defaults
 	mode http
@@ -261,6 +291,9 @@ defaults
 
 frontend fe
 	bind {{.Listen}}
+{{- if .TLSPort}}
+	bind {{.TLSListen}} ssl crt {{.TLSPEM}} alpn http/1.1
+{{- end}}
 	acl ws_path path_beg {{join .WSPaths " "}}
 	acl ws_upgrade hdr(Upgrade) -i websocket
 	use_backend cxserver if ws_path ws_upgrade
@@ -359,6 +392,14 @@ http {
 
 	server {
 		listen {{.Listen}} backlog=4096;
+{{- if .TLSPort}}
+		listen {{.TLSListen}} ssl backlog=4096;
+		ssl_certificate {{.TLSCert}};
+		ssl_certificate_key {{.TLSKey}};
+		ssl_protocols TLSv1.2 TLSv1.3;
+		ssl_prefer_server_ciphers on;
+		ssl_conf_command Ciphersuites {{.TLS13Suites}};
+{{- end}}
 
 		location ~ ^/Thingworx/(WS|WSTunnelServer|WSTunnelClient|VWS)(/|$) {
 			proxy_pass http://cxserver;
@@ -391,9 +432,25 @@ var caddyTmpl = template.Must(template.New("caddy").Funcs(tmplFuncs).Parse(`# ge
 	admin 127.0.0.1:{{.AdminPort}}
 	auto_https off
 	grace_period 10s
+{{- if .TLSPort}}
+	default_sni 127.0.0.1
+{{- end}}
 }
 
 http://{{.Listen}} {
+{{- template "site" .}}
+}
+{{- if .TLSPort}}
+
+https://{{.TLSListen}} {
+	tls {{.TLSCert}} {{.TLSKey}} {
+		protocols tls1.2 tls1.3
+		alpn http/1.1
+	}
+{{- template "site" .}}
+}
+{{- end}}
+{{- define "site"}}
 	@ws {
 		path{{range .WSPaths}} {{.}} {{.}}/*{{end}}
 		header Connection *Upgrade*
@@ -451,7 +508,7 @@ http://{{.Listen}} {
 {{- end}}
 		}
 	}
-}
+{{- end}}
 `))
 
 // nginxHasMaxConns reports whether the nginx that printed version ("nginx version: nginx/1.22.1")
@@ -546,7 +603,13 @@ func (p *Peer) Start(s Setup, core int) (*Instance, error) {
 		if proc.Exited() {
 			return errExited
 		}
-		return dialOK(s.Listen())
+		if err := dialOK(s.Listen()); err != nil {
+			return err
+		}
+		if s.TLSPort != 0 {
+			return dialOK(s.TLSListen())
+		}
+		return nil
 	})
 	if err != nil {
 		if proc.Exited() {

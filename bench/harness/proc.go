@@ -282,13 +282,14 @@ func lookBin(name string) string {
 	return p
 }
 
-// waitFor polls cond every step until it returns nil or timeout passes; it returns the last error.
+// waitFor polls cond every step until it returns nil or timeout passes; it returns the last error. It
+// gives up at once when cond returns errExited (the process waited for has ended).
 func waitFor(timeout, step time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errExited) {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return err

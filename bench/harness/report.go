@@ -205,7 +205,7 @@ func boolp(b bool) *bool { return &b }
 func (rep *Report) targets() []Target {
 	var ts []Target
 	ran := func(s string) bool { return slices.Contains(rep.Scenarios, s) }
-	for _, sc := range []string{"http-small", "http-16k"} {
+	for _, sc := range []string{"http-small", "http-16k", "https-small"} {
 		if !ran(sc) {
 			continue
 		}
@@ -224,11 +224,14 @@ func (rep *Report) targets() []Target {
 		}
 		ts = append(ts, t1, t2)
 	}
-	if ran("ws-echo") {
-		t := Target{Name: "ws-echo round trips/s", Goal: "≥ 1.0× the best peer"}
-		if f := rep.peerSummary("ws-echo", "fairlead"); f != nil {
+	for _, sc := range []string{"ws-echo", "wss-echo"} {
+		if !ran(sc) {
+			continue
+		}
+		t := Target{Name: sc + " round trips/s", Goal: "≥ 1.0× the best peer"}
+		if f := rep.peerSummary(sc, "fairlead"); f != nil {
 			best, bestPeer := 0.0, ""
-			for _, p := range rep.summaryOf("ws-echo").Peers {
+			for _, p := range rep.summaryOf(sc).Peers {
 				if p.Peer == "fairlead" || p.Runs == len(p.Errors) {
 					continue
 				}
@@ -244,9 +247,12 @@ func (rep *Report) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
-	if ran("ws-idle") {
-		t := Target{Name: "ws-idle memory per tunnel", Goal: "≤ HAProxy's"}
-		f, h := rep.peerSummary("ws-idle", "fairlead"), rep.peerSummary("ws-idle", baseline)
+	for _, sc := range []string{"ws-idle", "ws-idle-tls"} {
+		if !ran(sc) {
+			continue
+		}
+		t := Target{Name: sc + " memory per tunnel", Goal: "≤ HAProxy's"}
+		f, h := rep.peerSummary(sc, "fairlead"), rep.peerSummary(sc, baseline)
 		if f != nil && h != nil {
 			fv, hv := f.Values["kib_per_tunnel"].Median, h.Values["kib_per_tunnel"].Median
 			t.Value = fmt.Sprintf("%.1f vs %.1f KiB/tunnel (N = %s)", fv, hv, fmtNum(f.Values["tunnels"].Min, ""))

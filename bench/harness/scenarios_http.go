@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math"
 	"os"
@@ -99,6 +100,9 @@ type httpLoad struct {
 	// roundRobin balances the platform route round robin over both platform servers, capped at
 	// Plan.RRWatermark requests in flight per server, and reports the split (http-rr).
 	roundRobin bool
+	// tls sends the requests over HTTPS to the proxy's TLS listener, with the run's certificate
+	// (https-small).
+	tls bool
 }
 
 // runHTTP measures l: GETs of answers of l.size bytes, or POSTs of l.upload-byte bodies.
@@ -119,14 +123,30 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		ready = servingAll
 		mod = func(s *Setup) { s.RoundRobin, s.Watermark = true, watermark }
 	}
-	in, err := rc.startPeer(c, ready, mod)
-	if err != nil {
-		return nil, err
+	var in *Instance
+	addr, scheme, tlsConf := "", "http", (*tls.Config)(nil)
+	if l.tls {
+		in, tlsConf, err = rc.startTLSPeer(c, ready, mod)
+		if err != nil {
+			return nil, err
+		}
+		addr, scheme = in.TLSAddr(), "https"
+	} else {
+		in, err = rc.startPeer(c, ready, mod)
+		if err != nil {
+			return nil, err
+		}
+		addr = in.Addr()
 	}
 	const path = "/Thingworx/Things/BenchThing/Properties"
 	wrk := ""
 	if rc.plan.UseWrk {
 		wrk = lookBin("wrk")
+	}
+	if l.tls && wrk != "" {
+		if st := opensslState(rc.ctx, addr); st != "" {
+			rc.note("TLS negotiated with wrk's OpenSSL (openssl s_client): %s", st)
+		}
 	}
 	var body []byte
 	method := "GET"
@@ -135,10 +155,10 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		method = "POST"
 	}
 
-	raw := rawRequest(method, in.Addr(), path, body)
+	raw := rawRequest(method, addr, path, body)
 	// The warm-up uses the Go generator (wrk cannot run less than a second).
 	if rc.plan.Warmup > 0 {
-		if st := closedLoop(rc.ctx, in.Addr(), conns, rc.plan.Warmup, raw); st.Requests == 0 {
+		if st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, rc.plan.Warmup, raw); st.Requests == 0 {
 			return nil, fmt.Errorf("warm-up: no request answered with 2xx (%d errors, %d non-2xx)", st.Errors, st.Non2xx)
 		}
 	}
@@ -149,7 +169,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 	cpu0, t0 := in.CPU(), time.Now()
 	var res *Result
 	if wrk != "" {
-		w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, in.Addr(), path, conns, rc.plan.HTTPDuration, upload)
+		w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, scheme+"://"+addr+path, conns, rc.plan.HTTPDuration, upload)
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +177,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 			"req_s": w.reqPerSec, "p99_ms": w.p99ms, "errors": float64(w.errors),
 		}}
 	} else {
-		st := closedLoop(rc.ctx, in.Addr(), conns, rc.plan.HTTPDuration, raw)
+		st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, rc.plan.HTTPDuration, raw)
 		res = &Result{Metrics: map[string]float64{
 			"req_s":  float64(st.Requests) / st.Elapsed.Seconds(),
 			"p99_ms": ms(st.Hist.Quantile(0.99)),
@@ -207,9 +227,9 @@ type wrkResult struct {
 	errors    int64
 }
 
-// runWrk runs `wrk -t1 -cN -dS --latency` pinned to core (the generators' core), with a Lua script for
-// uploads of upload bytes.
-func runWrk(ctx context.Context, wrk string, core int, dir, addr, path string, conns int, dur time.Duration, upload int) (*wrkResult, error) {
+// runWrk runs `wrk -t1 -cN -dS --latency` on url (http:// or https://) pinned to core (the generators'
+// core), with a Lua script for uploads of upload bytes.
+func runWrk(ctx context.Context, wrk string, core int, dir, url string, conns int, dur time.Duration, upload int) (*wrkResult, error) {
 	secs := int(math.Ceil(dur.Seconds()))
 	args := []string{wrk, "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "--latency", "--timeout", "10s"}
 	if upload > 0 {
@@ -220,7 +240,7 @@ func runWrk(ctx context.Context, wrk string, core int, dir, addr, path string, c
 		}
 		args = append(args, "-s", script)
 	}
-	args = append(args, "http://"+addr+path)
+	args = append(args, url)
 	args = pinned(core, args)
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -51,6 +52,11 @@ func wsIdleScenario() *scenario {
 
 // wsDial opens a WebSocket through addr on path with X-Asset-Id asset.
 func wsDial(addr, path, asset string, timeout time.Duration, bufSize int) (*websocket.Conn, error) {
+	return wsDialTLS(addr, path, asset, timeout, bufSize, nil)
+}
+
+// wsDialTLS is wsDial over TLS (wss://, a full handshake) when tlsConf is not nil.
+func wsDialTLS(addr, path, asset string, timeout time.Duration, bufSize int, tlsConf *tls.Config) (*websocket.Conn, error) {
 	d := websocket.Dialer{
 		HandshakeTimeout: timeout,
 		ReadBufferSize:   bufSize,
@@ -58,10 +64,15 @@ func wsDial(addr, path, asset string, timeout time.Duration, bufSize int) (*webs
 		NetDial: func(network, a string) (net.Conn, error) {
 			return net.DialTimeout(network, a, timeout)
 		},
+		TLSClientConfig: tlsConf,
 	}
 	h := http.Header{}
 	h.Set("X-Asset-Id", asset)
-	conn, resp, err := d.Dial("ws://"+addr+path, h)
+	scheme := "ws://"
+	if tlsConf != nil {
+		scheme = "wss://"
+	}
+	conn, resp, err := d.Dial(scheme+addr+path, h)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}
@@ -92,12 +103,15 @@ func wsEcho(c *websocket.Conn, msg []byte, timeout time.Duration) error {
 	return nil
 }
 
-func runWSEcho(rc *runCtx) (*Result, error) {
+func runWSEcho(rc *runCtx) (*Result, error) { return runWSEchoOver(rc, false) }
+
+// runWSEchoOver runs ws-echo, over wss:// through the proxy's TLS listener when overTLS (wss-echo).
+func runWSEchoOver(rc *runCtx, overTLS bool) (*Result, error) {
 	c, err := rc.startCluster(nil)
 	if err != nil {
 		return nil, err
 	}
-	in, err := rc.startPeer(c, servingWS, nil)
+	in, addr, tlsConf, err := rc.startWSPeer(c, overTLS, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +123,7 @@ func runWSEcho(rc *runCtx) (*Result, error) {
 		}
 	}()
 	for i := 0; i < p.WSConns; i++ {
-		cn, err := wsDial(in.Addr(), "/Thingworx/WS", fmt.Sprintf("asset-%d", i), 5*time.Second, 4096)
+		cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("asset-%d", i), 5*time.Second, 4096, tlsConf)
 		if err != nil {
 			return nil, fmt.Errorf("ws dial %d: %v", i, err)
 		}
@@ -161,7 +175,11 @@ func runWSEcho(rc *runCtx) (*Result, error) {
 	}}, nil
 }
 
-func runWSIdle(rc *runCtx) (*Result, error) {
+func runWSIdle(rc *runCtx) (*Result, error) { return runWSIdleOver(rc, false) }
+
+// runWSIdleOver runs ws-idle, with the tunnels opened over TLS through the proxy's TLS listener when
+// overTLS (ws-idle-tls).
+func runWSIdleOver(rc *runCtx, overTLS bool) (*Result, error) {
 	p := rc.plan
 	soft, hard := raiseNoFile()
 	// Each tunnel costs the bench process two descriptors (the client end and the simulated connection
@@ -179,7 +197,7 @@ func runWSIdle(rc *runCtx) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := rc.startPeer(c, servingWS, func(s *Setup) { s.MaxClients = n + 100 })
+	in, addr, tlsConf, err := rc.startWSPeer(c, overTLS, func(s *Setup) { s.MaxClients = n + 100 })
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +227,7 @@ func runWSIdle(rc *runCtx) (*Result, error) {
 				if i >= n || time.Now().After(deadline) || rc.ctx.Err() != nil || failed.Load() > 50 {
 					return
 				}
-				cn, err := wsDial(in.Addr(), "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512)
+				cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512, tlsConf)
 				if err == nil {
 					if err = wsEcho(cn, msg, 5*time.Second); err != nil {
 						cn.Close()

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,13 @@ type Options struct {
 	// Body is the body of ordinary platform answers; default
 	// "hello from <name>\n".
 	Body []byte
+
+	// TLS, if set, makes every platform server and connection server (its
+	// main port and its separate health port, if any) serve over TLS with
+	// this config, e.g. a certificate from NewCA and CA.Issue, and
+	// ClientAuth to ask fairlead for a client certificate. The control API
+	// stays plain HTTP. nil serves plain HTTP.
+	TLS *tls.Config
 
 	// ControlAddr, if non-empty, starts the HTTP control API there
 	// ("127.0.0.1:0" picks a free port; see Cluster.ControlAddr).

@@ -65,7 +65,7 @@ func newConnServer(name, addr, healthAddr string, opts *Options) (*ConnServer, e
 		},
 	}
 	s.healthy.Store(true)
-	main, err := newNetServer(addr, func() *fasthttp.Server { return s.newServer(s.handle) }, s.logf)
+	main, err := newNetServer(addr, opts.TLS, func() *fasthttp.Server { return s.newServer(s.handle) }, s.logf)
 	if err != nil {
 		return nil, fmt.Errorf("connection server %s: %w", name, err)
 	}
@@ -73,7 +73,7 @@ func newConnServer(name, addr, healthAddr string, opts *Options) (*ConnServer, e
 	s.Addr = main.addr
 	s.HealthAddr = main.addr
 	if healthAddr != "" {
-		health, err := newNetServer(healthAddr, func() *fasthttp.Server { return s.newServer(s.handleHealthOnly) }, s.logf)
+		health, err := newNetServer(healthAddr, opts.TLS, func() *fasthttp.Server { return s.newServer(s.handleHealthOnly) }, s.logf)
 		if err != nil {
 			main.close()
 			return nil, fmt.Errorf("connection server %s health: %w", name, err)

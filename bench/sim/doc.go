@@ -38,6 +38,14 @@
 // state (cmd/fairlead-sim -platforms 1 -connections 0 -platform-names
 // platform2 -states backup), so that a test can kill it with SIGKILL.
 //
+// Options.TLS serves every platform server and connection server (its main
+// port and its separate health port, if any) over TLS with the given config,
+// so that fairlead's upstream TLS ([pools.NAME.tls]) can be tested against
+// the same fake nodes: certificates come from NewCA and CA.Issue, made at
+// run time (no key is committed), and tls.Config.ClientAuth with ClientCAs
+// makes the servers require fairlead's client certificate. Everything else
+// behaves as over plain HTTP; the control API stays plain HTTP.
+//
 // The platform servers are built on fasthttp with streamed request bodies, so
 // they sustain high request rates and arbitrarily large uploads and
 // downloads without holding bodies in memory.

@@ -126,7 +126,7 @@ func newPlatform(name, addr string, st State, opts *Options, log *lineLog) (*Pla
 		p.body = []byte("hello from " + name + "\n")
 	}
 	p.state.Store(int32(st))
-	srv, err := newNetServer(addr, p.newServer, p.logf)
+	srv, err := newNetServer(addr, opts.TLS, p.newServer, p.logf)
 	if err != nil {
 		return nil, fmt.Errorf("platform %s: %w", name, err)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -33,6 +34,7 @@ type netServer struct {
 	addr string
 
 	newServer func() *fasthttp.Server
+	tls       *tls.Config // Options.TLS: nil serves plain HTTP
 	logf      func(format string, args ...any)
 
 	// opMu serializes start, stop and close.
@@ -62,9 +64,10 @@ type generation struct {
 const stopWait = 5 * time.Second
 
 // newNetServer listens on addr ("host:0" picks a free port) and serves
-// connections with servers made by newServer, a fresh one per listen.
-func newNetServer(addr string, newServer func() *fasthttp.Server, logf func(string, ...any)) (*netServer, error) {
-	s := &netServer{newServer: newServer, logf: logf}
+// connections with servers made by newServer, a fresh one per listen, over
+// TLS with tlsConfig if it is not nil.
+func newNetServer(addr string, tlsConfig *tls.Config, newServer func() *fasthttp.Server, logf func(string, ...any)) (*netServer, error) {
+	s := &netServer{newServer: newServer, tls: tlsConfig, logf: logf}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.listenLocked(addr, 1); err != nil {
@@ -127,9 +130,15 @@ func (s *netServer) serveLocked(g *generation, ln net.Listener) {
 	served := make(chan struct{})
 	g.ln, g.served, g.paused = ln, served, false
 	srv := s.newServer()
+	var tl net.Listener = &trackingListener{Listener: ln, g: g}
+	if s.tls != nil {
+		// Under TLS: stop closes the tracked sockets, and the handshake runs in the connection's own
+		// goroutine (at its first read), not in the accept loop.
+		tl = tls.NewListener(tl, s.tls)
+	}
 	go func() {
 		defer close(served)
-		_ = srv.Serve(&trackingListener{Listener: ln, g: g})
+		_ = srv.Serve(tl)
 	}()
 }
 

@@ -1,0 +1,1020 @@
+package lb
+
+// Tests of TLS termination in the front end (issue #11): the HTTPS listener ([frontend] tls_listen),
+// certificates chosen by SNI, reloads of certificate files, client certificates, the redirect of plain
+// HTTP to HTTPS and the config errors. Every certificate is made at run time by a test CA
+// (bench/sim/certs.go) and written to t.TempDir(); the TLS listener's address is chosen free before the
+// config is written, since the config names it.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fasthttp/websocket"
+)
+
+// tlsName is the DNS name of the front end's certificate in most tests (the certificates also hold
+// 127.0.0.1, the address the clients connect to).
+const tlsName = "fairlead.example"
+
+// tlsEnv is a test CA and a directory of certificate files.
+type tlsEnv struct {
+	ca  *sim.CA
+	dir string
+}
+
+func newTLSEnv(t testing.TB, caName string) *tlsEnv {
+	t.Helper()
+	ca, err := sim.NewCA(caName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tlsEnv{ca: ca, dir: t.TempDir()}
+}
+
+// tlsCert is an issued certificate and where its files are.
+type tlsCert struct {
+	leaf          *sim.Leaf
+	cert          *x509.Certificate
+	certFile, key string
+}
+
+// issue issues a leaf for names and writes it as dir/file.crt and dir/file.key (replacing any earlier
+// files of that name).
+func (e *tlsEnv) issue(t testing.TB, file string, names ...string) *tlsCert {
+	t.Helper()
+	leaf, err := e.ca.Issue(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.write(t, file, leaf)
+}
+
+// write writes leaf as dir/file.crt and dir/file.key.
+func (e *tlsEnv) write(t testing.TB, file string, leaf *sim.Leaf) *tlsCert {
+	t.Helper()
+	certFile, keyFile, err := leaf.Write(e.dir, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(leaf.TLS.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tlsCert{leaf: leaf, cert: cert, certFile: certFile, key: keyFile}
+}
+
+// writeCA writes the CA certificate as dir/name.crt.
+func (e *tlsEnv) writeCA(t testing.TB, name string) string {
+	t.Helper()
+	path, err := e.ca.WriteCA(e.dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// clientConfig verifies the front end's chain against the CA, for serverName.
+func (e *tlsEnv) clientConfig(serverName string) *tls.Config {
+	return &tls.Config{RootCAs: e.ca.Pool(), ServerName: serverName}
+}
+
+// tlsFrontendToml is a config file setting [frontend] tls_listen, tls_cert and tls_key (when cert is
+// not nil) and the lines of more (further [frontend] keys, then any [[frontend.certs]] tables).
+func tlsFrontendToml(tlsAddr string, cert *tlsCert, more string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[frontend]\ntls_listen = %q\n", tlsAddr)
+	if cert != nil {
+		fmt.Fprintf(&b, "tls_cert = %q\ntls_key = %q\n", cert.certFile, cert.key)
+	}
+	b.WriteString(more)
+	b.WriteString("\n")
+	return b.String()
+}
+
+// certsToml is the [[frontend.certs]] tables of certs, in order.
+func certsToml(certs ...*tlsCert) string {
+	var b strings.Builder
+	for _, c := range certs {
+		fmt.Fprintf(&b, "[[frontend.certs]]\ncert = %q\nkey = %q\n", c.certFile, c.key)
+	}
+	return b.String()
+}
+
+// tlsPlatformLB starts a cluster of two platforms (platform1 leader) and fairlead with a TLS front end
+// on a free address, its certificate cert; more is added to the [frontend] of the TLS file. It returns
+// the cluster, fairlead, the TLS address and the config directory.
+func tlsPlatformLB(t *testing.T, cert *tlsCert, more string) (*sim.Cluster, *LB, string, string) {
+	t.Helper()
+	c := startCluster(t, 2, 0)
+	tlsAddr := closedAddr(t)
+	files := platformConfig(c, "", "")
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, more)
+	dir := writeConfig(t, files)
+	l, _ := startLBDir(t, dir)
+	return c, l, tlsAddr, dir
+}
+
+// tlsDial opens a TLS connection to addr and completes the handshake (5 s at most).
+func tlsDial(addr string, cfg *tls.Config) (*tls.Conn, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second}, Config: cfg}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := conn.(*tls.Conn)
+	tc.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	return tc, nil
+}
+
+// tlsState handshakes with addr and returns the connection state (the connection is closed).
+func tlsState(t *testing.T, addr string, cfg *tls.Config) tls.ConnectionState {
+	t.Helper()
+	conn, err := tlsDial(addr, cfg)
+	if err != nil {
+		t.Fatalf("TLS handshake with %s (server name %q): %v", addr, cfg.ServerName, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState()
+}
+
+// peerIs reports whether the first certificate the server presented is want's.
+func peerIs(cs tls.ConnectionState, want *tlsCert) bool {
+	return len(cs.PeerCertificates) > 0 && bytes.Equal(cs.PeerCertificates[0].Raw, want.cert.Raw)
+}
+
+// describePeer names the certificate the server presented, for failure messages.
+func describePeer(cs tls.ConnectionState) string {
+	if len(cs.PeerCertificates) == 0 {
+		return "no certificate"
+	}
+	c := cs.PeerCertificates[0]
+	return fmt.Sprintf("CN=%q DNS=%v serial=%s", c.Subject.CommonName, c.DNSNames, c.SerialNumber)
+}
+
+// tlsResult is what one request on a new TLS connection gave.
+type tlsResult struct {
+	status int // 0 when the handshake or the exchange failed
+	header http.Header
+	body   []byte
+	state  tls.ConnectionState
+	err    error // the failure, when status is 0
+}
+
+func (r tlsResult) String() string {
+	if r.status == 0 {
+		return fmt.Sprintf("no answer: %v", r.err)
+	}
+	return fmt.Sprintf("%d from %q", r.status, r.header.Get("X-Served-By"))
+}
+
+// refused reports whether the attempt failed at the handshake or at the first read with an error other
+// than a timeout (a refused client is told so, or cut off, rather than left hanging).
+func (r tlsResult) refused() bool {
+	if r.status != 0 || r.err == nil {
+		return false
+	}
+	var ne net.Error
+	return !(errors.As(r.err, &ne) && ne.Timeout())
+}
+
+// tlsRequest sends one request (GET path with headers h) on a new TLS connection to addr and reads the
+// answer. The handshake is completed first, then the request written and the answer read: with TLS 1.3
+// a server that refuses the client's certificate says so only after the client's handshake returned.
+func tlsRequest(addr string, cfg *tls.Config, path string, h http.Header) tlsResult {
+	conn, err := tlsDial(addr, cfg)
+	if err != nil {
+		return tlsResult{err: fmt.Errorf("handshake: %w", err)}
+	}
+	defer conn.Close()
+	r := tlsResult{state: conn.ConnectionState()}
+	req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
+	req.Host = cfg.ServerName
+	if req.Host == "" {
+		req.Host = addr
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	if err := req.Write(conn); err != nil {
+		r.err = fmt.Errorf("writing the request: %w", err)
+		return r
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		r.err = fmt.Errorf("reading the answer: %w", err)
+		return r
+	}
+	defer resp.Body.Close()
+	if r.body, err = io.ReadAll(resp.Body); err != nil {
+		r.err = fmt.Errorf("reading the body: %w", err)
+		return r
+	}
+	r.status, r.header = resp.StatusCode, resp.Header
+	return r
+}
+
+// tlsHandshakeFailures is fairlead_tls_handshake_failures_total on /metrics, summed over its series
+// (0 when absent).
+func tlsHandshakeFailures(t testing.TB, l *LB) float64 {
+	t.Helper()
+	const name = "fairlead_tls_handshake_failures_total"
+	sum := 0.0
+	for _, ln := range strings.Split(hostileAdminGet(t, l, "/metrics"), "\n") {
+		rest, ok := strings.CutPrefix(ln, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(rest[i+1:]), 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// dialWSS opens a wss:// tunnel through fairlead's TLS listener and returns it with the name of the
+// connection server.
+func dialWSS(t testing.TB, tlsAddr string, cfg *tls.Config, path string, h http.Header) (*websocket.Conn, string) {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: cfg}
+	conn, resp, err := d.Dial("wss://"+tlsAddr+path, h)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dial wss://%s%s: %v (status %d)", tlsAddr, path, err, status)
+	}
+	return conn, resp.Header.Get("X-Served-By")
+}
+
+// wsEcho sends data as one message of kind and checks that it comes back intact.
+func wsEcho(t testing.TB, conn *websocket.Conn, kind int, data []byte) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if err := conn.WriteMessage(kind, data); err != nil {
+		t.Fatalf("writing a %d-byte message: %v", len(data), err)
+	}
+	gotKind, got, err := conn.ReadMessage()
+	if err != nil {
+		t.Fatalf("reading the echo of a %d-byte message: %v", len(data), err)
+	}
+	if gotKind != kind || !bytes.Equal(got, data) {
+		t.Fatalf("a message of type %d and %d bytes came back as type %d with %d bytes", kind, len(data), gotKind, len(got))
+	}
+}
+
+// 1. HTTPS through fairlead.
+
+func TestTLSGetReachesTheLeaderOverAVerifiedChainWithForwardedProtoHTTPS(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+
+	// A standard client: net/http with the test CA as its only root.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: env.clientConfig(tlsName)}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
+	if err != nil {
+		t.Fatalf("HTTPS GET: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != c.Platforms[0].Name {
+		t.Fatalf("HTTPS GET: %d from %q, want 200 from the leader %s", resp.StatusCode, resp.Header.Get("X-Served-By"), c.Platforms[0].Name)
+	}
+	if resp.TLS == nil || len(resp.TLS.VerifiedChains) == 0 || !bytes.Equal(resp.TLS.PeerCertificates[0].Raw, cert.cert.Raw) {
+		t.Fatalf("the answer did not come over a chain verified against the test CA ending in the configured certificate: %+v", resp.TLS)
+	}
+
+	// The platform sees X-Forwarded-Proto: https, once, even when the client claims http.
+	for _, claim := range []string{"", "http"} {
+		h := http.Header{}
+		if claim != "" {
+			h.Set("X-Forwarded-Proto", claim)
+		}
+		r := tlsRequest(tlsAddr, env.clientConfig(tlsName), "/echo-headers", h)
+		if r.status != 200 {
+			t.Fatalf("GET /echo-headers over TLS: %v", r)
+		}
+		if got := hostileEchoed(r.body)["x-forwarded-proto"]; len(got) != 1 || got[0] != "https" {
+			t.Errorf("over TLS (client sent X-Forwarded-Proto %q) the platform saw X-Forwarded-Proto %q, want [https]", claim, got)
+		}
+	}
+	// Plain HTTP on the other listener still says http.
+	presp, err := testClient.Get("http://" + l.Addr() + "/echo-headers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(presp.Body)
+	presp.Body.Close()
+	if got := hostileEchoed(body)["x-forwarded-proto"]; len(got) != 1 || got[0] != "http" {
+		t.Errorf("over plain HTTP the platform saw X-Forwarded-Proto %q, want [http]", got)
+	}
+}
+
+func TestTLSOnlyVersions12And13AreAccepted(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	before := hostilePlatformRequests(c)
+	for _, v := range []struct {
+		name     string
+		min, max uint16
+		ok       bool
+	}{
+		{"TLS 1.0", tls.VersionTLS10, tls.VersionTLS10, false},
+		{"TLS 1.1", tls.VersionTLS11, tls.VersionTLS11, false},
+		{"TLS 1.2", tls.VersionTLS12, tls.VersionTLS12, true},
+		{"TLS 1.3", tls.VersionTLS13, tls.VersionTLS13, true},
+	} {
+		cfg := env.clientConfig(tlsName)
+		cfg.MinVersion, cfg.MaxVersion = v.min, v.max
+		conn, err := tlsDial(tlsAddr, cfg)
+		if !v.ok {
+			if err == nil {
+				t.Errorf("a %s client completed a handshake (version %x), want it refused", v.name, conn.ConnectionState().Version)
+				conn.Close()
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("a %s client: %v, want a handshake", v.name, err)
+			continue
+		}
+		conn.Close()
+		if r := tlsRequest(tlsAddr, cfg, "/", nil); r.status != 200 || r.state.Version != v.max {
+			t.Errorf("a %s client: %v, version %x; want 200 over %s", v.name, r, r.state.Version, v.name)
+		}
+	}
+	if got := hostilePlatformRequests(c) - before; got != 2 {
+		t.Errorf("the platforms got %d requests, want the 2 of the accepted clients", got)
+	}
+}
+
+func TestTLSALPNNegotiatesHTTP11(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	for _, offer := range [][]string{{"http/1.1"}, {"h2", "http/1.1"}} {
+		cfg := env.clientConfig(tlsName)
+		cfg.NextProtos = offer
+		r := tlsRequest(tlsAddr, cfg, "/", nil)
+		if r.status != 200 {
+			t.Errorf("offering %v: %v, want 200", offer, r)
+			continue
+		}
+		if r.state.NegotiatedProtocol != "http/1.1" {
+			t.Errorf("offering %v: negotiated %q, want http/1.1", offer, r.state.NegotiatedProtocol)
+		}
+	}
+}
+
+// 2. WebSocket tunnels over TLS.
+
+// tlsCxLB starts a cluster (2 platforms, m connection servers) and fairlead with the sticky cxserver
+// pool (cxConfig, extra merged over it) and a TLS front end.
+func tlsCxLB(t *testing.T, m int, extra string) (*sim.Cluster, *LB, *tlsEnv, string, string) {
+	t.Helper()
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c := startCluster(t, 2, m)
+	tlsAddr := closedAddr(t)
+	files := cxConfig(c, extra)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "")
+	dir := writeConfig(t, files)
+	l, _ := startLBDir(t, dir)
+	return c, l, env, tlsAddr, dir
+}
+
+func TestTLSWebSocketTunnelsEchoOneMiBMessagesAndStick(t *testing.T) {
+	c, l, env, tlsAddr, _ := tlsCxLB(t, 3, "")
+	cfg := env.clientConfig(tlsName)
+
+	conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("big"))
+	defer conn.Close()
+	if !strings.HasPrefix(by, "cx") {
+		t.Fatalf("the wss tunnel was served by %q, want a connection server", by)
+	}
+	for i := 0; i < 4; i++ {
+		msg := make([]byte, 1<<20)
+		rand.Read(msg) //nolint:errcheck
+		kind := websocket.BinaryMessage
+		if i%2 == 1 {
+			kind = websocket.TextMessage
+			msg = bytes.Repeat([]byte{'a' + byte(i)}, 1<<20)
+		}
+		wsEcho(t, conn, kind, msg)
+	}
+
+	// The same asset lands on the same connection server across reconnects, and where a plain ws://
+	// connection of the asset lands.
+	for _, asset := range []string{"pump-1", "pump-2", "valve-7", "meter-9"} {
+		plain, want, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
+		plain.Close()
+		for i := 0; i < 20; i++ {
+			conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(asset))
+			conn.Close()
+			if by != want {
+				t.Fatalf("%s: wss reconnect %d landed on %s; ws:// and the earlier connections landed on %s", asset, i, by, want)
+			}
+		}
+	}
+	if n := c.Platforms[0].Requests() + c.Platforms[1].Requests(); n != 0 {
+		t.Errorf("the platforms got %d requests from WebSocket tunnels", n)
+	}
+}
+
+func TestTLSWebSocketIdleTimeoutClosesASilentTunnel(t *testing.T) {
+	_, _, env, tlsAddr, _ := tlsCxLB(t, 2, "[pools.cxserver]\ntunnel_idle_timeout = \"300ms\"\n")
+	cfg := env.clientConfig(tlsName)
+	busy, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("busy"))
+	defer busy.Close()
+	quiet, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("quiet"))
+	defer quiet.Close()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		wsEcho(t, busy, websocket.TextMessage, []byte("ping"))
+		time.Sleep(50 * time.Millisecond)
+	}
+	quiet.SetReadDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
+	if _, _, err := quiet.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("silent wss tunnel: %v, want it closed by fairlead after tunnel_idle_timeout", err)
+	}
+}
+
+func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
+	c, l, env, tlsAddr, _ := tlsCxLB(t, 2, "")
+	cfg := env.clientConfig(tlsName)
+	victim, survivor := c.Connections[0], c.Connections[1]
+	var conns []*websocket.Conn
+	var assets []string
+	for i := 0; len(conns) < 10; i++ {
+		a := fmt.Sprint("asset-", i)
+		conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(a))
+		if by != victim.Name {
+			conn.Close()
+			continue
+		}
+		conns = append(conns, conn)
+		assets = append(assets, a)
+	}
+	victim.SetHealthy(false) // alive, but its health check fails: fairlead must close its tunnels
+	var wg sync.WaitGroup
+	for _, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+			_, _, err := conn.ReadMessage()
+			var ne net.Error
+			if err == nil {
+				t.Error("a wss tunnel to the down server still delivers messages")
+			} else if errors.As(err, &ne) && ne.Timeout() {
+				t.Error("a wss tunnel to the down server is still open 10 s later")
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, 3*time.Second, "fairlead to see the server down", func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
+	for _, a := range assets {
+		conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(a))
+		wsEcho(t, conn, websocket.TextMessage, []byte("moved"))
+		conn.Close()
+		if by != survivor.Name {
+			t.Fatalf("%s reconnected over wss to %s, want the survivor %s", a, by, survivor.Name)
+		}
+	}
+}
+
+// 3. SNI.
+
+func TestTLSSNIChoosesTheCertificate(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	def := env.issue(t, "default", "default.example", "127.0.0.1")
+	a := env.issue(t, "a", "a.example", "127.0.0.1")
+	b := env.issue(t, "b", "b.example", "127.0.0.1")
+	wild := env.issue(t, "wild", "*.w.example", "127.0.0.1")
+	exact := env.issue(t, "exact", "exact.w.example", "127.0.0.1")
+
+	// check connects with SNI name (none if ""): the certificate presented must be want's and, when
+	// verify, verified against the CA for the name.
+	check := func(t *testing.T, tlsAddr, name string, want *tlsCert, wantName string, verify bool) {
+		t.Helper()
+		cfg := env.clientConfig(name)
+		if !verify {
+			cfg.InsecureSkipVerify = true
+		}
+		conn, err := tlsDial(tlsAddr, cfg)
+		if err != nil {
+			t.Errorf("server name %q: %v", name, err)
+			return
+		}
+		defer conn.Close()
+		cs := conn.ConnectionState()
+		if !peerIs(cs, want) {
+			t.Errorf("server name %q: got the certificate %s, want %s's (%v)", name, describePeer(cs), wantName, want.cert.DNSNames)
+			return
+		}
+		if verify {
+			if len(cs.VerifiedChains) == 0 {
+				t.Errorf("server name %q: no verified chain", name)
+			} else if err := cs.PeerCertificates[0].VerifyHostname(name); err != nil {
+				t.Errorf("server name %q: %v", name, err)
+			}
+		}
+	}
+
+	t.Run("tls_cert is the default", func(t *testing.T) {
+		_, _, tlsAddr, _ := tlsPlatformLB(t, def, certsToml(a, b, wild, exact))
+		check(t, tlsAddr, "a.example", a, "a", true)
+		check(t, tlsAddr, "b.example", b, "b", true)
+		check(t, tlsAddr, "A.EXAMPLE", a, "a", true) // names are case-insensitive
+		check(t, tlsAddr, "unknown.example", def, "the default", false)
+		check(t, tlsAddr, "", def, "the default (no SNI)", false)
+		check(t, tlsAddr, "default.example", def, "the default", true)
+		// An exact name beats a wildcard listed before it; a wildcard covers one label.
+		check(t, tlsAddr, "exact.w.example", exact, "exact", true)
+		check(t, tlsAddr, "other.w.example", wild, "the wildcard", true)
+		check(t, tlsAddr, "deep.other.w.example", def, "the default", false)
+		// Requests are served over the certificate chosen.
+		if r := tlsRequest(tlsAddr, env.clientConfig("b.example"), "/", nil); r.status != 200 || !peerIs(r.state, b) {
+			t.Errorf("GET with server name b.example: %v with %s", r, describePeer(r.state))
+		}
+	})
+	t.Run("without tls_cert the first of frontend.certs is the default", func(t *testing.T) {
+		_, _, tlsAddr, _ := tlsPlatformLB(t, nil, certsToml(b, a))
+		check(t, tlsAddr, "a.example", a, "a", true)
+		check(t, tlsAddr, "b.example", b, "b", true)
+		check(t, tlsAddr, "unknown.example", b, "the first of frontend.certs (b)", false)
+		check(t, tlsAddr, "", b, "the first of frontend.certs (b), no SNI", false)
+	})
+}
+
+// 4. Reload.
+
+// reloadDir loads the config directory again and reloads fairlead with it; a config that does not load
+// is a failed reload too (its error is returned).
+func reloadDir(l *LB, dir string) error {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return err
+	}
+	return l.Reload(cfg)
+}
+
+// keepAlive is a client's keep-alive TLS connection on which requests are sent one after another.
+type keepAlive struct {
+	conn *tls.Conn
+	br   *bufio.Reader
+}
+
+func (k *keepAlive) get(path string) (int, error) {
+	k.conn.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	if _, err := fmt.Fprintf(k.conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, tlsName); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return 0, err
+	}
+	if resp.Close {
+		return resp.StatusCode, errors.New("fairlead closed the keep-alive connection")
+	}
+	return resp.StatusCode, nil
+}
+
+func TestTLSReloadSwapsTheCertificateWithoutDroppingConnections(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	c := startCluster(t, 2, 2)
+	v1 := env.issue(t, "frontend", tlsName, "v1."+tlsName, "127.0.0.1")
+	tlsAddr := closedAddr(t)
+	files := cxConfig(c, "")
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, v1, "")
+	dir := writeConfig(t, files)
+	l, _ := startLBDir(t, dir)
+	cfg := env.clientConfig(tlsName)
+
+	if cs := tlsState(t, tlsAddr, cfg); !peerIs(cs, v1) {
+		t.Fatalf("before the reload: got %s, want the first certificate", describePeer(cs))
+	}
+	tunnel, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("survivor"))
+	defer tunnel.Close()
+	wsEcho(t, tunnel, websocket.TextMessage, []byte("before"))
+	kc, err := tlsDial(tlsAddr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ka := &keepAlive{conn: kc, br: bufio.NewReader(kc)}
+	if code, err := ka.get("/before"); code != 200 || err != nil {
+		t.Fatalf("keep-alive request before the reload: %d %v", code, err)
+	}
+
+	// New certificate files, same paths: a new serial and a new name.
+	v2 := env.issue(t, "frontend", tlsName, "v2."+tlsName, "127.0.0.1")
+	if v2.cert.SerialNumber.Cmp(v1.cert.SerialNumber) == 0 {
+		t.Fatal("the test CA issued the same serial twice")
+	}
+	if err := reloadDir(l, dir); err != nil {
+		t.Fatalf("reload with a new certificate: %v", err)
+	}
+	if cs := tlsState(t, tlsAddr, cfg); !peerIs(cs, v2) {
+		t.Errorf("a new connection after the reload got %s, want the new certificate (serial %s)", describePeer(cs), v2.cert.SerialNumber)
+	}
+	if cs := tlsState(t, tlsAddr, env.clientConfig("v2."+tlsName)); !peerIs(cs, v2) {
+		t.Errorf("a new connection for the new name after the reload got %s, want the new certificate", describePeer(cs))
+	}
+	wsEcho(t, tunnel, websocket.TextMessage, []byte("after the reload"))
+	wsEcho(t, tunnel, websocket.BinaryMessage, bytes.Repeat([]byte{7}, 1<<20))
+	if code, err := ka.get("/after"); code != 200 || err != nil {
+		t.Errorf("keep-alive request after the reload: %d %v, want 200 on the same connection", code, err)
+	}
+}
+
+func TestTLSReloadOfABadCertificateFailsNamingFileAndKeyAndKeepsTheOld(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	c := startCluster(t, 2, 2)
+	good := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	tlsAddr := closedAddr(t)
+	files := cxConfig(c, "")
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, good, "")
+	dir := writeConfig(t, files)
+	l, _ := startLBDir(t, dir)
+	cfg := env.clientConfig(tlsName)
+	tunnel, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("survivor"))
+	defer tunnel.Close()
+
+	other, err := env.ca.Issue(tlsName, "127.0.0.1") // a valid certificate whose key is not good's
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		name  string
+		write func() error
+		keys  []string // the error names one of these keys
+		paths []string // and one of these files
+	}{
+		{"unparsable certificate", func() error {
+			return os.WriteFile(good.certFile, []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"), 0o644)
+		}, []string{"frontend.tls_cert"}, []string{good.certFile}},
+		{"not PEM at all", func() error {
+			return os.WriteFile(good.certFile, []byte("garbage\n"), 0o644)
+		}, []string{"frontend.tls_cert"}, []string{good.certFile}},
+		{"unparsable key", func() error {
+			if err := os.WriteFile(good.certFile, good.leaf.CertPEM, 0o644); err != nil {
+				return err
+			}
+			return os.WriteFile(good.key, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600)
+		}, []string{"frontend.tls_key"}, []string{good.key}},
+		{"key not matching the certificate", func() error {
+			if err := os.WriteFile(good.key, good.leaf.KeyPEM, 0o600); err != nil {
+				return err
+			}
+			return os.WriteFile(good.certFile, other.CertPEM, 0o644)
+		}, []string{"frontend.tls_cert", "frontend.tls_key"}, []string{good.certFile, good.key}},
+	} {
+		t.Run(bad.name, func(t *testing.T) {
+			if err := bad.write(); err != nil {
+				t.Fatal(err)
+			}
+			err := reloadDir(l, dir)
+			if err == nil {
+				t.Fatalf("the reload succeeded, want it to fail")
+			}
+			msg := err.Error()
+			t.Logf("reload error: %s", msg)
+			if !containsAny(msg, bad.keys) || !containsAny(msg, bad.paths) {
+				t.Errorf("reload error %q names neither key %v nor file %v", msg, bad.keys, bad.paths)
+			}
+			if cs := tlsState(t, tlsAddr, cfg); !peerIs(cs, good) {
+				t.Errorf("a new connection after the failed reload got %s, want the previous certificate", describePeer(cs))
+			}
+			if r := tlsRequest(tlsAddr, cfg, "/", nil); r.status != 200 {
+				t.Errorf("GET after the failed reload: %v", r)
+			}
+			wsEcho(t, tunnel, websocket.TextMessage, []byte("still here"))
+		})
+	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTLSReloadReplacesTheClientCA(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	caA, caB := newTLSEnv(t, "clients A"), newTLSEnv(t, "clients B")
+	clientCA := filepath.Join(env.dir, "clients-ca.crt")
+	if err := os.WriteFile(clientCA, caA.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, l, tlsAddr, dir := tlsPlatformLB(t, cert, fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\n", clientCA))
+	devA, devB := clientLeaf(t, caA.ca, "device-a"), clientLeaf(t, caB.ca, "device-b")
+	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devA), "/", nil); r.status != 200 {
+		t.Fatalf("a client of CA A before the reload: %v, want 200", r)
+	}
+	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devB), "/", nil); !r.refused() {
+		t.Fatalf("a client of CA B before the reload: %v, want refused", r)
+	}
+	if err := os.WriteFile(clientCA, caB.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := reloadDir(l, dir); err != nil {
+		t.Fatalf("reload with a new client_ca: %v", err)
+	}
+	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devB), "/", nil); r.status != 200 {
+		t.Errorf("a client of CA B after the reload: %v, want 200", r)
+	}
+	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devA), "/", nil); !r.refused() {
+		t.Errorf("a client of CA A after the reload: %v, want refused", r)
+	}
+}
+
+// 5. Client certificates.
+
+// clientLeaf issues a client certificate.
+func clientLeaf(t testing.TB, ca *sim.CA, name string) *sim.Leaf {
+	t.Helper()
+	leaf, err := ca.Issue(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// withClientCert makes cfg present leaf whatever CAs the server names as acceptable (crypto/tls would
+// otherwise send no certificate when the issuer is not among them).
+func withClientCert(cfg *tls.Config, leaf *sim.Leaf) *tls.Config {
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
+	return cfg
+}
+
+func TestTLSClientAuthRequire(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	clients, stranger := newTLSEnv(t, "fairlead clients CA"), newTLSEnv(t, "another CA")
+	clientCA := clients.writeCA(t, "clients-ca")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\n", clientCA))
+
+	before, failures := hostilePlatformRequests(c), tlsHandshakeFailures(t, l)
+	refusals := 0
+	for _, v := range []struct {
+		name string
+		ver  uint16
+		cert *sim.Leaf
+	}{
+		{"no certificate, TLS 1.2", tls.VersionTLS12, nil},
+		{"no certificate, TLS 1.3", tls.VersionTLS13, nil},
+		{"a certificate from another CA", 0, clientLeaf(t, stranger.ca, "intruder")},
+		{"the server's own CA", 0, clientLeaf(t, env.ca, "not-a-client")},
+	} {
+		cfg := env.clientConfig(tlsName)
+		cfg.MaxVersion = v.ver
+		if v.cert != nil {
+			withClientCert(cfg, v.cert)
+		}
+		if r := tlsRequest(tlsAddr, cfg, "/Thingworx/Things", nil); !r.refused() {
+			t.Errorf("%s: %v, want refused at the handshake", v.name, r)
+		} else {
+			refusals++
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := hostilePlatformRequests(c) - before; got != 0 {
+		t.Errorf("refused clients reached the platforms: %d requests", got)
+	}
+	if refusals > 0 {
+		var got float64
+		if !hostileWait(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
+			t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after %d refused handshakes", failures, got, refusals)
+		}
+	}
+
+	for _, ver := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		cfg := withClientCert(env.clientConfig(tlsName), clientLeaf(t, clients.ca, "device-1"))
+		cfg.MaxVersion = ver
+		if r := tlsRequest(tlsAddr, cfg, "/Thingworx/Things", nil); r.status != 200 || r.header.Get("X-Served-By") != c.Platforms[0].Name {
+			t.Errorf("a client with a certificate from the client CA (version %x): %v, want 200 from the leader", ver, r)
+		}
+	}
+}
+
+func TestTLSClientAuthVerifyIfGiven(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	clients, stranger := newTLSEnv(t, "fairlead clients CA"), newTLSEnv(t, "another CA")
+	clientCA := clients.writeCA(t, "clients-ca")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, fmt.Sprintf("client_ca = %q\nclient_auth = \"verify_if_given\"\n", clientCA))
+
+	if r := tlsRequest(tlsAddr, env.clientConfig(tlsName), "/", nil); r.status != 200 {
+		t.Errorf("no client certificate: %v, want 200", r)
+	}
+	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), clientLeaf(t, clients.ca, "device-1")), "/", nil); r.status != 200 {
+		t.Errorf("a certificate from the client CA: %v, want 200", r)
+	}
+	before, failures := hostilePlatformRequests(c), tlsHandshakeFailures(t, l)
+	for _, ver := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		cfg := withClientCert(env.clientConfig(tlsName), clientLeaf(t, stranger.ca, "intruder"))
+		cfg.MaxVersion = ver
+		if r := tlsRequest(tlsAddr, cfg, "/", nil); !r.refused() {
+			t.Errorf("a certificate from another CA (version %x): %v, want refused at the handshake", ver, r)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := hostilePlatformRequests(c) - before; got != 0 {
+		t.Errorf("refused clients reached the platforms: %d requests", got)
+	}
+	var got float64
+	if !hostileWait(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
+		t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after 2 refused handshakes", failures, got)
+	}
+}
+
+// 6. Redirect to HTTPS; HTTPS only.
+
+// noRedirect is a client that returns redirects instead of following them.
+var noRedirect = &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// plainGet sends GET target to the plain listener addr with the Host header host.
+func plainGet(t *testing.T, addr, target, host string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+target, nil)
+	req.Host = host
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s (Host %s): %v", target, host, err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	return resp
+}
+
+func TestTLSRedirectHTTPSSendsPlainRequestsToTheTLSPort(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "example.com", "127.0.0.1")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "redirect_https = true\n")
+	_, plainPort, _ := net.SplitHostPort(l.Addr())
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
+
+	before := hostilePlatformRequests(c)
+	for _, v := range []struct{ host, want string }{
+		{"example.com:" + plainPort, "https://example.com:" + tlsPort + "/Thingworx/x?y=1"},
+		{"example.com", "https://example.com:" + tlsPort + "/Thingworx/x?y=1"},
+	} {
+		resp := plainGet(t, l.Addr(), "/Thingworx/x?y=1", v.host)
+		if resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != v.want {
+			t.Errorf("plain GET with Host %s: %d Location %q, want 308 to %s", v.host, resp.StatusCode, resp.Header.Get("Location"), v.want)
+		}
+	}
+	// A request target in absolute form (which a server must accept, RFC 9112 3.2.2) redirects to
+	// the same path and query.
+	raw := fmt.Sprintf("GET http://example.com:%s/Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com:%s\r\n\r\n", plainPort, plainPort)
+	want := "https://example.com:" + tlsPort + "/Thingworx/x?y=1"
+	if r := rawAnswer(t, l.Addr(), raw, hostileAnswerWait); r.status != http.StatusPermanentRedirect || r.header.Get("Location") != want {
+		t.Errorf("plain GET in absolute form: %s Location %q, want 308 to %s", r, r.header.Get("Location"), want)
+	}
+	if got := hostilePlatformRequests(c) - before; got != 0 {
+		t.Errorf("redirected requests were forwarded: %d", got)
+	}
+	// HTTPS itself is served.
+	if r := tlsRequest(tlsAddr, env.clientConfig("example.com"), "/Thingworx/x?y=1", nil); r.status != 200 || r.header.Get("X-Served-By") != c.Platforms[0].Name {
+		t.Errorf("HTTPS with redirect_https: %v, want 200 from the leader", r)
+	}
+}
+
+func TestTLSRedirectHTTPSToPort443OmitsThePort(t *testing.T) {
+	// Port 443 needs privileges: a free loopback address with it.
+	tlsAddr := ""
+	for i := 2; i < 40 && tlsAddr == ""; i++ {
+		addr := fmt.Sprintf("127.0.0.%d:443", i)
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			tlsAddr = addr
+		}
+	}
+	if tlsAddr == "" {
+		t.Skip("cannot bind a loopback address on port 443 here")
+	}
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", "example.com", "127.0.0.1")
+	c := startCluster(t, 2, 0)
+	files := platformConfig(c, "", "")
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "redirect_https = true\n")
+	l, _ := startLB(t, files)
+	before := hostilePlatformRequests(c)
+	resp := plainGet(t, l.Addr(), "/Thingworx/x?y=1", "example.com")
+	if want := "https://example.com/Thingworx/x?y=1"; resp.StatusCode != http.StatusPermanentRedirect || resp.Header.Get("Location") != want {
+		t.Errorf("plain GET with Host example.com, tls_listen %s: %d Location %q, want 308 to %s", tlsAddr, resp.StatusCode, resp.Header.Get("Location"), want)
+	}
+	if got := hostilePlatformRequests(c) - before; got != 0 {
+		t.Errorf("the redirected request was forwarded: %d", got)
+	}
+}
+
+func TestTLSEmptyListenServesHTTPSOnly(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c := startCluster(t, 2, 0)
+	plainAddr, tlsAddr := closedAddr(t), closedAddr(t)
+	files := platformConfig(c, "", "")
+	// The base sets a plain listener; the TLS file turns it off.
+	files["10-base.toml"] = strings.Replace(files["10-base.toml"], `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", plainAddr), 1)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "listen = \"\"\n")
+	startLB(t, files)
+	if r := tlsRequest(tlsAddr, env.clientConfig(tlsName), "/", nil); r.status != 200 || r.header.Get("X-Served-By") != c.Platforms[0].Name {
+		t.Errorf("HTTPS with listen = \"\": %v, want 200 from the leader", r)
+	}
+	if conn, err := net.DialTimeout("tcp", plainAddr, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("with listen = \"\" something listens on the plain address %s set by an earlier file", plainAddr)
+	}
+	// Nor is plain HTTP served on the TLS port.
+	if resp, err := testClient.Get("http://" + tlsAddr + "/"); err == nil {
+		resp.Body.Close()
+		if by := resp.Header.Get("X-Served-By"); by != "" {
+			t.Errorf("plain HTTP on the TLS port reached %s", by)
+		}
+	}
+}
+
+// 7. Config errors.
+
+func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	clientCA := env.writeCA(t, "clients-ca")
+	missing := filepath.Join(env.dir, "missing.crt")
+	tlsOK := fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\ntls_key = %q\n", cert.certFile, cert.key)
+
+	// Each want is a list of alternatives (the error names one of them); all wants must hold.
+	f := func(name, extra string, want ...[]string) {
+		t.Helper()
+		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		_, err := LoadConfig(dir)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			return
+		}
+		t.Logf("%s: %v", name, err)
+		for _, w := range want {
+			if !containsAny(err.Error(), w) {
+				t.Errorf("%s: error %q names none of %q", name, err, w)
+			}
+		}
+	}
+	one := func(s string) []string { return []string{s} }
+	bad := "20-bad.toml: "
+
+	// The valid config the cases break: it loads.
+	if _, err := LoadConfig(writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
+		fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\nredirect_https = true\n", clientCA)})); err != nil {
+		t.Fatalf("a valid TLS config: %v", err)
+	}
+
+	f("tls_listen without a certificate", "[frontend]\ntls_listen = \"127.0.0.1:0\"\n", one(bad+"frontend.tls_listen"))
+	f("tls_cert without tls_key", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\n", cert.certFile),
+		[]string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
+	f("tls_key without tls_cert", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_key = %q\n", cert.key),
+		[]string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
+	f("a missing certificate file", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\ntls_key = %q\n", missing, cert.key),
+		one(bad+"frontend.tls_cert"), one(missing))
+	f("a missing certificate file in frontend.certs", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\n[[frontend.certs]]\ncert = %q\nkey = %q\n", missing, cert.key),
+		one(bad+"frontend.certs."), one(missing))
+	f("client_auth without client_ca", tlsOK+"client_auth = \"require\"\n",
+		[]string{bad + "frontend.client_auth", bad + "frontend.client_ca"})
+	f("a bad client_auth value", tlsOK+fmt.Sprintf("client_ca = %q\nclient_auth = \"sometimes\"\n", clientCA),
+		one(bad+"frontend.client_auth"))
+	f("listen = \"\" without tls_listen", "[frontend]\nlisten = \"\"\n", one(bad+"frontend.listen"))
+	f("a bad tls_listen address", strings.Replace(tlsOK, `"127.0.0.1:0"`, `"localhost"`, 1), one(bad+"frontend.tls_listen"))
+}

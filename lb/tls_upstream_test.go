@@ -1,0 +1,494 @@
+package lb
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fasthttp/websocket"
+)
+
+// Upstream TLS ([pools.NAME.tls], issue #11): the simulated cluster serves TLS with certificates made
+// at run time (bench/sim/certs.go), fairlead verifies them with the pool's CA file.
+
+func newTestCA(t *testing.T, name string) *sim.CA {
+	t.Helper()
+	ca, err := sim.NewCA(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// tlsSim starts a cluster whose every server serves TLS with a certificate of ca for names. base, if
+// not nil, is the rest of the servers' TLS config (client certificates asked for).
+func tlsSim(t *testing.T, ca *sim.CA, base *tls.Config, opts sim.Options, names ...string) *sim.Cluster {
+	t.Helper()
+	leaf, err := ca.Issue(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{}
+	if base != nil {
+		cfg = base.Clone()
+	}
+	cfg.Certificates = []tls.Certificate{leaf.TLS}
+	opts.TLS = cfg
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	c, err := sim.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// writeCA writes ca's certificate into dir (a new one if "") and returns its path.
+func writeCA(t *testing.T, dir string, ca *sim.CA, name string) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path, err := ca.WriteCA(dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tlsTable is a conf.d file holding [pools.POOL.tls] with enabled = true and the given lines.
+func tlsTable(pool string, lines ...string) string {
+	return fmt.Sprintf("[pools.%s.tls]\nenabled = true\n%s\n", pool, strings.Join(lines, "\n"))
+}
+
+// reload loads dir again and reloads l with it.
+func reload(t *testing.T, l *LB, dir string) {
+	t.Helper()
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventLog records the events of an LB's stream.
+type eventLog struct {
+	mu sync.Mutex
+	ev []healthcheck.Event
+}
+
+func recordEvents(t *testing.T, l *LB) *eventLog {
+	el := &eventLog{}
+	t.Cleanup(l.Events().Subscribe(func(e healthcheck.Event) {
+		el.mu.Lock()
+		el.ev = append(el.ev, e)
+		el.mu.Unlock()
+	}))
+	return el
+}
+
+func (el *eventLog) has(match func(healthcheck.Event) bool) bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return slices.ContainsFunc(el.ev, match)
+}
+
+func TestUpstreamTLSWithAPrivateCAVerifiesTheServersAndReachesTheLeaderElectedOverHTTPS(t *testing.T) {
+	ca := newTestCA(t, "platform CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
+	files := platformConfig(c, "", "")
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", writeCA(t, "", ca, "platform-ca")))
+	l, _ := startLB(t, files)
+
+	if ps := poolStatus(t, l, "platform"); ps.Leader != c.Platforms[0].Addr {
+		t.Fatalf("leader %q, want platform1 %s", ps.Leader, c.Platforms[0].Addr)
+	}
+	// The LeaderChecks reached the platforms' handlers (over HTTPS: the servers speak nothing else),
+	// with the credentials, and platform1 answered 200.
+	probes := c.Platforms[0].Probes()
+	if len(probes) == 0 || probes[0].Status != 200 || probes[0].Authorization != "Basic "+sim.DefaultCredentials {
+		t.Fatalf("platform1's LeaderChecks: %+v", probes)
+	}
+	for i := 0; i < 3; i++ {
+		if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
+			t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
+		}
+	}
+}
+
+func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers503(t *testing.T) {
+	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
+	files := platformConfig(c, `queue_timeout = "300ms"`, "")
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", writeCA(t, "", other, "other-ca")))
+	l, logs := startLB(t, files)
+	events := recordEvents(t, l)
+
+	const certErr = "x509: certificate signed by unknown authority"
+	for _, p := range c.Platforms {
+		line := "healthcheck: pool platform: " + p.Addr + ": TLS certificate verification failed: "
+		eventually(t, 5*time.Second, "the log line of "+p.Name, func() bool {
+			return strings.Contains(logs.all(), line) && strings.Contains(logs.all(), certErr)
+		})
+		eventually(t, 5*time.Second, "a check_answered event of "+p.Name+" with the certificate error", func() bool {
+			return events.has(func(e healthcheck.Event) bool {
+				return e.Kind == healthcheck.CheckAnswered && e.Server == p.Addr && strings.Contains(e.Detail, certErr)
+			})
+		})
+	}
+	ps := poolStatus(t, l, "platform")
+	if ps.Leader != "" {
+		t.Errorf("leader %q elected with a wrong CA", ps.Leader)
+	}
+	for _, s := range ps.Servers {
+		if s.State != "down" || s.Available || s.Check == nil || !strings.Contains(s.Check.LastError, certErr) {
+			t.Errorf("%s: state %s available %v check %+v, want down with %q", s.Addr, s.State, s.Available, s.Check, certErr)
+		}
+	}
+
+	start := time.Now()
+	if status, _ := get(t, l, "/Thingworx/Things/x"); status != 503 {
+		t.Errorf("GET with no verified server: %d, want 503", status)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("503 after %s, want after queue_timeout (300ms)", waited)
+	}
+	// Nothing reached a platform: neither a LeaderCheck nor the GET.
+	for _, p := range c.Platforms {
+		if n, r := len(p.Probes()), p.Requests(); n != 0 || r != 0 {
+			t.Errorf("%s received %d LeaderChecks and %d requests", p.Name, n, r)
+		}
+	}
+	// Once per run of failures, not at every probe.
+	eventually(t, 5*time.Second, "a few more probes", func() bool {
+		for _, s := range poolStatus(t, l, "platform").Servers {
+			if s.Check.Probes < 4 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range c.Platforms {
+		if n := strings.Count(logs.all(), "healthcheck: pool platform: "+p.Addr+": TLS"); n != 1 {
+			t.Errorf("%s: the TLS failure was logged %d times, want once", p.Name, n)
+		}
+	}
+}
+
+func TestUpstreamTLSServerNameIsTheNameVerified(t *testing.T) {
+	ca := newTestCA(t, "platform CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "platform.internal")
+	caFile := writeCA(t, "", ca, "platform-ca")
+	files := platformConfig(c, "", "")
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
+	dir := writeConfig(t, files)
+	l, logs := startLBDir(t, dir)
+
+	// Without server_name the name verified is the server's host, 127.0.0.1: not in the certificate.
+	eventually(t, 5*time.Second, "the name mismatch in the log", func() bool {
+		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": TLS certificate verification failed: ") &&
+			strings.Contains(logs.all(), "x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs")
+	})
+	if ps := poolStatus(t, l, "platform"); ps.Leader != "" {
+		t.Fatalf("leader %q with a certificate for another name", ps.Leader)
+	}
+
+	// With it, the same certificate verifies: a reload that changes only the TLS keys applies them.
+	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
+		fmt.Sprintf("ca_file = %q", caFile), `server_name = "platform.internal"`)))
+	reload(t, l, dir)
+	eventually(t, 5*time.Second, "platform1 elected", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET: %d from %q", status, by)
+	}
+}
+
+func TestUpstreamTLSPresentsTheClientCertificateToServersThatRequireOne(t *testing.T) {
+	ca := newTestCA(t, "platform CA")
+	c := tlsSim(t, ca, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()},
+		sim.Options{Platforms: 1, NoConnections: true}, "127.0.0.1")
+	tmp := t.TempDir()
+	caFile := writeCA(t, tmp, ca, "platform-ca")
+	client, err := ca.Issue("fairlead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := client.Write(tmp, "fairlead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := platformConfig(c, "", "")
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
+	dir := writeConfig(t, files)
+	l, logs := startLBDir(t, dir)
+
+	// Without cert and key the server refuses the session: the check fails.
+	eventually(t, 5*time.Second, "the refusal in the log", func() bool {
+		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": the server refused the TLS session") &&
+			strings.Contains(logs.all(), "certificate required")
+	})
+	if ps := poolStatus(t, l, "platform"); ps.Leader != "" {
+		t.Fatalf("leader %q without a client certificate", ps.Leader)
+	}
+
+	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
+		fmt.Sprintf("ca_file = %q", caFile), fmt.Sprintf("cert = %q", certFile), fmt.Sprintf("key = %q", keyFile))))
+	reload(t, l, dir)
+	eventually(t, 5*time.Second, "platform1 elected", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET: %d from %q", status, by)
+	}
+}
+
+func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeepsIt(t *testing.T) {
+	ca := newTestCA(t, "unknown CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "somewhere.else")
+	files := platformConfig(c, "", "")
+	files["30-tls.toml"] = tlsTable("platform", "insecure_skip_verify = true")
+	dir := writeConfig(t, files)
+	l, logs := startLBDir(t, dir)
+
+	const warning = "WARNING: pool platform: pools.platform.tls.insecure_skip_verify = true"
+	if n := strings.Count(logs.all(), warning); n != 1 {
+		t.Fatalf("%d warnings at start, want 1; log:\n%s", n, logs.all())
+	}
+	// Nothing is verified: an unknown CA and another name pass.
+	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET: %d from %q", status, by)
+	}
+	writeFile(t, filepath.Join(dir, "40-more.toml"), []byte("[pools.platform]\nresponse_timeout = \"30s\"\n"))
+	reload(t, l, dir)
+	if n := strings.Count(logs.all(), warning); n != 2 {
+		t.Fatalf("%d warnings after a reload that keeps it, want 2", n)
+	}
+}
+
+func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies(t *testing.T) {
+	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "127.0.0.1")
+	tmp := t.TempDir()
+	caFile := writeCA(t, tmp, ca, "platform-ca")
+	files := platformConfig(c, `queue_timeout = "300ms"`, "")
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
+	dir := writeConfig(t, files)
+	l, logs := startLBDir(t, dir)
+	if !slices.Contains(l.SecretFiles(), caFile) {
+		t.Fatalf("SecretFiles %v does not list the CA file", l.SecretFiles())
+	}
+	if status, _ := get(t, l, "/x"); status != 200 {
+		t.Fatalf("GET: %d", status)
+	}
+	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 1 {
+		t.Fatalf("%d upstream connections after a GET, want 1 kept alive", n)
+	}
+
+	// Only the CA file changes: the reload applies it (the file counts in the digest), the servers get
+	// new transports (the old keep-alive connection, verified with the old CA, is not reused) and new
+	// probes, which now fail.
+	if err := os.WriteFile(caFile, other.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, l, dir)
+	if strings.Contains(logs.all(), "config unchanged") {
+		t.Fatal("a reload after replacing the CA file found nothing to do")
+	}
+	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 0 {
+		t.Errorf("%d upstream connections right after the reload, want 0 (a new transport)", n)
+	}
+	eventually(t, 5*time.Second, "the leader lost (3 failed LeaderChecks)", func() bool { return poolStatus(t, l, "platform").Leader == "" })
+	if !strings.Contains(logs.all(), "x509: certificate signed by unknown authority") {
+		t.Error("no certificate error logged")
+	}
+	if status, _ := get(t, l, "/x"); status != 503 {
+		t.Errorf("GET with the wrong CA: %d, want 503", status)
+	}
+
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload(t, l, dir)
+	eventually(t, 5*time.Second, "platform1 elected again", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET: %d from %q", status, by)
+	}
+}
+
+func TestUpstreamTLSFailedHandshakeIsAFailedDialAndEvenAPOSTMovesToAnotherServer(t *testing.T) {
+	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
+	good := tlsSim(t, ca, nil, sim.Options{Platforms: 1, PlatformNames: []string{"good"}, NoConnections: true}, "127.0.0.1")
+	bad := tlsSim(t, other, nil, sim.Options{Platforms: 1, PlatformNames: []string{"bad"}, NoConnections: true}, "127.0.0.1")
+	// No active check: both servers are up until live failures take the bad one down, so requests do
+	// meet its handshake.
+	cfg := fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[pools.rr]
+balance = "roundrobin"
+servers = [%q, %q]
+[pools.rr.check]
+fall = 100
+[[routes]]
+pool = "rr"
+`, bad.Platforms[0].Addr, good.Platforms[0].Addr)
+	l, _ := startLB(t, map[string]string{"10-rr.toml": cfg,
+		"30-tls.toml": tlsTable("rr", fmt.Sprintf("ca_file = %q", writeCA(t, "", ca, "platform-ca")))})
+
+	for i := 0; i < 6; i++ {
+		resp, err := testClient.Post("http://"+l.Addr()+"/Thingworx/Things/x", "text/plain", strings.NewReader("once"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != "good" {
+			t.Fatalf("POST %d: %d from %q, want 200 from good", i, resp.StatusCode, resp.Header.Get("X-Served-By"))
+		}
+	}
+	if r := bad.Platforms[0].Requests(); r != 0 {
+		t.Errorf("the server whose certificate does not verify received %d requests", r)
+	}
+	if s := poolStatus(t, l, "rr").Servers[0]; s.Failures == 0 {
+		t.Errorf("%s: no failed attempt counted, so no request met its handshake", s.Addr)
+	}
+}
+
+func TestUpstreamTLSWebSocketUpgradeToATLSConnectionServerPoolEchoes(t *testing.T) {
+	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, Connections: 1}, "127.0.0.1")
+	bad := tlsSim(t, other, nil, sim.Options{Platforms: 1, Connections: 1}, "127.0.0.1")
+	caFile := writeCA(t, "", ca, "cluster-ca")
+	// The sticky pool has the server whose certificate does not verify first and no active check, so
+	// that some assets are placed on it: their upgrades fail the handshake and go to the other server.
+	extra := fmt.Sprintf(`
+[pools.cxserver]
+servers = [%q, %q]
+[pools.cxserver.check]
+path = ""
+fall = 100
+%s
+%s
+`, bad.Connections[0].Addr, c.Connections[0].Addr,
+		tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile)), tlsTable("cxserver", fmt.Sprintf("ca_file = %q", caFile)))
+	l, logs := startLB(t, cxConfig(c, extra))
+
+	const assets = 8
+	for i := 0; i < assets; i++ {
+		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
+		msg := []byte(fmt.Sprintf("hello over TLS %d", i))
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+			t.Fatal(err)
+		}
+		mt, got, err := conn.ReadMessage()
+		if err != nil || mt != websocket.TextMessage || string(got) != string(msg) {
+			t.Fatalf("asset %d: echo %q (type %d), %v; want %q", i, got, mt, err, msg)
+		}
+		conn.Close()
+	}
+	if n := c.Connections[0].Upgrades(); n != assets {
+		t.Errorf("the verified connection server upgraded %d, want %d", n, assets)
+	}
+	if n := bad.Connections[0].Upgrades(); n != 0 {
+		t.Errorf("the server whose certificate does not verify upgraded %d", n)
+	}
+	if !strings.Contains(logs.all(), "tunnel: dial "+bad.Connections[0].Addr+": TLS handshake: ") {
+		t.Errorf("no failed handshake of an upgrade logged; log:\n%s", logs.all())
+	}
+}
+
+func TestUpstreamTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
+	ca := newTestCA(t, "CA")
+	tmp := t.TempDir()
+	caFile := writeCA(t, tmp, ca, "ca")
+	a, err := ca.Issue("fairlead-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ca.Issue("fairlead-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certA, keyA, err := a.Write(tmp, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, keyB, err := b.Write(tmp, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(tmp, "garbage.pem")
+	writeFile(t, garbage, []byte("not a certificate\n"))
+	missing := filepath.Join(tmp, "missing.pem")
+
+	f := func(table, want string) {
+		t.Helper()
+		files := map[string]string{"10-base.toml": `
+[pools.platform]
+servers = ["127.0.0.1:9081"]
+[[routes]]
+pool = "platform"
+`, "20-platform.toml": table}
+		_, err := LoadConfig(writeConfig(t, files))
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s: error %v, want a *ConfigError", table, err)
+		}
+		if !slices.ContainsFunc(ce.Problems, func(p string) bool {
+			return strings.HasSuffix(strings.SplitN(p, ": ", 2)[0], "20-platform.toml") && strings.Contains(p, want)
+		}) {
+			t.Errorf("%s:\nproblems %q\nwant one from 20-platform.toml containing %q", table, ce.Problems, want)
+		}
+		if strings.Contains(err.Error(), "PRIVATE KEY-----") || strings.Contains(err.Error(), strings.Split(string(a.KeyPEM), "\n")[1]) {
+			t.Errorf("a key's contents in the error: %v", err)
+		}
+	}
+	q := func(key, v string) string { return fmt.Sprintf("%s = %q", key, v) }
+
+	// Keys of the table without enabled = true: parsed, so not silently ignored.
+	f("[pools.platform.tls]\n"+q("ca_file", caFile), "pools.platform.tls.ca_file: needs enabled = true")
+	f("[pools.platform.tls]\nenabled = false\ninsecure_skip_verify = false", "pools.platform.tls.insecure_skip_verify: needs enabled = true")
+	f("[pools.platform.tls]\n"+q("server_name", "x"), "pools.platform.tls.server_name: needs enabled = true")
+	f("[pools.platform.tls]\n"+q("cert", certA)+"\n"+q("key", keyA), "pools.platform.tls.cert: needs enabled = true")
+	// Files.
+	f(tlsTable("platform", q("ca_file", missing)), "pools.platform.tls.ca_file: open "+missing+": no such file or directory")
+	f(tlsTable("platform", q("ca_file", garbage)), "pools.platform.tls.ca_file: "+garbage+": no PEM certificate in it")
+	f(tlsTable("platform", q("ca_file", keyA)), `pools.platform.tls.ca_file: `+keyA+`: PEM block 1 is a "PRIVATE KEY", not a CERTIFICATE`)
+	f(tlsTable("platform", q("cert", certA)), "pools.platform.tls.key: cert and key go together: key is missing")
+	f(tlsTable("platform", q("key", keyA)), "pools.platform.tls.cert: cert and key go together: cert is missing")
+	f(tlsTable("platform", q("cert", certA), q("key", missing)), "pools.platform.tls.key: open "+missing)
+	f(tlsTable("platform", q("cert", certA), q("key", keyB)), "pools.platform.tls.cert: "+certA+" with key "+keyB+": tls: private key does not match public key")
+	f(tlsTable("platform", q("cert", garbage), q("key", keyA)), "pools.platform.tls.cert: "+garbage+" with key "+keyA+": tls: failed to find any PEM data in certificate input")
+	// Keys.
+	f(tlsTable("platform", q("ca_file", caFile), "insecure_skip_verify = true"), "pools.platform.tls.ca_file: not used with insecure_skip_verify = true")
+	f(tlsTable("platform", q("server_name", "platform.internal:443")), `pools.platform.tls.server_name: bad server name "platform.internal:443"`)
+	f(tlsTable("platform", "verify = false"), "pools.platform.tls.verify: unknown key")
+
+	// And a good table loads.
+	files := map[string]string{"10.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
+		"20.toml": tlsTable("platform", q("ca_file", caFile), q("server_name", "platform.internal"), q("cert", certA), q("key", keyA))}
+	cfg, err := LoadConfig(writeConfig(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := cfg.Pools["platform"].TLS.client
+	if tc == nil || tc.RootCAs == nil || tc.ServerName != "platform.internal" || len(tc.Certificates) != 1 || tc.InsecureSkipVerify {
+		t.Fatalf("client TLS config %+v", tc)
+	}
+	if want := []string{caFile, certA, keyA}; !slices.Equal(cfg.SecretFiles(), want) {
+		t.Errorf("SecretFiles %v, want %v", cfg.SecretFiles(), want)
+	}
+}
