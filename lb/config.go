@@ -89,7 +89,7 @@ type FrontendConfig struct {
 	// tls is the loaded TLS (tls.go), nil without TLSListen.
 	tls *frontTLS
 	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
-	// bytes; larger gets 431. Default 16384.
+	// bytes; larger gets 431. Default 8192.
 	MaxHeaderSize int `toml:"max_header_size"`
 	// HeaderTimeout bounds receiving a request's head from its first byte; a slower head (slowloris)
 	// gets 408 and the connection closes. Default "10s".

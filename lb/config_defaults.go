@@ -35,7 +35,7 @@ func (c *Config) applyDefaults() {
 		fe.MaxConns = 20000
 	}
 	if !c.isSet("frontend.max_header_size") {
-		fe.MaxHeaderSize = 16 << 10
+		fe.MaxHeaderSize = 8 << 10
 	}
 	setDuration(&fe.HeaderTimeout, c.isSet("frontend.header_timeout"), 10*time.Second)
 	if !c.isSet("frontend.retry_buffer") {

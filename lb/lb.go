@@ -183,8 +183,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		StreamRequestBody:            true,
 		// A 32 KiB write buffer sends a 16 KiB answer in one system call; ReduceMemoryUsage gives the
 		// buffers back to a pool between requests, so an idle keep-alive client holds none.
-		WriteBufferSize:    32 << 10,
-		ReadBufferSize:     fe.MaxHeaderSize + 4<<10, // the framer (framing.go) enforces max_header_size first
+		WriteBufferSize: 32 << 10,
+		// A head must fit fasthttp's read buffer; the framer (framing.go) enforces max_header_size first.
+		ReadBufferSize:     max(fe.MaxHeaderSize, 4<<10),
 		ReduceMemoryUsage:  true,
 		ReadTimeout:        fe.ReadTimeout.D,
 		IdleTimeout:        fe.IdleTimeout.D,
