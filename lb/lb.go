@@ -126,6 +126,12 @@ func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh 
 		g.pools[name] = p
 		fresh = append(fresh, p)
 	}
+	for name, pc := range cfg.Pools {
+		if pc.TLS.Enabled && pc.TLS.InsecureSkipVerify { // at start and at every reload that keeps it
+			lb.log.Warn(fmt.Sprintf("pool %s: pools.%s.tls.insecure_skip_verify = true: the servers' certificates are not verified, anyone on the path can impersonate them", name, name),
+				slog.String("pool", name))
+		}
+	}
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}

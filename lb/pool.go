@@ -70,15 +70,7 @@ func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(strin
 	b := balances[cfg.Balance]
 	p.health = b.newHealth(checkOptions(name, cfg, bus, logf), targetsOf(servers))
 	p.state.Store(p.newState(cfg, servers))
-	warnInsecure(name, cfg, logf)
 	return p
-}
-
-// warnInsecure logs, at start and at every reload that keeps it, that a pool verifies no certificate.
-func warnInsecure(name string, cfg *PoolConfig, logf func(string, ...any)) {
-	if cfg.TLS.Enabled && cfg.TLS.InsecureSkipVerify {
-		logf("WARNING: pool %s: pools.%s.tls.insecure_skip_verify = true: the servers' certificates are not verified, anyone on the path can impersonate them", name, name)
-	}
 }
 
 // serverAddrs lists a pool's servers: the primaries, then the backups.
@@ -163,7 +155,6 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		!old.cfg.TLS.same(&cfg.TLS) {
 		p.health.Update(checkOptions(p.name, cfg, p.bus, logf))
 	}
-	warnInsecure(p.name, cfg, logf)
 	p.health.Set(targetsOf(servers))
 	st := p.newState(cfg, servers)
 	p.state.Store(st)

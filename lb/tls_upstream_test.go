@@ -261,7 +261,7 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 	dir := writeConfig(t, files)
 	l, logs := startLBDir(t, dir)
 
-	const warning = "WARNING: pool platform: pools.platform.tls.insecure_skip_verify = true"
+	const warning = `level=WARN msg="pool platform: pools.platform.tls.insecure_skip_verify = true`
 	if n := strings.Count(logs.all(), warning); n != 1 {
 		t.Fatalf("%d warnings at start, want 1; log:\n%s", n, logs.all())
 	}
