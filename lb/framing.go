@@ -648,7 +648,8 @@ type frontConn struct {
 	net.Conn
 	lb      *LB
 	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
-	shook   bool      // its handshake ran (tls.go)
+	shook   bool      // its handshake ran (tls.go), with this result:
+	hsErr   error
 	f       framer
 	pending *frameError // found, returned by the next Read
 	// failed is the error Read returned; answered is set once its answer was written or claimed.
@@ -660,7 +661,7 @@ type frontConn struct {
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
-	if c.tc != nil && !c.shook && !c.handshake() {
+	if c.tc != nil && c.handshake() != nil {
 		return 0, io.EOF
 	}
 	if c.pending != nil {

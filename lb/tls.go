@@ -203,7 +203,7 @@ var errNoTLS = errors.New("tls_listen is no longer configured")
 // (RequestCtx.IsTLS, X-Forwarded-Proto: https).
 type tlsFrontConn struct{ *frontConn }
 
-func (c tlsFrontConn) Handshake() error                     { return c.tc.Handshake() }
+func (c tlsFrontConn) Handshake() error                     { return c.handshake() }
 func (c tlsFrontConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
 // frontOf returns the frontConn under a connection fasthttp hands to the handler, or nil.
@@ -217,25 +217,30 @@ func frontOf(c net.Conn) *frontConn {
 	return nil
 }
 
-// handshake runs a TLS connection's handshake before its first read, bounded by header_timeout (10s
-// when unset). A failed handshake (no client certificate when one is required, an old protocol
-// version, a client that went away) is counted and the connection closed without an answer.
-func (c *frontConn) handshake() bool {
+// handshake runs a TLS connection's handshake once (fasthttp asks for it before the first read, to
+// learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset). A failed
+// handshake (no client certificate when one is required, an old protocol version) is counted, and the
+// connection then reads EOF: it closes without an answer. A client that went away before its hello (a
+// port probe) is not a failure.
+func (c *frontConn) handshake() error {
+	if c.shook {
+		return c.hsErr
+	}
 	c.shook = true
 	d := c.f.lim.headerTimeout
 	if d <= 0 {
 		d = 10 * time.Second
 	}
 	c.tc.SetDeadline(time.Now().Add(d)) //nolint:errcheck // a failed handshake reports it
-	if err := c.tc.Handshake(); err != nil {
-		if !errors.Is(err, io.EOF) { // a client that closed without a word (a port probe) did not fail one
+	if c.hsErr = c.tc.Handshake(); c.hsErr != nil {
+		if !errors.Is(c.hsErr, io.EOF) {
 			c.lb.tlsHandshakeFailures.Add(1)
 		}
-		return false
+		return c.hsErr
 	}
 	c.tc.SetWriteDeadline(time.Time{}) //nolint:errcheck
 	c.Conn.SetReadDeadline(c.deadline) //nolint:errcheck
-	return true
+	return nil
 }
 
 // redirectHTTPS answers a plain request with a 308 to the same URI over HTTPS, on tls_listen's port

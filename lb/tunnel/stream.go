@@ -15,11 +15,11 @@ import (
 // Memory while idle: each goroutine reads into a small buffer of its own (pumpSmall); only once a
 // read fills it (a burst) does it take a large buffer (BufferSize) from the relay's pool, and it gives
 // it back as soon as a read returns less than the large buffer holds. So an idle streamed tunnel holds
-// its two goroutines, two small buffers and its connections' own state (a TLS connection keeps its
+// its two goroutines, two 512-byte buffers and its connections' own state (a TLS connection keeps its
 // record buffers), no large buffer. Relaying allocates nothing per message.
 
 // pumpSmall is the buffer an idle direction waits with.
-const pumpSmall = 2 << 10
+const pumpSmall = 512
 
 // streamed reports whether t is carried by goroutines rather than epoll.
 func (t *Tunnel) streamed() bool { return t.streams[clientSide] != nil }
