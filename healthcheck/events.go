@@ -24,11 +24,13 @@ const (
 	Failover                      // no primary of a pool is usable: its backups serve (Detail)
 	Failback                      // a primary of a pool is usable again: traffic returns to the primaries
 	AdminAction                   // an operator drained, put in maintenance, readied or re-probed a server (Detail)
+	DiscoveryChanged              // a pool's service discovery found a new server list (Detail)
 	NumKinds                      // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
-	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action"}
+	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
+	"discovery_changed"}
 
 func (k Kind) String() string {
 	if k > 0 && k < NumKinds {

@@ -106,7 +106,7 @@ func TestKindsHaveNames(t *testing.T) {
 	if s := Kind(0).String(); s != "kind(0)" {
 		t.Fatalf("Kind(0) is %q, want kind(0)", s)
 	}
-	if s := NumKinds.String(); s != "kind(13)" {
-		t.Fatalf("an unknown kind is %q, want kind(13)", s)
+	if s := NumKinds.String(); s != "kind(14)" {
+		t.Fatalf("an unknown kind is %q, want kind(14)", s)
 	}
 }

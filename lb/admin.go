@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/valyala/fasthttp"
@@ -87,10 +88,27 @@ type PoolStatus struct {
 	HighWatermarkBytes int64 `json:"high_watermark_bytes,omitempty"`
 	// MultipartHeader, Pins and PinFailures: a roundrobin pool's multi-part pins, and the requests
 	// that failed with 502 because their pinned server was not connected and writable.
-	MultipartHeader string         `json:"multipart_header,omitempty"`
-	Pins            int            `json:"pins,omitempty"`
-	PinFailures     uint64         `json:"pin_failures,omitempty"`
-	Servers         []ServerStatus `json:"servers"`
+	MultipartHeader string `json:"multipart_header,omitempty"`
+	Pins            int    `json:"pins,omitempty"`
+	PinFailures     uint64 `json:"pin_failures,omitempty"`
+	// Discovery is the pool's service discovery (nil without a provider).
+	Discovery *DiscoveryStatus `json:"discovery,omitempty"`
+	Servers   []ServerStatus   `json:"servers"`
+}
+
+// DiscoveryStatus describes a pool's service discovery provider.
+type DiscoveryStatus struct {
+	Provider string `json:"provider"`
+	// Servers is the list in force from the provider (null before its first answer: the seed serves).
+	Servers []string `json:"servers"`
+	// Changes and Errors count the lists applied and the failed reads of the registry; LastSuccess is
+	// the time of the provider's last answer, LastError the last failed read since then ("" if none).
+	Changes     uint64    `json:"changes"`
+	Errors      uint64    `json:"errors"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	// EmptyPending: the provider lists no server; it is applied at the end of empty_grace.
+	EmptyPending bool `json:"empty_pending,omitempty"`
 }
 
 // ServerStatus describes one server of a pool.
@@ -130,6 +148,7 @@ func (lb *LB) Status() Status {
 			Requests: p.requests.Load(), Retries: p.retries.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
+		out.Discovery = lb.discoveryStatus(name)
 		checks := p.health.Status()
 		for _, s := range ps.servers {
 			ss := serverStatusOf(s)

@@ -207,6 +207,9 @@ type PoolConfig struct {
 	// TLS makes fairlead speak TLS to the pool's servers: proxied requests, WebSocket upgrades and
 	// health checks. Default off (plain HTTP).
 	TLS PoolTLSConfig `toml:"tls"`
+	// Discovery, with a provider, takes the pool's servers from a registry (discovery.go); Servers is
+	// then an optional seed used until its first answer.
+	Discovery DiscoveryConfig `toml:"discovery"`
 }
 
 // PoolTLSConfig is a [pools.NAME.tls] table: TLS to the servers of a pool (issue #11). The files are

@@ -114,10 +114,11 @@ func (c *Config) validate() []string {
 		if _, ok := balances[pc.Balance]; !ok {
 			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, balanceNames())
 		}
-		if len(pc.Servers) == 0 {
-			add(k+"servers", "empty server list")
+		if len(pc.Servers) == 0 && pc.Discovery.Provider == "" {
+			add(k+"servers", "empty server list (or a [discovery] provider)")
 		}
-		seen := map[string]string{} // address → the list that has it
+		p = append(p, c.validateDiscovery(name)...) // discovery.go
+		seen := map[string]string{}                 // address → the list that has it
 		for _, list := range []struct {
 			field string
 			addrs []string

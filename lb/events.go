@@ -58,6 +58,8 @@ func (lb *LB) logEvent(e healthcheck.Event) {
 		msg, level = "failover: the backups serve", slog.LevelWarn
 	case healthcheck.Failback:
 		msg = "failback: the primaries serve again"
+	case healthcheck.DiscoveryChanged:
+		msg = "discovery: " + e.Detail
 	default:
 		msg = lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
 		if e.Kind == healthcheck.ServerDown {

@@ -59,6 +59,10 @@ type LB struct {
 	relayMu sync.Mutex
 	relays  map[time.Duration]*tunnel.Relay
 
+	// disc runs each pool's service discovery provider (discovery.go), across reloads.
+	discMu sync.Mutex
+	disc   map[string]*discovery
+
 	ctx    context.Context // lives until Close; parent of every pool's checks
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -92,7 +96,8 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus()}
+	lb := &LB{log: o.Logger, logf: o.Logf, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus(),
+		disc: map[string]*discovery{}}
 	lb.lastReloadOK.Store(true)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
@@ -115,6 +120,7 @@ func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
+		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
 		if old != nil {
 			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
 				op.apply(pc, lb.logf)
@@ -157,6 +163,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
+	lb.syncDiscovery(g)         // service discovery providers (discovery.go)
 
 	fe := g.cfg.Frontend
 	lb.limits = &frameLimits{maxHeader: fe.MaxHeaderSize, maxBody: fe.MaxBodySize, headerTimeout: fe.HeaderTimeout.D}
@@ -319,8 +326,9 @@ func (lb *LB) Close() {
 	}
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
-		lb.cancel() // ends the checks and the admin's event streams
+		lb.cancel() // ends the checks, the discovery providers and the admin's event streams
 	}
+	lb.stopDiscovery()
 	if lb.admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
@@ -403,6 +411,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
+	lb.syncDiscovery(g)
 	for _, m := range feMoved {
 		what := "frontend"
 		if m.spec.key != "listen" {
