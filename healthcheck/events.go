@@ -12,20 +12,20 @@ type Kind uint8
 // The kinds of events. Health checks publish the server and leader kinds; the load balancer publishes
 // the set and reload kinds.
 const (
-	ServerUp      Kind = iota + 1 // a server passes its checks and may take traffic
-	ServerDown                    // a server failed fall checks (or fall live requests in a row)
-	ServerAdded                   // a server set change added a server (it gets traffic after a passing probe)
-	ServerRemoved                 // a server set change removed a server (it drains)
-	LeaderChanged                 // a leader pool elected another leader (Server; Old was the leader)
-	SplitBrain                    // the leader answered 200 while another server's latest answer was 200 (once per split brain)
-	CheckAnswered                 // one probe answered (Status, Latency, Detail on error)
-	ReloadApplied                 // a new configuration is in force
-	ReloadFailed                  // a configuration did not load; the running one stays (Detail)
-	Failover                      // no primary of a pool is usable: its backups serve (Detail)
-	Failback                      // a primary of a pool is usable again: traffic returns to the primaries
-	AdminAction                   // an operator drained, put in maintenance, readied or re-probed a server (Detail)
-	DiscoveryChanged              // a pool's service discovery found a new server list (Detail)
-	NumKinds                      // one more than the last kind: the size of an array indexed by Kind
+	ServerUp         Kind = iota + 1 // a server passes its checks and may take traffic
+	ServerDown                       // a server failed fall checks (or fall live requests in a row)
+	ServerAdded                      // a server set change added a server (it gets traffic after a passing probe)
+	ServerRemoved                    // a server set change removed a server (it drains)
+	LeaderChanged                    // a leader pool elected another leader (Server; Old was the leader)
+	SplitBrain                       // the leader answered 200 while another server's latest answer was 200 (once per split brain)
+	CheckAnswered                    // one probe answered (Status, Latency, Detail on error)
+	ReloadApplied                    // a new configuration is in force
+	ReloadFailed                     // a configuration did not load; the running one stays (Detail)
+	Failover                         // no primary of a pool is usable: its backups serve (Detail)
+	Failback                         // a primary of a pool is usable again: traffic returns to the primaries
+	AdminAction                      // an operator drained, put in maintenance, readied or re-probed a server (Detail)
+	DiscoveryChanged                 // a pool's service discovery found a new server list (Detail)
+	NumKinds                         // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
