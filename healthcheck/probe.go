@@ -347,7 +347,7 @@ func newProber(addr string, o *Options) *prober {
 // handshake is over, and fasthttp reports any error on a response's first byte as "the server closed
 // connection".
 func (pr *prober) dial(addr string) (net.Conn, error) {
-	c, err := fasthttp.DialTimeout(addr, pr.timeout)
+	c, err := fasthttp.DialDualStackTimeout(addr, pr.timeout)
 	if err != nil || pr.tls == nil {
 		return c, err
 	}

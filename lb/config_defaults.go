@@ -76,6 +76,15 @@ func (c *Config) applyDefaults() {
 		if !c.isSet(k + "sticky.max_entries") {
 			sk.MaxEntries = stickiness.DefaultMaxEntries
 		}
+		dc := &p.Discovery
+		setDuration(&dc.EmptyGrace, c.isSet(k+"discovery.empty_grace"), 30*time.Second)
+		if dc.Provider == "zookeeper" {
+			setDuration(&dc.SessionTimeout, c.isSet(k+"discovery.session_timeout"), 10*time.Second)
+		}
+
+		if p.Discovery.Provider == "dns" {
+			setDuration(&p.Discovery.ResolveInterval, c.isSet(k+"discovery.resolve_interval"), 10*time.Second)
+		}
 
 		leader := p.Balance == "leader"
 		ck := &p.Check

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // rawExchange writes a raw request on a new connection and returns the status line and whether the
@@ -118,5 +120,25 @@ func TestUpstreamStatusAndHeadersAreRelayedUnchanged(t *testing.T) {
 		if resp.StatusCode != code {
 			t.Errorf("status %d relayed as %d", code, resp.StatusCode)
 		}
+	}
+}
+
+// An IPv6 server (discovery's AAAA answers find them) is probed and serves: the upstream and check
+// dialers are dual-stack.
+func TestAnIPv6ServerIsProbedAndServes(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, PlatformAddrs: []string{addr}, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	if code, by := get(t, l, "/x"); code != 200 || by != c.Platforms[0].Name {
+		t.Fatalf("GET through an IPv6 leader: %d from %q", code, by)
 	}
 }

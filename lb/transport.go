@@ -55,7 +55,7 @@ func newTransport(addr string, cfg *PoolConfig) *fasthttp.HostClient {
 		IsTLS:     tlsConfig != nil,
 		TLSConfig: tlsConfig,
 		Dial: func(a string) (net.Conn, error) {
-			c, err := fasthttp.DialTimeout(a, connectTimeout)
+			c, err := fasthttp.DialDualStackTimeout(a, connectTimeout) // IPv6 servers too (discovery may find them)
 			if err != nil {
 				return nil, &dialError{err}
 			}
