@@ -8,6 +8,8 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/fasthttp/websocket v1.5.12
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/go-zookeeper/zk v1.0.4
+	github.com/miekg/dns v1.1.73
 	github.com/valyala/fasthttp v1.79.0
 	golang.org/x/sys v0.50.0
 )
@@ -15,9 +17,7 @@ require (
 require (
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
-	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/miekg/dns v1.1.73 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
 	github.com/savsgio/gotils v0.0.0-20240704082632-aef3928b8a38 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
