@@ -220,6 +220,19 @@ func srvRecords(t *testing.T, name string, ps ...*sim.Platform) []string {
 	return rrs
 }
 
+// discoveryConfigError returns a check that base with table merged over its [pools.rr.discovery] (from
+// a second file, 20-discovery.toml) fails to load with want in the error.
+func discoveryConfigError(t *testing.T, base map[string]string) func(table, want string) {
+	return func(table, want string) {
+		t.Helper()
+		files := map[string]string{"10-rr.toml": base["10-rr.toml"], "20-discovery.toml": "[pools.rr.discovery]\n" + table}
+		_, err := LoadConfig(writeConfig(t, files))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", table, err, want)
+		}
+	}
+}
+
 // discoveredPool is a roundrobin pool "rr" over the simulator's platforms (every platform answers
 // ordinary requests), checked on "/" every 100 ms (rise 1), with the seed servers and the given
 // [pools.rr.discovery] table.
@@ -661,14 +674,7 @@ func TestDNSProviderResolvesEachKindOfAnswer(t *testing.T) {
 func TestDNSDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	base := discoveredPool([]string{"127.0.0.1:1"}, `provider = "dns"
 name = "cx.fairlead.test"`)
-	f := func(table, want string) {
-		t.Helper()
-		files := map[string]string{"10-rr.toml": base["10-rr.toml"], "20-discovery.toml": "[pools.rr.discovery]\n" + table}
-		_, err := LoadConfig(writeConfig(t, files))
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: got %v, want %q", table, err, want)
-		}
-	}
+	f := discoveryConfigError(t, base)
 	f(`name = ""`, "20-discovery.toml: pools.rr.discovery.name: required")
 	f(`name = "cx..test"`, `20-discovery.toml: pools.rr.discovery.name: bad DNS name "cx..test"`)
 	f(`name = "cx test"`, `pools.rr.discovery.name: bad DNS name "cx test"`)

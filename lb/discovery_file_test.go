@@ -415,14 +415,7 @@ func TestFileDiscoveryParsesTOMLAndJSONServerLists(t *testing.T) {
 func TestFileDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	base := discoveredPool([]string{"127.0.0.1:1"}, `provider = "file"
 file = "/etc/fairlead/cx-servers.toml"`)
-	f := func(table, want string) {
-		t.Helper()
-		files := map[string]string{"10-rr.toml": base["10-rr.toml"], "20-discovery.toml": "[pools.rr.discovery]\n" + table}
-		_, err := LoadConfig(writeConfig(t, files))
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: got %v, want %q", table, err, want)
-		}
-	}
+	f := discoveryConfigError(t, base)
 	f(`file = ""`, "20-discovery.toml: pools.rr.discovery.file: required")
 	f(`file = "  "`, "20-discovery.toml: pools.rr.discovery.file: required")
 	f(`name = "cx.fairlead.test"`, "20-discovery.toml: pools.rr.discovery.name: not a key of the file provider")

@@ -69,35 +69,9 @@ func newFake(t *testing.T) (string, *fakeProvider) {
 	return id, f
 }
 
-// discoveryConfig is a roundrobin pool over the simulator's platforms (every platform answers ordinary
-// requests), checked on "/", with the fake provider and seed.
+// discoveryConfig is discoveredPool (discovery_dns_test.go) with the fake provider id.
 func discoveryConfig(id string, seed []string, extra string) map[string]string {
-	var q []string
-	for _, s := range seed {
-		q = append(q, fmt.Sprintf("%q", s))
-	}
-	return map[string]string{"10-rr.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.rr]
-balance = "roundrobin"
-servers = [%s]
-queue_timeout = "300ms"
-[pools.rr.check]
-path = "/"
-interval = "100ms"
-fast_interval = "50ms"
-timeout = "300ms"
-rise = 1
-[pools.rr.discovery]
-provider = "fake"
-file = %q
-%s
-[[routes]]
-pool = "rr"
-`, strings.Join(q, ", "), id, extra)}
+	return discoveredPool(seed, fmt.Sprintf("provider = \"fake\"\nfile = %q\n%s", id, extra))
 }
 
 // servedBy sends n requests and returns the platforms that answered them (and 0 for failures).
