@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -47,7 +49,7 @@ func (c *Config) mergeFile(file string) []string {
 	c.digest += file + ":" + hex.EncodeToString(sum[:]) + ";"
 	md, err := toml.Decode(string(data), &fc)
 	if err != nil {
-		return []string{fmt.Sprintf("%s: %s", file, strings.TrimPrefix(err.Error(), "toml: "))}
+		return decodeProblems(file, data, err)
 	}
 	var problems []string
 	for _, k := range md.Undecoded() {
@@ -55,6 +57,73 @@ func (c *Config) mergeFile(file string) []string {
 	}
 	merge(reflect.ValueOf(c).Elem(), reflect.ValueOf(&fc).Elem(), nil, &md, file, c.origin)
 	return problems
+}
+
+// decodeProblems lists the type errors of a file that did not decode. The decoder stops at its first
+// error, and which one it meets first depends on map order; so the file is decoded again table by table
+// and key by key in name order, and every error is listed (then the decoder's own if it was not among
+// them): the same file always gives the same problems, all of them.
+func decodeProblems(file string, data []byte, err error) []string {
+	var problems []string
+	add := func(e error) {
+		p := fmt.Sprintf("%s: %s", file, strings.TrimPrefix(e.Error(), "toml: "))
+		if !slices.Contains(problems, p) {
+			problems = append(problems, p)
+		}
+	}
+	var top map[string]toml.Primitive
+	if md, rerr := toml.Decode(string(data), &top); rerr == nil {
+		decodeKeys(md, nil, top, reflect.TypeOf(Config{}), add)
+	}
+	if len(problems) == 0 {
+		add(err)
+	}
+	return problems
+}
+
+// decodeKeys decodes each of the keys of a table (in name order) into its field of t, a struct type, or
+// into t's element type when t is a map of tables ([pools.NAME]); unknown keys are left to the
+// undecoded-key check.
+func decodeKeys(md toml.MetaData, path []string, table map[string]toml.Primitive, t reflect.Type, add func(error)) {
+	for _, key := range slices.Sorted(maps.Keys(table)) {
+		var ft reflect.Type
+		if t.Kind() == reflect.Map {
+			ft = t.Elem()
+		} else {
+			for i := 0; i < t.NumField(); i++ {
+				if strings.Split(t.Field(i).Tag.Get("toml"), ",")[0] == key {
+					ft = t.Field(i).Type
+				}
+			}
+		}
+		if ft == nil {
+			continue
+		}
+		decodeValue(md, append(slices.Clip(path), key), table[key], ft, add)
+	}
+}
+
+// decodeValue decodes one value into a new value of type t, going into tables key by key.
+func decodeValue(md toml.MetaData, path []string, prim toml.Primitive, t reflect.Type, add func(error)) {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	table := t.Kind() == reflect.Struct && t != reflect.TypeOf(Duration{}) ||
+		t.Kind() == reflect.Map && (t.Elem().Kind() == reflect.Struct || t.Elem().Kind() == reflect.Pointer)
+	if table {
+		var sub map[string]toml.Primitive
+		if err := md.PrimitiveDecode(prim, &sub); err != nil {
+			add(err)
+			return
+		}
+		if len(sub) > 0 { // (a value that is not a table decodes as an empty one: decoded whole below)
+			decodeKeys(md, path, sub, t, add)
+			return
+		}
+	}
+	if err := md.PrimitiveDecode(prim, reflect.New(t).Interface()); err != nil {
+		add(err)
+	}
 }
 
 // merge copies into dst every field of src that the file's metadata says was defined, recording the

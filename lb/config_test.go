@@ -121,3 +121,52 @@ func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
 		t.Fatalf("got %v: want an error that does not show the credentials", err)
 	}
 }
+
+// A file with type errors in several pools lists each of them, in pool order, the same at every load
+// (the decoder alone stops at one, chosen by map order: found by FuzzLoadConfig).
+func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
+	var first string
+	for i := range 20 {
+		_, err := LoadConfig(dir)
+		if err == nil {
+			t.Fatal("loaded")
+		}
+		if i == 0 {
+			first = err.Error()
+			for _, want := range []string{`pools.a.max_conns`, `pools.b.max_conns`, `pools.c.servers`} {
+				if !strings.Contains(first, want) {
+					t.Errorf("%s is not named:\n%s", want, first)
+				}
+			}
+		} else if err.Error() != first {
+			t.Fatalf("load %d differs:\n%s\nfirst:\n%s", i, err, first)
+		}
+	}
+	// The fuzzer's input: pools that are not tables.
+	dir = writeConfig(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
+	_, e1 := LoadConfig(dir)
+	for range 20 {
+		if _, e := LoadConfig(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
+			t.Fatalf("loads differ: %v / %v", e, e1)
+		}
+	}
+}
+
+func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
+	dir := writeConfig(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
+	_, err := LoadConfig(dir)
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	for _, want := range []string{"frontend.max_conns", "frontend.retry_buffer", "frontend.max_header_size"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s is not named:\n%s", want, err)
+		}
+	}
+	for range 10 {
+		if _, e := LoadConfig(dir); e == nil || e.Error() != err.Error() {
+			t.Fatalf("loads differ:\n%v\n%v", e, err)
+		}
+	}
+}

@@ -41,6 +41,9 @@ type Options struct {
 	Progress io.Writer
 	// KeepTemp leaves the generated configurations and proxy logs in place (their directory is reported).
 	KeepTemp bool
+	// Costs adds, for http-small, the extra phases measuring the proxy's CPU time, the host's TCP
+	// segments and (with strace) the proxy's system calls per request (costs.go).
+	Costs bool
 }
 
 // Result is one run of one scenario against one peer in one round.
@@ -120,6 +123,8 @@ type runCtx struct {
 	pin   bool
 	dir   string
 	round int
+	// costs measures the costs per request (Options.Costs).
+	costs bool
 	// certs is the run's TLS certificate (made on first use; TLS scenarios).
 	certs *runCerts
 	// cleanup runs in reverse order when the run ends.
@@ -346,6 +351,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Started: time.Now(), Plan: o.Plan, Pinned: o.Pin && taskset() != "",
 		Host: hostInfo(), BenchFDLimit: int(soft), FDHardLimit: int(hard),
 	}
+	if o.Costs {
+		rep.Costs, rep.Strace = true, straceBin()
+	}
 	peers := map[string]*Peer{}
 	peerFor := func(name string) (*Peer, error) {
 		if p, ok := peers[name]; ok {
@@ -425,7 +433,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // runStep runs one step, turning a panic or an error into Result.Error, and always cleans up.
 func runStep(ctx context.Context, o Options, st step, dir string, certs *runCerts) (res *Result) {
 	t0 := time.Now()
-	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, dir: dir, round: st.round, certs: certs}
+	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, dir: dir, round: st.round, certs: certs, costs: o.Costs}
 	defer func() {
 		if r := recover(); r != nil {
 			res = &Result{Error: fmt.Sprintf("panic: %v", r)}

@@ -29,6 +29,10 @@ type Report struct {
 	Results      []*Result         `json:"results"`
 	Summary      []ScenarioSummary `json:"summary"`
 	Targets      []Target          `json:"targets"`
+	// Costs is true when the run measured the costs per request (-costs); Strace is the strace used
+	// for the system call counts ("" when not installed).
+	Costs  bool   `json:"costs,omitempty"`
+	Strace string `json:"strace,omitempty"`
 }
 
 // PeerInfo describes a peer of the run.
@@ -455,6 +459,8 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+
+	rep.writeCosts(w)
 
 	if len(rep.Targets) > 0 {
 		fmt.Fprintf(w, "## Targets (fairlead, same run)\n\n| target | goal | measured | met |\n|---|---|---|---|\n")

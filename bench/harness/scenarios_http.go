@@ -35,7 +35,9 @@ func httpSmallScenario() *scenario {
 		summary:  "GET with 64-byte answers over 64 keep-alive connections (wrk): req/s and p99",
 		metrics:  httpMetrics("req/s"),
 		variants: samePeers,
-		run:      func(rc *runCtx) (*Result, error) { return runHTTP(rc, httpLoad{size: 64, conns: rc.plan.HTTPConns}) },
+		run: func(rc *runCtx) (*Result, error) {
+			return runHTTP(rc, httpLoad{size: 64, conns: rc.plan.HTTPConns, costs: rc.costsWanted("http-small")})
+		},
 	}
 }
 
@@ -103,6 +105,8 @@ type httpLoad struct {
 	// tls sends the requests over HTTPS to the proxy's TLS listener, with the run's certificate
 	// (https-small).
 	tls bool
+	// costs adds the extra phases measuring the costs per request (-costs, costs.go).
+	costs bool
 }
 
 // runHTTP measures l: GETs of answers of l.size bytes, or POSTs of l.upload-byte bodies.
@@ -201,6 +205,22 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 			return nil, fmt.Errorf("no upload reached the platform servers")
 		}
 	}
+	if l.costs {
+		load := func(dur time.Duration) (float64, error) {
+			if wrk != "" {
+				w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, scheme+"://"+addr+path, conns, dur, upload)
+				if err != nil {
+					return 0, err
+				}
+				return w.requests, nil
+			}
+			st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, dur, raw)
+			return float64(st.Requests), nil
+		}
+		if err := measureCosts(rc, in, load, res.Metrics); err != nil {
+			rc.note("%v", err)
+		}
+	}
 	if l.roundRobin {
 		var first, total int64
 		for i, p := range c.Platforms {
@@ -225,6 +245,8 @@ type wrkResult struct {
 	reqPerSec float64
 	p99ms     float64
 	errors    int64
+	// requests is the total wrk completed ("N requests in …").
+	requests float64
 }
 
 // runWrk runs `wrk -t1 -cN -dS --latency` on url (http:// or https://) pinned to core (the generators'
@@ -253,6 +275,7 @@ func runWrk(ctx context.Context, wrk string, core int, dir, url string, conns in
 
 var (
 	reWrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	reWrkTotal  = regexp.MustCompile(`(\d+) requests in `)
 	reWrkP99    = regexp.MustCompile(`(?m)^\s+99%\s+([0-9.]+)(us|ms|s|m)\s*$`)
 	reWrkNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
 	reWrkSocket = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
@@ -266,6 +289,9 @@ func parseWrk(out string) (*wrkResult, error) {
 	}
 	r := &wrkResult{}
 	r.reqPerSec, _ = strconv.ParseFloat(m[1], 64)
+	if m := reWrkTotal.FindStringSubmatch(out); m != nil {
+		r.requests, _ = strconv.ParseFloat(m[1], 64)
+	}
 	if m := reWrkP99.FindStringSubmatch(out); m != nil {
 		v, _ := strconv.ParseFloat(m[1], 64)
 		switch m[2] {

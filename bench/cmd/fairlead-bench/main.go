@@ -41,6 +41,7 @@ func run() int {
 	pin := fs.Bool("pin", true, "pin proxies to core 0 and this process (generators, simulated servers) to core 1 with taskset")
 	tunnels := fs.Int("tunnels", 0, "ws-idle: number of idle tunnels N (default 8000, 300 with -quick)")
 	keep := fs.Bool("keep", false, "keep the generated configs and proxy logs (their directory is printed)")
+	costs := fs.Bool("costs", false, "http-small: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -75,7 +76,7 @@ func run() int {
 		plan.IdleTunnels = *tunnels
 	}
 	opts := harness.Options{
-		Plan: plan, FairleadBin: *fairlead, Pin: *pin, Progress: os.Stderr, KeepTemp: *keep,
+		Plan: plan, FairleadBin: *fairlead, Pin: *pin, Progress: os.Stderr, KeepTemp: *keep, Costs: *costs,
 		Scenarios: split(*scen), Peers: split(*peers),
 	}
 
