@@ -59,6 +59,19 @@ func (c *Config) mergeFile(file string) []string {
 	return problems
 }
 
+// readFile reads a file the config names at key (a secret, a certificate, a keys file) and folds its
+// contents into the config digest, as mergeFile does for the *.toml files: a reload after only that file
+// changed (a secret rotated in place) applies it.
+func (c *Config) readFile(key, file string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	c.digest += key + "=" + file + ":" + hex.EncodeToString(sum[:]) + ";"
+	return data, nil
+}
+
 // decodeProblems lists the type errors of a file that did not decode. The decoder stops at its first
 // error, and which one it meets first depends on map order; so the file is decoded again table by table
 // and key by key in name order, and every error is listed (then the decoder's own if it was not among

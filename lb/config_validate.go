@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -274,7 +273,7 @@ func (c *Config) validateAdmin() []string {
 		if file == "" {
 			return ""
 		}
-		b, err := os.ReadFile(file)
+		b, err := c.readFile(key, file) // in the config digest: a secret rotated in place applies
 		if err != nil {
 			p = append(p, c.at(key, "cannot read: %v", err))
 			return ""
@@ -287,9 +286,6 @@ func (c *Config) validateAdmin() []string {
 	}
 	c.adminToken = read("admin.token_file", a.TokenFile)
 	c.adminPassword = read("admin.password_file", a.PasswordFile)
-	// A secret rotated in place is a change: a reload of otherwise unchanged files applies it.
-	sum := sha256.Sum256([]byte(c.adminToken + "\x00" + c.adminPassword))
-	c.digest += "secrets:" + hex.EncodeToString(sum[:]) + ";"
 	if (a.User == "") != (a.PasswordFile == "") {
 		p = append(p, c.at("admin.user", "user and password_file go together"))
 	}
@@ -390,7 +386,7 @@ func (c *Config) loadPoolTLS(name string) []string {
 	}
 	digest := sha256.New()
 	read := func(key, file string) []byte {
-		data, err := os.ReadFile(file)
+		data, err := c.readFile(k+key, file) // in the config digest too
 		if err != nil {
 			add(key, "%v", err)
 			return nil
@@ -432,7 +428,6 @@ func (c *Config) loadPoolTLS(name string) []string {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	t.sum = hex.EncodeToString(digest.Sum(nil))
-	c.digest += k + t.sum + ";"
 	if len(p) == 0 {
 		t.client = cfg
 	}

@@ -29,13 +29,10 @@ package lb
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -85,7 +82,7 @@ func checkZooKeeper(c *Config, dc *DiscoveryConfig, add func(key, format string,
 		if strings.Contains(dc.DigestUser, ":") {
 			add("digest_user", "must not contain ':' (ZooKeeper's digest is user:password)")
 		}
-		data, err := os.ReadFile(dc.DigestPasswordFile)
+		data, err := c.readFile("discovery.digest_password_file", dc.DigestPasswordFile) // rotating it applies
 		if err != nil {
 			add("digest_password_file", "%v", err)
 			break
@@ -93,9 +90,6 @@ func checkZooKeeper(c *Config, dc *DiscoveryConfig, add func(key, format string,
 		if dc.digestPassword = strings.TrimSpace(string(data)); dc.digestPassword == "" {
 			add("digest_password_file", "%s is empty", dc.DigestPasswordFile)
 		}
-		// A password rotated in place is a change: a reload of otherwise unchanged files applies it.
-		sum := sha256.Sum256(data)
-		c.digest += "zookeeper digest " + dc.DigestPasswordFile + ":" + hex.EncodeToString(sum[:]) + ";"
 	}
 }
 

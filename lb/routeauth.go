@@ -14,8 +14,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -131,15 +129,12 @@ func (c *Config) loadRouteAuth(i int) []string {
 	} else if framingHeader(ac.Header) {
 		add("header", "%q cannot carry a key: it frames or routes the request", ac.Header)
 	}
-	// A keys file or an upstream value rotated in place is a change: a reload of otherwise unchanged
-	// config files applies it.
-	digest := sha256.New()
+	// The files count in the config digest (readFile): a reload after rotating one applies it.
 	if ac.KeysFile == "" {
 		add("keys_file", "required with [routes.auth]")
-	} else if data, err := os.ReadFile(ac.KeysFile); err != nil {
+	} else if data, err := c.readFile(k+"keys_file", ac.KeysFile); err != nil {
 		add("keys_file", "%v", err)
 	} else {
-		digest.Write(data)
 		if a.keys = parseKeys(data); len(a.keys) == 0 {
 			add("keys_file", "%s has no keys (one per line; blank lines and # comments are ignored)", ac.KeysFile)
 		}
@@ -155,13 +150,11 @@ func (c *Config) loadRouteAuth(i int) []string {
 		} else if reservedUpstreamHeader(ac.UpstreamHeader) {
 			add("upstream_header", "%q is set or removed by fairlead itself when it forwards a request", ac.UpstreamHeader)
 		}
-		data, err := os.ReadFile(ac.UpstreamValueFile)
+		data, err := c.readFile(k+"upstream_value_file", ac.UpstreamValueFile)
 		if err != nil {
 			add("upstream_value_file", "%v", err)
 			break
 		}
-		digest.Write([]byte{0})
-		digest.Write(data)
 		v := strings.TrimSpace(string(data))
 		switch {
 		case v == "":
@@ -172,7 +165,6 @@ func (c *Config) loadRouteAuth(i int) []string {
 		}
 		a.upstreamValue = v
 	}
-	c.digest += k + hex.EncodeToString(digest.Sum(nil)) + ";"
 	if len(p) == 0 {
 		c.routeAuth[i] = a
 	}

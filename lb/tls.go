@@ -9,15 +9,12 @@ package lb
 // without touching open connections. TLS 1.2 and 1.3 only, Go's default cipher suites, ALPN http/1.1.
 
 import (
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -53,15 +50,12 @@ func (c *Config) loadFrontTLS() []string {
 	if _, port, err := net.SplitHostPort(fe.TLSListen); err == nil {
 		ft.port = port
 	}
-	digest := sha256.New()
 	read := func(key, file string) []byte {
-		data, err := os.ReadFile(file)
+		data, err := c.readFile("frontend."+key, file) // in the config digest: a reload applies a new file
 		if err != nil {
 			add(key, "%v", err)
 			return nil
 		}
-		digest.Write([]byte(file))
-		digest.Write(data)
 		return data
 	}
 	pair := func(certKey, keyKey, certFile, keyFile string) {
@@ -148,7 +142,6 @@ func (c *Config) loadFrontTLS() []string {
 	if fe.RedirectHTTPS && fe.Listen == "" {
 		add("redirect_https", "needs listen (the plain listener whose requests it redirects)")
 	}
-	c.digest += "frontend.tls:" + hex.EncodeToString(digest.Sum(nil)) + ";"
 	fe.tls = ft
 	return p
 }

@@ -117,8 +117,6 @@ type counters struct {
 var (
 	// ErrRelayClosed is returned by Add after Close.
 	ErrRelayClosed = errors.New("tunnel: relay closed")
-	// ErrNotTCP is returned by Add when a conn is not a *net.TCPConn.
-	ErrNotTCP = errors.New("tunnel: both conns must be *net.TCPConn")
 	// ErrNilConn is Add's answer to a nil connection.
 	ErrNilConn = errors.New("tunnel: nil connection")
 )
