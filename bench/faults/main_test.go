@@ -2,7 +2,6 @@ package faults
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,11 +13,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
@@ -118,24 +117,6 @@ func startCluster(t *testing.T, opts sim.Options) *sim.Cluster {
 	return c
 }
 
-// syncBuffer collects a child's output for the test to read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // tail returns the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -169,7 +150,7 @@ type fairlead struct {
 	cmd         *exec.Cmd
 	dir         string // the config directory
 	addr, admin string
-	log         *syncBuffer
+	log         *harness.SyncBuffer
 	exited      chan struct{}
 	waitErr     error // valid once exited is closed
 }
@@ -271,7 +252,7 @@ func dieWithTest() *syscall.SysProcAttr {
 // runFairlead starts fairlead on an existing config directory without waiting.
 func runFairlead(t *testing.T, dir, addr, admin string) *fairlead {
 	t.Helper()
-	f := &fairlead{t: t, dir: dir, addr: addr, admin: admin, log: &syncBuffer{}, exited: make(chan struct{})}
+	f := &fairlead{t: t, dir: dir, addr: addr, admin: admin, log: &harness.SyncBuffer{}, exited: make(chan struct{})}
 	f.cmd = exec.Command(fairleadBin, "-config", dir)
 	f.cmd.Stdout, f.cmd.Stderr = f.log, f.log
 	f.cmd.SysProcAttr = dieWithTest()
@@ -438,7 +419,7 @@ func startSimProc(t *testing.T, name string, state sim.State) *simProc {
 	p.cmd = exec.Command(simBin, "-platforms", "1", "-connections", "0", "-platform-port", "0",
 		"-control", "127.0.0.1:0", "-platform-names", name, "-states", state.String(),
 		"-delivery-header", requestIDHeader, "-delivery-log", p.deliveryLog)
-	var stderr syncBuffer
+	var stderr harness.SyncBuffer
 	p.cmd.Stderr = &stderr
 	p.cmd.SysProcAttr = dieWithTest()
 	out, err := p.cmd.StdoutPipe()

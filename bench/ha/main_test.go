@@ -2,17 +2,17 @@ package ha
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/harness"
 )
 
 // The binaries under test, built once by TestMain: fairlead, fairlead-sim and the load client.
@@ -59,24 +59,6 @@ func missingPrerequisite() string {
 	return ""
 }
 
-// syncBuffer collects a child's output for the test to read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // tail returns the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {
@@ -91,8 +73,8 @@ type child struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	log    *syncBuffer // stderr, and stdout unless lines is used
-	lines  chan string // stdout lines, for children started with startLines
+	log    *harness.SyncBuffer // stderr, and stdout unless lines is used
+	lines  chan string         // stdout lines, for children started with startLines
 	stdin  io.WriteCloser
 	exited chan struct{}
 }
@@ -133,7 +115,7 @@ func startLines(t *testing.T, ns, name string, bin string, args ...string) *chil
 }
 
 func newChild(t *testing.T, ns, name, bin string, args ...string) *child {
-	c := &child{t: t, name: name, log: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{t: t, name: name, log: &harness.SyncBuffer{}, exited: make(chan struct{})}
 	c.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
 	c.cmd.Stderr = c.log
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

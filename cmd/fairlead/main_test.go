@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fasthttp/websocket"
 )
@@ -316,26 +316,13 @@ pool = "cxserver"
 `, strings.Join(cx, ", "))
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's stderr copier and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // proc is a fairlead process started on a config directory of its own, with its stderr kept.
 type proc struct {
 	t           *testing.T
 	cmd         *exec.Cmd
 	dir         string // the config directory
 	addr, admin string
-	stderr      syncBuffer
+	stderr      harness.SyncBuffer
 }
 
 // startProc runs fairlead on a config directory holding 10-base.toml (a leader pool over the cluster's
