@@ -638,7 +638,7 @@ func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	lb.refused(status)
-	ctx.Error(strconv.Itoa(status)+" "+fasthttp.StatusMessage(status)+": "+reason+"\n", status)
+	ctx.Error(refusalBody(status, reason), status)
 	lb.logUnrouted(ctx, lb.gen.Load())
 }
 
@@ -745,11 +745,16 @@ func (c *frontConn) Close() error {
 	return c.Conn.Close()
 }
 
+// refusalBody is the body of the front end's answer to a request it refuses: "413 Request Entity Too
+// Large: request body too large".
+func refusalBody(status int, reason string) string {
+	return strconv.Itoa(status) + " " + fasthttp.StatusMessage(status) + ": " + reason + "\n"
+}
+
 // errorAnswer is the raw answer to a request refused before fasthttp read it.
 func errorAnswer(e *frameError) []byte {
-	text := fasthttp.StatusMessage(e.status)
-	body := strconv.Itoa(e.status) + " " + text + ": " + e.reason + "\n"
-	return []byte("HTTP/1.1 " + strconv.Itoa(e.status) + " " + text + "\r\n" +
+	body := refusalBody(e.status, e.reason)
+	return []byte("HTTP/1.1 " + strconv.Itoa(e.status) + " " + fasthttp.StatusMessage(e.status) + "\r\n" +
 		"Connection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
 }

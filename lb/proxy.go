@@ -121,7 +121,7 @@ func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	}
 	lb.refused(status)
 	ctx.Response.Reset()
-	ctx.Error(strconv.Itoa(status)+" "+fasthttp.StatusMessage(status)+": "+reason+"\n", status)
+	ctx.Error(refusalBody(status, reason), status)
 	ctx.SetConnectionClose()
 }
 
