@@ -217,10 +217,16 @@ func TestTLSCertificateFileEditIsPickedUpWithoutASignal(t *testing.T) {
 	tp, _ := startTLSProc(t, c)
 	tunnel := tp.tunnel("survivor")
 	defer tunnel.Close()
-	// The watch starts once fairlead serves: give it a moment to follow the certificate files.
-	time.Sleep(300 * time.Millisecond)
-	second := tp.issue("v2." + tlsProcName)
-	tp.waitUntil("the certificate edit to be applied", func() bool { return tp.serves(second) })
+	// The watch starts once fairlead serves: an edit made before it follows the certificate files is
+	// not seen, so the edit is made again (well apart from the 300 ms debounce) until it applies.
+	var second *sim.Leaf
+	var wrote time.Time
+	tp.waitUntil("the certificate edit to be applied", func() bool {
+		if time.Since(wrote) > time.Second {
+			second, wrote = tp.issue("v2."+tlsProcName), time.Now()
+		}
+		return tp.serves(second)
+	})
 	tlsEcho(t, tunnel, "after the edit")
 	if got := tp.get("/"); got != 200 {
 		t.Errorf("HTTPS GET after the edit: %d", got)
