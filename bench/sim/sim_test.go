@@ -2,10 +2,12 @@ package sim
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -160,11 +162,30 @@ func TestStartOptions(t *testing.T) {
 		t.Fatal("platform3 should lead")
 	}
 
-	// Fixed addresses are honoured.
+	// Fixed addresses are honoured. The port freed by Close may be taken
+	// by another process's outgoing connection before it is bound again
+	// (the ephemeral range is shared), so a taken port means another try
+	// with a fresh one.
 	fixed := c.Platforms[1].Addr
 	c.Close()
 	c.Close() // idempotent
-	c2 := startCluster(t, Options{PlatformAddrs: []string{"", fixed}})
+	var c2 *Cluster
+	for try := 0; c2 == nil; try++ {
+		var err error
+		c2, err = Start(Options{PlatformAddrs: []string{"", fixed}, Logf: t.Logf})
+		if err != nil {
+			if try == 4 || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Fatalf("Start with fixed %s: %s", fixed, err)
+			}
+			ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			fixed = ln.Addr().String()
+			ln.Close()
+		}
+	}
+	t.Cleanup(c2.Close)
 	if len(c2.Platforms) != 2 || c2.Platforms[1].Addr != fixed {
 		t.Fatalf("platform2 addr %q, want %q", c2.Platforms[1].Addr, fixed)
 	}
