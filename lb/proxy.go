@@ -291,16 +291,7 @@ func (lb *LB) send(p *Pool, s *Server, req *fasthttp.Request, resp *fasthttp.Res
 	if cr != nil && n == 0 {
 		cr.to = s
 	}
-	hc := s.client.Load()
-	// The request's scheme is the client's (https over tls_listen); upstream it is the server's.
-	if u := req.URI(); hc.IsTLS != (string(u.Scheme()) == "https") {
-		if hc.IsTLS {
-			u.SetScheme("https")
-		} else {
-			u.SetScheme("http")
-		}
-	}
-	err := hc.Do(req, resp)
+	err := s.client.Load().Do(req, resp)
 	if cr != nil && cr.to != nil {
 		n += cr.counted
 		cr.to, cr.counted = nil, 0

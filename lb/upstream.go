@@ -1,0 +1,535 @@
+package lb
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The upstream HTTP/1.1 client: one upstream per server, a bounded pool of keep-alive connections and
+// the exchange of one request and its answer over one of them.
+//
+// It replaces fasthttp.HostClient on the proxy path for what the proxy needs and nothing else. fasthttp's
+// types still parse and write the messages (RequestHeader/ResponseHeader, Request.Write, Response.ReadBody);
+// what is fairlead's own is the connection pool and the streaming of large answers. HostClient wrapped
+// every streamed answer in a new object and three closures (4 allocations per request) and did work the
+// proxy does not need (URI scheme checks, default headers, per-host bookkeeping); here a request costs no
+// allocation, with or without a streamed answer:
+//
+//   - An answer whose Content-Length is at most bufferedBody is read whole into the response (one read
+//     system call for a small answer, already in the reader's buffer with its head) and its connection
+//     goes back to the pool before the client is written to: a slow client never holds a server
+//     connection for a small answer.
+//   - A larger answer, a chunked one or one that ends when the server closes is streamed: the response
+//     gets a pooled upBody as its body stream, which fasthttp's server copies to the client and then
+//     closes. Close puts the connection back only if the body was read to its end and both sides kept
+//     the connection alive; otherwise it is closed (an unread rest would poison the next request).
+//
+// The pool: at most maxConns connections (open or being dialled); a request finding none idle and the
+// cap reached waits up to queueTimeout, first come first served, for one to be released (it takes it
+// over) or closed (it dials in its place), then fails with fasthttp.ErrNoFreeConns (the forwarding loop
+// answers unavailable_status). Idle connections are reused most recent first and closed after
+// idleTimeout unused (a timer runs only while some are idle). A reused connection may turn out closed by
+// the server while idle: if no byte of the answer came, an idempotent request with its body in memory is
+// sent once more on a fresh connection (the forwarding loop decides everything else, across servers).
+// Reads and writes time out after response_timeout without progress (idleConn, transport.go).
+
+// bufferedBody is the largest answer read whole instead of streamed: the size of the read buffer.
+const bufferedBody = upstreamBufferSize
+
+// upstreamBufferSize is the size of the pooled readers and writers of upstream connections: large enough
+// that a 16 KiB answer or a 32 KiB slice of an upload is one system call.
+const upstreamBufferSize = 32 << 10
+
+// maxInterim bounds the 1xx interim answers (100 Continue, 103 Early Hints) skipped before the final one.
+const maxInterim = 10
+
+// errUpstreamClosed is the error of an exchange whose connection closed before the first byte of the
+// answer.
+var errUpstreamClosed = errors.New("the server closed the connection before answering")
+
+var (
+	upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
+	upWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
+	upBodies  = sync.Pool{New: func() any { return new(upBody) }}
+)
+
+// upstream is the client of one server.
+type upstream struct {
+	addr         string
+	isTLS        bool
+	dialFn       func() (net.Conn, error)
+	maxConns     int
+	queueTimeout time.Duration
+	idleTimeout  time.Duration
+
+	mu       sync.Mutex
+	idle     []*upConn   // most recently used last
+	open     int         // connections open or being dialled, against maxConns
+	waiters  []*upWaiter // first come first served
+	retired  bool        // replaced or removed: connections are closed once released
+	cleaner  *time.Timer // closes connections idle for idleTimeout
+	cleaning bool        // cleaner is armed
+}
+
+// upConn is one connection to the server.
+type upConn struct {
+	net.Conn
+	lastUse time.Time // when it was last put back idle
+	reused  bool      // it carried an exchange before: the server may have closed it meanwhile
+}
+
+// upWaiter is a request waiting for a connection: it receives one, or nil for a free slot to dial.
+type upWaiter struct{ ch chan *upConn }
+
+// Do sends req and reads the answer's head into resp; the body is in resp, or streams from the
+// connection until the response is written to the client (see above).
+func (u *upstream) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	for attempt := 0; ; attempt++ {
+		c, err := u.acquire(attempt > 0)
+		if err != nil {
+			return err
+		}
+		err = u.exchange(c, req, resp)
+		if err == nil {
+			return nil
+		}
+		// A reused connection the server had closed: nothing of the request was taken. Once more on a
+		// fresh connection when that cannot duplicate a side effect and the body can be sent again.
+		if err != errUpstreamClosed || !c.reused || attempt > 0 || !idempotent(&req.Header) || req.IsBodyStream() {
+			return err
+		}
+	}
+}
+
+// exchange writes req on c and reads the answer into resp. It gives c back (release or discard) unless
+// the answer's body streams from it; then the body's Close does.
+func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Response) error {
+	resp.Reset()
+	req.URI().DisablePathNormalizing = true // the path goes as the client sent it
+
+	bw := upWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	upWriters.Put(bw)
+	if err != nil {
+		u.discard(c)
+		if c.reused && isClosedConn(err) {
+			return errUpstreamClosed
+		}
+		return err
+	}
+
+	br := upReaders.Get().(*bufio.Reader)
+	br.Reset(c)
+	if req.Header.IsHead() {
+		resp.SkipBody = true
+	}
+	err = resp.Header.Read(br)
+	for n := 0; err == nil && resp.StatusCode() < 200 && resp.StatusCode() != fasthttp.StatusSwitchingProtocols; n++ {
+		if n == maxInterim {
+			err = fmt.Errorf("more than %d interim (1xx) answers", maxInterim)
+			break
+		}
+		err = resp.Header.Read(br)
+	}
+	if err != nil {
+		putReader(br)
+		u.discard(c)
+		if err == io.EOF { // fasthttp: the connection ended before the first byte of the answer
+			return errUpstreamClosed
+		}
+		return err
+	}
+
+	status := resp.StatusCode()
+	keep := !req.ConnectionClose() && !resp.ConnectionClose() && status != fasthttp.StatusSwitchingProtocols
+	if resp.SkipBody || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+		putReader(br)
+		u.done(c, keep)
+		return nil
+	}
+	size := resp.Header.ContentLength()
+	if size >= 0 && size <= bufferedBody {
+		err = resp.ReadBody(br, 0)
+		putReader(br)
+		if err != nil {
+			u.discard(c)
+			return err
+		}
+		u.done(c, keep)
+		return nil
+	}
+	b := upBodies.Get().(*upBody)
+	*b = upBody{u: u, c: c, br: br, keep: keep, left: int64(size), chunked: size == -1, toClose: size == -2}
+	resp.SetBodyStream(b, size)
+	return nil
+}
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	upReaders.Put(br)
+}
+
+// isClosedConn reports whether a write failed because the server had closed the connection.
+func isClosedConn(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// done gives back a connection whose exchange is complete: to the pool when both sides keep it alive.
+func (u *upstream) done(c *upConn, keep bool) {
+	if keep {
+		u.release(c)
+	} else {
+		u.discard(c)
+	}
+}
+
+// acquire returns an idle connection (unless fresh), dials one within maxConns, or waits up to
+// queueTimeout for one.
+func (u *upstream) acquire(fresh bool) (*upConn, error) {
+	u.mu.Lock()
+	var stale []*upConn
+	if fresh {
+		// The connection just tried was closed by the server while idle: the older idle ones may be
+		// too. Make room to dial.
+		if len(u.idle) > 0 && u.open >= u.maxConns {
+			stale, u.idle = append(stale, u.idle[0]), slices.Delete(u.idle, 0, 1)
+			u.open--
+		}
+	} else {
+		for len(u.idle) > 0 {
+			c := u.idle[len(u.idle)-1]
+			u.idle[len(u.idle)-1] = nil
+			u.idle = u.idle[:len(u.idle)-1]
+			if time.Since(c.lastUse) < u.idleTimeout {
+				u.mu.Unlock()
+				closeAll(stale)
+				return c, nil
+			}
+			stale = append(stale, c) // the cleaner has not run yet
+			u.open--
+		}
+	}
+	if u.open < u.maxConns {
+		u.open++
+		u.mu.Unlock()
+		closeAll(stale)
+		return u.dial()
+	}
+	if u.queueTimeout <= 0 {
+		u.mu.Unlock()
+		return nil, fasthttp.ErrNoFreeConns
+	}
+	w := &upWaiter{ch: make(chan *upConn, 1)}
+	u.waiters = append(u.waiters, w)
+	u.mu.Unlock()
+	closeAll(stale)
+
+	t := time.NewTimer(u.queueTimeout)
+	defer t.Stop()
+	var c *upConn
+	select {
+	case c = <-w.ch:
+	case <-t.C:
+		u.mu.Lock()
+		i := slices.Index(u.waiters, w)
+		if i >= 0 {
+			u.waiters = slices.Delete(u.waiters, i, i+1)
+		}
+		u.mu.Unlock()
+		if i >= 0 {
+			return nil, fasthttp.ErrNoFreeConns
+		}
+		c = <-w.ch // handed over just as the wait ended
+	}
+	if c == nil {
+		return u.dial() // a slot freed by a closed connection
+	}
+	return c, nil
+}
+
+func closeAll(cs []*upConn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// dial opens a connection in a slot already counted in open.
+func (u *upstream) dial() (*upConn, error) {
+	nc, err := u.dialFn()
+	if err != nil {
+		u.mu.Lock()
+		u.freeSlotLocked()
+		u.mu.Unlock()
+		return nil, err
+	}
+	return &upConn{Conn: nc}, nil
+}
+
+// freeSlotLocked gives up one slot of open: to the first waiter, who dials in it, or for good.
+func (u *upstream) freeSlotLocked() {
+	if w := u.popWaiterLocked(); w != nil {
+		w.ch <- nil
+		return
+	}
+	u.open--
+}
+
+func (u *upstream) popWaiterLocked() *upWaiter {
+	if len(u.waiters) == 0 {
+		return nil
+	}
+	w := u.waiters[0]
+	u.waiters = slices.Delete(u.waiters, 0, 1)
+	return w
+}
+
+// release puts a connection whose exchange is complete back: to the first waiter, or idle.
+func (u *upstream) release(c *upConn) {
+	c.reused = true
+	u.mu.Lock()
+	if w := u.popWaiterLocked(); w != nil {
+		u.mu.Unlock()
+		w.ch <- c
+		return
+	}
+	if u.retired {
+		u.open--
+		u.mu.Unlock()
+		c.Close()
+		return
+	}
+	c.lastUse = time.Now()
+	u.idle = append(u.idle, c)
+	if !u.cleaning {
+		u.cleaning = true
+		if u.cleaner == nil {
+			u.cleaner = time.AfterFunc(u.idleTimeout, u.clean)
+		} else {
+			u.cleaner.Reset(u.idleTimeout)
+		}
+	}
+	u.mu.Unlock()
+}
+
+// discard closes a connection that cannot carry another exchange.
+func (u *upstream) discard(c *upConn) {
+	c.Close()
+	u.mu.Lock()
+	u.freeSlotLocked()
+	u.mu.Unlock()
+}
+
+// clean closes the connections idle for idleTimeout and runs again when the oldest left would be.
+func (u *upstream) clean() {
+	now := time.Now()
+	u.mu.Lock()
+	var stale []*upConn
+	i := 0
+	for i < len(u.idle) && now.Sub(u.idle[i].lastUse) >= u.idleTimeout {
+		i++
+	}
+	if i > 0 {
+		stale = append(stale, u.idle[:i]...)
+		u.idle = slices.Delete(u.idle, 0, i)
+		u.open -= i
+	}
+	if len(u.idle) > 0 {
+		u.cleaner.Reset(u.idleTimeout - now.Sub(u.idle[0].lastUse))
+	} else {
+		u.cleaning = false
+	}
+	u.mu.Unlock()
+	closeAll(stale)
+}
+
+// retire closes the idle connections of a client that was replaced or whose server was removed; the
+// connections of exchanges still running are closed when they end.
+func (u *upstream) retire() {
+	u.mu.Lock()
+	u.retired = true
+	stale := u.idle
+	u.open -= len(stale)
+	u.idle = nil
+	u.mu.Unlock()
+	closeAll(stale)
+}
+
+// ConnsCount is the number of connections open (or being dialled) to the server.
+func (u *upstream) ConnsCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.open
+}
+
+// upBody is a streamed answer body: Content-Length bytes, chunked, or up to the end of the connection.
+type upBody struct {
+	u       *upstream
+	c       *upConn
+	br      *bufio.Reader
+	keep    bool  // the connection may carry another exchange once the body is read
+	left    int64 // bytes left: of the body (Content-Length) or of the current chunk
+	chunked bool
+	toClose bool // the body ends when the server closes the connection
+	inChunk bool // chunked: inside a chunk's data (left counts it); its CRLF follows
+	done    bool // read to its end
+	err     error
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.done {
+		return 0, io.EOF
+	}
+	var n int
+	var err error
+	switch {
+	case b.toClose:
+		n, err = b.br.Read(p)
+		if err == io.EOF {
+			b.done, b.keep = true, false
+		}
+	case b.chunked:
+		n, err = b.readChunked(p)
+	default:
+		if b.left == 0 {
+			b.done = true
+			return 0, io.EOF
+		}
+		if int64(len(p)) > b.left {
+			p = p[:b.left]
+		}
+		n, err = b.br.Read(p)
+		b.left -= int64(n)
+		if err == io.EOF && b.left > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil && b.left == 0 {
+			b.done = true
+			err = io.EOF
+		}
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// readChunked returns data of the current chunk, first reading the chunk-size line (and the CRLF that
+// ends the chunk before it) when none is left; at the last chunk it reads the trailer section.
+func (b *upBody) readChunked(p []byte) (int, error) {
+	for !b.inChunk {
+		size, err := b.chunkSize()
+		if err != nil {
+			return 0, err
+		}
+		if size == 0 {
+			if err := b.skipTrailers(); err != nil {
+				return 0, err
+			}
+			b.done = true
+			return 0, io.EOF
+		}
+		b.left, b.inChunk = size, true
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.br.Read(p)
+	b.left -= int64(n)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if b.left == 0 {
+		b.inChunk = false
+		if line, lerr := b.br.ReadSlice('\n'); lerr != nil {
+			err = unexpected(lerr)
+		} else if string(line) != "\r\n" {
+			err = errors.New("malformed chunked answer: no CRLF after a chunk")
+		}
+	}
+	return n, err
+}
+
+// chunkSize reads a chunk-size line: hex digits, optional extensions after ';', CRLF.
+func (b *upBody) chunkSize() (int64, error) {
+	line, err := b.br.ReadSlice('\n')
+	if err != nil {
+		return 0, unexpected(err)
+	}
+	var size int64
+	digits := 0
+	for _, c := range line {
+		var d byte
+		switch {
+		case c >= '0' && c <= '9':
+			d = c - '0'
+		case c >= 'a' && c <= 'f':
+			d = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			if digits == 0 || (c != ';' && c != '\r' && c != '\n' && c != ' ' && c != '\t') {
+				return 0, errors.New("malformed chunked answer: bad chunk size")
+			}
+			return size, nil
+		}
+		if digits++; digits > 15 {
+			return 0, errors.New("malformed chunked answer: chunk size too large")
+		}
+		size = size<<4 | int64(d)
+	}
+	return 0, errors.New("malformed chunked answer: bad chunk size")
+}
+
+// skipTrailers reads the trailer fields after the last chunk, up to the empty line; they are dropped.
+func (b *upBody) skipTrailers() error {
+	for range 100 {
+		line, err := b.br.ReadSlice('\n')
+		if err != nil {
+			return unexpected(err)
+		}
+		if string(line) == "\r\n" || string(line) == "\n" {
+			return nil
+		}
+	}
+	return errors.New("malformed chunked answer: too many trailer fields")
+}
+
+func unexpected(err error) error {
+	switch err {
+	case io.EOF:
+		return io.ErrUnexpectedEOF
+	case bufio.ErrBufferFull:
+		return errors.New("malformed chunked answer: line too long")
+	}
+	return err
+}
+
+// Close gives the connection back: to the pool if the body was read to its end and the connection is
+// kept alive, else it is closed. fasthttp calls it once the body is written to the client (or dropped).
+func (b *upBody) Close() error {
+	if b.u == nil {
+		return nil
+	}
+	putReader(b.br)
+	b.u.done(b.c, b.done && b.keep)
+	*b = upBody{}
+	upBodies.Put(b)
+	return nil
+}

@@ -1,0 +1,248 @@
+package lb
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// The whole path, fasthttp's server and fairlead's upstream client included: a client on a real socket
+// sends requests (or WebSocket messages) through fairlead to a server on a real socket, and every
+// allocation of the test process is counted. The client and the server here use fixed buffers and
+// allocate nothing per request, so whatever is counted is fairlead's (or the libraries' it runs). make
+// test runs these without -race (the race detector allocates on its own).
+
+// rawServer is an upstream that answers every request head with a fixed answer, and an upgrade request
+// with a fixed 101 followed by an echo of every byte: no allocation per request or message.
+type rawServer struct {
+	ln     net.Listener
+	answer []byte
+}
+
+func startRawServer(t testing.TB, body int) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawServer{ln: ln, answer: []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s",
+		body, bytes.Repeat([]byte("x"), body)))}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(c)
+		}
+	}()
+	return s
+}
+
+var rawSwitch = []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+	"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+
+func (s *rawServer) serve(c net.Conn) {
+	defer c.Close()
+	buf := make([]byte, 16<<10)
+	n := 0
+	for {
+		m, err := c.Read(buf[n:])
+		if err != nil {
+			return
+		}
+		n += m
+		for {
+			end := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+			if end < 0 {
+				break
+			}
+			head := buf[:end]
+			if bytes.Contains(head, []byte("\nUpgrade: websocket")) {
+				if _, err := c.Write(rawSwitch); err != nil {
+					return
+				}
+				if rest := buf[end+4 : n]; len(rest) > 0 {
+					c.Write(rest) //nolint:errcheck
+				}
+				io.CopyBuffer(c, onlyReader{c}, buf) //nolint:errcheck // echo until closed
+				return
+			}
+			if _, err := c.Write(s.answer); err != nil {
+				return
+			}
+			n = copy(buf, buf[end+4:n])
+		}
+	}
+}
+
+// onlyReader hides a conn's WriterTo/ReaderFrom so that io.CopyBuffer uses the given buffer.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(b []byte) (int, error) { return o.r.Read(b) }
+
+// rawClient reads whole answers with fixed buffers.
+type rawClient struct {
+	c   net.Conn
+	buf []byte
+}
+
+// roundTrip writes req and reads one answer (head and Content-Length body), returning its status line.
+func (rc *rawClient) roundTrip(tb testing.TB, req []byte) []byte {
+	if _, err := rc.c.Write(req); err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for {
+		m, err := rc.c.Read(rc.buf[n:])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += m
+		end := bytes.Index(rc.buf[:n], []byte("\r\n\r\n"))
+		if end < 0 {
+			continue
+		}
+		size := 0
+		if i := bytes.Index(rc.buf[:end], []byte("\r\nContent-Length: ")); i >= 0 {
+			for _, c := range rc.buf[i+len("\r\nContent-Length: ") : end] {
+				if c < '0' || c > '9' {
+					break
+				}
+				size = size*10 + int(c-'0')
+			}
+		}
+		if n >= end+4+size {
+			if n > end+4+size {
+				tb.Fatalf("%d bytes after the answer", n-end-4-size)
+			}
+			return rc.buf[:bytes.IndexByte(rc.buf, '\r')]
+		}
+	}
+}
+
+// wholePathConfig puts a leader pool over server, checked rarely (no probe during a measurement), with a
+// WebSocket route to it too.
+func wholePathConfig(server string) map[string]string {
+	return map[string]string{"10-base.toml": fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[pools.platform]
+balance = "leader"
+servers = [%q]
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+interval = "1h"
+interval_max = "1h"
+[[routes]]
+pool = "platform"
+websocket = true
+paths = ["/Thingworx/WS"]
+[[routes]]
+pool = "platform"
+`, server)}
+}
+
+func startWholePath(tb testing.TB, body int) *rawClient {
+	s := startRawServer(tb, body)
+	l, _ := startLB(tb, wholePathConfig(s.ln.Addr().String()))
+	waitLeader(tb, l)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return &rawClient{c: c, buf: make([]byte, 64<<10)}
+}
+
+// waitLeader waits until fairlead forwards (its first check found the leader).
+func waitLeader(tb testing.TB, l *LB) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body) //nolint:errcheck
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("fairlead does not forward after 10s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the first check's result has no event a test can wait on here
+	}
+}
+
+var wholePathGET = []byte("GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
+	"User-Agent: bench\r\nAccept: */*\r\n\r\n")
+
+// TestWholePathDoesNotAllocatePerRequest: 0 allocations per proxied request, for a small answer (read
+// whole) and a large one (streamed from the server's connection to the client).
+func TestWholePathDoesNotAllocatePerRequest(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without -race")
+	}
+	for _, size := range []int{64, 16 << 10, 48 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			rc := startWholePath(t, size)
+			do := func() {
+				if status := rc.roundTrip(t, wholePathGET); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
+					t.Fatalf("status line %q", status)
+				}
+			}
+			for range 200 { // warm the pools
+				do()
+			}
+			// A stray runtime allocation (a timer, a goroutine stack growing) is allowed over 2000
+			// requests; one per request is not.
+			if n := testing.AllocsPerRun(2000, do); n > 0.02 {
+				t.Errorf("%.3f allocations per proxied request (%d-byte answers), want 0", n, size)
+			}
+		})
+	}
+}
+
+// TestWholePathDoesNotAllocatePerMessage: a WebSocket tunnel through fairlead's front end, 64-byte
+// messages echoed by the server: 0 allocations per round trip.
+func TestWholePathDoesNotAllocatePerMessage(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without -race")
+	}
+	rc := startWholePath(t, 64)
+	upgrade := []byte("GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	if status := rc.roundTrip(t, upgrade); !bytes.HasPrefix(status, []byte("HTTP/1.1 101")) {
+		t.Fatalf("upgrade answered %q", status)
+	}
+	var msg, got [64]byte
+	do := func() {
+		if _, err := rc.c.Write(msg[:]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(rc.c, got[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 200 {
+		do()
+	}
+	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
+		t.Errorf("%.3f allocations per tunnelled round trip, want 0", n)
+	}
+}
+
+// BenchmarkWholePathGET is one proxied request over real sockets, client and server in this process.
+func BenchmarkWholePathGET(b *testing.B) {
+	rc := startWholePath(b, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		rc.roundTrip(b, wholePathGET)
+	}
+}
