@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build run test vet fmt bench bench-quick clean fuzz soak faults
+.PHONY: all build run test vet fmt bench bench-quick bench-2core clean fuzz soak faults
 
 all: build
 
@@ -24,6 +24,12 @@ bench: build
 bench-quick: build
 	bash bench/install-peers.sh
 	$(GO) run ./bench/cmd/fairlead-bench -quick
+
+# How the proxies scale with cores: 2 workers each (fairlead and Caddy GOMAXPROCS=2, HAProxy nbthread 2,
+# nginx worker_processes 2), nothing pinned, on the throughput scenarios.
+bench-2core: build
+	bash bench/install-peers.sh
+	$(GO) run ./bench/cmd/fairlead-bench -threads 2 -scenarios http-small,http-16k,ws-echo
 
 # All tests under the race detector, plus the allocation guards of the hot paths, which run without it
 # (the race detector allocates on its own).

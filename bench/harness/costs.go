@@ -20,9 +20,11 @@ import (
 // measurement of each peer, two extra load phases of costsPhase each, with the same load (wrk, or the Go
 // generator where wrk is not used):
 //
-//  1. CPU and TCP segments: the proxy's user+system CPU time (/proc/PID/stat, the whole process tree)
-//     and the host's TCP segments (/proc/net/snmp Tcp: OutSegs, InSegs: every process on the host,
-//     load generator and simulated servers included), each divided by the requests completed;
+//  1. CPU, context switches and TCP segments: the proxy's user+system CPU time (/proc/PID/stat, the
+//     whole process tree), its threads' voluntary and nonvoluntary context switches
+//     (/proc/PID/task/TID/status, every thread of the tree) and the host's TCP segments (/proc/net/snmp
+//     Tcp: OutSegs, InSegs: every process on the host, load generator and simulated servers included),
+//     each divided by the requests completed;
 //  2. system calls: `strace -c -f -p PID…` attached to the proxy's processes for the phase (stopped with
 //     SIGINT), calls per system call divided by the requests completed. strace slows the proxy down a
 //     lot, which is why this is a phase of its own; only the counts are used, never the times.
@@ -40,6 +42,9 @@ const costsScenario = "http-small"
 const (
 	costCPU       = "cost_cpu_us_per_req"
 	costReqS      = "cost_req_s"        // req/s of the CPU phase
+	costCtxSw     = "cost_ctx_switches" // voluntary + nonvoluntary, every thread of the proxy
+	costCtxVol    = "cost_ctx_switches_voluntary"
+	costCtxInvol  = "cost_ctx_switches_nonvoluntary"
 	costOutSegs   = "cost_tcp_out_segs" // host-wide
 	costInSegs    = "cost_tcp_in_segs"  // host-wide
 	costStraceRS  = "cost_strace_req_s" // req/s under strace
@@ -62,17 +67,19 @@ type costLoad func(dur time.Duration) (float64, error)
 
 // measureCosts runs the two phases against in and adds the cost_* metrics to m.
 func measureCosts(rc *runCtx, in *Instance, load costLoad, m map[string]float64) error {
-	// Phase 1: CPU and TCP segments.
+	// Phase 1: CPU, context switches and TCP segments.
 	out0, in0, err := tcpSegs()
 	if err != nil {
 		return err
 	}
+	sw0 := ctxSwitches(in.Pid())
 	cpu0, t0 := cpuTicks(in.Pid()), time.Now()
 	n, err := load(costsPhase)
 	if err != nil {
 		return fmt.Errorf("costs, CPU phase: %w", err)
 	}
 	cpu1, el := cpuTicks(in.Pid()), time.Since(t0)
+	sw1 := ctxSwitches(in.Pid())
 	out1, in1, err := tcpSegs()
 	if err != nil {
 		return err
@@ -82,6 +89,10 @@ func measureCosts(rc *runCtx, in *Instance, load costLoad, m map[string]float64)
 	}
 	m[costReqS] = n / el.Seconds()
 	m[costCPU] = float64(cpu1-cpu0) * 1e6 / clockTicks / n
+	vol, invol := sw1.voluntary-sw0.voluntary, sw1.nonvoluntary-sw0.nonvoluntary
+	m[costCtxSw] = float64(vol+invol) / n
+	m[costCtxVol] = float64(vol) / n
+	m[costCtxInvol] = float64(invol) / n
 	m[costOutSegs] = float64(out1-out0) / n
 	m[costInSegs] = float64(in1-in0) / n
 
@@ -117,6 +128,67 @@ func measureCosts(rc *runCtx, in *Instance, load costLoad, m map[string]float64)
 // cpuTicks is the user+system time, in clock ticks, of the process tree rooted at pid.
 func cpuTicks(pid int) int64 {
 	return int64(CPUTime(pid) * clockTicks / time.Second)
+}
+
+// ctxSwitchCount is a count of context switches.
+type ctxSwitchCount struct {
+	voluntary, nonvoluntary int64
+}
+
+// ctxSwitches sums the context switches of every thread of every process in the tree rooted at pid
+// (/proc/PID/task/TID/status: /proc/PID/status alone counts only the main thread). A thread that exits
+// between two readings takes its switches with it; the proxies' threads live as long as they do.
+func ctxSwitches(pid int) ctxSwitchCount {
+	var sum ctxSwitchCount
+	for _, p := range Tree(pid) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", p, t.Name()))
+			if err != nil {
+				continue
+			}
+			if c, ok := parseCtxSwitches(string(b)); ok {
+				sum.voluntary += c.voluntary
+				sum.nonvoluntary += c.nonvoluntary
+			}
+		}
+	}
+	return sum
+}
+
+// parseCtxSwitches reads the two context switch counters of a /proc/PID/task/TID/status:
+//
+//	voluntary_ctxt_switches:	150
+//	nonvoluntary_ctxt_switches:	545
+//
+// ok is false unless both are there.
+func parseCtxSwitches(status string) (c ctxSwitchCount, ok bool) {
+	got := 0
+	for _, l := range strings.Split(status, "\n") {
+		name, val, found := strings.Cut(l, ":")
+		if !found {
+			continue
+		}
+		var dst *int64
+		switch name {
+		case "voluntary_ctxt_switches":
+			dst = &c.voluntary
+		case "nonvoluntary_ctxt_switches":
+			dst = &c.nonvoluntary
+		default:
+			continue
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return ctxSwitchCount{}, false
+		}
+		*dst = v
+		got++
+	}
+	return c, got == 2
 }
 
 // tcpSegs reads the host's TCP segment counters (Tcp: OutSegs, InSegs) from /proc/net/snmp.
@@ -270,6 +342,9 @@ type costRow struct {
 var costRows = []costRow{
 	{costCPU, "proxy CPU µs / request", "%.1f", "user+system CPU time of the proxy's processes (/proc/PID/stat) during the CPU phase, divided by the requests completed in it"},
 	{costReqS, "req/s (CPU phase)", "", "throughput of the CPU phase (same load as the measurement, no tracing)"},
+	{costCtxSw, "context switches / request", "%.3f", "voluntary + nonvoluntary context switches of every thread of the proxy's processes (/proc/PID/task/*/status) during the CPU phase, divided by its requests: a proxy that hands a request from one thread to another, waking it, switches more often than one that serves it on the thread that read it"},
+	{costCtxVol, "voluntary switches / request", "%.3f", "of these, the switches where a thread gave up its core to wait (for events, a lock, a futex): each sleep of a thread that is woken again"},
+	{costCtxInvol, "nonvoluntary switches / request", "%.3f", "of these, the switches where the kernel preempted a runnable thread (its time slice was up and another task wanted the core)"},
 	{costOutSegs, "TCP segments out / request (host)", "%.2f", "/proc/net/snmp Tcp OutSegs delta during the CPU phase, divided by its requests: the whole host (wrk, simulated servers and proxy, both legs of every loopback connection)"},
 	{costInSegs, "TCP segments in / request (host)", "%.2f", "the same for InSegs (on loopback every segment sent is received: ≈ OutSegs)"},
 	{costStraceRS, "req/s under strace", "", "throughput of the strace phase (strace slows the proxy down; only its counts are used)"},
@@ -294,7 +369,7 @@ func (rep *Report) writeCosts(w io.Writer) {
 		fmt.Fprintf(w, "No costs measured (%s not run, or failed).\n\n", costsScenario)
 		return
 	}
-	fmt.Fprintf(w, "After each peer's measurement, two extra phases of %s with the same load: CPU and TCP segments, then "+
+	fmt.Fprintf(w, "After each peer's measurement, two extra phases of %s with the same load: CPU, context switches and TCP segments, then "+
 		"system calls under `strace -c -f`. Median over rounds.", costsPhase)
 	if rep.Strace == "" {
 		fmt.Fprint(w, " **strace not installed**: no system call counts.")

@@ -9,17 +9,17 @@ import (
 	"time"
 )
 
-// fan-in: 5,000 client connections, opened first and then each sending a few requests at the same
-// moment, to the platform route. Counted: the most upstream connections the proxy had open to the
-// platform servers at once — fairlead's from its /status (servers[].conns), every proxy's (fairlead's too,
-// as a cross-check) by counting ESTABLISHED sockets to the platform ports with `ss -tn` — next to the
-// per-server cap (fairlead max_conns, HAProxy server maxconn, Caddy max_conns_per_host; nginx OSS has
-// no queueing cap).
+// fan-in: 20,000 client connections (Plan.FanInClients, lowered to what the open-file limits allow),
+// opened first and then each sending a few requests at the same moment, to the platform route. Counted:
+// the most upstream connections the proxy had open to the platform servers at once — fairlead's from its
+// /status (servers[].conns), every proxy's (fairlead's too, as a cross-check) by counting ESTABLISHED
+// sockets to the platform ports with `ss -tn` — next to the per-server cap (fairlead max_conns, HAProxy
+// server maxconn, Caddy max_conns_per_host; nginx OSS has no queueing cap).
 
 func fanInScenario() *scenario {
 	return &scenario{
 		name:    "fan-in",
-		summary: "5,000 client connections (quick: 1,000) each sending a few requests at once: most upstream connections open (fairlead /status conns; peers: ESTABLISHED sockets to the platform ports, ss -tn) against the per-server cap (64)",
+		summary: "20,000 client connections (quick: 1,000; fewer where the open-file limits do not allow them) each sending a few requests at once: most upstream connections open (fairlead /status conns; peers: ESTABLISHED sockets to the platform ports, ss -tn) against the per-server cap (64)",
 		metrics: []metric{
 			{key: "upstream_max", label: "upstream conns (max)", better: "lower", chart: true},
 			{key: "cap", label: "cap per server (0 = none)"},
@@ -43,13 +43,20 @@ func runFanIn(rc *runCtx) (*Result, error) {
 	if rc.peer.Base == "nginx" {
 		capPer = 0
 	}
+	clients := rc.fitFDLimits("client connections", p.FanInClients, fanInFDCost(capPer, len(c.Platforms)))
+	if clients < p.FanInClients && capPer == 0 {
+		rc.note("no upstream cap: up to one upstream connection per client connection, whose descriptors count too")
+	}
 	// Only the leader may get traffic here (HAProxy's cap is per server), so wait until it does.
 	in, err := rc.startPeer(c, leaderOnly, func(s *Setup) {
-		s.MaxClients = p.FanInClients + 100
+		s.MaxClients = clients + 100
 		s.UpstreamCap = capPer
 	})
 	if err != nil {
 		return nil, err
+	}
+	if in.Peer.Base == "haproxy" && in.Setup.HAProxyNoStrictLimits() {
+		rc.note("HAProxy maxconn %d with `no strict-limits`: HAProxy counts two descriptors per connection, more than the open-file limit (%d) holds, but with the upstream capped one per client connection is enough", in.Setup.HAProxyMaxConn(), in.Setup.FDLimit)
 	}
 	var ports []int
 	for _, pl := range c.Platforms {
@@ -57,7 +64,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 	}
 
 	// Open every client connection first.
-	conns := make([]*httpConn, p.FanInClients)
+	conns := make([]*httpConn, clients)
 	var dialErrs atomic.Int64
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -124,6 +131,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 
 	raw := rawRequest("GET", in.Addr(), "/Thingworx/Things/FanInThing/Properties", nil)
 	var failed, sent atomic.Int64
+	var firstFail atomic.Value
 	start := make(chan struct{})
 	t0 := time.Now()
 	for _, hc := range conns {
@@ -139,6 +147,11 @@ func runFanIn(rc *runCtx) (*Result, error) {
 				sent.Add(1)
 				if r.err != nil || r.status != 200 {
 					failed.Add(1)
+					if r.err != nil {
+						firstFail.CompareAndSwap(nil, r.err.Error())
+					} else {
+						firstFail.CompareAndSwap(nil, fmt.Sprintf("status %d", r.status))
+					}
 				}
 			}
 		}(hc)
@@ -157,7 +170,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 		upstream = maxStatus.Load()
 	}
 	if f := failed.Load(); f > 0 {
-		rc.note("%d of %d requests failed", f, sent.Load())
+		rc.note("%d of %d requests failed (first: %v)", f, sent.Load(), firstFail.Load())
 	}
 	return &Result{Metrics: map[string]float64{
 		"upstream_max":    float64(upstream),
@@ -167,6 +180,19 @@ func runFanIn(rc *runCtx) (*Result, error) {
 		"failed":          float64(failed.Load()),
 		"elapsed_s":       elapsed.Seconds(),
 	}}, nil
+}
+
+// fanInFDCost is what fan-in's client connections cost in open files with capPer upstream connections
+// per platform server (0: no cap). A client connection costs the bench process and the proxy one
+// descriptor each; the upstream connections, at most the cap per server, cost each side as many again
+// (the simulated servers run in the bench process). Without a cap (nginx OSS) every client connection
+// may need an upstream connection of its own: two descriptors per client on each side.
+func fanInFDCost(capPer, platforms int) fdCost {
+	if capPer == 0 {
+		return fdCost{unit: "client connection", benchPer: 2, benchFixed: 300, proxyPer: 2, proxyFixed: 300}
+	}
+	capped := capPer * platforms
+	return fdCost{unit: "client connection", benchPer: 1, benchFixed: 300 + capped, proxyPer: 1, proxyFixed: 300 + capped}
 }
 
 func storeMax(a *atomic.Int64, v int64) {

@@ -5,8 +5,10 @@
 //
 // Fairness: the proxy under test runs pinned to core 0 with one worker (HAProxy nbthread 1, nginx
 // worker_processes 1, Caddy and fairlead GOMAXPROCS=1); the bench process itself (the simulated servers
-// and the Go load generators) and wrk run on core 1. Peers alternate within each round (A B C D A B C D
-// ...), and medians with min–max over rounds are reported.
+// and the Go load generators) and wrk run on core 1. With Options.Threads N > 1 every proxy gets N
+// workers instead (nbthread N, worker_processes N, GOMAXPROCS=N) and nothing is pinned: how each proxy
+// scales with cores. Peers alternate within each round (A B C D A B C D ...), and medians with min–max
+// over rounds are reported.
 package harness
 
 import (
@@ -36,13 +38,17 @@ type Options struct {
 	FairleadBin string
 	// Pin runs the proxy under test on core 0 with taskset (when taskset exists). The caller is expected
 	// to run the bench process itself on core 1 (cmd/fairlead-bench re-executes itself under taskset).
+	// Ignored when Threads > 1.
 	Pin bool
+	// Threads is the workers of every proxy (HAProxy nbthread, nginx worker_processes, fairlead and Caddy
+	// GOMAXPROCS); 0 means 1. Above 1 nothing is pinned.
+	Threads int
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
 	// KeepTemp leaves the generated configurations and proxy logs in place (their directory is reported).
 	KeepTemp bool
-	// Costs adds, for http-small, the extra phases measuring the proxy's CPU time, the host's TCP
-	// segments and (with strace) the proxy's system calls per request (costs.go).
+	// Costs adds, for http-small, the extra phases measuring the proxy's CPU time and context switches,
+	// the host's TCP segments and (with strace) the proxy's system calls per request (costs.go).
 	Costs bool
 }
 
@@ -123,6 +129,8 @@ type runCtx struct {
 	pin   bool
 	dir   string
 	round int
+	// threads is the proxy's workers (Options.Threads, at least 1).
+	threads int
 	// costs measures the costs per request (Options.Costs).
 	costs bool
 	// certs is the run's TLS certificate (made on first use; TLS scenarios).
@@ -200,6 +208,7 @@ func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (
 		Credentials: sim.DefaultCredentials, CheckPath: sim.DefaultLeaderCheckPath,
 		WSPaths: []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"},
 		Tuned:   rc.peer.Tuned, MaxClients: 1000, FDLimit: int(min(hard, 1<<20)), ConnectTimeout: "3s",
+		Threads: rc.threads,
 	}
 	for _, p := range c.Platforms {
 		s.Platforms = append(s.Platforms, p.Addr)
@@ -322,6 +331,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Plan.Rounds < 1 {
 		o.Plan.Rounds = 1
 	}
+	o.Threads = max(o.Threads, 1)
+	if o.Threads > 1 {
+		o.Pin = false
+	}
 	prog := o.Progress
 	if prog == nil {
 		prog = io.Discard
@@ -348,7 +361,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	soft, hard := raiseNoFile()
 
 	rep := &Report{
-		Started: time.Now(), Plan: o.Plan, Pinned: o.Pin && taskset() != "",
+		Started: time.Now(), Plan: o.Plan, Pinned: o.Pin && taskset() != "", Threads: o.Threads,
 		Host: hostInfo(), BenchFDLimit: int(soft), FDHardLimit: int(hard),
 	}
 	if o.Costs {
@@ -433,7 +446,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // runStep runs one step, turning a panic or an error into Result.Error, and always cleans up.
 func runStep(ctx context.Context, o Options, st step, dir string, certs *runCerts) (res *Result) {
 	t0 := time.Now()
-	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, dir: dir, round: st.round, certs: certs, costs: o.Costs}
+	rc := &runCtx{ctx: ctx, plan: o.Plan, peer: st.peer, pin: o.Pin, threads: o.Threads, dir: dir, round: st.round, certs: certs, costs: o.Costs}
 	defer func() {
 		if r := recover(); r != nil {
 			res = &Result{Error: fmt.Sprintf("panic: %v", r)}

@@ -52,6 +52,7 @@ type Plan struct {
 	ReloadBefore  time.Duration `json:"reload_before"`
 	ReloadAfter   time.Duration `json:"reload_after"`
 
+	// FanInClients is the fan-in client connections (lowered to what the descriptor limits allow).
 	FanInClients  int `json:"fanin_clients"`
 	FanInRequests int `json:"fanin_requests"`
 	// FanInCap is fairlead's (and HAProxy's, Caddy's) per-server upstream connection cap in fan-in.
@@ -59,7 +60,7 @@ type Plan struct {
 }
 
 // FullPlan is the real run: 3 rounds, 10 s measurements, 8,000 idle tunnels, failovers waited for up
-// to 60 s.
+// to 60 s, 20,000 fan-in client connections.
 func FullPlan() Plan {
 	return Plan{
 		Mode: "full", Rounds: 3,
@@ -69,7 +70,7 @@ func FullPlan() Plan {
 		IdleTunnels: 8000, IdleOpenTimeout: 120 * time.Second,
 		FailoverRate: 400, FailoverWorkers: 32, FailoverSteady: 3 * time.Second, FailoverWindow: 60 * time.Second,
 		ReloadTunnels: 200, ReloadRate: 400, ReloadBefore: 2 * time.Second, ReloadAfter: 8 * time.Second,
-		FanInClients: 5000, FanInRequests: 3, FanInCap: 64,
+		FanInClients: 20000, FanInRequests: 3, FanInCap: 64,
 	}
 }
 

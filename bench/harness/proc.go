@@ -230,6 +230,46 @@ func raiseNoFile() (soft, hard uint64) {
 	return rl.Cur, rl.Max
 }
 
+// fdCost is what a scenario's units (idle tunnels, client connections) cost in open files, in the bench
+// process (its load generators and the simulated servers) and in the proxy: so many descriptors per unit,
+// and so many for the rest (listeners, upstream connections at a cap, logs, the runtime's own).
+type fdCost struct {
+	unit                 string // singular: "tunnel", "client connection"
+	benchPer, benchFixed int
+	proxyPer, proxyFixed int
+}
+
+// fitFDLimits returns n lowered to what the bench process's open-file limit (soft) and the proxy's (at
+// most hard: the proxies inherit this process's limit raised to hard, see raiseNoFile) allow for units
+// costing c, and a note for each lowering saying which limit and why ("lowered from 8000 to 7500: …").
+func fitFDLimits(n int, soft, hard uint64, c fdCost) (int, []string) {
+	var notes []string
+	lower := func(limit uint64, whose string, per, fixed int) {
+		if per <= 0 {
+			return
+		}
+		if lim := max((int(limit)-fixed)/per, 0); n > lim {
+			notes = append(notes, fmt.Sprintf("lowered from %d to %d: %s open-file limit is %d (%d per %s, %d for the rest)",
+				n, lim, whose, limit, per, c.unit, fixed))
+			n = lim
+		}
+	}
+	lower(soft, "the bench process's", c.benchPer, c.benchFixed)
+	lower(hard, "the proxy's", c.proxyPer, c.proxyFixed)
+	return n, notes
+}
+
+// fitFDLimits lowers n (the scenario's name for it: "N", "client connections") to what the open-file
+// limits allow for units costing c (see fitFDLimits), noting each lowering in the result.
+func (rc *runCtx) fitFDLimits(name string, n int, c fdCost) int {
+	soft, hard := raiseNoFile()
+	n, notes := fitFDLimits(n, soft, hard, c)
+	for _, s := range notes {
+		rc.note("%s %s", name, s)
+	}
+	return n
+}
+
 // freePort returns a currently free TCP port on 127.0.0.1.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

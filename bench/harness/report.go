@@ -18,8 +18,10 @@ type Report struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
 	Plan     Plan      `json:"plan"`
-	// Pinned is true when the proxies ran on core 0 and the generators on core 1.
+	// Pinned is true when the proxies ran on core 0 and the generators on core 1; Threads is the workers
+	// of every proxy (Options.Threads; absent from reports made before it existed: 1).
 	Pinned       bool              `json:"pinned"`
+	Threads      int               `json:"threads,omitempty"`
 	Host         map[string]string `json:"host"`
 	BenchFDLimit int               `json:"bench_fd_limit"`
 	FDHardLimit  int               `json:"fd_hard_limit"`
@@ -388,11 +390,7 @@ func cell(m metric, v Stat, r *Stat) string {
 // WriteMarkdown writes the report as Markdown tables.
 func (rep *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "# fairlead bench — %s, %d round(s), %s\n\n", rep.Plan.Mode, rep.Plan.Rounds, rep.Started.Format("2006-01-02 15:04:05"))
-	if rep.Pinned {
-		fmt.Fprintln(w, "Proxy under test pinned to core 0, load generators and simulated servers to core 1; one worker per proxy.")
-	} else {
-		fmt.Fprintln(w, "Not pinned (taskset missing or pinning disabled); one worker per proxy.")
-	}
+	fmt.Fprintln(w, rep.setupLine())
 	fmt.Fprintf(w, "Load at start: %s. Every figure: median over rounds (min–max), and **ratio to HAProxy** from the same round (median).\n\n",
 		rep.Host["loadavg_at_start"])
 	fmt.Fprintln(w, "| peer | version |")
@@ -496,6 +494,21 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 }
+
+// setupLine says where the proxies and the load ran and how many workers each proxy had.
+func (rep *Report) setupLine() string {
+	if n := rep.workers(); n > 1 {
+		return fmt.Sprintf("Not pinned (-threads %d: proxy, load generators and simulated servers share every core); %d workers per proxy "+
+			"(HAProxy nbthread %d, nginx worker_processes %d, Caddy and fairlead GOMAXPROCS=%d).", n, n, n, n, n)
+	}
+	if rep.Pinned {
+		return "Proxy under test pinned to core 0, load generators and simulated servers to core 1; one worker per proxy."
+	}
+	return "Not pinned (taskset missing or pinning disabled); one worker per proxy."
+}
+
+// workers is Threads, at least 1.
+func (rep *Report) workers() int { return max(rep.Threads, 1) }
 
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")

@@ -181,18 +181,9 @@ func runWSIdle(rc *runCtx) (*Result, error) { return runWSIdleOver(rc, false) }
 // overTLS (ws-idle-tls).
 func runWSIdleOver(rc *runCtx, overTLS bool) (*Result, error) {
 	p := rc.plan
-	soft, hard := raiseNoFile()
 	// Each tunnel costs the bench process two descriptors (the client end and the simulated connection
 	// server's end) and the proxy two.
-	n := p.IdleTunnels
-	if lim := (int(soft) - 1000) / 2; n > lim {
-		rc.note("N lowered from %d to %d: the bench process's open-file limit is %d (2 per tunnel)", n, lim, soft)
-		n = lim
-	}
-	if lim := (int(hard) - 300) / 2; n > lim {
-		rc.note("N lowered from %d to %d: the proxy's open-file limit is at most %d (2 per tunnel)", n, lim, hard)
-		n = lim
-	}
+	n := rc.fitFDLimits("N", p.IdleTunnels, fdCost{unit: "tunnel", benchPer: 2, benchFixed: 1000, proxyPer: 2, proxyFixed: 300})
 	c, err := rc.startCluster(nil)
 	if err != nil {
 		return nil, err

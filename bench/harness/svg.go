@@ -108,6 +108,9 @@ func (rep *Report) SVG() string {
 	if !rep.Pinned {
 		pin = "not pinned"
 	}
+	if n := rep.workers(); n > 1 {
+		pin += fmt.Sprintf(", %d workers per proxy", n)
+	}
 	fmt.Fprintf(&b, `<text x="16" y="26" font-size="17" font-weight="bold">%s</text>`+"\n",
 		esc(fmt.Sprintf("fairlead bench (%s, %d round(s), %s): ratio to HAProxy, same round", rep.Plan.Mode, rep.Plan.Rounds, rep.Started.Format("2006-01-02 15:04"))))
 	fmt.Fprintf(&b, `<text x="16" y="46" fill="#444">%s</text>`+"\n",

@@ -4,9 +4,11 @@
 //
 //	go run ./bench/cmd/fairlead-bench -rounds 3     # make bench
 //	go run ./bench/cmd/fairlead-bench -quick        # make bench-quick
+//	go run ./bench/cmd/fairlead-bench -threads 2 -scenarios http-small,http-16k,ws-echo   # make bench-2core
 //
-// Unless -pin=false, it re-executes itself under `taskset -c 1` (the load generators and the simulated
-// servers run in this process, on core 1) and runs every proxy under `taskset -c 0`.
+// Unless -pin=false or -threads is above 1, it re-executes itself under `taskset -c 1` (the load
+// generators and the simulated servers run in this process, on core 1) and runs every proxy under
+// `taskset -c 0`. With -threads N > 1 every proxy gets N workers and nothing is pinned.
 package main
 
 import (
@@ -38,12 +40,20 @@ func run() int {
 	peers := fs.String("peers", "", "comma-separated peers (default "+strings.Join(harness.PeerNames, ",")+"; fairlead is always included)")
 	out := fs.String("out", "bench/results", "directory for <timestamp>.json and .svg (\"\" writes none)")
 	fairlead := fs.String("fairlead", "bin/fairlead", "fairlead binary")
-	pin := fs.Bool("pin", true, "pin proxies to core 0 and this process (generators, simulated servers) to core 1 with taskset")
+	pin := fs.Bool("pin", true, "pin proxies to core 0 and this process (generators, simulated servers) to core 1 with taskset (not with -threads above 1)")
 	tunnels := fs.Int("tunnels", 0, "ws-idle: number of idle tunnels N (default 8000, 300 with -quick)")
 	keep := fs.Bool("keep", false, "keep the generated configs and proxy logs (their directory is printed)")
-	costs := fs.Bool("costs", false, "http-small: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
+	threads := fs.Int("threads", 1, "workers per proxy (HAProxy nbthread, nginx worker_processes, fairlead and Caddy GOMAXPROCS); above 1 nothing is pinned, so proxies and load share every core")
+	costs := fs.Bool("costs", false, "http-small: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs and context switches, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
+	}
+	if *threads < 1 {
+		fmt.Fprintf(os.Stderr, "fairlead-bench: -threads %d: want at least 1\n", *threads)
+		return 2
+	}
+	if *threads > 1 {
+		*pin = false
 	}
 
 	if *pin && os.Getenv(pinnedEnv) == "" && runtime.NumCPU() < 2 {
@@ -76,7 +86,7 @@ func run() int {
 		plan.IdleTunnels = *tunnels
 	}
 	opts := harness.Options{
-		Plan: plan, FairleadBin: *fairlead, Pin: *pin, Progress: os.Stderr, KeepTemp: *keep, Costs: *costs,
+		Plan: plan, FairleadBin: *fairlead, Pin: *pin, Threads: *threads, Progress: os.Stderr, KeepTemp: *keep, Costs: *costs,
 		Scenarios: split(*scen), Peers: split(*peers),
 	}
 
