@@ -93,6 +93,8 @@ type upWaiter struct{ ch chan *upConn }
 // Do sends req and reads the answer's head into resp; the body is in resp, or streams from the
 // connection until the response is written to the client (see above).
 func (u *upstream) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	// Asked before the first attempt: Request.Write consumes a body stream and drops it.
+	again := idempotent(&req.Header) && !req.IsBodyStream()
 	for attempt := 0; ; attempt++ {
 		c, err := u.acquire(attempt > 0)
 		if err != nil {
@@ -104,7 +106,7 @@ func (u *upstream) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
 		}
 		// A reused connection the server had closed: nothing of the request was taken. Once more on a
 		// fresh connection when that cannot duplicate a side effect and the body can be sent again.
-		if err != errUpstreamClosed || !c.reused || attempt > 0 || !idempotent(&req.Header) || req.IsBodyStream() {
+		if err != errUpstreamClosed || !c.reused || attempt > 0 || !again {
 			return err
 		}
 	}
