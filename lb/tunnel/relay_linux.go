@@ -14,11 +14,12 @@ import (
 
 // How it works on Linux.
 //
-// Each socket of a tunnel is registered in the relay's epoll instance with
-// EPOLLIN|EPOLLRDHUP|EPOLLONESHOT and, as epoll data, a uint64 id looked up in sysRelay.ids (no
-// Go pointer goes to the kernel). Go's own netpoller keeps its registration of the same fd in
-// its own epoll instance; one file may be watched by several epoll instances (epoll(7), Q&A 1
-// and 2), and we never let Go wait on a tunnel's reads, so the two do not interfere.
+// Each socket of a tunnel is registered once in the relay's epoll instance, edge-triggered
+// (EPOLLIN|EPOLLRDHUP|EPOLLET), with as epoll data a uint64 id looked up in sysRelay.ids (no Go
+// pointer goes to the kernel). Go's own netpoller keeps its registration of the same fd in its
+// own epoll instance; one file may be watched by several epoll instances (epoll(7), Q&A 1 and
+// 2; the questions are numbered from 0, as in older editions of the page), and we never let Go
+// wait on a tunnel's reads, so the two do not interfere.
 //
 // Nobody blocks in epoll_wait. The epoll fd is itself pollable: it reads as ready while
 // events are pending (epoll(7), Q&A 3), so it is wrapped in an *os.File and waited for through
@@ -30,30 +31,61 @@ import (
 // event to a worker, took about twice as long per round trip as this, mostly in thread and
 // goroutine wake-ups.)
 //
-// EPOLLONESHOT (epoll(7), "EPOLLONESHOT", Q&A 6 and 9): after one event the fd is disabled
-// until it is re-armed with EPOLL_CTL_MOD. So exactly one goroutine owns a side between an
-// event and its re-arm: the poller or worker running its turn reads it, writes to the peer,
-// and re-arms it last. The registration is level-triggered, and EPOLL_CTL_MOD re-evaluates
-// readiness (the kernel polls the file), so data left unread, or an EOF, is reported again at
-// once: a worker may stop reading early (fairness, or a short read) without losing a wake-up.
+// Edge-triggered (epoll(7), "Level-triggered and edge-triggered"): the socket is put on the
+// ready list each time something new happens to it (a chunk of data arrives, the peer shuts
+// down or resets), and taken off when epoll_wait returns it; what happens before epoll_wait
+// returns it is combined into one event (Q&A 7). Data merely left unread is not reported
+// again. Who owns a side is therefore decided in user space, by side.state:
+//
+//	sideIdle     nobody: the next event starts a turn.
+//	sideRunning  one goroutine: the poller or worker running the side's turn, or the goroutine
+//	             finishing a blocked write of its bytes (below); after EOF, nobody, for good.
+//	sidePending  running, and an event came meanwhile.
+//
+// For each event the poller either claims the side, idle -> running by compare-and-swap, and
+// runs its turn (or hands it to a worker); or sets running -> pending (CAS), and the owner will
+// read again; or finds it pending, and has nothing to do. A turn reads and writes to the peer
+// until the socket is drained: read returned EAGAIN, or fewer bytes than asked while the event
+// reported no EOF (for a stream socket that means the receive queue is empty: epoll(7), Q&A 9,
+// "you can be sure of having exhausted the read I/O space"). It then lets go, running -> idle
+// (CAS); if that fails, the state is pending: it sets running and reads again. No wake-up is
+// lost: data that the last read did not see arrived after it, and its arrival put the socket
+// on the ready list (or found it there still), so epoll_wait returns an event after it. The
+// poller, taking that event, either finds the side running and makes the owner's CAS fail, or
+// finds it idle (the owner let go) and claims it. (An event for data that the turn had read
+// already costs one read that returns EAGAIN.) So a message turn makes no epoll_ctl call and
+// takes no lock: its system calls are its reads and writes, and its share of an epoll_wait.
+//
+// Yielding. A turn that has read readsPerTurn buffers without draining the socket stops, so
+// that one busy tunnel does not keep a worker (or the poller) from the others (epoll(7),
+// "Starvation (edge-triggered)"). The data it leaves will not be reported again by itself, so
+// the turn yields: it sets idle, then re-registers the socket with EPOLL_CTL_MOD and the same
+// events. MOD re-reads the socket's readiness (Q&A 8: "Modify will reread available I/O";
+// ep_modify in fs/eventpoll.c) and queues an event if it is readable, so the side goes to the
+// back of the ready list. An event that claims the side between the store and the MOD is
+// harmless: the CAS gives the side one owner, and the MOD's event at worst makes it read again.
 //
 // EPOLLRDHUP (epoll_ctl(2)): the peer shut down its writing half. Data may still precede it,
-// so it is treated like EPOLLIN (read until EOF); it only tells the worker not to stop at a
+// so it is treated like EPOLLIN (read until EOF); it only tells the turn not to stop at a
 // short read. EPOLLERR and EPOLLHUP are always reported (epoll_ctl(2)); the read that follows
-// returns the error or EOF.
+// returns the error or EOF. After EOF the side stays running for good: it is still registered
+// (until the tunnel closes), and its further events are ignored.
 //
 // A side's read is done inside RawConn.Read with a callback that always returns true, so Go
-// never parks on it (EAGAIN just ends the turn). The write to the peer is a non-blocking write
+// never parks on it (EAGAIN means drained). The write to the peer is a non-blocking write
 // inside the peer's RawConn.Write; if the peer's socket buffer is full, the rest is written by a
-// goroutine of its own with the ordinary, parking net.Conn.Write, and the side is re-armed
-// only when that write has finished: the sender is not read meanwhile (backpressure), and no
-// worker ever waits for a slow receiver.
+// goroutine of its own with the ordinary, parking net.Conn.Write. The side stays running
+// meanwhile, so the sender is not read (backpressure: its events only set pending), and no
+// worker ever waits for a slow receiver. When the write is done, that goroutine yields the
+// side as above, so whatever arrived meanwhile is reported again. Add's pending bytes that the
+// peer cannot take at once are written the same way, their side registered as running.
 //
-// Lifecycle and fd reuse: Tunnel.mu guards closed and each side's registration. A re-arm is
-// done under it and only while !closed; closeTunnel sets closed and removes both fds from epoll
-// (EPOLL_CTL_DEL) under it, before closing the conns. So no epoll_ctl ever names a closed fd,
-// whose number may already belong to another connection. Events already fetched for a closed
-// tunnel find no id (ids are never reused) or fail on the closed conn, and are dropped.
+// Lifecycle and fd reuse: Tunnel.mu guards closed and each side's registration. Every
+// epoll_ctl on a tunnel's socket (ADD in Add, MOD in a yield) is done under it and only while
+// !closed; closeTunnel sets closed and removes both fds from epoll (EPOLL_CTL_DEL) under it,
+// before closing the conns. So no epoll_ctl ever names a closed fd, whose number may already
+// belong to another connection. Events already fetched for a closed tunnel find no id (ids are
+// never reused) or fail on the closed conn, and are dropped.
 
 // epollRelay tells the tests which implementation they run against.
 const epollRelay = true
@@ -61,8 +93,15 @@ const epollRelay = true
 const (
 	readsPerTurn  = 4  // buffers read from one side before it yields to the others
 	eventsPerWait = 64 // events the poller takes per epoll_wait
-	armEvents     = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+	watchEvents   = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
 	eofEvents     = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
+)
+
+// Values of side.state (see the comment at the top).
+const (
+	sideIdle    = iota // nobody owns the side: the next event claims it
+	sideRunning        // one goroutine owns it (for good after EOF)
+	sidePending        // owned, and an event came meanwhile: the owner reads again before letting go
 )
 
 type sysRelay struct {
@@ -79,13 +118,45 @@ type sysRelay struct {
 
 // side is one direction of a tunnel, named by the socket it reads from; it writes to its peer.
 type side struct {
-	t    *Tunnel
-	i    int             // clientSide or serverSide
-	raw  syscall.RawConn // of conns[i], obtained once
-	fd   int             // of conns[i]; valid while the tunnel is not closed
-	id   uint64          // epoll data
-	reg  bool            // added to epoll; guarded by t.mu
-	peer *side
+	t     *Tunnel
+	i     int             // clientSide or serverSide
+	raw   syscall.RawConn // of conns[i], obtained once
+	fd    int             // of conns[i]; valid while the tunnel is not closed
+	id    uint64          // epoll data
+	reg   bool            // added to epoll; guarded by t.mu
+	state atomic.Uint32   // sideIdle, sideRunning or sidePending; next to reg, in its padding
+	peer  *side
+}
+
+// claim is the poller's answer to an event for s: true if the caller now owns s and must run
+// its turn; false if s is owned already, whose owner is then told to read again.
+func (s *side) claim() bool {
+	for {
+		switch s.state.Load() {
+		case sideIdle:
+			if s.state.CompareAndSwap(sideIdle, sideRunning) {
+				return true
+			}
+		case sideRunning:
+			if s.state.CompareAndSwap(sideRunning, sidePending) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// release lets s go once its owner found the socket drained. False means an event came while
+// it was owned: the data it announced may have arrived after that last read, so the caller
+// keeps s and reads again. Only the owner moves the state out of sidePending, so the plain
+// store cannot undo another's change.
+func (s *side) release() bool {
+	if s.state.CompareAndSwap(sideRunning, sideIdle) {
+		return true
+	}
+	s.state.Store(sideRunning)
+	return false
 }
 
 type job struct {
@@ -161,11 +232,11 @@ func (r *Relay) sysPrepare(t *Tunnel) error {
 	return nil
 }
 
-// sysAdd runs under t.mu with t registered but not yet armed: it assigns the epoll ids, writes
-// the pending bytes as far as the sockets take them without blocking, and arms each side whose
-// peer has nothing pending left. The rest of a pending write goes to a goroutine that arms the
-// side when done. err means Add fails and gives the conns back; ioErr that writing the pending
-// bytes failed (the tunnel is then closed by Add).
+// sysAdd runs under t.mu with t registered but not yet watched: it assigns the epoll ids, writes
+// the pending bytes as far as the sockets take them without blocking, and adds both sockets to
+// epoll. The rest of a pending write goes to a goroutine that owns the side (registered as
+// running, so its events are held back) and yields it when done. err means Add fails and gives
+// the conns back; ioErr that writing the pending bytes failed (the tunnel is then closed by Add).
 func (r *Relay) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err error) {
 	r.sys.idsMu.Lock()
 	for i := range t.sides {
@@ -193,10 +264,11 @@ func (r *Relay) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err er
 		}
 	}
 	for i := range t.sides {
+		s := &t.sides[i]
 		if rest[i] != nil {
-			continue
+			s.state.Store(sideRunning) // before ADD: an event may be taken at once
 		}
-		if err := r.armLocked(&t.sides[i]); err != nil {
+		if err := r.watchLocked(s, unix.EPOLL_CTL_ADD); err != nil {
 			for j := range t.sides {
 				r.detachLocked(&t.sides[j])
 			}
@@ -237,7 +309,7 @@ func writeNow(raw syscall.RawConn, b []byte) (n int, err error) {
 	return n, err
 }
 
-// writePending finishes writing Add's pending bytes for side s (to its peer), then arms s.
+// writePending finishes writing Add's pending bytes for side s (to its peer), then yields s.
 func (r *Relay) writePending(s *side, p []byte) {
 	defer r.wg.Done()
 	t := s.t
@@ -248,7 +320,7 @@ func (r *Relay) writePending(s *side, p []byte) {
 		return
 	}
 	t.touch()
-	r.arm(s)
+	r.yield(s)
 }
 
 // sysDetachLocked removes t's sockets from epoll; t.mu is held and the conns are still open.
@@ -276,12 +348,15 @@ func (r *Relay) sysForget(t *Tunnel) {
 	r.sys.idsMu.Unlock()
 }
 
-// arm (re-)enables one event for s, unless the tunnel has closed or s has reached EOF. An
-// epoll failure closes the tunnel.
-func (r *Relay) arm(s *side) {
+// yield lets s go while its socket may still hold data that no event will report (a turn
+// stopped for fairness; a blocked write finished): it sets s idle, then re-registers the
+// socket (EPOLL_CTL_MOD), which queues an event if the socket is readable. The slow path: the
+// only epoll_ctl and Tunnel.mu after Add, besides closing. An epoll failure closes the tunnel.
+func (r *Relay) yield(s *side) {
 	t := s.t
+	s.state.Store(sideIdle)
 	t.mu.Lock()
-	err := r.armLocked(s)
+	err := r.watchLocked(s, unix.EPOLL_CTL_MOD)
 	t.mu.Unlock()
 	if err != nil {
 		r.opts.Logf("%v", err)
@@ -289,15 +364,13 @@ func (r *Relay) arm(s *side) {
 	}
 }
 
-func (r *Relay) armLocked(s *side) error {
+// watchLocked adds (op EPOLL_CTL_ADD) or re-registers (EPOLL_CTL_MOD) s's socket, unless the
+// tunnel has closed (its fd may be closed already) or s has reached EOF.
+func (r *Relay) watchLocked(s *side, op int) error {
 	if s.t.closed || s.t.eof[s.i] {
 		return nil
 	}
-	ev := unix.EpollEvent{Events: armEvents, Fd: int32(uint32(s.id)), Pad: int32(uint32(s.id >> 32))}
-	op := unix.EPOLL_CTL_MOD
-	if !s.reg {
-		op = unix.EPOLL_CTL_ADD
-	}
+	ev := unix.EpollEvent{Events: watchEvents, Fd: int32(uint32(s.id)), Pad: int32(uint32(s.id >> 32))}
 	if err := unix.EpollCtl(r.sys.epfd, op, s.fd, &ev); err != nil {
 		return fmt.Errorf("tunnel: epoll_ctl fd %d: %w", s.fd, err)
 	}
@@ -363,9 +436,10 @@ func (w *worker) work() {
 }
 
 // poll waits (parked in Go's netpoller) for the epoll fd to be readable, collects the ready
-// events, runs the first turn itself and hands the others to idle workers (or runs them too
-// when none is idle). A lone event, the usual case at low load, thus costs no goroutine
-// hand-off; a burst is spread over the workers.
+// events, claims their sides, runs the first turn itself and hands the others to idle workers
+// (or runs them too when none is idle). A lone event, the usual case at low load, thus costs no
+// goroutine hand-off; a burst is spread over the workers. An event for a side that is owned
+// already only tells its owner to read again.
 func (w *worker) poll() {
 	r := w.r
 	defer r.wg.Done()
@@ -385,7 +459,7 @@ func (w *worker) poll() {
 		}
 		r.sys.idsMu.RLock()
 		for _, ev := range w.events[:w.pn] {
-			if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil {
+			if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
 				w.jobs = append(w.jobs, job{s, ev.Events})
 			}
 		}
@@ -405,13 +479,21 @@ func (w *worker) poll() {
 	}
 }
 
-// turn reads s until EAGAIN, EOF, a short read or readsPerTurn buffers, writing each chunk to
-// the peer, then re-arms s. It owns s from the event to the re-arm (EPOLLONESHOT).
+// turn moves s's bytes to its peer; the caller has claimed s, and events is what the claiming
+// event reported. It reads until the socket is drained and lets s go (release), or reads
+// readsPerTurn buffers and yields s, or hands s with the data the peer would not take to
+// finishWrite, or ends at EOF or an error keeping s for good.
 func (w *worker) turn(s *side, events uint32) {
 	r, t := w.r, s.t
 	peer := s.peer
-	moved := 0
-	for n := 0; n < readsPerTurn; {
+	moved := 0 // not yet counted
+	for n := 0; ; {
+		if n == readsPerTurn {
+			// Maybe not drained: let the other ready sides go first.
+			r.relayed(s, moved)
+			r.yield(s)
+			return
+		}
 		b := *w.buf
 		w.rb = b
 		err := s.raw.Read(w.readFn)
@@ -426,17 +508,19 @@ func (w *worker) turn(s *side, events uint32) {
 				continue
 			}
 			if rerr == unix.EAGAIN {
-				break
+				r.relayed(s, moved)
+				moved = 0
+				if s.release() {
+					return
+				}
+				continue // an event came meanwhile
 			}
 			r.closeTunnel(t, Error)
 			return
 		}
 		if m == 0 {
-			if moved > 0 {
-				r.count(t, s.i, moved)
-				t.touch()
-			}
-			r.sideEOF(t, s.i) // not re-armed: nothing more to read from s
+			r.relayed(s, moved)
+			r.sideEOF(t, s.i) // s stays running: nothing more to read from it
 			return
 		}
 		for off := 0; off < m; {
@@ -452,11 +536,9 @@ func (w *worker) turn(s *side, events uint32) {
 					continue
 				}
 				if w.werr == unix.EAGAIN {
-					// The receiver is behind. Hand this buffer to a goroutine that waits for
-					// it (and re-arms s afterwards), take another one, and move on.
-					if moved > 0 {
-						r.count(t, s.i, moved)
-					}
+					// The receiver is behind. Hand this buffer, and s, to a goroutine that
+					// waits for it (and yields s afterwards), take another one, and move on.
+					r.relayed(s, moved)
 					r.wg.Add(1)
 					go r.finishWrite(s, w.buf, off, m)
 					w.buf = r.sys.bufs.Get().(*[]byte)
@@ -470,18 +552,27 @@ func (w *worker) turn(s *side, events uint32) {
 		moved += m
 		n++
 		if m < len(b) && events&eofEvents == 0 {
-			break // most likely drained; if not, the re-arm reports it again
+			// Drained (a short read of a stream socket): any later data queues a new event.
+			r.relayed(s, moved)
+			moved = 0
+			if s.release() {
+				return
+			}
 		}
 	}
-	if moved > 0 {
-		r.count(t, s.i, moved)
-		t.touch()
+}
+
+// relayed records n bytes moved from s to its peer (nothing if n is 0). It is called before s
+// is let go, so that the counts are final when the tunnel ends.
+func (r *Relay) relayed(s *side, n int) {
+	if n > 0 {
+		r.count(s.t, s.i, n)
+		s.t.touch()
 	}
-	r.arm(s)
 }
 
 // finishWrite writes (*bp)[off:m] to s's peer, parking in Go's netpoller as long as needed
-// (until the receiver reads, or the tunnel is closed), then re-arms s.
+// (until the receiver reads, or the tunnel is closed), then yields s, which it owned meanwhile.
 func (r *Relay) finishWrite(s *side, bp *[]byte, off, m int) {
 	defer r.wg.Done()
 	t := s.t
@@ -493,5 +584,5 @@ func (r *Relay) finishWrite(s *side, bp *[]byte, off, m int) {
 	}
 	r.count(t, s.i, m)
 	t.touch()
-	r.arm(s)
+	r.yield(s)
 }

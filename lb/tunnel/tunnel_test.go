@@ -683,6 +683,84 @@ func TestConcurrentTunnels(t *testing.T) {
 	}
 }
 
+// A burst written at once and followed by nothing (no more data, no EOF: nothing that would
+// wake the relay again) arrives whole, both ways: a turn that stops after a few buffers to let
+// other tunnels go must have the rest reported again. The sizes are one buffer (a full read,
+// then one that finds nothing), a turn's worth, one byte more, and many turns.
+func TestBurstLongerThanATurnArrivesWhole(t *testing.T) {
+	const buf = 1024
+	e := newEnv(t, Options{Workers: 1, BufferSize: buf})
+	client, up, _ := e.open("g", nil, nil, nil)
+	go echo(up)
+	rng := rand.New(rand.NewPCG(3, 4))
+	f := func(size int) {
+		t.Helper()
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		// The echo answers while the burst is still being written: write and read at once.
+		wrote := make(chan error, 1)
+		go func() {
+			client.SetWriteDeadline(time.Now().Add(hang))
+			_, err := client.Write(data)
+			wrote <- err
+		}()
+		got := readN(t, client, size, hang)
+		if err := <-wrote; err != nil {
+			t.Fatalf("%d bytes: write: %v", size, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: got %d back, corrupted", size, len(got))
+		}
+	}
+	f(buf)
+	f(4 * buf)
+	f(4*buf + 1)
+	f(1 << 20)
+	f(1)
+}
+
+// Many tunnels echo at once, each with many messages in flight, small and a few buffers long,
+// written one by one without waiting for the answers, so that data keeps arriving while the
+// relay is reading the same socket: every byte comes back, in order, on its own tunnel.
+func TestPipelinedEchoOnManyTunnelsIsByteExact(t *testing.T) {
+	const buf = 512
+	e := newEnv(t, Options{Workers: 2, BufferSize: buf})
+	const tunnels, msgs = 32, 200
+	var wg sync.WaitGroup
+	for i := range tunnels {
+		client, up, _ := e.open("g", nil, nil, nil)
+		go echo(up)
+		rng := rand.New(rand.NewPCG(uint64(i), 5))
+		var data []byte
+		ends := make([]int, msgs) // where each message ends in data
+		for m := range ends {
+			for range 1 + rng.IntN(3*buf) {
+				data = append(data, byte(rng.Uint32()))
+			}
+			ends[m] = len(data)
+		}
+		client.SetDeadline(time.Now().Add(hang))
+		wg.Go(func() {
+			start := 0
+			for _, end := range ends {
+				if _, err := client.Write(data[start:end]); err != nil {
+					t.Errorf("tunnel %d: write: %v", i, err)
+					return
+				}
+				start = end
+			}
+		})
+		wg.Go(func() {
+			if got := readN(t, client, len(data), hang); !bytes.Equal(got, data) {
+				t.Errorf("tunnel %d: got %d of %d bytes back, corrupted", i, len(got), len(data))
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // Deadlines left on the conns (fasthttp sets them per request) do not kill the tunnel.
 func TestAddClearsDeadlines(t *testing.T) {
 	e := newEnv(t, Options{})
