@@ -24,10 +24,11 @@ import (
 // proxy does not need (URI scheme checks, default headers, per-host bookkeeping); here a request costs no
 // allocation, with or without a streamed answer:
 //
-//   - An answer whose Content-Length is at most bufferedBody is read whole into the response (one read
+//   - An answer whose Content-Length is at most bufferedBody is read whole into a pooled buffer (one read
 //     system call for a small answer, already in the reader's buffer with its head) and its connection
 //     goes back to the pool before the client is written to: a slow client never holds a server
-//     connection for a small answer.
+//     connection for a small answer. The buffer is the response's body stream (an upBody), written to
+//     the client in one piece and given back when fasthttp closes it.
 //   - A larger answer, a chunked one or one that ends when the server closes is streamed: the response
 //     gets a pooled upBody as its body stream, which fasthttp's server copies to the client and then
 //     closes. Close puts the connection back only if the body was read to its end and both sides kept
@@ -60,6 +61,7 @@ var (
 	upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
 	upWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
 	upBodies  = sync.Pool{New: func() any { return new(upBody) }}
+	upBuffers = sync.Pool{New: func() any { b := make([]byte, bufferedBody); return &b }}
 )
 
 // upstream is the client of one server.
@@ -165,13 +167,26 @@ func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	}
 	size := resp.Header.ContentLength()
 	if size >= 0 && size <= bufferedBody {
-		err = resp.ReadBody(br, 0)
+		if size == 0 {
+			putReader(br)
+			u.done(c, keep)
+			return nil
+		}
+		// Read whole into a buffer of our own rather than the response's: fasthttp's body buffers come
+		// from a pool that calibrates itself to the sizes it sees most and drops larger buffers, so a
+		// 16 KiB answer among mostly small ones would allocate its buffer anew each time.
+		mem := upBuffers.Get().(*[]byte)
+		_, err = io.ReadFull(br, (*mem)[:size])
 		putReader(br)
 		if err != nil {
+			upBuffers.Put(mem)
 			u.discard(c)
-			return err
+			return unexpected(err)
 		}
 		u.done(c, keep)
+		b := upBodies.Get().(*upBody)
+		*b = upBody{mem: mem, data: (*mem)[:size], done: true}
+		resp.SetBodyStream(b, size)
 		return nil
 	}
 	b := upBodies.Get().(*upBody)
@@ -377,8 +392,12 @@ func (u *upstream) ConnsCount() int {
 	return u.open
 }
 
-// upBody is a streamed answer body: Content-Length bytes, chunked, or up to the end of the connection.
+// upBody is an answer's body given to the response as its body stream: read whole into mem (data is
+// what is left of it; the connection is already back), or streamed from the connection: Content-Length
+// bytes, chunked, or up to the end of the connection.
 type upBody struct {
+	mem     *[]byte // the buffer of a body read whole, from upBuffers
+	data    []byte
 	u       *upstream
 	c       *upConn
 	br      *bufio.Reader
@@ -392,6 +411,14 @@ type upBody struct {
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
+	if b.mem != nil {
+		if len(b.data) == 0 {
+			return 0, io.EOF
+		}
+		n := copy(p, b.data)
+		b.data = b.data[n:]
+		return n, nil
+	}
 	if b.err != nil {
 		return 0, b.err
 	}
@@ -523,14 +550,49 @@ func unexpected(err error) error {
 	return err
 }
 
-// Close gives the connection back: to the pool if the body was read to its end and the connection is
-// kept alive, else it is closed. fasthttp calls it once the body is written to the client (or dropped).
-func (b *upBody) Close() error {
-	if b.u == nil {
-		return nil
+// WriteTo implements io.WriterTo, which fasthttp prefers when it writes a body stream to the client: a
+// body read whole goes in one Write (with the head, one system call when it fits the client's write
+// buffer), a streamed one in copyBuffers steps.
+func (b *upBody) WriteTo(w io.Writer) (int64, error) {
+	if b.mem != nil {
+		n, err := w.Write(b.data)
+		b.data = b.data[n:]
+		return int64(n), err
 	}
-	putReader(b.br)
-	b.u.done(b.c, b.done && b.keep)
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	var written int64
+	for {
+		n, err := b.Read(*bp)
+		if n > 0 {
+			m, werr := w.Write((*bp)[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, err
+		}
+	}
+}
+
+// Close gives back what the body holds: the buffer of a body read whole; the connection of a streamed
+// one, to the pool if the body was read to its end and the connection is kept alive, else closed.
+// fasthttp calls it once the body is written to the client (or dropped).
+func (b *upBody) Close() error {
+	switch {
+	case b.mem != nil:
+		upBuffers.Put(b.mem)
+	case b.u != nil:
+		putReader(b.br)
+		b.u.done(b.c, b.done && b.keep)
+	default:
+		return nil // closed already
+	}
 	*b = upBody{}
 	upBodies.Put(b)
 	return nil

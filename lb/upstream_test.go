@@ -731,11 +731,14 @@ func TestUpstreamAnswersUpTo32KiBAreReadWholeAndLargerOnesStreamed(t *testing.T)
 	if err := usDo(u, fasthttp.MethodGet, "/small", "", resp); err != nil {
 		t.Fatal(err)
 	}
-	if resp.BodyStream() != nil || !bytes.Equal(resp.Body(), small) {
-		t.Fatalf("a %d-byte answer: streamed %v, body of %d bytes; want read whole", len(small), resp.BodyStream() != nil, len(resp.Body()))
+	if ub, ok := resp.BodyStream().(*upBody); !ok || ub.mem == nil {
+		t.Fatalf("a %d-byte answer is not read whole into a buffer (body stream %T)", len(small), resp.BodyStream())
 	}
 	if n := usIdle(u); n != 1 {
 		t.Fatalf("after a %d-byte answer read whole, %d idle connections, want 1 (released before the client is written to)", len(small), n)
+	}
+	if body, err := usBody(resp); err != nil || !bytes.Equal(body, small) {
+		t.Fatalf("the %d-byte answer read whole: %d bytes, %v", len(small), len(body), err)
 	}
 
 	if err := usDo(u, fasthttp.MethodGet, "/large", "", resp); err != nil {
