@@ -658,6 +658,7 @@ type frontConn struct {
 	// The read deadline fasthttp asked for, and the header_timeout deadline of a head that did not
 	// arrive in one read (zero when none): the socket's deadline is the earlier of the two.
 	deadline, headDeadline time.Time
+	sockDeadline           time.Time // the read deadline set on the socket (armRead)
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -668,6 +669,18 @@ func (c *frontConn) Read(p []byte) (int, error) {
 		return 0, c.fail(c.pending)
 	}
 	n, err := c.Conn.Read(p)
+	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
+		// The socket's deadline may be earlier than the one in force (armRead).
+		t := c.wanted()
+		if !t.IsZero() && !time.Now().Before(t) {
+			break // the one in force passed
+		}
+		c.sockDeadline = t
+		if c.Conn.SetReadDeadline(t) != nil {
+			break
+		}
+		n, err = c.Conn.Read(p)
+	}
 	if n > 0 && c.f.state != stOpaque {
 		start, ferr := c.f.scan(p[:n])
 		if ferr != nil {
@@ -696,20 +709,39 @@ func (c *frontConn) headTimer() {
 	switch in := c.f.inHead(); {
 	case in && c.headDeadline.IsZero() && c.f.lim.headerTimeout > 0:
 		c.headDeadline = time.Now().Add(c.f.lim.headerTimeout)
-		if c.deadline.IsZero() || c.headDeadline.Before(c.deadline) {
-			c.Conn.SetReadDeadline(c.headDeadline) //nolint:errcheck // a failed read reports it
-		}
+		c.armRead() //nolint:errcheck // a failed read reports it
 	case !in && !c.headDeadline.IsZero():
 		c.headDeadline = time.Time{}
-		c.Conn.SetReadDeadline(c.deadline) //nolint:errcheck
+		c.armRead() //nolint:errcheck
 	}
 }
 
 func (c *frontConn) SetReadDeadline(t time.Time) error {
 	c.deadline = t
+	return c.armRead()
+}
+
+// wanted is the read deadline in force: the earlier of fasthttp's and header_timeout's (zero: none).
+func (c *frontConn) wanted() time.Time {
+	t := c.deadline
 	if !c.headDeadline.IsZero() && (t.IsZero() || c.headDeadline.Before(t)) {
 		t = c.headDeadline
 	}
+	return t
+}
+
+// armRead gives the socket the read deadline in force, lazily on a plain TCP connection: a deadline
+// later than the socket's is not set, the socket keeps its earlier one, and a read that times out
+// before the deadline in force sets it then and reads again (Read). fasthttp moves the deadline later
+// twice per request (idle_timeout while a keep-alive connection waits, read_timeout once a request
+// starts), and each move is a runtime timer update; this way a busy connection pays one every
+// read_timeout instead. An earlier deadline, or none, is set at once.
+func (c *frontConn) armRead() error {
+	t := c.wanted()
+	if c.tc == nil && !t.IsZero() && !c.sockDeadline.IsZero() && !t.Before(c.sockDeadline) {
+		return nil
+	}
+	c.sockDeadline = t
 	return c.Conn.SetReadDeadline(t)
 }
 

@@ -232,6 +232,7 @@ func (c *frontConn) handshake() error {
 		return c.hsErr
 	}
 	c.tc.SetWriteDeadline(time.Time{}) //nolint:errcheck
+	c.sockDeadline = c.deadline
 	c.Conn.SetReadDeadline(c.deadline) //nolint:errcheck
 	return nil
 }
