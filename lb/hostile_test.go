@@ -861,3 +861,41 @@ paths = ["/Thingworx/WS"]
 		}
 	}
 }
+
+// The socket's read deadline moves later lazily (framing.go armRead): after a request, the socket keeps
+// the read_timeout deadline of that request while fasthttp asks for idle_timeout. A keep-alive client
+// that pauses longer than read_timeout (but less than idle_timeout) between requests must still be
+// served, and the connection must still close once idle_timeout has passed; a head that stops
+// mid-way still gets its 408 after header_timeout.
+func TestHostileLazyReadDeadlineKeepsIdleAndReadTimeouts(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), map[string]string{
+		"30-hostile.toml": "[frontend]\nheader_timeout = \"1s\"\nread_timeout = \"200ms\"\nidle_timeout = \"3s\"\n",
+	}))
+	get := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\n\r\n"
+	conn := hostileDial(t, l.Addr())
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(800 * time.Millisecond) // 4 read_timeouts of silence, well within idle_timeout
+		}
+		conn.write(get) //nolint:errcheck
+		if r := conn.answer(hostileAnswerWait); r.status != 200 {
+			t.Fatalf("request %d after a pause longer than read_timeout: %s", i+1, r)
+		}
+	}
+	// Idle from now on: closed after idle_timeout (3 s), well before 10 s.
+	if closed, after := conn.closedWithin(10 * time.Second); !closed {
+		t.Fatalf("an idle keep-alive connection was not closed after idle_timeout: %s", after)
+	}
+
+	// A head that stops half-way, after a served request on the same connection: 408.
+	conn = hostileDial(t, l.Addr())
+	conn.write(get) //nolint:errcheck
+	if r := conn.answer(hostileAnswerWait); r.status != 200 {
+		t.Fatalf("first request: %s", r)
+	}
+	conn.write("GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\nX-Half: ") //nolint:errcheck
+	if r := conn.answer(10 * time.Second); r.status != 408 {
+		t.Fatalf("a head stopped half-way: %s, want 408 after header_timeout", r)
+	}
+}
