@@ -216,12 +216,16 @@ func (rep *Report) targets() []Target {
 			continue
 		}
 		f, h := rep.peerSummary(sc, "fairlead"), rep.peerSummary(sc, baseline)
-		t1 := Target{Name: sc + " req/s", Goal: "≥ 1.0× HAProxy"}
+		goal := 1.0
+		if sc == "http-16k" {
+			goal = 1.2 // nginx reaches about 1.2× HAProxy there
+		}
+		t1 := Target{Name: sc + " req/s", Goal: fmt.Sprintf("≥ %.1f× HAProxy", goal)}
 		t2 := Target{Name: sc + " p99", Goal: "≤ HAProxy's"}
 		if f != nil && h != nil {
 			if r, ok := f.Ratios["req_s"]; ok {
 				t1.Value = fmt.Sprintf("%.2f× (%s vs %s req/s)", r.Median, fmtNum(f.Values["req_s"].Median, ""), fmtNum(h.Values["req_s"].Median, ""))
-				t1.Met = boolp(r.Median >= 1.0)
+				t1.Met = boolp(r.Median >= goal)
 			}
 			if r, ok := f.Ratios["p99_ms"]; ok {
 				t2.Value = fmt.Sprintf("%.2f× (%.2f vs %.2f ms)", r.Median, f.Values["p99_ms"].Median, h.Values["p99_ms"].Median)
