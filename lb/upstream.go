@@ -24,11 +24,11 @@ import (
 // proxy does not need (URI scheme checks, default headers, per-host bookkeeping); here a request costs no
 // allocation, with or without a streamed answer:
 //
-//   - An answer whose Content-Length is at most bufferedBody is read whole into a pooled buffer (one read
-//     system call for a small answer, already in the reader's buffer with its head) and its connection
-//     goes back to the pool before the client is written to: a slow client never holds a server
-//     connection for a small answer. The buffer is the response's body stream (an upBody), written to
-//     the client in one piece and given back when fasthttp closes it.
+//   - An answer whose Content-Length is at most bufferedBody is read whole into the reader's buffer (one
+//     read system call for a small answer, with its head) and its connection goes back to the pool
+//     before the client is written to: a slow client never holds a server connection for a small
+//     answer. The reader is kept by the response's body stream (an upBody), whose bytes are written to
+//     the client in one piece, and given back when fasthttp closes it.
 //   - A larger answer, a chunked one or one that ends when the server closes is streamed: the response
 //     gets a pooled upBody as its body stream, which fasthttp's server copies to the client and then
 //     closes. Close puts the connection back only if the body was read to its end and both sides kept
@@ -61,7 +61,6 @@ var (
 	upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
 	upWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
 	upBodies  = sync.Pool{New: func() any { return new(upBody) }}
-	upBuffers = sync.Pool{New: func() any { b := make([]byte, bufferedBody); return &b }}
 )
 
 // upstream is the client of one server.
@@ -172,20 +171,20 @@ func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 			u.done(c, keep)
 			return nil
 		}
-		// Read whole into a buffer of our own rather than the response's: fasthttp's body buffers come
-		// from a pool that calibrates itself to the sizes it sees most and drops larger buffers, so a
-		// 16 KiB answer among mostly small ones would allocate its buffer anew each time.
-		mem := upBuffers.Get().(*[]byte)
-		_, err = io.ReadFull(br, (*mem)[:size])
-		putReader(br)
+		// The body stays in the reader's buffer (it fits: bufferedBody is its size), which the body
+		// stream keeps until fasthttp has written it; the connection goes back now, and its next
+		// exchange takes another reader. Not copied into the response's body buffer: those come from a
+		// pool that calibrates itself to the sizes it sees most and drops larger buffers, so a 16 KiB
+		// answer among mostly small ones would allocate its buffer anew each time.
+		data, err := br.Peek(size)
 		if err != nil {
-			upBuffers.Put(mem)
+			putReader(br)
 			u.discard(c)
 			return unexpected(err)
 		}
 		u.done(c, keep)
 		b := upBodies.Get().(*upBody)
-		*b = upBody{mem: mem, data: (*mem)[:size], done: true}
+		*b = upBody{held: br, data: data, done: true}
 		resp.SetBodyStream(b, size)
 		return nil
 	}
@@ -392,11 +391,11 @@ func (u *upstream) ConnsCount() int {
 	return u.open
 }
 
-// upBody is an answer's body given to the response as its body stream: read whole into mem (data is
-// what is left of it; the connection is already back), or streamed from the connection: Content-Length
-// bytes, chunked, or up to the end of the connection.
+// upBody is an answer's body given to the response as its body stream: read whole (data is what is left
+// of it, in held's buffer; the connection is already back), or streamed from the connection:
+// Content-Length bytes, chunked, or up to the end of the connection.
 type upBody struct {
-	mem     *[]byte // the buffer of a body read whole, from upBuffers
+	held    *bufio.Reader // the reader whose buffer holds a body read whole (data); its connection is back
 	data    []byte
 	u       *upstream
 	c       *upConn
@@ -411,7 +410,7 @@ type upBody struct {
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
-	if b.mem != nil {
+	if b.held != nil {
 		if len(b.data) == 0 {
 			return 0, io.EOF
 		}
@@ -554,7 +553,7 @@ func unexpected(err error) error {
 // body read whole goes in one Write (with the head, one system call when it fits the client's write
 // buffer), a streamed one in copyBuffers steps.
 func (b *upBody) WriteTo(w io.Writer) (int64, error) {
-	if b.mem != nil {
+	if b.held != nil {
 		n, err := w.Write(b.data)
 		b.data = b.data[n:]
 		return int64(n), err
@@ -580,13 +579,13 @@ func (b *upBody) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// Close gives back what the body holds: the buffer of a body read whole; the connection of a streamed
+// Close gives back what the body holds: the reader of a body read whole; the connection of a streamed
 // one, to the pool if the body was read to its end and the connection is kept alive, else closed.
 // fasthttp calls it once the body is written to the client (or dropped).
 func (b *upBody) Close() error {
 	switch {
-	case b.mem != nil:
-		upBuffers.Put(b.mem)
+	case b.held != nil:
+		putReader(b.held)
 	case b.u != nil:
 		putReader(b.br)
 		b.u.done(b.c, b.done && b.keep)

@@ -731,7 +731,7 @@ func TestUpstreamAnswersUpTo32KiBAreReadWholeAndLargerOnesStreamed(t *testing.T)
 	if err := usDo(u, fasthttp.MethodGet, "/small", "", resp); err != nil {
 		t.Fatal(err)
 	}
-	if ub, ok := resp.BodyStream().(*upBody); !ok || ub.mem == nil {
+	if ub, ok := resp.BodyStream().(*upBody); !ok || ub.held == nil {
 		t.Fatalf("a %d-byte answer is not read whole into a buffer (body stream %T)", len(small), resp.BodyStream())
 	}
 	if n := usIdle(u); n != 1 {
