@@ -448,13 +448,17 @@ func (c *countingReader) Read(b []byte) (int, error) {
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // WriteTo implements io.WriterTo, which fasthttp prefers when it copies a request body upstream.
-func (c *countingReader) WriteTo(w io.Writer) (int64, error) {
+func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return copyThrough(w, c) }
+
+// copyThrough copies r to w in copyBuffers steps until r's EOF: the WriteTo of a reader (io.Copy would
+// call that WriteTo again).
+func copyThrough(w io.Writer, r io.Reader) (int64, error) {
 	bp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bp)
 	buf := *bp
 	var written int64
 	for {
-		n, err := c.Read(buf)
+		n, err := r.Read(buf)
 		if n > 0 {
 			m, werr := w.Write(buf[:n])
 			written += int64(m)

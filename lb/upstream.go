@@ -558,25 +558,7 @@ func (b *upBody) WriteTo(w io.Writer) (int64, error) {
 		b.data = b.data[n:]
 		return int64(n), err
 	}
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
-	var written int64
-	for {
-		n, err := b.Read(*bp)
-		if n > 0 {
-			m, werr := w.Write((*bp)[:n])
-			written += int64(m)
-			if werr != nil {
-				return written, werr
-			}
-		}
-		if err == io.EOF {
-			return written, nil
-		}
-		if err != nil {
-			return written, err
-		}
-	}
+	return copyThrough(w, b)
 }
 
 // Close gives back what the body holds: the reader of a body read whole; the connection of a streamed
