@@ -135,16 +135,24 @@ func get(t *testing.T, l *LB, path string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("X-Served-By")
 }
 
-// eventually polls cond every 10ms until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// eventually polls cond every 10ms until it holds, and fails the test if the timeout passes first.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !within(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// within polls cond every 10ms until it holds (true) or the timeout passes (false).
+func within(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // failedProbesSince counts the LeaderCheck answers other than 200 that p gave after since.

@@ -216,18 +216,6 @@ func rawAnswer(t testing.TB, addr, raw string, wait time.Duration) rawResult {
 	return c.answer(wait)
 }
 
-// hostileWait polls cond every 10ms until it holds (true) or timeout passes (false).
-func hostileWait(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 // hostileTarget is the target of a raw request head.
 func hostileTarget(head string) string {
 	line, _, _ := strings.Cut(head, "\r\n")

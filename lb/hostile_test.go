@@ -195,7 +195,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		conn := hostileDial(t, l.Addr())
 		conn.write("POST " + hostilePath + " HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
 		// Wait for the request to reach the platform (fairlead may also hold it; then ~1 s at most).
-		reached := hostileWait(time.Second, func() bool { return hostilePlatformRequests(c) > before })
+		reached := within(time.Second, func() bool { return hostilePlatformRequests(c) > before })
 		conn.write("zz\r\n") //nolint:errcheck
 		r := conn.answerAndClose()
 		if r.status != 400 || !r.closed {
@@ -207,7 +207,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		if reached {
 			// The simulator counts no completed bodies: fairlead's connection to the leader must have
 			// been aborted (a completed request leaves it idle in fairlead's pool).
-			if !hostileWait(3*time.Second, func() bool { return hostileServerConns(l, "platform", leader.Addr) == 0 }) {
+			if !within(3*time.Second, func() bool { return hostileServerConns(l, "platform", leader.Addr) == 0 }) {
 				t.Errorf("fairlead still holds %d upstream connections to the leader 3s after the bad chunk: the upstream request was not aborted",
 					hostileServerConns(l, "platform", leader.Addr))
 			}
@@ -221,7 +221,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("rec", u.addr, []string{"/Thingworx/rec"}, "", "")))
 		conn := hostileDial(t, l.Addr())
 		conn.write("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
-		hostileWait(time.Second, func() bool { return u.requests.Load() > 0 })
+		within(time.Second, func() bool { return u.requests.Load() > 0 })
 		conn.write("zz\r\n") //nolint:errcheck
 		r := conn.answerAndClose()
 		if r.status != 400 || !r.closed {
@@ -273,7 +273,7 @@ func TestHostileSizeLimits(t *testing.T) {
 		t.Helper()
 		before, _ := hostileBadRequests(t, l)
 		send()
-		if !hostileWait(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
+		if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
 			after, unlabelled := hostileBadRequests(t, l)
 			t.Errorf(`fairlead_bad_requests_total{code=%q} went from %v to %v, want +1 (by code before %v, after %v; unlabelled series %v)`,
 				code, before[code], after[code], before, after, unlabelled)
@@ -353,7 +353,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 		t.Errorf("the platforms received %d requests", n)
 	}
 	if r.status == 408 {
-		if !hostileWait(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after["408"] == codesBefore["408"]+1 }) {
+		if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after["408"] == codesBefore["408"]+1 }) {
 			after, unlabelled := hostileBadRequests(t, l)
 			t.Errorf(`fairlead_bad_requests_total{code="408"} did not go up by 1: before %v, after %v, unlabelled %v`, codesBefore, after, unlabelled)
 		}
@@ -448,7 +448,7 @@ func TestHostileMaxConnsRefusesExtraConnectionsWithoutHoldingGoroutines(t *testi
 	}
 	// Checked while the extra connections are still open on the client's side.
 	const slack = 15
-	if !hostileWait(time.Second, func() bool { return runtime.NumGoroutine()-g0 < slack }) {
+	if !within(time.Second, func() bool { return runtime.NumGoroutine()-g0 < slack }) {
 		t.Errorf("goroutines went from %d to %d while 50 extra connections were refused (slack %d)", g0, runtime.NumGoroutine(), slack)
 	}
 	for i, h := range held {
@@ -789,7 +789,7 @@ func TestHostileBadRequestsAreCountedByStatusCode(t *testing.T) {
 				t.Fatalf("got %s; want 400 or 505", r)
 			}
 			code := strconv.Itoa(r.status)
-			if !hostileWait(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
+			if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
 				after, unlabelled := hostileBadRequests(t, l)
 				t.Errorf(`after a %s answer fairlead_bad_requests_total{code=%q} went from %v to %v, want +1 (unlabelled series: %v)`,
 					code, code, before[code], after[code], unlabelled)

@@ -21,7 +21,7 @@ import (
 //	         (upgrade.go badHandshake) and tunnelled only on a websocket route; [routes.auth] checks the
 //	         client's key (routeauth.go)
 //	pick     the pool's policy returns an available server, or the request waits (bounded) for one
-//	forward  one loop for plain requests and upgrades: the server's bounded HostClient streams the
+//	forward  one loop for plain requests and upgrades: the server's bounded upstream client (upstream.go) streams the
 //	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
 //	         response are reported to the health check and retried on another server when that cannot
 //	         duplicate a side effect, within one retry budget and one deadline

@@ -815,7 +815,7 @@ func TestTLSClientAuthRequire(t *testing.T) {
 	}
 	if refusals > 0 {
 		var got float64
-		if !hostileWait(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
+		if !within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
 			t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after %d refused handshakes", failures, got, refusals)
 		}
 	}
@@ -855,7 +855,7 @@ func TestTLSClientAuthVerifyIfGiven(t *testing.T) {
 		t.Errorf("refused clients reached the platforms: %d requests", got)
 	}
 	var got float64
-	if !hostileWait(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
+	if !within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
 		t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after 2 refused handshakes", failures, got)
 	}
 }

@@ -22,7 +22,6 @@ func newTransport(addr string, cfg *PoolConfig) *upstream {
 	tlsConfig := cfg.TLS.clientFor(addr)
 	return &upstream{
 		addr:         addr,
-		isTLS:        tlsConfig != nil,
 		maxConns:     cfg.MaxConns,
 		queueTimeout: cfg.QueueTimeout.D,
 		idleTimeout:  upstreamIdleTimeout,

@@ -66,7 +66,6 @@ var (
 // upstream is the client of one server.
 type upstream struct {
 	addr         string
-	isTLS        bool
 	dialFn       func() (net.Conn, error)
 	maxConns     int
 	queueTimeout time.Duration

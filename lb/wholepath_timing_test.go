@@ -163,21 +163,15 @@ func startWholePath(tb testing.TB, body int) *rawClient {
 
 // waitLeader waits until fairlead forwards (its first check found the leader).
 func waitLeader(tb testing.TB, l *LB) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually(tb, 10*time.Second, "fairlead to forward (its first check to find the leader)", func() bool {
 		resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("fairlead does not forward after 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond) // the first check's result has no event a test can wait on here
-	}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }
 
 var wholePathGET = []byte("GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
