@@ -26,7 +26,22 @@ func httpMetrics(rate string) []metric {
 		{key: "p99_ms", label: "p99 ms", better: "lower", chart: true, format: "%.2f"},
 		{key: "errors", label: "errors", better: "lower"},
 		{key: "proxy_cpu", label: "proxy CPU (cores)", format: "%.2f"},
+		cpuPerOpMetric,
 	}
+}
+
+// cpuPerOpMetric is the proxy's CPU time (user + system, all its processes) per request or
+// round trip of the measurement. Unlike the rate, it does not depend on whether the proxy or
+// the load side (generator and simulated servers, sharing the other core) is the bottleneck:
+// when every proxy runs below a full core, the rates are close and this tells them apart.
+var cpuPerOpMetric = metric{key: "cpu_us", ratio: true, label: "proxy CPU µs per op", better: "lower", format: "%.1f"}
+
+// cpuPerOp is cpuPerOpMetric's value: cpu over ops operations, in microseconds (0 without ops).
+func cpuPerOp(cpu time.Duration, ops float64) float64 {
+	if ops <= 0 {
+		return 0
+	}
+	return float64(cpu.Microseconds()) / ops
 }
 
 func httpSmallScenario() *scenario {
@@ -172,6 +187,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 	}
 	cpu0, t0 := in.CPU(), time.Now()
 	var res *Result
+	var ops float64 // requests answered during the measurement
 	if wrk != "" {
 		w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, scheme+"://"+addr+path, conns, rc.plan.HTTPDuration, upload)
 		if err != nil {
@@ -180,6 +196,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		res = &Result{Metrics: map[string]float64{
 			"req_s": w.reqPerSec, "p99_ms": w.p99ms, "errors": float64(w.errors),
 		}}
+		ops = w.requests
 	} else {
 		st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, rc.plan.HTTPDuration, raw)
 		res = &Result{Metrics: map[string]float64{
@@ -187,9 +204,12 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 			"p99_ms": ms(st.Hist.Quantile(0.99)),
 			"errors": float64(st.Errors + st.Non2xx),
 		}}
+		ops = float64(st.Requests)
 	}
 	el := time.Since(t0)
-	res.Metrics["proxy_cpu"] = (in.CPU() - cpu0).Seconds() / el.Seconds()
+	cpu := in.CPU() - cpu0
+	res.Metrics["proxy_cpu"] = cpu.Seconds() / el.Seconds()
+	res.Metrics["cpu_us"] = cpuPerOp(cpu, ops)
 	if upload > 0 {
 		res.Metrics["mib_s"] = res.Metrics["req_s"] * float64(upload) / (1 << 20)
 	}

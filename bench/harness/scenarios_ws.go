@@ -27,6 +27,7 @@ func wsEchoScenario() *scenario {
 			{key: "p99_ms", label: "p99 ms", better: "lower", chart: true, format: "%.2f"},
 			{key: "errors", label: "errors", better: "lower"},
 			{key: "proxy_cpu", label: "proxy CPU (cores)", format: "%.2f"},
+			cpuPerOpMetric,
 		},
 		variants: samePeers,
 		run:      runWSEcho,
@@ -172,6 +173,7 @@ func runWSEchoOver(rc *runCtx, overTLS bool) (*Result, error) {
 		"p99_ms":    ms(h.Quantile(0.99)),
 		"errors":    float64(errs),
 		"proxy_cpu": cpu.Seconds() / el.Seconds(),
+		"cpu_us":    cpuPerOp(cpu, float64(n)),
 	}}, nil
 }
 
