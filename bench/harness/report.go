@@ -225,6 +225,9 @@ func (rep *Report) targets() []Target {
 		if f != nil && h != nil {
 			if r, ok := f.Ratios["req_s"]; ok {
 				t1.Value = fmt.Sprintf("%.2f× (%s vs %s req/s)", r.Median, fmtNum(f.Values["req_s"].Median, ""), fmtNum(h.Values["req_s"].Median, ""))
+				if c, ok := h.Values["ceiling"]; ok && c.Median > 0 {
+					t1.Value += fmt.Sprintf("; no-proxy ceiling %s = %.2f× HAProxy", fmtNum(c.Median, ""), c.Median/h.Values["req_s"].Median)
+				}
 				t1.Met = boolp(r.Median >= goal)
 			}
 			if r, ok := f.Ratios["p99_ms"]; ok {
@@ -252,6 +255,9 @@ func (rep *Report) targets() []Target {
 			if bestPeer != "" {
 				v := f.Values["rt_s"].Median
 				t.Value = fmt.Sprintf("%.2f× %s (%s vs %s)", v/best, bestPeer, fmtNum(v, ""), fmtNum(best, ""))
+				if c, ok := f.Values["ceiling"]; ok && c.Median > 0 {
+					t.Value += fmt.Sprintf("; no-proxy ceiling %s = %.2f× %s", fmtNum(c.Median, ""), c.Median/best, bestPeer)
+				}
 				t.Met = boolp(v >= best)
 			}
 		}

@@ -36,6 +36,12 @@ func httpMetrics(rate string) []metric {
 // when every proxy runs below a full core, the rates are close and this tells them apart.
 var cpuPerOpMetric = metric{key: "cpu_us", ratio: true, label: "proxy CPU µs per op", better: "lower", format: "%.1f"}
 
+// ceilingMetric is the rate the same load reaches against the simulated server directly, with no
+// proxy in between, measured in the same run right after the proxy's measurement: the most any
+// proxy could show on this machine, where the load side (generator and simulated servers) has
+// one core of its own. A target above ceiling / HAProxy's rate cannot be met by any proxy.
+var ceilingMetric = metric{key: "ceiling", label: "no-proxy ceiling"}
+
 // cpuPerOp is cpuPerOpMetric's value: cpu over ops operations, in microseconds (0 without ops).
 func cpuPerOp(cpu time.Duration, ops float64) float64 {
 	if ops <= 0 {
@@ -58,12 +64,13 @@ func httpSmallScenario() *scenario {
 
 func http16kScenario() *scenario {
 	return &scenario{
-		name:     "http-16k",
-		summary:  "GET with 16 KiB answers over 64 keep-alive connections (wrk): req/s and p99",
-		metrics:  httpMetrics("req/s"),
+		name: "http-16k",
+		summary: "GET with 16 KiB answers over 64 keep-alive connections (wrk): req/s and p99; the no-proxy ceiling is " +
+			"the same load against the simulated leader directly",
+		metrics:  append(httpMetrics("req/s"), ceilingMetric),
 		variants: samePeers,
 		run: func(rc *runCtx) (*Result, error) {
-			return runHTTP(rc, httpLoad{size: 16 << 10, conns: rc.plan.HTTPConns})
+			return runHTTP(rc, httpLoad{size: 16 << 10, conns: rc.plan.HTTPConns, ceiling: true})
 		},
 	}
 }
@@ -122,6 +129,8 @@ type httpLoad struct {
 	tls bool
 	// costs adds the extra phases measuring the costs per request (-costs, costs.go).
 	costs bool
+	// ceiling also measures the same load against the leader directly (ceilingMetric).
+	ceiling bool
 }
 
 // runHTTP measures l: GETs of answers of l.size bytes, or POSTs of l.upload-byte bodies.
@@ -240,6 +249,13 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		if err := measureCosts(rc, in, load, res.Metrics); err != nil {
 			rc.note("%v", err)
 		}
+	}
+	if l.ceiling && wrk != "" && !l.tls && upload == 0 {
+		w, err := runWrk(rc.ctx, wrk, rc.genCore(), rc.dir, "http://"+c.Leader().Addr+path, conns, rc.plan.HTTPDuration, 0)
+		if err != nil {
+			return nil, fmt.Errorf("no-proxy ceiling: %v", err)
+		}
+		res.Metrics["ceiling"] = w.reqPerSec
 	}
 	if l.roundRobin {
 		var first, total int64

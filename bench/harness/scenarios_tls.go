@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,7 @@ func wssEchoScenario() *scenario {
 	sc.summary = "64 wss:// WebSocket connections (each its own X-Asset-Id) echo 64-byte messages back to back " +
 		"through the proxy to the connection servers: round trips/s and p99" + tlsNote
 	sc.run = func(rc *runCtx) (*Result, error) { return runWSEchoOver(rc, true) }
+	sc.metrics = slices.DeleteFunc(sc.metrics, func(m metric) bool { return m.key == ceilingMetric.key }) // plain only
 	return sc
 }
 

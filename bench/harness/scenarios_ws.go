@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -28,6 +29,7 @@ func wsEchoScenario() *scenario {
 			{key: "errors", label: "errors", better: "lower"},
 			{key: "proxy_cpu", label: "proxy CPU (cores)", format: "%.2f"},
 			cpuPerOpMetric,
+			ceilingMetric,
 		},
 		variants: samePeers,
 		run:      runWSEcho,
@@ -106,6 +108,61 @@ func wsEcho(c *websocket.Conn, msg []byte, timeout time.Duration) error {
 
 func runWSEcho(rc *runCtx) (*Result, error) { return runWSEchoOver(rc, false) }
 
+// dialEchoConns opens n WebSockets on /Thingworx/WS, the i-th to addrOf(i) with X-Asset-Id
+// asset-i. On error it returns those opened so far with it.
+func dialEchoConns(n int, addrOf func(i int) string, tlsConf *tls.Config) ([]*websocket.Conn, error) {
+	conns := make([]*websocket.Conn, 0, n)
+	for i := range n {
+		cn, err := wsDialTLS(addrOf(i), "/Thingworx/WS", fmt.Sprintf("asset-%d", i), 5*time.Second, 4096, tlsConf)
+		if err != nil {
+			return conns, fmt.Errorf("ws dial %d: %v", i, err)
+		}
+		conns = append(conns, cn)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*websocket.Conn) {
+	for _, cn := range conns {
+		cn.Close()
+	}
+}
+
+// echoLoop runs msg round trips back to back on every conn (one goroutine each) for dur: the
+// latency histogram, the round trips done and the conns that broke (a broken one stops).
+func echoLoop(rc *runCtx, conns []*websocket.Conn, msg []byte, dur time.Duration) (Hist, uint64, uint64) {
+	ctx, cancel := context.WithTimeout(rc.ctx, dur)
+	defer cancel()
+	var mu sync.Mutex
+	var total Hist
+	var n, errs uint64
+	var wg sync.WaitGroup
+	for _, cn := range conns {
+		wg.Add(1)
+		go func(cn *websocket.Conn) {
+			defer wg.Done()
+			var h Hist
+			var k, e uint64
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if err := wsEcho(cn, msg, 5*time.Second); err != nil {
+					e++
+					break // a broken tunnel stays broken
+				}
+				h.Add(time.Since(t0))
+				k++
+			}
+			mu.Lock()
+			total.Merge(&h)
+			n += k
+			errs += e
+			mu.Unlock()
+		}(cn)
+	}
+	wg.Wait()
+	return total, n, errs
+}
+
 // runWSEchoOver runs ws-echo, over wss:// through the proxy's TLS listener when overTLS (wss-echo).
 func runWSEchoOver(rc *runCtx, overTLS bool) (*Result, error) {
 	c, err := rc.startCluster(nil)
@@ -117,64 +174,40 @@ func runWSEchoOver(rc *runCtx, overTLS bool) (*Result, error) {
 		return nil, err
 	}
 	p := rc.plan
-	conns := make([]*websocket.Conn, 0, p.WSConns)
-	defer func() {
-		for _, cn := range conns {
-			cn.Close()
-		}
-	}()
-	for i := 0; i < p.WSConns; i++ {
-		cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("asset-%d", i), 5*time.Second, 4096, tlsConf)
-		if err != nil {
-			return nil, fmt.Errorf("ws dial %d: %v", i, err)
-		}
-		conns = append(conns, cn)
+	conns, err := dialEchoConns(p.WSConns, func(int) string { return addr }, tlsConf)
+	defer closeAll(conns)
+	if err != nil {
+		return nil, err
 	}
 	msg := bytes.Repeat([]byte("m"), p.WSMessage)
-	loop := func(dur time.Duration) (Hist, uint64, uint64) {
-		ctx, cancel := context.WithTimeout(rc.ctx, dur)
-		defer cancel()
-		var mu sync.Mutex
-		var total Hist
-		var n, errs uint64
-		var wg sync.WaitGroup
-		for _, cn := range conns {
-			wg.Add(1)
-			go func(cn *websocket.Conn) {
-				defer wg.Done()
-				var h Hist
-				var k, e uint64
-				for ctx.Err() == nil {
-					t0 := time.Now()
-					if err := wsEcho(cn, msg, 5*time.Second); err != nil {
-						e++
-						break // a broken tunnel stays broken
-					}
-					h.Add(time.Since(t0))
-					k++
-				}
-				mu.Lock()
-				total.Merge(&h)
-				n += k
-				errs += e
-				mu.Unlock()
-			}(cn)
-		}
-		wg.Wait()
-		return total, n, errs
-	}
-	loop(p.Warmup)
+	echoLoop(rc, conns, msg, p.Warmup)
 	cpu0, t0 := in.CPU(), time.Now()
-	h, n, errs := loop(p.WSDuration)
+	h, n, errs := echoLoop(rc, conns, msg, p.WSDuration)
 	el := time.Since(t0)
 	cpu := in.CPU() - cpu0
-	return &Result{Metrics: map[string]float64{
+	closeAll(conns)
+	res := &Result{Metrics: map[string]float64{}}
+	if !overTLS {
+		// The same load against the connection servers directly (each connection to the
+		// server its asset's hash would pick does not matter here: the echo is the same).
+		direct, err := dialEchoConns(p.WSConns, func(i int) string { return c.Connections[i%len(c.Connections)].Addr }, nil)
+		defer closeAll(direct)
+		if err != nil {
+			return nil, fmt.Errorf("no-proxy ceiling: %v", err)
+		}
+		echoLoop(rc, direct, msg, p.Warmup)
+		t1 := time.Now()
+		_, dn, _ := echoLoop(rc, direct, msg, p.WSDuration)
+		res.Metrics["ceiling"] = float64(dn) / time.Since(t1).Seconds()
+	}
+	maps.Copy(res.Metrics, map[string]float64{
 		"rt_s":      float64(n) / el.Seconds(),
 		"p99_ms":    ms(h.Quantile(0.99)),
 		"errors":    float64(errs),
 		"proxy_cpu": cpu.Seconds() / el.Seconds(),
 		"cpu_us":    cpuPerOp(cpu, float64(n)),
-	}}, nil
+	})
+	return res, nil
 }
 
 func runWSIdle(rc *runCtx) (*Result, error) { return runWSIdleOver(rc, false) }
