@@ -45,6 +45,16 @@ type Options struct {
 	// then be empty.
 	NoConnections bool
 
+	// ConfigServers is the number of simulated configuration services (see ConfigServer), the
+	// upstream of a relay route; 0 means len(ConfigAddrs), by default none.
+	ConfigServers int
+	// ConfigAddrs are optional fixed listen addresses of the config servers, by index; missing or
+	// empty entries mean "127.0.0.1:0".
+	ConfigAddrs []string
+	// ConfigAPIKey, if non-empty, is the key every config server requires as
+	// "Authorization: Bearer <ConfigAPIKey>" (ConfigOptions.APIKey).
+	ConfigAPIKey string
+
 	// PlatformNames are optional names of the platform servers, by index;
 	// a missing or empty entry means "platform<i+1>". Names must be unique.
 	PlatformNames []string
@@ -77,11 +87,11 @@ type Options struct {
 	// "hello from <name>\n".
 	Body []byte
 
-	// TLS, if set, makes every platform server and connection server (its
-	// main port and its separate health port, if any) serve over TLS with
-	// this config, e.g. a certificate from NewCA and CA.Issue, and
-	// ClientAuth to ask fairlead for a client certificate. The control API
-	// stays plain HTTP. nil serves plain HTTP.
+	// TLS, if set, makes every platform server, connection server (its
+	// main port and its separate health port, if any) and config server
+	// serve over TLS with this config, e.g. a certificate from NewCA and
+	// CA.Issue, and ClientAuth to ask fairlead for a client certificate. The
+	// control API stays plain HTTP. nil serves plain HTTP.
 	TLS *tls.Config
 
 	// ControlAddr, if non-empty, starts the HTTP control API there
@@ -95,12 +105,15 @@ type Options struct {
 // Cluster is a running simulated ThingWorx HA cluster. Platform servers are
 // named "platform1", "platform2", ...; initially platform1 is Leader and the
 // others are Backup. Connection servers are named "cx1", "cx2", ... and start
-// healthy.
+// healthy. Config servers, if any, are named "config1", "config2", ... and
+// start up, with no topic known.
 type Cluster struct {
 	// Platforms are the platform servers, in name order.
 	Platforms []*Platform
 	// Connections are the connection servers, in name order.
 	Connections []*ConnServer
+	// Configs are the config servers, in name order.
+	Configs []*ConfigServer
 	// ControlAddr is the actual address of the control API, "" if none.
 	ControlAddr string
 
@@ -161,6 +174,14 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.Connections = append(c.Connections, s)
 	}
+	for i := range opts.ConfigServers {
+		s, err := StartConfigServer("config"+strconv.Itoa(i+1), addrAt(opts.ConfigAddrs, i, "127.0.0.1:0"),
+			ConfigOptions{APIKey: opts.ConfigAPIKey, TLS: opts.TLS, Logf: opts.Logf})
+		if err != nil {
+			return nil, err
+		}
+		c.Configs = append(c.Configs, s)
+	}
 	if opts.ControlAddr != "" {
 		if err := c.startControl(opts.ControlAddr, opts.Logf); err != nil {
 			return nil, err
@@ -171,7 +192,7 @@ func Start(opts Options) (*Cluster, error) {
 }
 
 func (o *Options) setDefaults() error {
-	if o.Platforms < 0 || o.Connections < 0 {
+	if o.Platforms < 0 || o.Connections < 0 || o.ConfigServers < 0 {
 		return errors.New("sim: negative server count")
 	}
 	if o.Platforms == 0 {
@@ -197,6 +218,12 @@ func (o *Options) setDefaults() error {
 	}
 	if n := max(len(o.ConnectionAddrs), len(o.ConnectionHealthAddrs)); n > o.Connections {
 		return fmt.Errorf("sim: %d connection addresses for %d connection servers", n, o.Connections)
+	}
+	if o.ConfigServers == 0 {
+		o.ConfigServers = len(o.ConfigAddrs)
+	}
+	if len(o.ConfigAddrs) > o.ConfigServers {
+		return fmt.Errorf("sim: %d config server addresses for %d config servers", len(o.ConfigAddrs), o.ConfigServers)
 	}
 	if o.Credentials == "" {
 		o.Credentials = DefaultCredentials
@@ -233,7 +260,7 @@ func PortRange(host string, firstPort, n int) []string {
 
 // Close stops the control API and every server and closes every open
 // connection. It is idempotent. Afterwards the servers stay down: leaving
-// Dead and ConnServer.Restart fail.
+// Dead, ConnServer.Restart and ConfigServer.Start fail.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		if c.control != nil {
@@ -245,6 +272,9 @@ func (c *Cluster) Close() {
 		}
 		for _, s := range c.Connections {
 			s.close()
+		}
+		for _, s := range c.Configs {
+			s.Close()
 		}
 	})
 }
@@ -270,6 +300,16 @@ func (c *Cluster) Connection(name string) *ConnServer {
 	return nil
 }
 
+// Config returns the config server with the given name, nil if unknown.
+func (c *Cluster) Config(name string) *ConfigServer {
+	for _, s := range c.Configs {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
 // Leader returns the first platform in state Leader, nil if none.
 func (c *Cluster) Leader() *Platform {
 	for _, p := range c.Platforms {
@@ -281,13 +321,16 @@ func (c *Cluster) Leader() *Platform {
 }
 
 // WriteSummary writes one line per server (name, role, address, state) and
-// one for the control API, if any.
+// one for the control API, if any, last.
 func (c *Cluster) WriteSummary(w io.Writer) {
 	for _, p := range c.Platforms {
 		fmt.Fprintf(w, "%s platform %s state=%s\n", p.Name, p.Addr, p.State())
 	}
 	for _, s := range c.Connections {
 		fmt.Fprintf(w, "%s connection %s health=%s\n", s.Name, s.Addr, s.HealthAddr)
+	}
+	for _, s := range c.Configs {
+		fmt.Fprintf(w, "%s config %s\n", s.Name, s.Addr)
 	}
 	if c.ControlAddr != "" {
 		fmt.Fprintf(w, "control %s\n", c.ControlAddr)

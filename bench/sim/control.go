@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 type Status struct {
 	Platforms   []PlatformStatus `json:"platforms"`
 	Connections []ConnStatus     `json:"connections"`
+	// Configs are the config servers' ConfigServer.Stats.
+	Configs []ConfigStats `json:"configs"`
 }
 
 // PlatformStatus is a snapshot of one platform server.
@@ -79,12 +82,22 @@ func (c *Cluster) Status() Status {
 	st := Status{
 		Platforms:   make([]PlatformStatus, 0, len(c.Platforms)),
 		Connections: make([]ConnStatus, 0, len(c.Connections)),
+		Configs:     c.configStats(),
 	}
 	for _, p := range c.Platforms {
 		st.Platforms = append(st.Platforms, p.Status())
 	}
 	for _, s := range c.Connections {
 		st.Connections = append(st.Connections, s.Status())
+	}
+	return st
+}
+
+// configStats returns the Stats of every config server, in name order.
+func (c *Cluster) configStats() []ConfigStats {
+	st := make([]ConfigStats, 0, len(c.Configs))
+	for _, s := range c.Configs {
+		st = append(st, s.Stats())
 	}
 	return st
 }
@@ -98,10 +111,16 @@ func (c *Cluster) Status() Status {
 //	POST /platform/<name>/flap/<on|off>       Platform.SetLeaderCheckFlap
 //	POST /connection/<name>/<up|down|kill|restart>
 //	GET  /deliveries                          Cluster.Deliveries as JSON (id -> count)
+//	POST /config/publish/<collection>/<environment>
+//	                                          Cluster.PublishConfig with the request body (optional, a
+//	                                          JSON document); answers {"topic":...,"version":N}
+//	POST /config/<name>/<up|down>             ConfigServer.Start / ConfigServer.Stop
+//	POST /config/reset                        ConfigServer.ResetCounters on every config server;
+//	                                          answers their ConfigStats
 //
 // GET is accepted wherever POST is. Changes answer 200 with the server's new
-// status as one line of JSON, 404 for an unknown server and 400 for a bad
-// state, code or action.
+// status as one line of JSON, 404 for an unknown server (or a publish without
+// config servers) and 400 for a bad state, code, action, topic or document.
 func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -116,6 +135,9 @@ func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
 	mux.HandleFunc("/platform/{name}/flap/{onoff}", c.handleFlap)
 	mux.HandleFunc("/deliveries", c.handleDeliveries)
 	mux.HandleFunc("/connection/{name}/{action}", c.handleConnection)
+	mux.HandleFunc("/config/publish/{collection}/{environment}", c.handleConfigPublish)
+	mux.HandleFunc("/config/reset", c.handleConfigReset)
+	mux.HandleFunc("/config/{name}/{action}", c.handleConfigServer)
 	c.control = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -265,4 +287,70 @@ func (c *Cluster) platformOf(w http.ResponseWriter, r *http.Request) *Platform {
 		http.Error(w, "unknown platform", http.StatusNotFound)
 	}
 	return p
+}
+
+// configPublished is the answer to a publish on the control API.
+type configPublished struct {
+	Topic   string `json:"topic"`
+	Version uint64 `json:"version"`
+}
+
+func (c *Cluster) handleConfigPublish(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	if len(c.Configs) == 0 {
+		http.Error(w, "no config servers", http.StatusNotFound)
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessageSize))
+	if err != nil {
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "cannot read the document: "+err.Error(), code)
+		return
+	}
+	topic := r.PathValue("collection") + "/" + r.PathValue("environment")
+	v, err := c.PublishConfig(topic, data)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, configPublished{Topic: topic, Version: v})
+}
+
+func (c *Cluster) handleConfigServer(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	s := c.Config(r.PathValue("name"))
+	if s == nil {
+		http.Error(w, "unknown config server", http.StatusNotFound)
+		return
+	}
+	switch r.PathValue("action") {
+	case "up":
+		if err := s.Start(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	case "down":
+		s.Stop()
+	default:
+		http.Error(w, "unknown action (want up or down)", http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, s.Stats())
+}
+
+func (c *Cluster) handleConfigReset(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	for _, s := range c.Configs {
+		s.ResetCounters()
+	}
+	writeJSON(w, c.configStats())
 }

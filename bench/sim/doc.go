@@ -20,10 +20,15 @@
 //	POST /platform/<name>/flap/<on|off>           Platform.SetLeaderCheckFlap
 //	POST /connection/<name>/<up|down|kill|restart>
 //	GET  /deliveries                              Cluster.Deliveries as JSON
+//	POST /config/publish/<collection>/<environment>
+//	                                              Cluster.PublishConfig (body: the JSON document, optional)
+//	POST /config/<name>/<up|down>                 ConfigServer.Start / ConfigServer.Stop
+//	POST /config/reset                            ConfigServer.ResetCounters on every config server
 //
 // GET is accepted wherever POST is. A change answers 200 with the server's
-// new status (PlatformStatus or ConnStatus) as one line of JSON, 404 for an
-// unknown server and 400 for a bad state, code or action.
+// new status (PlatformStatus, ConnStatus or ConfigStats) as one line of JSON,
+// 404 for an unknown server and 400 for a bad state, code, action, topic or
+// document; a publish answers {"topic":"c/e","version":N}.
 //
 // Beyond the states, the fault suite (bench/faults) uses three knobs of a
 // platform: Platform.SetDelay delays every answer, LeaderCheck included, by
@@ -38,13 +43,26 @@
 // state (cmd/fairlead-sim -platforms 1 -connections 0 -platform-names
 // platform2 -states backup), so that a test can kill it with SIGKILL.
 //
-// Options.TLS serves every platform server and connection server (its main
-// port and its separate health port, if any) over TLS with the given config,
-// so that fairlead's upstream TLS ([pools.NAME.tls]) can be tested against
-// the same fake nodes: certificates come from NewCA and CA.Issue, made at
-// run time (no key is committed), and tls.Config.ClientAuth with ClientCAs
-// makes the servers require fairlead's client certificate. Everything else
-// behaves as over plain HTTP; the control API stays plain HTTP.
+// Options.ConfigServers adds simulated configuration services
+// (ConfigServer, named config1, config2, ...), the upstream of a relay
+// route: per topic ("collection/environment") a version and a JSON
+// document, served as a snapshot on GET /config/<collection>/<environment>
+// and pushed as a change message {"topic":"c/e","version":N} to every
+// WebSocket session on /events/<collection>/<environment> at each publish
+// (Cluster.PublishConfig publishes on every config server with the same
+// version, as a replicated upstream would). Options.ConfigAPIKey makes them
+// require "Authorization: Bearer <key>"; ConfigServer.Stop and Start kill
+// and revive one as a process. A subscriber that stops reading is closed
+// after a second without delaying the others.
+//
+// Options.TLS serves every platform server, connection server (its main
+// port and its separate health port, if any) and config server over TLS
+// with the given config, so that fairlead's upstream TLS ([pools.NAME.tls])
+// can be tested against the same fake nodes: certificates come from NewCA
+// and CA.Issue, made at run time (no key is committed), and
+// tls.Config.ClientAuth with ClientCAs makes the servers require fairlead's
+// client certificate. Everything else behaves as over plain HTTP; the
+// control API stays plain HTTP.
 //
 // The platform servers are built on fasthttp with streamed request bodies, so
 // they sustain high request rates and arbitrarily large uploads and

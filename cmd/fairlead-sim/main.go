@@ -4,7 +4,10 @@
 // Platform servers listen on consecutive ports from -platform-port,
 // connection servers on consecutive ports from -connection-port and, if
 // -health-port is set, answer health checks on consecutive ports from it as
-// well. A port of 0 gives every server of that kind a free port. The servers
+// well. With -configs N it also runs N simulated configuration services (the
+// upstream of a relay route; none by default) on consecutive ports from
+// -config-port, requiring "Authorization: Bearer KEY" with -config-api-key
+// KEY. A port of 0 gives every server of that kind a free port. The servers
 // are driven through the control API on -control (empty disables it).
 //
 // One process can run a single platform server under a chosen name and
@@ -45,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	platformPort := fs.Int("platform-port", 9081, "first platform server port (0: free ports)")
 	connectionPort := fs.Int("connection-port", 9181, "first connection server port (0: free ports)")
 	healthPort := fs.Int("health-port", 0, "if non-zero, first separate health-check port of the connection servers")
+	configs := fs.Int("configs", 0, "number of simulated configuration services (relay upstreams)")
+	configPort := fs.Int("config-port", 9281, "first config server port (0: free ports)")
+	configAPIKey := fs.String("config-api-key", "", `if set, the config servers require "Authorization: Bearer <key>"`)
 	control := fs.String("control", "127.0.0.1:9000", "control API address (empty: none)")
 	credentials := fs.String("credentials", sim.DefaultCredentials, `base64 "user:pass" expected on LeaderCheck`)
 	host := fs.String("host", "127.0.0.1", "host to listen on")
@@ -55,8 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *platforms < 1 || *connections < 0 {
-		fmt.Fprintln(stderr, "fairlead-sim: -platforms must be at least 1 and -connections at least 0")
+	if *platforms < 1 || *connections < 0 || *configs < 0 {
+		fmt.Fprintln(stderr, "fairlead-sim: -platforms must be at least 1, -connections and -configs at least 0")
 		return 2
 	}
 	if *deliveryLog != "" && *deliveryHeader == "" {
@@ -96,6 +102,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Credentials:    *credentials,
 		ControlAddr:    *control,
 		DeliveryHeader: *deliveryHeader,
+		ConfigServers:  *configs,
+		ConfigAddrs:    sim.PortRange(*host, *configPort, *configs),
+		ConfigAPIKey:   *configAPIKey,
 		Logf:           logger.Printf,
 	}
 	if *connections > 0 {
