@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,17 +11,7 @@ import (
 // call sends method to the control API and returns status and body.
 func call(t *testing.T, cl *http.Client, c *Cluster, method, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+c.ControlAddr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %s", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return callBody(t, cl, c, method, path, "")
 }
 
 func status(t *testing.T, cl *http.Client, c *Cluster) Status {

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,32 +11,8 @@ import (
 // TestCommandRunsConfigServers: -configs, -config-port and -config-api-key start the simulated
 // configuration services, listed in the summary, and the control API publishes on them.
 func TestCommandRunsConfigServers(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	bin := filepath.Join(t.TempDir(), "fairlead-sim")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %s\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "-platforms", "1", "-connections", "0", "-platform-port", "0",
+	_, lines := runSim(t, "-platforms", "1", "-connections", "0", "-platform-port", "0",
 		"-configs", "2", "-config-port", "0", "-config-api-key", "k3y", "-control", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
-	sc := bufio.NewScanner(stdout)
-	var lines []string
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.HasPrefix(sc.Text(), "control ") {
-			break
-		}
-	}
 	if len(lines) != 4 || !strings.HasPrefix(lines[1], "config1 config 127.0.0.1:") || !strings.HasPrefix(lines[2], "config2 config 127.0.0.1:") {
 		t.Fatalf("summary %q", lines)
 	}

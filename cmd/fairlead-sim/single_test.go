@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,35 +13,10 @@ import (
 // TestOneProcessRunsOnePlatformUnderANameAndState: the flags the fault suite uses to run each platform
 // server as a process of its own, killed with SIGKILL, whose deliveries survive it in a file.
 func TestOneProcessRunsOnePlatformUnderANameAndState(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "fairlead-sim")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %s\n%s", err, out)
-	}
-	logPath := filepath.Join(dir, "deliveries")
-	cmd := exec.Command(bin, "-platforms", "1", "-connections", "0", "-platform-port", "0",
+	logPath := filepath.Join(t.TempDir(), "deliveries")
+	cmd, lines := runSim(t, "-platforms", "1", "-connections", "0", "-platform-port", "0",
 		"-control", "127.0.0.1:0", "-platform-names", "platform2", "-states", "backup",
 		"-delivery-header", "X-Request-Id", "-delivery-log", logPath)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
-	sc := bufio.NewScanner(stdout)
-	var lines []string
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if strings.HasPrefix(sc.Text(), "control ") {
-			break
-		}
-	}
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "platform2 platform 127.0.0.1:") || !strings.HasSuffix(lines[0], " state=backup") {
 		t.Fatalf("summary %q", lines)
 	}
