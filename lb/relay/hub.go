@@ -1,0 +1,509 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Snapshot is one version of a topic's content, as fetched from the upstream. It is
+// shared by every reader and subscriber once published, so nothing may modify it (Body
+// included) after it is passed to Publish.
+type Snapshot struct {
+	// Version orders the snapshots of a topic: the upstream's version or a local counter
+	// kept by the fetcher. It must strictly increase per topic; Publish refuses any other.
+	Version uint64
+	// ETag is the quoted entity tag served with the snapshot, e.g. `"7"`.
+	ETag string
+	// Body is the snapshot as served to clients.
+	Body []byte
+	// Fetched is when the snapshot was fetched from the upstream.
+	Fetched time.Time
+}
+
+// A Message is what a subscriber receives: exactly one of its fields is set.
+type Message struct {
+	// Snapshot is set for a newly published snapshot (delivered to subscribers that want
+	// Snapshots).
+	Snapshot *Snapshot
+	// Change is set for a raw change message from the upstream events session, as it was
+	// sent (delivered to subscribers that want Changes). It is shared by every subscriber
+	// and must not be modified.
+	Change []byte
+}
+
+// A Kind says which messages a subscriber wants; it is a bitmask, so a WebSocket client that
+// also wants snapshots subscribes with WebSocket|Snapshots.
+type Kind uint8
+
+const (
+	// Snapshots asks for every snapshot published after Subscribe.
+	Snapshots Kind = 1 << iota
+	// Changes asks for every raw change message published after Subscribe.
+	Changes
+
+	// SSE is what a Server-Sent Events client gets: snapshots.
+	SSE = Snapshots
+	// WebSocket is what a WebSocket client gets by default: the upstream's change messages,
+	// relayed as they were sent.
+	WebSocket = Changes
+)
+
+// Options configures a Hub. The zero value is usable.
+type Options struct {
+	// SubscriberBuffer is how many messages may be queued for a subscriber that has not read
+	// them yet. The subscriber that would need one more is dropped, so that one slow client
+	// never delays the others or the publisher. Default 16.
+	SubscriberBuffer int
+	// TopicIdleTimeout is how long a topic may have no subscriber before IdleTopics reports
+	// it, so that its upstream session can be closed. Default 5 minutes.
+	TopicIdleTimeout time.Duration
+	// Now is the clock for idle times; tests inject one. Default time.Now.
+	Now func() time.Time
+	// OnFetchError is called, from the goroutine Refresh started, with each error a fetch
+	// returned. It must not block for long: the next fetch of that topic waits for it.
+	// Default: errors are ignored.
+	OnFetchError func(topic string, err error)
+}
+
+// ErrClosed is returned by WaitSnapshot once the Hub is closed.
+var ErrClosed = errors.New("relay: hub closed")
+
+// errNoSnapshot is reported when a fetch returns neither a snapshot nor an error.
+var errNoSnapshot = errors.New("relay: fetch returned no snapshot and no error")
+
+// A Hub holds every topic of a relay: its latest snapshot, its subscribers and the state of
+// its fetches. Topics are created on first use (WaitSnapshot, Subscribe, Publish, Refresh)
+// and live as long as the Hub, so the caller must only pass topics it accepts (configured
+// ones), never arbitrary client input. All methods are safe for concurrent use.
+//
+// Fan-out is built for many subscribers per topic and rare publishes: each topic keeps its
+// subscribers in a slice that is only appended to or replaced, never reordered in place, and
+// a publish walks it doing a non-blocking send to each subscriber's buffered channel. The
+// Hub runs no goroutine per subscriber (the transport's writer reads Subscriber.C) and
+// allocates nothing per subscriber when publishing.
+type Hub struct {
+	opts   Options
+	ctx    context.Context // passed to fetches; cancelled by Close
+	cancel context.CancelFunc
+
+	mu     sync.Mutex                        // serialises topic creation and Close
+	topics atomic.Pointer[map[string]*topic] // copy-on-write, so that lookups take no lock
+	closed bool                              // under mu
+}
+
+// topic is the state of one topic. Its two mutexes are always taken in the order pubMu,
+// then subsMu.
+type topic struct {
+	name  string
+	now   func() time.Time // Options.Now
+	snap  atomic.Pointer[Snapshot]
+	ready chan struct{} // closed by the first Publish, under pubMu
+
+	// pubMu serialises every send on and close of a subscriber channel of this topic, and
+	// the publishes of its snapshots. That makes "send to a closed channel" impossible and
+	// keeps stored versions increasing; publishes of one topic are rare, so serialising them
+	// costs nothing that matters.
+	pubMu sync.Mutex
+
+	// subs is the subscriber set. Subscribe appends under subsMu only, so it never waits
+	// for a fan-out: appending writes past the length readers loaded, and a full slice is
+	// reallocated by append. Closed subscribers stay in the slice (senders skip them) until
+	// they outnumber the live ones; the slice is then compacted into a new array under both
+	// mutexes. Both Subscribe and Close are thus amortised O(1), where removing each closed
+	// subscriber at once would make the departure of N subscribers cost O(N²).
+	subs   atomic.Pointer[[]*Subscriber]
+	subsMu sync.Mutex
+	live   int       // subscribers not closed; under subsMu
+	stale  int       // closed subscribers still in subs; under subsMu
+	idle   time.Time // when live last became 0 (or the topic was created); zero while live > 0; under subsMu
+	closed bool      // set by Hub.Close; under subsMu
+
+	publishes, drops, fetches, fetchErrors atomic.Uint64
+
+	refreshMu sync.Mutex
+	running   bool                                         // a Refresh goroutine is fetching; under refreshMu
+	dirty     bool                                         // fetch again when it ends; under refreshMu
+	fetch     func(ctx context.Context) (*Snapshot, error) // the latest fetch given to Refresh; under refreshMu
+}
+
+// A Subscriber receives a topic's messages on C until it is closed, by Close, by the Hub
+// when it falls SubscriberBuffer messages behind (Dropped then reports true), or by Hub.Close.
+type Subscriber struct {
+	t       *topic
+	kind    Kind
+	ch      chan Message
+	closed  bool // the channel is closed; under t.pubMu
+	dropped atomic.Bool
+}
+
+// NewHub returns a Hub with opts, defaults applied.
+func NewHub(opts Options) *Hub {
+	if opts.SubscriberBuffer <= 0 {
+		opts.SubscriberBuffer = 16
+	}
+	if opts.TopicIdleTimeout <= 0 {
+		opts.TopicIdleTimeout = 5 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	h := &Hub{opts: opts}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.topics.Store(&map[string]*topic{})
+	return h
+}
+
+// lookup returns the topic or nil, without locking.
+func (h *Hub) lookup(name string) *topic {
+	return (*h.topics.Load())[name]
+}
+
+// get returns the topic, creating it if needed. Creation copies the map, which is fine for
+// the handful of topics a relay has.
+func (h *Hub) get(name string) *topic {
+	if t := h.lookup(name); t != nil {
+		return t
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := *h.topics.Load()
+	if t := old[name]; t != nil {
+		return t
+	}
+	t := &topic{name: name, now: h.opts.Now, ready: make(chan struct{}), idle: h.opts.Now(), closed: h.closed}
+	m := make(map[string]*topic, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = t
+	h.topics.Store(&m)
+	return t
+}
+
+// Snapshot returns the topic's latest snapshot, or nil if it has none yet (or is unknown).
+// It takes no lock, so GET requests never contend with publishes or each other.
+func (h *Hub) Snapshot(topic string) *Snapshot {
+	if t := h.lookup(topic); t != nil {
+		return t.snap.Load()
+	}
+	return nil
+}
+
+// WaitSnapshot returns the topic's latest snapshot, waiting for the first one if there is
+// none yet, so that the first requests for a topic are answered once its first fetch ends
+// rather than failed. It creates the topic if needed; starting the fetch is the caller's
+// business (Refresh). It returns ctx.Err() if ctx ends first, and ErrClosed if the Hub is
+// closed before the snapshot arrives.
+func (h *Hub) WaitSnapshot(ctx context.Context, topic string) (*Snapshot, error) {
+	t := h.get(topic)
+	if s := t.snap.Load(); s != nil {
+		return s, nil
+	}
+	select {
+	case <-t.ready:
+		return t.snap.Load(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-h.ctx.Done():
+		return nil, ErrClosed
+	}
+}
+
+// Publish stores s as the topic's snapshot if its Version is greater than the current one's
+// and sends it to every subscriber that wants Snapshots; it returns false, and does nothing,
+// otherwise (an older or repeated version, e.g. from a fetch that raced a newer one). It
+// never blocks on a subscriber: one whose buffer is full is dropped. s must not be modified
+// afterwards.
+func (h *Hub) Publish(topic string, s *Snapshot) bool {
+	t := h.get(topic)
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	if cur := t.snap.Load(); cur != nil && s.Version <= cur.Version {
+		return false
+	}
+	first := t.snap.Load() == nil
+	t.snap.Store(s)
+	t.publishes.Add(1)
+	if first {
+		close(t.ready)
+	}
+	t.fanOut(Message{Snapshot: s}, Snapshots)
+	return true
+}
+
+// PublishChange sends a copy of msg (one copy, shared by all) to every subscriber of the
+// topic that wants Changes. A topic with no subscriber is not created, and msg is then not
+// copied. Like Publish, it never blocks on a subscriber.
+func (h *Hub) PublishChange(topic string, msg []byte) {
+	t := h.lookup(topic)
+	if t == nil {
+		return
+	}
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	if subs := t.subs.Load(); subs == nil || len(*subs) == 0 {
+		return
+	}
+	t.fanOut(Message{Change: append([]byte(nil), msg...)}, Changes)
+}
+
+// fanOut sends m to every open subscriber that wants kind, dropping those whose buffer is
+// full. The caller holds t.pubMu.
+func (t *topic) fanOut(m Message, kind Kind) {
+	p := t.subs.Load()
+	if p == nil {
+		return
+	}
+	dropped := 0
+	for _, s := range *p {
+		if s.closed || s.kind&kind == 0 {
+			continue
+		}
+		select {
+		case s.ch <- m:
+		default:
+			s.dropped.Store(true)
+			s.closed = true
+			close(s.ch)
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		t.drops.Add(uint64(dropped))
+		t.subsMu.Lock()
+		t.removed(dropped)
+		t.subsMu.Unlock()
+	}
+}
+
+// removed accounts for n subscribers that were just closed, compacting the set when closed
+// ones outnumber the live ones. The caller holds t.pubMu and t.subsMu, so no subscriber's
+// closed flag changes meanwhile.
+func (t *topic) removed(n int) {
+	t.live -= n
+	t.stale += n
+	if t.live == 0 {
+		t.idle = t.now()
+		t.stale = 0
+		t.subs.Store(nil)
+		return
+	}
+	if t.stale > t.live {
+		old := *t.subs.Load()
+		subs := make([]*Subscriber, 0, t.live+t.live/2)
+		for _, s := range old {
+			if !s.closed {
+				subs = append(subs, s)
+			}
+		}
+		t.stale = 0
+		t.subs.Store(&subs)
+	}
+}
+
+// Subscribe returns a subscriber that receives every message of kind published on the topic
+// after it returns, creating the topic if needed. It does not receive the current snapshot:
+// a transport that starts a stream with it subscribes first, then sends Snapshot(topic), and
+// skips received snapshots whose Version is not greater than the one it sent. That way no
+// version is missed. After Hub.Close it returns a subscriber that is already closed.
+func (h *Hub) Subscribe(topic string, kind Kind) *Subscriber {
+	t := h.get(topic)
+	s := &Subscriber{t: t, kind: kind, ch: make(chan Message, h.opts.SubscriberBuffer)}
+	t.subsMu.Lock()
+	defer t.subsMu.Unlock()
+	if t.closed {
+		s.closed = true // not shared yet, so no lock needed
+		close(s.ch)
+		return s
+	}
+	var subs []*Subscriber
+	if p := t.subs.Load(); p != nil {
+		subs = *p
+	}
+	subs = append(subs, s)
+	t.subs.Store(&subs)
+	t.live++
+	t.idle = time.Time{}
+	return s
+}
+
+// C returns the channel the subscriber's messages arrive on. It is closed when the
+// subscriber is closed (by Close, by a drop, or by Hub.Close), after the messages already
+// queued, so a reader ranges over it and then checks Dropped.
+func (s *Subscriber) C() <-chan Message { return s.ch }
+
+// Dropped reports whether the Hub closed the subscriber because its buffer was full: the
+// client fell behind and should be told so (its stream ended, it may reconnect).
+func (s *Subscriber) Dropped() bool { return s.dropped.Load() }
+
+// Close unsubscribes: no message is sent after it returns and C is closed. It is safe to
+// call more than once and concurrently with publishes and drops.
+func (s *Subscriber) Close() {
+	t := s.t
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	close(s.ch)
+	t.subsMu.Lock()
+	t.removed(1)
+	t.subsMu.Unlock()
+}
+
+// A TopicStats describes one topic, for the status page and metrics.
+type TopicStats struct {
+	Topic       string
+	Subscribers int       // open subscribers
+	Version     uint64    // of the current snapshot; 0 if none
+	Fetched     time.Time // of the current snapshot; zero if none
+	Publishes   uint64    // snapshots published
+	Drops       uint64    // subscribers dropped for falling behind
+	Fetches     uint64    // fetches run by Refresh
+	FetchErrors uint64    // of which failed
+}
+
+// Topics returns the statistics of every topic, sorted by name.
+func (h *Hub) Topics() []TopicStats {
+	m := *h.topics.Load()
+	out := make([]TopicStats, 0, len(m))
+	for _, t := range m {
+		st := TopicStats{Topic: t.name, Publishes: t.publishes.Load(), Drops: t.drops.Load(),
+			Fetches: t.fetches.Load(), FetchErrors: t.fetchErrors.Load()}
+		if s := t.snap.Load(); s != nil {
+			st.Version, st.Fetched = s.Version, s.Fetched
+		}
+		t.subsMu.Lock()
+		st.Subscribers = t.live
+		t.subsMu.Unlock()
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b TopicStats) int {
+		switch {
+		case a.Topic < b.Topic:
+			return -1
+		case a.Topic > b.Topic:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// IdleTopics returns, sorted, the topics that have had no subscriber for more than
+// TopicIdleTimeout (by Options.Now), counting from the departure of the last subscriber or,
+// for a topic that never had one, from its creation. The upstream manager closes their
+// upstream sessions. A topic stays reported until it gets a subscriber again, so the caller
+// must tolerate seeing it repeatedly.
+func (h *Hub) IdleTopics() []string {
+	now := h.opts.Now()
+	var out []string
+	for _, t := range *h.topics.Load() {
+		t.subsMu.Lock()
+		idle := t.live == 0 && !t.idle.IsZero() && now.Sub(t.idle) > h.opts.TopicIdleTimeout
+		t.subsMu.Unlock()
+		if idle {
+			out = append(out, t.name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close closes every subscriber (their C channels end; Dropped stays false), cancels the
+// context of running fetches, makes waiting WaitSnapshot calls return ErrClosed, and makes
+// later Subscribe calls return closed subscribers and later Refresh calls do nothing.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	h.cancel()
+	h.mu.Unlock()
+	for _, t := range *h.topics.Load() {
+		t.pubMu.Lock()
+		t.subsMu.Lock()
+		t.closed = true
+		if p := t.subs.Load(); p != nil {
+			for _, s := range *p {
+				if !s.closed {
+					s.closed = true
+					close(s.ch)
+				}
+			}
+		}
+		t.subs.Store(nil)
+		if t.live > 0 {
+			t.idle = h.opts.Now()
+		}
+		t.live, t.stale = 0, 0
+		t.subsMu.Unlock()
+		t.pubMu.Unlock()
+	}
+}
+
+// Refresh fetches the topic's snapshot in a goroutine of its own and publishes it, unless a
+// fetch of that topic is already running: then exactly one more fetch runs once it ends,
+// however many Refresh calls arrived meanwhile (the latest fetch function is used). A burst
+// of change signals thus costs at most two fetches, and the last one starts after the last
+// signal, so the published snapshot is never older than the last change signalled. Refresh
+// never blocks. Fetch errors go to Options.OnFetchError; a fetch that returns an older
+// version than the current is silently not published. fetch gets a context that Hub.Close
+// cancels. After Close, Refresh does nothing.
+func (h *Hub) Refresh(topic string, fetch func(ctx context.Context) (*Snapshot, error)) {
+	if h.ctx.Err() != nil {
+		return
+	}
+	t := h.get(topic)
+	t.refreshMu.Lock()
+	t.fetch = fetch
+	if t.running {
+		t.dirty = true
+		t.refreshMu.Unlock()
+		return
+	}
+	t.running = true
+	t.refreshMu.Unlock()
+	go h.refreshLoop(t)
+}
+
+// refreshLoop runs the fetches of one topic until no Refresh arrived during the last one.
+func (h *Hub) refreshLoop(t *topic) {
+	for {
+		t.refreshMu.Lock()
+		fetch := t.fetch
+		t.dirty = false
+		t.refreshMu.Unlock()
+
+		if h.ctx.Err() == nil {
+			t.fetches.Add(1)
+			s, err := fetch(h.ctx)
+			if err == nil && s == nil {
+				err = errNoSnapshot
+			}
+			if err != nil {
+				t.fetchErrors.Add(1)
+				if h.opts.OnFetchError != nil {
+					h.opts.OnFetchError(t.name, err)
+				}
+			} else {
+				h.Publish(t.name, s)
+			}
+		}
+
+		t.refreshMu.Lock()
+		if !t.dirty || h.ctx.Err() != nil {
+			t.running = false
+			t.refreshMu.Unlock()
+			return
+		}
+		t.refreshMu.Unlock()
+	}
+}
