@@ -1,0 +1,524 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+var upstreamTopics = []string{"inventory/dev", "inventory/prod", "users/dev", "users/prod"}
+
+// logBuf collects log lines, for checks that no secret leaks into them.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+	t     *testing.T
+}
+
+func (l *logBuf) logf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func startConfig(t *testing.T, name string, opts sim.ConfigOptions) *sim.ConfigServer {
+	t.Helper()
+	s, err := sim.StartConfigServer(name, "127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// upstreamOpts returns options for the simulator's config servers, with small intervals.
+func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) UpstreamOptions {
+	t.Helper()
+	snapshot, err := ParseTemplate("/config/{collection}/{environment}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := ParseTemplate("/events/{collection}/{environment}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return UpstreamOptions{
+		Servers:          servers,
+		Snapshot:         snapshot,
+		Events:           events,
+		Names:            []string{"collection", "environment"},
+		FailbackInterval: 300 * time.Millisecond,
+		Backoff:          20 * time.Millisecond,
+		Timeout:          2 * time.Second,
+		Logf:             logs.logf,
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sessions returns the open sessions of each topic at s.
+func sessions(s *sim.ConfigServer, topics ...string) []int {
+	st := s.Stats()
+	out := make([]int, len(topics))
+	for i, topic := range topics {
+		out[i] = st.Topics[topic].Sessions
+	}
+	return out
+}
+
+func allEqual(ns []int, want int) bool {
+	for _, n := range ns {
+		if n != want {
+			return false
+		}
+	}
+	return true
+}
+
+// expectChange reads sub until it has seen a change message for version and the snapshot of
+// version, and returns that snapshot.
+func expectChange(t *testing.T, sub *Subscriber, topic string, version uint64) *Snapshot {
+	t.Helper()
+	wantChange := fmt.Sprintf(`{"topic":%q,"version":%d}`, topic, version)
+	var change bool
+	var snap *Snapshot
+	timeout := time.After(3 * time.Second)
+	for !change || snap == nil {
+		select {
+		case m, ok := <-sub.C():
+			if !ok {
+				t.Fatalf("%s: subscriber closed (dropped %v)", topic, sub.Dropped())
+			}
+			switch {
+			case m.Change != nil:
+				if string(m.Change) == wantChange {
+					change = true
+				}
+			case m.Snapshot.Version == version:
+				snap = m.Snapshot
+			case m.Snapshot.Version > version:
+				t.Fatalf("%s: got snapshot version %d, want %d", topic, m.Snapshot.Version, version)
+			}
+		case <-timeout:
+			t.Fatalf("%s: change %v, snapshot %v: not both within 3s for version %d", topic, change, snap != nil, version)
+		}
+	}
+	return snap
+}
+
+func TestUpstreamFanOut(t *testing.T) {
+	srv := startConfig(t, "config1", sim.ConfigOptions{})
+	h := NewHub(Options{SubscriberBuffer: 64})
+	defer h.Close()
+	var logs logBuf
+	u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+	defer u.Close()
+
+	subs := map[string][]*Subscriber{}
+	for i := range 200 {
+		topic := upstreamTopics[i%len(upstreamTopics)]
+		subs[topic] = append(subs[topic], h.Subscribe(topic, Snapshots|Changes))
+	}
+	for _, topic := range upstreamTopics {
+		u.Watch(topic)
+		u.Watch(topic) // idempotent
+	}
+	waitFor(t, 3*time.Second, "4 sessions and 4 snapshots", func() bool {
+		for _, topic := range upstreamTopics {
+			if h.Snapshot(topic) == nil {
+				return false
+			}
+		}
+		return allEqual(sessions(srv, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+	if s := h.Snapshot("users/dev"); s.Version != 1 || s.ETag != `"1"` || !bytes.Contains(s.Body, []byte(`"server":"config1"`)) {
+		t.Fatalf("first snapshot %+v (body %s)", s, s.Body)
+	}
+
+	const topic = "inventory/dev"
+	before := srv.Stats()
+	v, err := srv.Publish(topic, []byte(`{"color":"blue"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range subs[topic] {
+		s := expectChange(t, sub, topic, v)
+		if !bytes.Contains(s.Body, []byte(`"data":{"color":"blue"}`)) {
+			t.Fatalf("snapshot body %s", s.Body)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let a stray second fetch show up, if any
+	after := srv.Stats()
+	for _, tp := range upstreamTopics {
+		want := before.Topics[tp].Fetches
+		if tp == topic {
+			want++
+		}
+		if got := after.Topics[tp].Fetches; got != want {
+			t.Errorf("%s: %d fetches, want %d", tp, got, want)
+		}
+		if st := after.Topics[tp]; st.Sessions != 1 || st.SessionsTotal != 1 {
+			t.Errorf("%s: %d sessions, %d in total, want 1 and 1", tp, st.Sessions, st.SessionsTotal)
+		}
+	}
+	// The subscribers of the other topics got their first snapshot only.
+	for _, tp := range upstreamTopics[1:] {
+		for _, sub := range subs[tp] {
+			for len(sub.C()) > 0 {
+				if m := <-sub.C(); m.Change != nil || m.Snapshot.Version != 1 {
+					t.Fatalf("%s: unexpected %+v", tp, m)
+				}
+			}
+		}
+	}
+	if u.Current() != srv.Addr {
+		t.Fatalf("current %s, want %s", u.Current(), srv.Addr)
+	}
+}
+
+func TestUpstreamAPIKey(t *testing.T) {
+	const key = "s3cret-upstream-key"
+	srv := startConfig(t, "config1", sim.ConfigOptions{APIKey: key})
+	h := NewHub(Options{})
+	defer h.Close()
+
+	var logs logBuf
+	opts := upstreamOpts(t, &logs, srv.Addr)
+	opts.Header = http.Header{"Authorization": {"Bearer " + key}}
+	u := NewUpstream(h, opts)
+	defer u.Close()
+	u.Watch("inventory/dev")
+	waitFor(t, 3*time.Second, "an authorized session", func() bool {
+		return h.Snapshot("inventory/dev") != nil && allEqual(sessions(srv, "inventory/dev"), 1)
+	})
+	if srv.Stats().Unauthorized != 0 {
+		t.Fatalf("unauthorized %d with the key", srv.Stats().Unauthorized)
+	}
+
+	var badLogs logBuf
+	bad := NewUpstream(h, upstreamOpts(t, &badLogs, srv.Addr))
+	defer bad.Close()
+	bad.Watch("users/dev")
+	waitFor(t, 3*time.Second, "retries answered 401", func() bool { return srv.Stats().Unauthorized >= 3 })
+	if n := srv.Stats().Topics["users/dev"].Sessions; n != 0 || bad.Sessions() != 0 {
+		t.Fatalf("sessions without the key: %d at the server, %d at the manager", n, bad.Sessions())
+	}
+	if bad.Current() != srv.Addr {
+		t.Fatalf("a 401 moved the current server to %s", bad.Current())
+	}
+	_, err := bad.Fetch(context.Background(), "users/dev")
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("fetch without the key: %v", err)
+	}
+	if !strings.Contains(badLogs.String(), "401") {
+		t.Fatalf("the 401s are not logged: %q", badLogs.String())
+	}
+	bad.Close()
+	u.Close()
+	for _, s := range []string{logs.String(), badLogs.String(), err.Error()} {
+		if strings.Contains(s, key) {
+			t.Fatalf("the key leaked: %q", s)
+		}
+	}
+}
+
+func TestUpstreamFailover(t *testing.T) {
+	s1 := startConfig(t, "config1", sim.ConfigOptions{})
+	s2 := startConfig(t, "config2", sim.ConfigOptions{})
+	publish := func(topic, data string) uint64 {
+		t.Helper()
+		v1, err := s1.Publish(topic, []byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2, err := s2.Publish(topic, []byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v1 != v2 {
+			t.Fatalf("versions %d and %d", v1, v2)
+		}
+		return v1
+	}
+	for _, topic := range upstreamTopics {
+		publish(topic, `{"n":1}`)
+	}
+	h := NewHub(Options{SubscriberBuffer: 64})
+	defer h.Close()
+	subs := map[string]*Subscriber{}
+	for _, topic := range upstreamTopics {
+		subs[topic] = h.Subscribe(topic, Snapshots|Changes)
+	}
+	var logs logBuf
+	u := NewUpstream(h, upstreamOpts(t, &logs, s1.Addr, s2.Addr))
+	defer u.Close()
+	for _, topic := range upstreamTopics {
+		u.Watch(topic)
+	}
+	waitFor(t, 3*time.Second, "4 sessions on the primary", func() bool {
+		return allEqual(sessions(s1, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+
+	s1.Stop()
+	waitFor(t, 3*time.Second, "4 sessions on the backup", func() bool {
+		return allEqual(sessions(s2, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+	if u.Current() != s2.Addr {
+		t.Fatalf("current %s, want the backup %s", u.Current(), s2.Addr)
+	}
+	const topic = "users/prod"
+	v := publish(topic, `{"n":2}`)
+	s := expectChange(t, subs[topic], topic, v)
+	if !bytes.Contains(s.Body, []byte(`"server":"config2"`)) {
+		t.Fatalf("snapshot not from the backup: %s", s.Body)
+	}
+
+	if err := s1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 300*time.Millisecond+3*time.Second, "sessions back on the primary", func() bool {
+		return allEqual(sessions(s1, upstreamTopics...), 1) && allEqual(sessions(s2, upstreamTopics...), 0) && u.Sessions() == 4
+	})
+	if u.Current() != s1.Addr {
+		t.Fatalf("current %s, want the primary %s", u.Current(), s1.Addr)
+	}
+	v = publish(topic, `{"n":3}`)
+	s = expectChange(t, subs[topic], topic, v)
+	if !bytes.Contains(s.Body, []byte(`"server":"config1"`)) {
+		t.Fatalf("snapshot not from the primary: %s", s.Body)
+	}
+}
+
+// upstreamGoroutines returns the stacks of the goroutines running Upstream code.
+func upstreamGoroutines() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	var out []string
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "relay.(*Upstream)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
+
+// ownGoroutines counts the goroutines, less the ones fasthttp keeps on its own after a server
+// stops (its date updater, its worker pools' cleaners, which end within 10s): they belong to the
+// simulated upstream, not to the code under test.
+func ownGoroutines() (int, string) {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var own []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "created by github.com/valyala/fasthttp.") {
+			own = append(own, g)
+		}
+	}
+	return len(own), strings.Join(own, "\n\n")
+}
+
+func TestUpstreamUnwatchClose(t *testing.T) {
+	base, _ := ownGoroutines()
+	srv, err := sim.StartConfigServer("config1", "127.0.0.1:0", sim.ConfigOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	h := NewHub(Options{})
+	var logs logBuf
+	u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+	for _, topic := range upstreamTopics {
+		u.Watch(topic)
+	}
+	waitFor(t, 3*time.Second, "4 sessions", func() bool {
+		return allEqual(sessions(srv, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+	u.Unwatch("users/dev")
+	u.Unwatch("users/dev")
+	if n := u.Sessions(); n != 3 {
+		t.Fatalf("%d sessions after Unwatch, want 3", n)
+	}
+	waitFor(t, 3*time.Second, "the session closed at the server", func() bool {
+		return allEqual(sessions(srv, "users/dev"), 0)
+	})
+	u.Watch("users/dev")
+	waitFor(t, 3*time.Second, "the session open again", func() bool {
+		return allEqual(sessions(srv, "users/dev"), 1) && u.Sessions() == 4
+	})
+
+	u.Close()
+	u.Close()
+	if g := upstreamGoroutines(); g != "" {
+		t.Fatalf("goroutines left after Close:\n%s", g)
+	}
+	if n := u.Sessions(); n != 0 {
+		t.Fatalf("%d sessions after Close", n)
+	}
+	waitFor(t, 3*time.Second, "no session at the server", func() bool {
+		return allEqual(sessions(srv, upstreamTopics...), 0)
+	})
+	u.Watch("users/dev") // after Close: nothing
+	if _, err := u.Fetch(context.Background(), "users/dev"); err != ErrUpstreamClosed {
+		t.Fatalf("Fetch after Close: %v", err)
+	}
+	h.Close()
+	srv.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, stacks := ownGoroutines()
+		if n <= base {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before:\n%s", n, base, stacks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// deadAddr returns an address where connections are refused.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func TestUpstreamFetch(t *testing.T) {
+	srv := startConfig(t, "config2", sim.ConfigOptions{})
+	v, err := srv.Publish("inventory/dev", []byte(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHub(Options{})
+	defer h.Close()
+	var logs logBuf
+
+	t.Run("VersionFromJSON", func(t *testing.T) {
+		u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+		defer u.Close()
+		s, err := u.Fetch(context.Background(), "inventory/dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Topic   string          `json:"topic"`
+			Version uint64          `json:"version"`
+			Data    json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(s.Body, &doc); err != nil {
+			t.Fatalf("body %s: %v", s.Body, err)
+		}
+		if s.Version != v || doc.Version != v || s.ETag != fmt.Sprintf(`"%d"`, v) || string(doc.Data) != `{"a":1}` || s.Fetched.IsZero() {
+			t.Fatalf("snapshot %+v, body %s, want version %d", s, s.Body, v)
+		}
+		if _, err := u.Fetch(context.Background(), "no-such-topic"); err == nil {
+			t.Fatal("fetch of an invalid topic succeeded")
+		}
+	})
+
+	t.Run("FailoverOnRefused", func(t *testing.T) {
+		dead := deadAddr(t)
+		u := NewUpstream(h, upstreamOpts(t, &logs, dead, srv.Addr))
+		defer u.Close()
+		if u.Current() != dead {
+			t.Fatalf("current %s, want the primary", u.Current())
+		}
+		s, err := u.Fetch(context.Background(), "inventory/dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Version != v || u.Current() != srv.Addr {
+			t.Fatalf("version %d (want %d), current %s (want %s)", s.Version, v, u.Current(), srv.Addr)
+		}
+	})
+
+	t.Run("FailoverOn5xx", func(t *testing.T) {
+		bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		}))
+		defer bad.Close()
+		u := NewUpstream(h, upstreamOpts(t, &logs, bad.Listener.Addr().String(), srv.Addr))
+		defer u.Close()
+		s, err := u.Fetch(context.Background(), "inventory/dev")
+		if err != nil || s.Version != v || u.Current() != srv.Addr {
+			t.Fatalf("snapshot %+v, err %v, current %s", s, err, u.Current())
+		}
+	})
+
+	t.Run("AllDown", func(t *testing.T) {
+		u := NewUpstream(h, upstreamOpts(t, &logs, deadAddr(t), deadAddr(t)))
+		defer u.Close()
+		if _, err := u.Fetch(context.Background(), "inventory/dev"); err == nil {
+			t.Fatal("fetch with every server down succeeded")
+		}
+	})
+
+	t.Run("VersionFromETagOrCounter", func(t *testing.T) {
+		etag := `W/"41"`
+		var mu sync.Mutex
+		plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			if etag != "" {
+				w.Header().Set("ETag", etag)
+			}
+			fmt.Fprint(w, "plain text")
+		}))
+		defer plain.Close()
+		u := NewUpstream(h, upstreamOpts(t, &logs, plain.Listener.Addr().String()))
+		defer u.Close()
+		s, err := u.Fetch(context.Background(), "inventory/dev")
+		if err != nil || s.Version != 41 || s.ETag != `"41"` || string(s.Body) != "plain text" {
+			t.Fatalf("snapshot %+v, err %v", s, err)
+		}
+		mu.Lock()
+		etag = ""
+		mu.Unlock()
+		s1, err1 := u.Fetch(context.Background(), "inventory/dev")
+		s2, err2 := u.Fetch(context.Background(), "inventory/dev")
+		if err1 != nil || err2 != nil || s2.Version <= s1.Version {
+			t.Fatalf("counter versions: %+v %v, %+v %v", s1, err1, s2, err2)
+		}
+	})
+}
