@@ -1,0 +1,426 @@
+package relay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+)
+
+// ServeOptions configures Serve. The zero value is usable.
+type ServeOptions struct {
+	// KeepAlive is the interval of the SSE comment line ": keep-alive" and of the WebSocket
+	// pings while a stream is idle. Default 25s.
+	KeepAlive time.Duration
+	// WriteTimeout is how long a write to a streaming client may block before the client is
+	// dropped. Default 10s.
+	WriteTimeout time.Duration
+}
+
+const (
+	defaultKeepAlive    = 25 * time.Second
+	defaultWriteTimeout = 10 * time.Second
+	// wsReadLimit bounds a message read (and discarded) from a WebSocket client.
+	wsReadLimit = 64 << 10
+	// wsCloseWait is how long a WebSocket writer waits for the client to answer its close
+	// frame before closing the connection.
+	wsCloseWait = time.Second
+)
+
+var (
+	sseDropped   = []byte("event: dropped\ndata: {}\n\n")
+	sseKeepAlive = []byte(": keep-alive\n\n")
+	sseOpen      = []byte(": ok\n\n")
+)
+
+// wsUpgrader terminates client WebSocket upgrades: any origin, no subprotocol.
+var wsUpgrader = websocket.FastHTTPUpgrader{
+	CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+}
+
+// Serve answers one client request for topic (already validated by the caller) on hub:
+//
+//   - GET or HEAD, without a WebSocket upgrade and without "Accept: text/event-stream": the
+//     cached snapshot (200, application/json, ETag, Cache-Control: no-cache), or 304 when
+//     If-None-Match matches the ETag. Without a snapshot yet, it waits for the first one
+//     until reqCtx ends, then answers 503 with Retry-After: 1.
+//   - GET with "Accept: text/event-stream": a Server-Sent Events stream of the topic's
+//     snapshots, each sent as "id: <version>\nevent: snapshot\ndata: ...\n\n", starting with
+//     the current one unless Last-Event-ID is at least its version. Waiting for the first
+//     snapshot is bounded by reqCtx as above (503 before the stream starts); reqCtx does not
+//     bound the stream itself.
+//   - GET with a WebSocket upgrade: a WebSocket that relays the upstream's change messages
+//     as text messages; what the client sends is discarded.
+//   - Any other method: 405 with Allow: GET, HEAD.
+//
+// A slow streaming client is dropped by the Hub: its SSE stream ends with an
+// "event: dropped" event, its WebSocket with close code 1013; Hub.Close ends SSE streams
+// and closes WebSockets with 1001.
+func Serve(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic string, opts ServeOptions) {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = defaultKeepAlive
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = defaultWriteTimeout
+	}
+	get := ctx.IsGet()
+	if !get && !ctx.IsHead() {
+		ctx.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+		ctx.Response.Header.Set("Allow", "GET, HEAD")
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBodyString("method not allowed")
+		return
+	}
+	switch {
+	case get && websocket.FastHTTPIsWebSocketUpgrade(ctx):
+		serveWebSocket(ctx, hub, topic, opts)
+	case get && acceptsEventStream(ctx.Request.Header.Peek("Accept")):
+		serveSSE(ctx, reqCtx, hub, topic, opts)
+	default:
+		serveSnapshot(ctx, reqCtx, hub, topic)
+	}
+}
+
+// unavailable answers 503 with Retry-After: 1, for a topic whose first snapshot did not
+// arrive in time (or a closed Hub).
+func unavailable(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+	ctx.Response.Header.Set("Retry-After", "1")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString("snapshot not available yet")
+}
+
+func serveSnapshot(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic string) {
+	s, err := hub.WaitSnapshot(reqCtx, topic)
+	if err != nil {
+		unavailable(ctx)
+		return
+	}
+	h := &ctx.Response.Header
+	h.Set("Cache-Control", "no-cache")
+	if s.ETag != "" {
+		h.Set("ETag", s.ETag)
+		if inm := ctx.Request.Header.Peek("If-None-Match"); len(inm) > 0 && etagMatches(inm, s.ETag) {
+			ctx.SetStatusCode(fasthttp.StatusNotModified)
+			return
+		}
+	}
+	h.SetContentType("application/json")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	// Published snapshots are immutable, so the body is served without a copy.
+	ctx.Response.SetBodyRaw(s.Body)
+}
+
+// etagMatches reports whether an If-None-Match value matches etag, with the weak comparison
+// RFC 9110 prescribes for it: "*", or a list member equal to etag once W/ prefixes are
+// ignored.
+func etagMatches(inm []byte, etag string) bool {
+	inm = bytes.TrimSpace(inm)
+	if len(inm) == 1 && inm[0] == '*' {
+		return true
+	}
+	want := trimWeak([]byte(etag))
+	for len(inm) > 0 {
+		var tag []byte
+		if i := bytes.IndexByte(inm, ','); i >= 0 {
+			tag, inm = inm[:i], inm[i+1:]
+		} else {
+			tag, inm = inm, nil
+		}
+		if bytes.Equal(trimWeak(bytes.TrimSpace(tag)), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func trimWeak(tag []byte) []byte {
+	if len(tag) >= 2 && (tag[0] == 'W' || tag[0] == 'w') && tag[1] == '/' {
+		return tag[2:]
+	}
+	return tag
+}
+
+// acceptsEventStream reports whether an Accept header lists text/event-stream.
+func acceptsEventStream(accept []byte) bool {
+	const want = "text/event-stream"
+	for len(accept) >= len(want) {
+		i := bytes.IndexByte(accept, ',')
+		part := accept
+		if i >= 0 {
+			part, accept = accept[:i], accept[i+1:]
+		} else {
+			accept = nil
+		}
+		if j := bytes.IndexByte(part, ';'); j >= 0 {
+			part = part[:j]
+		}
+		if bytes.EqualFold(bytes.TrimSpace(part), []byte(want)) {
+			return true
+		}
+	}
+	return false
+}
+
+func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic string, opts ServeOptions) {
+	// Subscribe first, then take the current snapshot: no version published in between is
+	// missed, and the ones received that are not newer than the one sent are skipped.
+	sub := hub.Subscribe(topic, SSE)
+	cur, err := hub.WaitSnapshot(reqCtx, topic)
+	if err != nil {
+		sub.Close()
+		unavailable(ctx)
+		return
+	}
+	resend := true
+	if v := ctx.Request.Header.Peek("Last-Event-ID"); len(v) > 0 {
+		if id, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64); err == nil && id >= cur.Version {
+			resend = false
+		}
+	}
+	h := &ctx.Response.Header
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	// The stream ends only when it fails or the subscriber closes; the connection is not
+	// worth keeping for another request then.
+	ctx.SetConnectionClose()
+	st := &sseStream{conn: ctx.Conn(), sub: sub, opts: opts}
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer sub.Close()
+		st.run(w, cur, resend)
+	})
+}
+
+// sseStream is the state of one SSE stream, used by its body stream writer only.
+type sseStream struct {
+	conn    net.Conn // for write deadlines; the fasthttp connection goroutine does the writes
+	sub     *Subscriber
+	opts    ServeOptions
+	scratch [20]byte // formats versions without allocating
+}
+
+func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
+	last := cur.Version
+	if resend && st.writeEvent(w, cur) != nil {
+		return
+	}
+	if !resend {
+		// fasthttp sends the headers with the first body bytes: send a comment at once, so
+		// that the client knows the stream is open.
+		st.deadline()
+		if _, err := w.Write(sseOpen); err != nil || w.Flush() != nil {
+			return
+		}
+	}
+	idle := time.NewTimer(st.opts.KeepAlive)
+	defer idle.Stop()
+	for {
+		select {
+		case m, ok := <-st.sub.C():
+			if st.sub.Dropped() {
+				// Tell the client, if the connection still takes writes; its client
+				// reconnects with Last-Event-ID.
+				st.deadline()
+				if _, err := w.Write(sseDropped); err == nil {
+					_ = w.Flush()
+				}
+				return
+			}
+			if !ok {
+				return // Hub.Close
+			}
+			if m.Snapshot == nil || m.Snapshot.Version <= last {
+				continue
+			}
+			if st.writeEvent(w, m.Snapshot) != nil {
+				return
+			}
+			last = m.Snapshot.Version
+		case <-idle.C:
+			st.deadline()
+			if _, err := w.Write(sseKeepAlive); err != nil {
+				return
+			}
+			if w.Flush() != nil {
+				return
+			}
+		}
+		idle.Reset(st.opts.KeepAlive)
+	}
+}
+
+// deadline bounds the writes of the connection that follow, so a client that stops reading
+// makes them fail after WriteTimeout, which ends the stream.
+func (st *sseStream) deadline() {
+	if st.conn != nil {
+		_ = st.conn.SetWriteDeadline(time.Now().Add(st.opts.WriteTimeout))
+	}
+}
+
+// writeEvent writes s as one event and flushes it.
+func (st *sseStream) writeEvent(w *bufio.Writer, s *Snapshot) error {
+	st.deadline()
+	w.WriteString("id: ")
+	w.Write(strconv.AppendUint(st.scratch[:0], s.Version, 10))
+	w.WriteString("\nevent: snapshot\n")
+	body := s.Body
+	for {
+		// One data: line per line of the body; SSE lines end with CRLF, LF or CR.
+		i := bytes.IndexAny(body, "\r\n")
+		w.WriteString("data: ")
+		if i < 0 {
+			w.Write(body)
+			w.WriteByte('\n')
+			break
+		}
+		w.Write(body[:i])
+		w.WriteByte('\n')
+		if body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n' {
+			i++
+		}
+		body = body[i+1:]
+		if len(body) == 0 {
+			break
+		}
+	}
+	if _, err := w.WriteString("\n"); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// WebSocket handoff states: the hijack handler and a guard timer race to own the subscriber.
+const (
+	wsPending int32 = iota
+	wsStarted
+	wsAbandoned
+)
+
+func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts ServeOptions) {
+	// Subscribe before the handshake completes, so that a client that GETs the snapshot
+	// right after its dial returns misses no change message.
+	sub := hub.Subscribe(topic, WebSocket)
+	// fasthttp does not run the hijack handler if the handshake response cannot be
+	// written; the guard then releases the subscriber.
+	var state atomic.Int32
+	guard := time.AfterFunc(opts.WriteTimeout+time.Second, func() {
+		if state.CompareAndSwap(wsPending, wsAbandoned) {
+			sub.Close()
+		}
+	})
+	err := wsUpgrader.Upgrade(ctx, func(c *websocket.Conn) {
+		guard.Stop()
+		defer c.Close()
+		if !state.CompareAndSwap(wsPending, wsStarted) {
+			return
+		}
+		defer sub.Close()
+		serveWebSocketConn(c, sub, opts)
+	})
+	if err != nil {
+		guard.Stop()
+		sub.Close()
+	}
+}
+
+// serveWebSocketConn relays sub's change messages to c until either ends.
+func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions) {
+	// A client that answers no ping nor sends anything for this long is gone.
+	readTimeout := 2*opts.KeepAlive + opts.WriteTimeout
+	// The hijacked connection's Close is a no-op (fasthttp closes it once this handler
+	// returns), so the reader is stopped with a past read deadline, which it must not then
+	// push back: arm and stop serialise on mu.
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	arm := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return net.ErrClosed
+		}
+		return c.SetReadDeadline(time.Now().Add(readTimeout))
+	}
+	readDone := make(chan struct{})
+	defer func() {
+		mu.Lock()
+		stopped = true
+		_ = c.SetReadDeadline(time.Unix(1, 0))
+		mu.Unlock()
+		<-readDone
+	}()
+	c.SetReadLimit(wsReadLimit)
+	c.SetPongHandler(func(string) error { return arm() })
+	go func() {
+		defer close(readDone)
+		if arm() != nil {
+			return
+		}
+		for {
+			_, r, err := c.NextReader()
+			if err != nil {
+				return
+			}
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			if arm() != nil {
+				return
+			}
+		}
+	}()
+
+	closeWith := func(code int, reason string) {
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason),
+			time.Now().Add(opts.WriteTimeout))
+		// Let the client answer, so that it reads the close frame rather than a reset.
+		t := time.NewTimer(wsCloseWait)
+		defer t.Stop()
+		select {
+		case <-readDone:
+		case <-t.C:
+		}
+	}
+
+	ping := time.NewTimer(opts.KeepAlive)
+	defer ping.Stop()
+	for {
+		select {
+		case m, ok := <-sub.C():
+			if sub.Dropped() {
+				closeWith(websocket.CloseTryAgainLater, "slow consumer")
+				return
+			}
+			if !ok {
+				closeWith(websocket.CloseGoingAway, "")
+				return
+			}
+			if m.Change == nil {
+				continue
+			}
+			_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
+			if err := c.WriteMessage(websocket.TextMessage, m.Change); err != nil {
+				return
+			}
+		case <-ping.C:
+			if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(opts.WriteTimeout)); err != nil {
+				return
+			}
+		case <-readDone:
+			return // the client closed, or broke, the connection
+		}
+		ping.Reset(opts.KeepAlive)
+	}
+}
