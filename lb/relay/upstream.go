@@ -372,12 +372,7 @@ func (u *Upstream) Unwatch(topic string) {
 	u.mu.Lock()
 	s := u.sessions[topic]
 	if s != nil {
-		delete(u.sessions, topic)
-		s.cancel()
-		if s.conn != nil {
-			_ = s.conn.Close()
-			s.conn = nil
-		}
+		u.endLocked(s)
 	}
 	u.mu.Unlock()
 	if s != nil {
@@ -396,17 +391,23 @@ func (u *Upstream) Close() {
 	}
 	u.closed = true
 	u.cancel()
-	for topic, s := range u.sessions {
-		delete(u.sessions, topic)
-		s.cancel()
-		if s.conn != nil {
-			_ = s.conn.Close()
-			s.conn = nil
-		}
+	for _, s := range u.sessions {
+		u.endLocked(s)
 	}
 	u.mu.Unlock()
 	u.wg.Wait()
 	u.tr.CloseIdleConnections()
+}
+
+// endLocked forgets session s, cancels it and closes its connection, so that its goroutine
+// ends; u.mu is held.
+func (u *Upstream) endLocked(s *upstreamSession) {
+	delete(u.sessions, s.topic)
+	s.cancel()
+	if s.conn != nil {
+		_ = s.conn.Close()
+		s.conn = nil
+	}
 }
 
 // setConn registers c as the session's open connection, dialed in generation gen. It fails,
