@@ -396,8 +396,8 @@ func (h *Hub) Topics() []TopicStats {
 }
 
 // IdleTopics returns, sorted, the topics that have had no subscriber for more than
-// TopicIdleTimeout (by Options.Now), counting from the departure of the last subscriber or,
-// for a topic that never had one, from its creation. The upstream manager closes their
+// TopicIdleTimeout (by Options.Now), counting from the departure of the last subscriber, the
+// last Touch, or, for a topic that never had a subscriber, its creation. The upstream manager closes their
 // upstream sessions. A topic stays reported until it gets a subscriber again, so the caller
 // must tolerate seeing it repeatedly.
 func (h *Hub) IdleTopics() []string {
@@ -413,6 +413,21 @@ func (h *Hub) IdleTopics() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Touch records a use of the topic that is not a subscription (a client GET of its
+// snapshot): a topic without subscribers is idle from its last use, so one that clients still
+// read keeps its upstream session and stays fresh. A topic that does not exist is not created.
+func (h *Hub) Touch(topic string) {
+	t := h.lookup(topic)
+	if t == nil {
+		return
+	}
+	t.subsMu.Lock()
+	if t.live == 0 {
+		t.idle = t.now()
+	}
+	t.subsMu.Unlock()
 }
 
 // Close closes every subscriber (their C channels end; Dropped stays false), cancels the

@@ -466,6 +466,20 @@ func TestIdleTopics(t *testing.T) {
 	if got := h.IdleTopics(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("IdleTopics = %q, want [a b]", got)
 	}
+	// A GET of the snapshot (Touch) starts the clock again; Touch never creates a topic.
+	h.Touch("b")
+	advance(5 * time.Minute)
+	if got := h.IdleTopics(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after a Touch of b: %q, want [a]", got)
+	}
+	advance(time.Second)
+	if got := h.IdleTopics(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("a timeout after the Touch: %q, want [a b]", got)
+	}
+	h.Touch("nobody")
+	if got := h.Topics(); len(got) != 2 {
+		t.Fatalf("Touch created a topic: %v", got)
+	}
 	// A new subscriber makes a topic busy again; a drop counts as leaving.
 	h2 := NewHub(Options{SubscriberBuffer: 1, Now: clock})
 	defer h2.Close()

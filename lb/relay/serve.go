@@ -105,6 +105,7 @@ func serveSnapshot(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, t
 		unavailable(ctx)
 		return
 	}
+	hub.Touch(topic) // a topic read by GETs alone is not idle
 	h := &ctx.Response.Header
 	h.Set("Cache-Control", "no-cache")
 	if s.ETag != "" {
