@@ -199,6 +199,31 @@ func usAnswers(answers map[string]string) func(p *usPeer) {
 	}
 }
 
+// usHolding answers every request "ok", each one on path (every one if path is "") only once
+// release is closed.
+func usHolding(release <-chan struct{}, path string) func(p *usPeer) {
+	return func(p *usPeer) {
+		for p.next() {
+			if path == "" || p.path() == path {
+				p.hold(release)
+			}
+			p.write(usOK)
+		}
+	}
+}
+
+// usTwoAtOnce sends two GETs of /held, which the server holds until release is closed, so
+// that both are at the server at once (two connections), then releases them and checks both
+// answers: the client then has two idle connections of the same age.
+func usTwoAtOnce(t *testing.T, u *upstream, s *usServer, release chan struct{}) {
+	t.Helper()
+	a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
+	eventually(t, 5*time.Second, "2 requests at the server", func() bool { return len(s.requests()) == 2 })
+	close(release)
+	usWantOK(t, a, "ok")
+	usWantOK(t, b, "ok")
+}
+
 // usClient returns the transport newTransport builds for the server, with reads and writes bounded by
 // a 5s response_timeout; it is retired at the end of the test.
 func usClient(t *testing.T, s *usServer, maxConns int, queueTimeout time.Duration) *upstream {
@@ -353,12 +378,7 @@ func TestUpstreamSequentialRequestsReuseOneConnection(t *testing.T) {
 
 func TestUpstreamNeverOpensMoreThanMaxConnsAndHandsConnectionsToWaiters(t *testing.T) {
 	release := make(chan struct{})
-	s := usStart(t, func(p *usPeer) {
-		for p.next() {
-			p.hold(release)
-			p.write(usOK)
-		}
-	})
+	s := usStart(t, usHolding(release, ""))
 	u := usClient(t, s, 2, 5*time.Second)
 	var results []<-chan usResult
 	for i := range 10 {
@@ -387,12 +407,7 @@ func TestUpstreamNeverOpensMoreThanMaxConnsAndHandsConnectionsToWaiters(t *testi
 
 func TestUpstreamWaitersGetTheConnectionFirstComeFirstServed(t *testing.T) {
 	release := make(chan struct{})
-	s := usStart(t, func(p *usPeer) {
-		for p.next() {
-			p.hold(release)
-			p.write(usOK)
-		}
-	})
+	s := usStart(t, usHolding(release, ""))
 	u := usClient(t, s, 1, 5*time.Second)
 	results := []<-chan usResult{usGo(u, fasthttp.MethodGet, "/0")}
 	eventually(t, 5*time.Second, "the first request at the server", func() bool { return len(s.requests()) == 1 })
@@ -410,14 +425,7 @@ func TestUpstreamWaitersGetTheConnectionFirstComeFirstServed(t *testing.T) {
 
 func TestUpstreamRequestFailsWithErrNoFreeConnsWhenNoConnectionFreesWithinQueueTimeout(t *testing.T) {
 	release := make(chan struct{})
-	s := usStart(t, func(p *usPeer) {
-		for p.next() {
-			if p.path() == "/held" {
-				p.hold(release)
-			}
-			p.write(usOK)
-		}
-	})
+	s := usStart(t, usHolding(release, "/held"))
 	u := usClient(t, s, 1, 50*time.Millisecond)
 	held := usGo(u, fasthttp.MethodGet, "/held")
 	eventually(t, 5*time.Second, "the held request at the server", func() bool { return len(s.requests()) == 1 })
@@ -593,11 +601,7 @@ func TestUpstreamRetryDialsAFreshConnectionRatherThanTakeAnotherIdleOne(t *testi
 	release := make(chan struct{})
 	s, closed := usClosingServer(t, false, release)
 	u := usClient(t, s, 4, time.Second)
-	a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
-	eventually(t, 5*time.Second, "2 requests at the server", func() bool { return len(s.requests()) == 2 })
-	close(release)
-	usWantOK(t, a, "ok")
-	usWantOK(t, b, "ok")
+	usTwoAtOnce(t, u, s, release)
 	usRecv(t, closed, "the server to close the first idle connection")
 	usRecv(t, closed, "the server to close the second idle connection")
 	usWantConns(t, u, 2)
@@ -978,25 +982,14 @@ func TestUpstreamConnectionCloseOnEitherSideIsNotReused(t *testing.T) {
 
 func TestUpstreamIdleConnectionsAreClosedAfterIdleTimeout(t *testing.T) {
 	release := make(chan struct{})
-	s := usStart(t, func(p *usPeer) {
-		for p.next() {
-			if p.path() == "/held" {
-				p.hold(release)
-			}
-			p.write(usOK)
-		}
-	})
+	s := usStart(t, usHolding(release, "/held"))
 	u := usClient(t, s, 4, time.Second)
 	u.mu.Lock()
 	u.idleTimeout = 30 * time.Millisecond
 	u.mu.Unlock()
 
 	// Two connections, released together.
-	a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
-	eventually(t, 5*time.Second, "2 requests at the server", func() bool { return len(s.requests()) == 2 })
-	close(release)
-	usWantOK(t, a, "ok")
-	usWantOK(t, b, "ok")
+	usTwoAtOnce(t, u, s, release)
 	eventually(t, 5*time.Second, "the idle connections closed", func() bool { return u.ConnsCount() == 0 })
 	s.wantEndedAny(t, 2)
 
@@ -1042,11 +1035,7 @@ func TestUpstreamRetireClosesIdleConnectionsAtOnceAndBusyOnesWhenTheirExchangeEn
 
 	t.Run("idle", func(t *testing.T) {
 		u := usClient(t, s, 4, time.Second)
-		a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
-		eventually(t, 5*time.Second, "2 requests at the server", func() bool { return len(s.requests()) == 2 })
-		close(release)
-		usWantOK(t, a, "ok")
-		usWantOK(t, b, "ok")
+		usTwoAtOnce(t, u, s, release)
 		usWantConns(t, u, 2)
 		u.retire()
 		usWantConns(t, u, 0)
