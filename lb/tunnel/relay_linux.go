@@ -417,31 +417,14 @@ func (w *worker) rawWrite(fd uintptr) bool {
 	return true
 }
 
-// rawPoll is the poller's whole loop, run as the callback of one RawConn.Read of the epoll fd
-// that returns only when the relay closes: it collects ready events without blocking
-// (epoll_wait, timeout 0) and dispatches them; with none, or once they are dispatched, it
-// returns false, and Go parks the poller until the epoll fd is readable, then calls it again.
-// Returning false after a dispatch, without a last epoll_wait to see that nothing is left,
-// loses no event: any event queued on a tunnel's socket wakes the epoll fd's own waiters
-// (ep_poll_callback in fs/eventpoll.c; Go's netpoller is one, edge-triggered), so an event
-// that came during the dispatch makes Go report the fd again, and one that was collected
-// already costs at most a wake-up whose epoll_wait finds nothing. Go's readiness flag is reset
-// only once, by the RawConn.Read that starts the loop (before its first callback), never
-// between a dispatch and the park. So a wake-up costs one epoll_wait of ours, not two.
+// rawPoll collects ready events without blocking; returning false (none) lets Go park the
+// poller until the epoll fd is readable again.
 func (w *worker) rawPoll(fd uintptr) bool {
 	for {
 		w.pn, w.perr = unix.EpollWait(int(fd), w.events, 0)
-		if w.perr == unix.EINTR {
-			continue
+		if w.perr != unix.EINTR {
+			return w.pn > 0 || w.perr != nil
 		}
-		if w.perr != nil {
-			return true
-		}
-		if w.pn == 0 {
-			return false
-		}
-		w.dispatch()
-		return false
 	}
 }
 
@@ -453,47 +436,47 @@ func (w *worker) work() {
 }
 
 // poll waits (parked in Go's netpoller) for the epoll fd to be readable, collects the ready
-// events and dispatches them (rawPoll), until the relay closes or epoll fails.
+// events, claims their sides, runs the first turn itself and hands the others to idle workers
+// (or runs them too when none is idle). A lone event, the usual case at low load, thus costs no
+// goroutine hand-off; a burst is spread over the workers. An event for a side that is owned
+// already only tells its owner to read again.
 func (w *worker) poll() {
 	r := w.r
 	defer r.wg.Done()
 	defer close(r.sys.work) // the workers end when the poller does
-	err := r.sys.epRaw.Read(w.pollFn)
-	if err == nil {
-		err = w.perr
-	}
-	if err != nil && !r.sys.closing.Load() {
-		// Cannot happen short of a bug; do not leave tunnels hanging unserved.
-		r.opts.Logf("tunnel: epoll: %v; closing the relay", err)
-		go r.Close()
-	}
-}
-
-// dispatch claims the sides of the events collected, runs the first turn itself and hands the
-// others to idle workers (or runs them too when none is idle). A lone event, the usual case at
-// low load, thus costs no goroutine hand-off; a burst is spread over the workers. An event for
-// a side that is owned already only tells its owner to read again.
-func (w *worker) dispatch() {
-	r := w.r
-	r.sys.idsMu.RLock()
-	for _, ev := range w.events[:w.pn] {
-		if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
-			w.jobs = append(w.jobs, job{s, ev.Events})
+	for {
+		err := r.sys.epRaw.Read(w.pollFn)
+		if err == nil {
+			err = w.perr
 		}
-	}
-	r.sys.idsMu.RUnlock()
-	for i := len(w.jobs) - 1; i >= 1; i-- {
-		select {
-		case r.sys.work <- w.jobs[i]:
-		default:
-			w.turn(w.jobs[i].s, w.jobs[i].events)
+		if err != nil {
+			if !r.sys.closing.Load() {
+				// Cannot happen short of a bug; do not leave tunnels hanging unserved.
+				r.opts.Logf("tunnel: epoll: %v; closing the relay", err)
+				go r.Close()
+			}
+			return
 		}
+		r.sys.idsMu.RLock()
+		for _, ev := range w.events[:w.pn] {
+			if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
+				w.jobs = append(w.jobs, job{s, ev.Events})
+			}
+		}
+		r.sys.idsMu.RUnlock()
+		for i := len(w.jobs) - 1; i >= 1; i-- {
+			select {
+			case r.sys.work <- w.jobs[i]:
+			default:
+				w.turn(w.jobs[i].s, w.jobs[i].events)
+			}
+		}
+		if len(w.jobs) > 0 {
+			w.turn(w.jobs[0].s, w.jobs[0].events)
+		}
+		clear(w.jobs)
+		w.jobs = w.jobs[:0]
 	}
-	if len(w.jobs) > 0 {
-		w.turn(w.jobs[0].s, w.jobs[0].events)
-	}
-	clear(w.jobs)
-	w.jobs = w.jobs[:0]
 }
 
 // turn moves s's bytes to its peer; the caller has claimed s, and events is what the claiming
