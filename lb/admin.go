@@ -59,6 +59,8 @@ func (lb *LB) handleAdmin(ctx *fasthttp.RequestCtx) {
 type Status struct {
 	ConfigFiles []string     `json:"config_files"`
 	Pools       []PoolStatus `json:"pools"`
+	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
+	Relays []RelayStatus `json:"relays,omitempty"`
 }
 
 // PoolStatus describes one pool.
@@ -162,6 +164,7 @@ func (lb *LB) Status() Status {
 		ps.policy.describe(&out, ps)
 		st.Pools = append(st.Pools, out)
 	}
+	st.Relays = g.relayStatuses() // relaystatus.go
 	return st
 }
 

@@ -21,6 +21,9 @@ type Config struct {
 	Admin    AdminConfig            `toml:"admin"`
 	Pools    map[string]*PoolConfig `toml:"pools"`
 	Routes   []RouteConfig          `toml:"routes"`
+	// Relays are relay routes (relayroute.go): a path template whose topics fairlead serves itself from
+	// one upstream session per topic, cached snapshots and fan-out to WebSocket and SSE subscribers.
+	Relays map[string]*RelayConfig `toml:"relays"`
 
 	// Files are the files the config was read from, in the order they were merged.
 	Files []string `toml:"-"`
@@ -35,6 +38,9 @@ type Config struct {
 	// SHA-256 of each client key and the upstream credential (nil for a route without auth). Never
 	// logged (routeauth.go).
 	routeAuth []*routeAuth
+	// relays holds what each [relays.NAME] compiles to when the config is loaded: its templates, topics,
+	// upstream headers (a credential: never logged) and auth (relayconfig.go).
+	relays map[string]*relaySpec
 }
 
 // GlobalConfig is the [global] table: process-wide settings.
@@ -318,6 +324,72 @@ type RouteAuthConfig struct {
 	// contents of UpstreamValueFile (trimmed). The two go together. Default none (nothing injected).
 	UpstreamHeader    string `toml:"upstream_header"`
 	UpstreamValueFile string `toml:"upstream_value_file"`
+}
+
+// RelayConfig is one [relays.NAME] table (relayconfig.go, relayroute.go): clients GET a topic's cached
+// snapshot, or subscribe to it over Server-Sent Events or WebSocket, at Path; fairlead keeps one
+// upstream WebSocket per active topic (Events), fetches the topic's snapshot (Snapshot) once per change
+// signalled there and pushes it to every subscriber. Relays are matched before [[routes]].
+type RelayConfig struct {
+	// Pool names the pool of upstream servers: its servers are the primary first, then the others, then
+	// its backups, in order; its tls, connect_timeout, response_timeout and failback_interval apply.
+	// Fetches and sessions go to one server at a time and all move to the next at once when it fails;
+	// the primary is retried every failback_interval and everything moves back when it answers. A pool
+	// named by relays only defaults to balance = "roundrobin". Required.
+	Pool string `toml:"pool"`
+	// Path is the client-facing path template: literal segments and {name} segments, each {name} one
+	// non-empty path segment; a topic is the values joined with "/" ("/relay/{collection}/{environment}"
+	// and /relay/inventory/dev give "inventory/dev"). Required.
+	Path string `toml:"path"`
+	// Snapshot is the upstream path of a topic's snapshot (GET), using only Path's names. Required.
+	Snapshot string `toml:"snapshot"`
+	// Events is the upstream path of a topic's events WebSocket, whose every message signals a change,
+	// using only Path's names. Required.
+	Events string `toml:"events"`
+	// Topics are fetched at start (start = "normal": before the front end opens) and always accepted.
+	// Default none.
+	Topics []string `toml:"topics"`
+	// OnDemand accepts topics not listed in Topics: the first request fetches the snapshot (404 if the
+	// upstream has none) and opens the topic's session. false answers 404 for them. Default true.
+	OnDemand *bool `toml:"on_demand"`
+	// MaxTopics bounds the topics held at once (listed and on demand); a request for one more on-demand
+	// topic gets 503. Default 1000.
+	MaxTopics int `toml:"max_topics"`
+	// Start is "normal" (every listed topic fetched before the front end opens; a failure stops fairlead
+	// with an error naming the topic) or "fast" (SeedFile fills the cache, the front end opens at once
+	// and fresh snapshots replace the seed in the background and are pushed). Default "normal".
+	Start string `toml:"start"`
+	// SeedFile is the JSON file of snapshots a fast start serves first (needed by start = "fast", and by
+	// seed_file_write). Default "".
+	SeedFile string `toml:"seed_file"`
+	// SeedFileWrite makes fairlead write SeedFile from its latest snapshots (atomically, a few seconds
+	// after a change and at exit). Default false.
+	SeedFileWrite bool `toml:"seed_file_write"`
+	// UpstreamHeadersFile holds headers sent on every upstream fetch and events upgrade, one "Name:
+	// value" per line (blank lines and # comments ignored): typically the upstream API key, which
+	// clients never see. Read at load and at every reload; never logged. Default "".
+	UpstreamHeadersFile string `toml:"upstream_headers_file"`
+	// SubscriberBuffer is how many messages may wait for a subscriber; one that falls further behind is
+	// dropped (SSE: "event: dropped" then the stream ends; WebSocket: close 1013), never slowing the
+	// others. Default 16.
+	SubscriberBuffer int `toml:"subscriber_buffer"`
+	// TopicIdleTimeout closes the upstream session of a topic with no subscriber and no GET for this
+	// long (an on-demand topic is then forgotten; a listed one is fetched again at its next request).
+	// Default "5m".
+	TopicIdleTimeout Duration `toml:"topic_idle_timeout"`
+	// KeepAlive is the interval of SSE keep-alive comments and WebSocket pings on idle streams.
+	// Default "25s".
+	KeepAlive Duration `toml:"keepalive"`
+	// WriteTimeout drops a streaming subscriber whose socket accepts nothing for this long.
+	// Default "10s".
+	WriteTimeout Duration `toml:"write_timeout"`
+	// WaitTimeout bounds the wait of a request for a topic's first snapshot (on-demand topics, a fast
+	// start without seed); past it the answer is 503 with Retry-After. Default "5s".
+	WaitTimeout Duration `toml:"wait_timeout"`
+	// Auth ([relays.NAME.auth]) is the relay's single-point auth, the keys of [routes.auth]: clients
+	// present one of keys_file's keys in header; upstream_header and upstream_value_file, if set, add
+	// one more upstream header. Default none.
+	Auth *RouteAuthConfig `toml:"auth"`
 }
 
 // Duration is a TOML string in Go syntax ("250ms", "15s"). A bad value is kept and reported by

@@ -48,6 +48,9 @@ func (c *Config) applyDefaults() {
 		k := "pools." + name + "."
 		if !c.isSet(k + "balance") {
 			p.Balance = "leader"
+			if c.relayOnlyPool(name) {
+				p.Balance = "roundrobin" // relayconfig.go
+			}
 		}
 		setDuration(&p.QueueTimeout, c.isSet(k+"queue_timeout"), 5*time.Second)
 		if !c.isSet(k + "unavailable_status") {
@@ -107,6 +110,7 @@ func (c *Config) applyDefaults() {
 			ck.Rise = 2
 		}
 	}
+	c.relayDefaults() // relayconfig.go
 	// [[routes]] entries are merged whole, so their keys have no origin of their own: an empty header
 	// is the default one.
 	for _, r := range c.Routes {

@@ -243,8 +243,8 @@ func (c *Config) validate() []string {
 		checkPositive(k+"fall", int64(ck.Fall))
 	}
 
-	if len(c.Routes) == 0 {
-		add("routes", "no [[routes]]: at least one route must name a pool")
+	if len(c.Routes) == 0 && len(c.Relays) == 0 {
+		add("routes", "no [[routes]] and no [relays.NAME]: at least one route must name a pool")
 	}
 	c.routeAuth = make([]*routeAuth, len(c.Routes))
 	for i, r := range c.Routes {
@@ -261,6 +261,7 @@ func (c *Config) validate() []string {
 			}
 		}
 	}
+	p = append(p, c.validateRelays()...) // relayconfig.go
 	return p
 }
 

@@ -18,8 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,11 @@ type LB struct {
 	relayMu sync.Mutex
 	relays  map[time.Duration]*tunnel.Relay
 
+	// relayRoutes are the running relays by name ([relays.NAME], relayroute.go). A relay outlives the
+	// generations that keep its fingerprint; routesMu guards the map (Start, Reload, Close).
+	routesMu    sync.Mutex
+	relayRoutes map[string]*relayRoute
+
 	// disc runs each pool's service discovery provider (discovery.go), across reloads.
 	discMu sync.Mutex
 	disc   map[string]*discovery
@@ -79,6 +86,7 @@ type generation struct {
 	cfg    *Config
 	pools  map[string]*Pool
 	routes []route
+	relays []relayBinding // by name; matched before routes
 }
 
 // Options configures New.
@@ -97,13 +105,14 @@ type Options struct {
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
 	lb := &LB{log: o.Logger, logf: o.Logf, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus(),
-		disc: map[string]*discovery{}}
+		disc: map[string]*discovery{}, relayRoutes: map[string]*relayRoute{}}
 	lb.lastReloadOK.Store(true)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
 	lb.bus.Subscribe(lb.failbackTunnels)
-	g, _ := lb.newGeneration(cfg, nil)
+	lb.relayRoutes, _ = lb.prepareRelays(cfg)
+	g, _ := lb.newGeneration(cfg, nil, lb.relayRoutes)
 	lb.gen.Store(g)
 	return lb
 }
@@ -114,10 +123,10 @@ func (lb *LB) SecretFiles() []string { return lb.gen.Load().cfg.SecretFiles() }
 // Events returns the event stream (for subscribers such as the admin event feed).
 func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 
-// newGeneration builds the routes of cfg over its pools. A pool of old with the same balance is kept and
-// brought to its new config by a server set change; other pools are new (returned in fresh, not yet
-// started) and the pools of old that are not kept are returned in dropped.
-func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh []*Pool) {
+// newGeneration builds the routes of cfg over its pools, and binds its relays to the running relays rrs
+// (prepareRelays). A pool of old with the same balance is kept and brought to its new config by a
+// server set change; other pools are new (returned in fresh, not yet started).
+func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
 		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
@@ -141,7 +150,56 @@ func (lb *LB) newGeneration(cfg *Config, old *generation) (g *generation, fresh 
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.relays)) {
+		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.relays[name]})
+	}
 	return g, fresh
+}
+
+// prepareRelays returns the relays of cfg: the running ones whose fingerprint stays, and new ones
+// (returned in fresh too, not started).
+func (lb *LB) prepareRelays(cfg *Config) (all map[string]*relayRoute, fresh []*relayRoute) {
+	lb.routesMu.Lock()
+	defer lb.routesMu.Unlock()
+	all = map[string]*relayRoute{}
+	for name, spec := range cfg.relays {
+		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.fingerprint == spec.fingerprint {
+			all[name] = rr
+			continue
+		}
+		rc := cfg.Relays[name]
+		rr := newRelayRoute(spec, rc, cfg.Pools[rc.Pool], lb.logf)
+		all[name] = rr
+		fresh = append(fresh, rr)
+	}
+	return all, fresh
+}
+
+// startRelays starts relays (relayRoute.start); on the first failure it closes them all and returns
+// the error.
+func startRelays(ctx context.Context, relays []*relayRoute) error {
+	for _, rr := range relays {
+		if err := rr.start(ctx); err != nil {
+			for _, r := range relays {
+				r.close()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// swapRelays makes all the running relays and closes those it does not hold.
+func (lb *LB) swapRelays(all map[string]*relayRoute) {
+	lb.routesMu.Lock()
+	old := lb.relayRoutes
+	lb.relayRoutes = all
+	lb.routesMu.Unlock()
+	for name, rr := range old {
+		if all[name] != rr {
+			rr.close()
+		}
+	}
 }
 
 // Start begins health checks, waits for their first round (bounded by the check timeout; with start =
@@ -161,6 +219,17 @@ func (lb *LB) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	// Relays: start = "normal" fetches every listed topic before the front end opens.
+	lb.routesMu.Lock()
+	var rrs []*relayRoute
+	for _, b := range g.relays {
+		rrs = append(rrs, b.rr)
+	}
+	lb.routesMu.Unlock()
+	if err := startRelays(ctx, rrs); err != nil {
+		lb.cancel()
+		return err
 	}
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
 	lb.syncDiscovery(g)         // service discovery providers (discovery.go)
@@ -321,6 +390,9 @@ func (lb *LB) Close() {
 		}
 	}
 	lb.lnMu.Unlock()
+	// Relay streams never end by themselves: closing the relays ends them (SSE streams end, WebSockets
+	// close with 1001), so that the shutdown below does not wait for them.
+	lb.swapRelays(nil)
 	if lb.frontend != nil {
 		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}
@@ -399,7 +471,19 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 		adminLn = ln
 	}
-	g, fresh := lb.newGeneration(cfg, old)
+	// New or changed relays start before anything else applies: a relay whose start fails (start =
+	// "normal" and a listed topic cannot be fetched) fails the reload and the running config stays.
+	rrs, freshRelays := lb.prepareRelays(cfg)
+	if err := startRelays(lb.ctx, freshRelays); err != nil {
+		unbind()
+		if adminLn != nil {
+			adminLn.Close() //nolint:errcheck
+		}
+		err = fmt.Errorf("reload: %w", err)
+		lb.ReloadFailed(err)
+		return err
+	}
+	g, fresh := lb.newGeneration(cfg, old, rrs)
 	for _, p := range fresh {
 		p.start(lb.ctx)
 	}
@@ -411,6 +495,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
+	lb.swapRelays(rrs)
 	lb.syncDiscovery(g)
 	for _, m := range feMoved {
 		what := "frontend"

@@ -202,6 +202,7 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_route_unauthorized_total{route="%d",pool=%q}`, i, r.pool.name), r.pool.m.unauthorizedCount(i))
 		}
 	}
+	lb.writeRelayMetrics(w, g) // relaystatus.go
 	metrics.WriteProcessMetrics(w)
 }
 

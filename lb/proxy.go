@@ -46,6 +46,9 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
 	// the request becomes a tunnel, the connection closes after the answer (framing.go).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
+	if len(g.relays) > 0 && lb.serveRelay(ctx, g, upgradeHeader) {
+		return // a relay's path: fairlead answers itself (relayroute.go)
+	}
 	upgrade := upgradeHeader && isUpgrade(&req.Header)
 	ri := g.route(ctx, upgrade)
 	if ri < 0 {

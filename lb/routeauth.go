@@ -52,19 +52,24 @@ func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) b
 	}
 	p := g.routes[ri].pool
 	p.m.countUnauthorized(ri)
-	// The same short answer for a missing and a wrong key. ctx.Error resets the response: headers after.
-	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized)
-	if a.bearer {
-		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead"`)
-	}
-	if len(h.Peek(fasthttp.HeaderUpgrade)) > 0 {
-		// A refused upgrade ends its connection: what the client sends next may be another protocol's.
-		ctx.SetConnectionClose()
-	}
+	unauthorized(ctx, a)
 	if g.accessLog() {
 		lb.logRequest(ctx, ri, p, nil, time.Since(ctx.Time()), 0, 0, 0)
 	}
 	return false
+}
+
+// unauthorized answers 401 to a request without a right key: the same short answer for a missing and
+// a wrong key.
+func unauthorized(ctx *fasthttp.RequestCtx, a *routeAuth) {
+	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after
+	if a.bearer {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead"`)
+	}
+	if len(ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0 {
+		// A refused upgrade ends its connection: what the client sends next may be another protocol's.
+		ctx.SetConnectionClose()
+	}
 }
 
 // injectUpstream sets route ri's upstream credential on an admitted request. handle calls it after
@@ -111,15 +116,22 @@ func (c *Config) authOf(i int) *routeAuth {
 	return c.routeAuth[i]
 }
 
-// loadRouteAuth validates route i's [routes.auth] and reads its files into c.routeAuth[i]. Problems name
-// the file and the key, and never hold a file's contents.
+// loadRouteAuth validates route i's [routes.auth] and reads its files into c.routeAuth[i].
 func (c *Config) loadRouteAuth(i int) []string {
 	ac := c.Routes[i].Auth
 	if ac == nil {
 		return nil
 	}
+	a, p := c.loadAuth("routes."+strconv.Itoa(i)+".auth.", ac)
+	c.routeAuth[i] = a
+	return p
+}
+
+// loadAuth validates an auth table ([routes.auth], [relays.NAME.auth]) whose keys start with k and
+// reads its files; the loaded auth is nil when there are problems. Problems name the file and the key,
+// and never hold a file's contents.
+func (c *Config) loadAuth(k string, ac *RouteAuthConfig) (*routeAuth, []string) {
 	var p []string
-	k := "routes." + strconv.Itoa(i) + ".auth."
 	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
 	a := &routeAuth{header: ac.Header, bearer: strings.EqualFold(ac.Header, fasthttp.HeaderAuthorization),
 		upstreamHeader: ac.UpstreamHeader}
@@ -165,10 +177,10 @@ func (c *Config) loadRouteAuth(i int) []string {
 		}
 		a.upstreamValue = v
 	}
-	if len(p) == 0 {
-		c.routeAuth[i] = a
+	if len(p) > 0 {
+		return nil, p
 	}
-	return p
+	return a, nil
 }
 
 // parseKeys returns the SHA-256 of every key of a keys file: one key per line, surrounding white space

@@ -181,13 +181,18 @@ func (p *Pool) snapshot() *savedPool {
 	return sp
 }
 
-// writeStateFile replaces the file at path with st atomically: a reader sees the old file or the new
-// one, whole, and after a crash one of them is on disk.
-func writeStateFile(path string, st *savedState) (err error) {
+// writeStateFile replaces the file at path with st atomically (writeFileAtomic).
+func writeStateFile(path string, st *savedState) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// writeFileAtomic replaces the file at path with data atomically: a reader sees the old file or the
+// new one, whole, and after a crash one of them is on disk. The file's mode is 0600.
+func writeFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*") // mode 0600
 	if err != nil {
@@ -199,7 +204,7 @@ func writeStateFile(path string, st *savedState) (err error) {
 			os.Remove(f.Name()) //nolint:errcheck
 		}
 	}()
-	if _, err = f.Write(append(b, '\n')); err != nil {
+	if _, err = f.Write(data); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {

@@ -53,7 +53,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *check {
-		fmt.Printf("config ok: %d file(s), %d pool(s), %d route(s)\n", len(cfg.Files), len(cfg.Pools), len(cfg.Routes))
+		fmt.Printf("config ok: %d file(s), %d pool(s), %d route(s), %d relay(s)\n", len(cfg.Files), len(cfg.Pools), len(cfg.Routes), len(cfg.Relays))
 		return 0
 	}
 

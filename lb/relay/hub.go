@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -22,6 +23,10 @@ type Snapshot struct {
 	Body []byte
 	// Fetched is when the snapshot was fetched from the upstream.
 	Fetched time.Time
+	// Seed marks a snapshot read from a seed file at a fast start, not fetched in this run: the
+	// first fetched snapshot replaces it whatever the two versions (the upstream may have been
+	// reset since the file was written).
+	Seed bool
 }
 
 // A Message is what a subscriber receives: exactly one of its fields is set.
@@ -215,14 +220,20 @@ func (h *Hub) WaitSnapshot(ctx context.Context, topic string) (*Snapshot, error)
 
 // Publish stores s as the topic's snapshot if its Version is greater than the current one's
 // and sends it to every subscriber that wants Snapshots; it returns false, and does nothing,
-// otherwise (an older or repeated version, e.g. from a fetch that raced a newer one). It
-// never blocks on a subscriber: one whose buffer is full is dropped. s must not be modified
-// afterwards.
+// otherwise (an older or repeated version, e.g. from a fetch that raced a newer one). Over a
+// Seed snapshot, a fetched one is stored whatever its version, and sent unless it has the
+// seed's version and body (then it only replaces the seed, silently). It never blocks on a
+// subscriber: one whose buffer is full is dropped. s must not be modified afterwards.
 func (h *Hub) Publish(topic string, s *Snapshot) bool {
 	t := h.get(topic)
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
-	if cur := t.snap.Load(); cur != nil && s.Version <= cur.Version {
+	if cur := t.snap.Load(); cur != nil && cur.Seed && !s.Seed {
+		if s.Version == cur.Version && bytes.Equal(s.Body, cur.Body) {
+			t.snap.Store(s)
+			return false
+		}
+	} else if cur != nil && s.Version <= cur.Version {
 		return false
 	}
 	first := t.snap.Load() == nil
@@ -404,15 +415,48 @@ func (h *Hub) IdleTopics() []string {
 	now := h.opts.Now()
 	var out []string
 	for _, t := range *h.topics.Load() {
-		t.subsMu.Lock()
-		idle := t.live == 0 && !t.idle.IsZero() && now.Sub(t.idle) > h.opts.TopicIdleTimeout
-		t.subsMu.Unlock()
-		if idle {
+		if t.isIdle(now, h.opts.TopicIdleTimeout) {
 			out = append(out, t.name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Idle reports whether the topic has had no subscriber for more than TopicIdleTimeout (see
+// IdleTopics). An unknown topic is not idle.
+func (h *Hub) Idle(topic string) bool {
+	t := h.lookup(topic)
+	return t != nil && t.isIdle(h.opts.Now(), h.opts.TopicIdleTimeout)
+}
+
+// isIdle reports whether t has had no subscriber for more than timeout at now.
+func (t *topic) isIdle(now time.Time, timeout time.Duration) bool {
+	t.subsMu.Lock()
+	defer t.subsMu.Unlock()
+	return t.live == 0 && !t.idle.IsZero() && now.Sub(t.idle) > timeout
+}
+
+// Forget removes an idle topic (see Idle) with its snapshot, so that the topics a relay
+// accepts on demand do not accumulate; it reports whether it did. A later use creates the
+// topic again, empty. The caller makes sure that no request is about to subscribe to it (a
+// request that does calls Touch first, which makes the topic not idle).
+func (h *Hub) Forget(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := *h.topics.Load()
+	t := old[name]
+	if t == nil || !t.isIdle(h.opts.Now(), h.opts.TopicIdleTimeout) {
+		return false
+	}
+	m := make(map[string]*topic, len(old))
+	for k, v := range old {
+		if k != name {
+			m[k] = v
+		}
+	}
+	h.topics.Store(&m)
+	return true
 }
 
 // Touch records a use of the topic that is not a subscription (a client GET of its

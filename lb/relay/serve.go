@@ -89,6 +89,18 @@ func Serve(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic str
 	}
 }
 
+// RequestKind returns what Serve makes of a GET request: "websocket" (an upgrade), "sse"
+// (Accept: text/event-stream) or "snapshot".
+func RequestKind(ctx *fasthttp.RequestCtx) string {
+	switch {
+	case websocket.FastHTTPIsWebSocketUpgrade(ctx):
+		return "websocket"
+	case acceptsEventStream(ctx.Request.Header.Peek("Accept")):
+		return "sse"
+	}
+	return "snapshot"
+}
+
 // unavailable answers 503 with Retry-After: 1, for a topic whose first snapshot did not
 // arrive in time (or a closed Hub).
 func unavailable(ctx *fasthttp.RequestCtx) {
@@ -212,7 +224,7 @@ type sseStream struct {
 }
 
 func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
-	last := cur.Version
+	last, seed := cur.Version, cur.Seed
 	if resend && st.writeEvent(w, cur) != nil {
 		return
 	}
@@ -241,13 +253,14 @@ func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
 			if !ok {
 				return // Hub.Close
 			}
-			if m.Snapshot == nil || m.Snapshot.Version <= last {
+			// The fetched snapshot that replaces a seed is sent whatever its version.
+			if m.Snapshot == nil || m.Snapshot.Version <= last && !(seed && !m.Snapshot.Seed) {
 				continue
 			}
 			if st.writeEvent(w, m.Snapshot) != nil {
 				return
 			}
-			last = m.Snapshot.Version
+			last, seed = m.Snapshot.Version, m.Snapshot.Seed
 		case <-idle.C:
 			st.deadline()
 			if _, err := w.Write(sseKeepAlive); err != nil {

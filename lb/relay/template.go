@@ -181,7 +181,7 @@ func AppendTopicKey(dst []byte, vals [][]byte) []byte {
 
 // SplitTopic validates a configured topic key such as "inventory/dev" against a path
 // template with n names and returns its values: exactly n "/"-separated parts, each a valid
-// value ([A-Za-z0-9._-]+), so that the topic can be matched by a request and its upstream
+// value ([A-Za-z0-9._-]+, not "." or ".."), so that the topic can be matched by a request and its upstream
 // paths expanded.
 func SplitTopic(key string, n int) ([]string, error) {
 	parts := strings.Split(key, "/")
@@ -210,8 +210,10 @@ func validName(s string) bool {
 	return true
 }
 
+// validValue reports whether b can be a value: [A-Za-z0-9._-]+, but not "." or "..", which
+// would be dot-segments in the upstream paths.
 func validValue(b []byte) bool {
-	if len(b) == 0 {
+	if len(b) == 0 || string(b) == "." || string(b) == ".." {
 		return false
 	}
 	for _, c := range b {

@@ -70,24 +70,26 @@ func TestMatch(t *testing.T) {
 	}{
 		{"/relay/inventory/dev", []string{"inventory", "dev"}},
 		{"/relay/a.b_c-D9/x", []string{"a.b_c-D9", "x"}},
-		{"/relay/inventory", nil},                // too few segments
-		{"/relay/inventory/dev/extra", nil},      // too many
-		{"/relay/inventory/dev/", nil},           // trailing slash
-		{"/relay//dev", nil},                     // empty value
-		{"/relay/inventory/", nil},               // empty last value
-		{"/relay/inv%20entory/dev", nil},         // escape: outside the charset
-		{"/relay/inv entory/dev", nil},           // space
-		{"/relay/inventory/dev?x=1", nil},        // query strings are the caller's business
-		{"/relais/inventory/dev", nil},           // literal differs
-		{"/Relay/inventory/dev", nil},            // literals are case-sensitive
-		{"relay/inventory/dev", nil},             // no leading slash
-		{"", nil},                                // empty
-		{"/", nil},                               // root
-		{"//relay/inventory/dev", nil},           // empty first segment
-		{"/relay/inventory/dév", nil},            // non-ASCII
-		{"/relay/{collection}/dev", nil},         // braces are not values
-		{"/relay/inventory/dev\x00", nil},        // control byte
-		{"/relay/../dev", []string{"..", "dev"}}, // dots are in the charset; the path was normalised earlier or not, either way it is a plain value
+		{"/relay/inventory", nil},                  // too few segments
+		{"/relay/inventory/dev/extra", nil},        // too many
+		{"/relay/inventory/dev/", nil},             // trailing slash
+		{"/relay//dev", nil},                       // empty value
+		{"/relay/inventory/", nil},                 // empty last value
+		{"/relay/inv%20entory/dev", nil},           // escape: outside the charset
+		{"/relay/inv entory/dev", nil},             // space
+		{"/relay/inventory/dev?x=1", nil},          // query strings are the caller's business
+		{"/relais/inventory/dev", nil},             // literal differs
+		{"/Relay/inventory/dev", nil},              // literals are case-sensitive
+		{"relay/inventory/dev", nil},               // no leading slash
+		{"", nil},                                  // empty
+		{"/", nil},                                 // root
+		{"//relay/inventory/dev", nil},             // empty first segment
+		{"/relay/inventory/dév", nil},              // non-ASCII
+		{"/relay/{collection}/dev", nil},           // braces are not values
+		{"/relay/inventory/dev\x00", nil},          // control byte
+		{"/relay/../dev", nil},                     // a dot-segment would climb in the upstream path
+		{"/relay/./dev", nil},                      // so would "."
+		{"/relay/.../dev", []string{"...", "dev"}}, // dots are in the charset otherwise
 	} {
 		vals, ok := tp.MatchInto([]byte(tc.path), nil)
 		if ok != (tc.want != nil) {

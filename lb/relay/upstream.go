@@ -33,6 +33,15 @@ const (
 // ErrUpstreamClosed is returned by Fetch once the Upstream is closed.
 var ErrUpstreamClosed = errors.New("relay: upstream closed")
 
+// A StatusError is a fetch answered with a status other than 200 (Fetch fails over on a 5xx
+// first; a 4xx, such as 404 for a topic the upstream does not have, is returned at once).
+type StatusError struct {
+	Status int
+	msg    string
+}
+
+func (e *StatusError) Error() string { return e.msg }
+
 // UpstreamOptions configures an Upstream.
 type UpstreamOptions struct {
 	// Servers are the upstream servers as "host:port", in order: Servers[0] is the primary,
@@ -58,8 +67,11 @@ type UpstreamOptions struct {
 	// Backoff is the first reconnect delay of a session once every server failed; it doubles
 	// up to 10s and starts over after a session lived 10s. Default 250ms.
 	Backoff time.Duration
-	// Timeout bounds a dial, a WebSocket handshake and a snapshot fetch. Default 5s.
+	// Timeout bounds a dial and a WebSocket handshake (and a fetch, unless FetchTimeout is
+	// set). Default 5s.
 	Timeout time.Duration
+	// FetchTimeout bounds one snapshot fetch from one server, dial included. Default Timeout.
+	FetchTimeout time.Duration
 	// Logf receives the session failures and server switches. Default: discarded.
 	Logf func(format string, args ...any)
 }
@@ -86,7 +98,8 @@ type Upstream struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of the Upstream and every running Fetch
 
-	counter atomic.Uint64 // versions of snapshots that carry none
+	counter  atomic.Uint64 // versions of snapshots that carry none
+	switches atomic.Uint64 // server switches (failovers and failbacks)
 
 	mu       sync.Mutex
 	cur      int    // index of the current server
@@ -124,6 +137,9 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = opts.Timeout
+	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
@@ -136,7 +152,7 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 		DialContext:           nd.DialContext,
 		TLSClientConfig:       opts.TLS,
 		TLSHandshakeTimeout:   opts.Timeout,
-		ResponseHeaderTimeout: opts.Timeout,
+		ResponseHeaderTimeout: opts.FetchTimeout,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
 	}
@@ -163,6 +179,12 @@ func (u *Upstream) Current() string {
 	defer u.mu.Unlock()
 	return u.opts.Servers[u.cur]
 }
+
+// Primary returns the primary server (Servers[0]).
+func (u *Upstream) Primary() string { return u.opts.Servers[0] }
+
+// Switches returns how many times the current server changed (failovers and failbacks).
+func (u *Upstream) Switches() uint64 { return u.switches.Load() }
 
 // Sessions returns the number of open upstream events sessions.
 func (u *Upstream) Sessions() int {
@@ -196,6 +218,7 @@ func (u *Upstream) switchTo(idx int, gen uint64, why string) bool {
 	from := u.opts.Servers[u.cur]
 	u.cur = idx
 	u.gen++
+	u.switches.Add(1)
 	for _, s := range u.sessions {
 		if s.conn != nil {
 			_ = s.conn.Close() // its reader sees the error and follows
@@ -263,7 +286,7 @@ func (u *Upstream) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 // get GETs path from server and makes a snapshot of a 200 answer. status is the answer's
 // status, 0 if there was none (a connection error).
 func (u *Upstream) get(ctx context.Context, server, path string) (s *Snapshot, status int, err error) {
-	ctx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, u.opts.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+server+path, nil)
 	if err != nil {
@@ -282,7 +305,8 @@ func (u *Upstream) get(ctx context.Context, server, path string) (s *Snapshot, s
 		return nil, 0, fmt.Errorf("relay upstream %s: GET %s: reading the body: %w", server, path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, resp.StatusCode, fmt.Errorf("relay upstream %s: GET %s: status %d", server, path, resp.StatusCode)
+		return nil, resp.StatusCode, &StatusError{Status: resp.StatusCode,
+			msg: fmt.Sprintf("relay upstream %s: GET %s: status %d", server, path, resp.StatusCode)}
 	}
 	if len(body) > upstreamMaxBody {
 		return nil, resp.StatusCode, fmt.Errorf("relay upstream %s: GET %s: body larger than %d bytes", server, path, upstreamMaxBody)

@@ -1,0 +1,255 @@
+package lb
+
+// [relays.NAME]: defaults, validation and what a relay compiles to when the config is loaded (its
+// templates, topics, upstream headers and auth). The running side is relayroute.go.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fairlead/fairlead/lb/relay"
+)
+
+// relaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
+type relaySpec struct {
+	name                   string
+	path, snapshot, events *relay.Template
+	topics                 []string        // the listed topics, validated, in config order
+	listed                 map[string]bool // the same, as a set
+	onDemand               bool
+	// header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
+	// upstream_header. A credential: never logged.
+	header http.Header
+	auth   *routeAuth // nil without [relays.NAME.auth]
+	// fingerprint identifies everything the running relay (hub and upstream) is built from: a reload
+	// that keeps it keeps the relay, its sessions and its subscribers.
+	fingerprint string
+}
+
+// relayDefaults applies the defaults of every [relays.NAME].
+func (c *Config) relayDefaults() {
+	for name, r := range c.Relays {
+		k := "relays." + name + "."
+		if r.OnDemand == nil {
+			t := true
+			r.OnDemand = &t
+		}
+		if !c.isSet(k + "max_topics") {
+			r.MaxTopics = 1000
+		}
+		if !c.isSet(k + "start") {
+			r.Start = "normal"
+		}
+		if !c.isSet(k + "subscriber_buffer") {
+			r.SubscriberBuffer = 16
+		}
+		setDuration(&r.TopicIdleTimeout, c.isSet(k+"topic_idle_timeout"), 5*time.Minute)
+		setDuration(&r.KeepAlive, c.isSet(k+"keepalive"), 25*time.Second)
+		setDuration(&r.WriteTimeout, c.isSet(k+"write_timeout"), 10*time.Second)
+		setDuration(&r.WaitTimeout, c.isSet(k+"wait_timeout"), 5*time.Second)
+		if r.Auth != nil && r.Auth.Header == "" {
+			r.Auth.Header = "Authorization"
+		}
+	}
+}
+
+// relayOnlyPool reports whether pool name is named by a relay and by no [[routes]] entry: its balance
+// then defaults to "roundrobin" (a relay does not elect a leader among its servers).
+func (c *Config) relayOnlyPool(name string) bool {
+	for _, r := range c.Routes {
+		if r.Pool == name {
+			return false
+		}
+	}
+	for _, r := range c.Relays {
+		if r.Pool == name {
+			return true
+		}
+	}
+	return false
+}
+
+// validateRelays checks every [relays.NAME], reads its files and compiles it into c.relays. Problems
+// name the file and the key, and never hold a file's contents.
+func (c *Config) validateRelays() []string {
+	var p []string
+	c.relays = map[string]*relaySpec{}
+	paths := map[string]string{} // path template → relay
+	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
+		r := c.Relays[name]
+		k := "relays." + name + "."
+		n := len(p)
+		add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
+		checkDur := func(key string, d Duration) {
+			if d.err != nil {
+				add(key, "bad duration %q: %v", d.raw, d.err)
+			} else if d.D <= 0 {
+				add(key, "must be greater than zero")
+			}
+		}
+		spec := &relaySpec{name: name, onDemand: *r.OnDemand, listed: map[string]bool{}, header: http.Header{}}
+		var pc *PoolConfig
+		switch {
+		case r.Pool == "":
+			add("pool", "missing pool")
+		case c.Pools[r.Pool] == nil:
+			add("pool", "pool %q is not defined in any file", r.Pool)
+		default:
+			pc = c.Pools[r.Pool]
+			if pc.Balance == "leader" {
+				add("pool", "pool %q has balance = \"leader\": a relay's pool needs \"roundrobin\" (the default for a pool named by relays only) or \"sticky\"", r.Pool)
+			}
+			if pc.Discovery.Provider != "" {
+				add("pool", "pool %q takes its servers from discovery: a relay's pool needs a static server list", r.Pool)
+			}
+		}
+		tmpl := func(key, s string) *relay.Template {
+			if s == "" {
+				add(key, "required")
+				return nil
+			}
+			t, err := relay.ParseTemplate(s)
+			if err != nil {
+				add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
+			}
+			return t
+		}
+		spec.path, spec.snapshot, spec.events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
+		if spec.path != nil {
+			if other := paths[r.Path]; other != "" {
+				add("path", "%q is already the path of relays.%s", r.Path, other)
+			}
+			paths[r.Path] = name
+			for key, t := range map[string]*relay.Template{"snapshot": spec.snapshot, "events": spec.events} {
+				if t != nil {
+					if err := t.CheckExpandable(spec.path); err != nil {
+						add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
+					}
+				}
+			}
+			for i, t := range r.Topics {
+				key := fmt.Sprintf("topics.%d", i)
+				if _, err := relay.SplitTopic(t, len(spec.path.Names())); err != nil {
+					add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
+				} else if spec.listed[t] {
+					add(key, "topic %q listed twice", t)
+				} else {
+					spec.listed[t] = true
+					spec.topics = append(spec.topics, t)
+				}
+			}
+		}
+		if len(r.Topics) == 0 && !*r.OnDemand {
+			add("on_demand", "false with no topics: the relay would refuse every request")
+		}
+		if r.MaxTopics <= 0 {
+			add("max_topics", "must be greater than zero, got %d", r.MaxTopics)
+		} else if r.MaxTopics < len(r.Topics) {
+			add("max_topics", "%d is fewer than the %d listed topics", r.MaxTopics, len(r.Topics))
+		}
+		switch r.Start {
+		case "normal":
+		case "fast":
+			if r.SeedFile == "" {
+				add("start", "\"fast\" needs seed_file")
+			}
+		default:
+			add("start", "unknown start %q (want \"normal\" or \"fast\")", r.Start)
+		}
+		if r.SeedFileWrite && r.SeedFile == "" {
+			add("seed_file_write", "needs seed_file")
+		}
+		if r.SubscriberBuffer <= 0 {
+			add("subscriber_buffer", "must be greater than zero, got %d", r.SubscriberBuffer)
+		}
+		checkDur("topic_idle_timeout", r.TopicIdleTimeout)
+		checkDur("keepalive", r.KeepAlive)
+		checkDur("write_timeout", r.WriteTimeout)
+		checkDur("wait_timeout", r.WaitTimeout)
+		headersSum := ""
+		if f := r.UpstreamHeadersFile; f != "" {
+			data, err := c.readFile(k+"upstream_headers_file", f)
+			if err != nil {
+				add("upstream_headers_file", "%v", err)
+			} else {
+				sum := sha256.Sum256(data)
+				headersSum = hex.EncodeToString(sum[:])
+				for _, problem := range parseUpstreamHeaders(f, data, spec.header) {
+					add("upstream_headers_file", "%s", problem)
+				}
+			}
+		}
+		if r.Auth != nil {
+			a, ap := c.loadAuth(k+"auth.", r.Auth)
+			p = append(p, ap...)
+			spec.auth = a
+			if a != nil && a.upstreamHeader != "" {
+				if spec.header.Get(a.upstreamHeader) != "" {
+					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.upstreamHeader)
+				}
+				spec.header.Set(a.upstreamHeader, a.upstreamValue)
+				headersSum += "|" + a.upstreamHeader + ":" + hex.EncodeToString(sha256Sum(a.upstreamValue))
+			}
+		}
+		if len(p) > n || pc == nil {
+			continue
+		}
+		// The fingerprint: everything the relay's hub and upstream are built from. The auth keys are
+		// read per request from the running config and are not part of it.
+		rc := *r
+		rc.Auth = nil
+		spec.fingerprint = fmt.Sprintf("%+v|%d|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
+			rc, len(r.Topics), pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
+			pc.ResponseTimeout.D, pc.FailbackInterval.D, headersSum)
+		c.relays[name] = spec
+	}
+	return p
+}
+
+// sha256Sum is the SHA-256 of s.
+func sha256Sum(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
+// parseUpstreamHeaders parses an upstream_headers_file: one "Name: value" per line, blank lines and
+// lines starting with # ignored, into h. A problem names the file and the line number, never a value.
+func parseUpstreamHeaders(file string, data []byte, h http.Header) []string {
+	var p []string
+	n := 0
+	for line := range bytes.Lines(data) {
+		n++
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(string(line), ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		switch {
+		case !ok || !validHeaderName(name):
+			p = append(p, fmt.Sprintf("%s line %d: want \"Name: value\"", file, n))
+		case value == "" || strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
+			p = append(p, fmt.Sprintf("%s line %d: header %s: the value must be one non-empty line without control characters", file, n, name))
+		case reservedRelayHeader(name):
+			p = append(p, fmt.Sprintf("%s line %d: header %s is set by fairlead itself on upstream requests", file, n, name))
+		case h.Get(name) != "":
+			p = append(p, fmt.Sprintf("%s line %d: header %s set twice", file, n, name))
+		default:
+			h.Set(name, value)
+		}
+	}
+	return p
+}
+
+// reservedRelayHeader reports the headers the relay's HTTP and WebSocket clients set themselves.
+func reservedRelayHeader(name string) bool {
+	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") ||
+		slices.ContainsFunc(hopByHop, func(h string) bool { return strings.EqualFold(h, name) })
+}

@@ -1,0 +1,544 @@
+package lb
+
+// Relay routes ([relays.NAME], issue #14): fairlead answers the requests of a relay's path itself,
+// from one upstream events session per active topic and a cache of each topic's latest snapshot
+// (package relay holds the hub, the upstream manager and the client side). A relayRoute is the
+// running relay; it outlives generations while its fingerprint (relayconfig.go) stays, so that a
+// reload that does not touch it keeps its sessions and subscribers.
+//
+// Topics: the listed ones are fetched at start and always accepted; with on_demand, the first
+// request for another topic fetches it (404 if the upstream has none) and opens its session. A topic
+// with no subscriber and no GET for topic_idle_timeout has its session closed; an on-demand one is
+// forgotten, a listed one is fetched again at its next request.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlead/fairlead/lb/relay"
+	"github.com/valyala/fasthttp"
+)
+
+// relaySeedInterval is how often a relay with seed_file_write checks for new snapshots to write.
+const relaySeedInterval = 2 * time.Second
+
+// relayKinds are the kinds of relay requests counted, as relay.RequestKind names them.
+var relayKinds = [...]string{"snapshot", "sse", "websocket"}
+
+// relayRefusals are the statuses of relay requests refused or failed, counted by status.
+var relayRefusals = [...]int{401, 404, 405, 502, 503}
+
+// relayRoute is one running relay.
+type relayRoute struct {
+	name string
+	spec *relaySpec // the spec it was built from; auth is read from each request's generation
+	cfg  RelayConfig
+	hub  *relay.Hub
+	up   *relay.Upstream
+	opts relay.ServeOptions
+	logf func(string, ...any)
+
+	mu      sync.Mutex
+	known   map[string]bool          // topics in the hub: listed, and on-demand ones fetched and not forgotten
+	watched map[string]bool          // topics with an upstream session
+	pending map[string]*relayPending // first fetches of on-demand topics in flight
+	started bool
+	closed  bool
+
+	stop chan struct{} // closed by close: ends the idle and seed loops
+	wg   sync.WaitGroup
+
+	seeded        atomic.Bool   // the cache was filled from seed_file at a fast start
+	seedWritten   atomic.Uint64 // the publishes counted at the last write of seed_file
+	seedWrites    atomic.Uint64
+	seedErrors    atomic.Uint64
+	requests      [len(relayKinds)]atomic.Uint64
+	refused       [len(relayRefusals)]atomic.Uint64
+	topicsRefused atomic.Uint64 // on-demand topics refused by max_topics (also counted as 503)
+}
+
+// relayPending is the first fetch of an on-demand topic: the requests that want the topic meanwhile
+// wait for it.
+type relayPending struct {
+	done   chan struct{}
+	status int // 0: fetched; else the status to answer
+	reason string
+}
+
+// newRelayRoute builds the relay spec describes, over the servers of pool pc. Its upstream manager
+// runs from here on; start fills its cache.
+func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
+	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]bool{},
+		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
+		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D}}
+	prefix := "relay " + spec.name + ": "
+	rr.hub = relay.NewHub(relay.Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
+		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})
+	servers := append(slices.Clone(pc.Servers), pc.Backups...)
+	uo := relay.UpstreamOptions{Servers: servers, Snapshot: spec.snapshot, Events: spec.events,
+		Names: spec.path.Names(), Header: spec.header, FailbackInterval: pc.FailbackInterval.D,
+		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D,
+		Logf: func(format string, args ...any) { logf(prefix+format, args...) }}
+	if pc.TLS.Enabled {
+		uo.TLS = pc.TLS.client
+	}
+	rr.up = relay.NewUpstream(rr.hub, uo)
+	return rr
+}
+
+// start fills the cache and opens the upstream sessions of the listed topics. With start = "normal"
+// every listed topic is fetched first, and the first failure is returned, naming the topic; with
+// "fast" the seed file fills the cache (a missing or unreadable one is logged) and the sessions fetch
+// fresh snapshots in the background. It then starts the idle loop and, with seed_file_write, the seed
+// writer.
+func (rr *relayRoute) start(ctx context.Context) error {
+	rr.mu.Lock()
+	if rr.started {
+		rr.mu.Unlock()
+		return nil
+	}
+	rr.started = true
+	rr.mu.Unlock()
+	var topics []string
+	if rr.cfg.Start == "fast" {
+		topics = rr.loadSeed()
+	} else if err := rr.fetchListed(ctx); err != nil {
+		return err
+	}
+	rr.mu.Lock()
+	for _, t := range rr.spec.topics {
+		rr.known[t] = true
+	}
+	for _, t := range topics {
+		rr.known[t] = true
+	}
+	for t := range rr.known {
+		rr.watched[t] = true
+		rr.up.Watch(t)
+	}
+	rr.mu.Unlock()
+	rr.wg.Add(1)
+	go rr.idleLoop()
+	if rr.cfg.SeedFileWrite {
+		rr.seedWritten.Store(rr.publishes()) // what the seed file or the first fetches hold
+		rr.wg.Add(1)
+		go rr.seedLoop()
+	}
+	return nil
+}
+
+// fetchListed fetches every listed topic at once and publishes the snapshots; the first error names
+// its topic.
+func (rr *relayRoute) fetchListed(ctx context.Context) error {
+	errs := make([]error, len(rr.spec.topics))
+	var wg sync.WaitGroup
+	for i, t := range rr.spec.topics {
+		wg.Go(func() {
+			s, err := rr.up.Fetch(ctx, t)
+			if err != nil {
+				errs[i] = fmt.Errorf("relays.%s: start = \"normal\": topic %q: %w", rr.name, t, err)
+				return
+			}
+			rr.hub.Publish(t, s)
+		})
+	}
+	wg.Wait()
+	var failed []error
+	for _, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 1 {
+		return fmt.Errorf("%w (and %d more of the %d listed topics)", failed[0], len(failed)-1, len(errs))
+	}
+	if len(failed) == 1 {
+		return failed[0]
+	}
+	return nil
+}
+
+// close ends the relay: its streaming subscribers (SSE streams end, WebSockets close with 1001), its
+// upstream sessions and its loops; with seed_file_write the seed file is written a last time.
+func (rr *relayRoute) close() {
+	rr.mu.Lock()
+	if rr.closed {
+		rr.mu.Unlock()
+		return
+	}
+	rr.closed = true
+	close(rr.stop)
+	rr.mu.Unlock()
+	rr.wg.Wait()
+	if rr.cfg.SeedFileWrite && rr.started {
+		rr.writeSeedIfChanged()
+	}
+	rr.hub.Close()
+	rr.up.Close()
+}
+
+// idleLoop closes the upstream sessions of idle topics and forgets idle on-demand topics.
+func (rr *relayRoute) idleLoop() {
+	defer rr.wg.Done()
+	t := time.NewTicker(min(rr.cfg.TopicIdleTimeout.D/2, 30*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-rr.stop:
+			return
+		case <-t.C:
+		}
+		for _, topic := range rr.hub.IdleTopics() {
+			rr.retire(topic)
+		}
+	}
+}
+
+// retire closes the session of an idle topic and forgets it if it was on demand. Requests activate
+// topics under rr.mu after touching them, so a topic still idle here has no request on its way.
+func (rr *relayRoute) retire(topic string) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if !rr.hub.Idle(topic) {
+		return
+	}
+	if rr.watched[topic] {
+		delete(rr.watched, topic)
+		rr.up.Unwatch(topic) // waits for the session's goroutine, which never takes rr.mu
+		rr.logf("relay %s: topic %s idle for %s: upstream session closed", rr.name, topic, rr.cfg.TopicIdleTimeout.D)
+	}
+	if !rr.spec.listed[topic] && rr.hub.Forget(topic) {
+		delete(rr.known, topic)
+	}
+}
+
+// activate makes topic servable: it reports 0, or the status and reason to answer. A listed topic, or
+// an on-demand one already fetched, gets its upstream session back if it was idle (and a stale
+// snapshot is fetched again first); a new on-demand topic is fetched once, however many requests ask
+// for it meanwhile, and is refused if the upstream has no such topic or max_topics is reached.
+func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) {
+	rr.mu.Lock()
+	if rr.closed {
+		rr.mu.Unlock()
+		return fasthttp.StatusServiceUnavailable, "relay reloading"
+	}
+	if !rr.spec.listed[topic] && !rr.spec.onDemand {
+		rr.mu.Unlock()
+		return fasthttp.StatusNotFound, "unknown topic"
+	}
+	rr.hub.Touch(topic)
+	if rr.watched[topic] {
+		rr.mu.Unlock()
+		return 0, ""
+	}
+	if rr.known[topic] {
+		rr.watched[topic] = true
+		rr.up.Watch(topic)
+		rr.mu.Unlock()
+		if rr.hub.Snapshot(topic) != nil {
+			// The cached snapshot may be stale: the session was closed while the topic was idle.
+			if s, err := rr.up.Fetch(ctx, topic); err == nil {
+				rr.hub.Publish(topic, s)
+			} else {
+				rr.logf("relay %s: topic %s: serving the cached snapshot: %v", rr.name, topic, err)
+			}
+		}
+		return 0, ""
+	}
+	p := rr.pending[topic]
+	first := p == nil
+	if first {
+		if len(rr.known)+len(rr.pending) >= rr.cfg.MaxTopics {
+			rr.mu.Unlock()
+			rr.topicsRefused.Add(1)
+			return fasthttp.StatusServiceUnavailable, "too many topics (max_topics)"
+		}
+		p = &relayPending{done: make(chan struct{})}
+		rr.pending[topic] = p
+	}
+	rr.mu.Unlock()
+	if !first {
+		select {
+		case <-p.done:
+			return p.status, p.reason
+		case <-ctx.Done():
+			return fasthttp.StatusServiceUnavailable, "snapshot not available yet"
+		}
+	}
+	s, err := rr.up.Fetch(ctx, topic)
+	rr.mu.Lock()
+	delete(rr.pending, topic)
+	switch {
+	case err == nil:
+		rr.known[topic], rr.watched[topic] = true, true
+		rr.hub.Publish(topic, s)
+		rr.hub.Touch(topic)
+		rr.up.Watch(topic)
+	case rr.closed:
+		p.status, p.reason = fasthttp.StatusServiceUnavailable, "relay reloading"
+	default:
+		p.status, p.reason = relayFetchStatus(err)
+		rr.logf("relay %s: on-demand topic %s: %v", rr.name, topic, err)
+	}
+	close(p.done)
+	rr.mu.Unlock()
+	return p.status, p.reason
+}
+
+// relayFetchStatus maps a failed first fetch to the client's answer: the upstream's 404 is the
+// client's, another answer is a bad gateway, no answer makes the relay unavailable.
+func relayFetchStatus(err error) (int, string) {
+	var se *relay.StatusError
+	switch {
+	case errors.As(err, &se) && se.Status == http.StatusNotFound:
+		return fasthttp.StatusNotFound, "unknown topic"
+	case errors.As(err, &se):
+		return fasthttp.StatusBadGateway, "the upstream answered " + strconv.Itoa(se.Status)
+	}
+	return fasthttp.StatusServiceUnavailable, "upstream unavailable"
+}
+
+// serveRelay answers the request if its path matches a relay's; it reports whether one did.
+func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
+	var buf [8][]byte
+	for i := range g.relays {
+		b := &g.relays[i]
+		vals, ok := b.spec.path.MatchInto(ctx.Path(), buf[:0])
+		if !ok {
+			continue
+		}
+		lb.relayRequest(ctx, g, b, relay.TopicKey(vals))
+		lb.closeUnlessTunnel(ctx, upgradeHeader) // a refused upgrade, or one that was not a WebSocket
+		return true
+	}
+	return false
+}
+
+// relayBinding is a relay of a generation: the running relay and the spec of that generation's config
+// (its auth).
+type relayBinding struct {
+	rr   *relayRoute
+	spec *relaySpec
+}
+
+// relayRequest answers one request for topic on relay b.
+func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, topic string) {
+	rr := b.rr
+	if a := b.spec.auth; a != nil {
+		h := &ctx.Request.Header
+		if !a.admits(h.Peek(a.header)) {
+			rr.refuse(ctx, fasthttp.StatusUnauthorized, "")
+			unauthorized(ctx, a)
+			lb.logRelay(ctx, g, rr.name, topic)
+			return
+		}
+		h.Del(a.header) // the relay answers itself: the key goes nowhere, but not even into a log
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		rr.countRefusal(fasthttp.StatusMethodNotAllowed)
+		relay.Serve(ctx, context.Background(), rr.hub, topic, rr.opts) // 405 with Allow
+		lb.logRelay(ctx, g, rr.name, topic)
+		return
+	}
+	wait, cancel := context.WithTimeout(context.Background(), rr.cfg.WaitTimeout.D)
+	defer cancel()
+	if status, reason := rr.activate(wait, topic); status != 0 {
+		rr.refuse(ctx, status, reason)
+		lb.logRelay(ctx, g, rr.name, topic)
+		return
+	}
+	kind := relay.RequestKind(ctx)
+	rr.requests[slices.Index(relayKinds[:], kind)].Add(1)
+	relay.Serve(ctx, wait, rr.hub, topic, rr.opts)
+	if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable {
+		rr.countRefusal(fasthttp.StatusServiceUnavailable) // no snapshot within wait_timeout
+	}
+	lb.logRelay(ctx, g, rr.name, topic)
+}
+
+// refuse answers status with reason (for 401, the caller writes the answer) and counts it.
+func (rr *relayRoute) refuse(ctx *fasthttp.RequestCtx, status int, reason string) {
+	rr.countRefusal(status)
+	if reason == "" {
+		return
+	}
+	ctx.Error(strconv.Itoa(status)+" "+fasthttp.StatusMessage(status)+": "+reason+"\n", status)
+	if status == fasthttp.StatusServiceUnavailable {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+}
+
+func (rr *relayRoute) countRefusal(status int) {
+	if i := slices.Index(relayRefusals[:], status); i >= 0 {
+		rr.refused[i].Add(1)
+	}
+}
+
+// logRelay writes the access log line of a relay request, when the access log is on. A stream's line
+// is written when its answer's head is ready, not when it ends.
+func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic string) {
+	if !g.accessLog() {
+		return
+	}
+	status := ctx.Response.StatusCode()
+	if ctx.Hijacked() {
+		status = fasthttp.StatusSwitchingProtocols
+	}
+	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("type", "relay"),
+		slog.String("client", ctx.RemoteIP().String()),
+		slog.String("method", string(ctx.Method())),
+		slog.String("path", string(ctx.Path())),
+		slog.String("relay", name),
+		slog.String("topic", topic),
+		slog.String("kind", relay.RequestKind(ctx)),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", milliseconds(time.Since(ctx.Time()))),
+	)
+}
+
+// publishes is the number of snapshots published on every topic.
+func (rr *relayRoute) publishes() uint64 {
+	var n uint64
+	for _, t := range rr.hub.Topics() {
+		n += t.Publishes
+	}
+	return n
+}
+
+// The seed file: the snapshots of a relay, written by seed_file_write and read by a fast start.
+type seedFile struct {
+	Relay   string               `json:"relay"`
+	Written time.Time            `json:"written"`
+	Topics  map[string]seedTopic `json:"topics"`
+}
+
+// seedTopic is one snapshot of a seed file: its body as JSON when it is JSON ("json"), else as a
+// string ("body").
+type seedTopic struct {
+	Version uint64          `json:"version"`
+	ETag    string          `json:"etag,omitempty"`
+	JSON    json.RawMessage `json:"json,omitempty"`
+	Body    *string         `json:"body,omitempty"`
+}
+
+// loadSeed publishes the snapshots of the seed file and returns the on-demand topics it held (those
+// the relay still accepts, within max_topics). A missing or unreadable file is logged: the relay then
+// starts empty, and requests wait for the first fetches up to wait_timeout.
+func (rr *relayRoute) loadSeed() (onDemand []string) {
+	f := rr.cfg.SeedFile
+	data, err := os.ReadFile(f)
+	if err != nil {
+		rr.logf("relay %s: start = \"fast\": no seed (%v): serving once the first snapshots are fetched", rr.name, err)
+		return nil
+	}
+	var sf seedFile
+	if err := json.Unmarshal(data, &sf); err != nil {
+		rr.logf("relay %s: start = \"fast\": seed file %s: %v: serving once the first snapshots are fetched", rr.name, f, err)
+		return nil
+	}
+	n := 0
+	for _, topic := range slices.Sorted(maps.Keys(sf.Topics)) {
+		st := sf.Topics[topic]
+		listed := rr.spec.listed[topic]
+		if !listed {
+			if _, err := relay.SplitTopic(topic, len(rr.spec.path.Names())); err != nil || !rr.spec.onDemand ||
+				len(rr.spec.topics)+len(onDemand) >= rr.cfg.MaxTopics {
+				continue
+			}
+		}
+		var body []byte
+		switch {
+		case st.Body != nil:
+			body = []byte(*st.Body)
+		case len(st.JSON) > 0:
+			body = st.JSON
+		default:
+			rr.logf("relay %s: seed file %s: topic %s has neither json nor body: skipped", rr.name, f, topic)
+			continue
+		}
+		etag := st.ETag
+		if etag == "" {
+			etag = `"` + strconv.FormatUint(st.Version, 10) + `"`
+		}
+		rr.hub.Publish(topic, &relay.Snapshot{Version: st.Version, ETag: etag, Body: body, Fetched: sf.Written, Seed: true})
+		n++
+		if !listed {
+			onDemand = append(onDemand, topic)
+		}
+	}
+	rr.seeded.Store(true)
+	rr.logf("relay %s: start = \"fast\": %d snapshot(s) from %s (written %s); refreshing in the background",
+		rr.name, n, f, sf.Written.Format(time.RFC3339))
+	return onDemand
+}
+
+// seedLoop writes the seed file when snapshots were published since the last write.
+func (rr *relayRoute) seedLoop() {
+	defer rr.wg.Done()
+	t := time.NewTicker(relaySeedInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-rr.stop:
+			return
+		case <-t.C:
+			rr.writeSeedIfChanged()
+		}
+	}
+}
+
+// writeSeedIfChanged writes the seed file if a snapshot was published since the last write.
+func (rr *relayRoute) writeSeedIfChanged() {
+	n := rr.publishes()
+	if n == rr.seedWritten.Load() {
+		return
+	}
+	if err := rr.writeSeed(); err != nil {
+		rr.seedErrors.Add(1)
+		rr.logf("relay %s: seed_file_write: %v", rr.name, err)
+		return
+	}
+	rr.seedWrites.Add(1)
+	rr.seedWritten.Store(n)
+}
+
+// writeSeed writes every cached snapshot to the seed file, atomically (a temporary file renamed).
+func (rr *relayRoute) writeSeed() error {
+	sf := seedFile{Relay: rr.name, Written: time.Now().UTC(), Topics: map[string]seedTopic{}}
+	for _, ts := range rr.hub.Topics() {
+		s := rr.hub.Snapshot(ts.Topic)
+		if s == nil {
+			continue
+		}
+		st := seedTopic{Version: s.Version, ETag: s.ETag}
+		// A compact JSON object or array is kept as JSON, readable in the file; anything else (JSON
+		// whose spacing the encoder would change included) as a string, so that it is read back as is.
+		var compact bytes.Buffer
+		if len(s.Body) > 0 && (s.Body[0] == '{' || s.Body[0] == '[') && json.Compact(&compact, s.Body) == nil &&
+			bytes.Equal(compact.Bytes(), s.Body) {
+			st.JSON = s.Body
+		} else {
+			b := string(s.Body)
+			st.Body = &b
+		}
+		sf.Topics[ts.Topic] = st
+	}
+	data, err := json.Marshal(sf)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(rr.cfg.SeedFile, append(data, '\n'))
+}
