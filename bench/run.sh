@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: a simulated ThingWorx cluster (2 platform servers, 2 connection servers) with fairlead in
+# `make run`: a simulated ThingWorx cluster (2 platform servers, 2 connection servers, 2
+# configuration servers behind a relay route) with fairlead in
 # front of it, using the shipped conf.d/. Ctrl-C stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +14,8 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-./bin/fairlead-sim -platforms 2 -connections 2 -platform-port 9081 -connection-port 9181 \
-	-control 127.0.0.1:9000 &
+./bin/fairlead-sim -platforms 2 -connections 2 -configs 2 -platform-port 9081 -connection-port 9181 \
+	-config-port 9281 -control 127.0.0.1:9000 &
 pids+=($!)
 # wait for the simulator's control API
 for _ in $(seq 50); do curl -fs http://127.0.0.1:9000/status >/dev/null 2>&1 && break; sleep 0.1; done
@@ -52,6 +53,15 @@ State, the live event stream and metrics:
   curl -sN http://127.0.0.1:8404/events
   curl -s http://127.0.0.1:8404/metrics | grep fairlead_
   curl -s http://127.0.0.1:9000/status
+
+A relay route (conf.d/40-relay.toml): one upstream WebSocket per topic, snapshots cached, changes
+pushed to every subscriber. Subscribe (SSE), fetch the cached snapshot, publish a change, fail over:
+  curl -sN -H 'Accept: text/event-stream' http://127.0.0.1:8080/relay/inventory/dev
+  curl -si http://127.0.0.1:8080/relay/inventory/dev
+  curl -s -XPOST http://127.0.0.1:9000/config/publish/inventory/dev -d '{"feature":"on"}'
+  curl -s -XPOST http://127.0.0.1:9000/config/config1/down    # sessions move to config2 at once
+  curl -s -XPOST http://127.0.0.1:9000/config/config1/up      # ...and back within failback_interval
+  curl -s http://127.0.0.1:8404/api/status | grep -A3 '"relays"'
 
 Drain a connection server (no new devices, its tunnels stay), put it in maintenance, bring it back:
   curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/drain
