@@ -211,3 +211,37 @@ func TestTheStatusPageIsOneDocumentThatLoadsNothingFromElsewhere(t *testing.T) {
 		t.Errorf("the page should have one inline script that reads /events")
 	}
 }
+
+// The page shows each relay route: its upstream server and sessions, and its topics, and follows a
+// failover to the backup without reloading.
+func TestTheStatusPageShowsARelayAndFollowsItsFailover(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 1, ConfigServers: 2, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	primary, backup := c.Configs[0], c.Configs[1]
+	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
+[pools.appconfig]
+servers = [%q]
+backups = [%q]
+[relays.appconfig]
+pool = "appconfig"
+path = "/relay/{collection}/{environment}"
+snapshot = "/config/{collection}/{environment}"
+events = "/events/{collection}/{environment}"
+topics = ["inventory/dev", "payments/prod"]
+`, primary.Addr, backup.Addr)})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	relay := `document.querySelector('[data-relay="appconfig"]')`
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "the relay on its primary with two sessions", fmt.Sprintf(
+		`%s?.dataset.upstream === %q && %s.dataset.sessions === "2" && %s.querySelectorAll('tbody tr[data-topic]').length === 2`,
+		relay, primary.Addr, relay, relay))
+	primary.Stop()
+	b.waitFor(5*time.Second, "the relay on its backup", fmt.Sprintf(
+		`%s?.dataset.upstream === %q && %s.textContent.includes("serving backup")`, relay, backup.Addr, relay))
+}
