@@ -82,6 +82,7 @@ func (c *Config) validateRelays() []string {
 	var p []string
 	c.relays = map[string]*relaySpec{}
 	paths := map[string]string{} // path template → relay
+	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
 		r := c.Relays[name]
 		k := "relays." + name + "."
@@ -108,6 +109,14 @@ func (c *Config) validateRelays() []string {
 			}
 			if pc.Discovery.Provider != "" {
 				add("pool", "pool %q takes its servers from discovery: a relay's pool needs a static server list", r.Pool)
+			}
+			if c.relayOnlyPool(r.Pool) && !reported[r.Pool] {
+				reported[r.Pool] = true
+				for _, key := range relayIgnoredPoolKeys {
+					if k := "pools." + r.Pool + "." + key; c.isSet(k) {
+						p = append(p, c.at(k, "has no effect on a pool named by relays only (a relay keeps its own upstream sessions and fetches, and fails over on their failures): remove it, or route requests to the pool"))
+					}
+				}
 			}
 		}
 		tmpl := func(key, s string) *relay.Template {
@@ -212,6 +221,12 @@ func (c *Config) validateRelays() []string {
 	}
 	return p
 }
+
+// relayIgnoredPoolKeys are the keys of a pool that only proxied requests use: set on a pool named by
+// relays only, they would be parsed and ignored, so they are refused.
+var relayIgnoredPoolKeys = []string{"queue_timeout", "unavailable_status", "max_queue", "max_conns", "high_watermark",
+	"high_watermark_bytes", "multipart_header", "multipart_ttl", "multipart_max_pins", "nodelay", "tunnel_idle_timeout",
+	"tunnel_close_spread", "failback_close_tunnels", "failback_close_spread", "sticky", "check"}
 
 // sha256Sum is the SHA-256 of s.
 func sha256Sum(s string) []byte {
