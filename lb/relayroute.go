@@ -52,6 +52,7 @@ type relayRoute struct {
 
 	mu      sync.Mutex
 	known   map[string]bool          // topics in the hub: listed, and on-demand ones fetched and not forgotten
+	names   map[string]string        // the keys of known, interned: a request finds its topic without allocating
 	watched map[string]bool          // topics with an upstream session
 	pending map[string]*relayPending // first fetches of on-demand topics in flight
 	started bool
@@ -80,7 +81,7 @@ type relayPending struct {
 // newRelayRoute builds the relay spec describes, over the servers of pool pc. Its upstream manager
 // runs from here on; start fills its cache.
 func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
-	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]bool{},
+	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]bool{}, names: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
 		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D}}
 	prefix := "relay " + spec.name + ": "
@@ -119,10 +120,10 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	}
 	rr.mu.Lock()
 	for _, t := range rr.spec.topics {
-		rr.known[t] = true
+		rr.addKnown(t)
 	}
 	for _, t := range topics {
-		rr.known[t] = true
+		rr.addKnown(t)
 	}
 	for t := range rr.known {
 		rr.watched[t] = true
@@ -221,7 +222,28 @@ func (rr *relayRoute) retire(topic string) {
 	}
 	if !rr.spec.listed[topic] && rr.hub.Forget(topic) {
 		delete(rr.known, topic)
+		delete(rr.names, topic)
 	}
+}
+
+// addKnown records a topic of the hub; rr.mu is held.
+func (rr *relayRoute) addKnown(topic string) {
+	rr.known[topic] = true
+	rr.names[topic] = topic
+}
+
+// ready returns the topic of key, interned when the relay knows it, and whether it can be served at
+// once: it has an upstream session and a snapshot. It touches the topic, so that it is not retired as
+// idle meanwhile. It does not allocate for a known topic.
+func (rr *relayRoute) ready(key []byte) (topic string, ok bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	topic, known := rr.names[string(key)]
+	if !known {
+		return string(key), false
+	}
+	rr.hub.Touch(topic)
+	return topic, !rr.closed && rr.watched[topic] && rr.hub.Snapshot(topic) != nil
 }
 
 // activate makes topic servable: it reports 0, or the status and reason to answer. A listed topic, or
@@ -282,7 +304,8 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 	delete(rr.pending, topic)
 	switch {
 	case err == nil:
-		rr.known[topic], rr.watched[topic] = true, true
+		rr.addKnown(topic)
+		rr.watched[topic] = true
 		rr.hub.Publish(topic, s)
 		rr.hub.Touch(topic)
 		rr.up.Watch(topic)
@@ -313,13 +336,14 @@ func relayFetchStatus(err error) (int, string) {
 // serveRelay answers the request if its path matches a relay's; it reports whether one did.
 func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
 	var buf [8][]byte
+	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
 		vals, ok := b.spec.path.MatchInto(ctx.Path(), buf[:0])
 		if !ok {
 			continue
 		}
-		lb.relayRequest(ctx, g, b, relay.TopicKey(vals))
+		lb.relayRequest(ctx, g, b, relay.AppendTopicKey(kb[:0], vals))
 		lb.closeUnlessTunnel(ctx, upgradeHeader) // a refused upgrade, or one that was not a WebSocket
 		return true
 	}
@@ -333,31 +357,38 @@ type relayBinding struct {
 	spec *relaySpec
 }
 
-// relayRequest answers one request for topic on relay b.
-func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, topic string) {
+// relayRequest answers one request for the topic of key on relay b. A GET of a topic that is ready
+// (relayRoute.ready) allocates nothing.
+func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, key []byte) {
 	rr := b.rr
+	var topic string
 	if a := b.spec.auth; a != nil {
 		h := &ctx.Request.Header
 		if !a.admits(h.Peek(a.header)) {
 			rr.refuse(ctx, fasthttp.StatusUnauthorized, "")
 			unauthorized(ctx, a)
-			lb.logRelay(ctx, g, rr.name, topic)
+			lb.logRelay(ctx, g, rr.name, string(key))
 			return
 		}
 		h.Del(a.header) // the relay answers itself: the key goes nowhere, but not even into a log
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
 		rr.countRefusal(fasthttp.StatusMethodNotAllowed)
-		relay.Serve(ctx, context.Background(), rr.hub, topic, rr.opts) // 405 with Allow
-		lb.logRelay(ctx, g, rr.name, topic)
+		relay.Serve(ctx, context.Background(), rr.hub, "", rr.opts) // 405 with Allow
+		lb.logRelay(ctx, g, rr.name, string(key))
 		return
 	}
-	wait, cancel := context.WithTimeout(context.Background(), rr.cfg.WaitTimeout.D)
-	defer cancel()
-	if status, reason := rr.activate(wait, topic); status != 0 {
-		rr.refuse(ctx, status, reason)
-		lb.logRelay(ctx, g, rr.name, topic)
-		return
+	wait := context.Background() // a ready topic is served without waiting
+	topic, ok := rr.ready(key)
+	if !ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithTimeout(wait, rr.cfg.WaitTimeout.D)
+		defer cancel()
+		if status, reason := rr.activate(wait, topic); status != 0 {
+			rr.refuse(ctx, status, reason)
+			lb.logRelay(ctx, g, rr.name, topic)
+			return
+		}
 	}
 	kind := relay.RequestKind(ctx)
 	rr.requests[slices.Index(relayKinds[:], kind)].Add(1)

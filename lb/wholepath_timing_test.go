@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // The whole path, fasthttp's server and fairlead's upstream client included: a client on a real socket
@@ -238,5 +240,51 @@ func BenchmarkWholePathGET(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rc.roundTrip(b, wholePathGET)
+	}
+}
+
+// TestRelaySnapshotGETDoesNotAllocate: a GET of a relay topic's cached snapshot, through the real
+// front end, costs no allocation (the topic is interned, nothing waits, the body is the cached one).
+func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without -race")
+	}
+	c, err := sim.Start(sim.Options{Platforms: 1, ConfigServers: 1, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[pools.appconfig]
+servers = [%q]
+[relays.appconfig]
+pool = "appconfig"
+path = "/relay/{collection}/{environment}"
+snapshot = "/config/{collection}/{environment}"
+events = "/events/{collection}/{environment}"
+topics = ["inventory/dev"]
+`, c.Configs[0].Addr)})
+	conn, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rc := &rawClient{c: conn, buf: make([]byte, 64<<10)}
+	req := []byte("GET /relay/inventory/dev HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n")
+	do := func() {
+		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
+			t.Fatalf("status line %q", status)
+		}
+	}
+	eventually(t, 5*time.Second, "the topic's upstream session", func() bool { return l.Status().Relays[0].Sessions == 1 })
+	for range 200 {
+		do()
+	}
+	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
+		t.Errorf("%.3f allocations per relay snapshot GET, want 0", n)
 	}
 }
