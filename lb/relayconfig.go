@@ -81,7 +81,7 @@ func (c *Config) relayOnlyPool(name string) bool {
 func (c *Config) validateRelays() []string {
 	var p []string
 	c.relays = map[string]*relaySpec{}
-	paths := map[string]string{} // path template → relay
+	paths := map[string]string{}  // path template → relay
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
 		r := c.Relays[name]
