@@ -89,14 +89,8 @@ func (c *Config) validate() []string {
 	p = append(p, c.validateAdmin()...)
 	gl := c.Global
 	checkDur("global.state_max_age", gl.StateMaxAge, true)
-	switch gl.Start {
-	case "normal":
-	case "fast":
-		if gl.StateFile == "" {
-			add("global.start", "\"fast\" needs global.state_file")
-		}
-	default:
-		add("global.start", "unknown start %q (want \"normal\" or \"fast\")", gl.Start)
+	if problem := startProblem(gl.Start, gl.StateFile != "", "global.state_file"); problem != "" {
+		add("global.start", "%s", problem)
 	}
 	if gl.LogFormat != "text" && gl.LogFormat != "json" {
 		add("global.log_format", "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
@@ -263,6 +257,21 @@ func (c *Config) validate() []string {
 	}
 	p = append(p, c.validateRelays()...) // relayconfig.go
 	return p
+}
+
+// startProblem checks a start mode ([global] start, [relays.NAME] start): "normal", or "fast", which
+// needs the file named by fileKey.
+func startProblem(start string, haveFile bool, fileKey string) string {
+	switch start {
+	case "normal":
+	case "fast":
+		if !haveFile {
+			return `"fast" needs ` + fileKey
+		}
+	default:
+		return fmt.Sprintf(`unknown start %q (want "normal" or "fast")`, start)
+	}
+	return ""
 }
 
 // validateAdmin reads the admin secrets ([admin] token_file, password_file) and checks that a listener

@@ -163,14 +163,8 @@ func (c *Config) validateRelays() []string {
 		} else if r.MaxTopics < len(r.Topics) {
 			add("max_topics", "%d is fewer than the %d listed topics", r.MaxTopics, len(r.Topics))
 		}
-		switch r.Start {
-		case "normal":
-		case "fast":
-			if r.SeedFile == "" {
-				add("start", "\"fast\" needs seed_file")
-			}
-		default:
-			add("start", "unknown start %q (want \"normal\" or \"fast\")", r.Start)
+		if problem := startProblem(r.Start, r.SeedFile != "", "seed_file"); problem != "" {
+			add("start", "%s", problem)
 		}
 		if r.SeedFileWrite && r.SeedFile == "" {
 			add("seed_file_write", "needs seed_file")

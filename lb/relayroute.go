@@ -135,7 +135,7 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	if rr.cfg.SeedFileWrite {
 		rr.seedWritten.Store(rr.publishes()) // what the seed file or the first fetches hold
 		rr.wg.Add(1)
-		go rr.seedLoop()
+		go rr.every(relaySeedInterval, rr.writeSeedIfChanged)
 	}
 	return nil
 }
@@ -192,17 +192,24 @@ func (rr *relayRoute) close() {
 
 // idleLoop closes the upstream sessions of idle topics and forgets idle on-demand topics.
 func (rr *relayRoute) idleLoop() {
+	rr.every(min(rr.cfg.TopicIdleTimeout.D/2, 30*time.Second), func() {
+		for _, topic := range rr.hub.IdleTopics() {
+			rr.retire(topic)
+		}
+	})
+}
+
+// every runs f every d until the relay closes; it is a goroutine of rr.wg.
+func (rr *relayRoute) every(d time.Duration, f func()) {
 	defer rr.wg.Done()
-	t := time.NewTicker(min(rr.cfg.TopicIdleTimeout.D/2, 30*time.Second))
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-rr.stop:
 			return
 		case <-t.C:
-		}
-		for _, topic := range rr.hub.IdleTopics() {
-			rr.retire(topic)
+			f()
 		}
 	}
 }
@@ -514,21 +521,6 @@ func (rr *relayRoute) loadSeed() (onDemand []string) {
 	rr.logf("relay %s: start = \"fast\": %d snapshot(s) from %s (written %s); refreshing in the background",
 		rr.name, n, f, sf.Written.Format(time.RFC3339))
 	return onDemand
-}
-
-// seedLoop writes the seed file when snapshots were published since the last write.
-func (rr *relayRoute) seedLoop() {
-	defer rr.wg.Done()
-	t := time.NewTicker(relaySeedInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-rr.stop:
-			return
-		case <-t.C:
-			rr.writeSeedIfChanged()
-		}
-	}
 }
 
 // writeSeedIfChanged writes the seed file if a snapshot was published since the last write.
