@@ -377,8 +377,9 @@ type RelayConfig struct {
 	// long (an on-demand topic is then forgotten; a listed one is fetched again at its next request).
 	// Default "5m".
 	TopicIdleTimeout Duration `toml:"topic_idle_timeout"`
-	// KeepAlive is the interval of SSE keep-alive comments and WebSocket pings on idle streams.
-	// Default "25s".
+	// KeepAlive is the interval of SSE keep-alive comments and WebSocket pings on idle streams, and of
+	// the pings on the upstream events sessions (one silent for 2*keepalive + the pool's connect_timeout
+	// is taken for dead and dialled again). Default "25s".
 	KeepAlive Duration `toml:"keepalive"`
 	// WriteTimeout drops a streaming subscriber whose socket accepts nothing for this long.
 	// Default "10s".

@@ -90,7 +90,7 @@ func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(s
 	servers := append(slices.Clone(pc.Servers), pc.Backups...)
 	uo := relay.UpstreamOptions{Servers: servers, Snapshot: spec.snapshot, Events: spec.events,
 		Names: spec.path.Names(), Header: spec.header, FailbackInterval: pc.FailbackInterval.D,
-		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D,
+		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D, KeepAlive: rc.KeepAlive.D,
 		Logf: func(format string, args ...any) { logf(prefix+format, args...) }}
 	if pc.TLS.Enabled {
 		uo.TLS = pc.TLS.client

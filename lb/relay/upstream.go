@@ -72,6 +72,10 @@ type UpstreamOptions struct {
 	Timeout time.Duration
 	// FetchTimeout bounds one snapshot fetch from one server, dial included. Default Timeout.
 	FetchTimeout time.Duration
+	// KeepAlive is the interval of the pings sent on each events session; a session on which
+	// nothing (no message, no pong) arrives for 2*KeepAlive+Timeout is taken for dead and
+	// redialled, so that an upstream that hangs without closing is noticed. Default 25s.
+	KeepAlive time.Duration
 	// Logf receives the session failures and server switches. Default: discarded.
 	Logf func(format string, args ...any)
 }
@@ -139,6 +143,9 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	}
 	if opts.FetchTimeout <= 0 {
 		opts.FetchTimeout = opts.Timeout
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 25 * time.Second
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -534,15 +541,18 @@ func (u *Upstream) run(s *upstreamSession) {
 		start := time.Now()
 		u.hub.Refresh(s.topic, fetch) // changes may have been missed while disconnected
 		c.SetReadLimit(upstreamReadLimit)
+		stopPings := u.keepAlive(c)
 		for {
 			_, msg, err2 := c.ReadMessage()
 			if err2 != nil {
 				err = err2
 				break
 			}
+			u.alive(c)
 			u.hub.PublishChange(s.topic, msg)
 			u.hub.Refresh(s.topic, fetch)
 		}
+		stopPings()
 		u.clearConn(s)
 		_ = c.Close()
 		if s.ctx.Err() != nil {
@@ -561,6 +571,40 @@ func (u *Upstream) run(s *upstreamSession) {
 		} else if quickEnds++; quickEnds > 1 && !backoff() {
 			return
 		}
+	}
+}
+
+// alive pushes the read deadline of an events session back: something arrived.
+func (u *Upstream) alive(c *websocket.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(2*u.opts.KeepAlive + u.opts.Timeout))
+}
+
+// keepAlive pings the session every KeepAlive and sets its read deadline, which each message
+// and pong pushes back; the returned function stops the pings.
+func (u *Upstream) keepAlive(c *websocket.Conn) (stop func()) {
+	u.alive(c)
+	c.SetPongHandler(func(string) error { u.alive(c); return nil })
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(u.opts.KeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				// WriteControl may run concurrently with the reader; a failure shows there.
+				if c.WriteControl(websocket.PingMessage, nil, time.Now().Add(u.opts.Timeout)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fasthttp/websocket"
 )
 
 var upstreamTopics = []string{"inventory/dev", "inventory/prod", "users/dev", "users/prod"}
@@ -521,4 +522,62 @@ func TestUpstreamFetch(t *testing.T) {
 			t.Fatalf("counter versions: %+v %v, %+v %v", s1, err1, s2, err2)
 		}
 	})
+}
+
+// TestUpstreamHungSessionIsRedialled: an upstream that accepts the events session and then says
+// nothing, not even a pong, is taken for dead after 2*KeepAlive+Timeout and dialled again; one
+// that answers pings keeps its session.
+func TestUpstreamHungSessionIsRedialled(t *testing.T) {
+	for _, answers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answers pings %v", answers), func(t *testing.T) {
+			var mu sync.Mutex
+			upgrades := 0
+			up := websocket.Upgrader{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasPrefix(r.URL.Path, "/events/") {
+					fmt.Fprint(w, `{"version":1}`)
+					return
+				}
+				c, err := up.Upgrade(w, r, nil)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				mu.Lock()
+				upgrades++
+				mu.Unlock()
+				if !answers {
+					<-r.Context().Done() // hung: reads nothing, so no pong goes back
+					return
+				}
+				for { // reading answers pings with pongs (the default ping handler)
+					if _, _, err := c.NextReader(); err != nil {
+						return
+					}
+				}
+			}))
+			t.Cleanup(srv.Close)
+			logs := &logBuf{t: t}
+			opts := upstreamOpts(t, logs, strings.TrimPrefix(srv.URL, "http://"))
+			opts.KeepAlive, opts.Timeout = 50*time.Millisecond, 100*time.Millisecond
+			h := NewHub(Options{})
+			u := NewUpstream(h, opts)
+			t.Cleanup(func() { u.Close(); h.Close() })
+			u.Watch("inventory/dev")
+			count := func() int { mu.Lock(); defer mu.Unlock(); return upgrades }
+			waitFor(t, 2*time.Second, "the first session", func() bool { return count() >= 1 })
+			if !answers {
+				waitFor(t, 3*time.Second, "the hung session redialled", func() bool { return count() >= 2 })
+				return
+			}
+			// Six keep-alive periods: a session whose pongs arrive stays the one session.
+			deadline := time.Now().Add(6 * opts.KeepAlive)
+			for time.Now().Before(deadline) {
+				if n := count(); n != 1 {
+					t.Fatalf("%d sessions opened for a live upstream, want 1", n)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
 }
