@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Installs the peers fairlead is benchmarked against (HAProxy, nginx, Caddy), the wrk load generator and
-# taskset (util-linux) when any of them is missing: one `apt-get update`, one `apt-get install`. Debian or
-# Ubuntu, as root (or with sudo). Nothing is downloaded when everything is already there.
+# Installs the peers fairlead is benchmarked against (HAProxy, nginx, Caddy), nginx's nchan module (the
+# fan-out scenario's pub/sub peer), the wrk load generator and taskset (util-linux) when any of them is
+# missing: one `apt-get update`, one `apt-get install`. Debian or Ubuntu, as root (or with sudo). Nothing
+# is downloaded when everything is already there.
 set -euo pipefail
 
 need=()
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+[ -e /usr/lib/nginx/modules/ngx_nchan_module.so ] || [ -e /usr/share/nginx/modules/ngx_nchan_module.so ] || need+=(libnginx-mod-nchan)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v taskset >/dev/null 2>&1 || need+=(util-linux)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "install-peers: haproxy, nginx, caddy, wrk, taskset and ss are installed"
+	echo "install-peers: haproxy, nginx (with nchan), caddy, wrk, taskset and ss are installed"
 	exit 0
 fi
 

@@ -31,8 +31,9 @@ type Options struct {
 	// Scenarios to run, by name; nil means all, in the standard order.
 	Scenarios []string
 	// Peers to compare, by base name (fairlead, haproxy, nginx, caddy); nil means PeerNames. The failover
-	// scenario adds the tuned variants of fairlead and HAProxy. A peer that is not installed is skipped
-	// (and listed as such), except fairlead, which must exist.
+	// scenario adds the tuned variants of fairlead and HAProxy; fan-out runs only fairlead and nginx (with
+	// nchan), the others having no pub/sub fan-out. A peer that is not installed is skipped (and listed as
+	// such), except fairlead, which must exist.
 	Peers []string
 	// FairleadBin is the fairlead binary.
 	FairleadBin string
@@ -71,6 +72,9 @@ type scenario struct {
 	// variants expands the base peers into the peers this scenario runs (failover adds tuned variants).
 	variants func(base []string) []string
 	run      func(rc *runCtx) (*Result, error)
+	// sized is true when the scenario measures its metrics at several sizes N in one run (fan-out): a
+	// result's keys are then "<metric key>@<N>" (sizedKey) and the Markdown has a row per peer and N.
+	sized bool
 }
 
 // metric describes one figure of a scenario.
@@ -105,7 +109,7 @@ func scenarios() []*scenario {
 	return []*scenario{
 		httpSmallScenario(), http16kScenario(), uploadScenario(), httpRRScenario(),
 		wsEchoScenario(), wsIdleScenario(),
-		failoverScenario(), reloadScenario(), fanInScenario(),
+		failoverScenario(), reloadScenario(), fanInScenario(), fanOutScenario(),
 		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(),
 	}
 }
@@ -477,9 +481,22 @@ func runStep(ctx context.Context, o Options, st step, dir string, certs *runCert
 	return r
 }
 
-// brief is the progress summary of a result: its charted metrics.
+// brief is the progress summary of a result: its charted metrics (a sized scenario's: every figure, per
+// N).
 func (sc *scenario) brief(r *Result) string {
 	var parts []string
+	if sc.sized {
+		for _, n := range resultSizes(r.Metrics) {
+			var fs []string
+			for _, m := range sc.metrics {
+				if v, ok := r.Metrics[sizedKey(m.key, n)]; ok {
+					fs = append(fs, fmt.Sprintf("%s %s", m.label, m.num(v)))
+				}
+			}
+			parts = append(parts, fmt.Sprintf("N=%d: %s", n, strings.Join(fs, ", ")))
+		}
+		return strings.Join(parts, "; ")
+	}
 	for _, m := range sc.metrics {
 		v, ok := r.Metrics[m.key]
 		if !ok || !(m.chart || m.key == "failed" || m.key == "tunnels_lost" || m.key == "split") {

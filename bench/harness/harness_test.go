@@ -32,6 +32,14 @@ func TestHarnessTiny(t *testing.T) {
 		t.Fatalf("go build fairlead: %v\n%s", err, out)
 	}
 
+	// fan-out needs fairlead's relay routes ([relays.NAME]); a build whose -check rejects them runs
+	// every other scenario, and the fan-out subtest below says why it is skipped.
+	names := ScenarioNames()
+	relaysOK, relaysWhy := fairleadAcceptsRelays(bin, t.TempDir())
+	if !relaysOK {
+		names = slices.DeleteFunc(names, func(s string) bool { return s == "fan-out" })
+	}
+
 	var peers []string
 	if env := os.Getenv("FAIRLEAD_BENCH_TEST_PEERS"); env != "" {
 		peers = strings.Split(env, ",")
@@ -41,7 +49,7 @@ func TestHarnessTiny(t *testing.T) {
 	defer cancel()
 	rep, err := Run(ctx, Options{
 		Plan: TinyPlan(), FairleadBin: bin, Peers: append([]string{"fairlead"}, peers...),
-		Pin: false, Progress: &progress,
+		Pin: false, Progress: &progress, Scenarios: names,
 	})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
@@ -49,7 +57,7 @@ func TestHarnessTiny(t *testing.T) {
 	}
 
 	// Every scenario ran against fairlead (and fairlead-tuned for failover) without error.
-	for _, sc := range ScenarioNames() {
+	for _, sc := range names {
 		want := []string{"fairlead"}
 		if sc == "failover" {
 			want = append(want, "fairlead-tuned")
@@ -149,11 +157,45 @@ func TestHarnessTiny(t *testing.T) {
 	if v := get("fan-in", "fairlead", "clients"); v != float64(TinyPlan().FanInClients) {
 		t.Errorf("fan-in: %v clients", v)
 	}
+	t.Run("fan-out", func(t *testing.T) {
+		if !relaysOK {
+			t.Skipf("fairlead -check rejects a [relays.NAME] table, so fan-out was not run against fairlead (relay routes not in this build?): %s", relaysWhy)
+		}
+		n := TinyPlan().FanOutSizes[0]
+		get := func(key string) float64 {
+			t.Helper()
+			v, ok := rep.result("fan-out", "fairlead", 1).Metrics[sizedKey(key, n)]
+			if !ok {
+				t.Errorf("fan-out N %d: no metric %s", n, key)
+			}
+			return v
+		}
+		// Every subscriber got every change, over one upstream session per topic, and each change was
+		// fetched once per topic.
+		if v := get("subscribers"); v != float64(n) {
+			t.Errorf("fan-out: %v subscribers, want %d", v, n)
+		}
+		if v := get("missed"); v != 0 {
+			t.Errorf("fan-out: %v deliveries missed", v)
+		}
+		if v, want := get("delivered"), float64(n*TinyPlan().FanOutChanges); v != want {
+			t.Errorf("fan-out: %v deliveries, want %v", v, want)
+		}
+		if v := get("upstream_sessions"); v != 4 {
+			t.Errorf("fan-out: %v upstream sessions, want 4 (one per topic)", v)
+		}
+		if v := get("fetches_per_change"); v != 1 {
+			t.Errorf("fan-out: %v snapshot fetches per topic per change, want 1", v)
+		}
+		if v := get("p99_ms"); !(v > 0) {
+			t.Errorf("fan-out: p99 %v ms", v)
+		}
+	})
 
 	// Outputs.
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)
-	for _, want := range append(ScenarioNames(), "## Targets", "| fairlead |", "What the peers cannot express") {
+	for _, want := range append(slices.Clone(names), "## Targets", "| fairlead |", "What the peers cannot express") {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}
@@ -174,7 +216,7 @@ func TestHarnessTiny(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("JSON does not parse back: %v", err)
 	}
-	if len(back.Results) != len(rep.Results) || len(back.Summary) != len(ScenarioNames()) {
+	if len(back.Results) != len(rep.Results) || len(back.Summary) != len(names) {
 		t.Errorf("JSON has %d results and %d summaries", len(back.Results), len(back.Summary))
 	}
 	svg, err := os.ReadFile(sp)

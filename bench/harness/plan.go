@@ -57,10 +57,18 @@ type Plan struct {
 	FanInRequests int `json:"fanin_requests"`
 	// FanInCap is fairlead's (and HAProxy's, Caddy's) per-server upstream connection cap in fan-in.
 	FanInCap int `json:"fanin_cap"`
+
+	// FanOutSizes are the fan-out subscriber counts N, one run each (a 0 is skipped; each is lowered to
+	// what the descriptor limits allow). The subscribers open within IdleOpenTimeout.
+	FanOutSizes [2]int `json:"fanout_sizes"`
+	// FanOutChanges is how many changes fan-out publishes (each a new version of every topic), one every
+	// FanOutInterval.
+	FanOutChanges  int           `json:"fanout_changes"`
+	FanOutInterval time.Duration `json:"fanout_interval"`
 }
 
 // FullPlan is the real run: 3 rounds, 10 s measurements, 8,000 idle tunnels, failovers waited for up
-// to 60 s, 20,000 fan-in client connections.
+// to 60 s, 20,000 fan-in client connections, 1,000 and 10,000 fan-out subscribers getting 10 changes.
 func FullPlan() Plan {
 	return Plan{
 		Mode: "full", Rounds: 3,
@@ -71,6 +79,7 @@ func FullPlan() Plan {
 		FailoverRate: 400, FailoverWorkers: 32, FailoverSteady: 3 * time.Second, FailoverWindow: 60 * time.Second,
 		ReloadTunnels: 200, ReloadRate: 400, ReloadBefore: 2 * time.Second, ReloadAfter: 8 * time.Second,
 		FanInClients: 20000, FanInRequests: 3, FanInCap: 64,
+		FanOutSizes: [2]int{1000, 10000}, FanOutChanges: 10, FanOutInterval: time.Second,
 	}
 }
 
@@ -87,6 +96,7 @@ func QuickPlan() Plan {
 		FailoverRate: 400, FailoverWorkers: 32, FailoverSteady: 500 * time.Millisecond, FailoverWindow: 2 * time.Second,
 		ReloadTunnels: 100, ReloadRate: 400, ReloadBefore: 500 * time.Millisecond, ReloadAfter: time.Second,
 		FanInClients: 1000, FanInRequests: 3, FanInCap: 64,
+		FanOutSizes: [2]int{200, 1000}, FanOutChanges: 3, FanOutInterval: time.Second,
 	}
 }
 
@@ -101,6 +111,7 @@ func TinyPlan() Plan {
 		FailoverRate: 200, FailoverWorkers: 16, FailoverSteady: 300 * time.Millisecond, FailoverWindow: 1500 * time.Millisecond,
 		ReloadTunnels: 20, ReloadRate: 200, ReloadBefore: 300 * time.Millisecond, ReloadAfter: 700 * time.Millisecond,
 		FanInClients: 200, FanInRequests: 2, FanInCap: 16,
+		FanOutSizes: [2]int{20, 0}, FanOutChanges: 3, FanOutInterval: 200 * time.Millisecond,
 	}
 }
 

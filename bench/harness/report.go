@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -318,6 +319,31 @@ func (rep *Report) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	if ran("fan-out") {
+		t := Target{Name: "fan-out deliveries", Goal: "0 missed; 4 upstream sessions; 1 snapshot fetch per topic per change"}
+		if f := rep.peerSummary("fan-out", "fairlead"); f != nil {
+			met := true
+			var parts []string
+			vals := map[string]float64{}
+			for k, v := range f.Values {
+				vals[k] = v.Median
+			}
+			for _, n := range resultSizes(vals) {
+				missed := f.Values[sizedKey("missed", n)].Max
+				sess := f.Values[sizedKey("upstream_sessions", n)]
+				fetches := f.Values[sizedKey("fetches_per_change", n)]
+				parts = append(parts, fmt.Sprintf("N %s: %s missed, %s sessions, %.2f fetches, p99 %.2f ms",
+					fmtNum(f.Values[sizedKey("subscribers", n)].Min, ""), fmtNum(missed, ""), fmtNum(sess.Max, ""),
+					fetches.Max, f.Values[sizedKey("p99_ms", n)].Median))
+				met = met && missed == 0 && sess.Min == 4 && sess.Max == 4 && fetches.Min == 1 && fetches.Max == 1
+			}
+			if len(parts) > 0 {
+				t.Value = strings.Join(parts, "; ")
+				t.Met = boolp(met)
+			}
+		}
+		ts = append(ts, t)
+	}
 	return ts
 }
 
@@ -417,38 +443,10 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 	for _, ss := range rep.Summary {
 		sc := findScenario(ss.Scenario)
 		fmt.Fprintf(w, "## %s\n\n%s.\n\n", ss.Scenario, ss.Summary)
-		var hdr []string
-		for _, m := range ss.Metrics {
-			l := m.Label
-			switch m.Better {
-			case "higher":
-				l += " ↑"
-			case "lower":
-				l += " ↓"
-			}
-			hdr = append(hdr, l)
-		}
-		fmt.Fprintf(w, "| peer | %s |\n|---|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
-		for _, ps := range ss.Peers {
-			var cells []string
-			for _, mi := range ss.Metrics {
-				m := metricOf(sc, mi.Key)
-				v, ok := ps.Values[mi.Key]
-				if !ok {
-					cells = append(cells, "—")
-					continue
-				}
-				var r *Stat
-				if rr, ok := ps.Ratios[mi.Key]; ok && ps.Peer != baseline {
-					r = &rr
-				}
-				cells = append(cells, cell(m, v, r))
-			}
-			if ps.Runs == len(ps.Errors) {
-				fmt.Fprintf(w, "| %s | failed: %s |%s\n", ps.Peer, mdEscape(firstLine(ps.Errors[0])), strings.Repeat(" |", max(len(hdr)-1, 0)))
-				continue
-			}
-			fmt.Fprintf(w, "| %s | %s |\n", ps.Peer, strings.Join(cells, " | "))
+		if sc != nil && sc.sized {
+			writeSizedTable(w, sc, ss)
+		} else {
+			writeTable(w, sc, ss)
 		}
 		var notes []string
 		for _, ps := range ss.Peers {
@@ -503,6 +501,93 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// metricHeaders are the column headers of a scenario's metrics, with an arrow for the better way.
+func metricHeaders(ss ScenarioSummary) []string {
+	var hdr []string
+	for _, m := range ss.Metrics {
+		l := m.Label
+		switch m.Better {
+		case "higher":
+			l += " ↑"
+		case "lower":
+			l += " ↓"
+		}
+		hdr = append(hdr, l)
+	}
+	return hdr
+}
+
+// writeTable writes a scenario's table: a row per peer, a column per metric.
+func writeTable(w io.Writer, sc *scenario, ss ScenarioSummary) {
+	hdr := metricHeaders(ss)
+	fmt.Fprintf(w, "| peer | %s |\n|---|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, ps := range ss.Peers {
+		var cells []string
+		for _, mi := range ss.Metrics {
+			m := metricOf(sc, mi.Key)
+			v, ok := ps.Values[mi.Key]
+			if !ok {
+				cells = append(cells, "—")
+				continue
+			}
+			var r *Stat
+			if rr, ok := ps.Ratios[mi.Key]; ok && ps.Peer != baseline {
+				r = &rr
+			}
+			cells = append(cells, cell(m, v, r))
+		}
+		if ps.Runs == len(ps.Errors) {
+			fmt.Fprintf(w, "| %s | failed: %s |%s\n", ps.Peer, mdEscape(firstLine(ps.Errors[0])), strings.Repeat(" |", max(len(hdr)-1, 0)))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", ps.Peer, strings.Join(cells, " | "))
+	}
+}
+
+// writeSizedTable writes a sized scenario's table (fan-out): a row per peer and N, a column per metric.
+func writeSizedTable(w io.Writer, sc *scenario, ss ScenarioSummary) {
+	hdr := metricHeaders(ss)
+	fmt.Fprintf(w, "| peer | N | %s |\n|---|---|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, ps := range ss.Peers {
+		if ps.Runs == len(ps.Errors) {
+			fmt.Fprintf(w, "| %s | | failed: %s |%s\n", ps.Peer, mdEscape(firstLine(ps.Errors[0])), strings.Repeat(" |", max(len(hdr)-1, 0)))
+			continue
+		}
+		sizes := map[string]float64{}
+		for k, v := range ps.Values {
+			sizes[k] = v.Median
+		}
+		for _, n := range resultSizes(sizes) {
+			var cells []string
+			for _, mi := range ss.Metrics {
+				v, ok := ps.Values[sizedKey(mi.Key, n)]
+				if !ok {
+					cells = append(cells, "n/a")
+					continue
+				}
+				cells = append(cells, cell(metricOf(sc, mi.Key), v, nil))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s |\n", ps.Peer, fmtNum(float64(n), ""), strings.Join(cells, " | "))
+		}
+	}
+}
+
+// resultSizes returns the sizes N of a sized scenario's metrics ("<key>@<N>"), ascending.
+func resultSizes(metrics map[string]float64) []int {
+	var ns []int
+	for k := range metrics {
+		_, n, ok := strings.Cut(k, "@")
+		if !ok {
+			continue
+		}
+		if x, err := strconv.Atoi(n); err == nil && !slices.Contains(ns, x) {
+			ns = append(ns, x)
+		}
+	}
+	slices.Sort(ns)
+	return ns
 }
 
 // setupLine says where the proxies and the load ran and how many workers each proxy had.
