@@ -158,6 +158,16 @@ func merge(dst, src reflect.Value, path []string, md *toml.MetaData, file string
 		case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(Duration{}):
 			origin[strings.Join(key, ".")] = file
 			merge(d, s, key, md, file, origin)
+		case f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct:
+			// An optional table ([relays.NAME.auth]): merged key by key as any table.
+			origin[strings.Join(key, ".")] = file
+			if s.IsNil() {
+				continue
+			}
+			if d.IsNil() {
+				d.Set(reflect.New(f.Type.Elem()))
+			}
+			merge(d.Elem(), s.Elem(), key, md, file, origin)
 		case f.Type.Kind() == reflect.Map:
 			origin[strings.Join(key, ".")] = file
 			if d.IsNil() {

@@ -207,9 +207,9 @@ func (c *Config) validateRelays() []string {
 		// The fingerprint: everything the relay's hub and upstream are built from. The auth keys are
 		// read per request from the running config and are not part of it.
 		rc := *r
-		rc.Auth = nil
-		spec.fingerprint = fmt.Sprintf("%+v|%d|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
-			rc, len(r.Topics), pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
+		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
+		spec.fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
+			rc, *r.OnDemand, pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
 			pc.ResponseTimeout.D, pc.FailbackInterval.D, headersSum)
 		c.relays[name] = spec
 	}

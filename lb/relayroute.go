@@ -62,7 +62,8 @@ type relayRoute struct {
 	wg   sync.WaitGroup
 
 	seeded        atomic.Bool   // the cache was filled from seed_file at a fast start
-	seedWritten   atomic.Uint64 // the publishes counted at the last write of seed_file
+	filled        atomic.Bool   // start filled the cache (a normal start fetched every listed topic)
+	seedWritten   atomic.Uint64 // the hub's Changes at the last write of seed_file
 	seedWrites    atomic.Uint64
 	seedErrors    atomic.Uint64
 	requests      [len(relayKinds)]atomic.Uint64
@@ -83,7 +84,7 @@ type relayPending struct {
 func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
 	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]bool{}, names: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
-		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D}}
+		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
 	prefix := "relay " + spec.name + ": "
 	rr.hub = relay.NewHub(relay.Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
 		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})
@@ -118,6 +119,7 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	} else if err := rr.fetchListed(ctx); err != nil {
 		return err
 	}
+	rr.filled.Store(true)
 	rr.mu.Lock()
 	for _, t := range rr.spec.topics {
 		rr.addKnown(t)
@@ -133,7 +135,7 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	rr.wg.Add(1)
 	go rr.idleLoop()
 	if rr.cfg.SeedFileWrite {
-		rr.seedWritten.Store(rr.publishes()) // what the seed file or the first fetches hold
+		rr.seedWritten.Store(rr.hub.Changes()) // what the seed file or the first fetches hold
 		rr.wg.Add(1)
 		go rr.every(relaySeedInterval, rr.writeSeedIfChanged)
 	}
@@ -183,8 +185,8 @@ func (rr *relayRoute) close() {
 	close(rr.stop)
 	rr.mu.Unlock()
 	rr.wg.Wait()
-	if rr.cfg.SeedFileWrite && rr.started {
-		rr.writeSeedIfChanged()
+	if rr.cfg.SeedFileWrite && rr.filled.Load() {
+		rr.writeSeedIfChanged() // not after a failed start: the file would lose what the cache lacks
 	}
 	rr.hub.Close()
 	rr.up.Close()
@@ -447,15 +449,6 @@ func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic stri
 	)
 }
 
-// publishes is the number of snapshots published on every topic.
-func (rr *relayRoute) publishes() uint64 {
-	var n uint64
-	for _, t := range rr.hub.Topics() {
-		n += t.Publishes
-	}
-	return n
-}
-
 // The seed file: the snapshots of a relay, written by seed_file_write and read by a fast start.
 type seedFile struct {
 	Relay   string               `json:"relay"`
@@ -523,9 +516,9 @@ func (rr *relayRoute) loadSeed() (onDemand []string) {
 	return onDemand
 }
 
-// writeSeedIfChanged writes the seed file if a snapshot was published since the last write.
+// writeSeedIfChanged writes the seed file if the cache changed since the last write.
 func (rr *relayRoute) writeSeedIfChanged() {
-	n := rr.publishes()
+	n := rr.hub.Changes()
 	if n == rr.seedWritten.Load() {
 		return
 	}

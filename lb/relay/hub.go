@@ -27,6 +27,9 @@ type Snapshot struct {
 	// first fetched snapshot replaces it whatever the two versions (the upstream may have been
 	// reset since the file was written).
 	Seed bool
+
+	sseOnce sync.Once
+	sse     []byte // the snapshot as an SSE event (serve.go), encoded once for every stream
 }
 
 // A Message is what a subscriber receives: exactly one of its fields is set.
@@ -38,6 +41,22 @@ type Message struct {
 	// sent (delivered to subscribers that want Changes). It is shared by every subscriber
 	// and must not be modified.
 	Change []byte
+	// encoded, with Change, holds the change encoded once for every subscriber's transport
+	// (serve.go: a prepared WebSocket message).
+	encoded *encoding
+}
+
+// An encoding is a message encoded once, by the first transport writer that needs it, and
+// shared by all.
+type encoding struct {
+	once sync.Once
+	v    any
+}
+
+// get returns the encoding, computing it with f the first time.
+func (e *encoding) get(f func() any) any {
+	e.once.Do(func() { e.v = f() })
+	return e.v
 }
 
 // A Kind says which messages a subscriber wants; it is a bitmask, so a WebSocket client that
@@ -94,6 +113,8 @@ type Hub struct {
 	opts   Options
 	ctx    context.Context // passed to fetches; cancelled by Close
 	cancel context.CancelFunc
+
+	changes atomic.Uint64 // snapshots stored and topics forgotten (Changes)
 
 	mu     sync.Mutex                        // serialises topic creation and Close
 	topics atomic.Pointer[map[string]*topic] // copy-on-write, so that lookups take no lock
@@ -231,6 +252,7 @@ func (h *Hub) Publish(topic string, s *Snapshot) bool {
 	if cur := t.snap.Load(); cur != nil && cur.Seed && !s.Seed {
 		if s.Version == cur.Version && bytes.Equal(s.Body, cur.Body) {
 			t.snap.Store(s)
+			h.changes.Add(1)
 			return false
 		}
 	} else if cur != nil && s.Version <= cur.Version {
@@ -239,6 +261,7 @@ func (h *Hub) Publish(topic string, s *Snapshot) bool {
 	first := t.snap.Load() == nil
 	t.snap.Store(s)
 	t.publishes.Add(1)
+	h.changes.Add(1)
 	if first {
 		close(t.ready)
 	}
@@ -259,7 +282,7 @@ func (h *Hub) PublishChange(topic string, msg []byte) {
 	if subs := t.subs.Load(); subs == nil || len(*subs) == 0 {
 		return
 	}
-	t.fanOut(Message{Change: append([]byte(nil), msg...)}, Changes)
+	t.fanOut(Message{Change: append([]byte(nil), msg...), encoded: &encoding{}}, Changes)
 }
 
 // fanOut sends m to every open subscriber that wants kind, dropping those whose buffer is
@@ -456,8 +479,13 @@ func (h *Hub) Forget(name string) bool {
 		}
 	}
 	h.topics.Store(&m)
+	h.changes.Add(1)
 	return true
 }
+
+// Changes counts the changes to the cache: snapshots stored and topics forgotten. A caller that
+// saves the cache (a seed file) saves it again when this has moved.
+func (h *Hub) Changes() uint64 { return h.changes.Load() }
 
 // Touch records a use of the topic that is not a subscription (a client GET of its
 // snapshot): a topic without subscribers is idle from its last use, so one that clients still

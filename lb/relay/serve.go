@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -23,6 +22,20 @@ type ServeOptions struct {
 	// WriteTimeout is how long a write to a streaming client may block before the client is
 	// dropped. Default 10s.
 	WriteTimeout time.Duration
+	// KeepHijacked says that the fasthttp.Server has KeepHijackedConns set: a stream then runs
+	// in a goroutine of its own and fasthttp's hijack goroutine returns at once, releasing the
+	// request's context. Without it a stream runs in the hijack goroutine, since fasthttp
+	// closes the connection when that returns.
+	KeepHijacked bool
+}
+
+// run runs stream, in a goroutine of its own when the server keeps hijacked connections.
+func (o *ServeOptions) run(stream func()) {
+	if o.KeepHijacked {
+		go stream()
+		return
+	}
+	stream()
 }
 
 const (
@@ -41,9 +54,28 @@ var (
 	sseOpen      = []byte(": ok\n\n")
 )
 
-// wsUpgrader terminates client WebSocket upgrades: any origin, no subprotocol.
+// wsUpgrader terminates client WebSocket upgrades: any origin, no subprotocol. A subscriber
+// reads only control frames, so its read buffer is small, and its write buffer comes from a
+// pool for the time of a write, so that an idle subscriber holds none.
 var wsUpgrader = websocket.FastHTTPUpgrader{
-	CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+	CheckOrigin:     func(*fasthttp.RequestCtx) bool { return true },
+	ReadBufferSize:  1024,
+	WriteBufferPool: &sync.Pool{},
+}
+
+// prepared returns the change as a WebSocket text message framed once for every subscriber.
+func (m *Message) prepared() *websocket.PreparedMessage {
+	prepare := func() any {
+		pm, err := websocket.NewPreparedMessage(websocket.TextMessage, m.Change)
+		if err != nil {
+			panic(err) // only compression can fail, and none is used
+		}
+		return pm
+	}
+	if m.encoded == nil { // a Message not made by PublishChange
+		return prepare().(*websocket.PreparedMessage)
+	}
+	return m.encoded.get(prepare).(*websocket.PreparedMessage)
 }
 
 // Serve answers one client request for topic (already validated by the caller) on hub:
@@ -200,42 +232,70 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 			resend = false
 		}
 	}
-	h := &ctx.Response.Header
-	h.SetContentType("text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	ctx.SetStatusCode(fasthttp.StatusOK)
-	// The stream ends only when it fails or the subscriber closes; the connection is not
-	// worth keeping for another request then.
-	ctx.SetConnectionClose()
-	st := &sseStream{conn: ctx.Conn(), sub: sub, opts: opts}
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer sub.Close()
-		st.run(w, cur, resend)
+	// The stream is written on the hijacked connection by one goroutine: the HTTP server's
+	// connection goroutine and its buffers are released, and an idle stream holds one
+	// goroutine and its subscriber. The answer is delimited by the end of the
+	// connection (no chunked framing), as a stream that only ends when the connection does.
+	ctx.HijackSetNoResponse(true)
+	hijacked(ctx, sub, opts, func(c net.Conn) {
+		st := &sseStream{conn: c, sub: sub, opts: opts}
+		st.run(cur, resend)
 	})
 }
 
-// sseStream is the state of one SSE stream, used by its body stream writer only.
-type sseStream struct {
-	conn    net.Conn // for write deadlines; the fasthttp connection goroutine does the writes
-	sub     *Subscriber
-	opts    ServeOptions
-	scratch [20]byte // formats versions without allocating
-}
+// sseHead is the head of an SSE answer.
+var sseHead = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+	"X-Accel-Buffering: no\r\nConnection: close\r\n\r\n")
 
-func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
-	last, seed := cur.Version, cur.Seed
-	if resend && st.writeEvent(w, cur) != nil {
-		return
-	}
-	if !resend {
-		// fasthttp sends the headers with the first body bytes: send a comment at once, so
-		// that the client knows the stream is open.
-		st.deadline()
-		if _, err := w.Write(sseOpen); err != nil || w.Flush() != nil {
+// hijacked runs stream on the request's connection once fasthttp hands it over; the connection is closed and sub closed when stream
+// returns (ServeOptions.run says in which goroutine). If fasthttp never hands it over (the
+// client went away first), a guard closes sub.
+func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, stream func(c net.Conn)) {
+	var state atomic.Int32
+	guard := time.AfterFunc(opts.WriteTimeout+time.Second, func() {
+		if state.CompareAndSwap(wsPending, wsAbandoned) {
+			sub.Close()
+		}
+	})
+	ctx.Hijack(func(c net.Conn) {
+		guard.Stop()
+		if !state.CompareAndSwap(wsPending, wsStarted) {
+			c.Close()
 			return
 		}
+		// Under fasthttp's wrapper: the wrapper holds the server's read buffer, which a stream
+		// that never reads does not need.
+		if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+			c = u.UnsafeConn()
+		}
+		opts.run(func() {
+			defer c.Close()
+			defer sub.Close()
+			stream(c)
+		})
+	})
+}
+
+// sseStream is the state of one SSE stream, used by its goroutine only.
+type sseStream struct {
+	conn net.Conn
+	sub  *Subscriber
+	opts ServeOptions
+}
+
+func (st *sseStream) run(cur *Snapshot, resend bool) {
+	st.deadline()
+	head := sseHead
+	if !resend {
+		// The client already has this version: open the stream with a comment.
+		head = append(append([]byte(nil), sseHead...), sseOpen...)
+	} else {
+		head = append(append([]byte(nil), sseHead...), cur.sseEvent()...)
 	}
+	if _, err := st.conn.Write(head); err != nil {
+		return
+	}
+	last, seed := cur.Version, cur.Seed
 	idle := time.NewTimer(st.opts.KeepAlive)
 	defer idle.Stop()
 	for {
@@ -245,9 +305,7 @@ func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
 				// Tell the client, if the connection still takes writes; its client
 				// reconnects with Last-Event-ID.
 				st.deadline()
-				if _, err := w.Write(sseDropped); err == nil {
-					_ = w.Flush()
-				}
+				_, _ = st.conn.Write(sseDropped)
 				return
 			}
 			if !ok {
@@ -257,16 +315,14 @@ func (st *sseStream) run(w *bufio.Writer, cur *Snapshot, resend bool) {
 			if m.Snapshot == nil || m.Snapshot.Version <= last && !(seed && !m.Snapshot.Seed) {
 				continue
 			}
-			if st.writeEvent(w, m.Snapshot) != nil {
+			st.deadline()
+			if _, err := st.conn.Write(m.Snapshot.sseEvent()); err != nil {
 				return
 			}
 			last, seed = m.Snapshot.Version, m.Snapshot.Seed
 		case <-idle.C:
 			st.deadline()
-			if _, err := w.Write(sseKeepAlive); err != nil {
-				return
-			}
-			if w.Flush() != nil {
+			if _, err := st.conn.Write(sseKeepAlive); err != nil {
 				return
 			}
 		}
@@ -282,36 +338,35 @@ func (st *sseStream) deadline() {
 	}
 }
 
-// writeEvent writes s as one event and flushes it.
-func (st *sseStream) writeEvent(w *bufio.Writer, s *Snapshot) error {
-	st.deadline()
-	w.WriteString("id: ")
-	w.Write(strconv.AppendUint(st.scratch[:0], s.Version, 10))
-	w.WriteString("\nevent: snapshot\n")
-	body := s.Body
-	for {
-		// One data: line per line of the body; SSE lines end with CRLF, LF or CR.
-		i := bytes.IndexAny(body, "\r\n")
-		w.WriteString("data: ")
-		if i < 0 {
-			w.Write(body)
-			w.WriteByte('\n')
-			break
+// sseEvent returns the snapshot as one SSE event, "id: <version>", "event: snapshot" and a
+// "data:" line per line of the body, encoded once and shared by every stream that sends it.
+func (s *Snapshot) sseEvent() []byte {
+	s.sseOnce.Do(func() {
+		b := make([]byte, 0, len(s.Body)+64)
+		b = append(b, "id: "...)
+		b = strconv.AppendUint(b, s.Version, 10)
+		b = append(b, "\nevent: snapshot\n"...)
+		body := s.Body
+		for {
+			// One data: line per line of the body; SSE lines end with CRLF, LF or CR.
+			i := bytes.IndexAny(body, "\r\n")
+			b = append(b, "data: "...)
+			if i < 0 {
+				b = append(append(b, body...), '\n')
+				break
+			}
+			b = append(append(b, body[:i]...), '\n')
+			if body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n' {
+				i++
+			}
+			body = body[i+1:]
+			if len(body) == 0 {
+				break
+			}
 		}
-		w.Write(body[:i])
-		w.WriteByte('\n')
-		if body[i] == '\r' && i+1 < len(body) && body[i+1] == '\n' {
-			i++
-		}
-		body = body[i+1:]
-		if len(body) == 0 {
-			break
-		}
-	}
-	if _, err := w.WriteString("\n"); err != nil {
-		return err
-	}
-	return w.Flush()
+		s.sse = append(b, '\n')
+	})
+	return s.sse
 }
 
 // WebSocket handoff states: the hijack handler and a guard timer race to own the subscriber.
@@ -335,12 +390,15 @@ func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts Serve
 	})
 	err := wsUpgrader.Upgrade(ctx, func(c *websocket.Conn) {
 		guard.Stop()
-		defer c.Close()
 		if !state.CompareAndSwap(wsPending, wsStarted) {
+			c.Close()
 			return
 		}
-		defer sub.Close()
-		serveWebSocketConn(c, sub, opts)
+		opts.run(func() {
+			defer c.Close()
+			defer sub.Close()
+			serveWebSocketConn(c, sub, opts)
+		})
 	})
 	if err != nil {
 		guard.Stop()
@@ -425,7 +483,7 @@ func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions) {
 				continue
 			}
 			_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
-			if err := c.WriteMessage(websocket.TextMessage, m.Change); err != nil {
+			if err := c.WritePreparedMessage(m.prepared()); err != nil {
 				return
 			}
 		case <-ping.C:
