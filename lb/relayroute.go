@@ -432,9 +432,9 @@ func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic stri
 	if !g.accessLog() {
 		return
 	}
-	status := ctx.Response.StatusCode()
-	if ctx.Hijacked() {
-		status = fasthttp.StatusSwitchingProtocols
+	status, kind := ctx.Response.StatusCode(), relay.RequestKind(ctx)
+	if ctx.Hijacked() && kind == "websocket" {
+		status = fasthttp.StatusSwitchingProtocols // an SSE stream, hijacked too, answered 200
 	}
 	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("type", "relay"),
@@ -443,7 +443,7 @@ func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic stri
 		slog.String("path", string(ctx.Path())),
 		slog.String("relay", name),
 		slog.String("topic", topic),
-		slog.String("kind", relay.RequestKind(ctx)),
+		slog.String("kind", kind),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", milliseconds(time.Since(ctx.Time()))),
 	)
