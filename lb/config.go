@@ -369,6 +369,10 @@ type RelayConfig struct {
 	// value" per line (blank lines and # comments ignored): typically the upstream API key, which
 	// clients never see. Read at load and at every reload; never logged. Default "".
 	UpstreamHeadersFile string `toml:"upstream_headers_file"`
+	// MaxSubscribers bounds the SSE and WebSocket subscribers of the relay at once (every topic); one
+	// more gets 503 with Retry-After. Relay streams do not count in [frontend] max_conns (they leave the
+	// HTTP server once they start). Default 10000.
+	MaxSubscribers int `toml:"max_subscribers"`
 	// SubscriberBuffer is how many messages may wait for a subscriber; one that falls further behind is
 	// dropped (SSE: "event: dropped" then the stream ends; WebSocket: close 1013), never slowing the
 	// others. Default 16.

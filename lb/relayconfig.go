@@ -47,6 +47,9 @@ func (c *Config) relayDefaults() {
 		if !c.isSet(k + "start") {
 			r.Start = "normal"
 		}
+		if !c.isSet(k + "max_subscribers") {
+			r.MaxSubscribers = 10000
+		}
 		if !c.isSet(k + "subscriber_buffer") {
 			r.SubscriberBuffer = 16
 		}
@@ -168,6 +171,9 @@ func (c *Config) validateRelays() []string {
 		}
 		if r.SeedFileWrite && r.SeedFile == "" {
 			add("seed_file_write", "needs seed_file")
+		}
+		if r.MaxSubscribers <= 0 {
+			add("max_subscribers", "must be greater than zero, got %d", r.MaxSubscribers)
 		}
 		if r.SubscriberBuffer <= 0 {
 			add("subscriber_buffer", "must be greater than zero, got %d", r.SubscriberBuffer)

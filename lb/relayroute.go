@@ -400,6 +400,11 @@ func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBind
 		}
 	}
 	kind := relay.RequestKind(ctx)
+	if kind != "snapshot" && ctx.IsGet() && rr.hub.Subscribers() >= int64(rr.cfg.MaxSubscribers) {
+		rr.refuse(ctx, fasthttp.StatusServiceUnavailable, "too many subscribers (max_subscribers)")
+		lb.logRelay(ctx, g, rr.name, topic)
+		return
+	}
 	rr.requests[slices.Index(relayKinds[:], kind)].Add(1)
 	relay.Serve(ctx, wait, rr.hub, topic, rr.opts)
 	if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable {

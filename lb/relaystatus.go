@@ -26,6 +26,8 @@ type RelayStatus struct {
 	Switches      uint64 `json:"switches"`
 	// Sessions is the open upstream events sessions (one per active topic).
 	Sessions int `json:"sessions"`
+	// Subscribers is the open SSE and WebSocket subscribers of every topic.
+	Subscribers int64 `json:"subscribers"`
 	// Requests counts the requests served by kind ("snapshot", "sse", "websocket"); Refused counts the
 	// requests answered with an error, by status.
 	Requests map[string]uint64 `json:"requests"`
@@ -58,7 +60,7 @@ type TopicStatus struct {
 func (rr *relayRoute) status() RelayStatus {
 	up := rr.up.Current()
 	st := RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
-		Upstream: up, ServingBackup: up != rr.up.Primary(), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(),
+		Upstream: up, ServingBackup: up != rr.up.Primary(), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
 		SeedWrites: rr.seedWrites.Load(), SeedWriteErrors: rr.seedErrors.Load()}
 	for i, k := range relayKinds {
@@ -102,6 +104,7 @@ func (lb *LB) writeRelayMetrics(w io.Writer, g *generation) {
 		metrics.WriteGaugeUint64(w, "fairlead_relay_serving_backup{"+l+"}", boolGauge(st.ServingBackup))
 		metrics.WriteCounterUint64(w, "fairlead_relay_upstream_switches_total{"+l+"}", st.Switches)
 		metrics.WriteGaugeUint64(w, "fairlead_relay_topics{"+l+"}", uint64(len(st.Topics)))
+		metrics.WriteGaugeUint64(w, "fairlead_relay_subscribers_total{"+l+"}", uint64(max(st.Subscribers, 0)))
 		for _, k := range relayKinds {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_relay_requests_total{%s,kind=%q}`, l, k), st.Requests[k])
 		}

@@ -557,6 +557,7 @@ path = "/relay/{collection}/{environment}"
 snapshot = "/config/{collection}/{environment}"
 events = "/events/{collection}/{environment}"
 topics = [{{quote .Topics}}]
+max_subscribers = {{.FairleadMaxConns}}
 `))
 
 // nchanTmpl is nginx's fan-out configuration: nchan subscriber (WebSocket and EventSource) and publisher

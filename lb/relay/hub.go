@@ -114,7 +114,8 @@ type Hub struct {
 	ctx    context.Context // passed to fetches; cancelled by Close
 	cancel context.CancelFunc
 
-	changes atomic.Uint64 // snapshots stored and topics forgotten (Changes)
+	changes     atomic.Uint64 // snapshots stored and topics forgotten (Changes)
+	subscribers atomic.Int64  // open subscribers of every topic (Subscribers)
 
 	mu     sync.Mutex                        // serialises topic creation and Close
 	topics atomic.Pointer[map[string]*topic] // copy-on-write, so that lookups take no lock
@@ -143,10 +144,11 @@ type topic struct {
 	// subscriber at once would make the departure of N subscribers cost O(N²).
 	subs   atomic.Pointer[[]*Subscriber]
 	subsMu sync.Mutex
-	live   int       // subscribers not closed; under subsMu
-	stale  int       // closed subscribers still in subs; under subsMu
-	idle   time.Time // when live last became 0 (or the topic was created); zero while live > 0; under subsMu
-	closed bool      // set by Hub.Close; under subsMu
+	live   int           // subscribers not closed; under subsMu
+	total  *atomic.Int64 // the Hub's count of open subscribers, which live is part of
+	stale  int           // closed subscribers still in subs; under subsMu
+	idle   time.Time     // when live last became 0 (or the topic was created); zero while live > 0; under subsMu
+	closed bool          // set by Hub.Close; under subsMu
 
 	publishes, drops, fetches, fetchErrors atomic.Uint64
 
@@ -200,7 +202,8 @@ func (h *Hub) get(name string) *topic {
 	if t := old[name]; t != nil {
 		return t
 	}
-	t := &topic{name: name, now: h.opts.Now, ready: make(chan struct{}), idle: h.opts.Now(), closed: h.closed}
+	t := &topic{name: name, now: h.opts.Now, ready: make(chan struct{}), idle: h.opts.Now(), closed: h.closed,
+		total: &h.subscribers}
 	m := make(map[string]*topic, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -319,6 +322,7 @@ func (t *topic) fanOut(m Message, kind Kind) {
 // closed flag changes meanwhile.
 func (t *topic) removed(n int) {
 	t.live -= n
+	t.total.Add(int64(-n))
 	t.stale += n
 	if t.live == 0 {
 		t.idle = t.now()
@@ -361,6 +365,7 @@ func (h *Hub) Subscribe(topic string, kind Kind) *Subscriber {
 	subs = append(subs, s)
 	t.subs.Store(&subs)
 	t.live++
+	t.total.Add(1)
 	t.idle = time.Time{}
 	return s
 }
@@ -483,6 +488,9 @@ func (h *Hub) Forget(name string) bool {
 	return true
 }
 
+// Subscribers returns the number of open subscribers of every topic.
+func (h *Hub) Subscribers() int64 { return h.subscribers.Load() }
+
 // Changes counts the changes to the cache: snapshots stored and topics forgotten. A caller that
 // saves the cache (a seed file) saves it again when this has moved.
 func (h *Hub) Changes() uint64 { return h.changes.Load() }
@@ -530,6 +538,7 @@ func (h *Hub) Close() {
 		if t.live > 0 {
 			t.idle = h.opts.Now()
 		}
+		t.total.Add(int64(-t.live))
 		t.live, t.stale = 0, 0
 		t.subsMu.Unlock()
 		t.pubMu.Unlock()

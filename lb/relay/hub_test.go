@@ -611,3 +611,32 @@ func BenchmarkPublish10000(b *testing.B) {
 		b.Fatalf("stats %+v", st)
 	}
 }
+
+// TestHubSubscribersCountsEveryTopic: Subscribers follows subscriptions, closes, drops and
+// Hub.Close across topics.
+func TestHubSubscribersCountsEveryTopic(t *testing.T) {
+	h := NewHub(Options{SubscriberBuffer: 1})
+	var subs []*Subscriber
+	for i := range 10 {
+		subs = append(subs, h.Subscribe([]string{"a/b", "c/d"}[i%2], SSE))
+	}
+	if n := h.Subscribers(); n != 10 {
+		t.Fatalf("%d subscribers, want 10", n)
+	}
+	subs[0].Close()
+	subs[0].Close() // twice counts once
+	subs[1].Close()
+	if n := h.Subscribers(); n != 8 {
+		t.Fatalf("%d subscribers after 2 closes, want 8", n)
+	}
+	// Two publishes on a/b with buffers of 1 drop its 4 open subscribers that read nothing.
+	h.Publish("a/b", &Snapshot{Version: 1})
+	h.Publish("a/b", &Snapshot{Version: 2})
+	if n := h.Subscribers(); n != 4 {
+		t.Fatalf("%d subscribers after a/b's were dropped, want 4", n)
+	}
+	h.Close()
+	if n := h.Subscribers(); n != 0 {
+		t.Fatalf("%d subscribers after Close, want 0", n)
+	}
+}
