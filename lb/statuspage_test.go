@@ -222,6 +222,10 @@ func TestTheStatusPageShowsARelayAndFollowsItsFailover(t *testing.T) {
 	t.Cleanup(c.Close)
 	primary, backup := c.Configs[0], c.Configs[1]
 	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
 [pools.appconfig]
 servers = [%q]
 backups = [%q]
