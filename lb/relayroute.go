@@ -132,6 +132,14 @@ func (rr *relayRoute) start(ctx context.Context) error {
 		rr.up.Watch(t)
 	}
 	rr.mu.Unlock()
+	if rr.cfg.Start == "normal" {
+		// The sessions too, within wait_timeout, so that the first subscribers miss no change.
+		wait, cancel := context.WithTimeout(ctx, rr.cfg.WaitTimeout.D)
+		for _, t := range rr.spec.topics {
+			rr.waitSession(wait, t)
+		}
+		cancel()
+	}
 	rr.wg.Add(1)
 	go rr.idleLoop()
 	if rr.cfg.SeedFileWrite {
@@ -155,6 +163,7 @@ func (rr *relayRoute) fetchListed(ctx context.Context) error {
 				return
 			}
 			rr.hub.Publish(t, s)
+			rr.hub.CountFetch(t, nil)
 		})
 	}
 	wg.Wait()
@@ -278,9 +287,12 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 		rr.watched[topic] = true
 		rr.up.Watch(topic)
 		rr.mu.Unlock()
+		rr.waitSession(ctx, topic)
 		if rr.hub.Snapshot(topic) != nil {
 			// The cached snapshot may be stale: the session was closed while the topic was idle.
-			if s, err := rr.up.Fetch(ctx, topic); err == nil {
+			s, err := rr.up.Fetch(ctx, topic)
+			rr.hub.CountFetch(topic, err)
+			if err == nil {
 				rr.hub.Publish(topic, s)
 			} else {
 				rr.logf("relay %s: topic %s: serving the cached snapshot: %v", rr.name, topic, err)
@@ -316,8 +328,12 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 		rr.addKnown(topic)
 		rr.watched[topic] = true
 		rr.hub.Publish(topic, s)
+		rr.hub.CountFetch(topic, nil)
 		rr.hub.Touch(topic)
 		rr.up.Watch(topic)
+		rr.mu.Unlock()
+		rr.waitSession(ctx, topic)
+		rr.mu.Lock()
 	case rr.closed:
 		p.status, p.reason = fasthttp.StatusServiceUnavailable, "relay reloading"
 	default:
@@ -327,6 +343,16 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 	close(p.done)
 	rr.mu.Unlock()
 	return p.status, p.reason
+}
+
+// waitSession waits, within ctx, for the topic's upstream session to connect, so that the
+// subscriber about to join misses no change message; past ctx the request is served anyway (its
+// snapshot is fresh, and a change made before the session connects resyncs the WebSocket
+// subscribers, relay.Hub.Resync).
+func (rr *relayRoute) waitSession(ctx context.Context, topic string) {
+	if err := rr.up.WaitSession(ctx, topic); err != nil {
+		rr.logf("relay %s: topic %s: serving before its upstream session is open: %v", rr.name, topic, err)
+	}
 }
 
 // relayFetchStatus maps a failed first fetch to the client's answer: the upstream's 404 is the

@@ -153,6 +153,35 @@ func oneSessionPerTopic(s *sim.ConfigServer, topics ...string) bool {
 	return simAllSessions(s) == len(topics)
 }
 
+// relaySettled waits until fairlead's fetches of each topic have all ended and each topic has had
+// its start (or first-request) fetch and the refresh that follows its session's connection: the
+// config server counted as many fetches as fairlead ended, at least 2. Counters reset after it
+// count only what the test does next.
+func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the relay's fetches to settle", func() bool {
+		l.routesMu.Lock()
+		var rr *relayRoute
+		for _, r := range l.relayRoutes {
+			rr = r
+		}
+		l.routesMu.Unlock()
+		if rr == nil {
+			return false
+		}
+		ended := map[string]uint64{}
+		for _, ts := range rr.hub.Topics() {
+			ended[ts.Topic] = ts.Fetches
+		}
+		for _, tp := range topics {
+			if n := simFetches(s, tp); n < 2 || uint64(n) != ended[tp] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // publish publishes data on topic on every config server and returns the new version.
 func relayPublish(t testing.TB, c *sim.Cluster, topic, data string) uint64 {
 	t.Helper()
@@ -462,6 +491,7 @@ func TestRelayFansOutOneChangePerTopicToThousandsOfSubscribersOverFourUpstreamSe
 	}
 
 	// One change per topic reaches every subscriber and costs one fetch per topic.
+	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 	versions := map[string]uint64{}
 	for _, tp := range relayTopics {
@@ -501,14 +531,7 @@ func TestRelaySnapshotsAreServedFromTheCacheWithAnETag(t *testing.T) {
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	// The session's first fetch (after it connects) may still be on its way: wait for it.
-	eventually(t, 5*time.Second, "the fetches at start", func() bool {
-		for _, tp := range relayTopics {
-			if simFetches(cfg, tp) < 2 {
-				return false
-			}
-		}
-		return true
-	})
+	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 
 	var etag string
@@ -1061,6 +1084,7 @@ func TestRelayRefusals(t *testing.T) {
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "on_demand = false", ""))
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 
 	f := func(name, method, path string, want int, hdr ...string) {
@@ -1352,6 +1376,9 @@ func TestRelayAnOnDemandTopicWithTheUpstreamDownIsAnsweredWithinWaitTimeout(t *t
 	eventually(t, 5*time.Second, "its session", func() bool { return simSessions(c.Configs[0], "new/topic") == 1 })
 }
 
+// A change made while the upstream is down has no change message: when the session is back, the
+// SSE subscribers get the new snapshot and the WebSocket subscribers are closed with 1012 "resync"
+// (the message they missed cannot be replayed): a client that reconnects gets the next changes.
 func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenItReturns(t *testing.T) {
 	t.Parallel()
 	c := startRelaySim(t, 1)
@@ -1376,7 +1403,14 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 		t.Errorf("GET after the upstream returned: %d %q", resp.StatusCode, body)
 	}
 	eventually(t, 10*time.Second, "the sessions back", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
-	// The WebSocket subscriber stays open and gets the next change message.
+	// The WebSocket subscriber missed the change message: it is told to resync.
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	var ce *websocket.CloseError
+	if _, _, err := ws.ReadMessage(); !errors.As(err, &ce) || ce.Code != websocket.CloseServiceRestart || ce.Text != "resync" {
+		t.Fatalf("the WebSocket subscriber after a change it missed: %v, want close 1012 \"resync\"", err)
+	}
+	// Reconnected, it gets the next change message; the SSE stream stayed open.
+	ws = dialRelayWS(t, l.Addr(), "/relay/"+topic)
 	v = relayPublish(t, c, topic, `{"after":"return"}`)
 	waitRelayChange(t, ws, topic, v, 5*time.Second)
 	sse.waitVersion(t, v, 5*time.Second)
@@ -1575,6 +1609,7 @@ func TestRelayABurstOfChangesEndsWithTheLatestSnapshotEverywhere(t *testing.T) {
 	ws := dialRelayWS(t, l.Addr(), "/relay/"+topic)
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	eventually(t, 5*time.Second, "2 subscribers", func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
+	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 	const n = 50
 	var last uint64

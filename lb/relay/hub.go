@@ -28,6 +28,9 @@ type Snapshot struct {
 	// reset since the file was written).
 	Seed bool
 
+	// localVersion: Version is the fetcher's count, the upstream gave none (upstream.go).
+	localVersion bool
+
 	sseOnce sync.Once
 	sse     []byte // the snapshot as an SSE event (serve.go), encoded once for every stream
 }
@@ -166,6 +169,7 @@ type Subscriber struct {
 	ch      chan Message
 	closed  bool // the channel is closed; under t.pubMu
 	dropped atomic.Bool
+	resync  atomic.Bool // closed by Resync: it missed changes and should start again
 }
 
 // NewHub returns a Hub with opts, defaults applied.
@@ -379,6 +383,43 @@ func (s *Subscriber) C() <-chan Message { return s.ch }
 // client fell behind and should be told so (its stream ended, it may reconnect).
 func (s *Subscriber) Dropped() bool { return s.dropped.Load() }
 
+// Resynced reports whether Resync closed the subscriber: changes happened that it was not
+// sent, and its client should reconnect and fetch the snapshot.
+func (s *Subscriber) Resynced() bool { return s.resync.Load() }
+
+// Resync closes the topic's subscribers that want Changes (after the messages already queued),
+// marking them Resynced: the upstream changed the topic while its events session was down, so
+// they missed change messages that cannot be replayed. Their clients reconnect and fetch the
+// snapshot. It returns how many it closed.
+func (h *Hub) Resync(topic string) int {
+	t := h.lookup(topic)
+	if t == nil {
+		return 0
+	}
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	p := t.subs.Load()
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range *p {
+		if s.closed || s.kind&Changes == 0 {
+			continue
+		}
+		s.resync.Store(true)
+		s.closed = true
+		close(s.ch)
+		n++
+	}
+	if n > 0 {
+		t.subsMu.Lock()
+		t.removed(n)
+		t.subsMu.Unlock()
+	}
+	return n
+}
+
 // Close unsubscribes: no message is sent after it returns and C is closed. It is safe to
 // call more than once and concurrently with publishes and drops.
 func (s *Subscriber) Close() {
@@ -403,7 +444,7 @@ type TopicStats struct {
 	Fetched     time.Time // of the current snapshot; zero if none
 	Publishes   uint64    // snapshots published
 	Drops       uint64    // subscribers dropped for falling behind
-	Fetches     uint64    // fetches run by Refresh
+	Fetches     uint64    // fetches ended: those run by Refresh and those counted by CountFetch
 	FetchErrors uint64    // of which failed
 }
 
@@ -486,6 +527,22 @@ func (h *Hub) Forget(name string) bool {
 	h.topics.Store(&m)
 	h.changes.Add(1)
 	return true
+}
+
+// CountFetch records, in the topic's statistics, a fetch made outside Refresh (the first fetch of
+// a topic, a fetch at start) that ended with err. A topic that does not exist is not created.
+func (h *Hub) CountFetch(topic string, err error) {
+	if t := h.lookup(topic); t != nil {
+		t.countFetch(err)
+	}
+}
+
+// countFetch records a fetch that ended with err.
+func (t *topic) countFetch(err error) {
+	t.fetches.Add(1)
+	if err != nil {
+		t.fetchErrors.Add(1)
+	}
 }
 
 // Subscribers returns the number of open subscribers of every topic.
@@ -579,13 +636,12 @@ func (h *Hub) refreshLoop(t *topic) {
 		t.refreshMu.Unlock()
 
 		if h.ctx.Err() == nil {
-			t.fetches.Add(1)
 			s, err := fetch(h.ctx)
 			if err == nil && s == nil {
 				err = errNoSnapshot
 			}
+			t.countFetch(err)
 			if err != nil {
-				t.fetchErrors.Add(1)
 				if h.opts.OnFetchError != nil {
 					h.opts.OnFetchError(t.name, err)
 				}

@@ -475,6 +475,12 @@ func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions) {
 				closeWith(websocket.CloseTryAgainLater, "slow consumer")
 				return
 			}
+			if !ok && sub.Resynced() {
+				// Changes were missed while the upstream session was down: reconnect and
+				// fetch the snapshot.
+				closeWith(websocket.CloseServiceRestart, "resync")
+				return
+			}
 			if !ok {
 				closeWith(websocket.CloseGoingAway, "")
 				return

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -119,6 +120,10 @@ type upstreamSession struct {
 	ctx    context.Context // cancelled by Unwatch and Close
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the goroutine ends
+
+	connected     chan struct{} // closed at the first connection (WaitSession)
+	connectedOnce sync.Once
+	messages      atomic.Uint64 // change messages received
 
 	// Under Upstream.mu:
 	conn *websocket.Conn // the open connection, nil between connections
@@ -322,10 +327,12 @@ func (u *Upstream) get(ctx context.Context, server, path string) (s *Snapshot, s
 	if !ok {
 		v, ok = etagVersion(resp.Header.Get("ETag"))
 	}
-	if !ok {
+	local := !ok
+	if local {
 		v = u.counter.Add(1)
 	}
-	return &Snapshot{Version: v, ETag: `"` + strconv.FormatUint(v, 10) + `"`, Body: body, Fetched: time.Now()}, resp.StatusCode, nil
+	return &Snapshot{Version: v, ETag: `"` + strconv.FormatUint(v, 10) + `"`, Body: body, Fetched: time.Now(), localVersion: local},
+		resp.StatusCode, nil
 }
 
 // unwrapURLError drops the *url.Error wrapper, whose message repeats the method and URL.
@@ -391,11 +398,63 @@ func (u *Upstream) Watch(topic string) {
 	if u.closed || u.sessions[topic] != nil {
 		return
 	}
-	s := &upstreamSession{topic: topic, vals: vals, done: make(chan struct{})}
+	s := &upstreamSession{topic: topic, vals: vals, done: make(chan struct{}), connected: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(u.ctx)
 	u.sessions[topic] = s
 	u.wg.Add(1)
 	go u.run(s)
+}
+
+// WaitSession waits until the topic's events session has connected once, so that a client
+// subscribing after it misses no change message; it returns ctx.Err() if ctx ends first, or
+// an error if the topic is not watched.
+func (u *Upstream) WaitSession(ctx context.Context, topic string) error {
+	u.mu.Lock()
+	s := u.sessions[topic]
+	u.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("relay upstream: topic %s is not watched", topic)
+	}
+	select {
+	case <-s.connected:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return fmt.Errorf("relay upstream: topic %s is no longer watched", topic)
+	}
+}
+
+// markConnected records the session's first connection.
+func (s *upstreamSession) markConnected() { s.connectedOnce.Do(func() { close(s.connected) }) }
+
+// resyncFetch wraps the session's fetch for the refresh that follows a (re)connection: when the
+// fetched snapshot differs from the one held before and no change message has arrived since the
+// connection opened, the change happened during the gap and its messages are lost, so the
+// snapshot is published and the topic's WebSocket subscribers are resynced. (A message on the
+// new connection already tells them to fetch the snapshot.)
+func (u *Upstream) resyncFetch(s *upstreamSession, fetch func(context.Context) (*Snapshot, error)) func(context.Context) (*Snapshot, error) {
+	before, seen := u.hub.Snapshot(s.topic), s.messages.Load()
+	return func(ctx context.Context) (*Snapshot, error) {
+		snap, err := fetch(ctx)
+		if err != nil || before == nil || sameContent(snap, before) || s.messages.Load() != seen {
+			return snap, err
+		}
+		u.hub.Publish(s.topic, snap)
+		if n := u.hub.Resync(s.topic); n > 0 {
+			u.opts.Logf("relay upstream: topic %s changed while its session was down: %d WebSocket subscriber(s) told to resync", s.topic, n)
+		}
+		return snap, nil
+	}
+}
+
+// sameContent reports whether two snapshots of a topic hold the same version: the same
+// upstream version, or the same body when the versions are local counts.
+func sameContent(a, b *Snapshot) bool {
+	if a.localVersion || b.localVersion {
+		return bytes.Equal(a.Body, b.Body)
+	}
+	return a.Version == b.Version
 }
 
 // Unwatch closes the topic's events session, if any, and waits for its goroutine to end.
@@ -539,7 +598,11 @@ func (u *Upstream) run(s *upstreamSession) {
 			continue // ended, or switched while dialing: follow
 		}
 		start := time.Now()
-		u.hub.Refresh(s.topic, fetch) // changes may have been missed while disconnected
+		// Changes may have been missed while disconnected: fetch again, and if the snapshot
+		// changed meanwhile, the change messages the WebSocket subscribers did not get
+		// cannot be replayed, so they are told to resync (Hub.Resync).
+		u.hub.Refresh(s.topic, u.resyncFetch(s, fetch))
+		s.markConnected()
 		c.SetReadLimit(upstreamReadLimit)
 		stopPings := u.keepAlive(c)
 		for {
@@ -549,6 +612,7 @@ func (u *Upstream) run(s *upstreamSession) {
 				break
 			}
 			u.alive(c)
+			s.messages.Add(1)
 			u.hub.PublishChange(s.topic, msg)
 			u.hub.Refresh(s.topic, fetch)
 		}

@@ -581,3 +581,76 @@ func TestUpstreamHungSessionIsRedialled(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamResyncsAfterAGap: a change made while the events session is down has no message
+// to relay, so after the reconnection the topic's WebSocket subscribers are closed as Resynced
+// (their clients reconnect and fetch), while snapshot subscribers get the new snapshot; a
+// reconnection without a change resyncs no one.
+func TestUpstreamResyncsAfterAGap(t *testing.T) {
+	s1 := startConfig(t, "config1", sim.ConfigOptions{})
+	const topic = "inventory/dev"
+	if _, err := s1.Publish(topic, []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHub(Options{SubscriberBuffer: 64})
+	defer h.Close()
+	var logs logBuf
+	u := NewUpstream(h, upstreamOpts(t, &logs, s1.Addr))
+	defer u.Close()
+	u.Watch(topic)
+	if err := u.WaitSession(context.Background(), topic); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "the first snapshot", func() bool { return h.Snapshot(topic) != nil })
+
+	// A gap without a change: nobody is resynced.
+	ws := h.Subscribe(topic, WebSocket)
+	s1.Stop()
+	waitFor(t, 3*time.Second, "the session to end", func() bool { return u.Sessions() == 0 })
+	if err := s1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "the session back", func() bool { return u.Sessions() == 1 })
+	v := h.Snapshot(topic).Version
+	fetches := func() uint64 { return h.Topics()[0].Fetches }
+	f := fetches()
+	waitFor(t, 3*time.Second, "the refresh after the reconnection", func() bool {
+		return fetches() > f || h.Topics()[0].Fetches >= 2
+	})
+	if ws.Resynced() {
+		t.Fatal("a reconnection without a change resynced a subscriber")
+	}
+
+	// A change during the gap: the WebSocket subscriber is resynced, the snapshot is newer.
+	snaps := h.Subscribe(topic, SSE)
+	s1.Stop()
+	waitFor(t, 3*time.Second, "the session to end", func() bool { return u.Sessions() == 0 })
+	v2, err := s1.Publish(topic, []byte(`{"n":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "the WebSocket subscriber resynced", func() bool { return ws.Resynced() })
+	if _, open := <-ws.C(); open {
+		t.Fatal("a resynced subscriber's channel is open")
+	}
+	if v2 <= v {
+		t.Fatalf("version %d after %d", v2, v)
+	}
+	select {
+	case m := <-snaps.C():
+		if m.Snapshot == nil || m.Snapshot.Version != v2 {
+			t.Fatalf("the snapshot subscriber got %+v, want version %d", m, v2)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the snapshot subscriber got nothing")
+	}
+	if snaps.Resynced() {
+		t.Fatal("a snapshot subscriber was resynced")
+	}
+	if !strings.Contains(logs.String(), "told to resync") {
+		t.Errorf("no log line for the resync:\n%s", logs.String())
+	}
+}
