@@ -564,14 +564,23 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 		t.Fatalf("first request on the keep-alive connection: %d from %q (closing %v)", code, by, closing)
 	}
 
-	newAddr, newAdmin := closedAddr(t), closedAddr(t)
-	cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-listen.toml",
-		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatalf("reload to a new listen address: %v", err)
+	// Free addresses, closed again: a test running in parallel may take one meanwhile, and the
+	// reload then fails whole (nothing moves); pick others and try again.
+	var newAddr, newAdmin string
+	for try := 1; ; try++ {
+		newAddr, newAdmin = closedAddr(t), closedAddr(t)
+		cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-listen.toml",
+			fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Reload(cfg)
+		if err == nil {
+			break
+		}
+		if try == 5 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("reload to a new listen address: %v", err)
+		}
 	}
 	if got := l.Addr(); got != newAddr {
 		t.Fatalf("Addr() = %s after the reload, want %s", got, newAddr)
