@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"text/template"
 	"time"
@@ -396,41 +395,25 @@ func (fr *fanOutRun) subscribe(n int) ([]*fanOutSub, error) {
 	rc := fr.rc
 	subs := make([]*fanOutSub, n)
 	deadline := time.Now().Add(max(rc.plan.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || time.Now().After(deadline) || rc.ctx.Err() != nil || failed.Load() > 50 {
-					return
-				}
-				s := &fanOutSub{topic: i % len(fanOutTopics), ws: (i/len(fanOutTopics))%2 == 1, done: make(chan struct{})}
-				if err := fr.open(s); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				subs[i] = s
-			}
-		}()
-	}
-	wg.Wait()
+	failed, firstErr := openAll(rc.ctx, n, 64, deadline, 50, func(i int) error {
+		s := &fanOutSub{topic: i % len(fanOutTopics), ws: (i/len(fanOutTopics))%2 == 1, done: make(chan struct{})}
+		if err := fr.open(s); err != nil {
+			return err
+		}
+		subs[i] = s
+		return nil
+	})
 	var open []*fanOutSub
 	for _, s := range subs {
 		if s != nil {
 			open = append(open, s)
 		}
 	}
-	if f := failed.Load(); f > 0 {
-		rc.note("N %d: %d subscribers failed to subscribe (first: %v)", n, f, firstErr.Load())
+	if failed > 0 {
+		rc.note("N %d: %d subscribers failed to subscribe (first: %v)", n, failed, firstErr)
 	}
 	if len(open) == 0 {
-		return nil, fmt.Errorf("no subscriber subscribed: %v", firstErr.Load())
+		return nil, fmt.Errorf("no subscriber subscribed: %v", firstErr)
 	}
 	if len(open) < n {
 		rc.note("N %d: %d of %d subscribers subscribed", n, len(open), n)
@@ -643,11 +626,7 @@ func writeFanOutConfig(base string, cfg fanOutConfig) (string, error) {
 // startFanOutPeer starts the peer with its fan-out configuration for n subscribers in front of c's
 // config server and waits until its relay path (fairlead) or publisher (nchan) answers.
 func startFanOutPeer(rc *runCtx, c *sim.Cluster, n int, dir string) (*Instance, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	admin, err := freePort()
+	port, admin, err := peerPorts()
 	if err != nil {
 		return nil, err
 	}

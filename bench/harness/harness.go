@@ -196,13 +196,18 @@ const (
 // simulated platform servers answer it 200 like any ordinary path.
 const readyPath = "/Thingworx/ready"
 
+// peerPorts returns a free port for a proxy's listener and one for its admin listener.
+func peerPorts() (port, admin int, err error) {
+	if port, err = freePort(); err != nil {
+		return 0, 0, err
+	}
+	admin, err = freePort()
+	return port, admin, err
+}
+
 // startPeer starts the peer in front of c (mod may adjust the setup) and waits until it is ready.
 func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (*Instance, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	admin, err := freePort()
+	port, admin, err := peerPorts()
 	if err != nil {
 		return nil, err
 	}

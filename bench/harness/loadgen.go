@@ -421,3 +421,28 @@ func summarize(ss []sample) pacedSummary {
 	}
 	return p
 }
+
+// openAll runs open(i) for every i in [0, n) on workers goroutines, until each has run, the deadline
+// passes, ctx ends, or more than maxFailed have failed. It returns how many failed and the first error.
+func openAll(ctx context.Context, n, workers int, deadline time.Time, maxFailed int64, open func(i int) error) (failed int64, firstErr any) {
+	var fails atomic.Int64
+	var first atomic.Value
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || time.Now().After(deadline) || ctx.Err() != nil || fails.Load() > maxFailed {
+					return
+				}
+				if err := open(i); err != nil {
+					fails.Add(1)
+					first.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return fails.Load(), first.Load()
+}

@@ -238,44 +238,29 @@ func runWSIdleOver(rc *runCtx, overTLS bool) (*Result, error) {
 			}
 		}
 	}()
-	var opened, failed atomic.Int64
-	var firstErr atomic.Value
+	var opened atomic.Int64
 	deadline := time.Now().Add(max(p.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
 	msg := []byte("hello")
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || time.Now().After(deadline) || rc.ctx.Err() != nil || failed.Load() > 50 {
-					return
-				}
-				cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512, tlsConf)
-				if err == nil {
-					if err = wsEcho(cn, msg, 5*time.Second); err != nil {
-						cn.Close()
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err.Error())
-					continue
-				}
-				conns[i] = cn
-				opened.Add(1)
+	failed, firstErr := openAll(rc.ctx, n, 32, deadline, 50, func(i int) error {
+		cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512, tlsConf)
+		if err == nil {
+			if err = wsEcho(cn, msg, 5*time.Second); err != nil {
+				cn.Close()
 			}
-		}()
-	}
-	wg.Wait()
+		}
+		if err != nil {
+			return err
+		}
+		conns[i] = cn
+		opened.Add(1)
+		return nil
+	})
 	reached := int(opened.Load())
-	if f := failed.Load(); f > 0 {
-		rc.note("%d tunnels failed to open (first: %v)", f, firstErr.Load())
+	if failed > 0 {
+		rc.note("%d tunnels failed to open (first: %v)", failed, firstErr)
 	}
 	if reached == 0 {
-		return nil, fmt.Errorf("no tunnel opened: %v", firstErr.Load())
+		return nil, fmt.Errorf("no tunnel opened: %v", firstErr)
 	}
 	time.Sleep(time.Second)
 	after := medianRSS(in, 3, 200*time.Millisecond)
