@@ -1,10 +1,14 @@
 package relay
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,8 +61,8 @@ var (
 // wsUpgrader terminates client WebSocket upgrades: any origin, no subprotocol. A subscriber
 // reads only control frames, so its read buffer is small, and its write buffer comes from a
 // pool for the time of a write, so that an idle subscriber holds none.
-var wsUpgrader = websocket.FastHTTPUpgrader{
-	CheckOrigin:     func(*fasthttp.RequestCtx) bool { return true },
+var wsUpgrader = websocket.Upgrader{
+	CheckOrigin:     func(*http.Request) bool { return true },
 	ReadBufferSize:  1024,
 	WriteBufferPool: &sync.Pool{},
 }
@@ -237,9 +241,9 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 	// goroutine and its subscriber. The answer is delimited by the end of the
 	// connection (no chunked framing), as a stream that only ends when the connection does.
 	ctx.HijackSetNoResponse(true)
-	hijacked(ctx, sub, opts, func(c net.Conn) {
+	hijacked(ctx, sub, opts, func(c net.Conn, _ []byte) func() {
 		st := &sseStream{conn: c, sub: sub, opts: opts}
-		st.run(cur, resend)
+		return func() { st.run(cur, resend) }
 	})
 }
 
@@ -247,10 +251,11 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 var sseHead = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
 	"X-Accel-Buffering: no\r\nConnection: close\r\n\r\n")
 
-// hijacked runs stream on the request's connection once fasthttp hands it over; the connection is closed and sub closed when stream
-// returns (ServeOptions.run says in which goroutine). If fasthttp never hands it over (the
-// client went away first), a guard closes sub.
-func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, stream func(c net.Conn)) {
+// hijacked runs setup on the request's connection once fasthttp hands it over, in fasthttp's
+// goroutine, then the stream setup returns (nil: none); the connection and sub are closed when
+// the stream returns (ServeOptions.run says in which goroutine). If fasthttp never hands the
+// connection over (the client went away first), a guard closes sub.
+func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setup func(c net.Conn, pending []byte) (stream func())) {
 	var state atomic.Int32
 	guard := time.AfterFunc(opts.WriteTimeout+time.Second, func() {
 		if state.CompareAndSwap(wsPending, wsAbandoned) {
@@ -263,17 +268,112 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, stre
 			c.Close()
 			return
 		}
-		// Under fasthttp's wrapper: the wrapper holds the server's read buffer, which a stream
-		// that never reads does not need.
-		if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
-			c = u.UnsafeConn()
+		raw, pending := unwrapHijacked(c)
+		stream := setup(raw, pending)
+		if stream == nil {
+			raw.Close()
+			sub.Close()
+			return
 		}
 		opts.run(func() {
-			defer c.Close()
+			defer raw.Close()
 			defer sub.Close()
-			stream(c)
+			stream()
 		})
 	})
+}
+
+// unwrapHijacked returns the connection under fasthttp's hijack wrapper, which holds the
+// server's read buffer, and the bytes that buffer held (a client may send frames before it
+// sees the handshake's answer). They are drained through the wrapper with an expired read
+// deadline: buffered bytes come back without touching the socket.
+func unwrapHijacked(c net.Conn) (net.Conn, []byte) {
+	u, ok := c.(interface{ UnsafeConn() net.Conn })
+	if !ok {
+		return c, nil
+	}
+	raw := u.UnsafeConn()
+	if c.SetReadDeadline(time.Unix(1, 0)) != nil {
+		return raw, nil
+	}
+	var pending []byte
+	var buf [512]byte
+	for {
+		n, err := c.Read(buf[:])
+		pending = append(pending, buf[:n]...)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	_ = raw.SetReadDeadline(time.Time{})
+	return raw, pending
+}
+
+// hijackWriter is the http.ResponseWriter the net/http upgrader answers through: Hijack hands
+// it the connection (with the bytes already read from it), and an error answer is written to
+// the connection as a minimal HTTP/1.1 response.
+type hijackWriter struct {
+	conn    net.Conn
+	pending []byte
+	header  http.Header
+	status  int
+}
+
+func (w *hijackWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+func (w *hijackWriter) WriteHeader(status int) { w.status = status }
+
+func (w *hijackWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		w.status, http.StatusText(w.status), len(b))
+	_ = w.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	if _, err := w.conn.Write(append([]byte(head), b...)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// Hijack implements http.Hijacker: the connection, and a reader that returns the pending bytes
+// first (the upgrader wraps the connection with it only when it has some).
+func (w *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	r := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(w.pending), w.conn), 16)
+	if len(w.pending) > 0 {
+		if _, err := r.Peek(min(len(w.pending), 16)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w.conn, bufio.NewReadWriter(r, bufio.NewWriterSize(w.conn, 16)), nil
+}
+
+// badWebSocketHandshake returns why an upgrade request (Connection: upgrade, Upgrade:
+// websocket, GET) is not a WebSocket handshake the upgrader accepts, or "".
+func badWebSocketHandshake(h *fasthttp.RequestHeader) string {
+	if !headerHasToken(h.Peek("Sec-WebSocket-Version"), "13") {
+		return "unsupported version: 13 not found in 'Sec-WebSocket-Version' header"
+	}
+	key, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(h.Peek("Sec-WebSocket-Key"))))
+	if err != nil || len(key) != 16 {
+		return "'Sec-WebSocket-Key' header must be Base64 encoded value of 16-byte in length"
+	}
+	return ""
+}
+
+// headerHasToken reports whether a comma-separated header value holds token (any case).
+func headerHasToken(v []byte, token string) bool {
+	for part := range bytes.SplitSeq(v, []byte(",")) {
+		if bytes.EqualFold(bytes.TrimSpace(part), []byte(token)) {
+			return true
+		}
+	}
+	return false
 }
 
 // sseStream is the state of one SSE stream, used by its goroutine only.
@@ -377,33 +477,36 @@ const (
 )
 
 func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts ServeOptions) {
+	if reason := badWebSocketHandshake(&ctx.Request.Header); reason != "" {
+		ctx.Error("400 Bad Request: websocket: "+reason+"\n", fasthttp.StatusBadRequest)
+		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
+		ctx.SetConnectionClose()
+		return
+	}
+	// The handshake is answered on the hijacked connection itself, by the net/http flavour of
+	// the upgrader: fasthttp's connection wrapper and its read buffer are then released, and
+	// a subscriber holds only the WebSocket's own small buffers.
+	req := &http.Request{Method: http.MethodGet, Host: string(ctx.Host()), Header: http.Header{}}
+	for k, v := range ctx.Request.Header.All() {
+		req.Header.Add(string(k), string(v))
+	}
 	// Subscribe before the handshake completes, so that a client that GETs the snapshot
 	// right after its dial returns misses no change message.
 	sub := hub.Subscribe(topic, WebSocket)
-	// fasthttp does not run the hijack handler if the handshake response cannot be
-	// written; the guard then releases the subscriber.
-	var state atomic.Int32
-	guard := time.AfterFunc(opts.WriteTimeout+time.Second, func() {
-		if state.CompareAndSwap(wsPending, wsAbandoned) {
-			sub.Close()
+	ctx.HijackSetNoResponse(true)
+	hijacked(ctx, sub, opts, func(c net.Conn, pending []byte) func() {
+		// The handshake runs in fasthttp's hijack goroutine, so that the stream's own goroutine
+		// starts with a small stack.
+		w := &hijackWriter{conn: c, pending: pending}
+		wc, err := wsUpgrader.Upgrade(w, req, nil)
+		if err != nil {
+			return nil // answered by the upgrader through w
+		}
+		return func() {
+			defer wc.Close()
+			serveWebSocketConn(wc, sub, opts)
 		}
 	})
-	err := wsUpgrader.Upgrade(ctx, func(c *websocket.Conn) {
-		guard.Stop()
-		if !state.CompareAndSwap(wsPending, wsStarted) {
-			c.Close()
-			return
-		}
-		opts.run(func() {
-			defer c.Close()
-			defer sub.Close()
-			serveWebSocketConn(c, sub, opts)
-		})
-	})
-	if err != nil {
-		guard.Stop()
-		sub.Close()
-	}
 }
 
 // serveWebSocketConn relays sub's change messages to c until either ends.

@@ -46,6 +46,9 @@ func startServe(t *testing.T, hopts Options, sopts ServeOptions, wait time.Durat
 			defer cancel()
 			Serve(ctx, reqCtx, hub, topic, sopts)
 		},
+		// As fairlead's front end runs: hijacked connections are the streams' own.
+		KeepHijackedConns: sopts.KeepHijacked,
+		ReduceMemoryUsage: sopts.KeepHijacked,
 	}
 	done := make(chan struct{})
 	go func() {
@@ -556,5 +559,69 @@ func TestServeWebSocketPing(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("ping %d not received within 5s", i+1)
 		}
+	}
+}
+
+// TestServeWebSocketHandshakeOnTheHijackedConnection: the upgrade is answered on the hijacked
+// connection, with or without fasthttp keeping it; a frame the client sends together with its
+// handshake (already in fasthttp's buffer) is not lost; a bad handshake gets 400 before any
+// hijack.
+func TestServeWebSocketHandshakeOnTheHijackedConnection(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("KeepHijacked %v", keep), func(t *testing.T) {
+			e := startServe(t, Options{}, ServeOptions{KeepHijacked: keep}, time.Second)
+			e.hub.Publish("a/b", &Snapshot{Version: 1, Body: []byte(`{}`)})
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// The handshake and a masked ping ("hi") in one write.
+			ping := []byte{0x89, 0x82, 1, 2, 3, 4, 'h' ^ 1, 'i' ^ 2}
+			req := "GET /relay/a/b HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+			if _, err := c.Write(append([]byte(req), ping...)); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols ||
+				resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+				t.Fatalf("handshake answered %s, accept %q", resp.Status, resp.Header.Get("Sec-WebSocket-Accept"))
+			}
+			// The pong of the ping sent with the handshake: an unmasked pong frame carrying "hi".
+			pong := make([]byte, 4)
+			if _, err := io.ReadFull(br, pong); err != nil {
+				t.Fatalf("no pong for the ping sent with the handshake: %v", err)
+			}
+			if !bytes.Equal(pong, []byte{0x8a, 2, 'h', 'i'}) {
+				t.Fatalf("got % x, want a pong with \"hi\"", pong)
+			}
+			e.hub.PublishChange("a/b", []byte(`{"version":2}`))
+			msg := make([]byte, 2+len(`{"version":2}`))
+			if _, err := io.ReadFull(br, msg); err != nil || string(msg[2:]) != `{"version":2}` {
+				t.Fatalf("change message % x, %v", msg, err)
+			}
+
+			// A handshake of another version: 400 with the version fairlead speaks, no upgrade.
+			c2, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			fmt.Fprint(c2, strings.Replace(req, "Version: 13", "Version: 8", 1))
+			c2.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+			resp2, err := http.ReadResponse(bufio.NewReader(c2), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp2.StatusCode != http.StatusBadRequest || resp2.Header.Get("Sec-WebSocket-Version") != "13" {
+				t.Fatalf("a version 8 handshake: %s, Sec-WebSocket-Version %q", resp2.Status, resp2.Header.Get("Sec-WebSocket-Version"))
+			}
+		})
 	}
 }
