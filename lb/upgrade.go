@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -198,31 +199,12 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// unwrapHijacked returns the client's TCP connection under fasthttp's hijack wrapper and the bytes the
-// server had already buffered from it (a client may send frames before it sees the 101). The buffered
-// bytes are drained through the wrapper with an expired read deadline: buffered data is returned without
-// touching the socket, and the socket itself is not read.
+// unwrapHijacked returns the client's socket under fasthttp's hijack wrapper and the front end's
+// connection (relay.UnwrapHijacked, unwrapFront), and the bytes the server had already buffered from
+// it (a client may send frames before it sees the 101).
 func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
-	raw := c
-	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
-		raw = u.UnsafeConn()
-	}
-	if raw == c {
-		return unwrapFront(raw), nil, nil
-	}
-	var pending []byte
-	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
-		return nil, nil, err
-	}
-	var buf [4096]byte
-	for {
-		n, err := c.Read(buf[:])
-		pending = append(pending, buf[:n]...)
-		if err != nil || n == 0 {
-			break
-		}
-	}
-	if err := raw.SetReadDeadline(time.Time{}); err != nil {
+	raw, pending, err := relay.UnwrapHijacked(c)
+	if err != nil {
 		return nil, nil, err
 	}
 	return unwrapFront(raw), pending, nil

@@ -268,7 +268,12 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setu
 			c.Close()
 			return
 		}
-		raw, pending := unwrapHijacked(c)
+		raw, pending, err := UnwrapHijacked(c)
+		if err != nil {
+			c.Close()
+			sub.Close()
+			return
+		}
 		stream := setup(raw, pending)
 		if stream == nil {
 			raw.Close()
@@ -283,21 +288,22 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setu
 	})
 }
 
-// unwrapHijacked returns the connection under fasthttp's hijack wrapper, which holds the
+// UnwrapHijacked returns the connection under fasthttp's hijack wrapper, which holds the
 // server's read buffer, and the bytes that buffer held (a client may send frames before it
 // sees the handshake's answer). They are drained through the wrapper with an expired read
-// deadline: buffered bytes come back without touching the socket.
-func unwrapHijacked(c net.Conn) (net.Conn, []byte) {
+// deadline: buffered bytes come back without touching the socket, and the socket itself is
+// not read. A connection that is not fasthttp's wrapper is returned as it is.
+func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 	u, ok := c.(interface{ UnsafeConn() net.Conn })
 	if !ok {
-		return c, nil
+		return c, nil, nil
 	}
 	raw := u.UnsafeConn()
-	if c.SetReadDeadline(time.Unix(1, 0)) != nil {
-		return raw, nil
+	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return nil, nil, err
 	}
 	var pending []byte
-	var buf [512]byte
+	var buf [4096]byte
 	for {
 		n, err := c.Read(buf[:])
 		pending = append(pending, buf[:n]...)
@@ -305,8 +311,10 @@ func unwrapHijacked(c net.Conn) (net.Conn, []byte) {
 			break
 		}
 	}
-	_ = raw.SetReadDeadline(time.Time{})
-	return raw, pending
+	if err := raw.SetReadDeadline(time.Time{}); err != nil {
+		return nil, nil, err
+	}
+	return raw, pending, nil
 }
 
 // hijackWriter is the http.ResponseWriter the net/http upgrader answers through: Hijack hands
