@@ -221,12 +221,10 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	// Relays: start = "normal" fetches every listed topic before the front end opens.
-	lb.routesMu.Lock()
 	var rrs []*relayRoute
 	for _, b := range g.relays {
 		rrs = append(rrs, b.rr)
 	}
-	lb.routesMu.Unlock()
 	if err := startRelays(ctx, rrs); err != nil {
 		lb.cancel()
 		return err

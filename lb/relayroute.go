@@ -50,9 +50,10 @@ type relayRoute struct {
 	opts relay.ServeOptions
 	logf func(string, ...any)
 
-	mu      sync.Mutex
-	known   map[string]bool          // topics in the hub: listed, and on-demand ones fetched and not forgotten
-	names   map[string]string        // the keys of known, interned: a request finds its topic without allocating
+	mu sync.Mutex
+	// known holds the topics in the hub (listed, and on-demand ones fetched and not forgotten), each
+	// mapped to itself: a request finds its topic, interned, from the path's bytes without allocating.
+	known   map[string]string
 	watched map[string]bool          // topics with an upstream session
 	pending map[string]*relayPending // first fetches of on-demand topics in flight
 	started bool
@@ -61,14 +62,13 @@ type relayRoute struct {
 	stop chan struct{} // closed by close: ends the idle and seed loops
 	wg   sync.WaitGroup
 
-	seeded        atomic.Bool   // the cache was filled from seed_file at a fast start
-	filled        atomic.Bool   // start filled the cache (a normal start fetched every listed topic)
-	seedWritten   atomic.Uint64 // the hub's Changes at the last write of seed_file
-	seedWrites    atomic.Uint64
-	seedErrors    atomic.Uint64
-	requests      [len(relayKinds)]atomic.Uint64
-	refused       [len(relayRefusals)]atomic.Uint64
-	topicsRefused atomic.Uint64 // on-demand topics refused by max_topics (also counted as 503)
+	seeded      atomic.Bool   // the cache was filled from seed_file at a fast start
+	filled      atomic.Bool   // start filled the cache (a normal start fetched every listed topic)
+	seedWritten atomic.Uint64 // the hub's Changes at the last write of seed_file
+	seedWrites  atomic.Uint64
+	seedErrors  atomic.Uint64
+	requests    [len(relayKinds)]atomic.Uint64
+	refused     [len(relayRefusals)]atomic.Uint64
 }
 
 // relayPending is the first fetch of an on-demand topic: the requests that want the topic meanwhile
@@ -82,7 +82,7 @@ type relayPending struct {
 // newRelayRoute builds the relay spec describes, over the servers of pool pc. Its upstream manager
 // runs from here on; start fills its cache.
 func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
-	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]bool{}, names: map[string]string{},
+	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
 		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
 	prefix := "relay " + spec.name + ": "
@@ -240,14 +240,12 @@ func (rr *relayRoute) retire(topic string) {
 	}
 	if !rr.spec.listed[topic] && rr.hub.Forget(topic) {
 		delete(rr.known, topic)
-		delete(rr.names, topic)
 	}
 }
 
 // addKnown records a topic of the hub; rr.mu is held.
 func (rr *relayRoute) addKnown(topic string) {
-	rr.known[topic] = true
-	rr.names[topic] = topic
+	rr.known[topic] = topic
 }
 
 // ready returns the topic of key, interned when the relay knows it, and whether it can be served at
@@ -256,7 +254,7 @@ func (rr *relayRoute) addKnown(topic string) {
 func (rr *relayRoute) ready(key []byte) (topic string, ok bool) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	topic, known := rr.names[string(key)]
+	topic, known := rr.known[string(key)]
 	if !known {
 		return string(key), false
 	}
@@ -283,7 +281,7 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 		rr.mu.Unlock()
 		return 0, ""
 	}
-	if rr.known[topic] {
+	if _, known := rr.known[topic]; known {
 		rr.watched[topic] = true
 		rr.up.Watch(topic)
 		rr.mu.Unlock()
@@ -305,7 +303,6 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 	if first {
 		if len(rr.known)+len(rr.pending) >= rr.cfg.MaxTopics {
 			rr.mu.Unlock()
-			rr.topicsRefused.Add(1)
 			return fasthttp.StatusServiceUnavailable, "too many topics (max_topics)"
 		}
 		p = &relayPending{done: make(chan struct{})}

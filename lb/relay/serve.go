@@ -258,13 +258,13 @@ var sseHead = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCach
 func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setup func(c net.Conn, pending []byte) (stream func())) {
 	var state atomic.Int32
 	guard := time.AfterFunc(opts.WriteTimeout+time.Second, func() {
-		if state.CompareAndSwap(wsPending, wsAbandoned) {
+		if state.CompareAndSwap(streamPending, streamAbandoned) {
 			sub.Close()
 		}
 	})
 	ctx.Hijack(func(c net.Conn) {
 		guard.Stop()
-		if !state.CompareAndSwap(wsPending, wsStarted) {
+		if !state.CompareAndSwap(streamPending, streamStarted) {
 			c.Close()
 			return
 		}
@@ -477,11 +477,11 @@ func (s *Snapshot) sseEvent() []byte {
 	return s.sse
 }
 
-// WebSocket handoff states: the hijack handler and a guard timer race to own the subscriber.
+// Stream handoff states: the hijack handler and a guard timer race to own the subscriber.
 const (
-	wsPending int32 = iota
-	wsStarted
-	wsAbandoned
+	streamPending int32 = iota
+	streamStarted
+	streamAbandoned
 )
 
 func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts ServeOptions) {
