@@ -39,16 +39,12 @@ header = "X-Client-Key"
 `, filepath.Join(dir, "up.hdr"), filepath.Join(dir, "keys"))
 }
 
-// writeRelaySecrets writes the upstream headers file and the keys file relayBaseConfig reads.
+// writeRelaySecrets writes the upstream headers file and the keys file relayBaseConfig reads
+// (relaySecrets) and returns their directory.
 func writeRelaySecrets(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, body := range map[string]string{"up.hdr": "Authorization: Bearer " + relayUpKey + "\n", "keys": relayClientKey + "\n"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	headers, _ := relaySecrets(t)
+	return filepath.Dir(headers)
 }
 
 func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {

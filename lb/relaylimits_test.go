@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // openSSE opens an SSE stream on path and returns the connection and the status line.
@@ -33,27 +31,9 @@ func openSSE(t *testing.T, addr, path string) (net.Conn, string) {
 // while GETs are still served, and a stream is admitted again once one ends (an SSE stream does
 // not read its client: a client gone is noticed at the next write, here a keep-alive).
 func TestRelayMaxSubscribersRefusesOneMoreStream(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 1, ConfigServers: 1, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = [%q]
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev", "payments/dev"]
-max_subscribers = 2
-keepalive = "200ms"
-`, c.Configs[0].Addr)})
+	c := startRelaySim(t, 1)
+	l, _ := startLB(t, openRelayFiles(t, relayConfigAddrs(c), []string{"inventory/dev", "payments/dev"},
+		"max_subscribers = 2\nkeepalive = \"200ms\""))
 	a, s1 := openSSE(t, l.Addr(), "/relay/inventory/dev")
 	_, s2 := openSSE(t, l.Addr(), "/relay/payments/dev")
 	if s1 != "HTTP/1.1 200 OK" || s2 != "HTTP/1.1 200 OK" {

@@ -102,6 +102,38 @@ header = %q
 	return map[string]string{"10-relay.toml": base, "20-more.toml": more}
 }
 
+// openRelayFiles is a config with relay "appconfig" without client auth over pool "appconfig"
+// (servers[0] the server, servers[1:] its backups), the given topics and the upstream key;
+// relayExtra holds more keys of [relays.appconfig].
+func openRelayFiles(t testing.TB, servers, topics []string, relayExtra string) map[string]string {
+	t.Helper()
+	headers, _ := relaySecrets(t)
+	quoted := func(list []string) string {
+		var q []string
+		for _, s := range list {
+			q = append(q, strconv.Quote(s))
+		}
+		return strings.Join(q, ", ")
+	}
+	return map[string]string{"10-relay.toml": fmt.Sprintf(`
+[frontend]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[pools.appconfig]
+servers = [%q]
+backups = [%s]
+[relays.appconfig]
+pool = "appconfig"
+path = "/relay/{collection}/{environment}"
+snapshot = "/config/{collection}/{environment}"
+events = "/events/{collection}/{environment}"
+topics = [%s]
+upstream_headers_file = %q
+%s
+`, servers[0], quoted(servers[1:]), quoted(topics), headers, relayExtra)}
+}
+
 // relayConfigAddrs returns the addresses of the cluster's config servers.
 func relayConfigAddrs(c *sim.Cluster) []string {
 	var a []string

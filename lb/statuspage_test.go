@@ -215,27 +215,9 @@ func TestTheStatusPageIsOneDocumentThatLoadsNothingFromElsewhere(t *testing.T) {
 // The page shows each relay route: its upstream server and sessions, and its topics, and follows a
 // failover to the backup without reloading.
 func TestTheStatusPageShowsARelayAndFollowsItsFailover(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 1, ConfigServers: 2, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := startRelaySim(t, 2)
 	primary, backup := c.Configs[0], c.Configs[1]
-	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = [%q]
-backups = [%q]
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev", "payments/prod"]
-`, primary.Addr, backup.Addr)})
+	l, _ := startLB(t, openRelayFiles(t, relayConfigAddrs(c), []string{"inventory/dev", "payments/prod"}, ""))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()

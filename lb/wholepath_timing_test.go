@@ -7,8 +7,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // The whole path, fasthttp's server and fairlead's upstream client included: a client on a real socket
@@ -249,25 +247,8 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
 	}
-	c, err := sim.Start(sim.Options{Platforms: 1, ConfigServers: 1, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	l, _ := startLB(t, map[string]string{"10-relay.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = [%q]
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev"]
-`, c.Configs[0].Addr)})
+	c := startRelaySim(t, 1)
+	l, _ := startLB(t, openRelayFiles(t, relayConfigAddrs(c), []string{"inventory/dev"}, ""))
 	conn, err := net.Dial("tcp", l.Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -78,17 +78,24 @@ func TestVersionPrintsAndExitsZero(t *testing.T) {
 	}
 }
 
+// expectConfigError checks that base with bad merged over it (files 10-base.toml and 20-bad.toml)
+// makes both `fairlead -check` and a start exit 2 with an error naming 20-bad.toml and want.
+func expectConfigError(t *testing.T, base, name, bad, want string) {
+	t.Helper()
+	dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
+	for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
+		_, errOut, code := runFairlead(t, args...)
+		if code != 2 || !strings.Contains(errOut, filepath.Join(dir, "20-bad.toml")+": "+want) {
+			t.Errorf("%s (%v): exit %d, stderr %q; want exit 2 naming 20-bad.toml and %q", name, args, code, errOut, want)
+		}
+	}
+}
+
 func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 	base := "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n"
 	f := func(name, bad string, want string) {
 		t.Helper()
-		dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
-		for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
-			_, errOut, code := runFairlead(t, args...)
-			if code != 2 || !strings.Contains(errOut, filepath.Join(dir, "20-bad.toml")+": "+want) {
-				t.Errorf("%s (%v): exit %d, stderr %q; want exit 2 naming 20-bad.toml and %q", name, args, code, errOut, want)
-			}
-		}
+		expectConfigError(t, base, name, bad, want)
 	}
 	f("unknown key", "[frontend]\nlisten_addr = \"127.0.0.1:1\"\n", "frontend.listen_addr: unknown key")
 	f("undefined pool", "[[routes]]\npool = \"missing\"\n", "routes.1.pool: pool \"missing\" is not defined")

@@ -109,13 +109,7 @@ func TestRelayConfigErrorsExit2NamingFileAndKey(t *testing.T) {
 	base := relayProcConfig(t, dir, "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:19281", "")
 	f := func(name, bad, want string) {
 		t.Helper()
-		cdir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
-		for _, args := range [][]string{{"-check", "-config", cdir}, {"-config", cdir}} {
-			_, errOut, code := runFairlead(t, args...)
-			if code != 2 || !strings.Contains(errOut, filepath.Join(cdir, "20-bad.toml")+": "+want) {
-				t.Errorf("%s (%v): exit %d, stderr %q; want exit 2 naming 20-bad.toml and %q", name, args, code, errOut, want)
-			}
-		}
+		expectConfigError(t, base, name, bad, want)
 	}
 	f("bad topic", "[relays.appconfig]\ntopics = [\"inventory/dev\", \"inventory\"]\n", "relays.appconfig.topics.1: ")
 	f("unknown pool", "[relays.appconfig]\npool = \"nope\"\n", "relays.appconfig.pool: ")
