@@ -399,6 +399,15 @@ type relayChange struct {
 	Version uint64 `json:"version"`
 }
 
+// dialRelayBoth subscribes to topic with an SSE stream, which has received version 1, and a
+// WebSocket.
+func dialRelayBoth(t testing.TB, addr, topic string) (*relaySSE, *websocket.Conn) {
+	t.Helper()
+	sse := dialRelaySSE(t, addr, "/relay/"+topic, relayKeyHdr...)
+	sse.waitVersion(t, 1, 5*time.Second)
+	return sse, dialRelayWS(t, addr, "/relay/"+topic)
+}
+
 // dialRelayWS opens a WebSocket on path with the client key.
 func dialRelayWS(t testing.TB, addr, path string) *websocket.Conn {
 	t.Helper()
@@ -711,9 +720,7 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	const failback = time.Second
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), `failback_interval = "1s"`, "", ""))
 	const topic = "inventory/dev"
-	sse := dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse.waitVersion(t, 1, 5*time.Second)
-	ws := dialRelayWS(t, l.Addr(), "/relay/"+topic)
+	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	eventually(t, 5*time.Second, "the sessions on the primary", func() bool { return oneSessionPerTopic(primary, relayTopics...) })
 	if n := simAllSessions(backup); n != 0 {
 		t.Fatalf("%d sessions on the backup while the primary is up", n)
@@ -1187,9 +1194,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	l, logs := startLBDir(t, dir)
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	const topic = "inventory/dev"
-	sse := dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse.waitVersion(t, 1, 5*time.Second)
-	ws := dialRelayWS(t, l.Addr(), "/relay/"+topic)
+	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	reload := func(more string) {
 		t.Helper()
 		if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(more), 0o644); err != nil {
@@ -1417,9 +1422,7 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
 	const topic = "payments/dev"
-	sse := dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse.waitVersion(t, 1, 5*time.Second)
-	ws := dialRelayWS(t, l.Addr(), "/relay/"+topic)
+	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	cfg.Stop()
 	v := relayPublish(t, c, topic, `{"while":"down"}`) // no session hears it
@@ -1636,9 +1639,7 @@ func TestRelayABurstOfChangesEndsWithTheLatestSnapshotEverywhere(t *testing.T) {
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 256", ""))
 	const topic = "payments/prod"
-	sse := dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse.waitVersion(t, 1, 5*time.Second)
-	ws := dialRelayWS(t, l.Addr(), "/relay/"+topic)
+	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	eventually(t, 5*time.Second, "2 subscribers", func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
 	relaySettled(t, l, cfg, relayTopics...)
