@@ -4,63 +4,389 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"sync/atomic"
+	"time"
 
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
 
-// hopByHop are the headers that describe one connection, not the message (RFC 9110 section 7.6.1), and so
-// are never forwarded. Transfer-Encoding and Content-Length framing is redone by fasthttp on each side.
-var hopByHop = []string{
-	"Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
-	"Upgrade",
-}
-
-// prepareRequest turns the client's request into the upstream request in place: hop-by-hop headers
-// (and every header the Connection header names) are removed, X-Forwarded-* are set, and the upstream
-// connection is kept alive whatever the client asked. Host is left as the client sent it.
+// Messages pass as they were sent, but for what the RFCs require of a proxy.
 //
-// X-Forwarded-For, -Proto and -Host are set from the connection. A client in trusted (the
-// trusted_proxies CIDRs) is a proxy in front of fairlead: its X-Forwarded-For is appended to and its
-// other X-Forwarded-* and Forwarded headers are kept (X-Forwarded-Proto and -Host only set when it sent
-// none). From any other client every X-Forwarded-* and Forwarded header is removed first, so that it
-// cannot pass for another address or scheme. It does not allocate in the common case.
-func prepareRequest(req *fasthttp.Request, remote net.IP, tls bool, trusted []netip.Prefix) {
-	h := &req.Header
-	stripConnectionHeaders(h.Peek(fasthttp.HeaderConnection), h.DelBytes)
-	h.Del(fasthttp.HeaderConnection)
-	h.ResetConnectionClose()
-	for _, k := range hopByHop {
-		h.Del(k)
-	}
-	// fasthttp's server already answered "100 Continue" to the client; the upstream gets the body at once.
-	h.Del(fasthttp.HeaderExpect)
+// A request goes upstream as the client wrote it: the head sent is built from the client's raw header
+// lines (appendUpstreamHead), so field names keep their case, fields their order and values their bytes,
+// and nothing is invented (no Content-Type, no Content-Length on a bodiless request). What changes:
+//
+//   - the version is HTTP/1.1 (fairlead speaks 1.1 upstream, RFC 9110 section 2.5);
+//   - hop-by-hop fields are removed (RFC 9110 section 7.6.1): Connection and every field it names,
+//     Keep-Alive, Proxy-Connection, Proxy-Authenticate, Proxy-Authorization, TE, Trailer, Upgrade (kept
+//     on a WebSocket upgrade, which is sent with "Connection: Upgrade"), and Expect (fasthttp already
+//     answered "100 Continue"; the body follows at once);
+//   - X-Forwarded-For, -Proto and -Host are set (see appendForwarded);
+//   - [routes.auth]: the client's key field is removed, the upstream credential added (routeauth.go);
+//   - Host: a request in absolute form ("GET http://host/path") goes in origin form with Host set to the
+//     target's authority (RFC 9112 section 3.2.2); an HTTP/1.0 request without Host, or with an empty
+//     one, gets the address the client connected to (RFC 9112 section 3.3: an empty authority is
+//     replaced by a default consistent with the connection). An HTTP/1.1 request must carry a non-empty
+//     Host: without one it was refused with 400 before it got here (framing.go);
+//   - the body keeps the client's framing: Content-Length bytes as they came, a chunked body re-chunked
+//     (its chunk extensions and trailer fields are dropped).
+//
+// An answer is relayed as the server wrote it but for its hop-by-hop fields (prepareResponse) and a Date
+// when it had none (RFC 9110 section 6.6.1). Field names keep their case, except the few fields fasthttp
+// writes itself in their usual spelling (Content-Type, Content-Length, Content-Encoding,
+// Transfer-Encoding, Server, Set-Cookie, Connection); no Server or Content-Type is added. The framing may
+// change (an answer that ends with its connection is relayed chunked to an HTTP/1.1 client).
+// fairlead's own answers (its 4xx and 5xx) are its own.
 
-	proxy := isTrusted(remote, trusted)
-	if !proxy {
-		stripForwarded(h)
-	}
-	var buf [128]byte
-	xff := buf[:0]
-	if prior := h.Peek(fasthttp.HeaderXForwardedFor); proxy && len(prior) > 0 {
-		xff = append(xff, prior...)
-		xff = append(xff, ", "...)
-	}
-	if b, ok := stickiness.AppendIP(xff, remote); ok {
-		xff = b
-	} else {
-		xff = append(xff, "unknown"...)
-	}
-	h.SetBytesV(fasthttp.HeaderXForwardedFor, xff)
-	if !proxy || len(h.Peek(fasthttp.HeaderXForwardedProto)) == 0 {
-		if tls {
-			h.Set(fasthttp.HeaderXForwardedProto, "https")
-		} else {
-			h.Set(fasthttp.HeaderXForwardedProto, "http")
+// Field kinds of the request fields appendUpstreamHead reads.
+const (
+	fieldPass       = iota // forwarded as it came
+	fieldHopByHop          // never forwarded
+	fieldConnection        // Connection: never forwarded, nor is any field it names
+	fieldUpgrade           // forwarded only on a WebSocket upgrade
+	fieldHost
+	fieldXFF       // X-Forwarded-For
+	fieldXFProto   // X-Forwarded-Proto
+	fieldXFHost    // X-Forwarded-Host
+	fieldForwarded // Forwarded and any other X-Forwarded-*
+	fieldLength    // Content-Length
+	fieldChunked   // Transfer-Encoding (the framer let only "chunked" through)
+)
+
+// Body framings of a request sent upstream: as the client framed it.
+const (
+	bodyNone    = iota
+	bodyLength  // Content-Length bytes
+	bodyChunked // chunked
+)
+
+// classifyField returns the kind of a request field by its name, in any case.
+func classifyField(name []byte) uint8 {
+	switch len(name) {
+	case 2:
+		if eqFold(name, "te") {
+			return fieldHopByHop
+		}
+	case 4:
+		if eqFold(name, "host") {
+			return fieldHost
+		}
+	case 6:
+		if eqFold(name, "expect") {
+			return fieldHopByHop
+		}
+	case 7:
+		if eqFold(name, "upgrade") {
+			return fieldUpgrade
+		}
+		if eqFold(name, "trailer") {
+			return fieldHopByHop
+		}
+	case 9:
+		if eqFold(name, "forwarded") {
+			return fieldForwarded
+		}
+	case 10:
+		if eqFold(name, "connection") {
+			return fieldConnection
+		}
+		if eqFold(name, "keep-alive") {
+			return fieldHopByHop
+		}
+	case 14:
+		if eqFold(name, "content-length") {
+			return fieldLength
+		}
+	case 15:
+		if eqFold(name, "x-forwarded-for") {
+			return fieldXFF
+		}
+	case 16:
+		if eqFold(name, "proxy-connection") {
+			return fieldHopByHop
+		}
+		if eqFold(name, "x-forwarded-host") {
+			return fieldXFHost
+		}
+	case 17:
+		if eqFold(name, "transfer-encoding") {
+			return fieldChunked
+		}
+		if eqFold(name, "x-forwarded-proto") {
+			return fieldXFProto
+		}
+	case 18:
+		if eqFold(name, "proxy-authenticate") {
+			return fieldHopByHop
+		}
+	case 19:
+		if eqFold(name, "proxy-authorization") {
+			return fieldHopByHop
 		}
 	}
-	if host := h.Host(); len(host) > 0 && (!proxy || len(h.Peek(fasthttp.HeaderXForwardedHost)) == 0) {
-		h.SetBytesV(fasthttp.HeaderXForwardedHost, host)
+	if hasPrefixFold(name, "x-forwarded-") {
+		return fieldForwarded
+	}
+	return fieldPass
+}
+
+// hopByHopField reports whether a field of that name describes one connection, not the message (RFC
+// 9110 section 7.6.1): it is never forwarded as it came.
+func hopByHopField(name string) bool {
+	switch classifyField([]byte(name)) {
+	case fieldHopByHop, fieldConnection, fieldUpgrade:
+		return true
+	}
+	return false
+}
+
+// nextField splits the first field line off a raw header block: its name, its value without the
+// whitespace around it, and the whole line with its CRLF. ok is false at the end of the block (the
+// blank line, or nothing left). The framer has checked every line: token name, colon, CRLF end.
+func nextField(raw []byte) (name, value, line, rest []byte, ok bool) {
+	i := bytes.IndexByte(raw, '\n')
+	if i < 0 {
+		return nil, nil, nil, nil, false
+	}
+	line, rest = raw[:i+1], raw[i+1:]
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 {
+		return nil, nil, nil, nil, false // the blank line ends the block
+	}
+	return line[:colon], bytes.TrimSpace(line[colon+1:]), line, rest, true
+}
+
+// headFacts is what appendUpstreamHead learns of the client's fields before it writes any.
+type headFacts struct {
+	host        []byte // the Host value (nil if none)
+	namesFields bool   // a Connection field names fields (beyond close and keep-alive)
+	xfProto     bool   // X-Forwarded-Proto was sent
+	xfHost      bool   // X-Forwarded-Host was sent
+	framing     uint8  // bodyNone, bodyLength or bodyChunked
+}
+
+func readFacts(raw []byte) (f headFacts) {
+	for {
+		name, value, _, rest, ok := nextField(raw)
+		if !ok {
+			return f
+		}
+		raw = rest
+		switch classifyField(name) {
+		case fieldHost:
+			f.host = value
+		case fieldConnection:
+			f.namesFields = f.namesFields || namesFields(value)
+		case fieldXFProto:
+			f.xfProto = true
+		case fieldXFHost:
+			f.xfHost = true
+		case fieldLength:
+			f.framing = bodyLength
+		case fieldChunked:
+			f.framing = bodyChunked
+		}
+	}
+}
+
+// forwardSpec is what a request's route and connection add to the head sent upstream.
+type forwardSpec struct {
+	trusted []netip.Prefix // trusted_proxies
+	auth    *routeAuth     // the route's [routes.auth], nil if none
+	upgrade bool           // a WebSocket upgrade
+}
+
+// appendUpstreamHead appends to dst the head of the request sent upstream for the client's request in
+// ctx (see the comment at the top of this file), and returns the body framing to send it with. It
+// allocates nothing but for the rare requests without a usable Host (the connection's local address is
+// formatted then).
+func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([]byte, uint8) {
+	h := &ctx.Request.Header
+	raw := h.RawHeaders()
+	f := readFacts(raw)
+
+	// The request line, in origin form.
+	target, authority := originForm(h.RequestURI())
+	dst = append(dst, h.Method()...)
+	dst = append(dst, ' ')
+	dst = append(dst, target...)
+	dst = append(dst, " HTTP/1.1\r\n"...)
+
+	host, sentHost := f.host, len(f.host) > 0
+	switch {
+	case authority != nil: // absolute form: its authority is the Host (RFC 9112 section 3.2.2)
+		host, sentHost = authority, true
+		dst = appendField(dst, "Host", host)
+	case len(host) == 0: // HTTP/1.0 without Host, or with an empty one
+		dst = appendField(dst, "Host", []byte(ctx.LocalAddr().String()))
+	}
+
+	proxy := isTrusted(ctx.RemoteIP(), fs.trusted)
+	for {
+		name, _, line, rest, ok := nextField(raw)
+		if !ok {
+			break
+		}
+		raw = rest
+		switch classifyField(name) {
+		case fieldHopByHop, fieldConnection, fieldXFF:
+			continue // X-Forwarded-For is written below, a trusted proxy's value first
+		case fieldUpgrade:
+			if fs.upgrade {
+				dst = append(dst, line...) // with "Connection: Upgrade", below
+			}
+			continue
+		case fieldHost:
+			if authority != nil || len(f.host) == 0 {
+				continue // replaced above
+			}
+		case fieldXFProto, fieldXFHost, fieldForwarded:
+			if !proxy {
+				continue // only a trusted proxy may tell another address or scheme
+			}
+		}
+		if f.namesFields && namedByConnection(h.RawHeaders(), name) {
+			continue
+		}
+		if fs.auth != nil && (eqFoldString(name, fs.auth.header) || eqFoldString(name, fs.auth.upstreamHeader)) {
+			continue // the client's key ends here; an upstream credential it sent is not passed on
+		}
+		dst = append(dst, line...)
+	}
+
+	dst = appendForwarded(dst, ctx, h.RawHeaders(), proxy, f, host, sentHost)
+	if fs.auth != nil && fs.auth.upstreamHeader != "" {
+		dst = append(dst, fs.auth.upstreamHeader...)
+		dst = append(dst, ':', ' ')
+		dst = append(dst, fs.auth.upstreamValue...)
+		dst = append(dst, '\r', '\n')
+	}
+	if fs.upgrade {
+		dst = append(dst, "Connection: Upgrade\r\n"...)
+	}
+	return append(dst, '\r', '\n'), f.framing
+}
+
+// appendForwarded appends X-Forwarded-For, -Proto and -Host. From a client in trusted (the
+// trusted_proxies CIDRs), a proxy in front of fairlead, the X-Forwarded-For values it sent come first
+// and its X-Forwarded-Proto, -Host and Forwarded are kept (-Proto and -Host set only when it sent none).
+// From any other client, every X-Forwarded-* and Forwarded field it sent was dropped: it cannot pass for
+// another address or scheme. X-Forwarded-Host is the Host the client asked for (none if it sent none).
+func appendForwarded(dst []byte, ctx *fasthttp.RequestCtx, raw []byte, proxy bool, f headFacts, host []byte, sentHost bool) []byte {
+	dst = append(dst, "X-Forwarded-For: "...)
+	if proxy {
+		first := true
+		for {
+			name, value, _, rest, ok := nextField(raw)
+			if !ok {
+				break
+			}
+			raw = rest
+			if len(value) > 0 && classifyField(name) == fieldXFF {
+				if !first {
+					dst = append(dst, ", "...)
+				}
+				dst, first = append(dst, value...), false
+			}
+		}
+		if !first {
+			dst = append(dst, ", "...)
+		}
+	}
+	if b, ok := stickiness.AppendIP(dst, ctx.RemoteIP()); ok {
+		dst = b
+	} else {
+		dst = append(dst, "unknown"...)
+	}
+	dst = append(dst, '\r', '\n')
+	if !proxy || !f.xfProto {
+		if ctx.IsTLS() {
+			dst = append(dst, "X-Forwarded-Proto: https\r\n"...)
+		} else {
+			dst = append(dst, "X-Forwarded-Proto: http\r\n"...)
+		}
+	}
+	if sentHost && (!proxy || !f.xfHost) {
+		dst = appendField(dst, "X-Forwarded-Host", host)
+	}
+	return dst
+}
+
+func appendField(dst []byte, name string, value []byte) []byte {
+	dst = append(dst, name...)
+	dst = append(dst, ':', ' ')
+	dst = append(dst, value...)
+	return append(dst, '\r', '\n')
+}
+
+// originForm returns the request target to send: the target itself, or for an absolute-form target
+// (scheme "://" authority path-abempty ["?" query]) its path and query, with the authority (without any
+// userinfo). authority is nil for any other form. "*" and origin-form targets go as they came.
+func originForm(target []byte) (out, authority []byte) {
+	if len(target) == 0 || target[0] == '/' || target[0] == '*' {
+		return target, nil
+	}
+	i := bytes.Index(target, []byte("://"))
+	if i <= 0 {
+		return target, nil // not a URI fairlead can put in origin form: the server judges it
+	}
+	rest := target[i+3:]
+	end := bytes.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, out = rest[:end], rest[end:]
+	if at := bytes.LastIndexByte(authority, '@'); at >= 0 {
+		authority = authority[at+1:]
+	}
+	if len(out) == 0 || out[0] != '/' {
+		// "http://host" or "http://host?q": the path is "/" (RFC 9112 section 3.2.1). Rare: allocates.
+		out = append([]byte{'/'}, out...)
+	}
+	if len(authority) == 0 {
+		authority = nil
+	}
+	return out, authority
+}
+
+// namesFields reports whether a Connection value names a field: any option but close and keep-alive.
+func namesFields(v []byte) bool {
+	found := false
+	connectionOptions(v, func(tok []byte) { found = true })
+	return found
+}
+
+// namedByConnection reports whether a Connection field of the raw header block names the field name.
+func namedByConnection(raw, name []byte) bool {
+	found := false
+	for {
+		n, value, _, rest, ok := nextField(raw)
+		if !ok {
+			return found
+		}
+		raw = rest
+		if classifyField(n) == fieldConnection {
+			connectionOptions(value, func(tok []byte) { found = found || bytes.EqualFold(tok, name) })
+		}
+	}
+}
+
+// connectionOptions calls fn with every option of a Connection value that names a field: all but the
+// connection options close and keep-alive (RFC 9110 section 7.6.1).
+func connectionOptions(v []byte, fn func(tok []byte)) {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			tok, v = v, nil
+		}
+		tok = bytes.TrimSpace(tok)
+		if len(tok) == 0 || eqFold(tok, "close") || eqFold(tok, "keep-alive") {
+			continue
+		}
+		fn(tok)
 	}
 }
 
@@ -82,66 +408,127 @@ func isTrusted(remote net.IP, trusted []netip.Prefix) bool {
 	return false
 }
 
-// stripForwarded removes every X-Forwarded-* and Forwarded header. The raw header block is scanned
-// first, so that a request without any (nearly all) costs one pass over bytes and no deletion.
-func stripForwarded(h *fasthttp.RequestHeader) {
-	raw := h.RawHeaders()
-	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			continue
-		}
-		name := line[:colon]
-		if hasPrefixFold(name, "x-forwarded-") || (len(name) == len("forwarded") && hasPrefixFold(name, "forwarded")) {
-			h.DelBytes(name)
-		}
-	}
+// eqFold reports whether b equals lower, an ASCII lower-case string, in any case.
+func eqFold(b []byte, lower string) bool {
+	return len(b) == len(lower) && hasPrefixFold(b, lower)
 }
 
-func hasPrefixFold(b []byte, prefix string) bool {
-	if len(b) < len(prefix) {
+// eqFoldString reports whether b equals s in any ASCII case.
+func eqFoldString(b []byte, s string) bool {
+	if len(b) != len(s) {
 		return false
 	}
-	for i := 0; i < len(prefix); i++ {
-		if b[i]|0x20 != prefix[i] && b[i] != prefix[i] {
+	for i := 0; i < len(s); i++ {
+		if lowerASCII(b[i]) != lowerASCII(s[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// prepareResponse removes hop-by-hop headers from an upstream response before it is relayed. The
-// upstream's wish to close its own connection must not close the client's.
+// hasPrefixFold reports whether b starts with prefix, an ASCII lower-case string, in any case.
+func hasPrefixFold(b []byte, prefix string) bool {
+	if len(b) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if lowerASCII(b[i]) != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// prepareResponse readies a server's answer to be relayed: its hop-by-hop fields and the fields its
+// Connection names go (whatever their case: the answer's field names were read as sent), the server's
+// wish to close its connection does not close the client's, and a Date is added if it had none (RFC
+// 9110 section 6.6.1). It allocates nothing.
 func prepareResponse(resp *fasthttp.Response) {
 	h := &resp.Header
-	stripConnectionHeaders(h.Peek(fasthttp.HeaderConnection), h.DelBytes)
-	h.Del(fasthttp.HeaderConnection)
 	h.ResetConnectionClose()
-	for _, k := range hopByHop {
-		h.Del(k)
+	date, named := false, false
+	for name, value := range h.All() {
+		switch {
+		case eqFold(name, "date"):
+			date = true
+		case eqFold(name, "connection"):
+			named = named || namesFields(value)
+		}
+	}
+	// The fields to drop are collected (as the answer spells them) and then deleted, a batch at a time;
+	// the Connection fields go last, since they tell which other fields go.
+	for _, conn := range [2]bool{false, true} {
+		for range 16 { // bounded, should a field refuse to go
+			var drop [8][]byte
+			n := 0
+			for name := range h.All() {
+				if n < len(drop) && responseHopByHop(h, name, named, conn) {
+					drop[n], n = name, n+1
+				}
+			}
+			for _, name := range drop[:n] {
+				h.DelBytes(name)
+			}
+			if n < len(drop) {
+				break
+			}
+		}
+	}
+	if !date {
+		h.SetBytesV(fasthttp.HeaderDate, httpDate())
 	}
 }
 
-// stripConnectionHeaders deletes every header named in a Connection header value (RFC 9110 7.6.1),
-// except the connection options close and keep-alive, which are not header names.
-func stripConnectionHeaders(v []byte, del func([]byte)) {
-	for len(v) > 0 {
-		var tok []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			tok, v = v[:i], v[i+1:]
-		} else {
-			tok, v = v, nil
-		}
-		tok = bytes.TrimSpace(tok)
-		if len(tok) == 0 || bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive")) {
-			continue
-		}
-		del(tok)
+// responseHopByHop reports whether the answer's field name is hop-by-hop (RFC 9110 section 7.6.1):
+// Connection itself when conn is set, otherwise the other hop-by-hop fields and, when named is set,
+// those its Connection fields name.
+func responseHopByHop(h *fasthttp.ResponseHeader, name []byte, named, conn bool) bool {
+	if eqFold(name, "connection") {
+		return conn
 	}
+	if conn {
+		return false
+	}
+	switch classifyField(name) {
+	case fieldHopByHop, fieldUpgrade:
+		return !eqFold(name, "expect")
+	}
+	return named && namedByResponseConnection(h, name)
+}
+
+// namedByResponseConnection reports whether a Connection field of h names name.
+func namedByResponseConnection(h *fasthttp.ResponseHeader, name []byte) bool {
+	found := false
+	for k, v := range h.All() {
+		if eqFold(k, "connection") {
+			connectionOptions(v, func(tok []byte) { found = found || bytes.EqualFold(tok, name) })
+		}
+	}
+	return found
+}
+
+// dateCache holds the current second's HTTP-date, made once a second.
+var dateCache atomic.Pointer[cachedDate]
+
+type cachedDate struct {
+	sec int64
+	b   []byte
+}
+
+// httpDate returns the current time as an HTTP-date (RFC 9110 section 5.6.7).
+func httpDate() []byte {
+	now := time.Now()
+	if d := dateCache.Load(); d != nil && d.sec == now.Unix() {
+		return d.b
+	}
+	d := &cachedDate{sec: now.Unix(), b: fasthttp.AppendHTTPDate(nil, now)}
+	dateCache.Store(d)
+	return d.b
 }

@@ -253,9 +253,10 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	lb.frontend = &fasthttp.Server{
-		Handler:                      lb.handle,
-		ErrorHandler:                 lb.frontendError,
-		Name:                         "fairlead",
+		Handler:      lb.handle,
+		ErrorHandler: lb.frontendError,
+		// No Server, Date or Content-Type of fasthttp's own on relayed answers: they pass as the server
+		// sent them (headers.go adds a missing Date).
 		NoDefaultServerHeader:        true,
 		NoDefaultDate:                true,
 		NoDefaultContentType:         true,

@@ -35,9 +35,18 @@ const maxAttempts = 4
 // (a leader stepping down answers 503).
 var errRefused = errors.New("server refused the request (503)")
 
+// headBuffers hold the heads of requests going upstream (appendUpstreamHead), one per request in flight.
+var headBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
 func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	g := lb.gen.Load()
 	req := &ctx.Request
+	if req.Header.IsConnect() {
+		refuseConnect(ctx) // fairlead is no forward proxy
+		lb.refused(fasthttp.StatusMethodNotAllowed)
+		lb.logUnrouted(ctx, g)
+		return
+	}
 	if ft := g.cfg.Frontend.tls; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		redirectHTTPS(ctx, ft) // tls.go
 		lb.logUnrouted(ctx, g)
@@ -75,29 +84,40 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		return // [routes.auth]: no right key, answered 401 (routeauth.go); nothing is forwarded
 	}
 	p.requests.Add(1)
-	prepareRequest(req, ctx.RemoteIP(), ctx.IsTLS(), g.cfg.Frontend.trusted)
-	g.injectUpstream(&req.Header, ri)
-	if upgrade {
-		// prepareRequest removed the hop-by-hop Connection and Upgrade headers; an upgrade needs them.
-		req.Header.Set(fasthttp.HeaderConnection, "Upgrade")
-		req.Header.Set(fasthttp.HeaderUpgrade, "websocket")
-	}
+	hb := headBuffers.Get().(*[]byte)
+	out := outbound{req: req}
+	*hb, out.framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.trusted, auth: g.cfg.authOf(ri), upgrade: upgrade})
+	out.head = *hb
 	replay, ok := lb.makeReplayable(ctx, g)
 	var s *Server
 	var retries int
 	if ok {
-		s, retries = lb.forward(ctx, p, upgrade, replay)
+		s, retries = lb.forward(ctx, p, upgrade, &out, replay)
 	}
+	headBuffers.Put(hb)
 	lb.closeUnlessTunnel(ctx, upgradeHeader)
 
 	// account: the answer's head is ready (its body streams once the handler returns).
 	took := time.Since(ctx.Time())
-	in, out := requestBodyBytes(req, replay), responseBodyBytes(ctx)
-	p.m.observe(took, in, out)
+	in, outBytes := requestBodyBytes(req, replay), responseBodyBytes(ctx)
+	p.m.observe(took, in, outBytes)
 	if g.accessLog() {
-		lb.logRequest(ctx, ri, p, s, took, in, out, retries)
+		lb.logRequest(ctx, ri, p, s, took, in, outBytes, retries)
 	}
 }
+
+// refuseConnect answers a CONNECT: 405 at once, and the connection closes (what the client sends next
+// may be the bytes of the tunnel it asked for). fairlead is an ingress, not a forward proxy: nothing is
+// forwarded (HAProxy would tunnel it; refusing is the safer choice in front of ThingWorx).
+func refuseConnect(ctx *fasthttp.RequestCtx) {
+	ctx.Error("405 Method Not Allowed: fairlead does not tunnel CONNECT\n", fasthttp.StatusMethodNotAllowed)
+	ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
+	ctx.SetConnectionClose()
+}
+
+// allowedMethods is the Allow field of a refused CONNECT: the methods fairlead forwards (any other token
+// is forwarded too; these are the ones RFC 9110 and RFC 5789 define, CONNECT excepted).
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 
 // closeUnlessTunnel closes the client connection after the answer to a request with an Upgrade header
 // that did not become a tunnel: the framer did not check the bytes after it.
@@ -119,30 +139,67 @@ func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case fe != nil:
 		status, reason = fe.status, fe.reason
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
 	case isTimeout(err):
 		status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
 	}
 	lb.refused(status)
-	ctx.Response.Reset()
+	dropAnswer(&ctx.Response)
 	ctx.Error(refusalBody(status, reason), status)
 	ctx.SetConnectionClose()
 }
 
-// logUnrouted writes the access log line of a request answered before any route (400, 404).
+// logUnrouted writes the access log line of a request answered before any route (400, 404, 405).
 func (lb *LB) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
 	if g.accessLog() {
 		lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
 	}
 }
 
+// How an attempt ended. classify decides it once, from the attempt's error, and the forwarding loop acts
+// on it: only the server's faults are counted against it, reported to its health check and retried
+// elsewhere. A client's fault (its body could not be read: gone, too slow, too large, bad framing) is
+// answered to the client and touches no server.
+type attemptEnd uint8
+
+const (
+	endAnswered   attemptEnd = iota // the server answered (any status)
+	endClient                       // the client's fault (*clientError)
+	endBusy                         // every upstream connection stayed busy for queue_timeout
+	endDialFailed                   // no connection (*dialError): none of the request reached the server
+	endTimeout                      // the server was silent for response_timeout
+	endFailed                       // the server refused, reset or closed, or answered what is no HTTP answer
+)
+
+func classify(err error) attemptEnd {
+	if err == nil {
+		return endAnswered // the fast path: errors.As's targets below would escape
+	}
+	var ce *clientError
+	var de *dialError
+	switch {
+	case errors.As(err, &ce):
+		return endClient
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return endBusy
+	case errors.As(err, &de):
+		return endDialFailed
+	case isTimeout(err):
+		return endTimeout
+	}
+	return endFailed
+}
+
 // forward is the one forwarding loop of plain requests and upgrades. Each attempt goes to the server the
-// policy picks; a failed attempt is reported to the pool's health check (which alone decides whether
-// the server is down) and, when the request may go again, the next attempt goes to another available
-// server, or to the same one once it answered its checks again. Every wait for a server shares one
-// deadline (queue_timeout, counted from the first wait) and the attempts one budget (maxAttempts). A
-// request pinned to its server (a later part of a multi-part request) goes there or fails with 502.
-// It returns the server of the last attempt (nil if none was made) and the number of retries.
-func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay replayable) (last *Server, retries int) {
+// policy picks and ends one way (classify). A server's fault is reported to the pool's health check
+// (which alone decides whether the server is down) and, when the request may go again, the next attempt
+// goes to another available server, or to the same one once it answered its checks again. Every wait
+// for a server shares one deadline (queue_timeout, counted from the first wait) and the attempts one
+// budget (maxAttempts). A request pinned to its server (a later part of a multi-part request) goes there
+// or fails with 502. It returns the server of the last attempt (nil if none was made) and the number of
+// retries.
+func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outbound, replay replayable) (last *Server, retries int) {
 	req := &ctx.Request
 	st := p.state.Load()
 	var (
@@ -175,21 +232,31 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 		}
 		last = s
 		s.requests.Add(1)
+		// again reports whether the request may go to another server after this attempt: it cannot cause
+		// a second side effect (or did not reach the server), its body can be sent again, it is not
+		// pinned, and the budget is not spent.
+		again := func(reached bool) bool {
+			return (!reached || idempotent(&req.Header)) && replay.ok() && !c.pinned && attempt < maxAttempts
+		}
 
 		var err error
 		if upgrade {
 			var conn net.Conn
 			if conn, err = lb.dialUpgrade(s, st.cfg); err == nil {
 				p.health.Report(s.health, nil)
-				lb.exchange(ctx, p, st, s, conn)
+				lb.exchange(ctx, p, st, s, conn, out.head)
 			}
 			p.end(s, n)
 			if err == nil {
 				return
 			}
 		} else {
-			err = lb.send(p, s, req, &ctx.Response, n, replay)
-			if err == nil && ctx.Response.StatusCode() == fasthttp.StatusSwitchingProtocols {
+			err = lb.send(p, s, out, &ctx.Response, n, replay)
+		}
+
+		switch classify(err) {
+		case endAnswered:
+			if ctx.Response.StatusCode() == fasthttp.StatusSwitchingProtocols {
 				// A server switching protocols on a request that did not ask to: not relayed (the
 				// upstream connection is closed by the client).
 				s.failures.Add(1)
@@ -199,82 +266,62 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 				ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 				return
 			}
-			if err == nil {
-				status := ctx.Response.StatusCode()
-				if !st.policy.refuses(status) {
-					p.health.Report(s.health, nil)
-					lb.answer(ctx, st, s)
-					return
-				}
-				// The server says it no longer serves (a leader stepping down): every server is
-				// probed now. An idempotent request is held until the checks settle and retried if
-				// another server took over; otherwise (and for any other request) the answer is relayed.
-				p.health.Report(s.health, errRefused)
-				if !c.pinned && idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
-					ctx.Response.Body() // keep the answer but free the upstream connection while waiting
-					if deadline.IsZero() {
-						deadline = time.Now().Add(st.cfg.QueueTimeout.D)
-					}
-					if next, _ := p.await(ctx, s, time.Now(), deadline); next.s != nil {
-						if next.s != s && !next.pinned {
-							ctx.Response.Reset()
-							p.retries.Add(1)
-							retries++
-							c, st = next, p.state.Load()
-							continue
-						}
-						p.end(next.s, n)
-					}
-				}
+			if !st.policy.refuses(ctx.Response.StatusCode()) {
+				p.health.Report(s.health, nil)
 				lb.answer(ctx, st, s)
 				return
 			}
-		}
-
-		// The attempt failed before any answer.
-		if replay.stream != nil && replay.stream.err != nil {
-			// The client's body failed, not the server: the upstream request was cut before its end.
-			lb.clientFailed(ctx, replay.stream.err)
+			// The server says it no longer serves (a leader stepping down): every server is probed
+			// now. An idempotent request is held until the checks settle and retried if another
+			// server took over; otherwise (and for any other request) the answer is relayed.
+			p.health.Report(s.health, errRefused)
+			if again(true) {
+				ctx.Response.Body() // keep the answer but free the upstream connection while waiting
+				if next, ok := lb.another(ctx, p, st, s, n, &deadline); ok {
+					dropAnswer(&ctx.Response)
+					p.retries.Add(1)
+					retries++
+					c, st = next, p.state.Load()
+					continue
+				}
+			}
+			lb.answer(ctx, st, s)
 			return
-		}
-		s.failures.Add(1)
-		ctx.Response.Reset()
-		var de *dialError
-		dialFailed := errors.As(err, &de)
-		switch {
-		case errors.Is(err, fasthttp.ErrNoFreeConns):
+		case endClient:
+			lb.clientFailed(ctx, err) // nothing is reported: the server did nothing wrong
+			return
+		case endBusy:
 			// Every upstream connection stayed busy for queue_timeout: the server is busy, not failing.
 			unavailable(ctx, p, st)
 			return
-		case isTimeout(err) && !dialFailed:
+		case endTimeout:
 			// A server silent for response_timeout. An idempotent request goes again to another server
 			// that takes over within queue_timeout (a hung leader replaced after its checks time out
 			// too), never to the same one: a slow answer would only be asked for again.
+			s.failures.Add(1)
+			dropAnswer(&ctx.Response)
 			p.health.Report(s.health, err)
 			p.timeout.Add(1)
-			if !c.pinned && idempotent(&req.Header) && replay.ok() && attempt < maxAttempts {
-				if deadline.IsZero() {
-					deadline = time.Now().Add(st.cfg.QueueTimeout.D)
-				}
-				if next, _ := p.await(ctx, s, time.Now(), deadline); next.s != nil {
-					if next.s != s && !next.pinned {
-						p.retries.Add(1)
-						retries++
-						c, st = next, p.state.Load()
-						continue
-					}
-					p.end(next.s, n)
+			if again(true) {
+				if next, ok := lb.another(ctx, p, st, s, n, &deadline); ok {
+					p.retries.Add(1)
+					retries++
+					c, st = next, p.state.Load()
+					continue
 				}
 			}
 			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
 			return
 		}
+
+		// The server failed: a refused dial (no byte of the request reached it: any request may go
+		// again), or a reset, a close or a bad answer (only a request that cannot cause a second side
+		// effect goes again).
+		end := classify(err)
+		s.failures.Add(1)
+		dropAnswer(&ctx.Response)
 		p.health.Report(s.health, err)
-		// A refused dial reached no byte of the server: any request may go again. Otherwise only a
-		// request that cannot cause a second side effect, and whose body can be sent again. A pinned
-		// request never goes elsewhere.
-		retryable := (dialFailed || idempotent(&req.Header)) && replay.ok() && !c.pinned
-		if !retryable || attempt == maxAttempts {
+		if !again(end != endDialFailed) {
 			p.bad502.Add(1)
 			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
 			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
@@ -287,14 +334,37 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, replay re
 	}
 }
 
+// another waits, within the request's deadline (set now if it was not yet), for a server other than s
+// to take the request, as a pool does after a failure its checks are settling: the choice, counted in
+// flight, or false.
+func (lb *LB) another(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, n int64, deadline *time.Time) (choice, bool) {
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(st.cfg.QueueTimeout.D)
+	}
+	next, _ := p.await(ctx, s, time.Now(), *deadline)
+	switch {
+	case next.s == nil:
+		return choice{}, false
+	case next.s != s && !next.pinned:
+		return next, true
+	}
+	p.end(next.s, n)
+	return choice{}, false
+}
+
+// dropAnswer drops what resp holds of an answer (its body, and the upstream connection a streamed body
+// holds), keeping what fasthttp's server set on it for the client: the next attempt reads its head
+// into it, or fairlead's own answer (ctx.Error) resets it whole.
+func dropAnswer(resp *fasthttp.Response) { resp.ResetBody() }
+
 // send forwards a plain request to s, counted in flight (with n body bytes) until the response head
 // arrives or the attempt fails. A chunked body counts against s's high_watermark_bytes as it streams.
-func (lb *LB) send(p *Pool, s *Server, req *fasthttp.Request, resp *fasthttp.Response, n int64, replay replayable) error {
+func (lb *LB) send(p *Pool, s *Server, out *outbound, resp *fasthttp.Response, n int64, replay replayable) error {
 	cr := replay.stream
 	if cr != nil && n == 0 {
 		cr.to = s
 	}
-	err := s.client.Load().Do(req, resp)
+	err := s.client.Load().Do(out, resp)
 	if cr != nil && cr.to != nil {
 		n += cr.counted
 		cr.to, cr.counted = nil, 0
@@ -424,7 +494,6 @@ type countingReader struct {
 	n        int64
 	to       *Server // the server a chunked body streams to, nil otherwise
 	counted  int64   // bytes counted in to's inflightBytes
-	err      error   // the client's read error (not io.EOF): the client's fault, not the server's
 }
 
 func (c *countingReader) Read(b []byte) (int, error) {
@@ -435,9 +504,6 @@ func (c *countingReader) Read(b []byte) (int, error) {
 		}
 	}
 	n, err := c.r.Read(b)
-	if err != nil && err != io.EOF {
-		c.err = err
-	}
 	c.n += int64(n)
 	if c.to != nil && n > 0 {
 		c.to.inflightBytes.Add(int64(n))

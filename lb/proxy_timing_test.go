@@ -1,6 +1,8 @@
 package lb
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -20,15 +22,22 @@ func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
 	var ctx fasthttp.RequestCtx
 	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
 	var req fasthttp.Request
+	// The request is read from its bytes, as the front end reads it: the head sent upstream is built
+	// from the raw header lines (headers.go).
+	raw := "GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
+		"X-Forwarded-For: 203.0.113.9\r\nConnection: keep-alive\r\n"
+	if len(header) == 2 {
+		raw += header[0] + ": " + header[1] + "\r\n"
+	}
+	rawBytes := []byte(raw + "\r\n")
+	var src bytes.Reader
+	br := bufio.NewReader(&src)
 	return func() {
 		req.Reset()
-		req.Header.SetMethod("GET")
-		req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
-		req.Header.SetHost("thingworx.example.com")
-		req.Header.Set("X-Forwarded-For", "203.0.113.9")
-		req.Header.Set("Connection", "keep-alive")
-		if len(header) == 2 {
-			req.Header.Set(header[0], header[1])
+		src.Reset(rawBytes)
+		br.Reset(&src)
+		if err := req.Header.Read(br); err != nil {
+			tb.Fatal(err)
 		}
 		ctx.Init(&req, remote, nil)
 		l.handle(&ctx)

@@ -265,6 +265,5 @@ func parseUpstreamHeaders(file string, data []byte, h http.Header) []string {
 
 // reservedRelayHeader reports the headers the relay's HTTP and WebSocket clients set themselves.
 func reservedRelayHeader(name string) bool {
-	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") ||
-		slices.ContainsFunc(hopByHop, func(h string) bool { return strings.EqualFold(h, name) })
+	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHopField(name)
 }

@@ -31,23 +31,18 @@ type routeAuth struct {
 }
 
 // routeAuthorized is the single-point auth of route ri, called by handle once the route is found and
-// before anything of the request is changed or forwarded (upgrades included, before any dial). It
-// reports whether the request may go on: on a route without [routes.auth] at once; with a right key,
-// after removing the key's header and any upstream header the client sent (injectUpstream sets it
-// once the request is prepared). Otherwise it has answered 401,
-// counted it (fairlead_route_unauthorized_total) and written the access log line. The success path
-// does not allocate.
+// before anything of the request is forwarded (upgrades included, before any dial). It reports whether
+// the request may go on: on a route without [routes.auth] at once; with a right key too (the head sent
+// upstream leaves out the key's field and any upstream field the client sent, and carries the upstream
+// credential: appendUpstreamHead). Otherwise it has answered 401, counted it
+// (fairlead_route_unauthorized_total) and written the access log line. The success path does not
+// allocate.
 func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) bool {
 	a := g.cfg.authOf(ri)
 	if a == nil {
 		return true
 	}
-	h := &ctx.Request.Header
-	if a.admits(h.Peek(a.header)) {
-		h.Del(a.header) // the key ends here; for Authorization, admits saw it carry the Bearer key
-		if a.upstreamHeader != "" {
-			h.Del(a.upstreamHeader) // every copy the client sent, not only the first
-		}
+	if a.admits(ctx.Request.Header.Peek(a.header)) {
 		return true
 	}
 	p := g.routes[ri].pool
@@ -69,14 +64,6 @@ func unauthorized(ctx *fasthttp.RequestCtx, a *routeAuth) {
 	if len(ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0 {
 		// A refused upgrade ends its connection: what the client sends next may be another protocol's.
 		ctx.SetConnectionClose()
-	}
-}
-
-// injectUpstream sets route ri's upstream credential on an admitted request. handle calls it after
-// prepareRequest, so that no header of the client (Connection naming it) can remove it.
-func (g *generation) injectUpstream(h *fasthttp.RequestHeader, ri int) {
-	if a := g.cfg.authOf(ri); a != nil && a.upstreamHeader != "" {
-		h.Set(a.upstreamHeader, a.upstreamValue)
 	}
 }
 
@@ -207,17 +194,15 @@ func framingHeader(h string) bool {
 	return false
 }
 
-// reservedUpstreamHeader reports the headers that fairlead itself sets or removes after the auth
-// check (prepareRequest), where an injected credential would be lost or break the request.
+// reservedUpstreamHeader reports the headers that fairlead itself sets or removes on the way upstream
+// (appendUpstreamHead), where an injected credential would be lost or break the request.
 func reservedUpstreamHeader(h string) bool {
 	if framingHeader(h) {
 		return true
 	}
-	for _, f := range append([]string{fasthttp.HeaderExpect, fasthttp.HeaderXForwardedFor,
-		fasthttp.HeaderXForwardedProto, fasthttp.HeaderXForwardedHost}, hopByHop...) {
-		if strings.EqualFold(h, f) {
-			return true
-		}
+	switch classifyField([]byte(h)) {
+	case fieldHopByHop, fieldConnection, fieldUpgrade, fieldXFF, fieldXFProto, fieldXFHost:
+		return true
 	}
 	return false
 }

@@ -70,9 +70,9 @@ func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
 	return conn, nil
 }
 
-// exchange sends the upgrade request on conn and relays the answer; on 101 the connection pair becomes a
-// tunnel. It owns conn.
-func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, conn net.Conn) {
+// exchange sends the upgrade request (its head, built by appendUpstreamHead) on conn and relays the
+// answer; on 101 the connection pair becomes a tunnel. It owns conn.
+func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, conn net.Conn, head []byte) {
 	fail := func(format string, args ...any) {
 		conn.Close()
 		s.failures.Add(1)
@@ -81,12 +81,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	}
 	conn.SetDeadline(time.Now().Add(st.cfg.ResponseTimeout.D)) //nolint:errcheck // a failed write or read reports it
-	bw := bufio.NewWriterSize(conn, 2048)
-	if err := ctx.Request.Write(bw); err != nil {
-		fail("writing the upgrade request: %v", err)
-		return
-	}
-	if err := bw.Flush(); err != nil {
+	if _, err := conn.Write(head); err != nil {
 		fail("writing the upgrade request: %v", err)
 		return
 	}
@@ -107,6 +102,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	}
 	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101")) && !bytes.HasPrefix(head, []byte("HTTP/1.0 101")) {
 		// Not switching: relay the answer as it is, then drop this upstream connection.
+		ctx.Response.Header.DisableNormalizing() // its field names as the server spelled them
 		if err := ctx.Response.Read(br); err != nil {
 			fail("reading the response: %v", err)
 			return
@@ -258,13 +254,11 @@ func headLine(head []byte) (line, rest []byte) {
 
 // dropOnSwitch reports whether the field name is not relayed with a 101.
 func dropOnSwitch(name, connection []byte) bool {
-	if bytes.EqualFold(name, []byte(fasthttp.HeaderConnection)) || bytes.EqualFold(name, []byte(fasthttp.HeaderUpgrade)) {
+	switch classifyField(name) {
+	case fieldConnection, fieldUpgrade:
 		return false
-	}
-	for _, h := range hopByHop {
-		if bytes.EqualFold(name, []byte(h)) {
-			return true
-		}
+	case fieldHopByHop:
+		return true
 	}
 	for v := connection; len(v) > 0; {
 		tok := v

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -90,17 +91,33 @@ type upConn struct {
 // upWaiter is a request waiting for a connection: it receives one, or nil for a free slot to dial.
 type upWaiter struct{ ch chan *upConn }
 
-// Do sends req and reads the answer's head into resp; the body is in resp, or streams from the
+// outbound is a request as it goes upstream: the head fairlead built from the client's
+// (appendUpstreamHead, headers.go) and the client's body (in req: in memory, or its stream), sent with
+// the client's framing (bodyNone, bodyLength, bodyChunked).
+type outbound struct {
+	req     *fasthttp.Request
+	head    []byte
+	framing uint8
+}
+
+// clientError is an attempt that failed because the client's body could not be read: the client went
+// away, stopped sending, sent too much or broke the framing. It is the client's fault, never the
+// server's (proxy.go).
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return "reading the client's body: " + e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
+
+// Do sends out and reads the answer's head into resp; the body is in resp, or streams from the
 // connection until the response is written to the client (see above).
-func (u *upstream) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
-	// Asked before the first attempt: Request.Write consumes a body stream and drops it.
-	again := idempotent(&req.Header) && !req.IsBodyStream()
+func (u *upstream) Do(out *outbound, resp *fasthttp.Response) error {
+	again := idempotent(&out.req.Header) && !out.req.IsBodyStream()
 	for attempt := 0; ; attempt++ {
 		c, err := u.acquire(attempt > 0)
 		if err != nil {
 			return err
 		}
-		err = u.exchange(c, req, resp)
+		err = u.exchange(c, out, resp)
 		if err == nil {
 			return nil
 		}
@@ -112,15 +129,24 @@ func (u *upstream) Do(req *fasthttp.Request, resp *fasthttp.Response) error {
 	}
 }
 
-// exchange writes req on c and reads the answer into resp. It gives c back (release or discard) unless
+// exchange writes out on c and reads the answer into resp. It gives c back (release or discard) unless
 // the answer's body streams from it; then the body's Close does.
-func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Response) error {
-	resp.Reset()
-	req.URI().DisablePathNormalizing = true // the path goes as the client sent it
+//
+// resp keeps what fasthttp's server set on it for the client (no default Content-Type, no Date of its
+// own): only its body is reset here, and reading the head resets the rest. Its field names are read as
+// the server spelled them (headers.go).
+func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) error {
+	req := out.req
+	resp.ResetBody()
+	resp.SkipBody = false
+	resp.Header.DisableNormalizing()
 
 	bw := upWriters.Get().(*bufio.Writer)
 	bw.Reset(c)
-	err := req.Write(bw)
+	_, err := bw.Write(out.head)
+	if err == nil {
+		err = writeBody(bw, out)
+	}
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -128,7 +154,8 @@ func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	upWriters.Put(bw)
 	if err != nil {
 		u.discard(c)
-		if c.reused && isClosedConn(err) {
+		var ce *clientError
+		if !errors.As(err, &ce) && c.reused && isClosedConn(err) {
 			return errUpstreamClosed
 		}
 		return err
@@ -157,7 +184,7 @@ func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	}
 
 	status := resp.StatusCode()
-	keep := !req.ConnectionClose() && !resp.ConnectionClose() && status != fasthttp.StatusSwitchingProtocols
+	keep := !resp.ConnectionClose() && status != fasthttp.StatusSwitchingProtocols
 	if resp.SkipBody || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
 		putReader(br)
 		u.done(c, keep)
@@ -191,6 +218,79 @@ func (u *upstream) exchange(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	*b = upBody{u: u, c: c, br: br, keep: keep, left: int64(size), chunked: size == -1, toClose: size == -2}
 	resp.SetBodyStream(b, size)
 	return nil
+}
+
+// writeBody writes out's body with the client's framing: Content-Length bytes as they are, or chunked.
+// An error reading the client's body (a short body too) is a *clientError; any other error is the
+// server connection's.
+func writeBody(bw *bufio.Writer, out *outbound) error {
+	req := out.req
+	if out.framing == bodyNone {
+		return nil
+	}
+	chunked := out.framing == bodyChunked
+	if !req.IsBodyStream() {
+		body := req.Body()
+		if chunked {
+			return writeChunks(bw, body, true)
+		}
+		_, err := bw.Write(body)
+		return err
+	}
+	// A streamed body goes on as it arrives: each piece read is sent at once (the server sees an upload
+	// progress, and high_watermark_bytes counts what is in flight to it).
+	r := req.BodyStream()
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	var sent int64
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			sent += int64(n)
+			var werr error
+			if chunked {
+				werr = writeChunks(bw, buf[:n], false)
+			} else {
+				_, werr = bw.Write(buf[:n])
+			}
+			if werr == nil {
+				werr = bw.Flush()
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return &clientError{rerr}
+		}
+	}
+	if chunked {
+		return writeChunks(bw, nil, true)
+	}
+	if want := int64(req.Header.ContentLength()); sent != want {
+		return &clientError{io.ErrUnexpectedEOF} // fewer bytes than the Content-Length the server waits for
+	}
+	return nil
+}
+
+// writeChunks writes p as one chunk (none if p is empty), then the last chunk if last. A
+// bufio.Writer's error sticks, so the last write reports any earlier one.
+func writeChunks(bw *bufio.Writer, p []byte, last bool) (err error) {
+	if len(p) > 0 {
+		var size [16]byte
+		bw.Write(strconv.AppendInt(size[:0], int64(len(p)), 16)) //nolint:errcheck // see above
+		bw.WriteString("\r\n")                                   //nolint:errcheck
+		bw.Write(p)                                              //nolint:errcheck
+		_, err = bw.WriteString("\r\n")
+	}
+	if last {
+		_, err = bw.WriteString("0\r\n\r\n")
+	}
+	return err
 }
 
 func putReader(br *bufio.Reader) {
