@@ -70,6 +70,9 @@ type PoolStatus struct {
 	Waiting  int64  `json:"waiting"`
 	Requests uint64 `json:"requests"`
 	Retries  uint64 `json:"retries"`
+	// InflightFailovers counts the requests sent to a new leader while they waited for the old one's
+	// answer (balance = "leader"; among the retries; leaderwatch.go).
+	InflightFailovers uint64 `json:"inflight_failovers,omitempty"`
 	// Errors counts the answers fairlead gave itself: 502, 504 and unavailable_status (the sum of
 	// fairlead_pool_errors_total).
 	Errors uint64 `json:"errors"`
@@ -147,7 +150,7 @@ func (lb *LB) Status() Status {
 		p := g.pools[name]
 		ps := p.state.Load()
 		out := PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
-			Requests: p.requests.Load(), Retries: p.retries.Load(),
+			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
 		out.Discovery = lb.discoveryStatus(name)

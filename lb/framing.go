@@ -604,7 +604,7 @@ func (l *frontListener) Accept() (net.Conn, error) {
 
 // refusedCodes are the answers of the front end to requests it refuses, counted in
 // fairlead_bad_requests_total{code}.
-var refusedCodes = [...]int{400, 408, 413, 431, 505}
+var refusedCodes = [...]int{400, 405, 408, 413, 431, 505}
 
 // refused counts a request the front end refused with status.
 func (lb *LB) refused(status int) {

@@ -111,6 +111,7 @@ func New(cfg *Config, o Options) *LB {
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
 	lb.bus.Subscribe(lb.failbackTunnels)
+	lb.bus.Subscribe(lb.leaderChanged) // leaderwatch.go
 	lb.relayRoutes, _ = lb.prepareRelays(cfg)
 	g, _ := lb.newGeneration(cfg, nil, lb.relayRoutes)
 	lb.gen.Store(g)

@@ -155,6 +155,9 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		l := fmt.Sprintf(`pool=%q`, name)
 		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
+		if p.leader {
+			metrics.WriteCounterUint64(w, "fairlead_pool_inflight_failovers_total{"+l+"}", p.inflightMoves.Load())
+		}
 		// Answers fairlead gave itself, by status: 502, 504, and unavailable_status (503 by default) for
 		// requests no server could take in time.
 		errs := map[int]uint64{502: p.bad502.Load(), 504: p.timeout.Load()}

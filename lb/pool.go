@@ -21,6 +21,7 @@ import (
 type Pool struct {
 	name    string
 	balance string
+	leader  bool // balance = "leader": its requests are watched (leaderwatch.go)
 	bus     *healthcheck.Bus
 	health  health
 	table   *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
@@ -45,6 +46,7 @@ type Pool struct {
 	pinFailures   atomic.Uint64 // 502: a multi-part request whose server was not connected and writable
 	failovers     atomic.Uint64 // the backups took over
 	failbacks     atomic.Uint64 // the primaries took back
+	inflightMoves atomic.Uint64 // requests sent to a new leader while they waited for the old one (leaderwatch.go)
 	m             poolMetrics   // histograms and byte counters (metrics.go)
 
 	stop context.CancelFunc // ends the pool's checks and janitor when a reload drops it
@@ -62,7 +64,7 @@ type poolState struct {
 }
 
 func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) *Pool {
-	p := &Pool{name: name, balance: cfg.Balance, bus: bus}
+	p := &Pool{name: name, balance: cfg.Balance, leader: cfg.Balance == "leader", bus: bus}
 	var servers []*Server
 	for _, addr := range serverAddrs(cfg) {
 		servers = append(servers, newServer(addr, cfg))
@@ -192,6 +194,9 @@ func (p *Pool) start(ctx context.Context) {
 		}
 	}
 	go p.watchTier(ctx)
+	if p.leader {
+		go p.watchLeader(ctx)
+	}
 }
 
 // watchTier follows which tier serves (primaries or backups) from the event stream: when the backups

@@ -170,6 +170,7 @@ const (
 	endDialFailed                   // no connection (*dialError): none of the request reached the server
 	endTimeout                      // the server was silent for response_timeout
 	endFailed                       // the server refused, reset or closed, or answered what is no HTTP answer
+	endAbandoned                    // the leader changed while the request waited, before its answer (leaderwatch.go)
 )
 
 func classify(err error) attemptEnd {
@@ -185,6 +186,8 @@ func classify(err error) attemptEnd {
 		return endBusy
 	case errors.As(err, &de):
 		return endDialFailed
+	case err == errAbandoned:
+		return endAbandoned
 	case isTimeout(err):
 		return endTimeout
 	}
@@ -207,6 +210,10 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 		failedAt, deadline time.Time // computed only on the slow paths
 	)
 	n := bodyBytes(&req.Header) // counted in flight with each attempt by pick and await
+	if p.leader {
+		out.watch, out.since = true, ctx.Time().UnixNano()
+		out.mayLeave = idempotent(&req.Header) && !req.IsBodyStream()
+	}
 	c := st.policy.pick(ctx, st, nil)
 	for attempt := 1; ; attempt++ {
 		if c.s == nil && !c.pinned {
@@ -289,6 +296,23 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 			return
 		case endClient:
 			lb.clientFailed(ctx, err) // nothing is reported: the server did nothing wrong
+			return
+		case endAbandoned:
+			// The leader changed while this request waited for its answer, none of which came (or while
+			// it queued for a connection): it goes to the new leader at once. The old leader is not
+			// reported: its checks replaced it already.
+			dropAnswer(&ctx.Response)
+			if replay.ok() && attempt < maxAttempts {
+				p.inflightMoves.Add(1)
+				p.retries.Add(1)
+				retries++
+				failed, failedAt = s, time.Now()
+				st = p.state.Load()
+				c = st.policy.pick(ctx, st, s)
+				continue
+			}
+			p.bad502.Add(1)
+			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 			return
 		case endBusy:
 			// Every upstream connection stayed busy for queue_timeout: the server is busy, not failing.

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -79,13 +80,27 @@ type upstream struct {
 	retired  bool        // replaced or removed: connections are closed once released
 	cleaner  *time.Timer // closes connections idle for idleTimeout
 	cleaning bool        // cleaner is armed
+
+	// The exchanges of a leader pool's requests waiting for their answer's head (outbound.watch), for
+	// the in-flight failover (abandon) and the hung-leader watch (unanswered). See leaderwatch.go.
+	waitMu   sync.Mutex
+	awaiting []*upConn
+	lastHead int64 // unix nanos: the latest answer head to a watched request
 }
 
 // upConn is one connection to the server.
 type upConn struct {
 	net.Conn
+	ic      *idleConn // the socket's deadline keeper, under TLS too
 	lastUse time.Time // when it was last put back idle
 	reused  bool      // it carried an exchange before: the server may have closed it meanwhile
+
+	// Guarded by the upstream's waitMu: its place in awaiting (-1: none), when the request began, whether
+	// the request may go to another server if this one is abandoned, and whether it was.
+	waitIdx   int
+	waitSince int64
+	mayLeave  bool
+	abandoned bool
 }
 
 // upWaiter is a request waiting for a connection: it receives one, or nil for a free slot to dial.
@@ -98,6 +113,12 @@ type outbound struct {
 	req     *fasthttp.Request
 	head    []byte
 	framing uint8
+
+	// For a leader pool's request (leaderwatch.go): watch registers its wait for the answer's head
+	// (since: when the request began, unix nanos), and mayLeave lets it go to a new leader if the
+	// leader changes before any byte of the answer came (an idempotent request, its body in memory).
+	watch, mayLeave bool
+	since           int64
 }
 
 // clientError is an attempt that failed because the client's body could not be read: the client went
@@ -166,13 +187,23 @@ func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) e
 	if req.Header.IsHead() {
 		resp.SkipBody = true
 	}
-	err = resp.Header.Read(br)
-	for n := 0; err == nil && resp.StatusCode() < 200 && resp.StatusCode() != fasthttp.StatusSwitchingProtocols; n++ {
-		if n == maxInterim {
-			err = fmt.Errorf("more than %d interim (1xx) answers", maxInterim)
-			break
+	if out.watch {
+		u.awaitHead(c, out)
+	}
+	err = readAnswerHead(br, resp)
+	if out.watch && !u.headCame(c) {
+		// Abandoned: the leader changed while this request waited (leaderwatch.go), and its read was
+		// cut short. With no byte of the answer come, the request goes to the new leader; otherwise
+		// the answer has begun: it is read on.
+		if err != nil && br.Buffered() == 0 {
+			putReader(br)
+			u.discard(c)
+			return errAbandoned
 		}
-		err = resp.Header.Read(br)
+		c.resume()
+		if err != nil {
+			err = readAnswerHead(br, resp)
+		}
 	}
 	if err != nil {
 		putReader(br)
@@ -218,6 +249,18 @@ func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) e
 	*b = upBody{u: u, c: c, br: br, keep: keep, left: int64(size), chunked: size == -1, toClose: size == -2}
 	resp.SetBodyStream(b, size)
 	return nil
+}
+
+// readAnswerHead reads the head of an answer into resp, skipping interim (1xx) answers but 101.
+func readAnswerHead(br *bufio.Reader, resp *fasthttp.Response) error {
+	err := resp.Header.Read(br)
+	for n := 0; err == nil && resp.StatusCode() < 200 && resp.StatusCode() != fasthttp.StatusSwitchingProtocols; n++ {
+		if n == maxInterim {
+			return fmt.Errorf("more than %d interim (1xx) answers", maxInterim)
+		}
+		err = resp.Header.Read(br)
+	}
+	return err
 }
 
 // writeBody writes out's body with the client's framing: Content-Length bytes as they are, or chunked.
@@ -370,8 +413,11 @@ func (u *upstream) acquire(fresh bool) (*upConn, error) {
 		}
 		c = <-w.ch // handed over just as the wait ended
 	}
-	if c == nil {
+	switch c {
+	case nil:
 		return u.dial() // a slot freed by a closed connection
+	case abandonedWait:
+		return nil, errAbandoned // the server was replaced as leader while this request queued
 	}
 	return c, nil
 }
@@ -391,7 +437,14 @@ func (u *upstream) dial() (*upConn, error) {
 		u.mu.Unlock()
 		return nil, err
 	}
-	return &upConn{Conn: nc}, nil
+	c := &upConn{Conn: nc, waitIdx: -1}
+	switch t := nc.(type) {
+	case *idleConn:
+		c.ic = t
+	case *tls.Conn:
+		c.ic, _ = t.NetConn().(*idleConn)
+	}
+	return c, nil
 }
 
 // freeSlotLocked gives up one slot of open: to the first waiter, who dials in it, or for good.

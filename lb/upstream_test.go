@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
 )
 
 // Tests of the upstream HTTP/1.1 client (upstream.go) against raw TCP servers on 127.0.0.1 that answer
@@ -1280,4 +1281,100 @@ func TestUpstreamConcurrentRequestsOfEveryKindStayByteExactWithinMaxConns(t *tes
 	if n := len(s.requests()); n != clients*each {
 		t.Fatalf("the server read %d requests, want %d", n, clients*each)
 	}
+}
+
+// An exchange waiting for its answer is abandoned when its server stops leading (leaderwatch.go): with
+// no byte of the answer come, a request that may leave ends with errAbandoned at once and its
+// connection is closed; one whose answer has begun is read on to its end; one that may not leave (a
+// POST) is not cut short.
+func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
+	partial, release := make(chan struct{}), make(chan struct{})
+	s := usStart(t, func(p *usPeer) {
+		for p.next() {
+			switch p.path() {
+			case "/begun":
+				p.write("HTTP/1.1 200 OK\r\nContent-")
+				close(partial)
+				p.hold(release)
+				p.write("Length: 2\r\n\r\nok")
+			default: // silent until the end of the test
+				p.hold(nil)
+			}
+		}
+	})
+	u := usClient(t, s, 4, time.Second)
+	waiting := func(n int) func() bool {
+		return func() bool { u.waitMu.Lock(); defer u.waitMu.Unlock(); return len(u.awaiting) == n }
+	}
+	do := func(method, path string, mayLeave bool) <-chan error {
+		ch := make(chan error, 1)
+		go func() {
+			req := usRequest(u, method, path, "")
+			defer fasthttp.ReleaseRequest(req)
+			out := usOutbound(req)
+			out.watch, out.mayLeave, out.since = true, mayLeave, time.Now().UnixNano()
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			err := u.Do(out, resp)
+			if err == nil {
+				var body []byte
+				if body, err = usBody(resp); err == nil && string(body) != "ok" {
+					err = fmt.Errorf("body %q", body)
+				}
+			}
+			ch <- err
+		}()
+		return ch
+	}
+
+	silent := do(fasthttp.MethodGet, "/silent", true)
+	post := do(fasthttp.MethodPost, "/silent-post", false)
+	eventually(t, 5*time.Second, "two waits", waiting(2))
+	if n := u.abandon(); n != 1 {
+		t.Errorf("abandon: %d, want 1 (the GET; the POST may not leave)", n)
+	}
+	select {
+	case err := <-silent:
+		if !errors.Is(err, errAbandoned) {
+			t.Fatalf("silent GET: %v, want errAbandoned", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the abandoned GET still waits")
+	}
+	select {
+	case err := <-post:
+		t.Fatalf("the POST ended (%v): it may not leave, it waits for its answer", err)
+	default:
+	}
+
+	begun := do(fasthttp.MethodGet, "/begun", true)
+	<-partial
+	eventually(t, 5*time.Second, "the begun GET to wait", waiting(2))
+	eventually(t, 5*time.Second, "the client to read the first bytes of its answer", func() bool {
+		u.waitMu.Lock()
+		defer u.waitMu.Unlock()
+		for _, c := range u.awaiting {
+			if c.mayLeave {
+				return unreadBytes(t, c.ic.Conn) == 0
+			}
+		}
+		return false
+	})
+	u.abandon()
+	close(release)
+	if err := <-begun; err != nil {
+		t.Fatalf("the GET whose answer had begun: %v, want its answer read on", err)
+	}
+}
+
+// unreadBytes is how many bytes wait in c's socket receive queue (SIOCINQ).
+func unreadBytes(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1
+	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) //nolint:errcheck
+	return n
 }

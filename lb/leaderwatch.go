@@ -1,0 +1,148 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fairlead/fairlead/healthcheck"
+)
+
+// A leader pool's requests in flight when the leader changes, and a leader that hangs.
+//
+// In-flight failover. When a leader pool's leader changes (the LeaderChecks elected another, or the
+// leader stepped down), its requests still waiting for an answer from the old leader are looked at:
+// those that may go again (idempotent: GET, HEAD, OPTIONS, PUT, DELETE, RFC 9110 section 9.2.2; their
+// body in memory) and have received no byte of an answer are abandoned and sent to the new leader at
+// once, without waiting out response_timeout (fairlead_pool_inflight_failovers_total counts them). A
+// request still queued for a connection to the old leader goes to the new one too (none of it was sent).
+// Any other request (a POST, an upload that streamed) is never sent twice: it ends by its own
+// response_timeout (504). The abandoned request's read is cut by moving its socket's read deadline to
+// now; the connection is closed. An answer whose first bytes came just as the leader changed is read on.
+//
+// Hung leader. A leader that accepts requests and never answers is replaced only by its LeaderChecks,
+// fall failed probes in a row, each failing after [check] timeout. With live traffic it is noticed
+// sooner: once a request has waited [check] timeout for its answer while no answer at all came from the
+// leader for as long, the pool's health check is told (one live failure), which probes every server at
+// once and then every fast_interval while the leader fails. Worst case with the defaults (interval 15-20
+// s, timeout 5 s, fall 3, fast_interval 250 ms): the hung leader is replaced about 5 + 1 + 3 x 5 + 2 x
+// 0.25 = 21.5 s after its first unanswered request (without traffic, up to 20 + 15.5 s after it hung),
+// and its waiting GETs are answered by the new leader then, instead of after response_timeout (60 s).
+
+// errAbandoned ends an attempt whose server was replaced as leader while the request waited, before any
+// byte of its answer came (or while it queued for a connection): it goes to the new leader.
+var errAbandoned = errors.New("the leader changed while the request waited for its answer")
+
+// abandonedWait is handed to a request queued for a connection to a replaced leader (upstream.acquire).
+var abandonedWait = &upConn{}
+
+// awaitHead registers c's exchange as waiting for its answer's head.
+func (u *upstream) awaitHead(c *upConn, out *outbound) {
+	u.waitMu.Lock()
+	c.waitIdx, c.waitSince, c.mayLeave, c.abandoned = len(u.awaiting), out.since, out.mayLeave, false
+	u.awaiting = append(u.awaiting, c)
+	u.waitMu.Unlock()
+}
+
+// headCame ends c's wait for its answer's head: false if it was abandoned meanwhile.
+func (u *upstream) headCame(c *upConn) bool {
+	u.waitMu.Lock()
+	last := len(u.awaiting) - 1
+	moved := u.awaiting[last]
+	u.awaiting[c.waitIdx], moved.waitIdx = moved, c.waitIdx
+	u.awaiting[last] = nil
+	u.awaiting = u.awaiting[:last]
+	c.waitIdx = -1
+	abandoned := c.abandoned
+	if !abandoned {
+		u.lastHead = time.Now().UnixNano()
+	}
+	u.waitMu.Unlock()
+	return !abandoned
+}
+
+// resume lets an abandoned connection whose answer had begun be read on: its next read sets a fresh
+// deadline.
+func (c *upConn) resume() {
+	if c.ic != nil {
+		c.ic.rDeadline = time.Time{}
+	}
+}
+
+// abandon cuts short the waits of the requests that may go to another server, and sends the requests
+// queued for a connection away: the server is no longer the leader. It returns how many it abandoned.
+func (u *upstream) abandon() int {
+	n := 0
+	u.waitMu.Lock()
+	for _, c := range u.awaiting {
+		if c.mayLeave && !c.abandoned {
+			c.abandoned = true
+			c.Conn.SetReadDeadline(time.Now()) //nolint:errcheck // a closed connection fails its read anyway
+			n++
+		}
+	}
+	u.waitMu.Unlock()
+	u.mu.Lock()
+	ws := u.waiters
+	u.waiters = nil
+	u.mu.Unlock()
+	for _, w := range ws {
+		w.ch <- abandonedWait
+	}
+	return n + len(ws)
+}
+
+// unanswered reports whether a request has waited at least d for its answer while no answer came for
+// at least d: the server looks hung.
+func (u *upstream) unanswered(now time.Time, d time.Duration) bool {
+	limit := now.Add(-d).UnixNano()
+	u.waitMu.Lock()
+	defer u.waitMu.Unlock()
+	if u.lastHead > limit {
+		return false
+	}
+	for _, c := range u.awaiting {
+		if c.waitSince <= limit {
+			return true
+		}
+	}
+	return false
+}
+
+// leaderChanged sends the old leader's waiting requests to the new one (the bus calls it on every
+// event).
+func (lb *LB) leaderChanged(e healthcheck.Event) {
+	if e.Kind != healthcheck.LeaderChanged || e.Old == "" {
+		return
+	}
+	p := lb.gen.Load().pools[e.Pool]
+	if p == nil {
+		return
+	}
+	for _, s := range p.state.Load().servers {
+		if s.Addr == e.Old {
+			s.client.Load().abandon()
+		}
+	}
+}
+
+// errNoAnswer is what a leader pool's health check is told of a leader that answers nothing.
+var errNoAnswer = errors.New("a request waited [check] timeout for its answer, and no answer came")
+
+// watchLeader tells the health check of a leader pool, once a second at most, that its leader answers
+// nothing while requests wait (see above).
+func (p *Pool) watchLeader(ctx context.Context) {
+	healthcheck.Loop(ctx, nil, nil, func() time.Duration { return time.Second }, func() {
+		st := p.state.Load()
+		lp, ok := st.policy.(*leaderPolicy)
+		if !ok {
+			return
+		}
+		cur := lp.leader.Current()
+		for _, s := range st.servers {
+			if s.health == cur && s.client.Load().unanswered(time.Now(), st.cfg.Check.Timeout.D) {
+				p.health.Report(s.health, errNoAnswer)
+			}
+		}
+	})
+}

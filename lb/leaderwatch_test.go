@@ -1,0 +1,73 @@
+package lb
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// A GET waiting on a leader that hangs is sent to the new leader as soon as the LeaderChecks elect it,
+// not after response_timeout; a POST waiting with it is never sent twice and ends by its own timeout.
+// The hung leader is noticed by its unanswered traffic, long before its next scheduled LeaderCheck.
+func TestRequestsWaitingOnAHungLeaderMoveToTheNewLeaderButAPOSTIsNeverSentTwice(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2, DeliveryHeader: "X-Id", Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	// Scheduled LeaderChecks every 30-40 s: only the watch of live traffic can notice the hang in time.
+	l, _ := startLB(t, platformConfig(c, `response_timeout = "8s"`, `interval = "30s"
+interval_max = "40s"`))
+	if code, by := get(t, l, "/"); code != 200 || by != p1.Name {
+		t.Fatalf("got %d from %q, want 200 from %s", code, by, p1.Name)
+	}
+
+	mustSetState(t, p1, sim.Hung)
+	mustSetState(t, p2, sim.Leader)
+	type reply struct {
+		code int
+		by   string
+		err  error
+	}
+	send := func(method, id string) <-chan reply {
+		ch := make(chan reply, 1)
+		go func() {
+			req, _ := http.NewRequest(method, "http://"+l.Addr()+"/Thingworx/Things", strings.NewReader("body"))
+			req.Header.Set("X-Id", id)
+			resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				ch <- reply{err: err}
+				return
+			}
+			io.Copy(io.Discard, resp.Body) //nolint:errcheck
+			resp.Body.Close()
+			ch <- reply{code: resp.StatusCode, by: resp.Header.Get("X-Served-By")}
+		}()
+		return ch
+	}
+	getReply, postReply := send(http.MethodGet, "get-1"), send(http.MethodPost, "post-1")
+
+	r := <-getReply
+	if r.err != nil || r.code != 200 || r.by != p2.Name {
+		t.Fatalf("GET: %d from %q (%v), want 200 from %s before its response_timeout", r.code, r.by, r.err, p2.Name)
+	}
+	if st := l.Status().Pools[0]; st.InflightFailovers != 1 || st.Leader != p2.Addr {
+		t.Errorf("inflight_failovers %d, leader %s; want 1 and %s", st.InflightFailovers, st.Leader, p2.Addr)
+	}
+	r = <-postReply
+	if r.err != nil || r.code != 504 {
+		t.Fatalf("POST: %d (%v), want 504 after its response_timeout", r.code, r.err)
+	}
+	d := c.Deliveries()
+	if d["get-1"] != 2 || d["post-1"] != 1 {
+		t.Errorf("deliveries %v: want the GET on both platforms and the POST once", d)
+	}
+	if n := p2.Deliveries()["post-1"]; n != 0 {
+		t.Errorf("the POST reached the new leader %d times, want 0", n)
+	}
+}
