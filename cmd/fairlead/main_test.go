@@ -111,6 +111,25 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 	}
 }
 
+// TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes: a route that an earlier one shadows can never
+// match (here devices would silently reach the platform instead of a connection server): -check and a
+// start exit 2 naming it and the route that takes its requests, each with its file.
+func TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"10-platform.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
+		"20-cxserver.toml": "[pools.cxserver]\nbalance = \"sticky\"\nservers = [\"127.0.0.1:9181\"]\n" +
+			"[[routes]]\nwebsocket = true\npaths = [\"/Thingworx/WS\"]\npool = \"cxserver\"\n",
+	})
+	want := filepath.Join(dir, "20-cxserver.toml") + `: routes.1: never matches (paths "/Thingworx/WS", websocket only): ` +
+		"routes.0 (every path, in " + filepath.Join(dir, "10-platform.toml") + ") comes before it and matches every request it could"
+	for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
+		_, errOut, code := runFairlead(t, args...)
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, errOut, want)
+		}
+	}
+}
+
 // startProcess runs fairlead on a config written for the cluster and waits until it serves.
 func startProcess(t *testing.T, c *sim.Cluster) (*exec.Cmd, string) {
 	t.Helper()
