@@ -420,11 +420,18 @@ func (lb *LB) Close() {
 // [admin] listen address is bound before anything applies and served at once, the old listener closing
 // without cutting its connections. Other changes to [frontend], and the logger and state file settings
 // of [global], need a restart; they are reported in the error and the rest of the reload still applies.
+//
+// fairlead_config_last_reload_successful is 1 after a reload whose files are in force (applied, or
+// unchanged: identical to the running config's), 0 after one that kept the running config
+// (ReloadFailed).
 func (lb *LB) Reload(cfg *Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
 	old := lb.gen.Load()
 	if sameFiles(old.cfg, cfg) {
+		// The files say what is running: this reload succeeded, even after a failed one (a bad edit
+		// put back as it was), whose 0 would otherwise stay.
+		lb.lastReloadOK.Store(true)
 		lb.logf("reload: config unchanged, nothing to do")
 		return nil
 	}

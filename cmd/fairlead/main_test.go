@@ -487,6 +487,48 @@ func TestAConfigFileEditIsPickedUpWithoutASignal(t *testing.T) {
 	})
 }
 
+// TestABadEditPutBackAsItWasMakesTheLastReloadSuccessfulAgain: after a bad edit (gauge 0) is undone, the
+// files are those of the running config again; the reload finds nothing to apply, and the last reload
+// attempt succeeded (gauge 1), or the alert on it would fire until the next real change. The failed
+// reload is logged once, on one WARN line naming the file and the key.
+func TestABadEditPutBackAsItWasMakesTheLastReloadSuccessfulAgain(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, "")
+	const good = "[pools.platform]\nqueue_timeout = \"3s\"\n"
+	// The watch is set up a moment after fairlead serves: an edit made before is not seen, so the first
+	// one is made again (well apart from the 300 ms debounce) until it applies.
+	var wrote time.Time
+	p.waitUntil("the edit to be applied", func() bool {
+		if time.Since(wrote) > time.Second {
+			p.write("30-more.toml", good)
+			wrote = time.Now()
+		}
+		return p.metric("fairlead_config_reloads_total") == "1"
+	})
+
+	p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
+	p.waitUntil("the bad edit to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
+	p.write("30-more.toml", good) // put back as it was: the running config's bytes
+	p.waitUntil("the last reload to be successful again", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
+	p.waitUntil("the reload to find the files unchanged", func() bool { return strings.Contains(p.stderr.String(), "config unchanged") })
+	if got := p.metric("fairlead_config_reloads_total"); got != "1" {
+		t.Errorf("reloads applied = %s, want 1: the files put back are the running config", got)
+	}
+	if got := p.metric("fairlead_config_reload_failures_total"); got != "1" {
+		t.Errorf("reload failures = %s, want 1", got)
+	}
+
+	// Removing the file the first edit added is a change back to the start's config: applied.
+	if err := os.Remove(filepath.Join(p.dir, "30-more.toml")); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil("the removal to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "2" })
+}
+
 // TestSIGTERMCompletesSlowInFlightRequests: at SIGTERM fairlead stops accepting but lets a request in
 // flight finish (within drain_timeout), then exits 0.
 func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
