@@ -255,7 +255,11 @@ func (p *Pool) availabilityChanged(st *poolState, down bool) {
 			for i, state := range states {
 				states[i] = strconv.Itoa(count[state]) + " " + state
 			}
-			detail = strconv.Itoa(n) + " servers: " + strings.Join(states, ", ")
+			plural := "s"
+			if n == 1 {
+				plural = ""
+			}
+			detail = strconv.Itoa(n) + " server" + plural + ": " + strings.Join(states, ", ")
 		}
 		p.bus.Publish(healthcheck.Event{Kind: healthcheck.PoolDown, Pool: p.name, Detail: detail})
 		return
