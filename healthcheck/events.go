@@ -10,7 +10,7 @@ import (
 type Kind uint8
 
 // The kinds of events. Health checks publish the server and leader kinds; the load balancer publishes
-// the set and reload kinds.
+// the set, reload, tier (failover, failback) and pool (pool_down, pool_up) kinds.
 const (
 	ServerUp         Kind = iota + 1 // a server passes its checks and may take traffic
 	ServerDown                       // a server failed fall checks (or fall live requests in a row)
@@ -25,12 +25,14 @@ const (
 	Failback                         // a primary of a pool is usable again: traffic returns to the primaries
 	AdminAction                      // an operator drained, put in maintenance, readied or re-probed a server (Detail)
 	DiscoveryChanged                 // a pool's service discovery found a new server list (Detail)
+	PoolDown                         // no server of a pool is available at all: its requests wait, then get unavailable_status
+	PoolUp                           // a server of a pool is available again after PoolDown (Detail)
 	NumKinds                         // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
 	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-	"discovery_changed"}
+	"discovery_changed", "pool_down", "pool_up"}
 
 func (k Kind) String() string {
 	if k > 0 && k < NumKinds {

@@ -96,7 +96,7 @@ func TestBusChangedIsClosedByTheNextPublish(t *testing.T) {
 func TestKindsHaveNames(t *testing.T) {
 	want := []string{"server_up", "server_down", "server_added", "server_removed", "leader_changed",
 		"split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-		"discovery_changed"}
+		"discovery_changed", "pool_down", "pool_up"}
 	var got []string
 	for _, k := range Kinds() {
 		got = append(got, k.String())
@@ -107,7 +107,7 @@ func TestKindsHaveNames(t *testing.T) {
 	if s := Kind(0).String(); s != "kind(0)" {
 		t.Fatalf("Kind(0) is %q, want kind(0)", s)
 	}
-	if s := NumKinds.String(); s != "kind(14)" {
-		t.Fatalf("an unknown kind is %q, want kind(14)", s)
+	if s := NumKinds.String(); s != "kind(16)" {
+		t.Fatalf("an unknown kind is %q, want kind(16)", s)
 	}
 }

@@ -294,6 +294,8 @@ type CheckConfig struct {
 }
 
 // RouteConfig is one [[routes]] entry. Routes are tried in order; the first that matches names the pool.
+// A route that the routes before it shadow completely (every request it could match is matched by one
+// of them first) is a config error naming both (shadowedBy, config_validate.go).
 type RouteConfig struct {
 	// Pool is the name of the pool that serves matching requests. Required.
 	Pool string `toml:"pool"`

@@ -3,6 +3,7 @@ package lb
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,12 @@ func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
 
 func TestConfDFilesMergeInLexicalOrder(t *testing.T) {
 	dir := writeConfig(t, map[string]string{
-		"10-base.toml": minimalConfig + `
+		"10-base.toml": `
+[pools.platform]
+servers = ["127.0.0.1:9081"]
+[[routes]]
+pool = "platform"
+paths = ["/Thingworx"]
 [frontend]
 listen = "127.0.0.1:7000"
 idle_timeout = "30s"
@@ -102,6 +108,9 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("unknown key in a pool", "[pools.platform.check]\nintervall = \"1s\"\n", bad+": pools.platform.check.intervall: unknown key")
 	f("route to an undefined pool", "[[routes]]\npool = \"nope\"\n", bad+": routes.1.pool: pool \"nope\" is not defined")
 	f("empty server list", "[pools.empty]\nservers = []\n", bad+": pools.empty.servers: empty server list")
+	f("a websocket route after the catch-all", "[[routes]]\nwebsocket = true\npaths = [\"/Thingworx/WS\"]\npool = \"platform\"\n",
+		bad+`: routes.1: never matches (paths "/Thingworx/WS", websocket only): routes.0 (every path, in `,
+		`10-base.toml) comes before it and matches every request it could; put routes.1 first or narrow the paths of routes.0`)
 	f("bad duration", "[pools.platform.check]\ninterval = \"15x\"\n", bad+": pools.platform.check.interval: bad duration \"15x\"")
 	f("bad address", "[frontend]\nlisten = \"localhost\"\n", bad+": frontend.listen: bad address")
 	f("bad server address", "[pools.x]\nservers = [\"127.0.0.1:99999\"]\n", bad+": pools.x.servers.0: bad address")
@@ -112,6 +121,50 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("syntax error", "[frontend\n", bad)
 	f("several errors at once", "[frontend]\nlisen = 1\n[pools.platform.check]\nfall = 0\n",
 		"frontend.lisen: unknown key", "pools.platform.check.fall: must be greater than zero")
+}
+
+// TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould checks the rule of shadowedBy against
+// route.matches: routes are written "ws /a /b" (websocket only, paths /a and /b), "" for a catch-all;
+// want lists the earlier routes that shadow the last one, or none.
+func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T) {
+	f := func(name string, routes []string, want ...int) {
+		t.Helper()
+		var rs []RouteConfig
+		for _, r := range routes {
+			var rc RouteConfig
+			for _, w := range strings.Fields(r) {
+				if w == "ws" {
+					rc.WebSocket = true
+				} else {
+					rc.Paths = append(rc.Paths, w)
+				}
+			}
+			rs = append(rs, rc)
+		}
+		if got := shadowedBy(rs, len(rs)-1); !slices.Equal(got, want) {
+			t.Errorf("%s: %q: shadowed by %v, want %v", name, routes, got, want)
+		}
+	}
+	f("a websocket route after a catch-all", []string{"", "ws /Thingworx/WS"}, 0)
+	f("a catch-all after a catch-all", []string{"", ""}, 0)
+	f("a catch-all after the prefix / (every path starts with it)", []string{"/", ""}, 0)
+	f("the prefix / after a catch-all", []string{"", "/"}, 0)
+	f("a longer prefix after a shorter one", []string{"/a", "/a/b"}, 0)
+	f("a prefix is a string prefix, not a segment one", []string{"/a", "/ab"}, 0)
+	f("the same prefix twice", []string{"/a", "/a"}, 0)
+	f("a websocket route after a websocket route with a shorter prefix", []string{"ws /a", "ws /a/b"}, 0)
+	f("each prefix covered by another route", []string{"/a", "/b", "/a/x /b"}, 0, 1)
+	f("the first route covering a prefix is named", []string{"/a", "/a/x", "/a/x/y"}, 0)
+
+	f("the websocket route first, as conf.d ships it", []string{"ws /Thingworx/WS", ""})
+	f("a websocket-only route leaves plain requests to a later route", []string{"ws /a", "/a"})
+	f("a websocket catch-all leaves plain requests to a later catch-all", []string{"ws", ""})
+	f("a shorter prefix after a longer one", []string{"/a/b", "/a"})
+	f("a trailing slash leaves the path without it", []string{"/a/", "/a"})
+	f("one prefix of several not covered", []string{"/a /c", "/a /b"})
+	f("a catch-all after paths", []string{"/a", ""})
+	f("a route with a bad prefix shadows nothing (it is a problem of its own)", []string{"x /", "/a"})
+	f("the first route", []string{""})
 }
 
 func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {

@@ -255,8 +255,99 @@ func (c *Config) validate() []string {
 			}
 		}
 	}
+	p = append(p, c.validateRouteOrder()...)
 	p = append(p, c.validateRelays()...) // relayconfig.go
 	return p
+}
+
+// validateRouteOrder refuses a route that the routes before it shadow completely: it could never match,
+// and its requests would silently go to another pool (a websocket route after a catch-all sends devices
+// to the platform). The problem names the route and the routes that take its requests, each with its
+// file. A partial overlap (an earlier route takes some of a route's requests) is allowed and common.
+func (c *Config) validateRouteOrder() []string {
+	var p []string
+	for i := range c.Routes {
+		by := shadowedBy(c.Routes, i)
+		if by == nil {
+			continue
+		}
+		var names, keys []string
+		for _, j := range by {
+			key := "routes." + strconv.Itoa(j)
+			keys = append(keys, key)
+			names = append(names, fmt.Sprintf("%s (%s, in %s)", key, describeRoute(c.Routes[j]), c.origin[key]))
+		}
+		how := "comes before it and matches"
+		if len(by) > 1 {
+			how = "come before it and together match"
+		}
+		key := "routes." + strconv.Itoa(i)
+		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; put %s first or narrow the paths of %s",
+			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, key, strings.Join(keys, " and ")))
+	}
+	return p
+}
+
+// shadowedBy returns the routes before routes[i] that together match every request routes[i] could
+// match, so that it never does, or nil when some request reaches it. The rule follows route.matches
+// (proxy.go), the first matching route winning:
+//   - a request matches a route when its path starts with one of the route's prefixes; a route without
+//     paths has the prefix "/", which every request path has (fasthttp's path always starts with "/");
+//   - a websocket route matches only WebSocket upgrades, another route upgrades and plain requests alike;
+//   - so route a takes every request of route b's prefix q when one of a's prefixes is a prefix of q and
+//     a is not websocket-only or b is (a's prefix that is not a prefix of q leaves q itself, a path b
+//     matches, to b). Prefixes of b are covered one by one, possibly by different earlier routes.
+//
+// Relay paths ([relays.NAME], matched before every route) never shadow a route: a relay matches paths of
+// a fixed number of segments only, and a route's prefix followed by more segments escapes it.
+func shadowedBy(routes []RouteConfig, i int) []int {
+	b := routes[i]
+	if !validPrefixes(b.Paths) {
+		return nil // already a problem of its own
+	}
+	var by []int
+	for _, q := range prefixesOf(b) {
+		j := slices.IndexFunc(routes[:i], func(a RouteConfig) bool {
+			return (!a.WebSocket || b.WebSocket) && validPrefixes(a.Paths) &&
+				slices.ContainsFunc(prefixesOf(a), func(pa string) bool { return strings.HasPrefix(q, pa) })
+		})
+		if j < 0 {
+			return nil
+		}
+		if !slices.Contains(by, j) {
+			by = append(by, j)
+		}
+	}
+	slices.Sort(by)
+	return by
+}
+
+// prefixesOf returns a route's path prefixes, "/" (every path) for a route without paths.
+func prefixesOf(r RouteConfig) []string {
+	if len(r.Paths) == 0 {
+		return []string{"/"}
+	}
+	return r.Paths
+}
+
+func validPrefixes(paths []string) bool {
+	return !slices.ContainsFunc(paths, func(p string) bool { return !strings.HasPrefix(p, "/") })
+}
+
+// describeRoute says what a route matches, for a problem: its paths (or every path), websocket only.
+func describeRoute(r RouteConfig) string {
+	s := "every path"
+	if len(r.Paths) > 0 {
+		q := make([]string, len(r.Paths))
+		for i, p := range r.Paths {
+			q[i] = strconv.Quote(p)
+		}
+		s = "paths " + strings.Join(q, ", ")
+	}
+	if r.WebSocket {
+		s += ", websocket only"
+	}
+	return s
 }
 
 // startProblem checks a start mode ([global] start, [relays.NAME] start): "normal", or "fast", which

@@ -38,8 +38,10 @@ func (lb *LB) countEvent(e healthcheck.Event) {
 
 // logEvent writes one line per event, except the routine probe answers: the message says what happened
 // in words (servers by their label), the attributes kind, pool, server (the address; for
-// leader_changed the new leader), old (the previous leader) and detail say it for machines. Events that
-// need an operator's eye (a server down, a split brain, a failover, a failed reload) are warnings.
+// leader_changed the new leader), old (the previous leader) and detail say it for machines. Outages,
+// where a pool's requests can be served by no server, are errors: a leader pool without a leader, a
+// pool with no server available. Events that need an operator's eye (a server down, a split brain, a
+// failover, a failed reload) are warnings; the rest is INFO.
 func (lb *LB) logEvent(e healthcheck.Event) {
 	var msg string
 	level := slog.LevelInfo
@@ -52,6 +54,13 @@ func (lb *LB) logEvent(e healthcheck.Event) {
 		msg, level = "reload: keeping the running config", slog.LevelWarn
 	case healthcheck.LeaderChanged:
 		msg = "leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")"
+		if e.Server == "" {
+			level = slog.LevelError
+		}
+	case healthcheck.PoolDown:
+		msg, level = "pool down: no server is available", slog.LevelError
+	case healthcheck.PoolUp:
+		msg = "pool up: a server is available again"
 	case healthcheck.SplitBrain:
 		msg, level = "split brain: "+lb.serverLabel(e.Pool, e.Server), slog.LevelWarn
 	case healthcheck.Failover:

@@ -302,7 +302,7 @@ func (lb *LB) serve(srv *fasthttp.Server, ln net.Listener, what string) {
 	go func() {
 		defer lb.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
-			lb.logf("%s: %v", what, err)
+			lb.log.Error(fmt.Sprintf("%s: no longer serving: %v", what, err)) // the listener failed: an outage
 		}
 	}()
 }
@@ -422,11 +422,19 @@ func (lb *LB) Close() {
 // [admin] listen address is bound before anything applies and served at once, the old listener closing
 // without cutting its connections. Other changes to [frontend], and the logger and state file settings
 // of [global], need a restart; they are reported in the error and the rest of the reload still applies.
+//
+// Reload logs its outcome itself (a ReloadApplied or ReloadFailed event, the restart warning), so the
+// caller need not log the error again. fairlead_config_last_reload_successful is 1 after a reload
+// whose files are in force (applied, or unchanged: identical to the running config's), 0 after one
+// that kept the running config (ReloadFailed).
 func (lb *LB) Reload(cfg *Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
 	old := lb.gen.Load()
 	if sameFiles(old.cfg, cfg) {
+		// The files say what is running: this reload succeeded, even after a failed one (a bad edit
+		// put back as it was), whose 0 would otherwise stay.
+		lb.lastReloadOK.Store(true)
 		lb.logf("reload: config unchanged, nothing to do")
 		return nil
 	}
@@ -538,7 +546,11 @@ func (lb *LB) Reload(cfg *Config) error {
 		restart = append(restart, "[global] log_format, state_file or start")
 	}
 	if len(restart) > 0 {
-		return fmt.Errorf("reload: changes to %s take effect only after a restart", strings.Join(restart, " and "))
+		// The rest is in force and a reload of the same files finds nothing to do, so the reload
+		// counts as successful; the changes waiting for a restart are a warning.
+		err := fmt.Errorf("reload: changes to %s take effect only after a restart", strings.Join(restart, " and "))
+		lb.log.Warn(err.Error())
+		return err
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ import (
 //
 //	operational lines   lb.logf("tunnel: ...") and the like: msg is the line, level INFO
 //	events              one per event of the stream but probe answers (events.go): msg says what
-//	                    happened; kind, pool, server, old and detail are attributes
+//	                    happened; kind, pool, server, old and detail are attributes; ERROR for an
+//	                    outage (no leader, a pool with no server available), WARN for what needs an
+//	                    operator's eye, INFO otherwise (logEvent)
 //	the access log      [global] access_log: msg="access", one line per request (type=request) and
 //	                    one per tunnel close (type=tunnel); see logRequest and tunnelEnd.log
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,18 +203,32 @@ func (p *Pool) start(ctx context.Context) {
 // watchTier follows which tier serves (primaries or backups) from the event stream: when the backups
 // take over it counts and publishes a Failover, when a primary takes back a Failback (on which the
 // tunnel closer may move tunnels back, see failback_close_tunnels). While no server at all is
-// available the tier stays as it was.
+// available the tier stays as it was, and the outage is published once as PoolDown, its end as PoolUp
+// (also at start: a pool that has no server available after its first round of checks is down).
 func (p *Pool) watchTier(ctx context.Context) {
 	select {
 	case <-p.ready():
 	case <-ctx.Done():
 		return
 	}
-	first := true
+	first, down := true, false
 	for {
 		changed := p.bus.Changed()
 		st := p.state.Load()
-		if now := st.serving(); now >= 0 {
+		now := st.serving()
+		if now < 0 && !down {
+			// A leader change marks the old leader down, then the new one up, under the check's lock,
+			// and this goroutine may have looked in between (woken by another pool's event): Status
+			// takes that lock, so a second look after it sees no change in progress.
+			p.health.Status()
+			st = p.state.Load()
+			now = st.serving()
+		}
+		if (now < 0) != down && ctx.Err() == nil { // a pool being closed is not an outage
+			down = now < 0
+			p.availabilityChanged(st, down)
+		}
+		if now >= 0 {
 			if old := int(p.tier.Swap(int32(now))); old != now && !first {
 				p.tierChanged(st, now)
 			}
@@ -225,6 +240,42 @@ func (p *Pool) watchTier(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// availabilityChanged publishes PoolDown when no server of the pool is available any more (Detail
+// counts its servers by state), PoolUp when one is again (Detail names those available).
+func (p *Pool) availabilityChanged(st *poolState, down bool) {
+	if down {
+		detail := "no servers"
+		if n := len(st.servers); n > 0 {
+			var states []string
+			count := map[string]int{}
+			for _, s := range st.servers {
+				state := s.state()
+				if count[state] == 0 {
+					states = append(states, state)
+				}
+				count[state]++
+			}
+			for i, state := range states {
+				states[i] = strconv.Itoa(count[state]) + " " + state
+			}
+			plural := "s"
+			if n == 1 {
+				plural = ""
+			}
+			detail = strconv.Itoa(n) + " server" + plural + ": " + strings.Join(states, ", ")
+		}
+		p.bus.Publish(healthcheck.Event{Kind: healthcheck.PoolDown, Pool: p.name, Detail: detail})
+		return
+	}
+	var up []string
+	for _, s := range st.servers {
+		if s.Available() {
+			up = append(up, s.label())
+		}
+	}
+	p.bus.Publish(healthcheck.Event{Kind: healthcheck.PoolUp, Pool: p.name, Detail: "available: " + strings.Join(up, ", ")})
 }
 
 func (p *Pool) tierChanged(st *poolState, now int) {

@@ -118,7 +118,8 @@ func authMetrics(l *LB) string {
 func TestRouteAuthTableBelongsToTheRouteBeforeItAcrossConfDFiles(t *testing.T) {
 	keys, value := authFiles(t, clientKeyA)
 	dir := writeConfig(t, map[string]string{
-		"10-a.toml": minimalConfig + fmt.Sprintf(`
+		// The first route is not a catch-all: it would shadow the others (a config error).
+		"10-a.toml": strings.Replace(minimalConfig, `pool = "platform"`, "pool = \"platform\"\npaths = [\"/p\"]", 1) + fmt.Sprintf(`
 [[routes]]
 pool = "platform"
 paths = ["/a"]

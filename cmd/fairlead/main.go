@@ -63,13 +63,16 @@ func run(args []string) int {
 	slog.SetDefault(logger) // main's own log lines go through it too
 	l := lb.New(cfg, lb.Options{Logger: logger, Version: version})
 	if err := l.Start(ctx); err != nil {
-		log.Print(err)
+		// Fatal (a listen address in use, a relay that cannot start): an ERROR line, not log.Print,
+		// which the default slog logger writes at INFO.
+		logger.Error("fairlead: cannot start: " + err.Error())
 		return 1
 	}
 	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
 
-	// SIGHUP, or a change to a config file, reloads the config; a bad config is reported (file and key,
-	// and an event) and the running one stays. Reloads run one at a time.
+	// SIGHUP, or a change to a config file, reloads the config; a bad config is reported (one WARN line
+	// naming every file and key: the reload_failed event's) and the running one stays. Reloads run one
+	// at a time.
 	reloads := make(chan struct{}, 1)
 	reload := func() {
 		select {
@@ -81,13 +84,10 @@ func run(args []string) int {
 		for range reloads {
 			cfg, err := lb.LoadConfig(*configPath)
 			if err != nil {
-				log.Printf("reload: keeping the running config:\n%v", err)
-				l.ReloadFailed(err)
+				l.ReloadFailed(err) // logged once, by the event's line
 				continue
 			}
-			if err := l.Reload(cfg); err != nil {
-				log.Print(err)
-			}
+			l.Reload(cfg) //nolint:errcheck // Reload logs its outcome itself
 		}
 	}()
 	hup := make(chan os.Signal, 1)

@@ -111,6 +111,25 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 	}
 }
 
+// TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes: a route that an earlier one shadows can never
+// match (here devices would silently reach the platform instead of a connection server): -check and a
+// start exit 2 naming it and the route that takes its requests, each with its file.
+func TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"10-platform.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
+		"20-cxserver.toml": "[pools.cxserver]\nbalance = \"sticky\"\nservers = [\"127.0.0.1:9181\"]\n" +
+			"[[routes]]\nwebsocket = true\npaths = [\"/Thingworx/WS\"]\npool = \"cxserver\"\n",
+	})
+	want := filepath.Join(dir, "20-cxserver.toml") + `: routes.1: never matches (paths "/Thingworx/WS", websocket only): ` +
+		"routes.0 (every path, in " + filepath.Join(dir, "10-platform.toml") + ") comes before it and matches every request it could"
+	for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
+		_, errOut, code := runFairlead(t, args...)
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", args, code, errOut, want)
+		}
+	}
+}
+
 // startProcess runs fairlead on a config written for the cluster and waits until it serves.
 func startProcess(t *testing.T, c *sim.Cluster) (*exec.Cmd, string) {
 	t.Helper()
@@ -466,6 +485,163 @@ func TestAConfigFileEditIsPickedUpWithoutASignal(t *testing.T) {
 	p.waitUntil("the fixed edit to be applied", func() bool {
 		return p.metric("fairlead_config_last_reload_successful") == "1" && p.metric("fairlead_config_reloads_total") == "2"
 	})
+}
+
+// TestABadEditPutBackAsItWasMakesTheLastReloadSuccessfulAgain: after a bad edit (gauge 0) is undone, the
+// files are those of the running config again; the reload finds nothing to apply, and the last reload
+// attempt succeeded (gauge 1), or the alert on it would fire until the next real change. The failed
+// reload is logged once, on one WARN line naming the file and the key.
+func TestABadEditPutBackAsItWasMakesTheLastReloadSuccessfulAgain(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, "")
+	const good = "[pools.platform]\nqueue_timeout = \"3s\"\n"
+	// The watch is set up a moment after fairlead serves: an edit made before is not seen, so the first
+	// one is made again (well apart from the 300 ms debounce) until it applies.
+	var wrote time.Time
+	p.waitUntil("the edit to be applied", func() bool {
+		if time.Since(wrote) > time.Second {
+			p.write("30-more.toml", good)
+			wrote = time.Now()
+		}
+		return p.metric("fairlead_config_reloads_total") == "1"
+	})
+
+	bad := p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
+	p.waitUntil("the bad edit to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
+	p.write("30-more.toml", good) // put back as it was: the running config's bytes
+	p.waitUntil("the last reload to be successful again", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
+	p.waitUntil("the reload to find the files unchanged", func() bool { return strings.Contains(p.stderr.String(), "config unchanged") })
+	if got := p.metric("fairlead_config_reloads_total"); got != "1" {
+		t.Errorf("reloads applied = %s, want 1: the files put back are the running config", got)
+	}
+	if got := p.metric("fairlead_config_reload_failures_total"); got != "1" {
+		t.Errorf("reload failures = %s, want 1", got)
+	}
+
+	// Removing the file the first edit added is a change back to the start's config: applied.
+	if err := os.Remove(filepath.Join(p.dir, "30-more.toml")); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil("the removal to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "2" })
+
+	logged := linesWith(p.stderr.String(), bad+": pools.platform.queue_timeout: bad duration")
+	if len(logged) != 1 || !strings.Contains(logged[0], "level=WARN") || !strings.Contains(logged[0], "kind=reload_failed") {
+		t.Errorf("the failed reload is logged on %d lines, want one WARN reload_failed line:\n%s", len(logged), strings.Join(logged, "\n"))
+	}
+}
+
+// linesWith returns the lines of log that contain s.
+func linesWith(log, s string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestOutagesAreLoggedAsErrors: a leader pool without a leader and a pool with no server available at
+// all are ERROR lines (once per outage, not per probe), a server down a WARN line, and the end of an
+// outage an INFO line.
+func TestOutagesAreLoggedAsErrors(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := startProc(t, c, fmt.Sprintf(`
+[pools.cxserver]
+balance = "sticky"
+servers = [%q, %q]
+[pools.cxserver.check]
+path = "/health"
+interval = "100ms"
+fall = 2
+`, c.Connections[0].Addr, c.Connections[1].Addr))
+	logged := func(level, msg, pool string) []string {
+		var out []string
+		for _, line := range linesWith(p.stderr.String(), "msg=\""+msg) {
+			if strings.Contains(line, "level="+level+" ") && strings.Contains(line, " pool="+pool) {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+
+	// The leader stops answering 200 and no other server does: no leader.
+	c.Platforms[0].SetLeaderCheckStatus(503)
+	p.waitUntil("the leader to be lost", func() bool { return len(logged("ERROR", "leader is now none", "platform")) == 1 })
+	p.waitUntil("the platform pool down line", func() bool {
+		return len(logged("ERROR", "pool down: no server is available", "platform")) == 1
+	})
+	// Every server of the sticky pool fails its checks.
+	for _, s := range c.Connections {
+		s.SetHealthy(false)
+	}
+	p.waitUntil("the cxserver pool down line", func() bool {
+		return len(logged("ERROR", "pool down: no server is available", "cxserver")) == 1
+	})
+	for _, s := range c.Connections {
+		p.waitUntil("the server down line of "+s.Name, func() bool { return len(logged("WARN", s.Addr+": server down", "cxserver")) == 1 })
+	}
+	// Probes go on failing (every 100 ms): the outage is not logged again.
+	probes := func() int {
+		n, _ := strconv.Atoi(p.metric(`fairlead_events_total{kind="check_answered"}`))
+		return n
+	}
+	before := probes()
+	p.waitUntil("more failing probes", func() bool { return probes() >= before+6 })
+	if n := len(logged("ERROR", "pool down: no server is available", "cxserver")); n != 1 {
+		t.Errorf("the outage is logged %d times, want once", n)
+	}
+
+	c.Platforms[0].SetLeaderCheckStatus(0)
+	c.Connections[1].SetHealthy(true)
+	for _, pool := range []string{"platform", "cxserver"} {
+		p.waitUntil("the "+pool+" pool up line", func() bool {
+			return len(logged("INFO", "pool up: a server is available again", pool)) == 1
+		})
+	}
+	if got := p.metric(`fairlead_events_total{kind="pool_down"}`); got != "2" {
+		t.Errorf("pool_down events = %s, want 2", got)
+	}
+}
+
+// TestAListenAddressInUseIsAnErrorAndExits1: a fatal start error is an ERROR line, and the exit is 1.
+func TestAListenAddressInUseIsAnErrorAndExits1(t *testing.T) {
+	c, err := sim.Start(sim.Options{Platforms: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := writeFiles(t, map[string]string{"fairlead.toml": fmt.Sprintf(`
+[frontend]
+listen = %q
+[admin]
+listen = %q
+[pools.platform]
+servers = [%q, %q]
+[pools.platform.check]
+credentials = "YWRtaW46YWRtaW4="
+interval = "200ms"
+[[routes]]
+pool = "platform"
+`, ln.Addr(), freeAddr(t), c.Platforms[0].Addr, c.Platforms[1].Addr)})
+	_, errOut, code := runFairlead(t, "-config", dir)
+	lines := linesWith(errOut, "address already in use")
+	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") {
+		t.Fatalf("exit %d, want 1 with one ERROR line naming the address in use; stderr:\n%s", code, errOut)
+	}
 }
 
 // TestSIGTERMCompletesSlowInFlightRequests: at SIGTERM fairlead stops accepting but lets a request in
