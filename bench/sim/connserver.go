@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
@@ -26,6 +28,14 @@ var pathHealth = []byte("/health")
 // same type; messages up to 16 MiB are accepted. GET /health answers 200
 // "ok" or 503 according to SetHealthy, on Addr and on HealthAddr. Any other
 // request on Addr gets 400.
+//
+// /health understands two query parameters, so that a test has a slow or a
+// large answer from a connection server's HTTP side (a route of plain
+// requests to a pool of connection servers):
+//
+//	delay=D      sleep D (a Go duration) before answering
+//	bytes=N      answer with an N-byte body, byte i being 'a'+i%26, streamed
+//	             with a Content-Length, instead of "ok" (when healthy)
 //
 // All methods are safe for concurrent use.
 type ConnServer struct {
@@ -230,7 +240,7 @@ func (s *ConnServer) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if bytes.Equal(ctx.Path(), pathHealth) {
-		s.serveHealth(ctx)
+		s.serveHealth(ctx, s.main)
 		return
 	}
 	ctx.SetStatusCode(fasthttp.StatusBadRequest)
@@ -240,16 +250,43 @@ func (s *ConnServer) handle(ctx *fasthttp.RequestCtx) {
 func (s *ConnServer) handleHealthOnly(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetBytesKV(hdrServedBy, s.servedBy)
 	if bytes.Equal(ctx.Path(), pathHealth) {
-		s.serveHealth(ctx)
+		s.serveHealth(ctx, s.health)
 		return
 	}
 	ctx.SetStatusCode(fasthttp.StatusNotFound)
 	ctx.SetBodyString("not found\n")
 }
 
-func (s *ConnServer) serveHealth(ctx *fasthttp.RequestCtx) {
+// serveHealth answers /health on srv (whose stop cuts a delay short).
+func (s *ConnServer) serveHealth(ctx *fasthttp.RequestCtx, srv *netServer) {
+	var nbytes int64 = -1
+	if args := ctx.QueryArgs(); args.Len() > 0 {
+		if v := args.Peek("delay"); len(v) > 0 {
+			d, err := time.ParseDuration(string(v))
+			if err != nil {
+				badRequest(ctx, "bad delay parameter %q", v)
+				return
+			}
+			if !sleepUnlessStopped(d, srv.stopping()) {
+				drop(ctx)
+				return
+			}
+		}
+		if v := args.Peek("bytes"); len(v) > 0 {
+			n, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || n < 0 {
+				badRequest(ctx, "bad bytes parameter %q", v)
+				return
+			}
+			nbytes = n
+		}
+	}
 	ctx.SetContentTypeBytes(textPlain)
 	if s.healthy.Load() {
+		if nbytes >= 0 {
+			ctx.SetBodyStream(&patternReader{left: nbytes}, int(nbytes))
+			return
+		}
 		ctx.SetBodyString("ok\n")
 		return
 	}

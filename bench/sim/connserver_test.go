@@ -258,3 +258,26 @@ func TestConnServerPauseListenerKeepsOpenTunnels(t *testing.T) {
 	conn3, _ := dialWS(t, cx.Addr, "/ws", nil)
 	echo(t, conn3, websocket.TextMessage, []byte("restarted"))
 }
+
+func TestConnServerHealthAnswersSlowOrLargeOnRequest(t *testing.T) {
+	c := startCluster(t, Options{Connections: 1})
+	cl := newClient(t, 5*time.Second)
+	addr := c.Connections[0].Addr
+
+	resp, body := get(t, cl, "http://"+addr+"/health?bytes=100000")
+	if resp.StatusCode != 200 || len(body) != 100000 || body[:3] != "abc" || body[26:29] != "abc" {
+		t.Fatalf("bytes=100000: status %d, %d bytes starting %q", resp.StatusCode, len(body), body[:min(len(body), 30)])
+	}
+	start := time.Now()
+	if resp, body := get(t, cl, "http://"+addr+"/health?delay=300ms"); resp.StatusCode != 200 || body != "ok\n" {
+		t.Fatalf("delay=300ms: status %d %q", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("delay=300ms answered after %s", took)
+	}
+	for _, bad := range []string{"delay=soon", "bytes=-1", "bytes=x"} {
+		if resp, _ := get(t, cl, "http://"+addr+"/health?"+bad); resp.StatusCode != 400 {
+			t.Errorf("%s: status %d, want 400", bad, resp.StatusCode)
+		}
+	}
+}

@@ -438,6 +438,12 @@ func (p *Platform) leaderCheck(ctx *fasthttp.RequestCtx, st State) {
 // sleep waits d or until the server stops (goes Dead or the cluster
 // closes); it reports whether d elapsed.
 func (p *Platform) sleep(d time.Duration) bool {
+	return sleepUnlessStopped(d, p.srv.stopping())
+}
+
+// sleepUnlessStopped waits d or until stop is closed; it reports whether d
+// elapsed.
+func sleepUnlessStopped(d time.Duration, stop <-chan struct{}) bool {
 	if d <= 0 {
 		return true
 	}
@@ -446,7 +452,7 @@ func (p *Platform) sleep(d time.Duration) bool {
 	select {
 	case <-t.C:
 		return true
-	case <-p.srv.stopping():
+	case <-stop:
 		return false
 	}
 }

@@ -355,8 +355,15 @@ type proc struct {
 // platforms) and 20-extra.toml (extra), and waits until it serves.
 func startProc(t *testing.T, c *sim.Cluster, extra string) *proc {
 	t.Helper()
+	return startProcFiles(t, c, map[string]string{"20-extra.toml": extra})
+}
+
+// startProcFiles is startProc with the config files files beside 10-base.toml: a file whose name sorts
+// before it has its routes tried first, one whose name sorts after it merges over its tables.
+func startProcFiles(t *testing.T, c *sim.Cluster, files map[string]string) *proc {
+	t.Helper()
 	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
-	p.dir = writeFiles(t, map[string]string{"10-base.toml": fmt.Sprintf(`
+	files["10-base.toml"] = fmt.Sprintf(`
 [frontend]
 listen = %q
 [admin]
@@ -368,7 +375,8 @@ credentials = "YWRtaW46YWRtaW4="
 interval = "200ms"
 [[routes]]
 pool = "platform"
-`, p.addr, p.admin, c.Platforms[0].Addr, c.Platforms[1].Addr), "20-extra.toml": extra})
+`, p.addr, p.admin, c.Platforms[0].Addr, c.Platforms[1].Addr)
+	p.dir = writeFiles(t, files)
 	p.cmd = exec.Command(binary, "-config", p.dir)
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
