@@ -134,6 +134,7 @@ type framer struct {
 	// fields seen in the head
 	hasCL, hasTE, upgrade bool
 	hosts                 int
+	emptyHost             bool  // a Host field without a value
 	cl                    int64 // the Content-Length
 	// the field being read
 	name    [17]byte // its name, lower case, up to len("transfer-encoding")
@@ -346,7 +347,7 @@ var errHeadTooLarge = &frameError{431, "request header fields too large"}
 
 func (f *framer) beginMessage(at int64) {
 	f.headStart, f.http10, f.trailer = at, false, false
-	f.hasCL, f.hasTE, f.upgrade, f.hosts, f.cl = false, false, false, 0, 0
+	f.hasCL, f.hasTE, f.upgrade, f.hosts, f.cl, f.emptyHost = false, false, false, 0, 0, false
 }
 
 var httpVersion = []byte("HTTP/1.")
@@ -410,7 +411,10 @@ func (f *framer) classify() uint8 {
 // valueByte reads a byte of a field value (whitespace excluded; it ended any value byte run).
 func (f *framer) valueByte(c byte) *frameError {
 	switch f.field {
-	case fOther, fHost, fUpgrade:
+	case fOther, fUpgrade:
+		return nil
+	case fHost:
+		f.valLen++ // only whether it has a value is read
 		return nil
 	case fContentLength:
 		if c < '0' || c > '9' || f.valEnd {
@@ -450,6 +454,7 @@ func (f *framer) endField() *frameError {
 		f.hasTE = true
 	case fHost:
 		f.hosts++
+		f.emptyHost = f.emptyHost || f.valLen == 0
 	case fUpgrade:
 		f.upgrade = true
 	}
@@ -470,6 +475,11 @@ func (f *framer) endHead() *frameError {
 		return badRequest("Transfer-Encoding in an HTTP/1.0 request")
 	case f.hosts > 1 || (f.hosts == 0 && !f.http10):
 		return badRequest("missing or repeated Host")
+	case f.emptyHost && !f.http10:
+		// An "http" URI with an empty host is invalid (RFC 9110 section 4.2.1), and an HTTP/1.1 request
+		// must name its host (RFC 9112 section 3.2). An HTTP/1.0 request may omit it: it goes upstream
+		// with the address the client connected to (headers.go).
+		return badRequest("empty Host")
 	}
 	switch {
 	case f.hasTE:

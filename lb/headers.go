@@ -1,11 +1,11 @@
 package lb
 
 import (
+	"bufio"
 	"bytes"
 	"net"
 	"net/netip"
-	"sync/atomic"
-	"time"
+	"sync"
 
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -482,9 +482,39 @@ func prepareResponse(resp *fasthttp.Response) {
 		}
 	}
 	if !date {
-		h.SetBytesV(fasthttp.HeaderDate, httpDate())
+		addDate(h)
 	}
 }
+
+// addDate makes fasthttp write a Date on an answer that has none (RFC 9110 section 6.6.1). fasthttp
+// manages Date itself: the field cannot be set, and an answer read for relaying keeps the front end's
+// setting "no Date of fasthttp's own" (so that a server's Date passes unchanged). Only a reset header lets
+// fasthttp add its Date: the head is written out, the header reset and read back from it. Rare (servers
+// send Date); no allocation once the scratch buffers are warm.
+func addDate(h *fasthttp.ResponseHeader) {
+	sc := dateScratch.Get().(*scratchHead)
+	sc.b = append(sc.b[:0], h.Header()...)
+	h.Reset()
+	h.DisableNormalizing()
+	h.SetNoDefaultContentType(true)
+	sc.r.Reset(sc.b)
+	sc.br.Reset(&sc.r)
+	h.Read(sc.br) //nolint:errcheck // fasthttp reads back the head it wrote
+	sc.br.Reset(nil)
+	dateScratch.Put(sc)
+}
+
+type scratchHead struct {
+	b  []byte
+	r  bytes.Reader
+	br *bufio.Reader
+}
+
+var dateScratch = sync.Pool{New: func() any {
+	sc := &scratchHead{}
+	sc.br = bufio.NewReaderSize(&sc.r, upstreamBufferSize) // any head an upstream reader holds
+	return sc
+}}
 
 // responseHopByHop reports whether the answer's field name is hop-by-hop (RFC 9110 section 7.6.1):
 // Connection itself when conn is set, otherwise the other hop-by-hop fields and, when named is set,
@@ -512,23 +542,4 @@ func namedByResponseConnection(h *fasthttp.ResponseHeader, name []byte) bool {
 		}
 	}
 	return found
-}
-
-// dateCache holds the current second's HTTP-date, made once a second.
-var dateCache atomic.Pointer[cachedDate]
-
-type cachedDate struct {
-	sec int64
-	b   []byte
-}
-
-// httpDate returns the current time as an HTTP-date (RFC 9110 section 5.6.7).
-func httpDate() []byte {
-	now := time.Now()
-	if d := dateCache.Load(); d != nil && d.sec == now.Unix() {
-		return d.b
-	}
-	d := &cachedDate{sec: now.Unix(), b: fasthttp.AppendHTTPDate(nil, now)}
-	dateCache.Store(d)
-	return d.b
 }

@@ -406,10 +406,9 @@ func (p *proc) sumSeries(prefix string) float64 {
 
 // ---- point 1: what can be forwarded is forwarded ----
 
-// TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached: HTTP/1.0 without Host, HTTP/1.1
-// with an empty Host and a POST over HTTP/1.0 without Host go upstream as HTTP/1.1 with Host the
-// address the client connected to (RFC 9112 section 3.3), the body intact, and the client gets the
-// server's answer.
+// TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached: HTTP/1.0 without Host or with an
+// empty one, and a POST over HTTP/1.0 without Host, go upstream as HTTP/1.1 with Host the address the
+// client connected to (RFC 9112 section 3.3), the body intact, and the client gets the server's answer.
 func TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached(t *testing.T) {
 	// Each case in a fairlead process of its own: a case that fails may have taken the recorder down.
 	f := func(name, raw, wantLine, wantBody string, more func(t *testing.T, got rawMessage)) {
@@ -439,9 +438,28 @@ func TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached(t *testing
 			t.Errorf("a request without Host went upstream with X-Forwarded-For %q, want 127.0.0.1", v)
 		}
 	})
-	f("an empty Host", "GET /x HTTP/1.1\r\nHost:\r\n\r\n", "GET /x HTTP/1.1", "", nil)
-	f("a Host of one space", "GET /x HTTP/1.1\r\nHost: \r\nAccept: */*\r\n\r\n", "GET /x HTTP/1.1", "", nil)
+	f("an empty Host over HTTP/1.0", "GET /x HTTP/1.0\r\nHost:\r\n\r\n", "GET /x HTTP/1.1", "", nil)
+	f("a Host of one space over HTTP/1.0", "GET /x HTTP/1.0\r\nHost: \r\nAccept: */*\r\n\r\n", "GET /x HTTP/1.1", "", nil)
 	f("a POST over HTTP/1.0 without Host", "POST /x HTTP/1.0\r\nContent-Length: 11\r\n\r\nhello world", "POST /x HTTP/1.1", "hello world", nil)
+}
+
+// TestAnHTTP11RequestWithAnEmptyHostIsRefusedWith400: an "http" URI with an empty host is invalid (RFC
+// 9110 section 4.2.1) and an HTTP/1.1 request must carry a valid Host (RFC 9112 section 3.2): fairlead
+// answers 400 itself, naming the reason, and forwards nothing.
+func TestAnHTTP11RequestWithAnEmptyHostIsRefusedWith400(t *testing.T) {
+	p, rec := startRecorderProc(t)
+	for _, raw := range []string{"GET /x HTTP/1.1\r\nHost:\r\n\r\n", "GET /x HTTP/1.1\r\nHost:   \r\nAccept: */*\r\n\r\n"} {
+		m := roundTrip(t, p.addr, raw)
+		if m.status() != 400 || !strings.Contains(string(m.body), "empty Host") {
+			t.Errorf("%q: answered %s %q, want 400 naming the empty Host", raw, m, m.body)
+		}
+	}
+	if n := len(rec.requests()); n != 0 {
+		t.Errorf("the server received %d requests, want 0", n)
+	}
+	if n := p.sumSeries(`fairlead_server_failures_total{`); n != 0 {
+		t.Errorf("fairlead_server_failures_total: %v, want 0", n)
+	}
 }
 
 // TestAnAbsoluteFormTargetGoesUpstreamInOriginFormWithItsAuthorityAsHost: RFC 9112 section 3.2.2, the
@@ -745,8 +763,11 @@ var clientFaults = []clientFault{
 	{name: "no Host over HTTP/1.0", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
 		wantAnswer(t, fp, "GET "+fp.path+" HTTP/1.0\r\n\r\n", 200)
 	}},
-	{name: "an empty Host", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
-		wantAnswer(t, fp, "GET "+fp.path+" HTTP/1.1\r\nHost:\r\n\r\n", 200)
+	{name: "an empty Host over HTTP/1.0", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
+		wantAnswer(t, fp, "GET "+fp.path+" HTTP/1.0\r\nHost:\r\n\r\n", 200)
+	}},
+	{name: "an empty Host over HTTP/1.1 (refused)", handled: 0, forwarded: 0, run: func(t *testing.T, fp *faultPool) {
+		wantAnswer(t, fp, "GET "+fp.path+" HTTP/1.1\r\nHost:\r\n\r\n", 400)
 	}},
 	{name: "a POST over HTTP/1.0 without Host", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
 		wantAnswer(t, fp, "POST "+fp.path+" HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello", 200)
@@ -842,7 +863,7 @@ func TestClientFaultsAreNeverServerFailures(t *testing.T) {
 }
 
 // TestOneHostlessRequestEvery200msTakesNoServerDown is the issue's measurement: a roundrobin pool with
-// fall = 2 serves good requests for 2 s while a client sends `GET / HTTP/1.0` without Host every
+// fall = 2 serves good requests for 2 s while a client sends `GET /rr HTTP/1.0` without Host every
 // 0.2 s. Every request gets 200, and no server is ever down or counted failing.
 func TestOneHostlessRequestEvery200msTakesNoServerDown(t *testing.T) {
 	c := startQuietCluster(t, sim.Options{Platforms: 2, NoConnections: true})
@@ -854,6 +875,7 @@ queue_timeout = "1s"
 [pools.rr.check]
 fall = 2
 [[routes]]
+paths = ["/rr"]
 pool = "rr"
 `, c.Platforms[0].Addr, c.Platforms[1].Addr)})
 	p.waitUntil("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
@@ -871,7 +893,7 @@ pool = "rr"
 				return
 			default:
 			}
-			resp, err := cl.Get("http://" + p.addr + "/Thingworx/good")
+			resp, err := cl.Get("http://" + p.addr + "/rr/good")
 			if err != nil {
 				good = append(good, 0)
 				continue
@@ -892,7 +914,7 @@ pool = "rr"
 			defer badWG.Done()
 			status := 0
 			if cl, err := tryDialRawClient(t, p.addr); err == nil {
-				cl.send("GET / HTTP/1.0\r\n\r\n")
+				cl.send("GET /rr HTTP/1.0\r\n\r\n")
 				if m, err := cl.answer(); err == nil {
 					status = m.status()
 				}
@@ -967,6 +989,7 @@ topics = ["inventory/dev"]
 paths = ["/Thingworx"]
 pool = "platform"
 [[routes]]
+paths = ["/rec"]
 pool = "rec"
 `, rec.addr, c.Configs[0].Addr)})
 	p.waitUntil("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
