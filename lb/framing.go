@@ -161,6 +161,11 @@ func (f *framer) inHead() bool {
 	return f.state >= stMethod && f.state <= stHeadCR
 }
 
+// inRequest reports whether the framer is inside a request: its head or its body begun and not ended.
+func (f *framer) inRequest() bool {
+	return f.state != stStart && f.state != stStartCR && f.state != stOpaque
+}
+
 // scan checks p, the next bytes of the connection, and hands them on unchanged but for one byte
 // (whitespace after a chunk size, see stChunkBWS). On a violation it returns the error and the index in
 // p where the message it is in started (-1 if it started in an earlier read). The bytes of a field
@@ -724,6 +729,15 @@ func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	lb.refused(status)
+	if fc := frontOf(ctx.Conn()); fc != nil {
+		// fasthttp answers and closes: a connection error, of the error's kind when it is the
+		// connection's own (the read that failed was noted first, see Read), else refused.
+		k, ok := connKindOf(err)
+		if !ok || k == connOther {
+			k = connRefused
+		}
+		fc.noteError(k)
+	}
 	ctx.Error(refusalBody(status, reason), status)
 	lb.logUnrouted(ctx, lb.gen.Load())
 }
@@ -745,6 +759,9 @@ type frontConn struct {
 	// arrive in one read (zero when none): the socket's deadline is the earlier of the two.
 	deadline, headDeadline time.Time
 	sockDeadline           time.Time // the read deadline set on the socket (armRead)
+	// errNoted is set once the connection's error was counted (noteError), or once it was handed to
+	// a tunnel or a relay stream (HandOver), whose ends are theirs to account for.
+	errNoted atomic.Bool
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -781,13 +798,45 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	if err != nil && !c.headDeadline.IsZero() && isTimeout(err) && !time.Now().Before(c.headDeadline) {
 		return n, c.fail(&frameError{408, "request header timeout"})
 	}
+	if err != nil && c.f.inRequest() {
+		// The client closed, reset or stalled in the middle of a request. Between requests (and
+		// before the first) that is how connections end.
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
 	return n, err
 }
 
 func (c *frontConn) fail(e *frameError) error {
 	c.failed.Store(e)
+	k, _ := connKindOf(e)
+	c.noteError(k)
 	return e
 }
+
+// Write notes a failed write (the client went away while its answer was written) as the
+// connection's error.
+func (c *frontConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
+	return n, err
+}
+
+// noteError counts the connection's error of kind k (connerrors.go), the first one only.
+func (c *frontConn) noteError(k connKind) {
+	if c.errNoted.CompareAndSwap(false, true) {
+		c.lb.connErrs.note(k, c.Conn.RemoteAddr())
+	}
+}
+
+// HandOver is called when the connection goes to a tunnel or a relay stream (relay.UnwrapHijacked):
+// from then on its errors are not the front end's to count.
+func (c *frontConn) HandOver() { c.errNoted.Store(true) }
 
 // headTimer starts header_timeout when a head did not arrive whole in one read, and stops it when
 // the head is complete. A head that arrives in one read (nearly all) costs nothing.
