@@ -337,6 +337,9 @@ func newProber(addr string, o *Options) *prober {
 		WriteTimeout:        timeout,
 		MaxIdleConnDuration: o.IntervalMax + time.Second,
 		Dial:                pr.dial,
+		// An answer it cannot read is an error without the answer's bytes: the error is the
+		// probe's detail in events and the log.
+		SecureErrorLogMessage: true,
 	}
 	return pr
 }

@@ -225,7 +225,7 @@ func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	var buf lockedBuffer
 	l := startLBWithOptions(t, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\nlog_format = \"json\"\naccess_log = true\n"),
-		Options{Logger: NewLogger("json", &buf)})
+		Options{Logger: NewLogger("json", nil, &buf)})
 	sendWithSecrets(t, l, "/Thingworx/Things/A")
 	mustSetState(t, c.Platforms[0], sim.Backup)
 	mustSetState(t, c.Platforms[1], sim.Leader)
@@ -292,7 +292,7 @@ func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
 func newAccessLogBench(tb testing.TB) func() {
 	c := startCluster(tb, 2, 0)
 	l := startLBWithOptions(tb, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\naccess_log = true\n"),
-		Options{Logger: NewLogger("text", io.Discard)})
+		Options{Logger: NewLogger("text", nil, io.Discard)})
 	var ctx fasthttp.RequestCtx
 	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
 	var req fasthttp.Request

@@ -56,6 +56,10 @@ type GlobalConfig struct {
 	Start string `toml:"start"`
 	// LogFormat is "text" or "json" (log/slog). Default "text".
 	LogFormat string `toml:"log_format"`
+	// LogLevel is the least level logged: "debug", "info", "warn" or "error". "debug" adds the
+	// rate-limited lines of client connection errors (connerrors.go). A reload applies it at once.
+	// Default "info".
+	LogLevel string `toml:"log_level"`
 	// AccessLog writes one line per request and per tunnel close (route, pool, server, status,
 	// duration, bytes, retries). Default false.
 	AccessLog bool `toml:"access_log"`

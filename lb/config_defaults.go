@@ -24,6 +24,9 @@ func (c *Config) applyDefaults() {
 	if !c.isSet("global.log_format") {
 		gl.LogFormat = "text"
 	}
+	if !c.isSet("global.log_level") {
+		gl.LogLevel = "info"
+	}
 	fe := &c.Frontend
 	setDuration(&fe.DrainTimeout, c.isSet("frontend.drain_timeout"), 10*time.Second)
 	if !c.isSet("frontend.listen") {

@@ -95,6 +95,9 @@ func (c *Config) validate() []string {
 	if gl.LogFormat != "text" && gl.LogFormat != "json" {
 		add("global.log_format", "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
 	}
+	if _, ok := logLevels[gl.LogLevel]; !ok {
+		add("global.log_level", "unknown log level %q (want \"debug\", \"info\", \"warn\" or \"error\")", gl.LogLevel)
+	}
 
 	names := make([]string, 0, len(c.Pools))
 	for name := range c.Pools {

@@ -26,8 +26,9 @@ import (
 //	framing  one Content-Length of digits, or Transfer-Encoding exactly "chunked" (HTTP/1.1 only), never
 //	         both; HTTP/1.1 has exactly one Host; a Content-Length over max_body_size is refused (413)
 //	body     Content-Length bytes are skipped; a chunked body is checked as it streams: hex sizes, chunk
-//	         extensions, CRLF after each chunk's data, the trailer fields like header fields, and the
-//	         sum of the chunk sizes against max_body_size (413)
+//	         extensions (the whole chunk-ext grammar: token names, token or quoted-string values,
+//	         whitespace only around ';' and '='), CRLF after each chunk's data, the trailer fields like
+//	         header fields, and the sum of the chunk sizes against max_body_size (413)
 //	upgrade  after a request with an Upgrade header the connection is opaque: if the request becomes a
 //	         tunnel the bytes are WebSocket frames; if it does not, the connection is closed after the
 //	         answer (proxy.go), so no unchecked byte is ever read as a request
@@ -59,29 +60,36 @@ type frameLimits struct {
 
 // framer states.
 const (
-	stStart       = iota // between messages (empty lines allowed)
-	stStartCR            // CR of an empty line before a request
-	stMethod             // in the method token
-	stTarget0            // the first byte of the request target
-	stTarget             // in the request target
-	stVersion            // in "HTTP/1.x"
-	stVersionCR          // CR after the version
-	stLineStart          // at the start of a header (or trailer) line
-	stName               // in a field name
-	stValueOWS           // whitespace before a field value
-	stValue              // in a field value
-	stValueCR            // CR after a field value
-	stHeadCR             // CR of the blank line that ends the head (or the trailers)
-	stBody               // Content-Length bytes left: remain
-	stChunkSize          // in a chunk size
-	stChunkBWS           // whitespace after a chunk size, before ';'
-	stChunkExt0          // the first byte of a chunk extension (after ';' and whitespace)
-	stChunkExt           // in a chunk extension
-	stChunkSizeCR        // CR after a chunk-size line
-	stChunkData          // chunk data bytes left: remain
-	stChunkDataCR        // CR after chunk data
-	stChunkDataLF        // LF after chunk data
-	stOpaque             // after an upgrade request: not HTTP any more
+	stStart              = iota // between messages (empty lines allowed)
+	stStartCR                   // CR of an empty line before a request
+	stMethod                    // in the method token
+	stTarget0                   // the first byte of the request target
+	stTarget                    // in the request target
+	stVersion                   // in "HTTP/1.x"
+	stVersionCR                 // CR after the version
+	stLineStart                 // at the start of a header (or trailer) line
+	stName                      // in a field name
+	stValueOWS                  // whitespace before a field value
+	stValue                     // in a field value
+	stValueCR                   // CR after a field value
+	stHeadCR                    // CR of the blank line that ends the head (or the trailers)
+	stBody                      // Content-Length bytes left: remain
+	stChunkSize                 // in a chunk size
+	stChunkBWS                  // whitespace after a chunk size, before ';'
+	stChunkExt0                 // after ';': whitespace, then an extension's name
+	stChunkExtName              // in an extension's name
+	stChunkExtNameBWS           // whitespace after a name: '=' or ';' must follow
+	stChunkExtEq                // after '=': whitespace, then the value
+	stChunkExtToken             // in a token value
+	stChunkExtQuoted            // in a quoted-string value
+	stChunkExtQuotedPair        // after '\' in a quoted string
+	stChunkExtValEnd            // right after a quoted string's closing '"'
+	stChunkExtValBWS            // whitespace after a value: ';' must follow
+	stChunkSizeCR               // CR after a chunk-size line
+	stChunkData                 // chunk data bytes left: remain
+	stChunkDataCR               // CR after chunk data
+	stChunkDataLF               // LF after chunk data
+	stOpaque                    // after an upgrade request: not HTTP any more
 )
 
 // The header fields the framer reads.
@@ -154,7 +162,13 @@ func (f *framer) inHead() bool {
 	return f.state >= stMethod && f.state <= stHeadCR
 }
 
-// scan checks p, the next bytes of the connection. On a violation it returns the error and the index in
+// inRequest reports whether the framer is inside a request: its head or its body begun and not ended.
+func (f *framer) inRequest() bool {
+	return f.state != stStart && f.state != stStartCR && f.state != stOpaque
+}
+
+// scan checks p, the next bytes of the connection, and hands them on unchanged but for one byte
+// (whitespace after a chunk size, see stChunkBWS). On a violation it returns the error and the index in
 // p where the message it is in started (-1 if it started in an earlier read). The bytes of a field
 // value, a request target or a field name are checked in runs; only the bytes that change the state
 // go through the switch one by one.
@@ -317,9 +331,21 @@ func (f *framer) scan(p []byte) (start int, err *frameError) {
 			if err := f.chunkSizeByte(c); err != nil {
 				return start, err
 			}
-		case stChunkBWS, stChunkExt0, stChunkExt:
+			if f.state == stChunkBWS {
+				p[i] = ';' // see below
+			}
+		case stChunkBWS, stChunkExt0, stChunkExtName, stChunkExtNameBWS, stChunkExtEq, stChunkExtToken,
+			stChunkExtQuoted, stChunkExtQuotedPair, stChunkExtValEnd, stChunkExtValBWS:
 			if err := f.chunkExtByte(c); err != nil {
 				return start, err
+			}
+			if f.state == stChunkBWS {
+				// Whitespace between a chunk size and its first ';' is bad whitespace that RFC 9112
+				// 7.1.1 allows and fasthttp refuses ("5 ;a"): fasthttp reads it as ';', the start of
+				// an extension it skips. The line was checked as sent; its extensions are dropped when
+				// the body is re-encoded upstream, so the server sees the same either way. (A line
+				// that ends after the whitespace is refused above.)
+				p[i] = ';'
 			}
 		case stChunkDataCR:
 			if c != '\r' {
@@ -533,40 +559,105 @@ func (f *framer) chunkSizeByte(c byte) *frameError {
 	return f.chunkExtByte(c)
 }
 
-// chunkExtByte reads a byte after a chunk size: whitespace before ';', then extensions
-// (name[=value], values may be quoted), then CRLF.
+// qdtext marks the bytes of a quoted string that stand for themselves (RFC 9110 5.6.4): HTAB, SP,
+// visible ASCII but '"' and '\\', and obs-text.
+var qdtext = func() (t [256]bool) {
+	t['\t'], t[' '] = true, true
+	for c := 0x21; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	for c := 0x80; c < 0x100; c++ {
+		t[c] = true
+	}
+	return t
+}()
+
+// chunkExtByte reads a byte after a chunk size's digits, checking the chunk-ext grammar of RFC 9112
+// 7.1.1 to the end of the line:
+//
+//	chunk-ext     = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+//	chunk-ext-val = token / quoted-string
+//
+// so whitespace is allowed around ';' and '=' but not before the CRLF, names and token values are
+// tokens, and a quoted string holds qdtext and quoted-pairs ("\\" and HTAB, SP, a visible byte or
+// obs-text) and is closed before the line ends.
 func (f *framer) chunkExtByte(c byte) *frameError {
 	if f.chunkLen++; f.chunkLen > maxChunkLine {
 		return badRequest("chunk extension too long")
 	}
-	switch {
-	case c == '\r':
-		if f.state == stChunkExt0 || f.state == stChunkBWS {
-			return badRequest("invalid chunk extension")
-		}
-		f.state = stChunkSizeCR
-	case c == '\n':
-		return badRequest("bare LF")
-	case c == ';':
-		if f.state == stChunkExt0 {
-			return badRequest("invalid chunk extension")
-		}
-		f.state = stChunkExt0
-	case c == ' ' || c == '\t':
-		if f.state == stChunkSize {
+	ws := c == ' ' || c == '\t'
+	switch f.state {
+	case stChunkSize, stChunkBWS: // after the digits
+		switch {
+		case c == ';':
+			f.state = stChunkExt0
+		case ws:
 			f.state = stChunkBWS
+		case c == '\r' && f.state == stChunkSize:
+			f.state = stChunkSizeCR
+		case c == '\n':
+			return badRequest("bare LF")
+		case c == '\r':
+			return badRequest("invalid chunk extension") // whitespace before the CRLF
+		default:
+			return badRequest("invalid chunk size")
 		}
-	case f.state == stChunkBWS || f.state == stChunkSize:
-		return badRequest("invalid chunk size")
-	case f.state == stChunkExt0:
-		if !tchar[c] {
+	case stChunkExt0, stChunkExtNameBWS, stChunkExtEq, stChunkExtValBWS:
+		// Whitespace, then what may come there: a name (after ';'), '=' or ';' (after a name), a
+		// value (after '='), ';' (after a value).
+		switch {
+		case ws:
+		case f.state == stChunkExt0 && tchar[c]:
+			f.state = stChunkExtName
+		case f.state == stChunkExtNameBWS && c == '=':
+			f.state = stChunkExtEq
+		case (f.state == stChunkExtNameBWS || f.state == stChunkExtValBWS) && c == ';':
+			f.state = stChunkExt0
+		case f.state == stChunkExtEq && tchar[c]:
+			f.state = stChunkExtToken
+		case f.state == stChunkExtEq && c == '"':
+			f.state = stChunkExtQuoted
+		case c == '\n':
+			return badRequest("bare LF")
+		default:
 			return badRequest("invalid chunk extension")
 		}
-		f.state = stChunkExt
-	default: // stChunkExt: the rest of an extension, quoted strings included
-		if !fieldByte[c] {
+	case stChunkExtName, stChunkExtToken, stChunkExtValEnd:
+		// In a name or a token value, or after a quoted value: the token goes on, or it ends.
+		switch {
+		case tchar[c] && f.state != stChunkExtValEnd:
+		case c == '\r':
+			f.state = stChunkSizeCR
+		case c == ';':
+			f.state = stChunkExt0
+		case c == '=' && f.state == stChunkExtName:
+			f.state = stChunkExtEq
+		case ws && f.state == stChunkExtName:
+			f.state = stChunkExtNameBWS
+		case ws:
+			f.state = stChunkExtValBWS
+		case c == '\n':
+			return badRequest("bare LF")
+		default:
 			return badRequest("invalid chunk extension")
 		}
+	case stChunkExtQuoted:
+		switch {
+		case qdtext[c]:
+		case c == '"':
+			f.state = stChunkExtValEnd
+		case c == '\\':
+			f.state = stChunkExtQuotedPair
+		case c == '\n':
+			return badRequest("bare LF")
+		default: // a control byte, DEL, or the line's end before the closing quote
+			return badRequest("invalid chunk extension")
+		}
+	case stChunkExtQuotedPair:
+		if c != '\t' && c < ' ' || c == 0x7f {
+			return badRequest("invalid chunk extension")
+		}
+		f.state = stChunkExtQuoted
 	}
 	return nil
 }
@@ -648,6 +739,15 @@ func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 		}
 	}
 	lb.refused(status)
+	if fc := frontOf(ctx.Conn()); fc != nil {
+		// fasthttp answers and closes: a connection error, of the error's kind when it is the
+		// connection's own (the read that failed was noted first, see Read), else refused.
+		k, ok := connKindOf(err)
+		if !ok || k == connOther {
+			k = connRefused
+		}
+		fc.noteError(k)
+	}
 	ctx.Error(refusalBody(status, reason), status)
 	lb.logUnrouted(ctx, lb.gen.Load())
 }
@@ -669,6 +769,9 @@ type frontConn struct {
 	// arrive in one read (zero when none): the socket's deadline is the earlier of the two.
 	deadline, headDeadline time.Time
 	sockDeadline           time.Time // the read deadline set on the socket (armRead)
+	// errNoted is set once the connection's error was counted (noteError), or once it was handed to
+	// a tunnel or a relay stream (HandOver), whose ends are theirs to account for.
+	errNoted atomic.Bool
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -705,13 +808,45 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	if err != nil && !c.headDeadline.IsZero() && isTimeout(err) && !time.Now().Before(c.headDeadline) {
 		return n, c.fail(&frameError{408, "request header timeout"})
 	}
+	if err != nil && c.f.inRequest() {
+		// The client closed, reset or stalled in the middle of a request. Between requests (and
+		// before the first) that is how connections end.
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
 	return n, err
 }
 
 func (c *frontConn) fail(e *frameError) error {
 	c.failed.Store(e)
+	k, _ := connKindOf(e)
+	c.noteError(k)
 	return e
 }
+
+// Write notes a failed write (the client went away while its answer was written) as the
+// connection's error.
+func (c *frontConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
+	return n, err
+}
+
+// noteError counts the connection's error of kind k (connerrors.go), the first one only.
+func (c *frontConn) noteError(k connKind) {
+	if c.errNoted.CompareAndSwap(false, true) {
+		c.lb.connErrs.note(k, c.Conn.RemoteAddr())
+	}
+}
+
+// HandOver is called when the connection goes to a tunnel or a relay stream (relay.UnwrapHijacked):
+// from then on its errors are not the front end's to count.
+func (c *frontConn) HandOver() { c.errNoted.Store(true) }
 
 // headTimer starts header_timeout when a head did not arrive whole in one read, and stops it when
 // the head is complete. A head that arrives in one read (nearly all) costs nothing.

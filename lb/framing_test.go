@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -138,6 +139,74 @@ func TestFramerRefusesEveryMalformedShape(t *testing.T) {
 	}
 	for name, c := range bad {
 		checkFrame(t, name, c.in, c.want)
+	}
+}
+
+// Chunk extensions are checked against the whole chunk-ext grammar of RFC 9112 7.1.1 (names and token
+// values of token characters, quoted strings of qdtext and quoted-pairs, whitespace only around ';' and
+// '='), not only their first byte.
+func TestFramerChecksTheWholeChunkExtensionGrammar(t *testing.T) {
+	const chunked = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	f := func(ext string, want int) {
+		t.Helper()
+		checkFrame(t, strconv.Quote("5"+ext), chunked+"5"+ext+"\r\nhello\r\n0\r\n\r\n", want)
+	}
+	// Valid.
+	f(";a", 0)
+	f(";a=b", 0)
+	f(";a;b=c", 0)
+	f(" ; a = \"x y\"", 0)
+	f("\t;\ta\t=\tb\t;\tc", 0)
+	f(";a=b;c=\"d\";e", 0)
+	f(";!#$%&'*+-.^_`|~09AZaz=!#$%&'*+-.^_`|~", 0) // every kind of token character
+	f(";a=\"\"", 0)
+	f(";a=\"semi;colon=equals,comma\"", 0)
+	f(";a=\"q\\\"uote \\\\ backslash \\\t tab \\  space\"", 0) // quoted-pairs
+	f(";a=\"caf\xc3\xa9\"", 0)                                 // obs-text
+	f(";a=\"\\\xff\"", 0)                                      // a quoted-pair of obs-text
+	f(";a=\"tab\tin\"", 0)
+	// Invalid.
+	f(";bad[=x", 400)
+	f(";a b c", 400)
+	f(";a=b c", 400)
+	f(";a=[b]", 400)
+	f(";a=b\"", 400)
+	f(";a=caf\xc3\xa9", 400)
+	f(";a=\"unterminated", 400)
+	f(";a=\"bad pair \\\x01\"", 400)
+	f(";a=\"pair at the end of the line \\", 400)
+	f(";a=\"control \x01\"", 400)
+	f(";a=\"DEL \x7f\"", 400)
+	f(";a=\"x\"y", 400)
+	f(";a=\"x\"\"y\"", 400)
+	f(";a=\"x\nb\"", 400)
+	f(";a\x00", 400)
+	f(";", 400)
+	f(";;a", 400)
+	f("; ", 400)
+	f(";=b", 400)
+	f(";a=", 400)
+	f(";a =", 400)
+	f(";a==b", 400)
+	f(";a=b=c", 400)
+	f(";a ", 400) // whitespace before the CRLF
+	f(";a=b ", 400)
+	f(";a=\"b\" ", 400)
+	f(" ", 400)
+	f(";a=\""+strings.Repeat("x", maxChunkLine)+"\"", 400) // over the line-length bound
+}
+
+// fasthttp refuses the whitespace RFC 9112 allows between a chunk size and its first ';' ("5 ;a"), so
+// the framer hands it on as ';' (the extensions are dropped upstream anyway); nothing else changes.
+func TestFramerHandsOnWhitespaceBeforeAChunkExtensionAsSemicolons(t *testing.T) {
+	const head = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	in := []byte(head + "5 \t; a = \"x y\"\r\nhello\r\n0\r\n\r\n")
+	f := framer{lim: &framingLimits}
+	if _, err := f.scan(in); err != nil {
+		t.Fatal(err)
+	}
+	if want := head + "5;;; a = \"x y\"\r\nhello\r\n0\r\n\r\n"; string(in) != want {
+		t.Fatalf("handed on %q, want %q", in, want)
 	}
 }
 

@@ -102,6 +102,10 @@ func hostileFramingCases() []hostileCase {
 		hostileBad("chunk size of 20 hex digits", chunked+"10000000000000000000\r\nhello\r\n0\r\n\r\n"),
 		hostileBad("chunk extension with a CTL byte", chunked+"5;a=\x01\r\nhello\r\n0\r\n\r\n"),
 		hostileBad("chunk extension starting with =", chunked+"5;=a\r\nhello\r\n0\r\n\r\n"),
+		hostileBad("chunk extension name bad[", chunked+"5;bad[=x\r\nhello\r\n0\r\n\r\n"),
+		hostileBad("chunk extension of three words", chunked+"5;a b c\r\nhello\r\n0\r\n\r\n"),
+		hostileBad("chunk extension with an unterminated quoted value", chunked+"5;a=\"open\r\nhello\r\n0\r\n\r\n"),
+		hostileBad("chunk extension with a bad quoted-pair", chunked+"5;a=\"\\\x01\"\r\nhello\r\n0\r\n\r\n"),
 		hostileBad("chunk data not followed by CRLF", chunked+"5\r\nhelloXY\r\n0\r\n\r\n"),
 		// Line endings.
 		hostileBad("bare LF after the request line", "GET "+hostilePath+" HTTP/1.1\nHost: a\r\n\r\n"),
@@ -182,6 +186,43 @@ func TestHostileFramingSplitAcrossWritesGets400AndCloses(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Chunk extensions are checked against their whole grammar (RFC 9112 7.1.1): a bad one in the first
+// chunk-size line gets fairlead's 400 and the server receives nothing; valid ones are forwarded and the
+// whole body arrives.
+func TestHostileChunkExtensionsAreCheckedWholeAndOnlyValidOnesForwarded(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	u := startHostileUpstream(t, hostileRecordBody)
+	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("rec", u.addr, []string{"/Thingworx/rec"}, "", "")))
+	const chunked = "POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+	f := func(ext string, forwarded bool) {
+		t.Helper()
+		before := u.requests.Load()
+		r := rawRequest(t, l.Addr(), chunked+"5"+ext+"\r\nhello\r\n0\r\n\r\n")
+		got := u.requests.Load() - before
+		if !forwarded {
+			if r.status != 400 || !r.closed || r.header.Get("X-Body-Bytes") != "" {
+				t.Errorf("5%s: got %s; want fairlead's 400 and a closed connection", ext, r)
+			}
+			if got != 0 {
+				t.Errorf("5%s: the server received %d requests, want none", ext, got)
+			}
+			return
+		}
+		if r.status != 200 || r.header.Get("X-Body-Bytes") != "5" || got != 1 {
+			t.Errorf("5%s: got %s after %d requests reached the server; want the server's 200 with X-Body-Bytes 5", ext, r, got)
+		}
+	}
+	f(";bad[=x", false)
+	f(";a b c", false)
+	f(";a=\"unterminated", false)
+	f(";a=\"bad pair \\\x01\"", false)
+	f(";a=b ", false)
+	f(";a=b", true)
+	f(" ; a = \"x y\"", true)
+	f(";a;b=c", true)
+	f(";a=\"q\\\"uote\"", true)
 }
 
 // A bad chunk that arrives after the request was forwarded: the client gets 400 and the server behind

@@ -37,6 +37,7 @@ type LB struct {
 	gen     atomic.Pointer[generation]
 	log     *slog.Logger         // events and the access log (log.go)
 	logf    func(string, ...any) // printf-style lines, through log unless Options.Logf was given
+	level   *slog.LevelVar       // log's level: [global] log_level
 	version string               // fairlead_build_info
 
 	frontend *fasthttp.Server
@@ -46,10 +47,12 @@ type LB struct {
 	tlsLn    net.Listener // its HTTPS listener (nil without tls_listen)
 	adminLn  net.Listener
 
-	limits               *frameLimits                     // the framer's, set at Start
-	badRequests          [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
-	tlsHandshakeFailures atomic.Uint64
-	adminDenied          atomic.Uint64 // admin requests answered 401
+	limits      *frameLimits                     // the framer's, set at Start
+	badRequests [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
+	// connErrs and adminConnErrs count and log the connection errors of the front end and of the
+	// admin listener (connerrors.go); fasthttp's own lines never reach the log.
+	connErrs, adminConnErrs connErrors
+	adminDenied             atomic.Uint64 // admin requests answered 401
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -97,6 +100,9 @@ type Options struct {
 	// Logf, when Logger is nil, receives every line instead, as text (tests collect them). Ignored
 	// when Logger is set.
 	Logf func(format string, args ...any)
+	// Level is the level Logger logs at (NewLogger's level): New sets it to [global] log_level and a
+	// reload to the new one. Default a LevelVar of New's own, which a Logger given without it ignores.
+	Level *slog.LevelVar
 	// Version is the version fairlead_build_info reports. Default "dev".
 	Version string
 }
@@ -104,8 +110,10 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus(),
+	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus(),
 		disc: map[string]*discovery{}, relayRoutes: map[string]*relayRoute{}}
+	lb.connErrs.what, lb.connErrs.log = "frontend", o.Logger
+	lb.adminConnErrs.what, lb.adminConnErrs.log = "admin", o.Logger
 	lb.lastReloadOK.Store(true)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
@@ -275,7 +283,10 @@ func (lb *LB) Start(ctx context.Context) error {
 		MaxRequestBodySize: maxBody(fe.MaxBodySize),
 		CloseOnShutdown:    true,
 		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
-		Logger:             fasthttpLogger{lb.logf},
+		// fasthttp's lines quote the bytes of a request it could not read: its errors are counted and
+		// logged without them (connerrors.go), and its error messages leave the bytes out too.
+		Logger:                fasthttpLogger{errs: &lb.connErrs, front: true},
+		SecureErrorLogMessage: true,
 	}
 	for _, ln := range fls {
 		lb.serve(lb.frontend, ln, "frontend")
@@ -290,7 +301,8 @@ func (lb *LB) Start(ctx context.Context) error {
 		lb.lnMu.Lock()
 		lb.adminLn = aln
 		lb.lnMu.Unlock()
-		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second}
+		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
+			Logger: fasthttpLogger{errs: &lb.adminConnErrs}, SecureErrorLogMessage: true}
 		lb.serve(lb.admin, aln, "admin")
 	}
 	return nil
@@ -503,6 +515,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
+	lb.level.Set(logLevels[cfg.Global.LogLevel])
 	lb.swapRelays(rrs)
 	lb.syncDiscovery(g)
 	for _, m := range feMoved {
@@ -524,9 +537,9 @@ func (lb *LB) Reload(cfg *Config) error {
 	lb.lastReloadOK.Store(true)
 	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadApplied,
 		Detail: fmt.Sprintf("%d pools, %d new", len(g.pools), len(fresh))})
-	// The listen addresses moved above, the admin credentials and access_log apply at once; the rest
-	// of [frontend] configures the running HTTP server, and the logger and state file are set up at
-	// start.
+	// The listen addresses moved above, the admin credentials, access_log and log_level apply at
+	// once; the rest of [frontend] configures the running HTTP server, and the logger's format and
+	// the state file are set up at start.
 	fe, ofe := cfg.Frontend, old.cfg.Frontend
 	fe.Listen, ofe.Listen, fe.TLSListen, ofe.TLSListen = "", "", "", ""
 	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
@@ -565,7 +578,3 @@ func (lb *LB) ReloadFailed(err error) {
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).
 func sameFiles(a, b *Config) bool { return a.digest != "" && a.digest == b.digest }
-
-type fasthttpLogger struct{ logf func(string, ...any) }
-
-func (l fasthttpLogger) Printf(format string, args ...any) { l.logf("frontend: "+format, args...) }

@@ -14,8 +14,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The log: fairlead logs through log/slog, as text (key=value) or JSON lines ([global] log_format). Three
-// kinds of lines share it:
+// The log: fairlead logs through log/slog, as text (key=value) or JSON lines ([global] log_format), at
+// [global] log_level and above. Four kinds of lines share it:
 //
 //	operational lines   lb.logf("tunnel: ...") and the like: msg is the line, level INFO
 //	events              one per event of the stream but probe answers (events.go): msg says what
@@ -24,29 +24,43 @@ import (
 //	                    operator's eye, INFO otherwise (logEvent)
 //	the access log      [global] access_log: msg="access", one line per request (type=request) and
 //	                    one per tunnel close (type=tunnel); see logRequest and tunnelEnd.log
+//	connection errors   what fasthttp would log about a client connection, as kind and client address
+//	                    only, rate-limited (connerrors.go): DEBUG, or WARN for accept errors and the
+//	                    connection limit
 //
-// The access log never holds the query string (ThingWorx accepts an appKey there), a header (so no
-// Authorization, cookie or LeaderCheck credentials) or a body.
+// No line holds a byte of a request: the access log never holds the query string (ThingWorx accepts an
+// appKey there), a header (so no Authorization, cookie or LeaderCheck credentials) or a body, and
+// fasthttp's own lines, which quote the bytes of a request it could not read, never reach the log.
+
+// logLevels are the values of [global] log_level.
+var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 
 // NewLogger returns the logger for [global] log_format: "json" writes one JSON object per line, anything
-// else text lines (key=value), at level INFO and above.
-func NewLogger(format string, w io.Writer) *slog.Logger {
+// else text lines (key=value), at level and above (nil: INFO). Pass the LevelVar that Options.Level
+// names, so that [global] log_level applies to it.
+func NewLogger(format string, level slog.Leveler, w io.Writer) *slog.Logger {
+	o := &slog.HandlerOptions{Level: level}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		return slog.New(slog.NewJSONHandler(w, o))
 	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, o))
 }
 
 // setDefaults gives New a Logger and a Logf that write to the same place: Logf over Logger, or, for a
-// caller that gave only Logf (tests), Logger's text lines (without the time) passed to Logf.
+// caller that gave only Logf (tests), Logger's text lines (without the time) passed to Logf; and sets
+// Level to cfg's [global] log_level.
 func (o *Options) setDefaults(cfg *Config) {
+	if o.Level == nil {
+		o.Level = new(slog.LevelVar)
+	}
+	o.Level.Set(logLevels[cfg.Global.LogLevel]) // "" (a Config not from LoadConfig): INFO
 	switch {
 	case o.Logger != nil:
 		o.Logf = logfOver(o.Logger)
 	case o.Logf != nil:
-		o.Logger = slog.New(slog.NewTextHandler(logfWriter(o.Logf), &slog.HandlerOptions{ReplaceAttr: withoutTime}))
+		o.Logger = slog.New(slog.NewTextHandler(logfWriter(o.Logf), &slog.HandlerOptions{Level: o.Level, ReplaceAttr: withoutTime}))
 	default:
-		o.Logger = NewLogger(cfg.Global.LogFormat, os.Stderr)
+		o.Logger = NewLogger(cfg.Global.LogFormat, o.Level, os.Stderr)
 		o.Logf = logfOver(o.Logger)
 	}
 	if o.Version == "" {

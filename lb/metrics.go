@@ -128,8 +128,15 @@ func (lb *LB) writeMetrics(w io.Writer) {
 	for i, code := range refusedCodes {
 		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.badRequests[i].Load())
 	}
+	for k := range numConnKinds {
+		n := lb.connErrs.count[k].Load()
+		if k == connLimit && lb.frontend != nil {
+			n += uint64(lb.frontend.GetRejectedConnectionsCount()) // fasthttp counts them
+		}
+		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
+	}
 	if ft := g.cfg.Frontend.tls; ft != nil {
-		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.tlsHandshakeFailures.Load())
+		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.connErrs.count[connTLS].Load())
 		for i, c := range ft.certs {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}

@@ -212,9 +212,9 @@ func frontOf(c net.Conn) *frontConn {
 
 // handshake runs a TLS connection's handshake once (fasthttp asks for it before the first read, to
 // learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset). A failed
-// handshake (no client certificate when one is required, an old protocol version) is counted, and the
-// connection then reads EOF: it closes without an answer. A client that went away before its hello (a
-// port probe) is not a failure.
+// handshake (no client certificate when one is required, an old protocol version, plain HTTP) is a
+// connection error of kind tls, and the connection then reads EOF: it closes without an answer. A
+// client that went away before its hello (a port probe) is not a failure.
 func (c *frontConn) handshake() error {
 	if c.shook {
 		return c.hsErr
@@ -227,7 +227,7 @@ func (c *frontConn) handshake() error {
 	c.tc.SetDeadline(time.Now().Add(d)) //nolint:errcheck // a failed handshake reports it
 	if c.hsErr = c.tc.Handshake(); c.hsErr != nil {
 		if !errors.Is(c.hsErr, io.EOF) {
-			c.lb.tlsHandshakeFailures.Add(1)
+			c.noteError(connTLS)
 		}
 		return c.hsErr
 	}

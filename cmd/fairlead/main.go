@@ -59,9 +59,10 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	logger := lb.NewLogger(cfg.Global.LogFormat, os.Stderr)
+	level := new(slog.LevelVar) // [global] log_level: New sets it, a reload changes it
+	logger := lb.NewLogger(cfg.Global.LogFormat, level, os.Stderr)
 	slog.SetDefault(logger) // main's own log lines go through it too
-	l := lb.New(cfg, lb.Options{Logger: logger, Version: version})
+	l := lb.New(cfg, lb.Options{Logger: logger, Level: level, Version: version})
 	if err := l.Start(ctx); err != nil {
 		// Fatal (a listen address in use, a relay that cannot start): an ERROR line, not log.Print,
 		// which the default slog logger writes at INFO.

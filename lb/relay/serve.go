@@ -292,13 +292,18 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setu
 // server's read buffer, and the bytes that buffer held (a client may send frames before it
 // sees the handshake's answer). They are drained through the wrapper with an expired read
 // deadline: buffered bytes come back without touching the socket, and the socket itself is
-// not read. A connection that is not fasthttp's wrapper is returned as it is.
+// not read. A connection that is not fasthttp's wrapper is returned as it is. A connection that
+// wants to know that it now belongs to a stream (the front end's, which stops counting its errors
+// as the front end's) is told through its HandOver method.
 func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 	u, ok := c.(interface{ UnsafeConn() net.Conn })
 	if !ok {
 		return c, nil, nil
 	}
 	raw := u.UnsafeConn()
+	if h, ok := raw.(interface{ HandOver() }); ok {
+		h.HandOver()
+	}
 	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
 		return nil, nil, err
 	}
