@@ -63,7 +63,7 @@ pool = "rr"
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(3 * time.Second)) //nolint:errcheck
-		conn.Write(in[:int(cut)%(len(in)+1)])              //nolint:errcheck // fairlead may close early
+		conn.Write(in[:int(cut)%(len(in)+1)])             //nolint:errcheck // fairlead may close early
 		if close {
 			conn.Close()
 		} else {

@@ -10,9 +10,9 @@ import (
 
 // A leader pool's requests in flight when the leader changes, and a leader that hangs.
 //
-// In-flight failover. When a leader pool's leader changes (the LeaderChecks elected another, or the
-// leader stepped down), its requests still waiting for an answer from the old leader are looked at:
-// those that may go again (idempotent: GET, HEAD, OPTIONS, PUT, DELETE, RFC 9110 section 9.2.2; their
+// In-flight failover. When a leader pool has a new leader (the LeaderChecks elected another, after the
+// old one stepped down, failed or hung), its requests still waiting for an answer from another server
+// are looked at: those that may go again (idempotent: GET, HEAD, OPTIONS, PUT, DELETE, RFC 9110 section 9.2.2; their
 // body in memory) and have received no byte of an answer are abandoned and sent to the new leader at
 // once, without waiting out response_timeout (fairlead_pool_inflight_failovers_total counts them). A
 // request still queued for a connection to the old leader goes to the new one too (none of it was sent).
@@ -109,10 +109,12 @@ func (u *upstream) unanswered(now time.Time, d time.Duration) bool {
 	return false
 }
 
-// leaderChanged sends the old leader's waiting requests to the new one (the bus calls it on every
-// event).
+// leaderChanged sends the requests waiting on the other servers of a leader pool to its new leader (the
+// bus calls it on every event). Only once there is a new leader: while there is none, the old one may
+// still answer what it has (a leader stepping down finishes its requests); when one is elected after a
+// time without, the requests still waiting on the old one go then.
 func (lb *LB) leaderChanged(e healthcheck.Event) {
-	if e.Kind != healthcheck.LeaderChanged || e.Old == "" {
+	if e.Kind != healthcheck.LeaderChanged || e.Server == "" {
 		return
 	}
 	p := lb.gen.Load().pools[e.Pool]
@@ -120,7 +122,7 @@ func (lb *LB) leaderChanged(e healthcheck.Event) {
 		return
 	}
 	for _, s := range p.state.Load().servers {
-		if s.Addr == e.Old {
+		if s.Addr != e.Server {
 			s.client.Load().abandon()
 		}
 	}
