@@ -53,6 +53,9 @@ func watchConfig(ctx context.Context, path string, reload func(), secrets func()
 		}
 	}
 	syncSecrets()
+	// The config was read before the watch was set up: an edit made meanwhile (a deploy writing the
+	// files as fairlead starts) is caught up now. An unchanged config is skipped by the reload.
+	reload()
 	relevant := func(name string) bool {
 		if watched[abs(name)] {
 			return true
