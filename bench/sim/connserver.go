@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -259,27 +258,9 @@ func (s *ConnServer) handleHealthOnly(ctx *fasthttp.RequestCtx) {
 
 // serveHealth answers /health on srv (whose stop cuts a delay short).
 func (s *ConnServer) serveHealth(ctx *fasthttp.RequestCtx, srv *netServer) {
-	var nbytes int64 = -1
-	if args := ctx.QueryArgs(); args.Len() > 0 {
-		if v := args.Peek("delay"); len(v) > 0 {
-			d, err := time.ParseDuration(string(v))
-			if err != nil {
-				badRequest(ctx, "bad delay parameter %q", v)
-				return
-			}
-			if !sleepUnlessStopped(d, srv.stopping()) {
-				drop(ctx)
-				return
-			}
-		}
-		if v := args.Peek("bytes"); len(v) > 0 {
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || n < 0 {
-				badRequest(ctx, "bad bytes parameter %q", v)
-				return
-			}
-			nbytes = n
-		}
+	nbytes, ok := delayAndBytes(ctx, func(d time.Duration) bool { return sleepUnlessStopped(d, srv.stopping()) })
+	if !ok {
+		return
 	}
 	ctx.SetContentTypeBytes(textPlain)
 	if s.healthy.Load() {

@@ -341,24 +341,9 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 			}
 			status = n
 		}
-		if v := args.Peek("delay"); len(v) > 0 {
-			d, err := time.ParseDuration(string(v))
-			if err != nil {
-				badRequest(ctx, "bad delay parameter %q", v)
-				return
-			}
-			if !p.sleep(d) {
-				drop(ctx)
-				return
-			}
-		}
-		if v := args.Peek("bytes"); len(v) > 0 {
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || n < 0 {
-				badRequest(ctx, "bad bytes parameter %q", v)
-				return
-			}
-			nbytes = n
+		var ok bool
+		if nbytes, ok = delayAndBytes(ctx, p.sleep); !ok {
+			return
 		}
 		chunked = args.Has("chunked") && string(args.Peek("chunked")) != "0"
 	}
@@ -443,6 +428,34 @@ func (p *Platform) sleep(d time.Duration) bool {
 
 // sleepUnlessStopped waits d or until stop is closed; it reports whether d
 // elapsed.
+// delayAndBytes applies a request's ?delay=D, waiting with sleep (false: the server stopped meanwhile,
+// and the connection is dropped), and returns its ?bytes=N (-1 without one). ok is false when the
+// request was answered (a bad parameter) or dropped.
+func delayAndBytes(ctx *fasthttp.RequestCtx, sleep func(time.Duration) bool) (nbytes int64, ok bool) {
+	args := ctx.QueryArgs()
+	if v := args.Peek("delay"); len(v) > 0 {
+		d, err := time.ParseDuration(string(v))
+		if err != nil {
+			badRequest(ctx, "bad delay parameter %q", v)
+			return -1, false
+		}
+		if !sleep(d) {
+			drop(ctx)
+			return -1, false
+		}
+	}
+	nbytes = -1
+	if v := args.Peek("bytes"); len(v) > 0 {
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil || n < 0 {
+			badRequest(ctx, "bad bytes parameter %q", v)
+			return -1, false
+		}
+		nbytes = n
+	}
+	return nbytes, true
+}
+
 func sleepUnlessStopped(d time.Duration, stop <-chan struct{}) bool {
 	if d <= 0 {
 		return true
