@@ -720,10 +720,13 @@ func (lb *LB) refused(status int) {
 
 // frontendError is fasthttp's error handler: it answers a request that could not be read. A framing
 // violation (the connection's frameError) is answered with its status; fasthttp's own errors with 431
-// (head over its buffer), 413, 408 (a read timeout) or 400.
+// (head over its buffer), 413, 408 (a read timeout) or 400. Either way the connection closes after the
+// answer with a lingering close (frontConn.Close), so that the client's unread bytes do not turn the
+// close into a reset that loses the answer.
 func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 	status, reason := fasthttp.StatusBadRequest, "malformed request"
-	if fc := frontOf(ctx.Conn()); fc != nil && fc.failed.Load() != nil {
+	fc := frontOf(ctx.Conn())
+	if fc != nil && fc.failed.Load() != nil {
 		fc.answered.Store(true)
 		e := fc.failed.Load()
 		status, reason = e.status, e.reason
@@ -736,6 +739,10 @@ func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 			status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
 		case isTimeout(err):
 			status, reason = fasthttp.StatusRequestTimeout, "request timeout"
+		}
+		if fc != nil { // answered here, and lingered on at the close like a framing violation
+			fc.answered.Store(true)
+			fc.failed.CompareAndSwap(nil, &frameError{status, reason})
 		}
 	}
 	lb.refused(status)

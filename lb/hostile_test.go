@@ -940,3 +940,36 @@ func TestHostileLazyReadDeadlineKeepsIdleAndReadTimeouts(t *testing.T) {
 		t.Fatalf("a head stopped half-way: %s, want 408 after header_timeout", r)
 	}
 }
+
+// A head far over max_header_size is refused by fasthttp itself (its read buffer fills before the
+// framer's limit is passed) or by the framer; either way the client reads the 431 and then the end of
+// the connection, not a reset that could lose the answer on a real network (the connection is closed
+// with a lingering close, its unread bytes drained).
+func TestHostileOversizedHeadsGet431AndACleanClose(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	f := func(name, raw string) {
+		t.Helper()
+		conn, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := conn.Write([]byte(raw)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := io.ReadAll(conn)
+		if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 431 ") {
+			t.Errorf("%s: read %q then %v; want the 431 and a clean end of the connection", name, got, err)
+		}
+	}
+	f("a 9 KB target", "GET /"+strings.Repeat("a", 9000)+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	f("a 100 KB target", "GET /"+strings.Repeat("a", 100000)+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	var many strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&many, "X-H%d: v\r\n", i)
+	}
+	f("10,000 fields", "GET / HTTP/1.1\r\nHost: x\r\n"+many.String()+"\r\n")
+	f("a 64 KiB cookie", "GET / HTTP/1.1\r\nHost: x\r\nCookie: "+strings.Repeat("a", 65536)+"\r\n\r\n")
+}
