@@ -1232,3 +1232,75 @@ func TestHopByHopFieldsAreRemovedAndForwardingFieldsAdded(t *testing.T) {
 		}
 	}
 }
+
+// ---- point 6: a hung leader does not hold GETs for a minute ----
+
+// TestGETsWaitingOnAHungLeaderAreAnsweredByTheNewLeaderAndAPOSTIsNeverSentTwice: the leader hangs
+// (accepts, never answers) while a GET and a POST wait for it, with scheduled LeaderChecks 30-40 s
+// apart and response_timeout 8 s. The unanswered traffic gets the leader probed at once; once the
+// checks elect platform2 the GET is sent there and answered, long before response_timeout, and counted
+// in fairlead_pool_inflight_failovers_total; the POST is never sent to platform2 and ends with its own
+// 504.
+func TestGETsWaitingOnAHungLeaderAreAnsweredByTheNewLeaderAndAPOSTIsNeverSentTwice(t *testing.T) {
+	c := startQuietCluster(t, sim.Options{Platforms: 2, NoConnections: true, DeliveryHeader: "X-Id"})
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	p := startProcFiles(t, c, map[string]string{"20-slow-checks.toml": `
+[pools.platform]
+response_timeout = "8s"
+[pools.platform.check]
+interval = "30s"
+interval_max = "40s"
+timeout = "500ms"
+fast_interval = "100ms"
+`})
+	p.waitUntil("platform1 to lead", func() bool { return p.leader() == p1.Addr })
+	if err := p1.SetState(sim.Hung); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.SetState(sim.Leader); err != nil {
+		t.Fatal(err)
+	}
+
+	type reply struct {
+		m   rawMessage
+		err error
+	}
+	send := func(raw string) <-chan reply {
+		ch := make(chan reply, 1)
+		go func() {
+			cl, err := tryDialRawClient(t, p.addr)
+			if err != nil {
+				ch <- reply{err: err}
+				return
+			}
+			defer cl.close()
+			cl.send(raw)
+			cl.conn.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck // past response_timeout
+			m, err := readMessage(cl.br, true)
+			ch <- reply{m, err}
+		}()
+		return ch
+	}
+	get := send("GET /Thingworx/Things HTTP/1.1\r\nHost: fairlead\r\nX-Id: get-1\r\n\r\n")
+	post := send("POST /Thingworx/Things HTTP/1.1\r\nHost: fairlead\r\nX-Id: post-1\r\nContent-Length: 4\r\n\r\nbody")
+
+	r := <-get
+	if r.err != nil || r.m.status() != 200 || strings.Join(r.m.values("X-Served-By"), ",") != p2.Name {
+		t.Fatalf("GET: %s (%v); want 200 from %s before its response_timeout", r.m, r.err, p2.Name)
+	}
+	select {
+	case <-post:
+		t.Fatal("the POST ended before the GET was answered: the GET waited out its response_timeout")
+	default:
+	}
+	if n := p.sumSeries(`fairlead_pool_inflight_failovers_total{pool="platform"`); n != 1 {
+		t.Errorf("fairlead_pool_inflight_failovers_total = %v, want 1", n)
+	}
+	r = <-post
+	if r.err != nil || r.m.status() != 504 {
+		t.Fatalf("POST: %s (%v); want 504 after its own response_timeout", r.m, r.err)
+	}
+	if d := c.Deliveries(); d["get-1"] != 2 || d["post-1"] != 1 || p2.Deliveries()["post-1"] != 0 {
+		t.Errorf("deliveries %v (platform2 %v): want the GET on both platforms, the POST on platform1 only", d, p2.Deliveries())
+	}
+}
