@@ -261,7 +261,8 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 			err = lb.send(p, s, out, &ctx.Response, n, replay)
 		}
 
-		switch classify(err) {
+		end := classify(err)
+		switch end {
 		case endAnswered:
 			if ctx.Response.StatusCode() == fasthttp.StatusSwitchingProtocols {
 				// A server switching protocols on a request that did not ask to: not relayed (the
@@ -341,7 +342,6 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 		// The server failed: a refused dial (no byte of the request reached it: any request may go
 		// again), or a reset, a close or a bad answer (only a request that cannot cause a second side
 		// effect goes again).
-		end := classify(err)
 		s.failures.Add(1)
 		dropAnswer(&ctx.Response)
 		p.health.Report(s.health, err)
