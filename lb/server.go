@@ -92,6 +92,13 @@ func (s *Server) Available() bool {
 	return s.health.Up() && !s.removed.Load() && s.admin.Load() == adminReady
 }
 
+// keepsTunnels reports whether s keeps its open tunnels: it is up, in its pool, and not in maintenance
+// (a server draining takes no new traffic but keeps its tunnels). When it turns false its tunnels are
+// closed (closeTunnels, tunnels.go).
+func (s *Server) keepsTunnels() bool {
+	return s.health.Up() && !s.removed.Load() && s.admin.Load() != adminMaint
+}
+
 // The operator's states of a server (admin API): ready takes traffic as its health allows; drain takes
 // no new traffic and keeps its tunnels; maint takes no traffic and its tunnels are closed.
 const (

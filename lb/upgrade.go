@@ -166,9 +166,10 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 			return
 		}
 		p.tunnelsOpened.Add(1)
-		if !s.Available() {
-			// The server went down or left the pool while this tunnel was being set up, after its
-			// tunnels were closed: close this one too.
+		if !s.keepsTunnels() {
+			// The server went down, left the pool or went into maintenance while this tunnel was being
+			// set up, after its tunnels were closed: close this one too. (Not when it drains: a draining
+			// server keeps its tunnels, and the client may already have its 101.)
 			t.Close()
 		}
 	})
