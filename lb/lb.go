@@ -5,9 +5,12 @@
 // Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
 // fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
 // predicate), policy.go (balance policies as types), framing.go (the front end's check of every client
-// byte), proxy.go (the forwarding loop), headers.go (hop-by-hop and X-Forwarded-*), routeauth.go
-// (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), transport.go
-// (upstream connections), events.go (the event stream's subscribers), admin.go.
+// byte), connerrors.go (client connection errors, fasthttp's log lines), proxy.go (the forwarding loop
+// and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
+// leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
+// upstream.go and transport.go (the upstream HTTP/1.1 client and its connections), routeauth.go
+// (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
+// event stream's subscribers), admin.go.
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
