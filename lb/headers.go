@@ -453,23 +453,27 @@ func lowerASCII(c byte) byte {
 func prepareResponse(resp *fasthttp.Response) {
 	h := &resp.Header
 	h.ResetConnectionClose()
-	date, named := false, false
+	// One pass tells what there is to do: most answers have a Date, few a hop-by-hop field.
+	date, named, hop, conn := false, false, false, false
 	for name, value := range h.All() {
 		switch {
 		case eqFold(name, "date"):
 			date = true
 		case eqFold(name, "connection"):
+			conn = true
 			named = named || namesFields(value)
+		case responseHopByHop(h, name, false, false):
+			hop = true
 		}
 	}
 	// The fields to drop are collected (as the answer spells them) and then deleted, a batch at a time;
 	// the Connection fields go last, since they tell which other fields go.
-	for _, conn := range [2]bool{false, true} {
-		for range 16 { // bounded, should a field refuse to go
+	for _, round := range [2]struct{ conn, needed bool }{{false, hop || named}, {true, conn}} {
+		for i := 0; round.needed && i < 16; i++ { // bounded, should a field refuse to go
 			var drop [8][]byte
 			n := 0
 			for name := range h.All() {
-				if n < len(drop) && responseHopByHop(h, name, named, conn) {
+				if n < len(drop) && responseHopByHop(h, name, named, round.conn) {
 					drop[n], n = name, n+1
 				}
 			}

@@ -378,12 +378,10 @@ func startProc(t *testing.T, c *sim.Cluster, extra string) *proc {
 	return startProcFiles(t, c, map[string]string{"20-extra.toml": extra})
 }
 
-// startProcFiles is startProc with the config files files beside 10-base.toml: a file whose name sorts
-// before it has its routes tried first, one whose name sorts after it merges over its tables.
-func startProcFiles(t *testing.T, c *sim.Cluster, files map[string]string) *proc {
-	t.Helper()
-	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
-	files["10-base.toml"] = fmt.Sprintf(`
+// baseConfig is a config listening on listen and admin with a leader pool over c's two platforms and
+// one catch-all route to it.
+func baseConfig(listen, admin string, c *sim.Cluster) string {
+	return fmt.Sprintf(`
 [frontend]
 listen = %q
 [admin]
@@ -395,7 +393,15 @@ credentials = "YWRtaW46YWRtaW4="
 interval = "200ms"
 [[routes]]
 pool = "platform"
-`, p.addr, p.admin, c.Platforms[0].Addr, c.Platforms[1].Addr)
+`, listen, admin, c.Platforms[0].Addr, c.Platforms[1].Addr)
+}
+
+// startProcFiles is startProc with the config files files beside 10-base.toml: a file whose name sorts
+// before it has its routes tried first, one whose name sorts after it merges over its tables.
+func startProcFiles(t *testing.T, c *sim.Cluster, files map[string]string) *proc {
+	t.Helper()
+	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
+	files["10-base.toml"] = baseConfig(p.addr, p.admin, c)
 	p.dir = writeFiles(t, files)
 	p.cmd = exec.Command(binary, "-config", p.dir)
 	p.cmd.Stderr = &p.stderr
@@ -652,19 +658,7 @@ func TestAListenAddressInUseIsAnErrorAndExits1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	dir := writeFiles(t, map[string]string{"fairlead.toml": fmt.Sprintf(`
-[frontend]
-listen = %q
-[admin]
-listen = %q
-[pools.platform]
-servers = [%q, %q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "200ms"
-[[routes]]
-pool = "platform"
-`, ln.Addr(), freeAddr(t), c.Platforms[0].Addr, c.Platforms[1].Addr)})
+	dir := writeFiles(t, map[string]string{"fairlead.toml": baseConfig(ln.Addr().String(), freeAddr(t), c)})
 	_, errOut, code := runFairlead(t, "-config", dir)
 	lines := linesWith(errOut, "address already in use")
 	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") {
