@@ -15,6 +15,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Tests of the upstream HTTP/1.1 client (upstream.go) against raw TCP servers on 127.0.0.1 that answer
@@ -1141,12 +1143,7 @@ func TestUpstreamSwitchingProtocolsAnswerDoesNotReturnTheConnectionToThePool(t *
 
 func TestUpstreamFailedDialIsADialErrorAndItsSlotGoesToTheNextWaiter(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := testkit.Addr(t)
 		u := usClientCfg(t, addr, &PoolConfig{MaxConns: 1, QueueTimeout: Duration{D: time.Second},
 			ConnectTimeout: Duration{D: 5 * time.Second}, ResponseTimeout: Duration{D: 5 * time.Second}})
 		resp := fasthttp.AcquireResponse()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // long selects the long form (make faults): longer load phases and 1,000 tunnels.
@@ -74,16 +75,8 @@ func pickN(short, long_ int) int {
 	return short
 }
 
-// freeAddr returns a currently free 127.0.0.1 address.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr is a port no other test process will be handed (testkit.Addr).
+func freeAddr(t *testing.T) string { t.Helper(); return testkit.Addr(t) }
 
 // waitUntil polls cond every 10 ms until it holds; it fails the test after timeout.
 func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Process helpers: starting a proxy pinned to a core, stopping its whole process group, and reading what
@@ -270,15 +272,9 @@ func (rc *runCtx) fitFDLimits(name string, n int, c fdCost) int {
 	return n
 }
 
-// freePort returns a currently free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a free TCP port on 127.0.0.1 that no other process will be handed while this one
+// runs (a peer is started on it after the check; see testkit.FreePort).
+func freePort() (int, error) { return testkit.FreePort() }
 
 // establishedTo counts ESTABLISHED TCP sockets whose remote port is one of ports, with `ss -tn`: the
 // proxy's upstream connections (the simulated servers' own sockets have these as local ports).

@@ -12,13 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -181,34 +181,8 @@ pool = "platform"
 	return cmd, addr
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		port := freePorts.Add(1)
-		if port >= 32768 {
-			t.Fatal("freeAddr: no port left below the ephemeral range")
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(int(port))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			ln.Close()
-			return addr
-		}
-	}
-	t.Fatal("freeAddr: no free port")
-	return ""
-}
-
-// freePorts is the last port freeAddr handed out. Ports come from below the kernel's ephemeral range
-// (32768-60999 here), where ":0" listeners and outgoing connections — of this test binary and of the
-// others go test runs beside it — get theirs, and each at most once per test binary: a port freeAddr
-// returned (listened on, then closed for a fairlead process to bind) cannot be handed out again, nor
-// taken by a ":0" listener before the process binds it. The start depends on the process id, so that
-// two runs of this binary at once do not walk the same ports.
-var freePorts = func() *atomic.Int32 {
-	var p atomic.Int32
-	p.Store(int32(20000 + os.Getpid()%30*300))
-	return &p
-}()
+// freeAddr is a port no other test process will be handed (testkit.Addr).
+func freeAddr(t *testing.T) string { t.Helper(); return testkit.Addr(t) }
 
 func TestSIGTERMStopsCleanly(t *testing.T) {
 	c, err := sim.Start(sim.Options{Platforms: 2})

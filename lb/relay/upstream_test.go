@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -416,13 +416,7 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 // deadAddr returns an address where connections are refused.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testkit.Addr(t) // free, and handed to nobody else
 }
 
 func TestUpstreamFetch(t *testing.T) {
