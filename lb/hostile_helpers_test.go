@@ -216,16 +216,6 @@ func rawAnswer(t testing.TB, addr, raw string, wait time.Duration) rawResult {
 	return c.answer(wait)
 }
 
-// hostileTarget is the target of a raw request head.
-func hostileTarget(head string) string {
-	line, _, _ := strings.Cut(head, "\r\n")
-	parts := strings.Split(line, " ")
-	if len(parts) < 2 {
-		return ""
-	}
-	return parts[1]
-}
-
 // hostilePlatformRequests is the number of ordinary requests every platform of c received.
 func hostilePlatformRequests(c *sim.Cluster) int64 {
 	var n int64

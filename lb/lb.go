@@ -62,10 +62,10 @@ type LB struct {
 	bus    *healthcheck.Bus
 	events [healthcheck.NumKinds]atomic.Uint64 // published events by kind
 
-	// relays carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
+	// engines carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
 	// to a generation, so that tunnels outlive config reloads.
-	relayMu sync.Mutex
-	relays  map[time.Duration]*tunnel.Relay
+	engineMu sync.Mutex
+	engines  map[time.Duration]*tunnel.Engine
 
 	// relayRoutes are the running relays by name ([relays.NAME], relayroute.go). A relay outlives the
 	// generations that keep its fingerprint; routesMu guards the map (Start, Reload, Close).
@@ -113,7 +113,7 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, relays: map[time.Duration]*tunnel.Relay{}, bus: healthcheck.NewBus(),
+	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
 		disc: map[string]*discovery{}, relayRoutes: map[string]*relayRoute{}}
 	lb.connErrs.what, lb.connErrs.log = "frontend", o.Logger
 	lb.adminConnErrs.what, lb.adminConnErrs.log = "admin", o.Logger
@@ -421,11 +421,11 @@ func (lb *LB) Close() {
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
 		acancel()
 	}
-	lb.relayMu.Lock()
-	for _, r := range lb.relays {
+	lb.engineMu.Lock()
+	for _, r := range lb.engines {
 		r.Close()
 	}
-	lb.relayMu.Unlock()
+	lb.engineMu.Unlock()
 	lb.wg.Wait()
 }
 

@@ -136,7 +136,7 @@ func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 
 
 // tunnelEnd accounts for a tunnel when it closes: its bytes go to the pool's counters and, with the
 // access log on, one line is written. The relay reports the close to onClose, which may run before
-// relay.Add has returned the Tunnel whose counts it needs (a tunnel can end inside Add); whichever of
+// engine.Add has returned the Tunnel whose counts it needs (a tunnel can end inside Add); whichever of
 // added and closed comes second does the accounting, once.
 type tunnelEnd struct {
 	lb     *LB
@@ -151,7 +151,7 @@ type tunnelEnd struct {
 	ended bool
 }
 
-// added records the Tunnel relay.Add returned.
+// added records the Tunnel engine.Add returned.
 func (e *tunnelEnd) added(t *tunnel.Tunnel) {
 	e.mu.Lock()
 	e.t = t

@@ -75,9 +75,9 @@ func listedServers(l *LB, pool string) []string {
 }
 
 // placedOn is the server that sticky placement gives the X-Asset-Id (or X-User) value among addrs, all
-// available: the rendezvous choice, computed as fairlead computes it.
+// available: the rendezvous choice of a fresh sticky table, computed as fairlead computes it.
 func placedOn(value string, addrs ...string) string {
-	return addrs[stickiness.Rendezvous([]byte("h:"+value), testCandidates(addrs))]
+	return addrs[stickiness.NewTable(stickiness.TableOptions{}).Place([]byte("h:"+value), testCandidates(addrs))]
 }
 
 // valuesPlacedOn returns n values "<prefix><i>" that placement among addrs puts on want.

@@ -18,19 +18,19 @@ import (
 
 func tunnelGroup(pool, addr string) string { return pool + "|" + addr }
 
-// relayFor returns the tunnel relay for a tunnel_idle_timeout.
-func (lb *LB) relayFor(idle time.Duration) *tunnel.Relay {
-	lb.relayMu.Lock()
-	defer lb.relayMu.Unlock()
-	if r, ok := lb.relays[idle]; ok {
+// engineFor returns the tunnel engine for a tunnel_idle_timeout.
+func (lb *LB) engineFor(idle time.Duration) *tunnel.Engine {
+	lb.engineMu.Lock()
+	defer lb.engineMu.Unlock()
+	if r, ok := lb.engines[idle]; ok {
 		return r
 	}
-	r, err := tunnel.NewRelay(tunnel.Options{IdleTimeout: idle, Logf: lb.logf})
+	r, err := tunnel.NewEngine(tunnel.Options{IdleTimeout: idle, Logf: lb.logf})
 	if err != nil {
 		// Only fails if the kernel refuses an epoll instance; nothing can be relayed then.
-		panic(fmt.Sprintf("tunnel relay: %v", err))
+		panic(fmt.Sprintf("tunnel engine: %v", err))
 	}
-	lb.relays[idle] = r
+	lb.engines[idle] = r
 	return r
 }
 
@@ -70,12 +70,12 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 		}()
 		return
 	}
-	lb.relayMu.Lock()
+	lb.engineMu.Lock()
 	n := 0
-	for _, r := range lb.relays {
+	for _, r := range lb.engines {
 		n += r.CloseGroup(group)
 	}
-	lb.relayMu.Unlock()
+	lb.engineMu.Unlock()
 	if n > 0 {
 		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, lb.serverLabel(e.Pool, addr), why)
 	}
@@ -83,10 +83,10 @@ func (lb *LB) closeTunnels(e healthcheck.Event) {
 
 // tunnelsOf returns the open tunnels of group in every relay.
 func (lb *LB) tunnelsOf(group string) []*tunnel.Tunnel {
-	lb.relayMu.Lock()
-	defer lb.relayMu.Unlock()
+	lb.engineMu.Lock()
+	defer lb.engineMu.Unlock()
 	var ts []*tunnel.Tunnel
-	for _, r := range lb.relays {
+	for _, r := range lb.engines {
 		ts = append(ts, r.Group(group)...)
 	}
 	return ts
@@ -172,10 +172,10 @@ func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration,
 
 // relayStats sums the counters of every relay.
 func (lb *LB) relayStats() tunnel.Stats {
-	lb.relayMu.Lock()
-	defer lb.relayMu.Unlock()
+	lb.engineMu.Lock()
+	defer lb.engineMu.Unlock()
 	var sum tunnel.Stats
-	for _, r := range lb.relays {
+	for _, r := range lb.engines {
 		s := r.Stats()
 		sum.Opened += s.Opened
 		sum.Closed += s.Closed

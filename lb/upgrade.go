@@ -18,7 +18,7 @@ import (
 // WebSocket upgrades (ThingWorx edge traffic) take this path from the forwarding loop (proxy.go):
 // fairlead dials the chosen server, forwards the upgrade request, and on a 101 relays the server's
 // response head as it came (plus the sticky cookie) and from then on copies raw bytes both ways through
-// the tunnel relay (tunnels.go), like HAProxy's tunnel mode. Any other answer is relayed to the client as
+// the tunnel engine (tunnels.go), like HAProxy's tunnel mode. Any other answer is relayed to the client as
 // it is. A failed dial is an ordinary failed attempt of the loop: reported to the health check, and the
 // client is served by another server at once without seeing an error. When a tunnel closes, its bytes
 // are added to its pool's and, with the access log on, a line is written (tunnelEnd in log.go).
@@ -132,7 +132,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
 	release := st.policy.hold(ctx, s)
-	relay, group := lb.relayFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
+	engine, group := lb.engineFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		client, pending, err := unwrapHijacked(c)
@@ -143,7 +143,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 		if err == nil {
 			s.tunnels.Add(1)
 			end := &tunnelEnd{lb: lb, p: p, s: s, client: client.RemoteAddr(), opened: time.Now()}
-			t, err = relay.Add(client, conn, pending, toClient, group, func(why tunnel.Reason) {
+			t, err = engine.Add(client, conn, pending, toClient, group, func(why tunnel.Reason) {
 				s.tunnels.Add(-1)
 				if release != nil {
 					release()

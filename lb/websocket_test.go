@@ -98,7 +98,9 @@ func TestStickyKeySourcesAreTriedInOrder(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, ""))
 	cand := testCandidates{c.Connections[0].Addr, c.Connections[1].Addr}
-	place := func(key string) string { return c.Connections[stickiness.Rendezvous([]byte(key), cand)].Name }
+	place := func(key string) string {
+		return c.Connections[stickiness.NewTable(stickiness.TableOptions{}).Place([]byte(key), cand)].Name
+	}
 	// Values whose placement differs, so that the winner is visible.
 	valueOn := func(prefix, server string) string {
 		for i := 0; ; i++ {
@@ -240,7 +242,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			c := startCluster(t, 2, 2)
 			l, _ := startLB(t, cxConfig(c, ""))
-			// The tunnel relay (its poller and workers) starts with the first tunnel: start it before
+			// The tunnel engine (its poller and workers) starts with the first tunnel: start it before
 			// taking the baseline.
 			warm, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("warm-up"))
 			warm.Close()

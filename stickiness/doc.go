@@ -7,7 +7,7 @@
 //   - An [Extractor], built from config strings such as "header:X-Asset-Id",
 //     "query:assetId", "cookie:FAIRLEAD_CX" or "source", turns a request into
 //     a key (without allocating).
-//   - [Rendezvous] picks a server for a key among [Candidates], the same way
+//   - rendezvous hashing (inside [Table]) picks a server for a key among [Candidates], the same way
 //     in every process that has the same server names, so that two load
 //     balancers in front of the same cluster agree without talking.
 //   - A [Table] remembers the choice, so that a key stays on its server when

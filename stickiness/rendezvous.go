@@ -17,22 +17,9 @@ type Candidates interface {
 	Up(i int) bool
 }
 
-// Rendezvous returns the index of the Up candidate with the highest
-// rendezvous (highest-random-weight) score for key, or -1 if none is up.
-//
-// The score of a server depends only on key and the server's name, so the
-// choice is the same in every process and does not depend on the order of
-// the candidates; when a server goes down only its keys move, and when it
-// comes back only the keys it would have had move back. The hash is fixed:
-// the score is mix(mix(fnv1a(key)) ^ fnv1a(name)), with 64-bit FNV-1a and
-// the SplitMix64 finalizer as mix. Changing it would reshuffle every key in a
-// running cluster.
-//
-// Rendezvous does not allocate. It costs one hash of key plus one hash of
-// each up server's name.
-func Rendezvous(key []byte, c Candidates) int { return rendezvous(key, c, -1) }
-
-// rendezvous is Rendezvous with candidate except (or none for -1) treated as not Up.
+// rendezvous returns the index of the Up candidate of c with the highest score for key — the same in
+// every process that has the same server names — or -1 when none is Up; candidate except (or none for
+// -1) is treated as not Up.
 func rendezvous(key []byte, c Candidates, except int) int {
 	kh := mix64(fnv1a(key))
 	best, bestScore, bestName := -1, uint64(0), ""

@@ -51,8 +51,8 @@ func TestRendezvousIsFixedAcrossProcesses(t *testing.T) {
 	p := newPool(threeServers...)
 	f := func(key string, want int) {
 		t.Helper()
-		if got := Rendezvous([]byte(key), p); got != want {
-			t.Fatalf("Rendezvous(%q) = %d, want %d", key, got, want)
+		if got := rendezvous([]byte(key), p, -1); got != want {
+			t.Fatalf("rendezvous(%q, -1) = %d, want %d", key, got, want)
 		}
 	}
 	f("h:pump-7", 0)
@@ -91,7 +91,7 @@ func TestRendezvousScoresDoNotDependOnOrder(t *testing.T) {
 	b := newPool(threeServers[2], threeServers[0], threeServers[1])
 	for k := 0; k < 1000; k++ {
 		key := []byte(fmt.Sprintf("h:asset-%d", k))
-		if na, nb := a.Name(Rendezvous(key, a)), b.Name(Rendezvous(key, b)); na != nb {
+		if na, nb := a.Name(rendezvous(key, a, -1)), b.Name(rendezvous(key, b, -1)); na != nb {
 			t.Fatalf("key %q goes to %s with one order and %s with another", key, na, nb)
 		}
 	}
@@ -103,7 +103,7 @@ func TestRendezvousSpreadsKeysEvenly(t *testing.T) {
 		p := newPool(servers...)
 		counts := make([]int, len(servers))
 		for k := 0; k < keys; k++ {
-			counts[Rendezvous([]byte(fmt.Sprintf(format, k)), p)]++
+			counts[rendezvous([]byte(fmt.Sprintf(format, k)), p, -1)]++
 		}
 		even := keys / len(servers)
 		for i, n := range counts {
@@ -125,8 +125,8 @@ func TestRendezvousMovesOnlyTheKeysOfARemovedServer(t *testing.T) {
 		moved := 0
 		for k := 0; k < 30_000; k++ {
 			key := []byte(fmt.Sprintf("h:asset-%d", k))
-			before := all.Name(Rendezvous(key, all))
-			i := Rendezvous(key, remaining)
+			before := all.Name(rendezvous(key, all, -1))
+			i := rendezvous(key, remaining, -1)
 			if i < 0 || !remaining.Up(i) {
 				t.Fatalf("key %q placed on %d, not an up server", key, i)
 			}
@@ -153,8 +153,8 @@ func TestRendezvousMovesOnlyTheKeysOfARemovedServer(t *testing.T) {
 func TestRendezvousReturnsMinusOneWhenNothingIsUp(t *testing.T) {
 	f := func(p *pool) {
 		t.Helper()
-		if got := Rendezvous([]byte("h:pump-7"), p); got != -1 {
-			t.Fatalf("Rendezvous over %v (down %v) = %d, want -1", p.names, p.down, got)
+		if got := rendezvous([]byte("h:pump-7"), p, -1); got != -1 {
+			t.Fatalf("rendezvous over %v (down %v) = %d, want -1", p.names, p.down, got)
 		}
 	}
 	f(newPool())
@@ -170,8 +170,8 @@ func TestRendezvousSkipsDownServers(t *testing.T) {
 	p.setUp(0, false)
 	p.setUp(2, false)
 	for k := 0; k < 100; k++ {
-		if got := Rendezvous([]byte(fmt.Sprintf("h:%d", k)), p); got != 1 {
-			t.Fatalf("Rendezvous with only server 1 up = %d", got)
+		if got := rendezvous([]byte(fmt.Sprintf("h:%d", k)), p, -1); got != 1 {
+			t.Fatalf("rendezvous with only server 1 up = %d", got)
 		}
 	}
 }

@@ -21,7 +21,7 @@ func TestExportedKeysImportedIntoANewTableStayOnTheirServersWhereHashingWouldMov
 	p := newPool(threeServers...)
 	var keys [][]byte
 	for k := 0; len(keys) < 50; k++ {
-		if key := fmt.Appendf(nil, "h:asset-%d", k); Rendezvous(key, p) == 0 {
+		if key := fmt.Appendf(nil, "h:asset-%d", k); rendezvous(key, p, -1) == 0 {
 			keys = append(keys, key)
 		}
 	}
@@ -66,8 +66,8 @@ func TestExportGivesEachKeysIdleTimeAndZeroForAKeyWithOpenTunnels(t *testing.T) 
 	}
 	for key, idle := range want {
 		e := got[key]
-		if e.Idle != idle || e.Server != threeServers[Rendezvous([]byte(key), p)] {
-			t.Errorf("%s: exported %+v, want idle %v on %s", key, e, idle, threeServers[Rendezvous([]byte(key), p)])
+		if e.Idle != idle || e.Server != threeServers[rendezvous([]byte(key), p, -1)] {
+			t.Errorf("%s: exported %+v, want idle %v on %s", key, e, idle, threeServers[rendezvous([]byte(key), p, -1)])
 		}
 	}
 }

@@ -35,7 +35,7 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	f("Key from an IPv4 source", func() { buf, _, _ = all.Key(buf[:0], v4) })
 	f("Key from an IPv6 source", func() { buf, _, _ = all.Key(buf[:0], v6) })
 	f("Key from a long header value", func() { buf, _, _ = hdr.Key(buf[:0], long) })
-	f("Rendezvous", func() { Rendezvous(known, p) })
+	f("Rendezvous", func() { rendezvous(known, p, -1) })
 	f("Place of a known key", func() { tb.Place(known, p) })
 	other := (tb.Place(known, p) + 1) % p.Len()
 	f("PlaceExcept of a known key on another server", func() { tb.PlaceExcept(known, p, other) })
@@ -106,7 +106,7 @@ func BenchmarkRendezvous3(b *testing.B) {
 	key := []byte("h:pump-7")
 	b.ReportAllocs()
 	for b.Loop() {
-		Rendezvous(key, p)
+		rendezvous(key, p, -1)
 	}
 }
 

@@ -228,7 +228,7 @@ func (e *entry) find(c Candidates) int {
 }
 
 // Place returns the index in c of the server for key: the remembered server
-// if it is still among c and Up, otherwise the Rendezvous choice among the Up
+// if it is still among c and Up, otherwise the rendezvous choice among the Up
 // servers, which is then remembered in place of the old one. It returns -1
 // if no server is Up; a new key is then not remembered, and a known key
 // keeps its old server. Place counts as activity for key.

@@ -118,7 +118,7 @@ func TestPlaceKeepsAKeyOnOneServer(t *testing.T) {
 		if first < 0 {
 			t.Fatalf("Place(%q) = -1 with all servers up", key)
 		}
-		if want := Rendezvous([]byte(key), p); first != want {
+		if want := rendezvous([]byte(key), p, -1); first != want {
 			t.Fatalf("first Place(%q) = %d, want the rendezvous choice %d", key, first, want)
 		}
 		for n := 0; n < 100; n++ {
@@ -168,7 +168,7 @@ func TestPlaceKeepsTheRememberedServerWhenHashingWouldMoveIt(t *testing.T) {
 	var keys [][]byte
 	for k := 0; len(keys) < 50; k++ {
 		key := []byte(fmt.Sprintf("h:asset-%d", k))
-		if Rendezvous(key, p) == 0 {
+		if rendezvous(key, p, -1) == 0 {
 			keys = append(keys, key)
 		}
 	}
@@ -190,7 +190,7 @@ func TestPlaceKeepsTheRememberedServerWhenHashingWouldMoveIt(t *testing.T) {
 		}
 	}
 	// A key never seen before goes where hashing says.
-	if got := tb.Place([]byte("h:asset-new-0"), p); got != Rendezvous([]byte("h:asset-new-0"), p) {
+	if got := tb.Place([]byte("h:asset-new-0"), p); got != rendezvous([]byte("h:asset-new-0"), p, -1) {
 		t.Fatalf("a new key was not placed by rendezvous")
 	}
 	checkInvariants(t, tb)
@@ -208,7 +208,7 @@ func TestPlaceReplacesAServerThatIsDownOrGone(t *testing.T) {
 		if i < 0 || !q.Up(i) || q.Name(i) == old {
 			t.Fatalf("%s: Place = %d, want an up server other than %s", what, i, old)
 		}
-		if want := Rendezvous(key, q); i != want {
+		if want := rendezvous(key, q, -1); i != want {
 			t.Fatalf("%s: Place = %d, want the rendezvous choice %d", what, i, want)
 		}
 		if s, _ := remembered(tb, key); s != q.Name(i) {
@@ -358,7 +358,7 @@ func TestMaxEntriesEvictsTheLongestIdleFirst(t *testing.T) {
 	step(tb.Acquire, "e")
 	// Every other entry has a tunnel: the new key is served but not kept.
 	clock.Advance(time.Second)
-	if i := tb.Place([]byte("f"), p); i != Rendezvous([]byte("f"), p) {
+	if i := tb.Place([]byte("f"), p); i != rendezvous([]byte("f"), p, -1) {
 		t.Fatalf("Place(f) on a table full of open tunnels = %d, want the rendezvous choice", i)
 	}
 	f("a", "c", "e")
@@ -535,7 +535,7 @@ func TestPlaceExceptNeverReturnsTheExceptedServerForANewKey(t *testing.T) {
 	for k := 0; k < 300; k++ {
 		key := []byte(fmt.Sprintf("h:asset-%d", k))
 		except := k % p.Len()
-		if Rendezvous(key, p) == except {
+		if rendezvous(key, p, -1) == except {
 			passedOver++
 		}
 		i := tb.PlaceExcept(key, p, except)
@@ -554,7 +554,7 @@ func TestPlaceExceptNeverReturnsTheExceptedServerForANewKey(t *testing.T) {
 	}
 	// Except -1 is Place.
 	key := []byte("h:fresh")
-	if got, want := tb.PlaceExcept(key, p, -1), Rendezvous(key, p); got != want {
+	if got, want := tb.PlaceExcept(key, p, -1), rendezvous(key, p, -1); got != want {
 		t.Fatalf("PlaceExcept(-1) = %d, want the rendezvous choice %d", got, want)
 	}
 	checkInvariants(t, tb)

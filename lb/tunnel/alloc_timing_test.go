@@ -7,7 +7,7 @@ import (
 
 // TestRelayDoesNotAllocatePerMessage counts the allocations of the whole process per 64-byte round trip
 // (two relayed messages) through one tunnel: the test's own ends use fixed buffers, so every allocation
-// would be the relay's. make test runs it without -race (the race detector allocates on its own).
+// would be the engine's. make test runs it without -race (the race detector allocates on its own).
 func TestRelayDoesNotAllocatePerMessage(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
@@ -30,6 +30,6 @@ func TestRelayDoesNotAllocatePerMessage(t *testing.T) {
 	// A stray allocation from the runtime (a timer, a goroutine stack) is allowed over 1000 round trips;
 	// one per message is not.
 	if n := testing.AllocsPerRun(1000, roundTrip); n > 0.05 {
-		t.Fatalf("%.3f allocations per round trip through the relay, want 0", n)
+		t.Fatalf("%.3f allocations per round trip through the engine, want 0", n)
 	}
 }

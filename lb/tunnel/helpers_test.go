@@ -13,16 +13,16 @@ import (
 )
 
 // hang is the deadline for something that must happen: generous, so that it is missed only
-// when the relay hangs, never because the machine is slow (-race, a loaded CI runner). No test
-// bounds how fast the relay is.
+// when the engine hangs, never because the machine is slow (-race, a loaded CI runner). No test
+// bounds how fast the engine is.
 const hang = 5 * time.Second
 
-// env is a relay between two loopback listeners: the test dials front as the client (the
-// relay gets the accepted conn) and the relay's server conn is dialed to back (the test gets
+// env is an engine between two loopback listeners: the test dials front as the client (the
+// engine gets the accepted conn) and the engine's server conn is dialed to back (the test gets
 // the accepted conn as the upstream).
 type env struct {
 	tb    testing.TB
-	r     *Relay
+	r     *Engine
 	front net.Listener
 	back  net.Listener
 }
@@ -32,7 +32,7 @@ func newEnv(tb testing.TB, o Options) *env {
 	if o.Logf == nil {
 		o.Logf = tb.Logf
 	}
-	r, err := NewRelay(o)
+	r, err := NewEngine(o)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func pair(tb testing.TB, ln net.Listener) (dialed, accepted *net.TCPConn) {
 }
 
 // conns are the four sockets of one test tunnel: the test's client and upstream ends, and the
-// two the relay gets.
+// two the engine gets.
 type conns struct {
 	client, relayClient, relayServer, up *net.TCPConn
 }
@@ -186,10 +186,10 @@ func waitGoroutines(tb testing.TB, want int, d time.Duration) {
 	}
 }
 
-// writeBlocked reports whether a relay goroutine is parked in the netpoller writing to a
-// receiver whose socket buffers are full: with the epoll relay the goroutine that a blocked
+// writeBlocked reports whether an engine goroutine is parked in the netpoller writing to a
+// receiver whose socket buffers are full: with the epoll engine the goroutine that a blocked
 // write is handed to (finishWrite), with the portable one a tunnel's pump stuck in its Write.
-// It reads the goroutines' stacks, as the relay has no hook for it.
+// It reads the goroutines' stacks, as the engine has no hook for it.
 func writeBlocked() bool {
 	buf := make([]byte, 1<<20)
 	for {
@@ -205,20 +205,20 @@ func writeBlocked() bool {
 		if !strings.Contains(header, "[IO wait") {
 			continue
 		}
-		if strings.Contains(g, "tunnel.(*Relay).finishWrite(") ||
-			strings.Contains(g, "tunnel.(*Relay).pump(") && strings.Contains(g, "net.(*conn).Write(") {
+		if strings.Contains(g, "tunnel.(*Engine).finishWrite(") ||
+			strings.Contains(g, "tunnel.(*Engine).pump(") && strings.Contains(g, "net.(*conn).Write(") {
 			return true
 		}
 	}
 	return false
 }
 
-// waitWriteBlocked waits until a relay write is blocked on a receiver that does not read (see
-// writeBlocked), so that a test goes on only once the relay is really stalled on it.
+// waitWriteBlocked waits until an engine write is blocked on a receiver that does not read (see
+// writeBlocked), so that a test goes on only once the engine is really stalled on it.
 func waitWriteBlocked(tb testing.TB) {
 	tb.Helper()
 	if !eventually(hang, writeBlocked) {
-		tb.Fatal("no relay write blocked on the receiver that does not read")
+		tb.Fatal("no engine write blocked on the receiver that does not read")
 	}
 }
 
@@ -246,9 +246,9 @@ func stopIfFailed(tb testing.TB) {
 	}
 }
 
-// skipPortable skips tests of properties only the epoll relay has.
+// skipPortable skips tests of properties only the epoll engine has.
 func skipPortable(tb testing.TB) {
-	if !epollRelay {
-		tb.Skip("the portable relay has a goroutine and a buffer per direction")
+	if !epollEngine {
+		tb.Skip("the portable engine has a goroutine and a buffer per direction")
 	}
 }

@@ -13,16 +13,13 @@ import (
 // the epoll tunnels.
 //
 // Memory while idle: each goroutine reads into a small buffer of its own (pumpSmall); only once a
-// read fills it (a burst) does it take a large buffer (BufferSize) from the relay's pool, and it gives
+// read fills it (a burst) does it take a large buffer (BufferSize) from the engine's pool, and it gives
 // it back as soon as a read returns less than the large buffer holds. So an idle streamed tunnel holds
 // its two goroutines, two 512-byte buffers and its connections' own state (a TLS connection keeps its
 // record buffers), no large buffer. Relaying allocates nothing per message.
 
 // pumpSmall is the buffer an idle direction waits with.
 const pumpSmall = 512
-
-// streamed reports whether t is carried by goroutines rather than epoll.
-func (t *Tunnel) streamed() bool { return t.streams[clientSide] != nil }
 
 // conn returns the connection of side i.
 func (t *Tunnel) conn(i int) net.Conn {
@@ -34,7 +31,7 @@ func (t *Tunnel) conn(i int) net.Conn {
 
 // startPumps starts the two goroutines of a streamed tunnel (under t.mu, with t registered), each
 // writing its pending bytes first.
-func (r *Relay) startPumps(t *Tunnel, toServer, toClient []byte) {
+func (r *Engine) startPumps(t *Tunnel, toServer, toClient []byte) {
 	pending := [2][]byte{toServer, toClient}
 	for i, p := range pending {
 		if len(p) > 0 {
@@ -46,7 +43,7 @@ func (r *Relay) startPumps(t *Tunnel, toServer, toClient []byte) {
 }
 
 // pump copies side i to its peer: pending first, then everything read until EOF or an error.
-func (r *Relay) pump(t *Tunnel, i int, pending []byte) {
+func (r *Engine) pump(t *Tunnel, i int, pending []byte) {
 	defer r.wg.Done()
 	src, dst := t.conn(i), t.conn(1-i)
 	if len(pending) > 0 {

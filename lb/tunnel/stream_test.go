@@ -15,7 +15,7 @@ import (
 // Streamed tunnels: the client side is a TLS connection (as on fairlead's HTTPS listener), relayed to
 // a plain upstream by two goroutines; same semantics as the epoll tunnels.
 
-// tlsEnv makes the TLS side: the test's client end dials with TLS, the relay gets the server end.
+// tlsEnv makes the TLS side: the test's client end dials with TLS, the engine gets the server end.
 type tlsEnv struct {
 	*env
 	server, client *tls.Config
@@ -54,7 +54,7 @@ func (e *tlsEnv) open(group string, onClose func(Reason)) (client *tls.Conn, up 
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	if !tun.streamed() {
+	if tun.streams[clientSide] == nil { // carried by goroutines rather than epoll
 		e.tb.Fatal("a TLS tunnel is not streamed")
 	}
 	e.tb.Cleanup(func() {

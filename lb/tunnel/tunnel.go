@@ -2,10 +2,10 @@
 // per-idle-tunnel goroutine or buffer.
 //
 // Once the load balancer has seen a successful upgrade (101 Switching Protocols), it hands the
-// client connection and the upstream connection to a Relay, which copies bytes both ways
+// client connection and the upstream connection to an Engine, which copies bytes both ways
 // without parsing frames, like HAProxy's tunnel mode.
 //
-// On Linux one epoll instance per Relay watches every tunnel's two sockets. A poller goroutine
+// On Linux one epoll instance per Engine watches every tunnel's two sockets. A poller goroutine
 // waits for it through Go's netpoller (no thread blocked in epoll_wait) and moves the bytes of
 // a socket that became readable itself, or hands the socket to one of a fixed pool of workers
 // when several are ready at once; each uses its own buffer for the turn. An idle tunnel
@@ -29,7 +29,7 @@ import (
 	"time"
 )
 
-// Options configure a Relay. The zero value is usable: no idle timeout, 32 KiB buffers,
+// Options configure an Engine. The zero value is usable: no idle timeout, 32 KiB buffers,
 // 4*GOMAXPROCS workers.
 type Options struct {
 	// IdleTimeout closes a tunnel with no bytes either way for this long; 0 = never.
@@ -84,7 +84,7 @@ const (
 	Error
 	// IdleTimeout: no byte either way for Options.IdleTimeout.
 	IdleTimeout
-	// Closed: by Tunnel.Close, Relay.CloseGroup or Relay.Close.
+	// Closed: by Tunnel.Close, Engine.CloseGroup or Engine.Close.
 	Closed
 
 	numReasons
@@ -99,7 +99,7 @@ func (r Reason) String() string {
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Stats are cumulative counters of a Relay.
+// Stats are cumulative counters of an Engine.
 type Stats struct {
 	Opened, Closed uint64 // tunnels; Opened-Closed are open now
 	BytesToServer  uint64 // relayed client -> server, including Add's toServer
@@ -115,8 +115,8 @@ type counters struct {
 }
 
 var (
-	// ErrRelayClosed is returned by Add after Close.
-	ErrRelayClosed = errors.New("tunnel: relay closed")
+	// ErrClosed is returned by Add after Close.
+	ErrClosed = errors.New("tunnel: engine closed")
 	// ErrNilConn is Add's answer to a nil connection.
 	ErrNilConn = errors.New("tunnel: nil connection")
 )
@@ -127,12 +127,12 @@ const (
 	serverSide = 1
 )
 
-// Relay carries tunnels. All its methods are safe for concurrent use.
-type Relay struct {
+// Engine carries tunnels. All its methods are safe for concurrent use.
+type Engine struct {
 	opts  Options
 	start time.Time // monotonic base of Tunnel.lastActive
 
-	mu     sync.Mutex // guards closed, groups, n; lock order: Tunnel.mu before Relay.mu
+	mu     sync.Mutex // guards closed, groups, n; lock order: Tunnel.mu before Engine.mu
 	closed bool
 	groups map[string]map[*Tunnel]struct{}
 	n      int
@@ -145,18 +145,18 @@ type Relay struct {
 	wg        sync.WaitGroup // janitor, workers, blocked writes
 	closeOnce sync.Once
 
-	sys sysRelay // the platform's machinery (epoll on Linux)
+	sys sysEngine // the platform's machinery (epoll on Linux)
 }
 
 // Tunnel is one relayed client/server pair. Its methods are safe for concurrent use.
 type Tunnel struct {
-	r       *Relay
+	r       *Engine
 	group   string
 	onClose func(Reason)
-	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the relay
+	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the engine
 	streams [2]net.Conn     // instead, for a streamed tunnel (stream.go)
 
-	lastActive atomic.Int64     // Relay.now() after the last relayed bytes
+	lastActive atomic.Int64     // Engine.now() after the last relayed bytes
 	bytes      [2]atomic.Uint64 // relayed, indexed by the reading side: [clientSide] = to the server
 
 	mu     sync.Mutex // guards what follows and the platform's registration state in sides
@@ -167,11 +167,11 @@ type Tunnel struct {
 	sides [2]side // platform-specific per-side state
 }
 
-// NewRelay starts a relay: on Linux an epoll instance, its poller goroutine, Options.Workers
+// NewEngine starts an engine: on Linux an epoll instance, its poller goroutine, Options.Workers
 // workers and, with an idle timeout, a janitor. Close releases them.
-func NewRelay(o Options) (*Relay, error) {
+func NewEngine(o Options) (*Engine, error) {
 	o.setDefaults()
-	r := &Relay{
+	r := &Engine{
 		opts:   o,
 		start:  time.Now(),
 		groups: make(map[string]map[*Tunnel]struct{}),
@@ -195,19 +195,19 @@ func NewRelay(o Options) (*Relay, error) {
 // server before toServer, and likewise toClient. Add does not keep them past its return (a
 // part that cannot be written at once is copied). group labels the tunnel (the upstream server
 // address) for CloseGroup/GroupLen. onClose (may be nil) runs once when the tunnel ends, with
-// the reason; it runs on a relay goroutine (or the one calling a Close method), must not block,
-// and must not call Relay.Close (which waits for the relay's goroutines).
+// the reason; it runs on an engine goroutine (or the one calling a Close method), must not block,
+// and must not call Engine.Close (which waits for the engine's goroutines).
 //
 // Two *net.TCPConn are relayed by epoll (on Linux); any other pair (a *tls.Conn on either side) is a
 // streamed tunnel carried by two goroutines (stream.go). A connection hijacked from fasthttp wraps
 // the client's (its UnsafeConn method returns it), and the bytes its reader had buffered past the
 // request belong in toServer. Add clears both conns' deadlines.
 //
-// On error from Add the caller still owns the conns. On success the relay owns them: it closes
+// On error from Add the caller still owns the conns. On success the engine owns them: it closes
 // both when the tunnel ends, and the caller must neither use nor close them (close the Tunnel
 // instead). A failure to write the pending bytes is not an error of Add: the tunnel ends with
 // reason Error.
-func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
+func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
 	if client == nil || server == nil {
 		return nil, ErrNilConn
 	}
@@ -218,10 +218,10 @@ func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group st
 	closed := r.closed
 	r.mu.Unlock()
 	if closed {
-		return nil, ErrRelayClosed
+		return nil, ErrClosed
 	}
 	// A deadline left by the HTTP server (fasthttp sets them per request) would fail the
-	// relay's reads and writes once passed; the relay's own idle timeout replaces them.
+	// relay's reads and writes once passed; the engine's own idle timeout replaces them.
 	for _, c := range [2]net.Conn{client, server} {
 		if err := c.SetDeadline(time.Time{}); err != nil {
 			return nil, err
@@ -247,7 +247,7 @@ func (r *Relay) Add(client, server net.Conn, toServer, toClient []byte, group st
 	if r.closed {
 		r.mu.Unlock()
 		t.mu.Unlock()
-		return nil, ErrRelayClosed
+		return nil, ErrClosed
 	}
 	g := r.groups[group]
 	if g == nil {
@@ -293,19 +293,19 @@ func (t *Tunnel) Bytes() (toServer, toClient uint64) {
 
 func (t *Tunnel) touch() { t.lastActive.Store(t.r.now()) }
 
-// count records n bytes relayed from side i of t, in the tunnel's and the relay's counters (once per
+// count records n bytes relayed from side i of t, in the tunnel's and the engine's counters (once per
 // turn, not per message).
-func (r *Relay) count(t *Tunnel, i, n int) {
+func (r *Engine) count(t *Tunnel, i, n int) {
 	t.bytes[i].Add(uint64(n))
 	r.stats.bytes[i].Add(uint64(n))
 }
 
-// now is monotonic nanoseconds since the relay started.
-func (r *Relay) now() int64 { return int64(time.Since(r.start)) }
+// now is monotonic nanoseconds since the engine started.
+func (r *Engine) now() int64 { return int64(time.Since(r.start)) }
 
 // CloseGroup closes every tunnel of group now (reason Closed), e.g. because its server went
 // down, and returns how many it closed.
-func (r *Relay) CloseGroup(group string) int {
+func (r *Engine) CloseGroup(group string) int {
 	n := 0
 	for _, t := range r.Group(group) {
 		if r.closeTunnel(t, Closed) {
@@ -317,7 +317,7 @@ func (r *Relay) CloseGroup(group string) int {
 
 // Group returns the open tunnels of group, in no particular order (to close them one by one, e.g.
 // spread over a few seconds).
-func (r *Relay) Group(group string) []*Tunnel {
+func (r *Engine) Group(group string) []*Tunnel {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.groups[group]
@@ -329,21 +329,21 @@ func (r *Relay) Group(group string) []*Tunnel {
 }
 
 // Len is the number of open tunnels.
-func (r *Relay) Len() int {
+func (r *Engine) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n
 }
 
 // GroupLen is the number of open tunnels of group.
-func (r *Relay) GroupLen(group string) int {
+func (r *Engine) GroupLen(group string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.groups[group])
 }
 
 // Stats returns the cumulative counters.
-func (r *Relay) Stats() Stats {
+func (r *Engine) Stats() Stats {
 	s := Stats{
 		Opened:        r.stats.opened.Load(),
 		Closed:        r.stats.closed.Load(),
@@ -357,9 +357,9 @@ func (r *Relay) Stats() Stats {
 }
 
 // Close closes every tunnel (reason Closed), then stops the poller, the janitor and the
-// workers, and returns when all of the relay's goroutines have exited. Add fails afterwards.
+// workers, and returns when all of the engine's goroutines have exited. Add fails afterwards.
 // Idempotent; concurrent callers all return once it is done.
-func (r *Relay) Close() {
+func (r *Engine) Close() {
 	r.closeOnce.Do(func() {
 		r.mu.Lock()
 		r.closed = true
@@ -381,7 +381,7 @@ func (r *Relay) Close() {
 // closeTunnel ends t once: it detaches both sockets from the platform (epoll DEL, before the
 // fds can be closed and reused), closes both conns, counts, and runs onClose. It reports
 // whether this call did it.
-func (r *Relay) closeTunnel(t *Tunnel, reason Reason) bool {
+func (r *Engine) closeTunnel(t *Tunnel, reason Reason) bool {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -402,7 +402,7 @@ func (r *Relay) closeTunnel(t *Tunnel, reason Reason) bool {
 	return true
 }
 
-func (r *Relay) unregister(t *Tunnel) {
+func (r *Engine) unregister(t *Tunnel) {
 	r.sysForget(t)
 	r.mu.Lock()
 	if g := r.groups[t.group]; g != nil {
@@ -420,7 +420,7 @@ func (r *Relay) unregister(t *Tunnel) {
 // sideEOF records that side i of t read EOF. The first EOF is propagated as a half-close
 // (shutdown(SHUT_WR) on the peer, so the other end reads EOF while it can still send); the
 // second ends the tunnel, with the reason naming who closed first.
-func (r *Relay) sideEOF(t *Tunnel, i int) {
+func (r *Engine) sideEOF(t *Tunnel, i int) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -444,7 +444,7 @@ func (r *Relay) sideEOF(t *Tunnel, i int) {
 
 // writeFailed ends t after a write toward side 1-i failed. If that side had already sent EOF,
 // its end closed the connection and refused the rest: that is a close by it, not an error.
-func (r *Relay) writeFailed(t *Tunnel, i int) {
+func (r *Engine) writeFailed(t *Tunnel, i int) {
 	t.mu.Lock()
 	reason := Error
 	if t.eof[1-i] {
@@ -455,7 +455,7 @@ func (r *Relay) writeFailed(t *Tunnel, i int) {
 }
 
 // janitor closes the tunnels idle for longer than IdleTimeout, checking every IdleCheck.
-func (r *Relay) janitor() {
+func (r *Engine) janitor() {
 	defer r.wg.Done()
 	tk := time.NewTicker(r.opts.IdleCheck)
 	defer tk.Stop()

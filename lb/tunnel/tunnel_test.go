@@ -20,7 +20,7 @@ import (
 	"github.com/fasthttp/websocket"
 )
 
-// A real WebSocket client and server talk through the relay, handshake included: the relay
+// A real WebSocket client and server talk through the engine, handshake included: the engine
 // gets both TCP conns before any byte of the upgrade and carries it like any other bytes.
 func TestWebSocketEcho(t *testing.T) {
 	e := newEnv(t, Options{IdleTimeout: 5 * time.Second})
@@ -227,7 +227,7 @@ func TestServerClose(t *testing.T) {
 	}
 	client.Close()
 	rs.wait(t, hang)
-	// Relay.Close returns once every relay goroutine has exited: a second onClose would have
+	// Engine.Close returns once every engine goroutine has exited: a second onClose would have
 	// run by then.
 	e.r.Close()
 	if got := rs.list(); !slices.Equal(got, []Reason{ClosedByServer}) {
@@ -329,7 +329,7 @@ func TestCloseGroup(t *testing.T) {
 }
 
 // A tunnel without bytes either way is closed after the idle timeout, one with bytes flowing is
-// not. The relay's clock is the real one, so this takes a few idle timeouts; nothing bounds how
+// not. The engine's clock is the real one, so this takes a few idle timeouts; nothing bounds how
 // late the janitor may be, only that it is never early.
 func TestIdleTimeout(t *testing.T) {
 	const timeout = 300 * time.Millisecond
@@ -415,7 +415,7 @@ func heapInuse() uint64 {
 	return m.HeapInuse + m.StackInuse
 }
 
-// The Go memory of an idle tunnel: the relay's own structures plus its two conns (their
+// The Go memory of an idle tunnel: the engine's own structures plus its two conns (their
 // netFD, addresses). Go's pollDesc for each conn is allocated off-heap and not counted there;
 // the resident-set figure logged alongside counts it (and the runtime's own overheads).
 func TestMemoryPerIdleTunnel(t *testing.T) {
@@ -434,7 +434,7 @@ func TestMemoryPerIdleTunnel(t *testing.T) {
 		}
 	}
 	m2, r2 := heapInuse(), rss()
-	// Four conns were made per tunnel, two of them the relay's.
+	// Four conns were made per tunnel, two of them the engine's.
 	connsPer := float64(int64(m1)-int64(m0)) / n / 2
 	relayPer := float64(int64(m2)-int64(m1)) / n
 	total := connsPer + relayPer
@@ -522,7 +522,7 @@ func TestSlowReceiverDoesNotBlockOthers(t *testing.T) {
 		_, err := slowC.Write(data)
 		wrote <- err
 	}()
-	waitWriteBlocked(t) // the socket buffers are full; the relay is blocked on slowUp
+	waitWriteBlocked(t) // the socket buffers are full; the engine is blocked on slowUp
 
 	go echo(fastUp)
 	for i := range 50 {
@@ -544,7 +544,7 @@ func TestSlowReceiverDoesNotBlockOthers(t *testing.T) {
 func TestRelayClose(t *testing.T) {
 	base := runtime.NumGoroutine()
 	baseFD := countFDs(t)
-	r, err := NewRelay(Options{IdleTimeout: time.Minute, Logf: t.Logf})
+	r, err := NewEngine(Options{IdleTimeout: time.Minute, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +582,7 @@ func TestRelayClose(t *testing.T) {
 		if _, err := io.Copy(io.Discard, c); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatal("end not closed by Relay.Close")
+				t.Fatal("end not closed by Engine.Close")
 			}
 		}
 		c.Close()
@@ -590,7 +590,7 @@ func TestRelayClose(t *testing.T) {
 	if got := rs.list(); len(got) != n+1 || slices.ContainsFunc(got, func(r Reason) bool { return r != Closed }) {
 		t.Fatalf("reasons %v", got)
 	}
-	if _, err := r.Add(rc, rsv, nil, nil, "g", nil); !errors.Is(err, ErrRelayClosed) {
+	if _, err := r.Add(rc, rsv, nil, nil, "g", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Add after Close: %v", err)
 	}
 	waitGoroutines(t, base+1, hang) // +1: the Write goroutine may still be finishing
@@ -637,7 +637,7 @@ func TestTunnelCloseAndReasonString(t *testing.T) {
 	expectEOF(t, client, hang)
 	expectEOF(t, up, hang)
 	stopIfFailed(t)
-	// Relay.Close returns once every relay goroutine has exited: a second onClose (say, a worker
+	// Engine.Close returns once every engine goroutine has exited: a second onClose (say, a worker
 	// seeing the closed conns) would have run by then.
 	e.r.Close()
 	if got := rs.list(); !slices.Equal(got, []Reason{Closed}) {
@@ -684,7 +684,7 @@ func TestConcurrentTunnels(t *testing.T) {
 }
 
 // A burst written at once and followed by nothing (no more data, no EOF: nothing that would
-// wake the relay again) arrives whole, both ways: a turn that stops after a few buffers to let
+// wake the engine again) arrives whole, both ways: a turn that stops after a few buffers to let
 // other tunnels go must have the rest reported again. The sizes are one buffer (a full read,
 // then one that finds nothing), a turn's worth, one byte more, and many turns.
 func TestBurstLongerThanATurnArrivesWhole(t *testing.T) {

@@ -18,7 +18,7 @@ func BenchmarkRoundTrip64(b *testing.B) {
 	benchRoundTrip(b, client)
 }
 
-// The same without a relay: the floor set by the loopback sockets themselves.
+// The same without an engine: the floor set by the loopback sockets themselves.
 func BenchmarkRoundTrip64Direct(b *testing.B) {
 	ln := listen(b)
 	defer ln.Close()
@@ -85,7 +85,7 @@ func BenchmarkThroughput(b *testing.B) {
 	<-done
 }
 
-// 64-byte round trips over 100 tunnels at once (one client goroutine each): the relay's
+// 64-byte round trips over 100 tunnels at once (one client goroutine each): the engine's
 // throughput when it is busy, ns/op per round trip overall.
 func BenchmarkRoundTrip64Concurrent(b *testing.B) {
 	e := newEnv(b, Options{})

@@ -14,8 +14,8 @@ import (
 
 // How it works on Linux.
 //
-// Each socket of a tunnel is registered once in the relay's epoll instance, edge-triggered
-// (EPOLLIN|EPOLLRDHUP|EPOLLET), with as epoll data a uint64 id looked up in sysRelay.ids (no Go
+// Each socket of a tunnel is registered once in the engine's epoll instance, edge-triggered
+// (EPOLLIN|EPOLLRDHUP|EPOLLET), with as epoll data a uint64 id looked up in sysEngine.ids (no Go
 // pointer goes to the kernel). Go's own netpoller keeps its registration of the same fd in its
 // own epoll instance; one file may be watched by several epoll instances (epoll(7), Q&A 1 and
 // 2; the questions are numbered from 0, as in older editions of the page), and we never let Go
@@ -25,7 +25,7 @@ import (
 // events are pending (epoll(7), Q&A 3), so it is wrapped in an *os.File and waited for through
 // Go's netpoller like a socket. The poller goroutine parks there; once woken it collects up to
 // eventsPerWait events with epoll_wait(timeout 0), runs the first side's turn itself and hands
-// the others to idle workers (running them itself when none is idle). So an idle relay holds
+// the others to idle workers (running them itself when none is idle). So an idle engine holds
 // no OS thread in a system call, a lone event (the usual case) costs no goroutine hand-off, and
 // a burst is spread over the workers. (Measured: a poller blocked in epoll_wait, handing every
 // event to a worker, took about twice as long per round trip as this, mostly in thread and
@@ -87,8 +87,8 @@ import (
 // belong to another connection. Events already fetched for a closed tunnel find no id (ids are
 // never reused) or fail on the closed conn, and are dropped.
 
-// epollRelay tells the tests which implementation they run against.
-const epollRelay = true
+// epollEngine tells the tests which implementation they run against.
+const epollEngine = true
 
 const (
 	readsPerTurn  = 4  // buffers read from one side before it yields to the others
@@ -104,7 +104,7 @@ const (
 	sidePending        // owned, and an event came meanwhile: the owner reads again before letting go
 )
 
-type sysRelay struct {
+type sysEngine struct {
 	epfd    int             // the epoll instance, for epoll_ctl
 	ep      *os.File        // the same fd, registered in Go's netpoller; Close releases it
 	epRaw   syscall.RawConn // of ep
@@ -164,7 +164,7 @@ type job struct {
 	events uint32
 }
 
-func (r *Relay) sysStart() error {
+func (r *Engine) sysStart() error {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("tunnel: epoll_create1: %w", err)
@@ -181,7 +181,7 @@ func (r *Relay) sysStart() error {
 		return fmt.Errorf("tunnel: epoll fd: %w", err)
 	}
 	size := r.opts.BufferSize
-	r.sys = sysRelay{
+	r.sys = sysEngine{
 		epfd:   epfd,
 		ep:     ep,
 		epRaw:  epRaw,
@@ -207,15 +207,15 @@ func (r *Relay) sysStart() error {
 
 // sysClose runs after every tunnel is closed: closing the epoll File wakes the parked poller
 // (its RawConn.Read fails; the fd itself is closed once it has let go of it), which stops the
-// workers as it exits. It then waits for every goroutine of the relay.
-func (r *Relay) sysClose() {
+// workers as it exits. It then waits for every goroutine of the engine.
+func (r *Engine) sysClose() {
 	r.sys.closing.Store(true)
 	r.sys.ep.Close()
 	r.wg.Wait()
 }
 
 // sysPrepare fetches each conn's fd and RawConn, before t is visible to anyone.
-func (r *Relay) sysPrepare(t *Tunnel) error {
+func (r *Engine) sysPrepare(t *Tunnel) error {
 	for i, c := range t.conns {
 		raw, err := c.SyscallConn()
 		if err != nil {
@@ -237,7 +237,7 @@ func (r *Relay) sysPrepare(t *Tunnel) error {
 // epoll. The rest of a pending write goes to a goroutine that owns the side (registered as
 // running, so its events are held back) and yields it when done. err means Add fails and gives
 // the conns back; ioErr that writing the pending bytes failed (the tunnel is then closed by Add).
-func (r *Relay) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err error) {
+func (r *Engine) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err error) {
 	r.sys.idsMu.Lock()
 	for i := range t.sides {
 		s := &t.sides[i]
@@ -310,7 +310,7 @@ func writeNow(raw syscall.RawConn, b []byte) (n int, err error) {
 }
 
 // writePending finishes writing Add's pending bytes for side s (to its peer), then yields s.
-func (r *Relay) writePending(s *side, p []byte) {
+func (r *Engine) writePending(s *side, p []byte) {
 	defer r.wg.Done()
 	t := s.t
 	n, err := t.conns[1-s.i].Write(p)
@@ -324,13 +324,13 @@ func (r *Relay) writePending(s *side, p []byte) {
 }
 
 // sysDetachLocked removes t's sockets from epoll; t.mu is held and the conns are still open.
-func (r *Relay) sysDetachLocked(t *Tunnel) {
+func (r *Engine) sysDetachLocked(t *Tunnel) {
 	for i := range t.sides {
 		r.detachLocked(&t.sides[i])
 	}
 }
 
-func (r *Relay) detachLocked(s *side) {
+func (r *Engine) detachLocked(s *side) {
 	if s.reg {
 		if err := unix.EpollCtl(r.sys.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
 			r.opts.Logf("tunnel: epoll_ctl DEL fd %d: %v", s.fd, err)
@@ -340,7 +340,7 @@ func (r *Relay) detachLocked(s *side) {
 }
 
 // sysForget drops t's epoll ids, so that events already fetched for it are ignored.
-func (r *Relay) sysForget(t *Tunnel) {
+func (r *Engine) sysForget(t *Tunnel) {
 	r.sys.idsMu.Lock()
 	for i := range t.sides {
 		delete(r.sys.ids, t.sides[i].id)
@@ -352,7 +352,7 @@ func (r *Relay) sysForget(t *Tunnel) {
 // stopped for fairness; a blocked write finished): it sets s idle, then re-registers the
 // socket (EPOLL_CTL_MOD), which queues an event if the socket is readable. The slow path: the
 // only epoll_ctl and Tunnel.mu after Add, besides closing. An epoll failure closes the tunnel.
-func (r *Relay) yield(s *side) {
+func (r *Engine) yield(s *side) {
 	t := s.t
 	s.state.Store(sideIdle)
 	t.mu.Lock()
@@ -366,7 +366,7 @@ func (r *Relay) yield(s *side) {
 
 // watchLocked adds (op EPOLL_CTL_ADD) or re-registers (EPOLL_CTL_MOD) s's socket, unless the
 // tunnel has closed (its fd may be closed already) or s has reached EOF.
-func (r *Relay) watchLocked(s *side, op int) error {
+func (r *Engine) watchLocked(s *side, op int) error {
 	if s.t.closed || s.t.eof[s.i] {
 		return nil
 	}
@@ -381,7 +381,7 @@ func (r *Relay) watchLocked(s *side, op int) error {
 // worker moves bytes for the sides it is given. Its callbacks are method values made once, and
 // the syscall results go through its fields, so a turn allocates nothing.
 type worker struct {
-	r   *Relay
+	r   *Engine
 	buf *[]byte
 
 	rb   []byte
@@ -401,7 +401,7 @@ type worker struct {
 	pollFn func(fd uintptr) bool
 }
 
-func newWorker(r *Relay) *worker {
+func newWorker(r *Engine) *worker {
 	w := &worker{r: r, buf: r.sys.bufs.Get().(*[]byte)}
 	w.readFn, w.writeFn = w.rawRead, w.rawWrite
 	return w
@@ -452,7 +452,7 @@ func (w *worker) poll() {
 		if err != nil {
 			if !r.sys.closing.Load() {
 				// Cannot happen short of a bug; do not leave tunnels hanging unserved.
-				r.opts.Logf("tunnel: epoll: %v; closing the relay", err)
+				r.opts.Logf("tunnel: epoll: %v; closing the engine", err)
 				go r.Close()
 			}
 			return
@@ -564,7 +564,7 @@ func (w *worker) turn(s *side, events uint32) {
 
 // relayed records n bytes moved from s to its peer (nothing if n is 0). It is called before s
 // is let go, so that the counts are final when the tunnel ends.
-func (r *Relay) relayed(s *side, n int) {
+func (r *Engine) relayed(s *side, n int) {
 	if n > 0 {
 		r.count(s.t, s.i, n)
 		s.t.touch()
@@ -573,7 +573,7 @@ func (r *Relay) relayed(s *side, n int) {
 
 // finishWrite writes (*bp)[off:m] to s's peer, parking in Go's netpoller as long as needed
 // (until the receiver reads, or the tunnel is closed), then yields s, which it owned meanwhile.
-func (r *Relay) finishWrite(s *side, bp *[]byte, off, m int) {
+func (r *Engine) finishWrite(s *side, bp *[]byte, off, m int) {
 	defer r.wg.Done()
 	t := s.t
 	_, err := t.conns[1-s.i].Write((*bp)[off:m])
