@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 // Checker is the rise/fall health check of an ordinary pool (connection servers, sticky HTTP pools):
@@ -13,14 +15,15 @@ import (
 // Report count too: Fall of them in a row take a server down, fewer only hasten its next probe.
 //
 // With an empty Path there is no active probing: servers start up, Fall live failures in a row take one
-// down, and it is tried again after Interval.
+// down, and it is tried again after Interval. With Connect instead, a probe is a connection opened:
+// accepted passes, refused or timed out fails, by the same rise and fall.
 type Checker struct{ group }
 
 // NewChecker returns a Checker over targets (config order). Start begins probing.
 func NewChecker(o Options, targets []*Target) *Checker {
 	c := &Checker{}
 	c.init(c, o, targets)
-	if o.Path == "" {
+	if !c.o.probes() {
 		for _, t := range targets {
 			c.passiveOnlyUp(t)
 		}
@@ -40,7 +43,7 @@ func (c *Checker) passiveOnlyUp(t *Target) {
 func (c *Checker) Set(targets []*Target) {
 	c.mu.Lock()
 	for _, t := range targets {
-		if c.o.Path == "" && t.first {
+		if !c.o.probes() && t.first {
 			c.passiveOnlyUp(t)
 		}
 	}
@@ -109,7 +112,7 @@ func (c *Checker) Update(o Options) {
 	c.mu.Lock()
 	c.updateLocked(o)
 	var back []*Target
-	if c.o.Path == "" {
+	if !c.o.probes() {
 		for _, t := range c.targets {
 			if !t.up.Load() {
 				c.passiveOnlyUp(t)
@@ -136,7 +139,7 @@ func (c *Checker) pace(t *Target) time.Duration {
 }
 
 func (c *Checker) answer(t *Target, start time.Time, status int, err error) {
-	pass := err == nil && status >= 200 && status < 400
+	pass := err == nil && (status == 0 || status >= 200 && status < 400) // status 0 without an error: a connect probe connected
 	t.record(start, status, err, pass)
 
 	c.mu.Lock()
@@ -177,11 +180,11 @@ func (c *Checker) answer(t *Target, start time.Time, status int, err error) {
 		if err != nil {
 			why = err.Error()
 		}
-		kind := ServerDown
+		kind := event.ServerDown
 		if next {
-			kind = ServerUp
+			kind = event.ServerUp
 		}
-		c.publish(Event{Kind: kind, Server: t.addr, Detail: why})
+		c.publish(event.Event{Kind: kind, Server: t.addr, Detail: why})
 	}
 	if roundDone {
 		c.markReady()
@@ -207,20 +210,20 @@ func (c *Checker) Report(t *Target, err error) {
 	}
 	t.up.Store(false)
 	t.run, t.first = 0, false
-	if c.o.Path == "" {
+	if !c.o.probes() {
 		// No probe will bring it back: try it again after Interval (a primary at least every
 		// FailbackInterval).
 		t.retry = time.AfterFunc(c.o.failback(t, c.o.Interval), func() { c.retryPassive(t) })
 	}
 	c.mu.Unlock()
-	c.publish(Event{Kind: ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live failures in a row: %v", n, err)})
+	c.publish(event.Event{Kind: event.ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live failures in a row: %v", n, err)})
 }
 
 // Probe asks for an immediate probe of t; without active probing, a server that live failures took
 // down is tried again now.
 func (c *Checker) Probe(t *Target) {
 	c.mu.Lock()
-	passive := c.o.Path == ""
+	passive := !c.o.probes()
 	if passive && t.retry != nil {
 		t.retry.Stop()
 		t.retry = nil

@@ -12,12 +12,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // change is a ServerUp or ServerDown event with the server's counts when it was published.
 type change struct {
-	kind        Kind
+	kind        event.Kind
 	run, fails  int
 	detail      string
 	server, pol string
@@ -28,8 +30,8 @@ type change struct {
 func recordChanges(t *testing.T, c *Checker, bus *Bus) func() []change {
 	var mu sync.Mutex
 	var out []change
-	t.Cleanup(bus.Subscribe(func(e Event) {
-		if e.Kind != ServerUp && e.Kind != ServerDown {
+	t.Cleanup(bus.Subscribe(func(e event.Event) {
+		if e.Kind != event.ServerUp && e.Kind != event.ServerDown {
 			return
 		}
 		st, ok := findStatus(c.Status(), e.Server)
@@ -88,8 +90,8 @@ func TestCheckerKeepsAServerUpThroughFewerFailuresThanFall(t *testing.T) {
 	// Heal the server in the subscriber of the (fall-1)-th failure: the probe loop that published it
 	// sends its next probe only after the subscriber returned, so exactly fall-1 probes in a row fail.
 	var healedAt atomic.Int32
-	t.Cleanup(bus.Subscribe(func(e Event) {
-		if e.Kind == CheckAnswered && e.Status == 503 && c.Status()[0].Fails == o.Fall-1 {
+	t.Cleanup(bus.Subscribe(func(e event.Event) {
+		if e.Kind == event.CheckAnswered && e.Status == 503 && c.Status()[0].Fails == o.Fall-1 {
 			healedAt.Store(int32(o.Fall - 1))
 			s.SetHealthy(true)
 		}
@@ -231,8 +233,8 @@ func TestCheckerWithoutActiveChecksTriesADownServerAgainAfterInterval(t *testing
 		if !tg.Up() {
 			t.Fatalf("not back up after Interval %v", o.Interval)
 		}
-		evs := r.of(tg.Addr(), ServerDown, ServerUp)
-		if len(evs) != 2 || evs[0].Kind != ServerDown || !evs[0].Time.Equal(t0) ||
+		evs := r.of(tg.Addr(), event.ServerDown, event.ServerUp)
+		if len(evs) != 2 || evs[0].Kind != event.ServerDown || !evs[0].Time.Equal(t0) ||
 			evs[1].Kind != ServerUp || !evs[1].Time.Equal(t0.Add(o.Interval)) || evs[1].Detail != "retry after live failures" {
 			t.Fatalf("events %+v, want ServerDown at %v and ServerUp at +%v", evs, t0, o.Interval)
 		}
@@ -267,7 +269,7 @@ func TestCheckerWithoutActiveChecksDoesNotRetryARemovedServer(t *testing.T) {
 		time.Sleep(2 * o.Interval)
 		synctest.Wait()
 		c.retryPassive(ts[1]) // as if its retry had fired while Set ran
-		if ts[1].Up() || len(r.of(ts[1].Addr(), ServerUp)) != 0 {
+		if ts[1].Up() || len(r.of(ts[1].Addr(), event.ServerUp)) != 0 {
 			t.Fatalf("a removed server came back up: %+v", r.of(""))
 		}
 	})
@@ -354,7 +356,7 @@ func TestCheckerLiveFailuresTakeAServerDownAndPassingProbesBringItBack(t *testin
 	waitFor(t, bus, "passing probes to bring the server back", tg.Up)
 	got := changes()
 	if len(got) != 2 || got[0].kind != ServerDown || got[0].detail != "3 live failures in a row: connection refused" ||
-		got[1].kind != ServerUp || got[1].run != o.Rise {
+		got[1].kind != event.ServerUp || got[1].run != o.Rise {
 		t.Fatalf("changes %+v, want ServerDown for the live failures, then ServerUp after rise %d passes", got, o.Rise)
 	}
 	if st := c.Status()[0]; st.Passive != 0 {
@@ -404,7 +406,7 @@ func TestCheckerSetKeepsTheStateOfKeptServers(t *testing.T) {
 			gotUp = append(gotUp, ch)
 		}
 	}
-	if len(gotUp) != 1 || gotUp[0].server != bad.Addr || gotUp[0].kind != ServerUp || gotUp[0].run != o.Rise {
+	if len(gotUp) != 1 || gotUp[0].server != bad.Addr || gotUp[0].kind != event.ServerUp || gotUp[0].run != o.Rise {
 		t.Fatalf("changes of kept servers after Set: %+v, want only ServerUp of %s after rise %d passes", gotUp, bad.Addr, o.Rise)
 	}
 }
@@ -430,7 +432,7 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 	// ServerUp (an answer that finds the server already up publishes nothing). The ServerUp comes before
 	// any other event of the server, with one probe and one pass.
 	evs := r.of(healthy.Addr())
-	if len(evs) == 0 || evs[0].Kind != ServerUp {
+	if len(evs) == 0 || evs[0].Kind != event.ServerUp {
 		t.Fatalf("events of the new server %+v, want ServerUp first", evs)
 	}
 	var ups []change
@@ -439,19 +441,19 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 			ups = append(ups, ch)
 		}
 	}
-	if len(ups) != 1 || ups[0].kind != ServerUp || ups[0].run != 1 || ups[0].fails != 0 {
+	if len(ups) != 1 || ups[0].kind != event.ServerUp || ups[0].run != 1 || ups[0].fails != 0 {
 		t.Fatalf("changes of the new server %+v, want one ServerUp on its first pass", ups)
 	}
 
 	// A new server whose first probe fails does not take traffic; afterwards rise passes bring it up.
 	waitFor(t, bus, "the new failing server's first probe", func() bool { return len(r.of(sick.Addr(), CheckAnswered)) > 0 })
-	if first := r.of(sick.Addr())[0]; first.Kind != CheckAnswered || first.Status != 503 || sick.Up() {
+	if first := r.of(sick.Addr())[0]; first.Kind != event.CheckAnswered || first.Status != 503 || sick.Up() {
 		t.Fatalf("first event of the failing new server %+v, up %v; want a 503 answer and not up", first, sick.Up())
 	}
 	cl.Connections[2].SetHealthy(true)
 	waitFor(t, bus, "the new server to come up after its failure", sick.Up)
 	for _, ch := range changes() {
-		if ch.server == sick.Addr() && (ch.kind != ServerUp || ch.run != o.Rise) {
+		if ch.server == sick.Addr() && (ch.kind != event.ServerUp || ch.run != o.Rise) {
 			t.Fatalf("change %+v of the failing new server, want ServerUp after rise %d passes", ch, o.Rise)
 		}
 	}
@@ -556,5 +558,67 @@ func TestCheckerDiscardsAProbeAnsweredAfterItsServerWasRemoved(t *testing.T) {
 	}
 	if !gone.Up() {
 		t.Fatal("the removed server's discarded probe took it down")
+	}
+}
+
+func TestCheckerWithConnectProbesTakesAServerDownWhenItRefusesConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	bus := NewBus()
+	o := fastChecks(bus, "")
+	o.Connect = true
+	tg := NewTarget(ln.Addr().String())
+	c := NewChecker(o, []*Target{tg})
+	changes := recordChanges(t, c, bus)
+	start(t, c)
+	if !tg.Up() || !c.Status()[0].Answered {
+		t.Fatalf("a server that accepts connections: up %v, status %+v", tg.Up(), c.Status()[0])
+	}
+	ln.Close()
+	waitFor(t, bus, "the server to go down", func() bool { return !tg.Up() })
+	got := changes()
+	if len(got) != 2 || got[0].kind != ServerUp || got[1].kind != ServerDown || got[1].fails != 3 {
+		t.Fatalf("changes %+v, want up on the first connection, down on the third refused one", got)
+	}
+}
+
+func TestAPassingProbeWakesItsPoolOnlyWhileARequestAwaitsIt(t *testing.T) {
+	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
+	bus := NewBus()
+	tg := NewTarget(cl.Connections[0].Addr)
+	c := NewChecker(fastChecks(bus, "/health"), []*Target{tg})
+	start(t, c)
+	answers := make(chan struct{}, 100)
+	t.Cleanup(bus.Subscribe(func(e event.Event) {
+		if e.Kind == event.CheckAnswered {
+			answers <- struct{}{}
+		}
+	}))
+	woken := bus.Changed("test")
+	for range 3 {
+		<-answers
+	}
+	select {
+	case <-woken:
+		t.Fatal("passing probes of a server nobody awaits woke the pool")
+	default:
+	}
+	tg.AwaitPass()
+	defer tg.EndAwaitPass()
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a passing probe of an awaited server did not wake its pool within 5s")
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
@@ -60,17 +62,20 @@ func start(t *testing.T, g starter) {
 
 // waitFor waits until cond holds, checking it again after every event published on bus (every probe
 // publishes CheckAnswered); it fails the test only if that takes more than 5 s.
-func waitFor(t *testing.T, bus *Bus, what string, cond func() bool) {
+func waitFor(t *testing.T, bus *event.Bus, what string, cond func() bool) {
 	t.Helper()
+	published := make(chan struct{}, 1)
+	defer bus.Subscribe(func(event.Event) {
+		select {
+		case published <- struct{}{}:
+		default:
+		}
+	})()
 	timeout := time.NewTimer(5 * time.Second)
 	defer timeout.Stop()
-	for {
-		changed := bus.Changed()
-		if cond() {
-			return
-		}
+	for !cond() {
 		select {
-		case <-changed:
+		case <-published:
 		case <-timeout.C:
 			t.Fatalf("timed out after 5s waiting for %s", what)
 		}
@@ -80,7 +85,7 @@ func waitFor(t *testing.T, bus *Bus, what string, cond func() bool) {
 // recorder keeps every event published on a bus.
 type recorder struct {
 	mu  sync.Mutex
-	evs []Event
+	evs []event.Event
 }
 
 // record subscribes a recorder to bus until the end of the test.
@@ -108,7 +113,7 @@ func (r *recorder) mark() int {
 func (r *recorder) since(from int, server string, kinds ...Kind) []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Event
+	var out []event.Event
 	for _, e := range r.evs[from:] {
 		if (len(kinds) == 0 || slices.Contains(kinds, e.Kind)) && (server == "" || e.Server == server) {
 			out = append(out, e)

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -243,10 +245,10 @@ func (l *Leader) finishFirstRoundLocked() []Event {
 // applyLocked makes an outcome visible (the Up flags and Current) and returns its events, published by
 // the caller once the lock is released.
 func (l *Leader) applyLocked(out outcome) []Event {
-	var ev []Event
+	var ev []event.Event
 	if out.splitBrain {
 		l.splitBrains.Add(1)
-		ev = append(ev, Event{Kind: SplitBrain, Server: addrOf(l.el.leader),
+		ev = append(ev, event.Event{Kind: event.SplitBrain, Server: addrOf(l.el.leader),
 			Detail: "more than one server answers 200; keeping the leader"})
 	}
 	if l.el.changed(out) {
@@ -258,7 +260,7 @@ func (l *Leader) applyLocked(out outcome) []Event {
 			l.el.leader.up.Store(true)
 		}
 		l.current.Store(l.el.leader)
-		ev = append(ev, Event{Kind: LeaderChanged, Server: addrOf(l.el.leader), Old: addrOf(out.old)})
+		ev = append(ev, event.Event{Kind: event.LeaderChanged, Server: addrOf(l.el.leader), Old: addrOf(out.old)})
 	}
 	return ev
 }

@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
@@ -101,8 +103,8 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 	// the server whose answer changed the leader.
 	var mu sync.Mutex
 	var failsAtChange []int
-	t.Cleanup(bus.Subscribe(func(e Event) {
-		if e.Kind == LeaderChanged {
+	t.Cleanup(bus.Subscribe(func(e event.Event) {
+		if e.Kind == event.LeaderChanged {
 			st, _ := findStatus(l.Status(), ts[0].Addr())
 			mu.Lock()
 			failsAtChange = append(failsAtChange, st.Fails)
@@ -131,7 +133,7 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 	if !ts[1].Up() || ts[0].Up() || l.Current() != ts[1] {
 		t.Fatalf("up %v %v, want only the new leader up", ts[0].Up(), ts[1].Up())
 	}
-	if len(r.of(ts[0].Addr(), SplitBrain)) == 0 || l.SplitBrains() == 0 {
+	if len(r.of(ts[0].Addr(), event.SplitBrain)) == 0 || l.SplitBrains() == 0 {
 		t.Fatal("no SplitBrain reported while both servers answered 200")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -21,8 +23,13 @@ import (
 type Options struct {
 	// Pool names the pool in events and logs.
 	Pool string
-	// Path is probed with GET. "" disables active probing (a Checker then relies on live traffic alone).
+	// Path is probed with GET. "" disables active probing (a Checker then relies on live traffic alone),
+	// unless Connect is set.
 	Path string
+	// Connect, with an empty Path, probes by opening a connection (and, with TLS, completing the
+	// handshake): a server that accepts it passes (Checker only). It is the check of a pool whose servers
+	// fairlead reaches with its own protocol (a relay's upstream), where no path is known to answer.
+	Connect bool
 	// Credentials is base64 of user:password, sent as "Authorization: Basic <Credentials>"; "" sends none.
 	// It is never logged.
 	Credentials string
@@ -52,7 +59,7 @@ type Options struct {
 	// checks pass again.
 	FailbackInterval time.Duration
 	// Bus receives the events; nil publishes nowhere.
-	Bus *Bus
+	Bus *event.Bus
 	// Logf logs what events do not carry (a failing leader's answers, a panicking probe). Default log.Printf.
 	Logf func(format string, args ...any)
 	// Rand returns a number in [0, 1) for probe jitter. Default math/rand/v2.Float64.
@@ -63,6 +70,9 @@ type Options struct {
 	// follow. Update keeps it.
 	script func(addr string) (int, error)
 }
+
+// probes reports whether the servers are probed at all (else only live traffic judges them).
+func (o *Options) probes() bool { return o.Path != "" || o.Connect }
 
 func (o *Options) setDefaults() {
 	if o.Logf == nil {
@@ -129,7 +139,7 @@ type judge interface {
 type group struct {
 	j    judge
 	pool string // Options.Pool, Bus and Logf: fixed for the group's life
-	bus  *Bus
+	bus  *event.Bus
 	logf func(format string, args ...any)
 
 	mu      sync.Mutex
@@ -161,7 +171,7 @@ func (g *group) Start(ctx context.Context) {
 	for _, t := range g.targets {
 		g.startLocked(t)
 	}
-	if g.o.Path == "" || len(g.pending) == 0 {
+	if !g.o.probes() || len(g.pending) == 0 {
 		go g.j.firstRoundOver()
 		return
 	}
@@ -202,7 +212,7 @@ func (g *group) answeredFirstLocked(t *Target) bool {
 }
 
 func (g *group) startLocked(t *Target) {
-	if g.ctx == nil || g.o.Path == "" {
+	if g.ctx == nil || !g.o.probes() {
 		return
 	}
 	ctx, cancel := context.WithCancel(g.ctx)
@@ -240,7 +250,10 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 	}
 	pr.noteTLS(g, err)
 	g.j.answer(t, start, status, err)
-	e := Event{Kind: CheckAnswered, Server: t.addr, Status: status, Latency: time.Since(start)}
+	if t.awaited.Load() > 0 && t.lastPassAt.Load() == start.UnixNano() {
+		g.bus.Wake(g.pool) // a request waits for this server to answer for itself (AwaitPass)
+	}
+	e := event.Event{Kind: event.CheckAnswered, Server: t.addr, Status: status, Latency: time.Since(start)}
 	if err != nil {
 		e.Detail = err.Error()
 	}
@@ -420,10 +433,18 @@ func tlsFailure(err error) string {
 	return ""
 }
 
-// get sends one probe and returns the answer's status, or 0 and the error (a timeout included).
+// get sends one probe and returns the answer's status, or 0 and the error (a timeout included). A
+// connect probe (no path) returns 0 and nil once the connection is open.
 func (pr *prober) get() (int, error) {
 	if pr.script != nil {
 		return pr.script(pr.addr)
+	}
+	if pr.path == "" {
+		c, err := pr.dial(pr.addr)
+		if err != nil {
+			return 0, err
+		}
+		return 0, c.Close()
 	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)

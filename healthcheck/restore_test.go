@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
+
 	"github.com/fairlead/fairlead/bench/sim"
 )
 
@@ -190,12 +192,12 @@ func TestCheckerRestoredServersAreConfirmedOrTakenDownByTheirProbes(t *testing.T
 	c.Start(ctx)
 	waitFor(t, bus, "the unhealthy restored server to go down", func() bool { return !ts[1].Up() })
 	waitFor(t, bus, "more passing probes of the healthy one", func() bool {
-		return len(r.of(cx1.Addr, CheckAnswered)) >= 5
+		return len(r.of(cx1.Addr, event.CheckAnswered)) >= 5
 	})
-	if !ts[0].Up() || len(r.of(cx1.Addr, ServerDown)) != 0 {
+	if !ts[0].Up() || len(r.of(cx1.Addr, event.ServerDown)) != 0 {
 		t.Fatal("the healthy restored server went down")
 	}
-	if downs := r.of(cx2.Addr, ServerDown); len(downs) != 1 || statusOf(t, c.Status(), cx2.Addr).Fails < 3 {
+	if downs := r.of(cx2.Addr, event.ServerDown); len(downs) != 1 || statusOf(t, c.Status(), cx2.Addr).Fails < 3 {
 		t.Fatalf("ServerDown events %+v of the unhealthy server, want one after fall (3) failures", downs)
 	}
 }

@@ -24,6 +24,7 @@ type Target struct {
 	probes     atomic.Uint64
 	passive    atomic.Int32 // live-traffic failures in a row (see Checker.Report)
 	backup     atomic.Bool  // a backup server: elected, or probed for failback, after the primaries
+	awaited    atomic.Int32 // requests waiting for it to pass a probe (AwaitPass)
 
 	// Guarded by the owning Checker's or Leader's mutex.
 	run, fails int  // consecutive passing / failing answers
@@ -55,6 +56,15 @@ func (t *Target) Backup() bool { return t.backup.Load() }
 // Up reports whether the server may take new traffic by its health: it passes its checks, or, in a
 // leader pool, it is the elected leader. Lock-free and allocation-free.
 func (t *Target) Up() bool { return t.up.Load() }
+
+// AwaitPass registers a waiter for t's next passing probe: until the returned count of waiters is
+// given back with EndAwaitPass, every probe of t that passes wakes its pool's waiters (event.Bus.Wake),
+// as a change would. A request that failed on t and may go to it again once it answered for itself
+// (PassedSince) waits so, without every other probe answer of the pool waking it.
+func (t *Target) AwaitPass() { t.awaited.Add(1) }
+
+// EndAwaitPass ends a wait that AwaitPass began.
+func (t *Target) EndAwaitPass() { t.awaited.Add(-1) }
 
 // PassedSince reports whether a probe that started after since passed (a LeaderCheck answered 200, a
 // health check 2xx/3xx): the server answered for itself after a failure was seen.

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/valyala/fasthttp"
 )
 
@@ -45,20 +45,24 @@ func (lb *LB) serverAction(ctx *fasthttp.RequestCtx, rest string) {
 		ctx.Error("404 Not Found: no server "+addr+" in pool "+poolName+"\n", fasthttp.StatusNotFound)
 		return
 	}
+	var state event.Admin // none for a re-probe
 	switch action {
 	case "drain":
 		s.admin.Store(adminDrain)
+		state = event.AdminDrain
 	case "maint":
 		s.admin.Store(adminMaint)
+		state = event.AdminMaint
 	case "ready":
 		s.admin.Store(adminReady)
+		state = event.AdminReady
 	case "probe":
 		p.health.Probe(s.health)
 	default:
 		ctx.Error("400 Bad Request: unknown action "+action+" (want drain, maint, ready or probe)\n", fasthttp.StatusBadRequest)
 		return
 	}
-	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: p.name, Server: s.Addr,
+	lb.bus.Publish(event.Event{Kind: event.AdminAction, Pool: p.name, Server: s.Addr, Admin: state,
 		Detail: action + " by " + ctx.RemoteIP().String()})
 	ctx.SetContentType("application/json")
 	json.NewEncoder(ctx).Encode(lb.serverStatus(p, s)) //nolint:errcheck

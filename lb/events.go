@@ -5,19 +5,19 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 // Subscribers of the event stream that the LB itself runs: the event counters and probe latencies (for
 // /metrics), the log, and the tunnel closer (tunnels.go).
 
 // countEvent counts events by kind and records each probe's latency in its server's histogram.
-func (lb *LB) countEvent(e healthcheck.Event) {
-	if e.Kind < healthcheck.NumKinds {
+func (lb *LB) countEvent(e event.Event) {
+	if e.Kind < event.NumKinds {
 		lb.events[e.Kind].Add(1)
 	}
 	switch e.Kind {
-	case healthcheck.CheckAnswered, healthcheck.ServerRemoved:
+	case event.CheckAnswered, event.ServerRemoved:
 	default:
 		return
 	}
@@ -29,7 +29,7 @@ func (lb *LB) countEvent(e healthcheck.Event) {
 	if p == nil {
 		return
 	}
-	if e.Kind == healthcheck.CheckAnswered {
+	if e.Kind == event.CheckAnswered {
 		p.observeCheck(e.Server, e.Latency)
 	} else {
 		p.forgetCheck(e.Server)
@@ -42,36 +42,36 @@ func (lb *LB) countEvent(e healthcheck.Event) {
 // where a pool's requests can be served by no server, are errors: a leader pool without a leader, a
 // pool with no server available. Events that need an operator's eye (a server down, a split brain, a
 // failover, a failed reload) are warnings; the rest is INFO.
-func (lb *LB) logEvent(e healthcheck.Event) {
+func (lb *LB) logEvent(e event.Event) {
 	var msg string
 	level := slog.LevelInfo
 	switch e.Kind {
-	case healthcheck.CheckAnswered:
+	case event.CheckAnswered:
 		return
-	case healthcheck.ReloadApplied:
+	case event.ReloadApplied:
 		msg = "reload: config applied"
-	case healthcheck.ReloadFailed:
+	case event.ReloadFailed:
 		msg, level = "reload: keeping the running config", slog.LevelWarn
-	case healthcheck.LeaderChanged:
+	case event.LeaderChanged:
 		msg = "leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")"
 		if e.Server == "" {
 			level = slog.LevelError
 		}
-	case healthcheck.PoolDown:
+	case event.PoolDown:
 		msg, level = "pool down: no server is available", slog.LevelError
-	case healthcheck.PoolUp:
+	case event.PoolUp:
 		msg = "pool up: a server is available again"
-	case healthcheck.SplitBrain:
+	case event.SplitBrain:
 		msg, level = "split brain: "+lb.serverLabel(e.Pool, e.Server), slog.LevelWarn
-	case healthcheck.Failover:
+	case event.Failover:
 		msg, level = "failover: the backups serve", slog.LevelWarn
-	case healthcheck.Failback:
+	case event.Failback:
 		msg = "failback: the primaries serve again"
-	case healthcheck.DiscoveryChanged:
+	case event.DiscoveryChanged:
 		msg = "discovery: " + e.Detail
 	default:
 		msg = lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
-		if e.Kind == healthcheck.ServerDown {
+		if e.Kind == event.ServerDown {
 			level = slog.LevelWarn
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 // A leader pool's requests in flight when the leader changes, and a leader that hangs.
@@ -113,8 +114,8 @@ func (u *upstream) unanswered(now time.Time, d time.Duration) bool {
 // bus calls it on every event). Only once there is a new leader: while there is none, the old one may
 // still answer what it has (a leader stepping down finishes its requests); when one is elected after a
 // time without, the requests still waiting on the old one go then.
-func (lb *LB) leaderChanged(e healthcheck.Event) {
-	if e.Kind != healthcheck.LeaderChanged || e.Server == "" {
+func (lb *LB) leaderChanged(e event.Event) {
+	if e.Kind != event.LeaderChanged || e.Server == "" {
 		return
 	}
 	p := lb.gen.Load().pools[e.Pool]

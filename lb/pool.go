@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
@@ -23,7 +24,7 @@ type Pool struct {
 	name    string
 	balance string
 	leader  bool // balance = "leader": its requests are watched (leaderwatch.go)
-	bus     *healthcheck.Bus
+	bus     *event.Bus
 	health  health
 	table   *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
 	pins    *stickiness.Table // multi-part pins of a roundrobin pool, kept across reloads
@@ -64,7 +65,7 @@ type poolState struct {
 	policy  policy
 }
 
-func newPool(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) *Pool {
+func newPool(name string, cfg *PoolConfig, bus *event.Bus, logf func(string, ...any)) *Pool {
 	p := &Pool{name: name, balance: cfg.Balance, leader: cfg.Balance == "leader", bus: bus}
 	var servers []*Server
 	for _, addr := range serverAddrs(cfg) {
@@ -99,7 +100,7 @@ func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
 }
 
 // checkOptions are the health check options of a pool config.
-func checkOptions(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(string, ...any)) healthcheck.Options {
+func checkOptions(name string, cfg *PoolConfig, bus *event.Bus, logf func(string, ...any)) healthcheck.Options {
 	ck := cfg.Check
 	return healthcheck.Options{
 		Pool:         name,
@@ -162,7 +163,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 	st := p.newState(cfg, servers)
 	p.state.Store(st)
 	for _, s := range added {
-		p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerAdded, Pool: p.name, Server: s.Addr})
+		p.bus.Publish(event.Event{Kind: event.ServerAdded, Pool: p.name, Server: s.Addr})
 	}
 	for _, s := range old.servers {
 		if _, gone := byAddr[s.Addr]; gone {
@@ -177,7 +178,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 func (p *Pool) drop(st *poolState, s *Server, why string) {
 	s.removed.Store(true)
 	s.client.Load().retire()
-	p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
+	p.bus.Publish(event.Event{Kind: event.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
 	// Only once its tunnels are closed (and their keys released): a key of s that a client re-placed
 	// meanwhile names another server now and is kept.
 	st.policy.removed(s)
@@ -213,13 +214,13 @@ func (p *Pool) watchTier(ctx context.Context) {
 	}
 	first, down := true, false
 	for {
-		changed := p.bus.Changed()
+		changed := p.bus.Changed(p.name)
 		st := p.state.Load()
 		now := st.serving()
 		if now < 0 && !down {
 			// A leader change marks the old leader down, then the new one up, under the check's lock,
-			// and this goroutine may have looked in between (woken by another pool's event): Status
-			// takes that lock, so a second look after it sees no change in progress.
+			// and this goroutine may have looked in between (woken by an earlier change of the pool):
+			// Status takes that lock, so a second look after it sees no change in progress.
 			p.health.Status()
 			st = p.state.Load()
 			now = st.serving()
@@ -266,7 +267,7 @@ func (p *Pool) availabilityChanged(st *poolState, down bool) {
 			}
 			detail = strconv.Itoa(n) + " server" + plural + ": " + strings.Join(states, ", ")
 		}
-		p.bus.Publish(healthcheck.Event{Kind: healthcheck.PoolDown, Pool: p.name, Detail: detail})
+		p.bus.Publish(event.Event{Kind: event.PoolDown, Pool: p.name, Detail: detail})
 		return
 	}
 	var up []string
@@ -275,13 +276,13 @@ func (p *Pool) availabilityChanged(st *poolState, down bool) {
 			up = append(up, s.label())
 		}
 	}
-	p.bus.Publish(healthcheck.Event{Kind: healthcheck.PoolUp, Pool: p.name, Detail: "available: " + strings.Join(up, ", ")})
+	p.bus.Publish(event.Event{Kind: event.PoolUp, Pool: p.name, Detail: "available: " + strings.Join(up, ", ")})
 }
 
 func (p *Pool) tierChanged(st *poolState, now int) {
 	if now == backups {
 		p.failovers.Add(1)
-		p.bus.Publish(healthcheck.Event{Kind: healthcheck.Failover, Pool: p.name,
+		p.bus.Publish(event.Event{Kind: event.Failover, Pool: p.name,
 			Detail: "no primary is available; the backups serve"})
 		return
 	}
@@ -292,7 +293,7 @@ func (p *Pool) tierChanged(st *poolState, now int) {
 			back = append(back, s.label())
 		}
 	}
-	p.bus.Publish(healthcheck.Event{Kind: healthcheck.Failback, Pool: p.name,
+	p.bus.Publish(event.Event{Kind: event.Failback, Pool: p.name,
 		Detail: "primaries available again: " + strings.Join(back, ", ")})
 }
 
@@ -315,8 +316,9 @@ var errQueueFull = errors.New("queue full")
 // await waits for a server for the request until deadline (then no server): the policy's pick among
 // the available servers other than except, or including except once it answered its checks after since
 // (a leader that confirmed itself after a refused connection or a 503; a server whose probe passed again).
-// It waits on the event stream and on in-flight requests ending (a server becoming writable again), not
-// on a timer loop. Requests waiting at once are bounded by max_queue; past it await returns
+// It waits on the pool's changes (event.Bus.Changed: a server's availability, the leader, a reload; and
+// a passing probe of except, through AwaitPass) and on in-flight requests ending (a server becoming
+// writable again), not on a timer loop nor on the other pools' events. Requests waiting at once are bounded by max_queue; past it await returns
 // errQueueFull at once. The server returned is counted in flight, as pick's. Each wait is observed in
 // fairlead_queue_wait_seconds, whatever its outcome. Slow path only.
 func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (choice, error) {
@@ -326,6 +328,10 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 	}
 	defer p.waiting.Add(-1)
 	defer p.m.queueWait.UpdateDuration(time.Now())
+	if except != nil {
+		except.health.AwaitPass()
+		defer except.health.EndAwaitPass()
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -333,7 +339,7 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 		}
 	}()
 	for {
-		changed, freed := p.bus.Changed(), p.freed.wait()
+		changed, freed := p.bus.Changed(p.name), p.freed.wait()
 		st := p.state.Load()
 		if c := st.policy.pick(ctx, st, except); c.s != nil || c.pinned {
 			return c, nil
@@ -373,7 +379,7 @@ func (p *Pool) end(s *Server, n int64) {
 	}
 }
 
-// broadcast wakes every waiter at once, like the event stream's Changed: a waiter takes the channel,
+// broadcast wakes every waiter at once, like a pool's changes (event.Bus.Changed): a waiter takes the channel,
 // checks its condition, then waits on it. It allocates only when someone waits.
 type broadcast struct {
 	mu sync.Mutex

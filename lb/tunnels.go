@@ -3,11 +3,10 @@ package lb
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/tunnel"
 )
 
@@ -35,14 +34,14 @@ func (lb *LB) engineFor(idle time.Duration) *tunnel.Engine {
 }
 
 // closeTunnels is the tunnel closer: it acts on the events that end a server's service.
-func (lb *LB) closeTunnels(e healthcheck.Event) {
+func (lb *LB) closeTunnels(e event.Event) {
 	addr, why := e.Server, e.Kind.String()
 	switch e.Kind {
-	case healthcheck.ServerDown, healthcheck.ServerRemoved:
-	case healthcheck.LeaderChanged:
+	case event.ServerDown, event.ServerRemoved:
+	case event.LeaderChanged:
 		addr, why = e.Old, "no longer the leader"
-	case healthcheck.AdminAction:
-		if !strings.HasPrefix(e.Detail, "maint") {
+	case event.AdminAction:
+		if e.Admin != event.AdminMaint {
 			return
 		}
 		why = "maintenance"
@@ -120,8 +119,8 @@ func (lb *LB) closeAllTunnels(g *generation) {
 // failback_close_tunnels is set: it closes them one by one, spread evenly over failback_close_spread
 // so that the devices do not all reconnect at once, and stops if the backups take over again. It runs
 // in its own goroutine (subscribers must be quick).
-func (lb *LB) failbackTunnels(e healthcheck.Event) {
-	if e.Kind != healthcheck.Failback {
+func (lb *LB) failbackTunnels(e event.Event) {
+	if e.Kind != event.Failback {
 		return
 	}
 	p := lb.gen.Load().pools[e.Pool]

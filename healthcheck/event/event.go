@@ -1,4 +1,9 @@
-package healthcheck
+// Package event is fairlead's event stream: what can happen (Kind), one happening (Event), and the Bus
+// that carries them to subscribers (the log, the counters, the tunnel closer, /events) and wakes the
+// waiters of a pool when what it may serve with changed. It is the one place where event kinds are
+// declared: the health checks (package healthcheck) publish the server and leader kinds, the load
+// balancer (package lb) the rest. It imports nothing of fairlead, so both can use it.
+package event
 
 import (
 	"strconv"
@@ -10,7 +15,7 @@ import (
 type Kind uint8
 
 // The kinds of events. Health checks publish the server and leader kinds; the load balancer publishes
-// the set, reload, tier (failover, failback) and pool (pool_down, pool_up) kinds.
+// the set, reload, tier (failover, failback), pool (pool_down, pool_up), admin and discovery kinds.
 const (
 	ServerUp         Kind = iota + 1 // a server passes its checks and may take traffic
 	ServerDown                       // a server failed fall checks (or fall live requests in a row)
@@ -23,7 +28,7 @@ const (
 	ReloadFailed                     // a configuration did not load; the running one stays (Detail)
 	Failover                         // no primary of a pool is usable: its backups serve (Detail)
 	Failback                         // a primary of a pool is usable again: traffic returns to the primaries
-	AdminAction                      // an operator drained, put in maintenance, readied or re-probed a server (Detail)
+	AdminAction                      // an operator drained, put in maintenance, readied or re-probed a server (Admin, Detail)
 	DiscoveryChanged                 // a pool's service discovery found a new server list (Detail)
 	PoolDown                         // no server of a pool is available at all: its requests wait, then get unavailable_status
 	PoolUp                           // a server of a pool is available again after PoolDown (Detail)
@@ -50,6 +55,39 @@ func Kinds() []Kind {
 	return ks
 }
 
+// changesServing reports whether an event of kind k may change which servers of its pool are available,
+// who leads it or which tier serves: the events that wake the pool's waiters (Bus.Changed). A probe's
+// answer does not (a health check that wants its pool's waiters to look again calls Bus.Wake); the tier
+// and pool events follow a change that woke them already.
+func (k Kind) changesServing() bool {
+	switch k {
+	case ServerUp, ServerDown, ServerAdded, ServerRemoved, LeaderChanged, AdminAction, DiscoveryChanged, ReloadApplied:
+		return true
+	}
+	return false
+}
+
+// Admin is an operator's state of a server, as an AdminAction sets it.
+type Admin uint8
+
+// The operator's states: ready takes traffic as its health allows; drain takes no new traffic and keeps
+// its tunnels; maint takes no traffic and its tunnels are closed.
+const (
+	AdminNone  Admin = iota // not an admin state: an event of another kind, or a re-probe
+	AdminReady              // the server takes traffic again as its health allows
+	AdminDrain              // the server takes no new traffic and keeps its tunnels
+	AdminMaint              // the server takes no traffic and its tunnels are closed
+)
+
+var adminNames = [...]string{"", "ready", "drain", "maint"}
+
+func (a Admin) String() string {
+	if int(a) < len(adminNames) {
+		return adminNames[a]
+	}
+	return "admin(" + strconv.Itoa(int(a)) + ")"
+}
+
 // Event is one thing that happened to the servers or the configuration.
 type Event struct {
 	Seq     uint64 // position in the stream, from 1; set by Publish
@@ -60,25 +98,29 @@ type Event struct {
 	Old     string        // LeaderChanged: the previous leader ("" for none)
 	Status  int           // CheckAnswered: the answer's status (0 on a transport error)
 	Latency time.Duration // CheckAnswered: how long the probe took
+	Admin   Admin         // AdminAction: the state the operator put the server in (AdminNone for a re-probe)
 	Detail  string        // why: an error, a status, a count of live failures
 }
 
 // Bus is the one event stream of a running fairlead. Publishers (the health checks, reloads, server set
-// changes) call Publish; subscribers are called synchronously, in the publisher's goroutine, and must be
-// quick and must not publish. Waiters that need "something changed" (a request waiting for a usable
-// server) use Changed instead of polling. A Bus is safe for concurrent use.
+// changes, admin actions) call Publish; subscribers are called synchronously, in the publisher's
+// goroutine, and must be quick and must not publish. Waiters that need "what this pool may serve with
+// changed" (a request waiting for a usable server, a pool's tier watch, a relay following its pool)
+// use Changed instead of polling: it is per pool, and fired only by the events that change a server's
+// availability, a leader or a tier (and by Wake), not by every probe answer. A Bus is safe for
+// concurrent use.
 type Bus struct {
 	mu      sync.Mutex
 	seq     uint64
 	subs    map[uint64]func(Event)
 	list    []func(Event) // a copy of subs' values, replaced (never modified) on Subscribe/cancel
 	nextID  uint64
-	changed chan struct{}
+	changed map[string]chan struct{} // by pool; made by the first waiter, closed and dropped by a change
 }
 
 // NewBus returns a Bus without subscribers.
 func NewBus() *Bus {
-	return &Bus{subs: map[uint64]func(Event){}, changed: make(chan struct{})}
+	return &Bus{subs: map[uint64]func(Event){}, changed: map[string]chan struct{}{}}
 }
 
 // Subscribe calls fn with every event published from now on, until cancel is called.
@@ -115,8 +157,9 @@ func (b *Bus) rebuildLocked() {
 	b.list = list
 }
 
-// Publish numbers e, stamps it with the time if it has none, calls every subscriber and then wakes
-// every waiter of Changed.
+// Publish numbers e, stamps it with the time if it has none and calls every subscriber; then, if e may
+// change what its pool serves with, it wakes the waiters of Changed for that pool (for every pool on
+// ReloadApplied, which has none).
 func (b *Bus) Publish(e Event) {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
@@ -125,19 +168,52 @@ func (b *Bus) Publish(e Event) {
 	b.seq++
 	e.Seq = b.seq
 	list := b.list
-	ch := b.changed
-	b.changed = make(chan struct{})
 	b.mu.Unlock()
 	for _, fn := range list {
 		fn(e)
 	}
-	close(ch)
+	switch {
+	case !e.Kind.changesServing():
+	case e.Pool == "":
+		b.wakeAll()
+	default:
+		b.Wake(e.Pool)
+	}
 }
 
-// Changed returns a channel closed by the next Publish. A waiter takes it, then checks its condition,
-// then waits on it: no event between the check and the wait is missed.
-func (b *Bus) Changed() <-chan struct{} {
+// Changed returns a channel closed by the next change of what pool may serve with: a server up, down,
+// added, removed, drained, put in maintenance or readied, a new leader, a reload (or a Wake). A waiter
+// takes it, then checks its condition, then waits on it: no change between the check and the wait is
+// missed. It allocates only when nobody waits on the pool yet.
+func (b *Bus) Changed(pool string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.changed
+	ch := b.changed[pool]
+	if ch == nil {
+		ch = make(chan struct{})
+		b.changed[pool] = ch
+	}
+	return ch
+}
+
+// Wake wakes the waiters of pool's Changed without an event: a health check calls it when a server
+// that requests are waiting on answered its probe (Target.AwaitPass).
+func (b *Bus) Wake(pool string) {
+	b.mu.Lock()
+	ch := b.changed[pool]
+	delete(b.changed, pool)
+	b.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+func (b *Bus) wakeAll() {
+	b.mu.Lock()
+	chs := b.changed
+	b.changed = map[string]chan struct{}{}
+	b.mu.Unlock()
+	for _, ch := range chs {
+		close(ch)
+	}
 }

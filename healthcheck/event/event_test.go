@@ -1,4 +1,4 @@
-package healthcheck
+package event
 
 import (
 	"slices"
@@ -60,36 +60,80 @@ func TestBusPublishKeepsTheEventAndStampsAMissingTime(t *testing.T) {
 	}
 }
 
-func TestBusChangedIsClosedByTheNextPublish(t *testing.T) {
-	b := NewBus()
-	closed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
-	ch := b.Changed()
-	if closed(ch) || b.Changed() != ch {
+}
+
+func TestBusChangedIsClosedByTheNextChangeOfItsPoolOnly(t *testing.T) {
+	b := NewBus()
+	ch := b.Changed("a")
+	if closed(ch) || b.Changed("a") != ch {
 		t.Fatal("Changed before any Publish: want the same open channel")
 	}
 	var closedInSubscriber bool
 	b.Subscribe(func(Event) { closedInSubscriber = closed(ch) })
-	b.Publish(Event{Kind: ServerUp})
+	b.Publish(Event{Kind: ServerUp, Pool: "b"})
+	b.Publish(Event{Kind: CheckAnswered, Pool: "a", Status: 200})
+	b.Publish(Event{Kind: SplitBrain, Pool: "a"})
+	b.Publish(Event{Kind: ReloadFailed})
+	if closed(ch) {
+		t.Fatal("another pool's change, a probe answer, a split brain or a failed reload woke pool a")
+	}
+	b.Publish(Event{Kind: ServerDown, Pool: "a"})
 	if !closed(ch) {
-		t.Fatal("Publish did not close the channel of Changed")
+		t.Fatal("a server of pool a going down did not close its channel")
 	}
 	if closedInSubscriber {
 		t.Fatal("Changed was closed before the subscribers ran")
 	}
-	fresh := b.Changed()
+	fresh := b.Changed("a")
 	if fresh == ch || closed(fresh) {
-		t.Fatal("Changed after Publish: want a fresh open channel")
+		t.Fatal("Changed after a change: want a fresh open channel")
 	}
-	b.Publish(Event{Kind: ServerUp})
-	if !closed(fresh) {
-		t.Fatal("the next Publish did not close the fresh channel")
+}
+
+func TestBusChangedIsClosedByEveryKindThatChangesWhatAPoolServesWith(t *testing.T) {
+	f := func(e Event, pools ...string) {
+		t.Helper()
+		b := NewBus()
+		a, c := b.Changed("a"), b.Changed("c")
+		b.Publish(e)
+		if got := []bool{closed(a), closed(c)}; !slices.Equal(got, []bool{slices.Contains(pools, "a"), slices.Contains(pools, "c")}) {
+			t.Fatalf("%v in pool %q: woke a, c = %v, want %v", e.Kind, e.Pool, got, pools)
+		}
+	}
+	for _, k := range []Kind{ServerUp, ServerDown, ServerAdded, ServerRemoved, LeaderChanged, AdminAction, DiscoveryChanged} {
+		f(Event{Kind: k, Pool: "a"}, "a")
+	}
+	for _, k := range []Kind{CheckAnswered, SplitBrain, Failover, Failback, PoolDown, PoolUp} {
+		f(Event{Kind: k, Pool: "a"})
+	}
+	f(Event{Kind: ReloadApplied}, "a", "c")
+	f(Event{Kind: ReloadFailed})
+}
+
+func TestBusWakeWakesOnePoolWithoutAnEvent(t *testing.T) {
+	b := NewBus()
+	var n int
+	b.Subscribe(func(Event) { n++ })
+	a, c := b.Changed("a"), b.Changed("c")
+	b.Wake("a")
+	b.Wake("nobody waits")
+	if !closed(a) || closed(c) || n != 0 {
+		t.Fatalf("Wake(a): a closed %v, c closed %v, %d events delivered", closed(a), closed(c), n)
+	}
+}
+
+func TestAdminStatesHaveNames(t *testing.T) {
+	for a, want := range map[Admin]string{AdminNone: "", AdminReady: "ready", AdminDrain: "drain", AdminMaint: "maint", 9: "admin(9)"} {
+		if a.String() != want {
+			t.Errorf("%d is %q, want %q", a, a.String(), want)
+		}
 	}
 }
 
