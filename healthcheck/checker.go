@@ -177,8 +177,11 @@ func (c *Checker) answer(t *Target, start time.Time, status int, err error) {
 
 	if next != up {
 		why := "status " + strconv.Itoa(status)
-		if err != nil {
+		switch {
+		case err != nil:
 			why = err.Error()
+		case status == 0:
+			why = "connected"
 		}
 		kind := event.ServerDown
 		if next {

@@ -144,12 +144,13 @@ func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayR
 		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
 		if old != nil {
 			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
+				op.relayOnly.Store(cfg.relayOnlyPool(name))
 				op.apply(pc, lb.logf)
 				g.pools[name] = op
 				continue
 			}
 		}
-		p := newPool(name, pc, lb.bus, lb.logf)
+		p := newPool(name, pc, cfg.relayOnlyPool(name), lb.bus, lb.logf)
 		g.pools[name] = p
 		fresh = append(fresh, p)
 	}
@@ -180,7 +181,9 @@ func (lb *LB) prepareRelays(cfg *Config) (all map[string]*relayRoute, fresh []*r
 			continue
 		}
 		rc := cfg.Relays[name]
-		rr := newRelayRoute(spec, rc, cfg.Pools[rc.Pool], lb.logf)
+		pc := cfg.Pools[rc.Pool]
+		pool := &relayPool{lb: lb, name: rc.Pool, servers: slices.Clone(pc.Servers), backups: slices.Clone(pc.Backups)}
+		rr := newRelayRoute(spec, rc, pc, pool, lb.logf)
 		all[name] = rr
 		fresh = append(fresh, rr)
 	}

@@ -24,12 +24,16 @@ type Pool struct {
 	name    string
 	balance string
 	leader  bool // balance = "leader": its requests are watched (leaderwatch.go)
-	bus     *event.Bus
-	health  health
-	table   *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
-	pins    *stickiness.Table // multi-part pins of a roundrobin pool, kept across reloads
-	rr      roundRobin        // the sticky policy's requests without a key
-	cursor  rrCursor          // the roundrobin policy's cycle
+	// relayOnly: only relays name the pool, no [[routes]] entry. Without a check path its servers are
+	// checked by opening a connection (healthcheck.Options.Connect): a relay speaks its own protocol to
+	// them, and they need a state of their own. Set by each generation before apply.
+	relayOnly atomic.Bool
+	bus       *event.Bus
+	health    health
+	table     *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
+	pins      *stickiness.Table // multi-part pins of a roundrobin pool, kept across reloads
+	rr        roundRobin        // the sticky policy's requests without a key
+	cursor    rrCursor          // the roundrobin policy's cycle
 
 	state atomic.Pointer[poolState]
 
@@ -63,16 +67,18 @@ type poolState struct {
 	tiers   [2]tier // primaries, backups: sub-slices of servers
 	all     tier    // servers
 	policy  policy
+	connect bool // relayOnly when the state was made: its checks open connections when no path is set
 }
 
-func newPool(name string, cfg *PoolConfig, bus *event.Bus, logf func(string, ...any)) *Pool {
+func newPool(name string, cfg *PoolConfig, relayOnly bool, bus *event.Bus, logf func(string, ...any)) *Pool {
 	p := &Pool{name: name, balance: cfg.Balance, leader: cfg.Balance == "leader", bus: bus}
+	p.relayOnly.Store(relayOnly)
 	var servers []*Server
 	for _, addr := range serverAddrs(cfg) {
 		servers = append(servers, newServer(addr, cfg))
 	}
 	b := balances[cfg.Balance]
-	p.health = b.newHealth(checkOptions(name, cfg, bus, logf), targetsOf(servers))
+	p.health = b.newHealth(p.checkOptions(cfg, logf), targetsOf(servers))
 	p.state.Store(p.newState(cfg, servers))
 	return p
 }
@@ -91,7 +97,7 @@ func targetsOf(servers []*Server) []*healthcheck.Target {
 // newState makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
 func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
 	np := len(cfg.Servers)
-	st := &poolState{cfg: cfg, servers: servers}
+	st := &poolState{cfg: cfg, servers: servers, connect: p.relayOnly.Load()}
 	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
 	st.tiers[backups] = tier{which: backups, servers: servers[np:]}
 	st.all = tier{which: everyone, servers: servers}
@@ -99,12 +105,13 @@ func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
 	return st
 }
 
-// checkOptions are the health check options of a pool config.
-func checkOptions(name string, cfg *PoolConfig, bus *event.Bus, logf func(string, ...any)) healthcheck.Options {
+// checkOptions are the health check options of the pool with config cfg.
+func (p *Pool) checkOptions(cfg *PoolConfig, logf func(string, ...any)) healthcheck.Options {
 	ck := cfg.Check
 	return healthcheck.Options{
-		Pool:         name,
+		Pool:         p.name,
 		Path:         ck.Path,
+		Connect:      p.relayOnly.Load(),
 		Credentials:  ck.Credentials,
 		Port:         ck.Port,
 		Interval:     ck.Interval.D,
@@ -114,7 +121,7 @@ func checkOptions(name string, cfg *PoolConfig, bus *event.Bus, logf func(string
 		Fall:         ck.Fall,
 		Rise:         ck.Rise,
 		TLS:          cfg.TLS.client, // nil: plain HTTP
-		Bus:          bus,
+		Bus:          p.bus,
 		Logf:         logf,
 		// Only a pool with backups probes its primaries for failback.
 		FailbackInterval: failbackInterval(cfg),
@@ -156,8 +163,8 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		servers = append(servers, s)
 	}
 	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) || failbackInterval(old.cfg) != failbackInterval(cfg) ||
-		!old.cfg.TLS.same(&cfg.TLS) {
-		p.health.Update(checkOptions(p.name, cfg, p.bus, logf))
+		!old.cfg.TLS.same(&cfg.TLS) || old.connect != p.relayOnly.Load() {
+		p.health.Update(p.checkOptions(cfg, logf))
 	}
 	p.health.Set(targetsOf(servers))
 	st := p.newState(cfg, servers)
@@ -295,6 +302,21 @@ func (p *Pool) tierChanged(st *poolState, now int) {
 	}
 	p.bus.Publish(event.Event{Kind: event.Failback, Pool: p.name,
 		Detail: "primaries available again: " + strings.Join(back, ", ")})
+}
+
+// firstAvailable returns the first available server of the serving tier, then of the other tier, in
+// config order, other than those in skip; nil if there is none. It is a relay's choice (relayPool):
+// its sessions and fetches all go to one server, the primaries' order deciding which.
+func (st *poolState) firstAvailable(skip []string) *Server {
+	act := st.active()
+	for _, t := range [2]*tier{act, &st.tiers[1-act.which]} {
+		for _, s := range t.servers {
+			if s.Available() && !slices.Contains(skip, s.Addr) {
+				return s
+			}
+		}
+	}
+	return nil
 }
 
 // close stops the pool for good (a reload dropped it or changed its balance): its checks end and its

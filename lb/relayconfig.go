@@ -117,7 +117,7 @@ func (c *Config) validateRelays() []string {
 				reported[r.Pool] = true
 				for _, key := range relayIgnoredPoolKeys {
 					if k := "pools." + r.Pool + "." + key; c.isSet(k) {
-						p = append(p, c.at(k, "has no effect on a pool named by relays only (a relay keeps its own upstream sessions and fetches, and fails over on their failures): remove it, or route requests to the pool"))
+						p = append(p, c.at(k, "has no effect on a pool named by relays only (a relay's upstream sessions and fetches neither queue, pin nor tunnel): remove it, or route requests to the pool"))
 					}
 				}
 			}
@@ -214,19 +214,22 @@ func (c *Config) validateRelays() []string {
 		// read per request from the running config and are not part of it.
 		rc := *r
 		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
-		spec.fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
+		// (The pool's failback_interval and checks are not: they are the pool's, which a reload
+		// updates in place.)
+		spec.fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s",
 			rc, *r.OnDemand, pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
-			pc.ResponseTimeout.D, pc.FailbackInterval.D, headersSum)
+			pc.ResponseTimeout.D, headersSum)
 		c.relays[name] = spec
 	}
 	return p
 }
 
 // relayIgnoredPoolKeys are the keys of a pool that only proxied requests use: set on a pool named by
-// relays only, they would be parsed and ignored, so they are refused.
+// relays only, they would be parsed and ignored, so they are refused. ([pools.NAME.check] applies: it
+// is the health check of the relay's servers, a connection opened when it has no path.)
 var relayIgnoredPoolKeys = []string{"queue_timeout", "unavailable_status", "max_queue", "max_conns", "high_watermark",
 	"high_watermark_bytes", "multipart_header", "multipart_ttl", "multipart_max_pins", "nodelay", "tunnel_idle_timeout",
-	"tunnel_close_spread", "failback_close_tunnels", "failback_close_spread", "sticky", "check"}
+	"tunnel_close_spread", "failback_close_tunnels", "failback_close_spread", "sticky"}
 
 // sha256Sum is the SHA-256 of s.
 func sha256Sum(s string) []byte {

@@ -47,6 +47,7 @@ type relayRoute struct {
 	cfg  RelayConfig
 	hub  *relay.Hub
 	up   *relay.Upstream
+	pool *relayPool // the pool its upstream asks and reports to
 	opts relay.ServeOptions
 	logf func(string, ...any)
 
@@ -79,18 +80,18 @@ type relayPending struct {
 	reason string
 }
 
-// newRelayRoute builds the relay spec describes, over the servers of pool pc. Its upstream manager
-// runs from here on; start fills its cache.
-func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
+// newRelayRoute builds the relay spec describes, over the servers of pool pc, whose running pool
+// pool is. Its upstream manager runs from here on; start fills its cache.
+func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, pool *relayPool, logf func(string, ...any)) *relayRoute {
 	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
 		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
 	prefix := "relay " + spec.name + ": "
 	rr.hub = relay.NewHub(relay.Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
 		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})
-	servers := append(slices.Clone(pc.Servers), pc.Backups...)
-	uo := relay.UpstreamOptions{Servers: servers, Snapshot: spec.snapshot, Events: spec.events,
-		Names: spec.path.Names(), Header: spec.header, FailbackInterval: pc.FailbackInterval.D,
+	rr.pool = pool
+	uo := relay.UpstreamOptions{Pool: pool, Snapshot: spec.snapshot, Events: spec.events,
+		Names: spec.path.Names(), Header: spec.header,
 		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D, KeepAlive: rc.KeepAlive.D,
 		Logf: func(format string, args ...any) { logf(prefix+format, args...) }}
 	if pc.TLS.Enabled {
@@ -99,6 +100,80 @@ func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(s
 	rr.up = relay.NewUpstream(rr.hub, uo)
 	return rr
 }
+
+// relayPool is a relay's pool as its upstream sees it (relay.Pool): the running pool that holds the
+// relay's servers. Its health is the one verdict on them: the upstream takes the pool's choice, reports
+// every attempt to its health check as a request would (a run of failures takes a server down, which
+// the pool publishes, counts and shows like any failover), and follows the pool's changes.
+type relayPool struct {
+	lb               *LB
+	name             string
+	servers, backups []string // the relay's pool config, as its fingerprint holds it
+}
+
+// pool returns the running pool and its state when it holds the relay's servers. A relay that a
+// reload adds or changes starts (fetches its listed topics) before the reload's generation is in
+// force (LB.Reload): until then its pool may be missing or hold other servers, and pool returns nil.
+func (rp *relayPool) pool() (*Pool, *poolState) {
+	g := rp.lb.gen.Load()
+	if g == nil {
+		return nil, nil
+	}
+	p := g.pools[rp.name]
+	if p == nil {
+		return nil, nil
+	}
+	st := p.state.Load()
+	if !slices.Equal(st.cfg.Servers, rp.servers) || !slices.Equal(st.cfg.Backups, rp.backups) {
+		return nil, nil
+	}
+	return p, st
+}
+
+// Choose returns the pool's first available server, the serving tier first (primaries in config
+// order while any is available, else the backups), other than those tried. Until the relay's pool is
+// in force (see pool), the config's order without health.
+func (rp *relayPool) Choose(tried []string) string {
+	_, st := rp.pool()
+	if st == nil {
+		for _, list := range [][]string{rp.servers, rp.backups} {
+			for _, addr := range list {
+				if !slices.Contains(tried, addr) {
+					return addr
+				}
+			}
+		}
+		return ""
+	}
+	if s := st.firstAvailable(tried); s != nil {
+		return s.Addr
+	}
+	return ""
+}
+
+// Report tells the pool's health check how an attempt on server ended, as a request's end is told
+// (Pool.health.Report); a failure counts in the server's failures too.
+func (rp *relayPool) Report(server string, err error) {
+	p, st := rp.pool()
+	if p == nil {
+		return
+	}
+	for _, s := range st.servers {
+		if s.Addr == server {
+			if err != nil {
+				s.failures.Add(1)
+			}
+			p.health.Report(s.health, err)
+			return
+		}
+	}
+}
+
+// Changed returns the pool's change notification (a server's availability, a reload).
+func (rp *relayPool) Changed() <-chan struct{} { return rp.lb.bus.Changed(rp.name) }
+
+// servingBackup reports whether server is one of the pool's backups.
+func (rp *relayPool) servingBackup(server string) bool { return slices.Contains(rp.backups, server) }
 
 // start fills the cache and opens the upstream sessions of the listed topics. With start = "normal"
 // every listed topic is fetched first, and the first failure is returned, naming the topic; with

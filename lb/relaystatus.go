@@ -19,8 +19,10 @@ type RelayStatus struct {
 	// Start is the start mode; Seeded tells whether a fast start filled the cache from seed_file.
 	Start  string `json:"start"`
 	Seeded bool   `json:"seeded"`
-	// Upstream is the server fetches and sessions go to; ServingBackup tells whether it is not the
-	// primary; Switches counts the moves between servers (failovers and failbacks).
+	// Upstream is the server fetches and sessions go to: the pool's choice (its first available
+	// server, primaries first; the pool's status shows its servers' health and its failovers);
+	// ServingBackup tells whether it is a backup; Switches counts the moves of the sessions to another
+	// server (failovers and failbacks).
 	Upstream      string `json:"upstream"`
 	ServingBackup bool   `json:"serving_backup"`
 	Switches      uint64 `json:"switches"`
@@ -60,7 +62,7 @@ type TopicStatus struct {
 func (rr *relayRoute) status() RelayStatus {
 	up := rr.up.Current()
 	st := RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
-		Upstream: up, ServingBackup: up != rr.up.Primary(), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(), Subscribers: rr.hub.Subscribers(),
+		Upstream: up, ServingBackup: rr.pool.servingBackup(up), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
 		SeedWrites: rr.seedWrites.Load(), SeedWriteErrors: rr.seedErrors.Load()}
 	for i, k := range relayKinds {

@@ -343,7 +343,7 @@ func TestStickyKeysThatAreNotUTF8SurviveTheStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPool("app", &PoolConfig{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: StickyConfig{Keys: []string{"header:X-Asset"}}}, nil, func(string, ...any) {})
+	p := newPool("app", &PoolConfig{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: StickyConfig{Keys: []string{"header:X-Asset"}}}, false, nil, func(string, ...any) {})
 	_, sticky, _ := p.restore(got.Pools["app"], 0)
 	if exp := p.table.Export(); sticky != ", sticky keys: 1 restored" || len(exp) != 1 || exp[0].Key != key {
 		t.Fatalf("restored %q: %+v, want the key %q", sticky, exp, key)

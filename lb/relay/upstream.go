@@ -34,6 +34,25 @@ const (
 // ErrUpstreamClosed is returned by Fetch once the Upstream is closed.
 var ErrUpstreamClosed = errors.New("relay: upstream closed")
 
+// ErrNoServer is returned by Fetch when its pool has no server available.
+var ErrNoServer = errors.New("relay upstream: no server of the pool is available")
+
+// Pool is where an Upstream's fetches and sessions go: the load balancer's pool that holds the relay's
+// servers, the one judge of their health (package lb). The Upstream asks it which server to use, tells
+// it how each attempt ended, and follows its changes; it keeps no verdict of its own.
+type Pool interface {
+	// Choose returns the server ("host:port") to use now, other than those in tried (servers that
+	// failed the attempt under way); "" when none is available.
+	Choose(tried []string) string
+	// Report tells how an attempt on server ended: nil when the server answered (a 4xx is the
+	// request's problem, not the server's), else the server's fault: it refused or timed out the
+	// connection, or dropped an events session. A 5xx answer is not reported either way (the next
+	// choice is tried).
+	Report(server string, err error)
+	// Changed returns a channel closed when Choose's answer may have changed.
+	Changed() <-chan struct{}
+}
+
 // A StatusError is a fetch answered with a status other than 200 (Fetch fails over on a 5xx
 // first; a 4xx, such as 404 for a topic the upstream does not have, is returned at once).
 type StatusError struct {
@@ -45,9 +64,8 @@ func (e *StatusError) Error() string { return e.msg }
 
 // UpstreamOptions configures an Upstream.
 type UpstreamOptions struct {
-	// Servers are the upstream servers as "host:port", in order: Servers[0] is the primary,
-	// the others backups tried in order. At least one is required.
-	Servers []string
+	// Pool chooses the server of every fetch and session and hears how each ended. Required.
+	Pool Pool
 	// Snapshot is the upstream snapshot path, e.g. /config/{collection}/{environment}.
 	Snapshot *Template
 	// Events is the upstream events (WebSocket) path, e.g. /events/{collection}/{environment}.
@@ -61,12 +79,9 @@ type UpstreamOptions struct {
 	// TLS, if set, makes the upstream requests use HTTPS and WSS with this config; nil is
 	// plain HTTP.
 	TLS *tls.Config
-	// FailbackInterval is how often, while a backup is in use, the primary is probed (a GET
-	// of the snapshot of a watched topic, or a TCP dial when no topic is watched); when it
-	// answers, every session moves back to it. Default 15s.
-	FailbackInterval time.Duration
-	// Backoff is the first reconnect delay of a session once every server failed; it doubles
-	// up to 10s and starts over after a session lived 10s. Default 250ms.
+	// Backoff is the first reconnect delay of a session once every server failed or none is
+	// available (the session redials sooner if the pool changes); it doubles up to 10s and starts
+	// over after a session lived 10s. Default 250ms.
 	Backoff time.Duration
 	// Timeout bounds a dial and a WebSocket handshake (and a fetch, unless FetchTimeout is
 	// set). Default 5s.
@@ -77,19 +92,19 @@ type UpstreamOptions struct {
 	// nothing (no message, no pong) arrives for 2*KeepAlive+Timeout is taken for dead and
 	// redialled, so that an upstream that hangs without closing is noticed. Default 25s.
 	KeepAlive time.Duration
-	// Logf receives the session failures and server switches. Default: discarded.
+	// Logf receives the session failures and the moves between servers. Default: discarded.
 	Logf func(format string, args ...any)
 }
 
 // An Upstream manages the upstream side of a relay route: one events WebSocket per watched
-// topic, and the snapshot fetches, all against one current server of the set (Servers). When
-// the current server fails (a session cannot dial it or upgrade there, or a fetch gets a
-// connection error or a 5xx) the next server becomes current at once and every session
-// reconnects there; a session that merely ends dials the same server again first; while a backup is current, the primary is probed every
-// FailbackInterval and, as soon as it answers, becomes current again. Each session calls
-// Hub.PublishChange with each message it receives and Hub.Refresh after it connects and
-// after each message, so that the Hub holds the latest snapshot. All methods are safe for
-// concurrent use.
+// topic, and the snapshot fetches, all going to the server its Pool chooses. Every attempt's end
+// is reported to the Pool; an attempt that failed by the server's fault goes at once to the
+// Pool's next choice (other than the servers that failed it). When the Pool's choice changes (the
+// server in use became unavailable by its health checks or the failures reported, or a better one
+// is available again: a failback), every session moves to the new choice. A session that ends
+// normally dials the same choice again. Each session calls Hub.PublishChange with each message it
+// receives and Hub.Refresh after it connects and after each message, so that the Hub holds the
+// latest snapshot. All methods are safe for concurrent use.
 type Upstream struct {
 	hub    *Hub
 	opts   UpstreamOptions
@@ -104,11 +119,12 @@ type Upstream struct {
 	wg     sync.WaitGroup // every goroutine of the Upstream and every running Fetch
 
 	counter  atomic.Uint64 // versions of snapshots that carry none
-	switches atomic.Uint64 // server switches (failovers and failbacks)
+	switches atomic.Uint64 // moves of the sessions to another server (the pool's choice changed)
+	kick     chan struct{} // Recheck: look at the pool's choice now
 
 	mu       sync.Mutex
-	cur      int    // index of the current server
-	gen      uint64 // bumped at each server switch
+	cur      string // the pool's choice, as last seen: the server the sessions follow
+	gen      uint64 // bumped at each change of cur
 	sessions map[string]*upstreamSession
 	closed   bool
 }
@@ -126,19 +142,16 @@ type upstreamSession struct {
 	messages      atomic.Uint64 // change messages received
 
 	// Under Upstream.mu:
-	conn *websocket.Conn // the open connection, nil between connections
-	gen  uint64          // the server generation conn was dialed in
+	conn   *websocket.Conn // the open connection, nil between connections
+	server string          // conn's server
+	moved  bool            // conn was closed to follow the pool's choice
 }
 
-// NewUpstream returns an Upstream that feeds h, with opts, defaults applied, and starts its
-// failback loop. It panics without servers or templates, which configuration validation
-// rules out.
+// NewUpstream returns an Upstream that feeds h, with opts, defaults applied, and starts following
+// its pool. It panics without a pool or templates, which configuration validation rules out.
 func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
-	if len(opts.Servers) == 0 || opts.Snapshot == nil || opts.Events == nil {
-		panic("relay: NewUpstream needs servers and the snapshot and events templates")
-	}
-	if opts.FailbackInterval <= 0 {
-		opts.FailbackInterval = 15 * time.Second
+	if opts.Pool == nil || opts.Snapshot == nil || opts.Events == nil {
+		panic("relay: NewUpstream needs a pool and the snapshot and events templates")
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 250 * time.Millisecond
@@ -155,7 +168,8 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	u := &Upstream{hub: h, opts: opts, scheme: "http", ws: "ws", sessions: map[string]*upstreamSession{}}
+	u := &Upstream{hub: h, opts: opts, scheme: "http", ws: "ws", sessions: map[string]*upstreamSession{},
+		kick: make(chan struct{}, 1)}
 	if opts.TLS != nil {
 		u.scheme, u.ws = "https", "wss"
 	}
@@ -181,22 +195,29 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	}
 	u.ctx, u.cancel = context.WithCancel(context.Background())
 	u.wg.Add(1)
-	go u.failbackLoop()
+	go u.follow()
 	return u
 }
 
-// Current returns the server in use.
+// Current returns the server the sessions follow: the pool's choice as last seen ("" before the
+// pool had any server available).
 func (u *Upstream) Current() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.opts.Servers[u.cur]
+	return u.cur
 }
 
-// Primary returns the primary server (Servers[0]).
-func (u *Upstream) Primary() string { return u.opts.Servers[0] }
-
-// Switches returns how many times the current server changed (failovers and failbacks).
+// Switches returns how many times the sessions moved to another server because the pool's choice
+// changed (failovers and failbacks).
 func (u *Upstream) Switches() uint64 { return u.switches.Load() }
+
+// Recheck asks the Upstream to look at its pool's choice now, as a change of the pool would.
+func (u *Upstream) Recheck() {
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+}
 
 // Sessions returns the number of open upstream events sessions.
 func (u *Upstream) Sessions() int {
@@ -211,47 +232,67 @@ func (u *Upstream) Sessions() int {
 	return n
 }
 
-// current returns the index of the current server and its generation.
-func (u *Upstream) current() (int, uint64) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.cur, u.gen
+// follow moves the sessions whenever the pool's choice changes, until Close.
+func (u *Upstream) follow() {
+	defer u.wg.Done()
+	for {
+		changed := u.opts.Pool.Changed()
+		u.recheck()
+		select {
+		case <-changed:
+		case <-u.kick:
+		case <-u.ctx.Done():
+			return
+		}
+	}
 }
 
-// switchTo makes server idx current, unless a switch happened since generation gen, and
-// closes every session's connection so that all of them reconnect there at once. It reports
-// whether it switched.
-func (u *Upstream) switchTo(idx int, gen uint64, why string) bool {
-	u.mu.Lock()
-	if u.gen != gen || u.closed {
-		u.mu.Unlock()
-		return false
+// recheck makes the pool's choice the server to follow and closes the connections of the sessions
+// on another server, so that they reconnect to it at once. While the pool has no server available
+// the sessions keep what they have.
+func (u *Upstream) recheck() {
+	next := u.opts.Pool.Choose(nil)
+	if next == "" {
+		return
 	}
-	from := u.opts.Servers[u.cur]
-	u.cur = idx
-	u.gen++
-	u.switches.Add(1)
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		return
+	}
+	from := u.cur
+	if next != from {
+		u.cur = next
+		u.gen++
+		if from != "" {
+			u.switches.Add(1)
+		}
+	}
+	n := 0
 	for _, s := range u.sessions {
-		if s.conn != nil {
+		if s.conn != nil && s.server != next {
+			s.moved = true
 			_ = s.conn.Close() // its reader sees the error and follows
+			n++
 		}
 	}
 	u.mu.Unlock()
-	u.opts.Logf("relay upstream: switching from %s to %s: %s", from, u.opts.Servers[idx], why)
-	return true
+	if from != "" && next != from {
+		u.opts.Logf("relay upstream: the pool's choice is now %s (was %s): %d session(s) move", next, from, n)
+	}
 }
 
-// fail reports that the current server of generation gen failed: the next one becomes
-// current (the primary after the last backup).
-func (u *Upstream) fail(gen uint64, why string) {
+// choose returns the server for an attempt (the pool's choice, other than those in tried) and the
+// generation of the choice the attempt began in.
+func (u *Upstream) choose(tried []string) (string, uint64) {
 	u.mu.Lock()
-	next := (u.cur + 1) % len(u.opts.Servers)
+	gen := u.gen
 	u.mu.Unlock()
-	u.switchTo(next, gen, why)
+	return u.opts.Pool.Choose(tried), gen
 }
 
-// Fetch GETs the topic's snapshot from the current server, failing over to the next server on
-// a connection error or a 5xx. The snapshot's Version is the "version" field of the JSON body
+// Fetch GETs the topic's snapshot from the pool's choice, and from its next choice after a
+// connection error, a timeout or a 5xx (each reported to the pool). The snapshot's Version is the "version" field of the JSON body
 // if it has one, else the number in the ETag, else a local counter; its Body is the upstream
 // body as it is and its ETag the quoted version.
 func (u *Upstream) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
@@ -273,26 +314,36 @@ func (u *Upstream) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 	defer stop()
 
 	path := string(u.opts.Snapshot.Expand(nil, u.opts.Names, vals))
-	var lastErr error
-	for range len(u.opts.Servers) {
-		idx, gen := u.current()
-		s, status, err := u.get(ctx, u.opts.Servers[idx], path)
+	var tried []string
+	lastErr := ErrNoServer
+	for {
+		server := u.opts.Pool.Choose(tried)
+		if server == "" {
+			return nil, lastErr
+		}
+		s, status, err := u.get(ctx, server, path)
 		if err == nil {
+			u.opts.Pool.Report(server, nil)
 			return s, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil { // the caller's end, or Close: not the server's fault
 			if u.ctx.Err() != nil {
 				return nil, ErrUpstreamClosed
 			}
 			return nil, ctx.Err()
 		}
-		lastErr = err
-		if status != 0 && status < 500 {
+		switch {
+		case status != 0 && status < 500:
+			u.opts.Pool.Report(server, nil)
 			return nil, err // the server answered: another one would answer the same
+		case status == 0:
+			u.opts.Pool.Report(server, err)
 		}
-		u.fail(gen, err.Error())
+		// A 5xx is an answer, which a pool's health does not count against its server (as for a
+		// proxied request), but another server may have the snapshot: the next choice is tried.
+		lastErr = err
+		tried = append(tried, server)
 	}
-	return nil, lastErr
 }
 
 // get GETs path from server and makes a snapshot of a 200 answer. status is the answer's
@@ -470,7 +521,7 @@ func (u *Upstream) Unwatch(topic string) {
 	}
 }
 
-// Close closes every session, stops the failback loop and waits for every goroutine of the
+// Close closes every session, stops following the pool and waits for every goroutine of the
 // Upstream and every running Fetch to end. Later Fetch calls fail with ErrUpstreamClosed.
 func (u *Upstream) Close() {
 	u.mu.Lock()
@@ -500,102 +551,109 @@ func (u *Upstream) endLocked(s *upstreamSession) {
 	}
 }
 
-// setConn registers c as the session's open connection, dialed in generation gen. It fails,
-// and the caller must close c, if the session ended or the server switched meanwhile.
-func (u *Upstream) setConn(s *upstreamSession, c *websocket.Conn, gen uint64) bool {
+// setConn registers c as the session's open connection to server, dialed in generation gen of
+// the pool's choice. It fails, and the caller must close c, if the session ended, or if the
+// choice changed meanwhile to another server.
+func (u *Upstream) setConn(s *upstreamSession, c *websocket.Conn, server string, gen uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if s.ctx.Err() != nil || u.gen != gen {
+	if s.ctx.Err() != nil || u.gen != gen && server != u.cur {
 		return false
 	}
-	s.conn, s.gen = c, gen
+	s.conn, s.server, s.moved = c, server, false
 	return true
 }
 
-// clearConn unregisters the session's connection.
-func (u *Upstream) clearConn(s *upstreamSession) {
+// clearConn unregisters the session's connection; it reports whether the connection was closed to
+// follow the pool's choice.
+func (u *Upstream) clearConn(s *upstreamSession) (moved bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s.conn = nil
+	moved = s.moved
+	s.conn, s.moved = nil, false
+	return moved
 }
 
-// sleep waits for d, or until the session ends; it reports whether the session goes on.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// dial opens an events session to server. fault reports an error that is the server's fault
-// (a connection error or a 5xx answer), which makes the next server current.
-func (u *Upstream) dial(s *upstreamSession, server string) (c *websocket.Conn, fault bool, err error) {
+// dial opens an events session to server. On an error, status is the server's answer (0 for none:
+// a connection error or a timeout, the server's fault).
+func (u *Upstream) dial(s *upstreamSession, server string) (c *websocket.Conn, status int, err error) {
 	path := string(u.opts.Events.Expand(nil, u.opts.Names, s.vals))
 	ctx, cancel := context.WithTimeout(s.ctx, u.opts.Timeout)
 	defer cancel()
 	c, resp, err := u.dialer.DialContext(ctx, u.ws+"://"+server+path, u.opts.Header)
 	if err == nil {
-		return c, false, nil
+		return c, 0, nil
 	}
 	if resp != nil {
 		if resp.Body != nil {
 			_ = resp.Body.Close()
 		}
 		if resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
-			return nil, resp.StatusCode >= 500, fmt.Errorf("relay upstream %s: events %s: status %d", server, path, resp.StatusCode)
+			return nil, resp.StatusCode, fmt.Errorf("relay upstream %s: events %s: status %d", server, path, resp.StatusCode)
 		}
 	}
-	return nil, true, fmt.Errorf("relay upstream %s: events %s: %w", server, path, err)
+	return nil, 0, fmt.Errorf("relay upstream %s: events %s: %w", server, path, err)
 }
 
-// run is the goroutine of a session: it connects to the current server, relays the messages
-// and reconnects, until Unwatch or Close.
+// run is the goroutine of a session: it connects to the pool's choice, relays the messages and
+// reconnects, until Unwatch or Close.
 func (u *Upstream) run(s *upstreamSession) {
 	defer u.wg.Done()
 	defer close(s.done)
 	fetch := u.fetcher(s.topic)
 	delay := u.opts.Backoff
-	tries := 0     // failures since the last session that lived upstreamStableSession
-	quickEnds := 0 // sessions in a row that ended before upstreamStableSession
-	backoff := func() bool {
-		tries = 0
-		if !sleep(s.ctx, delay) {
+	var tried []string // servers that failed this round of dials
+	quickEnds := 0     // sessions in a row that ended before upstreamStableSession
+	// backoff waits the delay, which doubles; a change of the pool since changed was taken ends the
+	// wait early.
+	backoff := func(changed <-chan struct{}) bool {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-changed:
+		case <-s.ctx.Done():
 			return false
 		}
 		delay = min(delay*2, upstreamMaxBackoff)
 		return true
 	}
 	for s.ctx.Err() == nil {
-		idx, gen := u.current()
-		server := u.opts.Servers[idx]
-		c, fault, err := u.dial(s, server)
+		changed := u.opts.Pool.Changed() // before the choice: no change after it is missed
+		server, gen := u.choose(tried)
+		if server == "" {
+			// Every available server failed this round, or the pool has none available.
+			tried = tried[:0]
+			if !backoff(changed) {
+				return
+			}
+			continue
+		}
+		c, status, err := u.dial(s, server)
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return
 			}
 			u.opts.Logf("relay upstream: topic %s: %v", s.topic, err)
-			if !fault {
-				if !backoff() {
+			switch {
+			case status != 0 && status < 500:
+				u.opts.Pool.Report(server, nil) // it answered (a 4xx): another would answer the same
+				if !backoff(nil) {
 					return
 				}
 				continue
+			case status == 0:
+				u.opts.Pool.Report(server, err) // not reached, or timed out: the server's fault
 			}
-			u.fail(gen, err.Error())
-			if tries++; tries < len(u.opts.Servers) {
-				continue // try the next server at once
-			}
-			if !backoff() {
-				return
-			}
+			// A 5xx is an answer, not counted against the server, but another may serve the session.
+			tried = append(tried, server) // the pool's next choice at once
 			continue
 		}
-		if !u.setConn(s, c, gen) {
+		u.opts.Pool.Report(server, nil)
+		tried = tried[:0]
+		if !u.setConn(s, c, server, gen) {
 			_ = c.Close()
-			continue // ended, or switched while dialing: follow
+			continue // ended, or the pool's choice changed while dialing: follow
 		}
 		start := time.Now()
 		// Changes may have been missed while disconnected: fetch again, and if the snapshot
@@ -617,25 +675,39 @@ func (u *Upstream) run(s *upstreamSession) {
 			u.hub.Refresh(s.topic, fetch)
 		}
 		stopPings()
-		u.clearConn(s)
+		moved := u.clearConn(s)
 		_ = c.Close()
 		if s.ctx.Err() != nil {
 			return
 		}
-		if _, g := u.current(); g != gen {
-			continue // the server switched: reconnect at once
+		if moved {
+			continue // the pool's choice changed: reconnect there at once
 		}
 		u.opts.Logf("relay upstream: topic %s: session with %s ended: %v", s.topic, server, err)
-		// One session ending says little about its server (an upstream may drop one slow
-		// session on its own), so it does not move the others: the session dials the same
-		// server again at once, and only a failed dial (above) moves every session on. A
-		// session that keeps ending soon after it opened waits the backoff between tries.
+		if dropped(err) {
+			// Lost, silent past the keep-alive, or closed with an error: the server's fault, one
+			// failure for the pool's health (a run of them takes the server down and moves every
+			// session). A session the server ended normally says nothing against it.
+			u.opts.Pool.Report(server, err)
+		}
+		// The session dials the pool's choice again at once; one that keeps ending soon after it
+		// opened waits the backoff between tries.
 		if time.Since(start) >= upstreamStableSession {
-			delay, tries, quickEnds = u.opts.Backoff, 0, 0
-		} else if quickEnds++; quickEnds > 1 && !backoff() {
+			delay, quickEnds = u.opts.Backoff, 0
+		} else if quickEnds++; quickEnds > 1 && !backoff(nil) {
 			return
 		}
 	}
+}
+
+// dropped reports whether an events session's end is its server's fault: the connection was lost or
+// timed out, or the server closed it with an error code, rather than a normal close (1000, 1001).
+func dropped(err error) bool {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code != websocket.CloseNormalClosure && ce.Code != websocket.CloseGoingAway
+	}
+	return true
 }
 
 // alive pushes the read deadline of an events session back: something arrived.
@@ -670,53 +742,4 @@ func (u *Upstream) keepAlive(c *websocket.Conn) (stop func()) {
 		close(done)
 		<-finished
 	}
-}
-
-// failbackLoop probes the primary every FailbackInterval while a backup is current, and
-// switches back to it when it answers.
-func (u *Upstream) failbackLoop() {
-	defer u.wg.Done()
-	t := time.NewTicker(u.opts.FailbackInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-u.ctx.Done():
-			return
-		case <-t.C:
-		}
-		idx, gen := u.current()
-		if idx == 0 {
-			continue
-		}
-		if err := u.probe(); err != nil {
-			continue
-		}
-		u.switchTo(0, gen, "the primary answers again")
-	}
-}
-
-// probe checks that the primary answers: a snapshot GET of a watched topic, or a TCP dial when
-// no topic is watched.
-func (u *Upstream) probe() error {
-	primary := u.opts.Servers[0]
-	var topic string
-	var vals [][]byte
-	u.mu.Lock()
-	for t, s := range u.sessions {
-		topic, vals = t, s.vals
-		break
-	}
-	u.mu.Unlock()
-	if topic == "" {
-		ctx, cancel := context.WithTimeout(u.ctx, u.opts.Timeout)
-		defer cancel()
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", primary)
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	}
-	_, _, err := u.get(u.ctx, primary, string(u.opts.Snapshot.Expand(nil, u.opts.Names, vals)))
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,68 @@ func startConfig(t *testing.T, name string, opts sim.ConfigOptions) *sim.ConfigS
 	return s
 }
 
-// upstreamOpts returns options for the simulator's config servers, with small intervals.
+// listPool is a Pool of servers in an order the test sets, without health of its own (the load
+// balancer's pools, which judge the servers, are tested through package lb): Choose returns the
+// first server not tried; set changes the order, as a pool's choice changes; the reports are kept.
+type listPool struct {
+	mu      sync.Mutex
+	servers []string
+	changed chan struct{}
+	reports map[string][]error
+}
+
+func newListPool(servers ...string) *listPool {
+	return &listPool{servers: servers, changed: make(chan struct{}), reports: map[string][]error{}}
+}
+
+func (p *listPool) Choose(tried []string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.servers {
+		if !slices.Contains(tried, s) {
+			return s
+		}
+	}
+	return ""
+}
+
+func (p *listPool) Report(server string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reports[server] = append(p.reports[server], err)
+}
+
+func (p *listPool) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+// set makes servers the pool's order and wakes the waiters of Changed.
+func (p *listPool) set(servers ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.servers = servers
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// failures returns how many failures and successes were reported of server.
+func (p *listPool) failures(server string) (failed, ok int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, err := range p.reports[server] {
+		if err != nil {
+			failed++
+		} else {
+			ok++
+		}
+	}
+	return failed, ok
+}
+
+// upstreamOpts returns options for the simulator's config servers, with small intervals, over a
+// listPool of servers.
 func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) UpstreamOptions {
 	t.Helper()
 	snapshot, err := ParseTemplate("/config/{collection}/{environment}")
@@ -63,14 +125,13 @@ func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) UpstreamOptions
 		t.Fatal(err)
 	}
 	return UpstreamOptions{
-		Servers:          servers,
-		Snapshot:         snapshot,
-		Events:           events,
-		Names:            []string{"collection", "environment"},
-		FailbackInterval: 300 * time.Millisecond,
-		Backoff:          20 * time.Millisecond,
-		Timeout:          2 * time.Second,
-		Logf:             logs.logf,
+		Pool:     newListPool(servers...),
+		Snapshot: snapshot,
+		Events:   events,
+		Names:    []string{"collection", "environment"},
+		Backoff:  20 * time.Millisecond,
+		Timeout:  2 * time.Second,
+		Logf:     logs.logf,
 	}
 }
 
@@ -233,8 +294,8 @@ func TestUpstreamAPIKey(t *testing.T) {
 	if n := srv.Stats().Topics["users/dev"].Sessions; n != 0 || bad.Sessions() != 0 {
 		t.Fatalf("sessions without the key: %d at the server, %d at the manager", n, bad.Sessions())
 	}
-	if bad.Current() != srv.Addr {
-		t.Fatalf("a 401 moved the current server to %s", bad.Current())
+	if failed, ok := bad.opts.Pool.(*listPool).failures(srv.Addr); failed != 0 || ok < 3 {
+		t.Fatalf("the 401s were reported as %d failures and %d answers, want only answers", failed, ok)
 	}
 	_, err := bad.Fetch(context.Background(), "users/dev")
 	if err == nil || !strings.Contains(err.Error(), "401") {
@@ -252,7 +313,10 @@ func TestUpstreamAPIKey(t *testing.T) {
 	}
 }
 
-func TestUpstreamFailover(t *testing.T) {
+// TestUpstreamSessionsFollowThePoolsChoiceAndReportTheirFailures: when the pool's choice changes,
+// every session moves to the new choice (and back, at a failback); a server that stops is reported
+// failing by the sessions and fetches that tried it.
+func TestUpstreamSessionsFollowThePoolsChoiceAndReportTheirFailures(t *testing.T) {
 	s1 := startConfig(t, "config1", sim.ConfigOptions{})
 	s2 := startConfig(t, "config2", sim.ConfigOptions{})
 	publish := func(topic, data string) uint64 {
@@ -280,7 +344,9 @@ func TestUpstreamFailover(t *testing.T) {
 		subs[topic] = h.Subscribe(topic, Snapshots|Changes)
 	}
 	var logs logBuf
-	u := NewUpstream(h, upstreamOpts(t, &logs, s1.Addr, s2.Addr))
+	opts := upstreamOpts(t, &logs, s1.Addr, s2.Addr)
+	pool := opts.Pool.(*listPool)
+	u := NewUpstream(h, opts)
 	defer u.Close()
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)
@@ -290,6 +356,11 @@ func TestUpstreamFailover(t *testing.T) {
 	})
 
 	s1.Stop()
+	waitFor(t, 3*time.Second, "the sessions' failures on the stopped server reported", func() bool {
+		failed, _ := pool.failures(s1.Addr)
+		return failed >= 4
+	})
+	pool.set(s2.Addr, s1.Addr) // the pool's health took s1 down: its choice is s2
 	waitFor(t, 3*time.Second, "4 sessions on the backup", func() bool {
 		return allEqual(sessions(s2, upstreamTopics...), 1) && u.Sessions() == 4
 	})
@@ -306,11 +377,12 @@ func TestUpstreamFailover(t *testing.T) {
 	if err := s1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 300*time.Millisecond+3*time.Second, "sessions back on the primary", func() bool {
+	pool.set(s1.Addr, s2.Addr) // its checks pass again: a failback
+	waitFor(t, 3*time.Second, "sessions back on the primary", func() bool {
 		return allEqual(sessions(s1, upstreamTopics...), 1) && allEqual(sessions(s2, upstreamTopics...), 0) && u.Sessions() == 4
 	})
-	if u.Current() != s1.Addr {
-		t.Fatalf("current %s, want the primary %s", u.Current(), s1.Addr)
+	if u.Current() != s1.Addr || u.Switches() != 2 {
+		t.Fatalf("current %s after %d switches, want the primary %s after 2", u.Current(), u.Switches(), s1.Addr)
 	}
 	v = publish(topic, `{"n":3}`)
 	s = expectChange(t, subs[topic], topic, v)
@@ -454,17 +526,22 @@ func TestUpstreamFetch(t *testing.T) {
 
 	t.Run("FailoverOnRefused", func(t *testing.T) {
 		dead := deadAddr(t)
-		u := NewUpstream(h, upstreamOpts(t, &logs, dead, srv.Addr))
+		opts := upstreamOpts(t, &logs, dead, srv.Addr)
+		u := NewUpstream(h, opts)
 		defer u.Close()
-		if u.Current() != dead {
-			t.Fatalf("current %s, want the primary", u.Current())
-		}
 		s, err := u.Fetch(context.Background(), "inventory/dev")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Version != v || u.Current() != srv.Addr {
-			t.Fatalf("version %d (want %d), current %s (want %s)", s.Version, v, u.Current(), srv.Addr)
+		if s.Version != v {
+			t.Fatalf("version %d, want %d", s.Version, v)
+		}
+		pool := opts.Pool.(*listPool)
+		if f, ok := pool.failures(dead); f != 1 || ok != 0 {
+			t.Fatalf("the refused server was reported %d times failing, %d answering; want once failing", f, ok)
+		}
+		if f, ok := pool.failures(srv.Addr); f != 0 || ok != 1 {
+			t.Fatalf("the server that answered was reported %d times failing, %d answering; want once answering", f, ok)
 		}
 	})
 
@@ -473,11 +550,15 @@ func TestUpstreamFetch(t *testing.T) {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 		}))
 		defer bad.Close()
-		u := NewUpstream(h, upstreamOpts(t, &logs, bad.Listener.Addr().String(), srv.Addr))
+		opts := upstreamOpts(t, &logs, bad.Listener.Addr().String(), srv.Addr)
+		u := NewUpstream(h, opts)
 		defer u.Close()
 		s, err := u.Fetch(context.Background(), "inventory/dev")
-		if err != nil || s.Version != v || u.Current() != srv.Addr {
-			t.Fatalf("snapshot %+v, err %v, current %s", s, err, u.Current())
+		if err != nil || s.Version != v {
+			t.Fatalf("snapshot %+v, err %v", s, err)
+		}
+		if f, ok := opts.Pool.(*listPool).failures(bad.Listener.Addr().String()); f != 0 || ok != 0 {
+			t.Fatalf("the 503 was reported as %d failures and %d answers, want neither: an answer, not counted against its server", f, ok)
 		}
 	})
 
@@ -486,6 +567,12 @@ func TestUpstreamFetch(t *testing.T) {
 		defer u.Close()
 		if _, err := u.Fetch(context.Background(), "inventory/dev"); err == nil {
 			t.Fatal("fetch with every server down succeeded")
+		}
+		empty := upstreamOpts(t, &logs)
+		none := NewUpstream(h, empty)
+		defer none.Close()
+		if _, err := none.Fetch(context.Background(), "inventory/dev"); err != ErrNoServer {
+			t.Fatalf("fetch from a pool without an available server: %v, want ErrNoServer", err)
 		}
 	})
 
