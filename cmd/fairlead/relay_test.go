@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fasthttp/websocket"
 )
@@ -230,4 +232,177 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	if strings.Contains(stderr.String(), relayUpstreamKey) {
 		t.Errorf("the log holds the upstream key:\n%s", stderr.String())
 	}
+}
+
+// relayPoolStatus is what /api/status says of a pool and of the relays, as an operator reads it.
+type relayPoolStatus struct {
+	Pools []struct {
+		Name      string `json:"name"`
+		Serving   string `json:"serving"`
+		Failovers uint64 `json:"failovers"`
+		Failbacks uint64 `json:"failbacks"`
+		Servers   []struct {
+			Addr      string `json:"addr"`
+			Available bool   `json:"available"`
+			State     string `json:"state"`
+			Check     struct {
+				Answered bool `json:"answered"`
+			} `json:"check"`
+		} `json:"servers"`
+	} `json:"pools"`
+	Relays []struct {
+		Name          string `json:"name"`
+		Upstream      string `json:"upstream"`
+		ServingBackup bool   `json:"serving_backup"`
+	} `json:"relays"`
+}
+
+// TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback: the relay's upstream and the pool
+// that holds its servers are one health system. With the relay's primary config server stopped,
+// /api/status shows the primary unavailable and the pool serving its backups, failovers counts it and
+// /events carries it; the primary's return is a failback the same way; the relay's subscribers get
+// every change throughout.
+func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.T) {
+	t.Parallel()
+	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, ConfigServers: 2,
+		ConfigAPIKey: relayUpstreamKey, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	primary, backup := c.Config("config1"), c.Config("config2")
+	dir := t.TempDir()
+	listen, admin := freeAddr(t), freeAddr(t)
+	cdir := writeFiles(t, map[string]string{
+		"10-relay.toml": relayProcConfig(t, dir, listen, admin, primary.Addr, ""),
+		"20-backup.toml": fmt.Sprintf("[pools.appconfig]\nbackups = [%q]\nfailback_interval = \"500ms\"\n"+
+			"[pools.appconfig.check]\ninterval = \"200ms\"\nfall = 2\nrise = 2\n", backup.Addr),
+	})
+	cmd := exec.Command(binary, "-config", cdir)
+	var stderr harness.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+	p := &proc{t: t, cmd: cmd, dir: cdir, addr: listen, admin: admin}
+	status := func() (st relayPoolStatus) {
+		resp, err := http.Get("http://" + admin + "/api/status")
+		if err != nil {
+			return st
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&st) //nolint:errcheck // an empty status fails the waits
+		return st
+	}
+	// pool reports whether the pool serves tier with primary available as wantUp, after failovers
+	// and failbacks, and the relay follows server.
+	pool := func(tier string, wantUp bool, failovers, failbacks uint64, server string) func() bool {
+		return func() bool {
+			st := status()
+			if len(st.Pools) != 1 || len(st.Relays) != 1 {
+				return false
+			}
+			ps := st.Pools[0]
+			ok := ps.Serving == tier && ps.Failovers == failovers && ps.Failbacks == failbacks &&
+				st.Relays[0].Upstream == server && st.Relays[0].ServingBackup == (server == backup.Addr)
+			for _, s := range ps.Servers {
+				ok = ok && s.Check.Answered // a real state, not "no answer yet"
+				if s.Addr == primary.Addr {
+					ok = ok && s.Available == wantUp
+				}
+			}
+			return ok
+		}
+	}
+	p.waitUntil("the pool serving its primaries, checked", pool("primaries", true, 0, 0, primary.Addr))
+
+	// The event stream, and a relay subscriber, read from before the failover.
+	events := make(chan string, 1024)
+	readLines(t, "http://"+admin+"/events", nil, events)
+	const topic = "inventory/dev"
+	changes := make(chan string, 1024)
+	readLines(t, "http://"+listen+"/relay/"+topic, http.Header{"X-Client-Key": {"client-key"}, "Accept": {"text/event-stream"}}, changes)
+	publish := func(data string) uint64 {
+		t.Helper()
+		v, err := c.PublishConfig(topic, []byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// waitLine waits for a line of lines holding every one of want.
+	waitLine := func(lines chan string, what string, want ...string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case line := <-lines:
+				ok := true
+				for _, w := range want {
+					ok = ok && strings.Contains(line, w)
+				}
+				if ok {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s within 10s; stderr:\n%s", what, stderr.String())
+			}
+		}
+	}
+	v := publish(`{"before":"failover"}`)
+	waitLine(changes, "change before the failover", fmt.Sprintf(`"version":%d`, v), `"server":"config1"`)
+
+	primary.Stop()
+	p.waitUntil("the pool's failover in /api/status", pool("backups", false, 1, 0, backup.Addr))
+	waitLine(events, "failover event", `"kind":"failover"`, `"pool":"appconfig"`)
+	v = publish(`{"on":"backup"}`)
+	waitLine(changes, "change on the backup", fmt.Sprintf(`"version":%d`, v), `"server":"config2"`)
+
+	if err := primary.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil("the pool's failback in /api/status", pool("primaries", true, 1, 1, primary.Addr))
+	waitLine(events, "failback event", `"kind":"failback"`, `"pool":"appconfig"`)
+	v = publish(`{"on":"primary"}`)
+	waitLine(changes, "change on the primary again", fmt.Sprintf(`"version":%d`, v), `"server":"config1"`)
+	if m := p.metric(`fairlead_pool_failovers_total{pool="appconfig"}`); m != "1" {
+		t.Errorf("fairlead_pool_failovers_total: %q, want 1", m)
+	}
+}
+
+// readLines sends the lines of a GET of url (a stream) to lines until the end of the test.
+func readLines(t *testing.T, url string, h http.Header, lines chan<- string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		cancel()
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default: // nobody reads that far: the test has what it wanted
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }

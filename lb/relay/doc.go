@@ -13,5 +13,8 @@
 // raw change messages out to subscribers without blocking on slow ones. The HTTP handlers,
 // the SSE and WebSocket writers and the upstream session manager plug into it: a writer
 // goroutine per client reads Subscriber.C, the upstream manager calls Refresh and
-// PublishChange, and closes the upstream sessions of the topics IdleTopics reports.
+// PublishChange, and closes the upstream sessions of the topics IdleTopics reports. The upstream
+// manager (Upstream) judges no server: it asks its Pool (package lb's pool, whose health check is
+// the one verdict on the servers) which one to use, reports how each attempt ended, and follows the
+// pool's changes.
 package relay

@@ -53,8 +53,8 @@ type Pool interface {
 	Changed() <-chan struct{}
 }
 
-// A StatusError is a fetch answered with a status other than 200 (Fetch fails over on a 5xx
-// first; a 4xx, such as 404 for a topic the upstream does not have, is returned at once).
+// A StatusError is a fetch answered with a status other than 200 (on a 5xx Fetch tries the
+// pool's next choice first; a 4xx, such as 404 for a topic the upstream does not have, is returned at once).
 type StatusError struct {
 	Status int
 	msg    string
