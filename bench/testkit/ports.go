@@ -98,6 +98,16 @@ type TB interface {
 	Fatalf(format string, args ...any)
 }
 
+// T is the part of testing.TB the helpers that clean up after a test use.
+type T interface {
+	TB
+	Cleanup(func())
+	TempDir() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Failed() bool
+}
+
 // Addr is FreeAddr for a test: it fails the test when no port is left.
 func Addr(t TB) string {
 	t.Helper()
