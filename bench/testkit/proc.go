@@ -22,6 +22,8 @@ type Fairlead struct {
 	Dir         string      // the config directory
 	Addr, Admin string      // the front end's and the admin listener's addresses
 	Log         *SyncBuffer // its stdout and stderr
+	// LogFilter, if set, edits the log shown when the test failed (to drop repeated noise).
+	LogFilter func(log string) string
 
 	exited  chan struct{}
 	waitErr error // valid once exited is closed
@@ -69,7 +71,11 @@ func RunFairlead(t T, dir, addr, admin string, args ...string) *Fairlead {
 	t.Cleanup(func() {
 		f.Kill()
 		if t.Failed() {
-			t.Logf("fairlead (pid %d) log:\n%s", f.Cmd.Process.Pid, Tail(f.Log.String(), 6000))
+			log := f.Log.String()
+			if f.LogFilter != nil {
+				log = f.LogFilter(log)
+			}
+			t.Logf("fairlead (pid %d) log:\n%s", f.Cmd.Process.Pid, Tail(log, 6000))
 		}
 	})
 	return f
