@@ -31,11 +31,7 @@ func fastChecks(bus *Bus, path string) Options {
 func startSim(t *testing.T, o sim.Options) *sim.Cluster {
 	t.Helper()
 	o.Logf = quiet
-	cl, err := sim.Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	cl := testkit.StartCluster(t, o)
 	return cl
 }
 
