@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 const minimalConfig = `
@@ -17,7 +19,7 @@ pool = "platform"
 `
 
 func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
-	cfg, err := LoadConfig(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
 }
 
 func TestConfDFilesMergeInLexicalOrder(t *testing.T) {
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		"10-base.toml": `
 [pools.platform]
 servers = ["127.0.0.1:9081"]
@@ -90,7 +92,7 @@ paths = ["/other"]
 func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
-		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
 		_, err := LoadConfig(dir)
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -168,7 +170,7 @@ func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T)
 }
 
 func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
 	_, err := LoadConfig(dir)
 	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("got %v: want an error that does not show the credentials", err)
@@ -178,7 +180,7 @@ func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
 // A file with type errors in several pools lists each of them, in pool order, the same at every load
 // (the decoder alone stops at one, chosen by map order: found by FuzzLoadConfig).
 func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
 	var first string
 	for i := range 20 {
 		_, err := LoadConfig(dir)
@@ -197,7 +199,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 		}
 	}
 	// The fuzzer's input: pools that are not tables.
-	dir = writeConfig(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
+	dir = testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
 	_, e1 := LoadConfig(dir)
 	for range 20 {
 		if _, e := LoadConfig(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
@@ -207,7 +209,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 }
 
 func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
 	_, err := LoadConfig(dir)
 	if err == nil {
 		t.Fatal("loaded")
