@@ -76,7 +76,7 @@ func (rr *relayRoute) status() RelayStatus {
 	}
 	rr.mu.Unlock()
 	for _, ts := range rr.hub.Topics() {
-		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.listed[ts.Topic], Watched: watched[ts.Topic],
+		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
 			Subscribers: ts.Subscribers, Version: ts.Version, Fetched: ts.Fetched, Publishes: ts.Publishes,
 			Fetches: ts.Fetches, FetchErrors: ts.FetchErrors, Drops: ts.Drops}
 		if s := rr.hub.Snapshot(ts.Topic); s != nil {
