@@ -118,8 +118,8 @@ type FrontendConfig struct {
 
 // CertConfig is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
 type CertConfig struct {
-	Cert string `toml:"cert"`
-	Key  string `toml:"key"`
+	Cert string `toml:"cert"` // PEM file of the certificate, chain first
+	Key  string `toml:"key"`  // PEM file of its private key
 }
 
 // AdminConfig is the [admin] table: status and metrics endpoints.
