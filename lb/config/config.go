@@ -36,17 +36,17 @@ type Config struct {
 	// origin maps a dotted key ("pools.platform.check.interval", "routes.2.pool") to the file that set it.
 	origin map[string]string
 	// Digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
-	Digest string
+	Digest string `toml:"-"`
 	// AdminToken and AdminPassword are the contents of [admin] token_file and password_file, read when
 	// the config is loaded (a reload reads them again). Never logged.
-	AdminToken, AdminPassword string
+	AdminToken, AdminPassword string `toml:"-"`
 	// routeAuth holds, by route index, what [routes.auth] files held when the config was loaded: the
 	// SHA-256 of each client key and the upstream credential (nil for a route without auth). Never
 	// logged (auth.go).
 	routeAuth []*Auth
 	// RelaySpecs holds what each [RelaySpecs.NAME] compiles to when the config is loaded: its templates, topics,
 	// upstream headers (a credential: never logged) and auth (relay.go).
-	RelaySpecs map[string]*RelaySpec
+	RelaySpecs map[string]*RelaySpec `toml:"-"`
 }
 
 // Global is the [global] table: process-wide settings.
@@ -103,7 +103,7 @@ type Frontend struct {
 	// TLSListen's port). Default false.
 	RedirectHTTPS bool `toml:"redirect_https"`
 	// TLS is the loaded TLS (tls.go), nil without TLSListen.
-	TLS *FrontTLS
+	TLS *FrontTLS `toml:"-"`
 	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
 	// bytes; larger gets 431. Default 8192.
 	MaxHeaderSize int `toml:"max_header_size"`
@@ -115,7 +115,7 @@ type Frontend struct {
 	// kept; from any other client they are removed and replaced. Default none.
 	TrustedProxies []string `toml:"trusted_proxies"`
 	// Trusted is TrustedProxies parsed (validate.go).
-	Trusted []netip.Prefix
+	Trusted []netip.Prefix `toml:"-"`
 	// RetryBuffer is the largest request body (bytes, with a Content-Length) held in memory so that a failed
 	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
 	// none of their bytes were read. Default 65536.
@@ -124,8 +124,8 @@ type Frontend struct {
 
 // Cert is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
 type Cert struct {
-	Cert string `toml:"cert"`
-	Key  string `toml:"key"`
+	Cert string `toml:"cert"` // PEM file of the certificate, chain first
+	Key  string `toml:"key"`  // PEM file of its private key
 }
 
 // Admin is the [admin] table: status and metrics endpoints.
@@ -251,7 +251,7 @@ type PoolTLS struct {
 
 	// Client is the TLS config built from the keys and files at load (nil when Enabled is false);
 	// sum identifies the files' contents (loadPoolTLS, validate.go).
-	Client *tls.Config
+	Client *tls.Config `toml:"-"`
 	sum    string
 }
 

@@ -19,13 +19,25 @@ type Discovery struct {
 	// EmptyGrace: an empty list is applied only after this long without a non-empty one. Default "30s".
 	EmptyGrace Duration `toml:"empty_grace"`
 
-	// zookeeper: the ensemble, the path whose children are the instances (each a "host:port" or a
-	// Curator service-instance JSON), the session timeout, and optional digest auth.
-	ZooKeeper          []string `toml:"zookeeper"`
-	Path               string   `toml:"path"`
-	SessionTimeout     Duration `toml:"session_timeout"`
-	DigestUser         string   `toml:"digest_user"`
-	DigestPasswordFile string   `toml:"digest_password_file"`
+	// ZooKeeper (provider "zookeeper") is the ensemble: host:port of each member; any member that
+	// answers serves. Required with that provider.
+	ZooKeeper []string `toml:"zookeeper"`
+	// Path (zookeeper) is the znode whose children are the instances (absolute, no trailing /): Curator
+	// service instances (JSON: address with sslPort in a pool whose [tls] is enabled, else port; left out
+	// when "enabled": false) or host:port. A path that does not exist yet is watched for its creation.
+	// Required with that provider.
+	Path string `toml:"path"`
+	// SessionTimeout (zookeeper) is the ZooKeeper session timeout (the ensemble bounds it: 4-40 s by
+	// default); also the period of the safety re-read and the longest retry backoff. A lost session
+	// keeps the last list; a new session reads the path again.
+	SessionTimeout Duration `toml:"session_timeout"`
+	// DigestUser (zookeeper) is the user of ZooKeeper digest authentication, for a path whose ACL is
+	// digest:user:...; it goes with DigestPasswordFile. A child fairlead may not read fails the whole
+	// read (the last list stays), so wrong credentials never empty a pool.
+	DigestUser string `toml:"digest_user"`
+	// DigestPasswordFile (zookeeper) holds the digest password (trimmed), read at start and at every
+	// reload (a reload after rotating it starts a new session); never logged. Goes with DigestUser.
+	DigestPasswordFile string `toml:"digest_password_file"`
 
 	// dns: the name resolved every ResolveInterval (SRV records give host and port, else A/AAAA with
 	// Port), through Resolvers ("host:port") or the system's.
@@ -38,7 +50,7 @@ type Discovery struct {
 	File string `toml:"file"`
 
 	// DigestPassword is the contents of DigestPasswordFile, read at load. Never logged.
-	DigestPassword string
+	DigestPassword string `toml:"-"`
 }
 
 // ProviderKind is what the config knows of a discovery provider: the keys its table may hold besides
