@@ -57,6 +57,14 @@ pool = "platform"
 	return map[string]string{"10-base.toml": base, "20-override.toml": override}
 }
 
+// minimalConfig is the smallest valid config (as lb/config's tests have it).
+const minimalConfig = `
+[pools.platform]
+servers = ["127.0.0.1:9081", "127.0.0.1:9082"]
+[[routes]]
+pool = "platform"
+`
+
 // logSink collects log lines so tests can assert on them (and keep the output quiet).
 type logSink struct {
 	mu    sync.Mutex
