@@ -225,3 +225,23 @@ func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
 		}
 	}
 }
+
+func TestAFieldsKeyIsItsTomlPath(t *testing.T) {
+	c := &Config{Pools: map[string]*Pool{"p": {Servers: []string{"a:1", "b:2", "c:3"}}},
+		Routes: []Route{{Pool: "p"}, {Pool: "p"}}, Relays: map[string]*Relay{"r": {}}}
+	f := func(field any, want string) {
+		t.Helper()
+		if got := c.keyOf(field); got != want {
+			t.Errorf("keyOf = %q, want %q", got, want)
+		}
+	}
+	f(&c.Frontend.Listen, "frontend.listen")
+	f(&c.Global.StateMaxAge, "global.state_max_age")
+	f(&c.Pools["p"].Check.Interval, "pools.p.check.interval")
+	f(&c.Pools["p"].Check, "pools.p.check")
+	f(&c.Pools["p"].Servers, "pools.p.servers")
+	f(&c.Pools["p"].Servers[2], "pools.p.servers.2")
+	f(&c.Pools["p"].Discovery.EmptyGrace, "pools.p.discovery.empty_grace")
+	f(&c.Routes[1].Pool, "routes.1.pool")
+	f(&c.Relays["r"].KeepAlive, "relays.r.keepalive")
+}
