@@ -11,6 +11,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // errRefused stands for a live request's transport failure in Report.
@@ -33,12 +34,7 @@ func fastChecks(bus *Bus, path string) Options {
 func startSim(t *testing.T, o sim.Options) *sim.Cluster {
 	t.Helper()
 	o.Logf = quiet
-	cl, err := sim.Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
+	return testkit.StartCluster(t, o)
 }
 
 // starter is a Checker or a Leader.

@@ -144,13 +144,13 @@ func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayR
 		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
 		if old != nil {
 			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
-				op.relayOnly.Store(cfg.relayOnlyPool(name))
+				op.relayOnly.Store(cfg.RelayOnlyPool(name))
 				op.apply(pc, lb.logf)
 				g.pools[name] = op
 				continue
 			}
 		}
-		p := newPool(name, pc, cfg.relayOnlyPool(name), lb.bus, lb.logf)
+		p := newPool(name, pc, cfg.RelayOnlyPool(name), lb.bus, lb.logf)
 		g.pools[name] = p
 		fresh = append(fresh, p)
 	}
@@ -163,8 +163,8 @@ func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayR
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.relays)) {
-		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.relays[name]})
+	for _, name := range slices.Sorted(maps.Keys(cfg.RelaySpecs)) {
+		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.RelaySpecs[name]})
 	}
 	return g, fresh
 }
@@ -175,8 +175,8 @@ func (lb *LB) prepareRelays(cfg *Config) (all map[string]*relayRoute, fresh []*r
 	lb.routesMu.Lock()
 	defer lb.routesMu.Unlock()
 	all = map[string]*relayRoute{}
-	for name, spec := range cfg.relays {
-		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.fingerprint == spec.fingerprint {
+	for name, spec := range cfg.RelaySpecs {
+		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.Fingerprint == spec.Fingerprint {
 			all[name] = rr
 			continue
 		}
@@ -479,7 +479,7 @@ func (lb *LB) Reload(cfg *Config) error {
 			ln, err := net.Listen("tcp", now)
 			if err != nil {
 				unbind()
-				err = fmt.Errorf("%s: frontend.%s: %w", cfg.origin["frontend."+f.key], f.key, err)
+				err = fmt.Errorf("%s: frontend.%s: %w", cfg.FileOf("frontend."+f.key), f.key, err)
 				lb.ReloadFailed(err)
 				return err
 			}
@@ -491,7 +491,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			unbind()
-			err = fmt.Errorf("%s: admin.listen: %w", cfg.origin["admin.listen"], err)
+			err = fmt.Errorf("%s: admin.listen: %w", cfg.FileOf("admin.listen"), err)
 			lb.ReloadFailed(err)
 			return err
 		}
@@ -551,10 +551,10 @@ func (lb *LB) Reload(cfg *Config) error {
 	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
 	// running generation's).
 	for _, f := range []*FrontendConfig{&fe, &ofe} {
-		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.tls = "", "", nil, "", "", false, nil
+		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
 	}
 	// trusted_proxies applies at once (read from the generation of each request).
-	fe.TrustedProxies, ofe.TrustedProxies, fe.trusted, ofe.trusted = nil, nil, nil, nil
+	fe.TrustedProxies, ofe.TrustedProxies, fe.Trusted, ofe.Trusted = nil, nil, nil, nil
 	if !reflect.DeepEqual(fe, ofe) {
 		restart = append(restart, "[frontend] (but its listeners and TLS)")
 	}
@@ -583,4 +583,4 @@ func (lb *LB) ReloadFailed(err error) {
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).
-func sameFiles(a, b *Config) bool { return a.digest != "" && a.digest == b.digest }
+func sameFiles(a, b *Config) bool { return a.Digest != "" && a.Digest == b.Digest }

@@ -120,7 +120,7 @@ func (p *Pool) checkOptions(cfg *PoolConfig, logf func(string, ...any)) healthch
 		Timeout:      ck.Timeout.D,
 		Fall:         ck.Fall,
 		Rise:         ck.Rise,
-		TLS:          cfg.TLS.client, // nil: plain HTTP
+		TLS:          cfg.TLS.Client, // nil: plain HTTP
 		Bus:          p.bus,
 		Logf:         logf,
 		// Only a pool with backups probes its primaries for failback.
@@ -163,7 +163,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		servers = append(servers, s)
 	}
 	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) || failbackInterval(old.cfg) != failbackInterval(cfg) ||
-		!old.cfg.TLS.same(&cfg.TLS) || old.connect != p.relayOnly.Load() {
+		!old.cfg.TLS.Same(&cfg.TLS) || old.connect != p.relayOnly.Load() {
 		p.health.Update(p.checkOptions(cfg, logf))
 	}
 	p.health.Set(targetsOf(servers))

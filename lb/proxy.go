@@ -47,7 +47,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.logUnrouted(ctx, g)
 		return
 	}
-	if ft := g.cfg.Frontend.tls; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
+	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		redirectHTTPS(ctx, ft) // tls.go
 		lb.logUnrouted(ctx, g)
 		return
@@ -86,7 +86,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	p.requests.Add(1)
 	hb := headBuffers.Get().(*[]byte)
 	out := outbound{req: req}
-	*hb, out.framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.trusted, auth: g.cfg.authOf(ri), upgrade: upgrade})
+	*hb, out.framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.Trusted, auth: g.cfg.RouteAuthOf(ri), upgrade: upgrade})
 	out.head = *hb
 	replay, ok := lb.makeReplayable(ctx, g)
 	var s *Server

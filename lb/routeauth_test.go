@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -117,7 +118,7 @@ func authMetrics(l *LB) string {
 
 func TestRouteAuthTableBelongsToTheRouteBeforeItAcrossConfDFiles(t *testing.T) {
 	keys, value := authFiles(t, clientKeyA)
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		// The first route is not a catch-all: it would shadow the others (a config error).
 		"10-a.toml": strings.Replace(minimalConfig, `pool = "platform"`, "pool = \"platform\"\npaths = [\"/p\"]", 1) + fmt.Sprintf(`
 [[routes]]
@@ -143,18 +144,18 @@ keys_file = %q
 			t.Errorf("routes.%d.auth = %+v, want none", i, *got)
 		case want != nil && (got == nil || *got != *want):
 			t.Errorf("routes.%d.auth = %v, want %+v", i, got, *want)
-		case (cfg.authOf(i) != nil) != (want != nil):
-			t.Errorf("routes.%d: loaded auth %v, want %v", i, cfg.authOf(i) != nil, want != nil)
+		case (cfg.RouteAuthOf(i) != nil) != (want != nil):
+			t.Errorf("routes.%d: loaded auth %v, want %v", i, cfg.RouteAuthOf(i) != nil, want != nil)
 		}
 	}
 	f(0, nil)
 	f(1, &RouteAuthConfig{KeysFile: keys, Header: "Authorization"}) // the documented default header
 	f(2, &RouteAuthConfig{KeysFile: keys, Header: "appKey", UpstreamHeader: "appKey", UpstreamValueFile: value})
 	f(3, nil)
-	if a := cfg.authOf(1); a == nil || !a.bearer || len(a.keys) != 1 || a.upstreamHeader != "" {
+	if a := cfg.RouteAuthOf(1); a == nil || !a.Bearer || !a.Admits([]byte("Bearer "+clientKeyA)) || a.UpstreamHeader != "" {
 		t.Errorf("routes.1: loaded %+v, want a Bearer check of one key injecting nothing", a)
 	}
-	if a := cfg.authOf(2); a == nil || a.bearer || a.upstreamValue != platformAppKey {
+	if a := cfg.RouteAuthOf(2); a == nil || a.Bearer || a.UpstreamValue != platformAppKey {
 		t.Errorf("routes.2: want an appKey check injecting the trimmed value file")
 	}
 }
@@ -177,7 +178,7 @@ func TestRouteAuthConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	}
 	f := func(name, auth string, want ...string) {
 		t.Helper()
-		cfgDir := writeConfig(t, map[string]string{
+		cfgDir := testkit.WriteFiles(t, map[string]string{
 			"10-base.toml": minimalConfig,
 			"20-bad.toml":  "[[routes]]\npool = \"platform\"\n[routes.auth]\n" + auth,
 		})
@@ -370,7 +371,7 @@ func TestRouteAuthChecksAWebSocketUpgradeBeforeDialling(t *testing.T) {
 func TestRouteAuthReloadAdmitsTheNewKeyAndRefusesTheOldOne(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	keys, value := authFiles(t, clientKeyA)
-	dir := writeConfig(t, authConfig(c, keys, value, "appKey"))
+	dir := testkit.WriteFiles(t, authConfig(c, keys, value, "appKey"))
 	l, logs := startLBDir(t, dir)
 	if code, _, _ := authGet(t, l, "/echo-headers", "appKey", clientKeyA); code != 200 {
 		t.Fatalf("the first key: %d, want 200", code)

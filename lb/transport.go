@@ -19,7 +19,7 @@ import (
 // up to queue_timeout for a free one.
 func newTransport(addr string, cfg *PoolConfig) *upstream {
 	connectTimeout, idle, nodelay := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D, cfg.NoDelay
-	tlsConfig := cfg.TLS.clientFor(addr)
+	tlsConfig := cfg.TLS.ClientFor(addr)
 	return &upstream{
 		addr:         addr,
 		maxConns:     cfg.MaxConns,
@@ -55,30 +55,7 @@ const upstreamIdleTimeout = 10 * time.Second
 func sameTransport(a, b *PoolConfig) bool {
 	return a.MaxConns == b.MaxConns && a.QueueTimeout.D == b.QueueTimeout.D &&
 		a.ConnectTimeout.D == b.ConnectTimeout.D && a.ResponseTimeout.D == b.ResponseTimeout.D &&
-		a.NoDelay == b.NoDelay && a.TLS.same(&b.TLS)
-}
-
-// same reports whether two [pools.NAME.tls] tables make the same connections: the same keys and the
-// same contents of their files.
-func (t *PoolTLSConfig) same(o *PoolTLSConfig) bool {
-	return t.Enabled == o.Enabled && t.CAFile == o.CAFile && t.ServerName == o.ServerName &&
-		t.InsecureSkipVerify == o.InsecureSkipVerify && t.Cert == o.Cert && t.Key == o.Key && t.sum == o.sum
-}
-
-// clientFor returns the TLS config of connections to the server at addr, or nil for plain TCP. Without
-// server_name, the name sent (SNI) and verified is the server's host; an IP address is verified
-// against the certificate's IP SANs (and sent as no SNI).
-func (t *PoolTLSConfig) clientFor(addr string) *tls.Config {
-	if t.client == nil {
-		return nil
-	}
-	cfg := t.client.Clone() // shares the session cache
-	if cfg.ServerName == "" {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			cfg.ServerName = host
-		}
-	}
-	return cfg
+		a.NoDelay == b.NoDelay && a.TLS.Same(&b.TLS)
 }
 
 // handshakeTLS runs the client handshake over conn within timeout. On failure conn is closed and the

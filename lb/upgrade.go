@@ -59,7 +59,7 @@ func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
 		lb.logf("tunnel: dial %s: %v", s.label(), err)
 		return nil, &dialError{err}
 	}
-	if tc := cfg.TLS.clientFor(s.Addr); tc != nil {
+	if tc := cfg.TLS.ClientFor(s.Addr); tc != nil {
 		c, err := handshakeTLS(conn, tc, cfg.ConnectTimeout.D)
 		if err != nil {
 			lb.logf("tunnel: dial %s: %v", s.label(), err)

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -66,7 +66,7 @@ func runFairleadFor(t *testing.T, timeout time.Duration, args ...string) (stderr
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, testkit.Binary(t, "cmd/fairlead"), args...)
 	var e strings.Builder
 	cmd.Stdout, cmd.Stderr = io.Discard, &e
 	err := cmd.Run()
@@ -84,8 +84,8 @@ func runFairleadFor(t *testing.T, timeout time.Duration, args ...string) (stderr
 func TestRelayNormalStartWithTheUpstreamUnreachableExitsNonZeroNamingTheTopic(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	conf := relayProcConfig(t, dir, freeAddr(t), freeAddr(t), freeAddr(t), "")
-	cdir := writeFiles(t, map[string]string{"fairlead.toml": conf})
+	conf := relayProcConfig(t, dir, testkit.Addr(t), testkit.Addr(t), testkit.Addr(t), "")
+	cdir := testkit.WriteFiles(t, map[string]string{"fairlead.toml": conf})
 
 	out, errOut, code := runFairlead(t, "-check", "-config", cdir)
 	if code != 0 || !strings.Contains(out, "1 relay(s)") {
@@ -122,20 +122,14 @@ func TestRelayConfigErrorsExit2NamingFileAndKey(t *testing.T) {
 func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	listen, admin, upstream := freeAddr(t), freeAddr(t), freeAddr(t)
+	listen, admin, upstream := testkit.Addr(t), testkit.Addr(t), testkit.Addr(t)
 	seed := filepath.Join(dir, "seed.json")
 	if err := os.WriteFile(seed, []byte(`{"relay":"appconfig","written":"2026-12-01T00:00:00Z","topics":{"inventory/dev":{"version":7,"json":{"seeded":true}}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cdir := writeFiles(t, map[string]string{"fairlead.toml": relayProcConfig(t, dir, listen, admin, upstream,
+	cdir := testkit.WriteFiles(t, map[string]string{"fairlead.toml": relayProcConfig(t, dir, listen, admin, upstream,
 		fmt.Sprintf("start = \"fast\"\nseed_file = %q\nseed_file_write = true\n", seed))})
-	cmd := exec.Command(binary, "-config", cdir)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+	f := testkit.RunFairlead(t, cdir, listen, admin)
 	get := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+listen+"/relay/inventory/dev", nil)
 		req.Header.Set("X-Client-Key", "client-key")
@@ -150,33 +144,20 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	// The first answer, as soon as the front end listens, is the seed: nothing listens upstream.
 	var code int
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for code, body = get(); code == 0; code, body = get() {
-		if time.Now().After(deadline) {
-			t.Fatalf("fairlead did not start: %s\n%s", body, stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, "fairlead to start", 10*time.Second, func() bool { code, body = get(); return code != 0 })
 	if code != 200 || body != `{"seeded":true}` {
 		t.Fatalf("first answer of a fast start: %d %q, want the seed", code, body)
 	}
 
-	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, ConfigAddrs: []string{upstream},
+	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigAddrs: []string{upstream},
 		ConfigAPIKey: relayUpstreamKey, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	if _, err := c.PublishConfig("inventory/dev", []byte(`{"fresh":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(15 * time.Second)
-	for code, body = get(); !strings.Contains(body, `"fresh":true`); code, body = get() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the fresh snapshot never replaced the seed: %d %q\n%s", code, body, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the fresh snapshot to replace the seed", 15*time.Second, func() bool {
+		code, body = get()
+		return strings.Contains(body, `"fresh":true`)
+	})
 	if st := c.Configs[0].Stats(); st.Unauthorized != 0 {
 		t.Errorf("the config server refused %d requests", st.Unauthorized)
 	}
@@ -200,16 +181,14 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	}
 	defer ws.Close()
 	stopped := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	f.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-f.Exited():
+		if err := f.Err(); err != nil {
 			t.Errorf("fairlead exited with %v after SIGTERM", err)
 		}
 	case <-time.After(8 * time.Second):
-		t.Fatalf("fairlead still runs 8s after SIGTERM with a relay SSE stream and WebSocket open:\n%s", stderr.String())
+		t.Fatal("fairlead still runs 8s after SIGTERM with a relay SSE stream and WebSocket open")
 	}
 	t.Logf("exited %s after SIGTERM", time.Since(stopped))
 	sse.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
@@ -229,8 +208,8 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"fresh": true`) && !strings.Contains(string(b), `"fresh":true`) {
 		t.Errorf("the seed file after the stop: %v %s", err, b)
 	}
-	if strings.Contains(stderr.String(), relayUpstreamKey) {
-		t.Errorf("the log holds the upstream key:\n%s", stderr.String())
+	if strings.Contains(f.Log.String(), relayUpstreamKey) {
+		t.Errorf("the log holds the upstream key:\n%s", f.Log.String())
 	}
 }
 
@@ -264,28 +243,18 @@ type relayPoolStatus struct {
 // every change throughout.
 func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.T) {
 	t.Parallel()
-	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, ConfigServers: 2,
-		ConfigAPIKey: relayUpstreamKey, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigServers: 2,
+		ConfigAPIKey: relayUpstreamKey})
 	primary, backup := c.Config("config1"), c.Config("config2")
 	dir := t.TempDir()
-	listen, admin := freeAddr(t), freeAddr(t)
-	cdir := writeFiles(t, map[string]string{
+	listen, admin := testkit.Addr(t), testkit.Addr(t)
+	cdir := testkit.WriteFiles(t, map[string]string{
 		"10-relay.toml": relayProcConfig(t, dir, listen, admin, primary.Addr, ""),
 		"20-backup.toml": fmt.Sprintf("[pools.appconfig]\nbackups = [%q]\nfailback_interval = \"500ms\"\n"+
 			"[pools.appconfig.check]\ninterval = \"200ms\"\nfall = 2\nrise = 2\n", backup.Addr),
 	})
-	cmd := exec.Command(binary, "-config", cdir)
-	var stderr harness.SyncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
-	p := &proc{t: t, cmd: cmd, dir: cdir, addr: listen, admin: admin}
+	p := testkit.RunFairlead(t, cdir, listen, admin)
+	p.WaitServing()
 	status := func() (st relayPoolStatus) {
 		resp, err := http.Get("http://" + admin + "/api/status")
 		if err != nil {
@@ -315,7 +284,7 @@ func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.
 			return ok
 		}
 	}
-	p.waitUntil("the pool serving its primaries, checked", pool("primaries", true, 0, 0, primary.Addr))
+	p.Eventually("the pool serving its primaries, checked", pool("primaries", true, 0, 0, primary.Addr))
 
 	// The event stream, and a relay subscriber, read from before the failover.
 	events := make(chan string, 1024)
@@ -346,7 +315,7 @@ func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.
 					return
 				}
 			case <-timeout:
-				t.Fatalf("no %s within 10s; stderr:\n%s", what, stderr.String())
+				t.Fatalf("no %s within 10s", what)
 			}
 		}
 	}
@@ -354,7 +323,7 @@ func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.
 	waitLine(changes, "change before the failover", fmt.Sprintf(`"version":%d`, v), `"server":"config1"`)
 
 	primary.Stop()
-	p.waitUntil("the pool's failover in /api/status", pool("backups", false, 1, 0, backup.Addr))
+	p.Eventually("the pool's failover in /api/status", pool("backups", false, 1, 0, backup.Addr))
 	waitLine(events, "failover event", `"kind":"failover"`, `"pool":"appconfig"`)
 	v = publish(`{"on":"backup"}`)
 	waitLine(changes, "change on the backup", fmt.Sprintf(`"version":%d`, v), `"server":"config2"`)
@@ -362,11 +331,11 @@ func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.
 	if err := primary.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p.waitUntil("the pool's failback in /api/status", pool("primaries", true, 1, 1, primary.Addr))
+	p.Eventually("the pool's failback in /api/status", pool("primaries", true, 1, 1, primary.Addr))
 	waitLine(events, "failback event", `"kind":"failback"`, `"pool":"appconfig"`)
 	v = publish(`{"on":"primary"}`)
 	waitLine(changes, "change on the primary again", fmt.Sprintf(`"version":%d`, v), `"server":"config1"`)
-	if m := p.metric(`fairlead_pool_failovers_total{pool="appconfig"}`); m != "1" {
+	if m := p.Metric(`fairlead_pool_failovers_total{pool="appconfig"}`); m != "1" {
 		t.Errorf("fairlead_pool_failovers_total: %q, want 1", m)
 	}
 }

@@ -1,4 +1,4 @@
-package lb
+package config
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 const minimalConfig = `
@@ -17,7 +19,7 @@ pool = "platform"
 `
 
 func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
-	cfg, err := LoadConfig(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
 }
 
 func TestConfDFilesMergeInLexicalOrder(t *testing.T) {
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		"10-base.toml": `
 [pools.platform]
 servers = ["127.0.0.1:9081"]
@@ -68,7 +70,7 @@ paths = ["/other"]
 `,
 		"notes.txt": "not a config file",
 	})
-	cfg, err := LoadConfig(dir)
+	cfg, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +92,11 @@ paths = ["/other"]
 func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
-		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-		_, err := LoadConfig(dir)
-		var ce *ConfigError
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		_, err := Load(dir)
+		var ce *Error
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			t.Errorf("%s: got %v, want a Error", name, err)
 			return
 		}
 		for _, w := range want {
@@ -129,9 +131,9 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T) {
 	f := func(name string, routes []string, want ...int) {
 		t.Helper()
-		var rs []RouteConfig
+		var rs []Route
 		for _, r := range routes {
-			var rc RouteConfig
+			var rc Route
 			for _, w := range strings.Fields(r) {
 				if w == "ws" {
 					rc.WebSocket = true
@@ -168,8 +170,8 @@ func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T)
 }
 
 func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
-	_, err := LoadConfig(dir)
+	dir := testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
+	_, err := Load(dir)
 	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("got %v: want an error that does not show the credentials", err)
 	}
@@ -178,10 +180,10 @@ func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
 // A file with type errors in several pools lists each of them, in pool order, the same at every load
 // (the decoder alone stops at one, chosen by map order: found by FuzzLoadConfig).
 func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
 	var first string
 	for i := range 20 {
-		_, err := LoadConfig(dir)
+		_, err := Load(dir)
 		if err == nil {
 			t.Fatal("loaded")
 		}
@@ -197,18 +199,18 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 		}
 	}
 	// The fuzzer's input: pools that are not tables.
-	dir = writeConfig(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
-	_, e1 := LoadConfig(dir)
+	dir = testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
+	_, e1 := Load(dir)
 	for range 20 {
-		if _, e := LoadConfig(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
+		if _, e := Load(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
 			t.Fatalf("loads differ: %v / %v", e, e1)
 		}
 	}
 }
 
 func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
-	_, err := LoadConfig(dir)
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
+	_, err := Load(dir)
 	if err == nil {
 		t.Fatal("loaded")
 	}
@@ -218,8 +220,28 @@ func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
 		}
 	}
 	for range 10 {
-		if _, e := LoadConfig(dir); e == nil || e.Error() != err.Error() {
+		if _, e := Load(dir); e == nil || e.Error() != err.Error() {
 			t.Fatalf("loads differ:\n%v\n%v", e, err)
 		}
 	}
+}
+
+func TestAFieldsKeyIsItsTomlPath(t *testing.T) {
+	c := &Config{Pools: map[string]*Pool{"p": {Servers: []string{"a:1", "b:2", "c:3"}}},
+		Routes: []Route{{Pool: "p"}, {Pool: "p"}}, Relays: map[string]*Relay{"r": {}}}
+	f := func(field any, want string) {
+		t.Helper()
+		if got := c.keyOf(field); got != want {
+			t.Errorf("keyOf = %q, want %q", got, want)
+		}
+	}
+	f(&c.Frontend.Listen, "frontend.listen")
+	f(&c.Global.StateMaxAge, "global.state_max_age")
+	f(&c.Pools["p"].Check.Interval, "pools.p.check.interval")
+	f(&c.Pools["p"].Check, "pools.p.check")
+	f(&c.Pools["p"].Servers, "pools.p.servers")
+	f(&c.Pools["p"].Servers[2], "pools.p.servers.2")
+	f(&c.Pools["p"].Discovery.EmptyGrace, "pools.p.discovery.empty_grace")
+	f(&c.Routes[1].Pool, "routes.1.pool")
+	f(&c.Relays["r"].KeepAlive, "relays.r.keepalive")
 }

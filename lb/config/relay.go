@@ -1,4 +1,4 @@
-package lb
+package config
 
 // [relays.NAME]: defaults, validation and what a relay compiles to when the config is loaded (its
 // templates, topics, upstream headers and auth). The running side is relayroute.go.
@@ -17,55 +17,46 @@ import (
 	"github.com/fairlead/fairlead/lb/relay"
 )
 
-// relaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
-type relaySpec struct {
-	name                   string
-	path, snapshot, events *relay.Template
-	topics                 []string        // the listed topics, validated, in config order
-	listed                 map[string]bool // the same, as a set
-	onDemand               bool
-	// header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
+// RelaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
+type RelaySpec struct {
+	Name                   string
+	Path, Snapshot, Events *relay.Template
+	Topics                 []string        // the listed topics, validated, in config order
+	Listed                 map[string]bool // the same, as a set
+	OnDemand               bool
+	// Header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
 	// upstream_header. A credential: never logged.
-	header http.Header
-	auth   *routeAuth // nil without [relays.NAME.auth]
-	// fingerprint identifies everything the running relay (hub and upstream) is built from: a reload
+	Header http.Header
+	Auth   *Auth // nil without [relays.NAME.auth]
+	// Fingerprint identifies everything the running relay (hub and upstream) is built from: a reload
 	// that keeps it keeps the relay, its sessions and its subscribers.
-	fingerprint string
+	Fingerprint string
 }
 
 // relayDefaults applies the defaults of every [relays.NAME].
 func (c *Config) relayDefaults() {
-	for name, r := range c.Relays {
-		k := "relays." + name + "."
+	for _, r := range c.Relays {
 		if r.OnDemand == nil {
 			t := true
 			r.OnDemand = &t
 		}
-		if !c.isSet(k + "max_topics") {
-			r.MaxTopics = 1000
-		}
-		if !c.isSet(k + "start") {
-			r.Start = "normal"
-		}
-		if !c.isSet(k + "max_subscribers") {
-			r.MaxSubscribers = 10000
-		}
-		if !c.isSet(k + "subscriber_buffer") {
-			r.SubscriberBuffer = 16
-		}
-		setDuration(&r.TopicIdleTimeout, c.isSet(k+"topic_idle_timeout"), 5*time.Minute)
-		setDuration(&r.KeepAlive, c.isSet(k+"keepalive"), 25*time.Second)
-		setDuration(&r.WriteTimeout, c.isSet(k+"write_timeout"), 10*time.Second)
-		setDuration(&r.WaitTimeout, c.isSet(k+"wait_timeout"), 5*time.Second)
+		def(c, &r.MaxTopics, 1000)
+		def(c, &r.Start, "normal")
+		def(c, &r.MaxSubscribers, 10000)
+		def(c, &r.SubscriberBuffer, 16)
+		defDuration(c, &r.TopicIdleTimeout, 5*time.Minute)
+		defDuration(c, &r.KeepAlive, 25*time.Second)
+		defDuration(c, &r.WriteTimeout, 10*time.Second)
+		defDuration(c, &r.WaitTimeout, 5*time.Second)
 		if r.Auth != nil && r.Auth.Header == "" {
 			r.Auth.Header = "Authorization"
 		}
 	}
 }
 
-// relayOnlyPool reports whether pool name is named by a relay and by no [[routes]] entry: its balance
+// RelayOnlyPool reports whether pool name is named by a relay and by no [[routes]] entry: its balance
 // then defaults to "roundrobin" (a relay does not elect a leader among its servers).
-func (c *Config) relayOnlyPool(name string) bool {
+func (c *Config) RelayOnlyPool(name string) bool {
 	for _, r := range c.Routes {
 		if r.Pool == name {
 			return false
@@ -83,7 +74,7 @@ func (c *Config) relayOnlyPool(name string) bool {
 // name the file and the key, and never hold a file's contents.
 func (c *Config) validateRelays() []string {
 	var p []string
-	c.relays = map[string]*relaySpec{}
+	c.RelaySpecs = map[string]*RelaySpec{}
 	paths := map[string]string{}  // path template → relay
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
@@ -98,8 +89,8 @@ func (c *Config) validateRelays() []string {
 				add(key, "must be greater than zero")
 			}
 		}
-		spec := &relaySpec{name: name, onDemand: *r.OnDemand, listed: map[string]bool{}, header: http.Header{}}
-		var pc *PoolConfig
+		spec := &RelaySpec{Name: name, OnDemand: *r.OnDemand, Listed: map[string]bool{}, Header: http.Header{}}
+		var pc *Pool
 		switch {
 		case r.Pool == "":
 			add("pool", "missing pool")
@@ -113,7 +104,7 @@ func (c *Config) validateRelays() []string {
 			if pc.Discovery.Provider != "" {
 				add("pool", "pool %q takes its servers from discovery: a relay's pool needs a static server list", r.Pool)
 			}
-			if c.relayOnlyPool(r.Pool) && !reported[r.Pool] {
+			if c.RelayOnlyPool(r.Pool) && !reported[r.Pool] {
 				reported[r.Pool] = true
 				for _, key := range relayIgnoredPoolKeys {
 					if k := "pools." + r.Pool + "." + key; c.isSet(k) {
@@ -133,28 +124,28 @@ func (c *Config) validateRelays() []string {
 			}
 			return t
 		}
-		spec.path, spec.snapshot, spec.events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
-		if spec.path != nil {
+		spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
+		if spec.Path != nil {
 			if other := paths[r.Path]; other != "" {
 				add("path", "%q is already the path of relays.%s", r.Path, other)
 			}
 			paths[r.Path] = name
-			for key, t := range map[string]*relay.Template{"snapshot": spec.snapshot, "events": spec.events} {
+			for key, t := range map[string]*relay.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
 				if t != nil {
-					if err := t.CheckExpandable(spec.path); err != nil {
+					if err := t.CheckExpandable(spec.Path); err != nil {
 						add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
 					}
 				}
 			}
 			for i, t := range r.Topics {
 				key := fmt.Sprintf("topics.%d", i)
-				if _, err := relay.SplitTopic(t, len(spec.path.Names())); err != nil {
+				if _, err := relay.SplitTopic(t, len(spec.Path.Names())); err != nil {
 					add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
-				} else if spec.listed[t] {
+				} else if spec.Listed[t] {
 					add(key, "topic %q listed twice", t)
 				} else {
-					spec.listed[t] = true
-					spec.topics = append(spec.topics, t)
+					spec.Listed[t] = true
+					spec.Topics = append(spec.Topics, t)
 				}
 			}
 		}
@@ -190,7 +181,7 @@ func (c *Config) validateRelays() []string {
 			} else {
 				sum := sha256.Sum256(data)
 				headersSum = hex.EncodeToString(sum[:])
-				for _, problem := range parseUpstreamHeaders(f, data, spec.header) {
+				for _, problem := range parseUpstreamHeaders(f, data, spec.Header) {
 					add("upstream_headers_file", "%s", problem)
 				}
 			}
@@ -198,13 +189,13 @@ func (c *Config) validateRelays() []string {
 		if r.Auth != nil {
 			a, ap := c.loadAuth(k+"auth.", r.Auth)
 			p = append(p, ap...)
-			spec.auth = a
-			if a != nil && a.upstreamHeader != "" {
-				if spec.header.Get(a.upstreamHeader) != "" {
-					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.upstreamHeader)
+			spec.Auth = a
+			if a != nil && a.UpstreamHeader != "" {
+				if spec.Header.Get(a.UpstreamHeader) != "" {
+					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.UpstreamHeader)
 				}
-				spec.header.Set(a.upstreamHeader, a.upstreamValue)
-				headersSum += "|" + a.upstreamHeader + ":" + hex.EncodeToString(sha256Sum(a.upstreamValue))
+				spec.Header.Set(a.UpstreamHeader, a.UpstreamValue)
+				headersSum += "|" + a.UpstreamHeader + ":" + hex.EncodeToString(sha256Sum(a.UpstreamValue))
 			}
 		}
 		if len(p) > n || pc == nil {
@@ -216,10 +207,10 @@ func (c *Config) validateRelays() []string {
 		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
 		// (The pool's failback_interval and checks are not: they are the pool's, which a reload
 		// updates in place.)
-		spec.fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s",
+		spec.Fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s",
 			rc, *r.OnDemand, pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
 			pc.ResponseTimeout.D, headersSum)
-		c.relays[name] = spec
+		c.RelaySpecs[name] = spec
 	}
 	return p
 }
@@ -268,5 +259,5 @@ func parseUpstreamHeaders(file string, data []byte, h http.Header) []string {
 
 // reservedRelayHeader reports the headers the relay's HTTP and WebSocket clients set themselves.
 func reservedRelayHeader(name string) bool {
-	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHopField(name)
+	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHop(name)
 }
