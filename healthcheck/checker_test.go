@@ -27,7 +27,7 @@ type change struct {
 
 // recordChanges records c's ServerUp and ServerDown events with the counts of their server, read in the
 // subscriber: it runs in the probe loop of that server, so no later answer of it can come in between.
-func recordChanges(t *testing.T, c *Checker, bus *Bus) func() []change {
+func recordChanges(t *testing.T, c *Checker, bus *event.Bus) func() []change {
 	var mu sync.Mutex
 	var out []change
 	t.Cleanup(bus.Subscribe(func(e event.Event) {
@@ -52,7 +52,7 @@ func recordChanges(t *testing.T, c *Checker, bus *Bus) func() []change {
 func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
 	s := cl.Connections[0]
-	bus := NewBus()
+	bus := event.NewBus()
 	tg := NewTarget(s.Addr)
 	c := NewChecker(fastChecks(bus, "/health"), []*Target{tg}) // fall 3, rise 2
 	changes := recordChanges(t, c, bus)
@@ -69,9 +69,9 @@ func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testi
 	// The first answer decides the initial state (up, on one pass); then exactly one ServerDown, on the
 	// third failure in a row, and one ServerUp, on the second pass in a row.
 	want := []change{
-		{ServerUp, 1, 0, "status 200", s.Addr, "test"},
-		{ServerDown, 0, 3, "status 503", s.Addr, "test"},
-		{ServerUp, 2, 0, "status 200", s.Addr, "test"},
+		{event.ServerUp, 1, 0, "status 200", s.Addr, "test"},
+		{event.ServerDown, 0, 3, "status 503", s.Addr, "test"},
+		{event.ServerUp, 2, 0, "status 200", s.Addr, "test"},
 	}
 	if got := changes(); !slices.Equal(got, want) {
 		t.Fatalf("changes %+v, want %+v", got, want)
@@ -81,7 +81,7 @@ func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testi
 func TestCheckerKeepsAServerUpThroughFewerFailuresThanFall(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
 	s := cl.Connections[0]
-	bus := NewBus()
+	bus := event.NewBus()
 	tg := NewTarget(s.Addr)
 	o := fastChecks(bus, "/health")
 	c := NewChecker(o, []*Target{tg})
@@ -99,7 +99,7 @@ func TestCheckerKeepsAServerUpThroughFewerFailuresThanFall(t *testing.T) {
 
 	s.SetHealthy(false)
 	waitFor(t, bus, "a pass after fall-1 failures", func() bool { return healedAt.Load() > 0 && c.Status()[0].Run > 0 })
-	if evs := r.of("", ServerDown, ServerUp); !tg.Up() || len(evs) != 0 {
+	if evs := r.of("", event.ServerDown, event.ServerUp); !tg.Up() || len(evs) != 0 {
 		t.Fatalf("up %v, events %+v after %d failures; want up and no event (fall %d)", tg.Up(), evs, o.Fall-1, o.Fall)
 	}
 	if st := c.Status()[0]; st.Fails != 0 {
@@ -122,7 +122,7 @@ func TestCheckerProbesTheConfiguredPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	o.Port, _ = strconv.Atoi(port)
 	tg := NewTarget(p.Addr)
@@ -157,7 +157,7 @@ func TestCheckerCountsLiveFailuresInARow(t *testing.T) {
 	// Start, nothing but the reports changes the target.
 	f := func(script string, wantUp bool, wantDetail string) {
 		t.Helper()
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		tg := NewTarget("10.0.0.1:8443")
 		c := NewChecker(fastChecks(bus, ""), []*Target{tg})
@@ -172,14 +172,14 @@ func TestCheckerCountsLiveFailuresInARow(t *testing.T) {
 		if !wantUp {
 			wantDowns = 1
 		}
-		downs := r.of("", ServerDown)
+		downs := r.of("", event.ServerDown)
 		switch {
 		case tg.Up() != wantUp || len(downs) != wantDowns:
 			t.Errorf("%q: up %v with ServerDown events %+v, want up %v and %d", script, tg.Up(), downs, wantUp, wantDowns)
 		case !wantUp && (downs[0].Detail != wantDetail || downs[0].Server != tg.Addr() || downs[0].Pool != "test"):
 			t.Errorf("%q: ServerDown %+v, want Detail %q", script, downs[0], wantDetail)
 		}
-		if ups := r.of("", ServerUp); len(ups) != 0 {
+		if ups := r.of("", event.ServerUp); len(ups) != 0 {
 			t.Errorf("%q: ServerUp events %+v, want none", script, ups)
 		}
 	}
@@ -197,7 +197,7 @@ func TestCheckerCountsLiveFailuresInARow(t *testing.T) {
 
 func TestCheckerWithoutActiveChecksTriesADownServerAgainAfterInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		o := fastChecks(bus, "")
 		o.Interval, o.IntervalMax = 10*time.Second, 20*time.Second
@@ -235,7 +235,7 @@ func TestCheckerWithoutActiveChecksTriesADownServerAgainAfterInterval(t *testing
 		}
 		evs := r.of(tg.Addr(), event.ServerDown, event.ServerUp)
 		if len(evs) != 2 || evs[0].Kind != event.ServerDown || !evs[0].Time.Equal(t0) ||
-			evs[1].Kind != ServerUp || !evs[1].Time.Equal(t0.Add(o.Interval)) || evs[1].Detail != "retry after live failures" {
+			evs[1].Kind != event.ServerUp || !evs[1].Time.Equal(t0.Add(o.Interval)) || evs[1].Detail != "retry after live failures" {
 			t.Fatalf("events %+v, want ServerDown at %v and ServerUp at +%v", evs, t0, o.Interval)
 		}
 		if st := c.Status()[0]; st.Passive != 0 {
@@ -253,7 +253,7 @@ func TestCheckerWithoutActiveChecksTriesADownServerAgainAfterInterval(t *testing
 
 func TestCheckerWithoutActiveChecksDoesNotRetryARemovedServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		o := fastChecks(bus, "")
 		ts := targets("10.0.0.1:8443", "10.0.0.2:8443")
@@ -276,7 +276,7 @@ func TestCheckerWithoutActiveChecksDoesNotRetryARemovedServer(t *testing.T) {
 }
 
 func TestCheckerWithoutActiveChecksTakesNewServersUpAtOnce(t *testing.T) {
-	bus := NewBus()
+	bus := event.NewBus()
 	ts := targets("10.0.0.1:8443", "10.0.0.2:8443")
 	c := NewChecker(fastChecks(bus, ""), ts[:1])
 	c.Set(ts)
@@ -290,7 +290,7 @@ func TestCheckerWithoutActiveChecksTakesNewServersUpAtOnce(t *testing.T) {
 
 func TestCheckerUpdateWithoutActiveChecksBringsDownServersBackAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		o := fastChecks(bus, "")
 		o.Interval, o.IntervalMax = 10*time.Second, 20*time.Second
@@ -308,14 +308,14 @@ func TestCheckerUpdateWithoutActiveChecksBringsDownServersBackAtOnce(t *testing.
 		if !ts[0].Up() || !ts[1].Up() {
 			t.Fatalf("after Update: up %v %v, want both up", ts[0].Up(), ts[1].Up())
 		}
-		ups := r.of("", ServerUp)
+		ups := r.of("", event.ServerUp)
 		if len(ups) != 1 || ups[0].Server != ts[1].Addr() || ups[0].Detail != "active checks disabled" {
 			t.Fatalf("ServerUp events %+v, want one for %s", ups, ts[1].Addr())
 		}
 		// The pending retry was cancelled: no second ServerUp at Interval.
 		time.Sleep(2 * o.Interval)
 		synctest.Wait()
-		if n := len(r.of("", ServerUp)); n != 1 {
+		if n := len(r.of("", event.ServerUp)); n != 1 {
 			t.Fatalf("%d ServerUp events, want 1", n)
 		}
 	})
@@ -323,7 +323,7 @@ func TestCheckerUpdateWithoutActiveChecksBringsDownServersBackAtOnce(t *testing.
 
 func TestCheckerProbesAtTheFastPaceAfterALiveFailure(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	o.Interval, o.IntervalMax = time.Hour, time.Hour // no steady probe during the test
 	tg := NewTarget(cl.Connections[0].Addr)
@@ -339,7 +339,7 @@ func TestCheckerProbesAtTheFastPaceAfterALiveFailure(t *testing.T) {
 
 func TestCheckerLiveFailuresTakeAServerDownAndPassingProbesBringItBack(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	tg := NewTarget(cl.Connections[0].Addr)
 	c := NewChecker(o, []*Target{tg})
@@ -355,7 +355,7 @@ func TestCheckerLiveFailuresTakeAServerDownAndPassingProbesBringItBack(t *testin
 	}
 	waitFor(t, bus, "passing probes to bring the server back", tg.Up)
 	got := changes()
-	if len(got) != 2 || got[0].kind != ServerDown || got[0].detail != "3 live failures in a row: connection refused" ||
+	if len(got) != 2 || got[0].kind != event.ServerDown || got[0].detail != "3 live failures in a row: connection refused" ||
 		got[1].kind != event.ServerUp || got[1].run != o.Rise {
 		t.Fatalf("changes %+v, want ServerDown for the live failures, then ServerUp after rise %d passes", got, o.Rise)
 	}
@@ -368,7 +368,7 @@ func TestCheckerSetKeepsTheStateOfKeptServers(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 3})
 	ok, bad := cl.Connections[0], cl.Connections[1]
 	bad.SetHealthy(false)
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	ts := targets(ok.Addr, bad.Addr)
 	c := NewChecker(o, ts)
@@ -413,7 +413,7 @@ func TestCheckerSetKeepsTheStateOfKeptServers(t *testing.T) {
 
 func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 3})
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	old := NewTarget(cl.Connections[0].Addr)
 	c := NewChecker(o, []*Target{old})
@@ -446,7 +446,7 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 	}
 
 	// A new server whose first probe fails does not take traffic; afterwards rise passes bring it up.
-	waitFor(t, bus, "the new failing server's first probe", func() bool { return len(r.of(sick.Addr(), CheckAnswered)) > 0 })
+	waitFor(t, bus, "the new failing server's first probe", func() bool { return len(r.of(sick.Addr(), event.CheckAnswered)) > 0 })
 	if first := r.of(sick.Addr())[0]; first.Kind != event.CheckAnswered || first.Status != 503 || sick.Up() {
 		t.Fatalf("first event of the failing new server %+v, up %v; want a 503 answer and not up", first, sick.Up())
 	}
@@ -464,7 +464,7 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 
 func TestCheckerSetStopsProbingARemovedServer(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 2})
-	bus := NewBus()
+	bus := event.NewBus()
 	ts := targets(cl.Connections[0].Addr, cl.Connections[1].Addr)
 	c := NewChecker(fastChecks(bus, "/health"), ts)
 	start(t, c)
@@ -484,13 +484,13 @@ func TestCheckerSetStopsProbingARemovedServer(t *testing.T) {
 
 func TestCheckerUpdateKeepsStateAndItsPoolAndBus(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "/health")
 	tg := NewTarget(cl.Connections[0].Addr)
 	c := NewChecker(o, []*Target{tg})
 	start(t, c)
 	r := record(t, bus)
-	other := NewBus()
+	other := event.NewBus()
 	lost := record(t, other)
 
 	o2 := o
@@ -505,7 +505,7 @@ func TestCheckerUpdateKeepsStateAndItsPoolAndBus(t *testing.T) {
 	base := c.Status()[0].Probes
 	waitFor(t, bus, "probes with the new options", func() bool { return c.Status()[0].Probes >= base+3 })
 	for _, e := range r.since(from, "") {
-		if e.Pool != "test" || e.Kind != CheckAnswered {
+		if e.Pool != "test" || e.Kind != event.CheckAnswered {
 			t.Fatalf("event %+v after Update, want only CheckAnswered of pool test", e)
 		}
 	}
@@ -519,8 +519,8 @@ func TestCheckerUpdateKeepsStateAndItsPoolAndBus(t *testing.T) {
 	cl.Connections[0].SetHealthy(true)
 	waitFor(t, bus, "the server to come back", tg.Up)
 	want := []change{
-		{ServerDown, 0, 5, "status 503", tg.Addr(), "test"},
-		{ServerUp, 1, 0, "status 200", tg.Addr(), "test"},
+		{event.ServerDown, 0, 5, "status 503", tg.Addr(), "test"},
+		{event.ServerUp, 1, 0, "status 200", tg.Addr(), "test"},
 	}
 	if got := changes(); !slices.Equal(got, want) {
 		t.Fatalf("changes %+v, want %+v (fall 5, rise 1)", got, want)
@@ -531,7 +531,7 @@ func TestCheckerDiscardsAProbeAnsweredAfterItsServerWasRemoved(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 2, Connections: 1})
 	keptP, hungP := cl.Platforms[0], cl.Platforms[1]
 	setState(t, hungP, sim.Leader) // both answer 200 until the second hangs
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, sim.DefaultLeaderCheckPath) // the path platforms record probes of
 	o.Credentials = sim.DefaultCredentials
 	o.Timeout = 300 * time.Millisecond // how long the hung probe lasts
@@ -575,7 +575,7 @@ func TestCheckerWithConnectProbesTakesAServerDownWhenItRefusesConnections(t *tes
 			c.Close()
 		}
 	}()
-	bus := NewBus()
+	bus := event.NewBus()
 	o := fastChecks(bus, "")
 	o.Connect = true
 	tg := NewTarget(ln.Addr().String())
@@ -588,14 +588,14 @@ func TestCheckerWithConnectProbesTakesAServerDownWhenItRefusesConnections(t *tes
 	ln.Close()
 	waitFor(t, bus, "the server to go down", func() bool { return !tg.Up() })
 	got := changes()
-	if len(got) != 2 || got[0].kind != ServerUp || got[1].kind != ServerDown || got[1].fails != 3 {
+	if len(got) != 2 || got[0].kind != event.ServerUp || got[1].kind != event.ServerDown || got[1].fails != 3 {
 		t.Fatalf("changes %+v, want up on the first connection, down on the third refused one", got)
 	}
 }
 
 func TestAPassingProbeWakesItsPoolOnlyWhileARequestAwaitsIt(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 1})
-	bus := NewBus()
+	bus := event.NewBus()
 	tg := NewTarget(cl.Connections[0].Addr)
 	c := NewChecker(fastChecks(bus, "/health"), []*Target{tg})
 	start(t, c)

@@ -5,13 +5,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 // Failback: while traffic is on backups, primaries are probed at least every FailbackInterval, so that
 // traffic returns to one as soon as its checks pass. These tests read the pace the probe loops follow.
 
 func TestCheckerProbesADownPrimaryAtLeastEveryFailbackInterval(t *testing.T) {
-	o := fastChecks(NewBus(), "/ready")
+	o := fastChecks(event.NewBus(), "/ready")
 	o.Interval, o.IntervalMax, o.FastInterval = 30*time.Second, 40*time.Second, 10*time.Second
 	o.FailbackInterval = time.Second
 	primary, backup := NewTarget("10.0.0.1:80"), NewTarget("10.0.0.2:80")
@@ -40,7 +42,7 @@ func TestCheckerProbesADownPrimaryAtLeastEveryFailbackInterval(t *testing.T) {
 
 func TestCheckerWithoutActiveChecksRetriesAPrimaryAfterFailbackInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		o := fastChecks(NewBus(), "")
+		o := fastChecks(event.NewBus(), "")
 		o.Interval, o.IntervalMax = 10*time.Second, 20*time.Second
 		o.FailbackInterval = 2 * time.Second
 		primary, backup := NewTarget("10.0.0.1:80"), NewTarget("10.0.0.2:80")
@@ -74,7 +76,7 @@ func TestCheckerWithoutActiveChecksRetriesAPrimaryAfterFailbackInterval(t *testi
 }
 
 func TestLeaderProbesPrimariesAtLeastEveryFailbackIntervalWhileABackupLeads(t *testing.T) {
-	o := fastChecks(NewBus(), "/Thingworx/Admin/HA/LeaderCheck")
+	o := fastChecks(event.NewBus(), "/Thingworx/Admin/HA/LeaderCheck")
 	o.Interval, o.IntervalMax, o.FastInterval = 15*time.Second, 20*time.Second, 2*time.Second
 	o.FailbackInterval = 5 * time.Second
 	p1, p2, b := NewTarget("10.0.0.1:80"), NewTarget("10.0.0.2:80"), NewTarget("10.0.0.3:80")

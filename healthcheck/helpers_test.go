@@ -22,7 +22,7 @@ func quiet(string, ...any) {}
 // fastChecks are check options with short intervals, for probes of the simulator over real sockets. The
 // timeout is generous: a probe of a healthy local server that is slow under load must not count as a
 // failure.
-func fastChecks(bus *Bus, path string) Options {
+func fastChecks(bus *event.Bus, path string) Options {
 	return Options{
 		Pool: "test", Path: path,
 		Interval: 50 * time.Millisecond, IntervalMax: 60 * time.Millisecond, FastInterval: 50 * time.Millisecond,
@@ -85,13 +85,13 @@ type recorder struct {
 }
 
 // record subscribes a recorder to bus until the end of the test.
-func record(t *testing.T, bus *Bus) *recorder {
+func record(t *testing.T, bus *event.Bus) *recorder {
 	r := &recorder{}
 	t.Cleanup(bus.Subscribe(r.add))
 	return r
 }
 
-func (r *recorder) add(e Event) {
+func (r *recorder) add(e event.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.evs = append(r.evs, e)
@@ -106,7 +106,7 @@ func (r *recorder) mark() int {
 
 // since returns the events from position from on whose kind is one of kinds (any kind if none) and, if
 // server is not "", whose Server is server.
-func (r *recorder) since(from int, server string, kinds ...Kind) []Event {
+func (r *recorder) since(from int, server string, kinds ...Kind) []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []event.Event
@@ -119,7 +119,9 @@ func (r *recorder) since(from int, server string, kinds ...Kind) []Event {
 }
 
 // of returns every event of server (any server if "") whose kind is one of kinds.
-func (r *recorder) of(server string, kinds ...Kind) []Event { return r.since(0, server, kinds...) }
+func (r *recorder) of(server string, kinds ...Kind) []event.Event {
+	return r.since(0, server, kinds...)
+}
 
 // findStatus returns the status of the target with address addr among sts; ok is false if there is none.
 func findStatus(sts []ServerStatus, addr string) (st ServerStatus, ok bool) {

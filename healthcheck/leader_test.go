@@ -12,7 +12,7 @@ import (
 )
 
 // leaderChecks are fast LeaderCheck options for the simulator's platforms (fall 3).
-func leaderChecks(bus *Bus) Options {
+func leaderChecks(bus *event.Bus) Options {
 	o := fastChecks(bus, sim.DefaultLeaderCheckPath)
 	o.Credentials = sim.DefaultCredentials
 	return o
@@ -42,14 +42,14 @@ func setState(t *testing.T, p *sim.Platform, s sim.State) {
 
 // startLeader starts l and waits for its first round and, if that elected a leader, for its
 // LeaderChanged event: Ready may close just before that event is published.
-func startLeader(t *testing.T, l *Leader, bus *Bus) {
+func startLeader(t *testing.T, l *Leader, bus *event.Bus) {
 	t.Helper()
 	r := &recorder{}
 	cancel := bus.Subscribe(r.add)
 	defer cancel()
 	start(t, l)
 	if l.Current() != nil {
-		waitFor(t, bus, "the LeaderChanged of the first round", func() bool { return len(r.of("", LeaderChanged)) > 0 })
+		waitFor(t, bus, "the LeaderChanged of the first round", func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
 	}
 }
 
@@ -58,7 +58,7 @@ type leaderChange struct{ server, old string }
 
 func leaderChanges(r *recorder) []leaderChange {
 	var out []leaderChange
-	for _, e := range r.of("", LeaderChanged) {
+	for _, e := range r.of("", event.LeaderChanged) {
 		out = append(out, leaderChange{e.Server, e.Old})
 	}
 	return out
@@ -66,7 +66,7 @@ func leaderChanges(r *recorder) []leaderChange {
 
 func TestLeaderFirstRoundElectsTheServerAnswering200(t *testing.T) {
 	cl, ts := startLeaderSim(t, 2, 1) // the second platform is the leader: not a config-order default
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	l := NewLeader(leaderChecks(bus), ts)
 	start(t, l)
@@ -74,12 +74,12 @@ func TestLeaderFirstRoundElectsTheServerAnswering200(t *testing.T) {
 	if l.Current() != ts[1] || !ts[1].Up() || ts[0].Up() {
 		t.Fatalf("after the first round: current %v, up %v %v; want %s", l.Current(), ts[0].Up(), ts[1].Up(), ts[1].Addr())
 	}
-	waitFor(t, bus, "LeaderChanged", func() bool { return len(r.of("", LeaderChanged)) > 0 })
-	evs := r.of("", LeaderChanged)
+	waitFor(t, bus, "LeaderChanged", func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
+	evs := r.of("", event.LeaderChanged)
 	if len(evs) != 1 || evs[0].Server != ts[1].Addr() || evs[0].Old != "" || evs[0].Pool != "test" {
 		t.Fatalf("LeaderChanged events %+v, want one to %s from \"\"", evs, ts[1].Addr())
 	}
-	if n := len(r.of("", SplitBrain)); n != 0 || l.SplitBrains() != 0 || l.Changes() != 1 {
+	if n := len(r.of("", event.SplitBrain)); n != 0 || l.SplitBrains() != 0 || l.Changes() != 1 {
 		t.Fatalf("%d SplitBrain events, %d split brains and %d changes counted; want 0, 0, 1", n, l.SplitBrains(), l.Changes())
 	}
 	for _, p := range cl.Platforms {
@@ -91,7 +91,7 @@ func TestLeaderFirstRoundElectsTheServerAnswering200(t *testing.T) {
 
 func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *testing.T) {
 	cl, ts := startLeaderSim(t, 2, 0)
-	bus := NewBus()
+	bus := event.NewBus()
 	o := leaderChecks(bus)
 	l := NewLeader(o, ts)
 	startLeader(t, l, bus)
@@ -115,7 +115,7 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 	// The second server answers 200 too, and the leader again (split brain: the leader stays); then the
 	// leader steps down.
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "split brain", func() bool { return len(r.of("", SplitBrain)) > 0 })
+	waitFor(t, bus, "split brain", func() bool { return len(r.of("", event.SplitBrain)) > 0 })
 	if l.Current() != ts[0] {
 		t.Fatal("split brain changed the leader")
 	}
@@ -140,7 +140,7 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 
 func TestLeaderSetRemovingTheLeaderElectsAServerThatAnswered200AtOnce(t *testing.T) {
 	cl, ts := startLeaderSim(t, 2, 0)
-	bus := NewBus()
+	bus := event.NewBus()
 	l := NewLeader(leaderChecks(bus), ts)
 	startLeader(t, l, bus)
 	setState(t, cl.Platforms[1], sim.Leader)
@@ -162,7 +162,7 @@ func TestLeaderSetRemovingTheLeaderElectsAServerThatAnswered200AtOnce(t *testing
 
 func TestLeaderSetRemovingTheLeaderLeavesNoLeaderUntilAnotherServerAnswers200(t *testing.T) {
 	cl, ts := startLeaderSim(t, 2, 0)
-	bus := NewBus()
+	bus := event.NewBus()
 	l := NewLeader(leaderChecks(bus), ts)
 	startLeader(t, l, bus)
 	r := record(t, bus)
@@ -183,18 +183,18 @@ func TestLeaderSetRemovingTheLeaderLeavesNoLeaderUntilAnotherServerAnswers200(t 
 
 func TestLeaderSetKeepsTheLeaderAndProbesANewServer(t *testing.T) {
 	cl, ts := startLeaderSim(t, 3, 0)
-	bus := NewBus()
+	bus := event.NewBus()
 	l := NewLeader(leaderChecks(bus), ts[:2])
 	startLeader(t, l, bus)
 	r := record(t, bus)
 	l.Set(ts)
-	waitFor(t, bus, "a probe of the new server", func() bool { return len(r.of(ts[2].Addr(), CheckAnswered)) > 0 })
-	if l.Current() != ts[0] || len(r.of("", LeaderChanged)) != 0 {
+	waitFor(t, bus, "a probe of the new server", func() bool { return len(r.of(ts[2].Addr(), event.CheckAnswered)) > 0 })
+	if l.Current() != ts[0] || len(r.of("", event.LeaderChanged)) != 0 {
 		t.Fatalf("current %v, events %+v; want the leader kept", l.Current(), r.of(""))
 	}
 	// A new server answering 200 while the leader is healthy is split brain, not a new leader.
 	setState(t, cl.Platforms[2], sim.Leader)
-	waitFor(t, bus, "split brain", func() bool { return len(r.of("", SplitBrain)) > 0 })
+	waitFor(t, bus, "split brain", func() bool { return len(r.of("", event.SplitBrain)) > 0 })
 	if l.Current() != ts[0] || ts[2].Up() {
 		t.Fatal("a new server answering 200 took over from a healthy leader")
 	}
@@ -202,7 +202,7 @@ func TestLeaderSetKeepsTheLeaderAndProbesANewServer(t *testing.T) {
 
 func TestLeaderReportOfALiveFailureProbesEveryServerAtOnce(t *testing.T) {
 	_, ts := startLeaderSim(t, 2, 0)
-	bus := NewBus()
+	bus := event.NewBus()
 	o := leaderChecks(bus)
 	o.Interval, o.IntervalMax = time.Hour, time.Hour // no steady probe during the test
 	l := NewLeader(o, ts)
@@ -315,12 +315,12 @@ func TestLeaderProbesFastWhileTheLeaderIsUnknownOrFailingOrAnotherServerAnswers2
 
 func TestLeaderUpdateKeepsTheLeaderAndAppliesTheNewFall(t *testing.T) {
 	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
-	bus := NewBus()
+	bus := event.NewBus()
 	l := NewLeader(leaderChecks(bus), ts)
 	l.answer(ts[0], time.Now(), 200, nil)
 	l.answer(ts[1], time.Now(), 200, nil)
 	r := record(t, bus)
-	o := leaderChecks(NewBus())
+	o := leaderChecks(event.NewBus())
 	o.Fall = 5
 	l.Update(o)
 	if l.Current() != ts[0] {
@@ -340,7 +340,7 @@ func TestLeaderUpdateKeepsTheLeaderAndAppliesTheNewFall(t *testing.T) {
 
 func TestLeaderIgnoresAnswersOfARemovedServer(t *testing.T) {
 	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
-	bus := NewBus()
+	bus := event.NewBus()
 	l := NewLeader(leaderChecks(bus), ts)
 	l.answer(ts[0], time.Now(), 200, nil)
 	l.answer(ts[1], time.Now(), 503, nil)

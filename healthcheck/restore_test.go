@@ -23,7 +23,7 @@ func isClosed(c <-chan struct{}) bool {
 
 func TestLeaderRestoreElectsTheRememberedLeaderAtOnceAndEndsTheFirstRound(t *testing.T) {
 	ts := targets("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080")
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	l := NewLeader(leaderChecks(bus), ts)
 	if !l.Restore(ts[1]) {
@@ -33,7 +33,7 @@ func TestLeaderRestoreElectsTheRememberedLeaderAtOnceAndEndsTheFirstRound(t *tes
 		t.Fatalf("after Restore: current %v, up %v %v %v, ready %v; want %s up alone and ready",
 			l.Current(), ts[0].Up(), ts[1].Up(), ts[2].Up(), isClosed(l.Ready()), ts[1].Addr())
 	}
-	evs := r.of("", LeaderChanged)
+	evs := r.of("", event.LeaderChanged)
 	if len(evs) != 1 || evs[0].Server != ts[1].Addr() || evs[0].Old != "" || evs[0].Detail != "restored" || evs[0].Pool != "test" {
 		t.Fatalf("LeaderChanged events %+v, want one to %s, restored", evs, ts[1].Addr())
 	}
@@ -47,7 +47,7 @@ func TestLeaderRestoreElectsTheRememberedLeaderAtOnceAndEndsTheFirstRound(t *tes
 	for _, tg := range ts {
 		l.answer(tg, time.Now(), 503, nil)
 	}
-	if l.Current() != ts[1] || len(r.of("", LeaderChanged)) != 1 {
+	if l.Current() != ts[1] || len(r.of("", event.LeaderChanged)) != 1 {
 		t.Fatalf("current %v after one non-200 answer each, want the restored leader still", l.Current())
 	}
 }
@@ -70,7 +70,7 @@ func TestLeaderRestoreRefusesAServerOutsideThePoolAndAFinishedFirstRound(t *test
 
 func TestLeaderRestoredLeaderIsReplacedAfterFallNon200AnswersAndIsNoSplitBrainUntilItAnswers200(t *testing.T) {
 	ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	l := NewLeader(leaderChecks(bus), ts) // fall 3
 	l.Restore(ts[0])
@@ -103,7 +103,7 @@ func TestLeaderRestoredLeaderIsReplacedAfterFallNon200AnswersAndIsNoSplitBrainUn
 func TestLeaderRestoredLeaderWhoseChecksHangIsReplacedByTimeouts(t *testing.T) {
 	cl, ts := startLeaderSim(t, 2, 1) // the second platform leads now; the first is remembered
 	cl.Platforms[0].SetLeaderCheckHung(true)
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	o := leaderChecks(bus)
 	o.Timeout = 200 * time.Millisecond
@@ -129,7 +129,7 @@ func TestLeaderRestoredLeaderWhoseChecksHangIsReplacedByTimeouts(t *testing.T) {
 
 func TestCheckerRestoreBringsTheRememberedServersUpAndEndsTheFirstRound(t *testing.T) {
 	ts := targets("10.0.0.1:8443", "10.0.0.2:8443", "10.0.0.3:8443")
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	c := NewChecker(fastChecks(bus, "/health"), ts) // fall 3
 	other := NewTarget("10.0.0.9:8443")
@@ -140,7 +140,7 @@ func TestCheckerRestoreBringsTheRememberedServersUpAndEndsTheFirstRound(t *testi
 		t.Fatalf("after Restore: up %v %v %v (outside %v), ready %v; want the first and third, ready",
 			ts[0].Up(), ts[1].Up(), ts[2].Up(), other.Up(), isClosed(c.Ready()))
 	}
-	evs := r.of("", ServerUp)
+	evs := r.of("", event.ServerUp)
 	if len(evs) != 2 || evs[0].Server != ts[0].Addr() || evs[1].Server != ts[2].Addr() || evs[0].Detail != "restored" {
 		t.Fatalf("ServerUp events %+v, want the two restored servers", evs)
 	}
@@ -170,7 +170,7 @@ func TestCheckerRestoreAfterTheFirstRoundChangesNothing(t *testing.T) {
 	cl := startSim(t, sim.Options{Platforms: 1, Connections: 2})
 	cl.Connections[1].SetHealthy(false)
 	ts := targets(cl.Connections[0].Addr, cl.Connections[1].Addr)
-	bus := NewBus()
+	bus := event.NewBus()
 	c := NewChecker(fastChecks(bus, "/health"), ts)
 	start(t, c)
 	if n := c.Restore(ts); n != 0 || ts[1].Up() {
@@ -183,7 +183,7 @@ func TestCheckerRestoredServersAreConfirmedOrTakenDownByTheirProbes(t *testing.T
 	cx1, cx2 := cl.Connections[0], cl.Connections[1]
 	cx2.SetHealthy(false)
 	ts := targets(cx1.Addr, cx2.Addr)
-	bus := NewBus()
+	bus := event.NewBus()
 	r := record(t, bus)
 	c := NewChecker(fastChecks(bus, "/health"), ts)
 	c.Restore(ts)

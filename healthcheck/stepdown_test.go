@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 // A leader stepping down while it still serves (its LeaderCheck answers 503, other paths 200) gives live
@@ -66,7 +68,7 @@ func always(status int) func(int) int { return func(int) int { return status } }
 
 // realisticChecks are the LeaderCheck defaults (interval 15s, interval_max 20s, fast_interval 250ms,
 // fall 3), every steady wait 17.5 s, the answers scripted by srv.
-func realisticChecks(bus *Bus, srv *scripted) Options {
+func realisticChecks(bus *event.Bus, srv *scripted) Options {
 	return Options{
 		Pool: "test", Path: "/Thingworx/Admin/HA/LeaderCheck",
 		Interval: 15 * time.Second, IntervalMax: 20 * time.Second, FastInterval: 250 * time.Millisecond,
@@ -96,7 +98,7 @@ func TestLeaderStepDownWithABackupAnswering200IsFollowedWithinAFewFastIntervalsO
 		old, next := ts[0], ts[1]
 		srv.set(old.Addr(), always(200))
 		srv.set(next.Addr(), always(503))
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		o := realisticChecks(bus, srv)
 		l := NewLeader(o, ts)
@@ -126,7 +128,7 @@ func TestLeaderStepDownWithABackupAnswering200IsFollowedWithinAFewFastIntervalsO
 		if want := t0.Add(17500 * time.Millisecond); !first200.Equal(want) {
 			t.Fatalf("the backup's first 200 at t0+%v, want its steady probe at t0+17.5s", first200.Sub(t0))
 		}
-		changes := r.since(0, "", LeaderChanged)
+		changes := r.since(0, "", event.LeaderChanged)
 		if len(changes) != 2 || changes[1].Server != next.Addr() || changes[1].Old != old.Addr() {
 			t.Fatalf("LeaderChanged events %+v, want the first round's and one from %s to %s", changes, old.Addr(), next.Addr())
 		}
@@ -164,7 +166,7 @@ func TestLeaderFlapping200And503AtEveryProbeIsNeverReplacedWhileABackupAnswers20
 		leader, backup := ts[0], ts[1]
 		srv.set(leader.Addr(), always(200))
 		srv.set(backup.Addr(), always(503))
-		bus := NewBus()
+		bus := event.NewBus()
 		r := record(t, bus)
 		o := realisticChecks(bus, srv)
 		l := NewLeader(o, ts)
@@ -189,8 +191,8 @@ func TestLeaderFlapping200And503AtEveryProbeIsNeverReplacedWhileABackupAnswers20
 		if l.Current() != leader || !leader.Up() || backup.Up() {
 			t.Fatalf("current %v, up %v %v; the flapping leader %s was replaced", l.Current(), leader.Up(), backup.Up(), leader.Addr())
 		}
-		if n := l.Changes(); n != 1 || len(r.of("", LeaderChanged)) != 1 {
-			t.Fatalf("%d leader changes (events %+v), want only the first round's", n, r.of("", LeaderChanged))
+		if n := l.Changes(); n != 1 || len(r.of("", event.LeaderChanged)) != 1 {
+			t.Fatalf("%d leader changes (events %+v), want only the first round's", n, r.of("", event.LeaderChanged))
 		}
 		ps := srv.of(leader.Addr(), flap, time.Now())
 		// Fast probing all along: a second 200 or a failing leader keep the pool unsettled.
@@ -210,7 +212,7 @@ func TestLeaderFlapping200And503AtEveryProbeIsNeverReplacedWhileABackupAnswers20
 			t.Fatalf("the script gave %d non-200 answers in a row, want fewer than fall", worst)
 		}
 		// One split brain, reported once, not at every probe of the backup.
-		if n, evs := l.SplitBrains(), r.of("", SplitBrain); n != 1 || len(evs) != 1 {
+		if n, evs := l.SplitBrains(), r.of("", event.SplitBrain); n != 1 || len(evs) != 1 {
 			t.Fatalf("%d split brains counted, %d reported; want 1 and 1", n, len(evs))
 		}
 
