@@ -10,7 +10,8 @@
 // leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
 // upstream.go and transport.go (the upstream HTTP/1.1 client and its connections), routeauth.go
 // (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
-// event stream's subscribers), admin.go.
+// event stream's subscribers), admin.go and actions.go (what the admin listener, package admin, reads
+// and does: the status document, the operator's actions).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -55,7 +57,8 @@ type LB struct {
 	// connErrs and adminConnErrs count and log the connection errors of the front end and of the
 	// admin listener (connerrors.go); fasthttp's own lines never reach the log.
 	connErrs, adminConnErrs connErrors
-	adminDenied             atomic.Uint64 // admin requests answered 401
+	// adminHandler answers the admin listener's requests (package admin; LB is its Backend).
+	adminHandler *admin.Handler
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -118,6 +121,7 @@ func New(cfg *Config, o Options) *LB {
 	lb.connErrs.what, lb.connErrs.log = "frontend", o.Logger
 	lb.adminConnErrs.what, lb.adminConnErrs.log = "admin", o.Logger
 	lb.lastReloadOK.Store(true)
+	lb.adminHandler = admin.New(lb, adminOptions)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
@@ -304,7 +308,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		lb.lnMu.Lock()
 		lb.adminLn = aln
 		lb.lnMu.Unlock()
-		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
+		lb.admin = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
 			Logger: fasthttpLogger{errs: &lb.adminConnErrs}, SecureErrorLogMessage: true}
 		lb.serve(lb.admin, aln, "admin")
 	}
@@ -413,8 +417,9 @@ func (lb *LB) Close() {
 	}
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
-		lb.cancel() // ends the checks, the discovery providers and the admin's event streams
+		lb.cancel() // ends the checks and the discovery providers
 	}
+	lb.adminHandler.Close() // ends the admin's event streams
 	lb.stopDiscovery()
 	if lb.admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)
