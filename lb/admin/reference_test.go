@@ -142,7 +142,7 @@ func adminReference(t *testing.T) string {
 	b.WriteString("\n## The status document\n\n`GET /api/status` (also `/status`, and the `snapshot` events of `/events`): one JSON document.\n\n")
 	b.WriteString("| field | type | what |\n|---|---|---|\n")
 	fieldDocs := map[string]string{}
-	for _, dir := range []string{".", "../../healthcheck"} {
+	for _, dir := range []string{".", sourceDir(t, reflect.TypeOf(healthcheck.ServerStatus{}))} {
 		for k, v := range structFieldDocs(t, dir) {
 			fieldDocs[k] = v
 		}
@@ -275,10 +275,21 @@ func commentText(g *ast.CommentGroup) string {
 	return strings.Join(strings.Fields(g.Text()), " ")
 }
 
+// sourceDir is the directory, relative to this package's, of the package that declares typ (which an
+// alias may name from elsewhere).
+func sourceDir(t *testing.T, typ reflect.Type) string {
+	const module = "github.com/fairlead/fairlead/"
+	rel, ok := strings.CutPrefix(typ.PkgPath(), module)
+	if !ok {
+		t.Fatalf("%s is declared outside the module, in %s", typ, typ.PkgPath())
+	}
+	return filepath.Join("..", "..", filepath.FromSlash(rel))
+}
+
 // eventKindDocs maps each healthcheck.Kind's value to the line comment of its constant.
 func eventKindDocs(t *testing.T) map[int]string {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, "../../healthcheck", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	pkgs, err := parser.ParseDir(fset, sourceDir(t, reflect.TypeOf(healthcheck.Kind(0))), func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
