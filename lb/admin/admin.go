@@ -1,7 +1,8 @@
-// Package admin serves fairlead's admin listener ([admin] listen): the live status page, the status
-// document (/api/status), the event stream as Server-Sent Events (/events), the Prometheus metrics
-// (/metrics), the liveness check (/healthz), Go's profiler (/debug/pprof/) and the operator's actions on
-// servers (POST /api/servers/POOL/SERVER/ACTION), with the admin credentials checked first (auth.go).
+// Package admin serves fairlead's admin listener (Listen of [config.Admin]): the live status page, the
+// status document (/api/status), the event stream as Server-Sent Events (/events), the Prometheus
+// metrics (/metrics), the liveness check (/healthz), Go's profiler (/debug/pprof/) and the operator's
+// actions on servers (POST /api/servers/POOL/SERVER/ACTION), with the admin credentials checked first
+// (auth.go).
 //
 // It knows the load balancer only through Backend, which package lb implements: lb computes the
 // status from its pools, writes their metrics and carries out the actions; this package owns the HTTP
