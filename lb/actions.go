@@ -5,16 +5,12 @@ import (
 	"github.com/fairlead/fairlead/lb/admin"
 )
 
-// Act carries out an admin action (admin.Backend; POST /api/servers/POOL/ADDRESS/ACTION) on the server
-// of pool poolName whose address or display name is addr:
-//
-//	drain   no new traffic (not even sticky clients'); open tunnels stay
-//	maint   no traffic; its tunnels are closed (spread over the pool's tunnel_close_spread)
-//	ready   back to normal: traffic as its health checks allow
-//	probe   probe it now (without active checks: try a server that live failures took down again now)
-//
-// Each is published on the event stream (admin_action, which the log shows) with by, who asked. The
-// operator's state survives reloads that keep the server. It returns the server's status after it.
+// Act carries out an admin action (admin.Backend: POST /api/servers/POOL/ADDRESS/ACTION, the actions
+// being admin.Drain, Maint, Ready and Probe) on the server of pool poolName whose address or display
+// name is addr. Drain and maint set the operator's state, which Available reads and which survives
+// reloads that keep the server; maint's tunnels are closed by the tunnel closer (tunnels.go), which
+// follows the admin_action event that each action publishes with by, who asked. It returns the
+// server's status after it.
 func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (ServerStatus, error) {
 	g := lb.gen.Load()
 	p := g.pools[poolName]
