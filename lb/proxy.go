@@ -258,7 +258,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 		var conn net.Conn // an upgrade's connection
 		var err error
 		if upgrade {
-			if conn, err = lb.dialUpgrade(s, st.cfg); err != nil {
+			if conn, err = lb.dialUpgrade(s); err != nil {
 				p.end(s, n)
 			}
 		} else {

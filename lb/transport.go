@@ -16,35 +16,64 @@ import (
 // may go to another server). The idleConn deadlines sit under TLS, on the socket.
 
 // newTransport returns the client of the server at addr: at most max_conns connections, requests waiting
-// up to queue_timeout for a free one.
+// up to queue_timeout for a free one, each connection made by the server's dialer.
 func newTransport(addr string, cfg *PoolConfig) *upstream {
-	connectTimeout, idle, nodelay := cfg.ConnectTimeout.D, cfg.ResponseTimeout.D, cfg.NoDelay
-	tlsConfig := cfg.TLS.clientFor(addr)
+	d := dialer{addr: addr, timeout: cfg.ConnectTimeout.D, tls: cfg.TLS.clientFor(addr)}
+	idle, nodelay := cfg.ResponseTimeout.D, cfg.NoDelay
 	return &upstream{
 		addr:         addr,
+		dialer:       d,
 		maxConns:     cfg.MaxConns,
 		queueTimeout: cfg.QueueTimeout.D,
 		idleTimeout:  upstreamIdleTimeout,
 		dialFn: func() (net.Conn, error) {
-			c, err := fasthttp.DialDualStackTimeout(addr, connectTimeout) // IPv6 servers too (discovery may find them)
+			ic := &idleConn{} // no deadlines of its own during a TLS handshake
+			c, err := d.dial(ic, nodelay)
 			if err != nil {
-				return nil, &dialError{err}
-			}
-			if tc, ok := c.(*net.TCPConn); ok && !nodelay {
-				tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
-			}
-			if tlsConfig == nil {
-				return &idleConn{Conn: c, timeout: idle}, nil
-			}
-			ic := &idleConn{Conn: c} // no deadlines of its own during the handshake
-			tc, err := handshakeTLS(ic, tlsConfig, connectTimeout)
-			if err != nil {
-				return nil, &dialError{err}
+				return nil, err
 			}
 			ic.timeout = idle // before the connection is handed over: nobody uses it yet
-			return tc, nil
+			return c, nil
 		},
 	}
+}
+
+// dialer makes the connections to one server, those of its upstream client and those of upgrades: TCP
+// (IPv6 too: discovery may find such servers) within connect_timeout, then for a pool with
+// [pools.NAME.tls] the TLS handshake within connect_timeout again, sending and verifying the server's
+// name (clientFor). A failure, a failed handshake included, is a *dialError: none of a request's bytes
+// reached the server, so any request may go to another server.
+type dialer struct {
+	addr    string
+	timeout time.Duration
+	tls     *tls.Config // nil: plain TCP
+}
+
+// Dial returns a connection of its own, outside the client's pool (an upgrade's, which becomes a
+// tunnel): a *net.TCPConn with TCP_NODELAY, or a *tls.Conn over one.
+func (d *dialer) Dial() (net.Conn, error) { return d.dial(nil, true) }
+
+// dial connects, with TCP_NODELAY or Nagle's algorithm. under, if not nil, is put over the socket (under
+// TLS): the idleConn of the client's connections, which times the socket itself.
+func (d *dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
+	c, err := fasthttp.DialDualStackTimeout(d.addr, d.timeout)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	if tc, ok := c.(*net.TCPConn); ok && !nodelay {
+		tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
+	}
+	if under != nil {
+		under.Conn, c = c, under
+	}
+	if d.tls == nil {
+		return c, nil
+	}
+	tc, err := handshakeTLS(c, d.tls, d.timeout)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	return tc, nil
 }
 
 // upstreamIdleTimeout is how long an upstream connection stays open unused.

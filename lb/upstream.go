@@ -68,7 +68,8 @@ var (
 // upstream is the client of one server.
 type upstream struct {
 	addr         string
-	dialFn       func() (net.Conn, error)
+	dialer       dialer                   // upgrades dial through it too
+	dialFn       func() (net.Conn, error) // the dialer's connection under an idleConn
 	maxConns     int
 	queueTimeout time.Duration
 	idleTimeout  time.Duration
