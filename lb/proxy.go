@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -21,7 +22,7 @@ import (
 //	         (upgrade.go badHandshake) and tunnelled only on a websocket route; [routes.auth] checks the
 //	         client's key (routeauth.go)
 //	pick     the pool's policy returns an available server, or the request waits (bounded) for one
-//	forward  one loop for plain requests and upgrades: the server's bounded upstream client (upstream.go) streams the
+//	forward  one loop for plain requests and upgrades: the server's bounded client (lb/upstream) streams the
 //	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
 //	         response are reported to the health check and retried on another server when that cannot
 //	         duplicate a side effect, within one retry budget and one deadline
@@ -85,9 +86,9 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	}
 	p.requests.Add(1)
 	hb := headBuffers.Get().(*[]byte)
-	out := outbound{req: req}
-	*hb, out.framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.trusted, auth: g.cfg.authOf(ri), upgrade: upgrade})
-	out.head = *hb
+	out := upstream.Request{Req: req}
+	*hb, out.Framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.trusted, auth: g.cfg.authOf(ri), upgrade: upgrade})
+	out.Head = *hb
 	replay, ok := lb.makeReplayable(ctx, g)
 	var s *Server
 	var retries int
@@ -168,9 +169,9 @@ const (
 	endAnswered   attemptEnd = iota // the server answered (any status but the two below), or took an upgrade's connection
 	endRefused                      // the server answered that it no longer serves (policy.refuses: a leader's 503)
 	endSwitched                     // the server answered 101 to a request that did not ask to switch
-	endClient                       // the client's fault (*clientError)
+	endClient                       // the client's fault (*upstream.ClientError)
 	endBusy                         // every upstream connection stayed busy for queue_timeout
-	endDialFailed                   // no connection (*dialError): none of the request reached the server
+	endDialFailed                   // no connection (*upstream.DialError): none of the request reached the server
 	endTimeout                      // the server was silent for response_timeout
 	endFailed                       // the server refused, reset or closed, or answered what is no HTTP answer
 	endAbandoned                    // the leader changed while the request waited, before its answer (leaderwatch.go)
@@ -180,8 +181,8 @@ func classify(err error) attemptEnd {
 	if err == nil {
 		return endAnswered // the fast path: errors.As's targets below would escape
 	}
-	var ce *clientError
-	var de *dialError
+	var ce *upstream.ClientError
+	var de *upstream.DialError
 	switch {
 	case errors.As(err, &ce):
 		return endClient
@@ -189,7 +190,7 @@ func classify(err error) attemptEnd {
 		return endBusy
 	case errors.As(err, &de):
 		return endDialFailed
-	case err == errAbandoned:
+	case err == upstream.ErrAbandoned:
 		return endAbandoned
 	case isTimeout(err):
 		return endTimeout
@@ -212,7 +213,7 @@ func classifyAnswer(status int, st *poolState) attemptEnd {
 // retried reports whether an attempt that ended so may be made again on another server, and whether
 // its request reached the server (then only a request that cannot cause a second side effect goes
 // again). An abandoned request either did not reach the server (it queued for a connection) or may
-// leave it (outbound.mayLeave).
+// leave it (upstream.Request.MayLeave).
 func (e attemptEnd) retried() (ok, reached bool) {
 	switch e {
 	case endRefused, endTimeout, endFailed:
@@ -237,12 +238,12 @@ func (e attemptEnd) strict() bool { return e == endRefused || e == endTimeout }
 // attempts one budget (maxAttempts). A request pinned to its server (a later part of a multi-part
 // request) goes there or fails with 502. It returns the server of the last attempt (nil if none was
 // made) and the number of retries.
-func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outbound, replay replayable) (last *Server, retries int) {
+func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upstream.Request, replay replayable) (last *Server, retries int) {
 	req := &ctx.Request
 	n := bodyBytes(&req.Header) // counted in flight with each attempt by pick and await
 	if p.leader {
-		out.watch, out.since = true, ctx.Time().UnixNano()
-		out.mayLeave = idempotent(&req.Header) && !req.IsBodyStream()
+		out.Watch, out.Since = true, ctx.Time().UnixNano()
+		out.MayLeave = upstream.Idempotent(&req.Header) && !req.IsBodyStream()
 	}
 	var deadline time.Time // of every wait for a server: set at the first (slow path only)
 	c, st, werr := lb.choose(ctx, p, nil, false, n, &deadline)
@@ -270,7 +271,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 		}
 		p.account(s, end, err)
 		if conn != nil {
-			lb.exchange(ctx, p, st, s, conn, out.head) // the server's answer, and on 101 a tunnel
+			lb.exchange(ctx, p, st, s, conn, out.Head) // the server's answer, and on 101 a tunnel
 			p.end(s, n)
 			return
 		}
@@ -281,7 +282,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outb
 		// Retry elsewhere: when the request may go again (its body can be sent again, it is not
 		// pinned, the budget is not spent, and it did not reach the server or cannot cause a second
 		// side effect).
-		if ok, reached := end.retried(); ok && (!reached || idempotent(&req.Header)) && replay.ok() && !c.pinned && attempt < maxAttempts {
+		if ok, reached := end.retried(); ok && (!reached || upstream.Idempotent(&req.Header)) && replay.ok() && !c.pinned && attempt < maxAttempts {
 			if end == endRefused {
 				ctx.Response.Body() // keep the answer but free the upstream connection while waiting
 			}
@@ -400,7 +401,7 @@ func dropAnswer(resp *fasthttp.Response) { resp.ResetBody() }
 
 // send forwards a plain request to s, counted in flight (with n body bytes) until the response head
 // arrives or the attempt fails. A chunked body counts against s's high_watermark_bytes as it streams.
-func (lb *LB) send(p *Pool, s *Server, out *outbound, resp *fasthttp.Response, n int64, replay replayable) error {
+func (lb *LB) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Response, n int64, replay replayable) error {
 	cr := replay.stream
 	if cr != nil && n == 0 {
 		cr.to = s
@@ -501,7 +502,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 	if size >= 0 && size <= g.cfg.Frontend.RetryBuffer {
 		// Read into a scratch buffer, then copied into the request's own: fasthttp's req.Body() would
 		// put a read error's text in the body (and log a warning per request).
-		bp := copyBuffers.Get().(*[]byte)
+		bp := upstream.CopyBuffers.Get().(*[]byte)
 		buf := *bp
 		if size > len(buf) {
 			buf = make([]byte, size)
@@ -510,7 +511,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 		if err == nil {
 			req.SetBody(buf[:size])
 		}
-		copyBuffers.Put(bp)
+		upstream.CopyBuffers.Put(bp)
 		if err != nil {
 			lb.clientFailed(ctx, err)
 			return replayable{}, false
@@ -553,34 +554,5 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// copyBuffers are the buffers large bodies are copied through: fasthttp copies in 4 KiB steps, which
-// costs a read and a write system call every 4 KiB; 64 KiB steps cost 16 times fewer.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
 // WriteTo implements io.WriterTo, which fasthttp prefers when it copies a request body upstream.
-func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return copyThrough(w, c) }
-
-// copyThrough copies r to w in copyBuffers steps until r's EOF: the WriteTo of a reader (io.Copy would
-// call that WriteTo again).
-func copyThrough(w io.Writer, r io.Reader) (int64, error) {
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
-	buf := *bp
-	var written int64
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			written += int64(m)
-			if werr != nil {
-				return written, werr
-			}
-		}
-		if err == io.EOF {
-			return written, nil
-		}
-		if err != nil {
-			return written, err
-		}
-	}
-}
+func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return upstream.CopyThrough(w, c) }

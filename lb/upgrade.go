@@ -50,11 +50,11 @@ func badHandshake(h *fasthttp.RequestHeader) string {
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
-// dialUpgrade connects to s for an upgrade through the server's dialer (transport.go): over TLS for a pool
+// dialUpgrade connects to s for an upgrade through the server's dialer (package upstream): over TLS for a pool
 // with [pools.NAME.tls], the handshake bounded by connect_timeout as the TCP connect is; a failure, a
-// failed handshake included, is a *dialError, so the request goes to another server.
+// failed handshake included, is a *upstream.DialError, so the request goes to another server.
 func (lb *LB) dialUpgrade(s *Server) (net.Conn, error) {
-	conn, err := s.client.Load().dialer.Dial()
+	conn, err := s.client.Load().Dial()
 	if err != nil {
 		lb.logf("tunnel: dial %s: %v", s.label(), err)
 	}
