@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build run test vet fmt bench bench-quick bench-2core clean fuzz soak faults
+.PHONY: all build run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference
 
 all: build
 
@@ -72,6 +72,13 @@ vet:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# The references generated from the code: conf.d/REFERENCE.md (every config key, its type, default and
+# meaning) and lb/ADMIN.md (admin endpoints, event kinds, the status document,
+# metrics). make test fails while a committed one is stale.
+reference:
+	$(GO) test -count=1 -run '^TestConfigReferenceIsFresh$$' ./lb/config/ -update
+	$(GO) test -count=1 -run '^TestAdminReferenceIsFresh$$' ./lb/ -update
 
 clean:
 	rm -rf bin

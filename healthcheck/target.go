@@ -81,17 +81,17 @@ func probeAddr(addr string, port int) string {
 
 // ServerStatus is a snapshot of one server's check state, for the admin endpoints.
 type ServerStatus struct {
-	Addr       string    `json:"addr"`
-	Up         bool      `json:"up"`
-	Answered   bool      `json:"answered"` // at least one probe answered
-	LastStatus int       `json:"last_status"`
-	LastError  string    `json:"last_error,omitempty"`
-	LastProbe  time.Time `json:"last_probe"`
-	LatencyMs  float64   `json:"latency_ms"`
-	Run        int       `json:"run"`   // consecutive passing answers (200 for a LeaderCheck)
-	Fails      int       `json:"fails"` // consecutive failing answers
-	Passive    int       `json:"passive_failures"`
-	Probes     uint64    `json:"probes"`
+	Addr       string    `json:"addr"`                 // the server's address
+	Up         bool      `json:"up"`                   // passes its checks (in a leader pool: is the leader)
+	Answered   bool      `json:"answered"`             // at least one probe answered
+	LastStatus int       `json:"last_status"`          // status of the last answer (0 on a transport error)
+	LastError  string    `json:"last_error,omitempty"` // the last probe's error, if it failed without an answer
+	LastProbe  time.Time `json:"last_probe"`           // when the last probe was sent
+	LatencyMs  float64   `json:"latency_ms"`           // how long the last probe took
+	Run        int       `json:"run"`                  // consecutive passing answers (200 for a LeaderCheck)
+	Fails      int       `json:"fails"`                // consecutive failing answers
+	Passive    int       `json:"passive_failures"`     // live failures in a row (refused, reset, timed out)
+	Probes     uint64    `json:"probes"`               // probes sent
 }
 
 // status fills what the atomics hold; the caller adds Run and Fails under its lock.

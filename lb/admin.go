@@ -57,17 +57,22 @@ func (lb *LB) handleAdmin(ctx *fasthttp.RequestCtx) {
 
 // Status is the JSON document of GET /status.
 type Status struct {
-	ConfigFiles []string     `json:"config_files"`
-	Pools       []PoolStatus `json:"pools"`
+	// ConfigFiles are the files the running config was read from, in merge order.
+	ConfigFiles []string `json:"config_files"`
+	// Pools are every pool, by name.
+	Pools []PoolStatus `json:"pools"`
 	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
 	Relays []RelayStatus `json:"relays,omitempty"`
 }
 
 // PoolStatus describes one pool.
 type PoolStatus struct {
-	Name     string `json:"name"`
-	Balance  string `json:"balance"`
-	Waiting  int64  `json:"waiting"`
+	Name    string `json:"name"`    // the NAME of [pools.NAME]
+	Balance string `json:"balance"` // "leader", "sticky" or "roundrobin"
+	// Waiting is the requests waiting for a server now.
+	Waiting int64 `json:"waiting"`
+	// Requests counts the requests routed to the pool; Retries the attempts retried on another server
+	// (or on the confirmed leader).
 	Requests uint64 `json:"requests"`
 	Retries  uint64 `json:"retries"`
 	// InflightFailovers counts the requests sent to a new leader while they waited for the old one's
@@ -77,7 +82,7 @@ type PoolStatus struct {
 	// fairlead_pool_errors_total).
 	Errors uint64 `json:"errors"`
 	// Leader is the elected leader's address (balance = "leader"; "" while none is known), with the
-	// number of leader changes and split brains seen.
+	// number of leader changes (LeaderChanges) and split brains (SplitBrains) seen.
 	Leader        string `json:"leader,omitempty"`
 	LeaderChanges uint64 `json:"leader_changes,omitempty"`
 	SplitBrains   uint64 `json:"split_brains,omitempty"`
@@ -98,12 +103,14 @@ type PoolStatus struct {
 	PinFailures     uint64 `json:"pin_failures,omitempty"`
 	// Discovery is the pool's service discovery (nil without a provider).
 	Discovery *DiscoveryStatus `json:"discovery,omitempty"`
-	Servers   []ServerStatus   `json:"servers"`
+	// Servers are the pool's servers: primaries, then backups, then servers a reload removed that still
+	// drain.
+	Servers []ServerStatus `json:"servers"`
 }
 
 // DiscoveryStatus describes a pool's service discovery provider.
 type DiscoveryStatus struct {
-	Provider string `json:"provider"`
+	Provider string `json:"provider"` // "zookeeper", "dns" or "file"
 	// Servers is the list in force from the provider (null before its first answer: the seed serves).
 	Servers []string `json:"servers"`
 	// Changes and Errors count the lists applied and the failed reads of the registry; LastSuccess is
@@ -118,7 +125,7 @@ type DiscoveryStatus struct {
 
 // ServerStatus describes one server of a pool.
 type ServerStatus struct {
-	Addr string `json:"addr"`
+	Addr string `json:"addr"` // host:port, as configured or discovered
 	// Name is the display name ([pools.NAME.names]; the address by default).
 	Name string `json:"name"`
 	// Tier is "primary" or "backup".
@@ -128,18 +135,23 @@ type ServerStatus struct {
 	State string `json:"state"`
 	// AdminState is the operator's state: "ready", "drain" or "maint" (admin actions).
 	AdminState string `json:"admin_state"`
-	Available  bool   `json:"available"`
+	// Available is the one predicate the policies read: passes its checks (in a leader pool: is the
+	// leader), in the pool, not drained or in maintenance.
+	Available bool `json:"available"`
 	// Writable: below the pool's watermarks (always true without them). A roundrobin pool sends new
 	// requests only to servers that are available and writable.
-	Writable      bool                      `json:"writable"`
-	Requests      uint64                    `json:"requests"`
-	Failures      uint64                    `json:"failures"`
-	InFlight      int64                     `json:"in_flight"`
-	InFlightBytes int64                     `json:"in_flight_bytes"`
-	Pins          int                       `json:"pins,omitempty"`
-	Conns         int                       `json:"conns"`
-	Tunnels       int64                     `json:"tunnels"`
-	Check         *healthcheck.ServerStatus `json:"check,omitempty"`
+	Writable bool `json:"writable"`
+	// Requests counts the requests sent to the server; Failures the attempts that failed by its fault.
+	Requests uint64 `json:"requests"`
+	Failures uint64 `json:"failures"`
+	// InFlight is the requests sent whose response head has not arrived; InFlightBytes their body bytes.
+	InFlight      int64 `json:"in_flight"`
+	InFlightBytes int64 `json:"in_flight_bytes"`
+	Pins          int   `json:"pins,omitempty"` // multi-part pins on the server (roundrobin pools)
+	Conns         int   `json:"conns"`          // open upstream connections
+	Tunnels       int64 `json:"tunnels"`        // open tunnels
+	// Check is the server's health check state.
+	Check *healthcheck.ServerStatus `json:"check,omitempty"`
 }
 
 // Status returns a snapshot of the running state.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strings"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/valyala/fasthttp"
 )
 
@@ -18,8 +19,8 @@ import (
 func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
 	a := g.cfg.Admin
 	reading := ctx.IsGet() || ctx.IsHead()
-	configured := g.cfg.adminToken != "" || g.cfg.adminPassword != ""
-	if !configured || reading && loopbackAddr(a.Listen) {
+	configured := g.cfg.AdminToken != "" || g.cfg.AdminPassword != ""
+	if !configured || reading && config.LoopbackAddr(a.Listen) {
 		return true
 	}
 	if adminCredentialsOK(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), g.cfg) {
@@ -27,7 +28,7 @@ func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
 	}
 	lb.adminDenied.Add(1)
 	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after it
-	if g.cfg.adminPassword != "" {
+	if g.cfg.AdminPassword != "" {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Basic realm="fairlead admin"`)
 	} else {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead admin"`)
@@ -40,16 +41,16 @@ func adminCredentialsOK(auth []byte, cfg *Config) bool {
 	scheme, cred, _ := strings.Cut(string(auth), " ")
 	cred = strings.TrimSpace(cred)
 	switch {
-	case strings.EqualFold(scheme, "Bearer") && cfg.adminToken != "":
-		return subtle.ConstantTimeCompare([]byte(cred), []byte(cfg.adminToken)) == 1
-	case strings.EqualFold(scheme, "Basic") && cfg.adminPassword != "":
+	case strings.EqualFold(scheme, "Bearer") && cfg.AdminToken != "":
+		return subtle.ConstantTimeCompare([]byte(cred), []byte(cfg.AdminToken)) == 1
+	case strings.EqualFold(scheme, "Basic") && cfg.AdminPassword != "":
 		raw, err := base64.StdEncoding.DecodeString(cred)
 		if err != nil {
 			return false
 		}
 		user, pass, _ := strings.Cut(string(raw), ":")
 		u := subtle.ConstantTimeCompare([]byte(user), []byte(cfg.Admin.User))
-		p := subtle.ConstantTimeCompare([]byte(pass), []byte(cfg.adminPassword))
+		p := subtle.ConstantTimeCompare([]byte(pass), []byte(cfg.AdminPassword))
 		return u&p == 1
 	}
 	return false

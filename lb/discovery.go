@@ -28,42 +28,10 @@ import (
 	"github.com/fairlead/fairlead/healthcheck"
 )
 
-// DiscoveryConfig is a [pools.NAME.discovery] table. Provider "" means none.
-type DiscoveryConfig struct {
-	// Provider is "zookeeper", "dns" or "file".
-	Provider string `toml:"provider"`
-	// EmptyGrace: an empty list is applied only after this long without a non-empty one. Default "30s".
-	EmptyGrace Duration `toml:"empty_grace"`
-
-	// zookeeper: the ensemble, the path whose children are the instances (each a "host:port" or a
-	// Curator service-instance JSON), the session timeout, and optional digest auth.
-	ZooKeeper          []string `toml:"zookeeper"`
-	Path               string   `toml:"path"`
-	SessionTimeout     Duration `toml:"session_timeout"`
-	DigestUser         string   `toml:"digest_user"`
-	DigestPasswordFile string   `toml:"digest_password_file"`
-
-	// dns: the name resolved every ResolveInterval (SRV records give host and port, else A/AAAA with
-	// Port), through Resolvers ("host:port") or the system's.
-	Name            string   `toml:"name"`
-	ResolveInterval Duration `toml:"resolve_interval"`
-	Port            int      `toml:"port"`
-	Resolvers       []string `toml:"resolvers"`
-
-	// file: a TOML ({servers = [...]}) or JSON ({"servers": [...]} or [...]) file of servers, watched.
-	File string `toml:"file"`
-
-	// digestPassword is the contents of DigestPasswordFile, read at load. Never logged.
-	digestPassword string
-}
-
-// providerKind describes a provider: the keys it reads besides provider and empty_grace (any other key
-// of the table is an error), its validation and its constructor. Each provider's file registers its
-// kind in providerKinds.
+// providerKind is a provider's constructor. Each provider's file registers its kind in providerKinds;
+// its keys and their validation are the config's (config.Providers).
 type providerKind struct {
-	keys  []string
-	check func(c *Config, dc *DiscoveryConfig, add func(key, format string, args ...any))
-	new   func(dc DiscoveryConfig, o providerOptions) (provider, error)
+	new func(dc DiscoveryConfig, o providerOptions) (provider, error)
 }
 
 var providerKinds = map[string]providerKind{}
@@ -81,44 +49,6 @@ type provider interface {
 	// addresses, any order, duplicates allowed) and failed with every error reading the registry (the
 	// last list stays in force). It never calls them concurrently.
 	watch(ctx context.Context, found func([]string), failed func(error))
-}
-
-// discoveryKeys are every key of a [discovery] table, for the check that a provider's table holds only
-// its own keys.
-var discoveryKeys = []string{"zookeeper", "path", "session_timeout", "digest_user", "digest_password_file",
-	"name", "resolve_interval", "port", "resolvers", "file"}
-
-// validateDiscovery checks pool name's [discovery] table.
-func (c *Config) validateDiscovery(name string) []string {
-	dc := &c.Pools[name].Discovery
-	k := "pools." + name + ".discovery."
-	var p []string
-	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
-	if dc.Provider == "" {
-		for _, key := range append([]string{"empty_grace"}, discoveryKeys...) {
-			if c.isSet(k + key) {
-				add(key, "needs provider (\"zookeeper\", \"dns\" or \"file\")")
-			}
-		}
-		return p
-	}
-	kind, ok := providerKinds[dc.Provider]
-	if !ok {
-		add("provider", "unknown provider %q (want \"zookeeper\", \"dns\" or \"file\")", dc.Provider)
-		return p
-	}
-	for _, key := range discoveryKeys {
-		if c.isSet(k+key) && !slices.Contains(kind.keys, key) {
-			add(key, "not a key of the %s provider", dc.Provider)
-		}
-	}
-	if dc.EmptyGrace.err != nil {
-		add("empty_grace", "bad duration %q: %v", dc.EmptyGrace.raw, dc.EmptyGrace.err)
-	} else if dc.EmptyGrace.D < 0 {
-		add("empty_grace", "must not be negative")
-	}
-	kind.check(c, dc, add)
-	return p
 }
 
 // discovery runs the provider of one pool.

@@ -22,9 +22,7 @@ import (
 
 func init() {
 	providerKinds["dns"] = providerKind{
-		keys:  []string{"name", "resolve_interval", "port", "resolvers"},
-		check: checkDNSDiscovery,
-		new:   newDNSProvider,
+		new: newDNSProvider,
 	}
 }
 
@@ -35,62 +33,6 @@ const dnsTimeout = 2 * time.Second
 // resolvConf is the system resolver's configuration, read at every round (a container's resolv.conf may
 // change under a running fairlead).
 var resolvConf = "/etc/resolv.conf"
-
-func checkDNSDiscovery(c *Config, dc *DiscoveryConfig, add func(key, format string, args ...any)) {
-	switch {
-	case dc.Name == "":
-		add("name", "required: the DNS name to resolve (SRV records, else A/AAAA records with port)")
-	case !validDNSName(dc.Name):
-		add("name", "bad DNS name %q (labels of 1 to 63 letters, digits, '-' or '_', 253 characters at most)", dc.Name)
-	}
-	if ri := dc.ResolveInterval; ri.err != nil {
-		add("resolve_interval", "bad duration %q: %v", ri.raw, ri.err)
-	} else if ri.D <= 0 {
-		add("resolve_interval", "must be positive")
-	}
-	if (dc.Port != 0 || discoveryKeySet(c, dc, "port")) && (dc.Port < 1 || dc.Port > 65535) {
-		add("port", "port %d out of range (1 to 65535)", dc.Port)
-	}
-	for i, r := range dc.Resolvers {
-		key := fmt.Sprintf("resolvers.%d", i)
-		if err := validAddr(r); err != nil {
-			add(key, "bad resolver address %q: %v (want host:port, e.g. \"10.0.0.2:53\")", r, err)
-		} else if host, port, _ := net.SplitHostPort(r); host == "" || port == "0" {
-			add(key, "bad resolver address %q: want host:port with a host and a port (e.g. \"10.0.0.2:53\")", r)
-		}
-	}
-}
-
-// discoveryKeySet reports whether a file set key of the [discovery] table dc (a check function is not
-// told its pool).
-func discoveryKeySet(c *Config, dc *DiscoveryConfig, key string) bool {
-	for name, pc := range c.Pools {
-		if &pc.Discovery == dc {
-			return c.isSet("pools." + name + ".discovery." + key)
-		}
-	}
-	return false
-}
-
-// validDNSName reports whether name (a trailing dot allowed) is a DNS name: labels of 1 to 63 letters,
-// digits, '-' or '_' (SRV owner names such as _http._tcp.cx), at most 253 characters.
-func validDNSName(name string) bool {
-	name = strings.TrimSuffix(name, ".")
-	if name == "" || len(name) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(name, ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			if c := label[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
-}
 
 // dnsProvider resolves one name. Every round is a fresh set of queries: nothing is cached, so a
 // record's TTL only matters to the resolvers in between.

@@ -19,14 +19,13 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fsnotify/fsnotify"
 )
 
 func init() {
 	providerKinds["file"] = providerKind{
-		keys:  []string{"file"},
-		check: checkFileDiscovery,
-		new:   newFileProvider,
+		new: newFileProvider,
 	}
 }
 
@@ -37,12 +36,6 @@ const fileDebounce = 200 * time.Millisecond
 // filePoll is how often the file is read without an event: file systems that report no change (NFS,
 // some container mounts), and a directory that did not exist when the watch began.
 var filePoll = 10 * time.Second
-
-func checkFileDiscovery(_ *Config, dc *DiscoveryConfig, add func(key, format string, args ...any)) {
-	if strings.TrimSpace(dc.File) == "" {
-		add("file", "required: the file listing the servers (it need not exist yet)")
-	}
-}
 
 // fileProvider watches one file.
 type fileProvider struct {
@@ -188,7 +181,7 @@ func parseServerFile(path string, data []byte) ([]string, error) {
 		}
 	}
 	for i, a := range list {
-		err := validAddr(a)
+		err := config.ValidAddr(a)
 		if host, port, e := net.SplitHostPort(a); err == nil && e == nil && (host == "" || port == "0") {
 			err = errors.New("want host:port with a host and a port")
 		}

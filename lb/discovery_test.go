@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // The discovery framework with a provider the test drives: seed servers until the first answer, lists
@@ -45,9 +46,9 @@ func (f *fakeProvider) watch(ctx context.Context, found func([]string), failed f
 }
 
 func init() {
+	config.Providers["fake"] = config.ProviderKind{Keys: []string{"file"},
+		Check: func(*config.Config, *config.Discovery, func(string, string, ...any)) {}}
 	providerKinds["fake"] = providerKind{
-		keys:  []string{"file"},
-		check: func(*Config, *DiscoveryConfig, func(string, string, ...any)) {},
 		new: func(dc DiscoveryConfig, _ providerOptions) (provider, error) {
 			fakeMu.Lock()
 			defer fakeMu.Unlock()

@@ -38,108 +38,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/go-zookeeper/zk"
 )
 
 func init() {
 	providerKinds["zookeeper"] = providerKind{
-		keys:  []string{"zookeeper", "path", "session_timeout", "digest_user", "digest_password_file"},
-		check: checkZooKeeper,
-		new:   newZooKeeper,
+		new: newZooKeeper,
 	}
-}
-
-// checkZooKeeper validates a zookeeper [discovery] table and reads its digest_password_file into
-// dc.digestPassword. The file's contents count in the config digest (a reload after rotating the
-// password applies it) and never appear in a problem.
-func checkZooKeeper(c *Config, dc *DiscoveryConfig, add func(key, format string, args ...any)) {
-	if len(dc.ZooKeeper) == 0 {
-		add("zookeeper", "required: the ensemble's addresses (host:port each)")
-	}
-	for _, a := range dc.ZooKeeper {
-		if err := instanceAddr(a); err != nil {
-			add("zookeeper", "bad address %q: %v", a, err)
-		}
-	}
-	if err := checkZNodePath(dc.Path); err != nil {
-		add("path", "%v", err)
-	}
-	st := dc.SessionTimeout
-	switch {
-	case st.err != nil:
-		add("session_timeout", "bad duration %q: %v", st.raw, st.err)
-	case st.D < time.Millisecond:
-		add("session_timeout", "must be at least 1ms")
-	case st.D > time.Hour:
-		add("session_timeout", "must be at most 1h (ZooKeeper servers allow 40s by default)")
-	}
-	switch {
-	case dc.DigestUser != "" && dc.DigestPasswordFile == "":
-		add("digest_password_file", "digest_user and digest_password_file go together: digest_password_file is missing")
-	case dc.DigestUser == "" && dc.DigestPasswordFile != "":
-		add("digest_user", "digest_user and digest_password_file go together: digest_user is missing")
-	case dc.DigestUser != "":
-		if strings.Contains(dc.DigestUser, ":") {
-			add("digest_user", "must not contain ':' (ZooKeeper's digest is user:password)")
-		}
-		data, err := c.readFile("discovery.digest_password_file", dc.DigestPasswordFile) // rotating it applies
-		if err != nil {
-			add("digest_password_file", "%v", err)
-			break
-		}
-		if dc.digestPassword = strings.TrimSpace(string(data)); dc.digestPassword == "" {
-			add("digest_password_file", "%s is empty", dc.DigestPasswordFile)
-		}
-	}
-}
-
-// secretFiles are the files the table reads besides the *.toml files (Config.SecretFiles).
-func (dc *DiscoveryConfig) secretFiles() []string {
-	if dc.Provider == "zookeeper" && dc.DigestPasswordFile != "" {
-		return []string{dc.DigestPasswordFile}
-	}
-	return nil
-}
-
-// checkZNodePath validates path as ZooKeeper does, and refuses the root and a trailing slash.
-func checkZNodePath(path string) error {
-	switch {
-	case path == "":
-		return errors.New("required: the znode whose children are the instances, e.g. \"/services/thingworx\"")
-	case path[0] != '/':
-		return fmt.Errorf("%q is not absolute (it starts with /)", path)
-	case path == "/" || strings.HasSuffix(path, "/"):
-		return fmt.Errorf("%q ends with /", path)
-	}
-	for _, seg := range strings.Split(path[1:], "/") {
-		switch seg {
-		case "":
-			return fmt.Errorf("%q has an empty segment (//)", path)
-		case ".", "..":
-			return fmt.Errorf("%q has a relative segment %q", path, seg)
-		}
-	}
-	for _, r := range path {
-		if r < ' ' || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
-			return fmt.Errorf("%q has a character ZooKeeper does not allow (%U)", path, r)
-		}
-	}
-	return nil
-}
-
-// instanceAddr checks that addr is a usable host:port (a host, a port other than 0).
-func instanceAddr(addr string) error {
-	if err := validAddr(addr); err != nil {
-		return err
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if host == "" {
-		return errors.New("no host")
-	}
-	if port == "0" {
-		return errors.New("port 0")
-	}
-	return nil
 }
 
 // parseInstance returns the address of the instance a child znode describes: its data is "host:port"
@@ -150,7 +56,7 @@ func parseInstance(name string, data []byte, useTLS bool) (addr string, why erro
 	data = bytes.TrimSpace(data)
 	switch {
 	case len(data) == 0:
-		if instanceAddr(name) == nil {
+		if config.InstanceAddr(name) == nil {
 			return name, nil
 		}
 		return "", errors.New("no data, and its name is not host:port")
@@ -187,7 +93,7 @@ func parseInstance(name string, data []byte, useTLS bool) (addr string, why erro
 	default:
 		addr = string(data)
 	}
-	if err := instanceAddr(addr); err != nil {
+	if err := config.InstanceAddr(addr); err != nil {
 		return "", fmt.Errorf("bad address %.80q: %v", addr, err) // at most 80 characters of it
 	}
 	return addr, nil
@@ -199,7 +105,7 @@ func newZooKeeper(dc DiscoveryConfig, o providerOptions) (provider, error) {
 			o.logf("discovery: pool %s: zookeeper: "+format, append([]any{o.pool}, args...)...)
 		}}
 	if dc.DigestUser != "" {
-		z.auth = []byte(dc.DigestUser + ":" + dc.digestPassword)
+		z.auth = []byte(dc.DigestUser + ":" + dc.DigestPassword)
 	}
 	return z, nil
 }

@@ -243,17 +243,17 @@ func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([
 		if f.namesFields && namedByConnection(h.RawHeaders(), name) {
 			continue
 		}
-		if fs.auth != nil && (eqFoldString(name, fs.auth.header) || eqFoldString(name, fs.auth.upstreamHeader)) {
+		if fs.auth != nil && (eqFoldString(name, fs.auth.Header) || eqFoldString(name, fs.auth.UpstreamHeader)) {
 			continue // the client's key ends here; an upstream credential it sent is not passed on
 		}
 		dst = append(dst, line...)
 	}
 
 	dst = appendForwarded(dst, ctx, h.RawHeaders(), proxy, f, host, sentHost)
-	if fs.auth != nil && fs.auth.upstreamHeader != "" {
-		dst = append(dst, fs.auth.upstreamHeader...)
+	if fs.auth != nil && fs.auth.UpstreamHeader != "" {
+		dst = append(dst, fs.auth.UpstreamHeader...)
 		dst = append(dst, ':', ' ')
-		dst = append(dst, fs.auth.upstreamValue...)
+		dst = append(dst, fs.auth.UpstreamValue...)
 		dst = append(dst, '\r', '\n')
 	}
 	if fs.upgrade {

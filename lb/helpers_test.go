@@ -64,6 +64,14 @@ pool = "platform"
 	return map[string]string{"10-base.toml": base, "20-override.toml": override}
 }
 
+// minimalConfig is the smallest valid config (as lb/config's tests have it).
+const minimalConfig = `
+[pools.platform]
+servers = ["127.0.0.1:9081", "127.0.0.1:9082"]
+[[routes]]
+pool = "platform"
+`
+
 // writeConfig writes files (name → content) into a new directory and returns it.
 func writeConfig(t testing.TB, files map[string]string) string {
 	t.Helper()

@@ -162,8 +162,8 @@ func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayR
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.relays)) {
-		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.relays[name]})
+	for _, name := range slices.Sorted(maps.Keys(cfg.RelaySpecs)) {
+		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.RelaySpecs[name]})
 	}
 	return g, fresh
 }
@@ -174,8 +174,8 @@ func (lb *LB) prepareRelays(cfg *Config) (all map[string]*relayRoute, fresh []*r
 	lb.routesMu.Lock()
 	defer lb.routesMu.Unlock()
 	all = map[string]*relayRoute{}
-	for name, spec := range cfg.relays {
-		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.fingerprint == spec.fingerprint {
+	for name, spec := range cfg.RelaySpecs {
+		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.Fingerprint == spec.Fingerprint {
 			all[name] = rr
 			continue
 		}
@@ -476,7 +476,7 @@ func (lb *LB) Reload(cfg *Config) error {
 			ln, err := net.Listen("tcp", now)
 			if err != nil {
 				unbind()
-				err = fmt.Errorf("%s: frontend.%s: %w", cfg.origin["frontend."+f.key], f.key, err)
+				err = fmt.Errorf("%s: frontend.%s: %w", cfg.FileOf("frontend."+f.key), f.key, err)
 				lb.ReloadFailed(err)
 				return err
 			}
@@ -488,7 +488,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			unbind()
-			err = fmt.Errorf("%s: admin.listen: %w", cfg.origin["admin.listen"], err)
+			err = fmt.Errorf("%s: admin.listen: %w", cfg.FileOf("admin.listen"), err)
 			lb.ReloadFailed(err)
 			return err
 		}
@@ -548,10 +548,10 @@ func (lb *LB) Reload(cfg *Config) error {
 	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
 	// running generation's).
 	for _, f := range []*FrontendConfig{&fe, &ofe} {
-		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.tls = "", "", nil, "", "", false, nil
+		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
 	}
 	// trusted_proxies applies at once (read from the generation of each request).
-	fe.TrustedProxies, ofe.TrustedProxies, fe.trusted, ofe.trusted = nil, nil, nil, nil
+	fe.TrustedProxies, ofe.TrustedProxies, fe.Trusted, ofe.Trusted = nil, nil, nil, nil
 	if !reflect.DeepEqual(fe, ofe) {
 		restart = append(restart, "[frontend] (but its listeners and TLS)")
 	}
@@ -580,4 +580,4 @@ func (lb *LB) ReloadFailed(err error) {
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).
-func sameFiles(a, b *Config) bool { return a.digest != "" && a.digest == b.digest }
+func sameFiles(a, b *Config) bool { return a.Digest != "" && a.Digest == b.Digest }

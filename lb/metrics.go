@@ -135,10 +135,10 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
-	if ft := g.cfg.Frontend.tls; ft != nil {
+	if ft := g.cfg.Frontend.TLS; ft != nil {
 		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.connErrs.count[connTLS].Load())
-		for i, c := range ft.certs {
-			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.files[i]), uint64(c.Leaf.NotAfter.Unix()))
+		for i, c := range ft.Certs {
+			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}
 	}
 	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
@@ -208,7 +208,7 @@ func (lb *LB) writeMetrics(w io.Writer) {
 	}
 	// Single-point auth: one series per route with [routes.auth], labelled with the route's index.
 	for i, r := range g.routes {
-		if g.cfg.authOf(i) != nil {
+		if g.cfg.RouteAuthOf(i) != nil {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_route_unauthorized_total{route="%d",pool=%q}`, i, r.pool.name), r.pool.m.unauthorizedCount(i))
 		}
 	}

@@ -257,11 +257,11 @@ func TestAdminConfigRequiresCredentialsOffLoopbackAndNeverShowsThem(t *testing.T
 			t.Errorf("%q: %v", admin, err)
 			continue
 		}
-		if cfg.adminToken != "" && cfg.adminToken != token {
-			t.Errorf("the token was read as %q", cfg.adminToken)
+		if cfg.AdminToken != "" && cfg.AdminToken != token {
+			t.Errorf("the token was read as %q", cfg.AdminToken)
 		}
-		if cfg.adminPassword != "" && cfg.adminPassword != password {
-			t.Errorf("the password was read as %q", cfg.adminPassword)
+		if cfg.AdminPassword != "" && cfg.AdminPassword != password {
+			t.Errorf("the password was read as %q", cfg.AdminPassword)
 		}
 	}
 	wantErr("user without password_file", "[admin]\nuser = \"ops\"\n", "20-admin.toml", "admin.user")

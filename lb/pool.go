@@ -112,7 +112,7 @@ func checkOptions(name string, cfg *PoolConfig, bus *healthcheck.Bus, logf func(
 		Timeout:      ck.Timeout.D,
 		Fall:         ck.Fall,
 		Rise:         ck.Rise,
-		TLS:          cfg.TLS.client, // nil: plain HTTP
+		TLS:          cfg.TLS.Client, // nil: plain HTTP
 		Bus:          bus,
 		Logf:         logf,
 		// Only a pool with backups probes its primaries for failback.
@@ -155,7 +155,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 		servers = append(servers, s)
 	}
 	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) || failbackInterval(old.cfg) != failbackInterval(cfg) ||
-		!old.cfg.TLS.same(&cfg.TLS) {
+		!old.cfg.TLS.Same(&cfg.TLS) {
 		p.health.Update(checkOptions(p.name, cfg, p.bus, logf))
 	}
 	p.health.Set(targetsOf(servers))

@@ -48,7 +48,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.logUnrouted(ctx, g)
 		return
 	}
-	if ft := g.cfg.Frontend.tls; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
+	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		redirectHTTPS(ctx, ft) // tls.go
 		lb.logUnrouted(ctx, g)
 		return
@@ -87,7 +87,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	p.requests.Add(1)
 	hb := headBuffers.Get().(*[]byte)
 	out := upstream.Request{Req: req}
-	*hb, out.Framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.trusted, auth: g.cfg.authOf(ri), upgrade: upgrade})
+	*hb, out.Framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.Trusted, auth: g.cfg.RouteAuthOf(ri), upgrade: upgrade})
 	out.Head = *hb
 	replay, ok := lb.makeReplayable(ctx, g)
 	var s *Server

@@ -54,7 +54,7 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 		t.Fatalf("a config with a relay and no [[routes]]: %v", err)
 	}
 	r := cfg.Relays["appconfig"]
-	if r == nil || cfg.relays["appconfig"] == nil {
+	if r == nil || cfg.RelaySpecs["appconfig"] == nil {
 		t.Fatal("the relay is not in the loaded config")
 	}
 	if !*r.OnDemand || r.MaxTopics != 1000 || r.Start != "normal" || r.SubscriberBuffer != 16 ||
@@ -65,7 +65,7 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 	if b := cfg.Pools["appconfig"].Balance; b != "roundrobin" {
 		t.Errorf("a pool named by relays only has balance %q, want roundrobin", b)
 	}
-	if got := cfg.relays["appconfig"].header.Get("Authorization"); got != "Bearer "+relayUpKey {
+	if got := cfg.RelaySpecs["appconfig"].Header.Get("Authorization"); got != "Bearer "+relayUpKey {
 		t.Errorf("upstream headers: Authorization %q", got)
 	}
 }
@@ -83,7 +83,7 @@ func TestRelayConfigFingerprintIsTheSameWhenTheFilesAreTheSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fa, fb := a.relays["appconfig"].fingerprint, b.relays["appconfig"].fingerprint
+	fa, fb := a.RelaySpecs["appconfig"].Fingerprint, b.RelaySpecs["appconfig"].Fingerprint
 	if fa != fb {
 		t.Errorf("two loads of the same files give different fingerprints, so every reload restarts the relay:\n%s\n%s", fa, fb)
 	}
@@ -112,7 +112,7 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		_, err := LoadConfig(dir)
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			t.Errorf("%s: got %v, want a Error", name, err)
 			return
 		}
 		for _, w := range want {
@@ -191,12 +191,12 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.waitVersion(t, 1, 5*time.Second)
 
-	// LoadConfig refuses it, so a reload never sees it.
+	// Load refuses it, so a reload never sees it.
 	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte("[relays.appconfig]\nsubscriber_buffer = 0\ntopics = [\"bad\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
-		t.Fatalf("LoadConfig of a bad relay: %v", err)
+		t.Fatalf("Load of a bad relay: %v", err)
 	}
 	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
 	// reload, which keeps the running relay.

@@ -82,19 +82,19 @@ type relayPending struct {
 // newRelayRoute builds the relay spec describes, over the servers of pool pc. Its upstream manager
 // runs from here on; start fills its cache.
 func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, logf func(string, ...any)) *relayRoute {
-	rr := &relayRoute{name: spec.name, spec: spec, cfg: *rc, logf: logf, known: map[string]string{},
+	rr := &relayRoute{name: spec.Name, spec: spec, cfg: *rc, logf: logf, known: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
 		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
-	prefix := "relay " + spec.name + ": "
+	prefix := "relay " + spec.Name + ": "
 	rr.hub = relay.NewHub(relay.Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
 		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})
 	servers := append(slices.Clone(pc.Servers), pc.Backups...)
-	uo := relay.UpstreamOptions{Servers: servers, Snapshot: spec.snapshot, Events: spec.events,
-		Names: spec.path.Names(), Header: spec.header, FailbackInterval: pc.FailbackInterval.D,
+	uo := relay.UpstreamOptions{Servers: servers, Snapshot: spec.Snapshot, Events: spec.Events,
+		Names: spec.Path.Names(), Header: spec.Header, FailbackInterval: pc.FailbackInterval.D,
 		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D, KeepAlive: rc.KeepAlive.D,
 		Logf: func(format string, args ...any) { logf(prefix+format, args...) }}
 	if pc.TLS.Enabled {
-		uo.TLS = pc.TLS.client
+		uo.TLS = pc.TLS.Client
 	}
 	rr.up = relay.NewUpstream(rr.hub, uo)
 	return rr
@@ -121,7 +121,7 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	}
 	rr.filled.Store(true)
 	rr.mu.Lock()
-	for _, t := range rr.spec.topics {
+	for _, t := range rr.spec.Topics {
 		rr.addKnown(t)
 	}
 	for _, t := range topics {
@@ -135,7 +135,7 @@ func (rr *relayRoute) start(ctx context.Context) error {
 	if rr.cfg.Start == "normal" {
 		// The sessions too, within wait_timeout, so that the first subscribers miss no change.
 		wait, cancel := context.WithTimeout(ctx, rr.cfg.WaitTimeout.D)
-		for _, t := range rr.spec.topics {
+		for _, t := range rr.spec.Topics {
 			rr.waitSession(wait, t)
 		}
 		cancel()
@@ -153,9 +153,9 @@ func (rr *relayRoute) start(ctx context.Context) error {
 // fetchListed fetches every listed topic at once and publishes the snapshots; the first error names
 // its topic.
 func (rr *relayRoute) fetchListed(ctx context.Context) error {
-	errs := make([]error, len(rr.spec.topics))
+	errs := make([]error, len(rr.spec.Topics))
 	var wg sync.WaitGroup
-	for i, t := range rr.spec.topics {
+	for i, t := range rr.spec.Topics {
 		wg.Go(func() {
 			s, err := rr.up.Fetch(ctx, t)
 			if err != nil {
@@ -238,7 +238,7 @@ func (rr *relayRoute) retire(topic string) {
 		rr.up.Unwatch(topic) // waits for the session's goroutine, which never takes rr.mu
 		rr.logf("relay %s: topic %s idle for %s: upstream session closed", rr.name, topic, rr.cfg.TopicIdleTimeout.D)
 	}
-	if !rr.spec.listed[topic] && rr.hub.Forget(topic) {
+	if !rr.spec.Listed[topic] && rr.hub.Forget(topic) {
 		delete(rr.known, topic)
 	}
 }
@@ -272,7 +272,7 @@ func (rr *relayRoute) activate(ctx context.Context, topic string) (int, string) 
 		rr.mu.Unlock()
 		return fasthttp.StatusServiceUnavailable, "relay reloading"
 	}
-	if !rr.spec.listed[topic] && !rr.spec.onDemand {
+	if !rr.spec.Listed[topic] && !rr.spec.OnDemand {
 		rr.mu.Unlock()
 		return fasthttp.StatusNotFound, "unknown topic"
 	}
@@ -371,7 +371,7 @@ func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader 
 	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
-		vals, ok := b.spec.path.MatchInto(ctx.Path(), buf[:0])
+		vals, ok := b.spec.Path.MatchInto(ctx.Path(), buf[:0])
 		if !ok {
 			continue
 		}
@@ -394,15 +394,15 @@ type relayBinding struct {
 func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, key []byte) {
 	rr := b.rr
 	var topic string
-	if a := b.spec.auth; a != nil {
+	if a := b.spec.Auth; a != nil {
 		h := &ctx.Request.Header
-		if !a.admits(h.Peek(a.header)) {
+		if !a.Admits(h.Peek(a.Header)) {
 			rr.refuse(ctx, fasthttp.StatusUnauthorized, "")
 			unauthorized(ctx, a)
 			lb.logRelay(ctx, g, rr.name, string(key))
 			return
 		}
-		h.Del(a.header) // the relay answers itself: the key goes nowhere, but not even into a log
+		h.Del(a.Header) // the relay answers itself: the key goes nowhere, but not even into a log
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
 		rr.countRefusal(fasthttp.StatusMethodNotAllowed)
@@ -511,10 +511,10 @@ func (rr *relayRoute) loadSeed() (onDemand []string) {
 	n := 0
 	for _, topic := range slices.Sorted(maps.Keys(sf.Topics)) {
 		st := sf.Topics[topic]
-		listed := rr.spec.listed[topic]
+		listed := rr.spec.Listed[topic]
 		if !listed {
-			if _, err := relay.SplitTopic(topic, len(rr.spec.path.Names())); err != nil || !rr.spec.onDemand ||
-				len(rr.spec.topics)+len(onDemand) >= rr.cfg.MaxTopics {
+			if _, err := relay.SplitTopic(topic, len(rr.spec.Path.Names())); err != nil || !rr.spec.OnDemand ||
+				len(rr.spec.Topics)+len(onDemand) >= rr.cfg.MaxTopics {
 				continue
 			}
 		}

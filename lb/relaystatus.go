@@ -13,9 +13,9 @@ import (
 
 // RelayStatus describes a running relay.
 type RelayStatus struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-	Pool string `json:"pool"`
+	Name string `json:"name"` // the NAME of [relays.NAME]
+	Path string `json:"path"` // the client-facing path template
+	Pool string `json:"pool"` // the pool of upstream servers
 	// Start is the start mode; Seeded tells whether a fast start filled the cache from seed_file.
 	Start  string `json:"start"`
 	Seeded bool   `json:"seeded"`
@@ -33,27 +33,28 @@ type RelayStatus struct {
 	Requests map[string]uint64 `json:"requests"`
 	Refused  map[string]uint64 `json:"refused"`
 	// SeedWrites and SeedWriteErrors count the writes of seed_file (seed_file_write).
-	SeedWrites      uint64        `json:"seed_writes,omitempty"`
-	SeedWriteErrors uint64        `json:"seed_write_errors,omitempty"`
-	Topics          []TopicStatus `json:"topics"`
+	SeedWrites      uint64 `json:"seed_writes,omitempty"`
+	SeedWriteErrors uint64 `json:"seed_write_errors,omitempty"`
+	// Topics are the topics held, listed and on demand.
+	Topics []TopicStatus `json:"topics"`
 }
 
 // TopicStatus describes one topic of a relay.
 type TopicStatus struct {
-	Topic string `json:"topic"`
+	Topic string `json:"topic"` // the path's values joined by "/"
 	// Listed: in the relay's topics (else accepted on demand). Watched: it has an upstream session
 	// (an idle topic has none until its next request).
 	Listed      bool   `json:"listed"`
 	Watched     bool   `json:"watched"`
-	Subscribers int    `json:"subscribers"`
-	Version     uint64 `json:"version"`
+	Subscribers int    `json:"subscribers"` // open SSE and WebSocket subscribers
+	Version     uint64 `json:"version"`     // version of the cached snapshot
 	// Seed: the cached snapshot is still the one of the seed file.
 	Seed        bool      `json:"seed,omitempty"`
-	Fetched     time.Time `json:"fetched,omitzero"`
-	Publishes   uint64    `json:"publishes"`
-	Fetches     uint64    `json:"fetches"`
-	FetchErrors uint64    `json:"fetch_errors"`
-	Drops       uint64    `json:"drops"`
+	Fetched     time.Time `json:"fetched,omitzero"` // when the cached snapshot was fetched
+	Publishes   uint64    `json:"publishes"`        // new snapshots pushed to subscribers
+	Fetches     uint64    `json:"fetches"`          // snapshot fetches ended
+	FetchErrors uint64    `json:"fetch_errors"`     // failed snapshot fetches
+	Drops       uint64    `json:"drops"`            // subscribers dropped for falling behind
 }
 
 // status describes the relay.
@@ -76,7 +77,7 @@ func (rr *relayRoute) status() RelayStatus {
 	}
 	rr.mu.Unlock()
 	for _, ts := range rr.hub.Topics() {
-		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.listed[ts.Topic], Watched: watched[ts.Topic],
+		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
 			Subscribers: ts.Subscribers, Version: ts.Version, Fetched: ts.Fetched, Publishes: ts.Publishes,
 			Fetches: ts.Fetches, FetchErrors: ts.FetchErrors, Drops: ts.Drops}
 		if s := rr.hub.Snapshot(ts.Topic); s != nil {

@@ -11,24 +11,10 @@ package lb
 // The upstream value is kept as it must be sent; it never appears in logs, errors, /status or answers.
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
-
-// routeAuth is the loaded single-point auth of one route. It is part of an immutable Config.
-type routeAuth struct {
-	header         string              // the request header carrying the client's key
-	bearer         bool                // header is Authorization: the key comes as "Bearer <key>"
-	keys           [][sha256.Size]byte // SHA-256 of every client key; the keys themselves are not kept
-	upstreamHeader string              // set on admitted requests; "" = nothing injected
-	upstreamValue  string              // its value: a credential, never logged
-}
 
 // routeAuthorized is the single-point auth of route ri, called by handle once the route is found and
 // before anything of the request is forwarded (upgrades included, before any dial). It reports whether
@@ -38,11 +24,11 @@ type routeAuth struct {
 // (fairlead_route_unauthorized_total) and written the access log line. The success path does not
 // allocate.
 func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) bool {
-	a := g.cfg.authOf(ri)
+	a := g.cfg.RouteAuthOf(ri)
 	if a == nil {
 		return true
 	}
-	if a.admits(ctx.Request.Header.Peek(a.header)) {
+	if a.Admits(ctx.Request.Header.Peek(a.Header)) {
 		return true
 	}
 	p := g.routes[ri].pool
@@ -58,153 +44,13 @@ func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) b
 // a wrong key.
 func unauthorized(ctx *fasthttp.RequestCtx, a *routeAuth) {
 	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after
-	if a.bearer {
+	if a.Bearer {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead"`)
 	}
 	if len(ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0 {
 		// A refused upgrade ends its connection: what the client sends next may be another protocol's.
 		ctx.SetConnectionClose()
 	}
-}
-
-// admits reports whether v, the value of the key's header, carries one of the keys. Every key is
-// compared (constant time each, no early exit).
-func (a *routeAuth) admits(v []byte) bool {
-	if a.bearer {
-		v = bearerToken(v)
-	}
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return false
-	}
-	sum := sha256.Sum256(v)
-	ok := 0
-	for i := range a.keys {
-		ok |= subtle.ConstantTimeCompare(sum[:], a.keys[i][:])
-	}
-	return ok == 1
-}
-
-// bearerToken returns the token of an Authorization value "Bearer <token>" (the scheme in any case,
-// RFC 9110 11.1), or nil for any other value.
-func bearerToken(v []byte) []byte {
-	const scheme = "Bearer "
-	if len(v) < len(scheme) || !bytes.EqualFold(v[:len(scheme)], []byte(scheme)) {
-		return nil
-	}
-	return v[len(scheme):]
-}
-
-// authOf returns the loaded auth of route i, or nil when the route has none.
-func (c *Config) authOf(i int) *routeAuth {
-	if i < 0 || i >= len(c.routeAuth) {
-		return nil
-	}
-	return c.routeAuth[i]
-}
-
-// loadRouteAuth validates route i's [routes.auth] and reads its files into c.routeAuth[i].
-func (c *Config) loadRouteAuth(i int) []string {
-	ac := c.Routes[i].Auth
-	if ac == nil {
-		return nil
-	}
-	a, p := c.loadAuth("routes."+strconv.Itoa(i)+".auth.", ac)
-	c.routeAuth[i] = a
-	return p
-}
-
-// loadAuth validates an auth table ([routes.auth], [relays.NAME.auth]) whose keys start with k and
-// reads its files; the loaded auth is nil when there are problems. Problems name the file and the key,
-// and never hold a file's contents.
-func (c *Config) loadAuth(k string, ac *RouteAuthConfig) (*routeAuth, []string) {
-	var p []string
-	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
-	a := &routeAuth{header: ac.Header, bearer: strings.EqualFold(ac.Header, fasthttp.HeaderAuthorization),
-		upstreamHeader: ac.UpstreamHeader}
-
-	if !validHeaderName(ac.Header) {
-		add("header", "bad header name %q", ac.Header)
-	} else if framingHeader(ac.Header) {
-		add("header", "%q cannot carry a key: it frames or routes the request", ac.Header)
-	}
-	// The files count in the config digest (readFile): a reload after rotating one applies it.
-	if ac.KeysFile == "" {
-		add("keys_file", "required with [routes.auth]")
-	} else if data, err := c.readFile(k+"keys_file", ac.KeysFile); err != nil {
-		add("keys_file", "%v", err)
-	} else {
-		if a.keys = parseKeys(data); len(a.keys) == 0 {
-			add("keys_file", "%s has no keys (one per line; blank lines and # comments are ignored)", ac.KeysFile)
-		}
-	}
-	switch {
-	case ac.UpstreamHeader == "" && ac.UpstreamValueFile != "":
-		add("upstream_header", "upstream_header and upstream_value_file go together: upstream_header is missing")
-	case ac.UpstreamHeader != "" && ac.UpstreamValueFile == "":
-		add("upstream_value_file", "upstream_header and upstream_value_file go together: upstream_value_file is missing")
-	case ac.UpstreamHeader != "":
-		if !validHeaderName(ac.UpstreamHeader) {
-			add("upstream_header", "bad header name %q", ac.UpstreamHeader)
-		} else if reservedUpstreamHeader(ac.UpstreamHeader) {
-			add("upstream_header", "%q is set or removed by fairlead itself when it forwards a request", ac.UpstreamHeader)
-		}
-		data, err := c.readFile(k+"upstream_value_file", ac.UpstreamValueFile)
-		if err != nil {
-			add("upstream_value_file", "%v", err)
-			break
-		}
-		v := strings.TrimSpace(string(data))
-		switch {
-		case v == "":
-			add("upstream_value_file", "%s is empty", ac.UpstreamValueFile)
-		case strings.ContainsFunc(v, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
-			// A line break would inject headers of its own. Never echo the value.
-			add("upstream_value_file", "%s must hold one line without control characters", ac.UpstreamValueFile)
-		}
-		a.upstreamValue = v
-	}
-	if len(p) > 0 {
-		return nil, p
-	}
-	return a, nil
-}
-
-// parseKeys returns the SHA-256 of every key of a keys file: one key per line, surrounding white space
-// trimmed; blank lines and lines starting with # are ignored.
-func parseKeys(data []byte) [][sha256.Size]byte {
-	var sums [][sha256.Size]byte
-	for line := range bytes.Lines(data) {
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		sums = append(sums, sha256.Sum256(line))
-	}
-	return sums
-}
-
-// framingHeader reports the headers that frame or route a request: they cannot carry a client's key.
-func framingHeader(h string) bool {
-	for _, f := range []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade"} {
-		if strings.EqualFold(h, f) {
-			return true
-		}
-	}
-	return false
-}
-
-// reservedUpstreamHeader reports the headers that fairlead itself sets or removes on the way upstream
-// (appendUpstreamHead), where an injected credential would be lost or break the request.
-func reservedUpstreamHeader(h string) bool {
-	if framingHeader(h) {
-		return true
-	}
-	switch classifyField([]byte(h)) {
-	case fieldHopByHop, fieldConnection, fieldUpgrade, fieldXFF, fieldXFProto, fieldXFHost:
-		return true
-	}
-	return false
 }
 
 // countUnauthorized counts a 401 of single-point auth on route ri (fairlead_route_unauthorized_total).

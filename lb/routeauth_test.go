@@ -143,18 +143,18 @@ keys_file = %q
 			t.Errorf("routes.%d.auth = %+v, want none", i, *got)
 		case want != nil && (got == nil || *got != *want):
 			t.Errorf("routes.%d.auth = %v, want %+v", i, got, *want)
-		case (cfg.authOf(i) != nil) != (want != nil):
-			t.Errorf("routes.%d: loaded auth %v, want %v", i, cfg.authOf(i) != nil, want != nil)
+		case (cfg.RouteAuthOf(i) != nil) != (want != nil):
+			t.Errorf("routes.%d: loaded auth %v, want %v", i, cfg.RouteAuthOf(i) != nil, want != nil)
 		}
 	}
 	f(0, nil)
 	f(1, &RouteAuthConfig{KeysFile: keys, Header: "Authorization"}) // the documented default header
 	f(2, &RouteAuthConfig{KeysFile: keys, Header: "appKey", UpstreamHeader: "appKey", UpstreamValueFile: value})
 	f(3, nil)
-	if a := cfg.authOf(1); a == nil || !a.bearer || len(a.keys) != 1 || a.upstreamHeader != "" {
+	if a := cfg.RouteAuthOf(1); a == nil || !a.Bearer || !a.Admits([]byte("Bearer "+clientKeyA)) || a.UpstreamHeader != "" {
 		t.Errorf("routes.1: loaded %+v, want a Bearer check of one key injecting nothing", a)
 	}
-	if a := cfg.authOf(2); a == nil || a.bearer || a.upstreamValue != platformAppKey {
+	if a := cfg.RouteAuthOf(2); a == nil || a.Bearer || a.UpstreamValue != platformAppKey {
 		t.Errorf("routes.2: want an appKey check injecting the trimmed value file")
 	}
 }

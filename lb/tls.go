@@ -10,9 +10,7 @@ package lb
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -21,170 +19,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// frontTLS is the loaded TLS of the front end, part of an immutable Config.
-type frontTLS struct {
-	certs  []tls.Certificate // tls_cert first, then [[frontend.certs]]; certs[0] is the default
-	files  []string          // the certificate file of each
-	byName map[string]int    // an exact DNS name (lower case) → index in certs
-	wild   map[string]int    // "example.com" for a "*.example.com" name → index
-	conf   *tls.Config       // what a handshake uses
-	port   string            // tls_listen's port, for redirect_https
-}
-
-// loadFrontTLS validates [frontend]'s TLS keys and reads their files into c.Frontend.tls.
-func (c *Config) loadFrontTLS() []string {
-	fe := &c.Frontend
-	var p []string
-	add := func(key, format string, args ...any) { p = append(p, c.at("frontend."+key, format, args...)) }
-	if fe.TLSListen == "" {
-		for key, set := range map[string]bool{"tls_cert": fe.TLSCert != "", "tls_key": fe.TLSKey != "",
-			"certs": len(fe.Certs) > 0, "client_ca": fe.ClientCA != "", "client_auth": fe.ClientAuth != "",
-			"redirect_https": fe.RedirectHTTPS} {
-			if set {
-				add(key, "needs tls_listen (the HTTPS listener)")
-			}
-		}
-		return p
-	}
-	ft := &frontTLS{byName: map[string]int{}, wild: map[string]int{}}
-	if _, port, err := net.SplitHostPort(fe.TLSListen); err == nil {
-		ft.port = port
-	}
-	read := func(key, file string) []byte {
-		data, err := c.readFile("frontend."+key, file) // in the config digest: a reload applies a new file
-		if err != nil {
-			add(key, "%v", err)
-			return nil
-		}
-		return data
-	}
-	pair := func(certKey, keyKey, certFile, keyFile string) {
-		switch {
-		case certFile == "" && keyFile == "":
-			return
-		case certFile == "":
-			add(certKey, "missing: %s needs its certificate", keyKey)
-			return
-		case keyFile == "":
-			add(keyKey, "missing: %s needs its key", certKey)
-			return
-		}
-		certPEM, keyPEM := read(certKey, certFile), read(keyKey, keyFile)
-		if certPEM == nil || keyPEM == nil {
-			return
-		}
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			// The error says what is wrong (no PEM data, a key that does not parse or match), never the
-			// key itself; it is the key's when it says "key".
-			if strings.Contains(err.Error(), "key") {
-				add(keyKey, "%s (for %s): %v", keyFile, certFile, err)
-			} else {
-				add(certKey, "%s: %v", certFile, err)
-			}
-			return
-		}
-		i := len(ft.certs)
-		ft.certs, ft.files = append(ft.certs, cert), append(ft.files, certFile)
-		for _, name := range cert.Leaf.DNSNames {
-			name = strings.ToLower(name)
-			if rest, ok := strings.CutPrefix(name, "*."); ok {
-				if _, dup := ft.wild[rest]; !dup {
-					ft.wild[rest] = i
-				}
-			} else if _, dup := ft.byName[name]; !dup {
-				ft.byName[name] = i
-			}
-		}
-	}
-	pair("tls_cert", "tls_key", fe.TLSCert, fe.TLSKey)
-	for i, cc := range fe.Certs {
-		k := fmt.Sprintf("certs.%d.", i)
-		if cc.Cert == "" || cc.Key == "" {
-			add(k+"cert", "a [[frontend.certs]] entry needs cert and key")
-			continue
-		}
-		pair(k+"cert", k+"key", cc.Cert, cc.Key)
-	}
-	if len(ft.certs) == 0 && len(p) == 0 {
-		add("tls_listen", "needs a certificate: tls_cert and tls_key, or [[frontend.certs]]")
-	}
-
-	ft.conf = &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		NextProtos:     []string{"http/1.1"},
-		GetCertificate: ft.certificate,
-	}
-	switch fe.ClientAuth {
-	case "":
-		if fe.ClientCA != "" {
-			add("client_ca", "needs client_auth (\"require\" or \"verify_if_given\")")
-		}
-	case "require", "verify_if_given":
-		if fe.ClientCA == "" {
-			add("client_auth", "needs client_ca (the CAs that sign client certificates)")
-			break
-		}
-		ft.conf.ClientAuth = tls.RequireAndVerifyClientCert
-		if fe.ClientAuth == "verify_if_given" {
-			ft.conf.ClientAuth = tls.VerifyClientCertIfGiven
-		}
-		if data := read("client_ca", fe.ClientCA); data != nil {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(data) {
-				add("client_ca", "%s holds no PEM certificate", fe.ClientCA)
-			}
-			ft.conf.ClientCAs = pool
-		}
-	default:
-		add("client_auth", "must be \"require\" or \"verify_if_given\" (or unset), got %q", fe.ClientAuth)
-	}
-	if fe.RedirectHTTPS && fe.Listen == "" {
-		add("redirect_https", "needs listen (the plain listener whose requests it redirects)")
-	}
-	fe.tls = ft
-	return p
-}
-
-// certificate chooses the certificate of a handshake by its SNI name.
-func (ft *frontTLS) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
-	if i, ok := ft.byName[name]; ok {
-		return &ft.certs[i], nil
-	}
-	if dot := strings.IndexByte(name, '.'); dot > 0 {
-		if i, ok := ft.wild[name[dot+1:]]; ok {
-			return &ft.certs[i], nil
-		}
-	}
-	return &ft.certs[0], nil
-}
-
-// tlsFiles are the files of the front end's TLS (the config watcher follows them).
-func (fe *FrontendConfig) tlsFiles() []string {
-	var files []string
-	for _, f := range []string{fe.TLSCert, fe.TLSKey, fe.ClientCA} {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
-	for _, cc := range fe.Certs {
-		files = append(files, cc.Cert, cc.Key)
-	}
-	return files
-}
-
 // tlsListener wraps the HTTPS listener: every accepted connection becomes a TLS server connection
 // with the running generation's configuration, under a frontConn (framing.go).
 func (lb *LB) tlsListener(ln net.Listener) net.Listener {
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			ft := lb.gen.Load().cfg.Frontend.tls
+			ft := lb.gen.Load().cfg.Frontend.TLS
 			if ft == nil { // a reload removed tls_listen: the listener stays until a restart, serving nothing
 				return nil, errNoTLS
 			}
-			return ft.conf, nil
+			return ft.Config, nil
 		},
 	}
 	return &frontListener{Listener: ln, lb: lb, tls: base}
@@ -252,8 +97,8 @@ func redirectHTTPS(ctx *fasthttp.RequestCtx, ft *frontTLS) {
 		host = "[" + host + "]"
 	}
 	loc := "https://" + host
-	if ft.port != "" && ft.port != "443" {
-		loc += ":" + ft.port
+	if ft.Port != "" && ft.Port != "443" {
+		loc += ":" + ft.Port
 	}
 	loc += string(ctx.URI().RequestURI()) // path and query, also of an absolute-form request target
 	ctx.Error("308 Permanent Redirect: use HTTPS\n", fasthttp.StatusPermanentRedirect)

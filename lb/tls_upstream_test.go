@@ -484,7 +484,7 @@ pool = "platform"
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := cfg.Pools["platform"].TLS.client
+	tc := cfg.Pools["platform"].TLS.Client
 	if tc == nil || tc.RootCAs == nil || tc.ServerName != "platform.internal" || len(tc.Certificates) != 1 || tc.InsecureSkipVerify {
 		t.Fatalf("client TLS config %+v", tc)
 	}

@@ -18,5 +18,5 @@
 // (failed counts broken promises; the scenario's own figures follow) and cleans up every process it
 // started. `go test ./bench/faults/` runs the short form (a few seconds each; `make test` runs it);
 // `make faults` runs the long form (`-faults.long`: longer load phases, 1,000 tunnels) with -v, which
-// shows the lines. See README.md, "Fault suite".
+// shows the lines. See bench/README.md, "Fault suite".
 package faults

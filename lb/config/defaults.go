@@ -1,4 +1,4 @@
-package lb
+package config
 
 // Defaults: each is defined here once (the sticky table's in package stickiness); the field comments in
 // config.go, conf.d/ and README.md document them.
@@ -52,7 +52,7 @@ func (c *Config) applyDefaults() {
 		if !c.isSet(k + "balance") {
 			p.Balance = "leader"
 			if c.relayOnlyPool(name) {
-				p.Balance = "roundrobin" // relayconfig.go
+				p.Balance = "roundrobin" // relay.go
 			}
 		}
 		setDuration(&p.QueueTimeout, c.isSet(k+"queue_timeout"), 5*time.Second)
@@ -113,7 +113,7 @@ func (c *Config) applyDefaults() {
 			ck.Rise = 2
 		}
 	}
-	c.relayDefaults() // relayconfig.go
+	c.relayDefaults() // relay.go
 	// [[routes]] entries are merged whole, so their keys have no origin of their own: an empty header
 	// is the default one.
 	for _, r := range c.Routes {

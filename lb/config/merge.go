@@ -1,4 +1,4 @@
-package lb
+package config
 
 // Merging conf.d: every file is decoded on its own and merged key by key over the files before it, and
 // every key remembers the file that set it so that errors name the file and the key.
@@ -46,7 +46,7 @@ func (c *Config) mergeFile(file string) []string {
 		return []string{fmt.Sprintf("%s: %v", file, err)}
 	}
 	sum := sha256.Sum256(data)
-	c.digest += file + ":" + hex.EncodeToString(sum[:]) + ";"
+	c.Digest += file + ":" + hex.EncodeToString(sum[:]) + ";"
 	md, err := toml.Decode(string(data), &fc)
 	if err != nil {
 		return decodeProblems(file, data, err)
@@ -68,7 +68,7 @@ func (c *Config) readFile(key, file string) ([]byte, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(data)
-	c.digest += key + "=" + file + ":" + hex.EncodeToString(sum[:]) + ";"
+	c.Digest += key + "=" + file + ":" + hex.EncodeToString(sum[:]) + ";"
 	return data, nil
 }
 
@@ -205,6 +205,9 @@ func merge(dst, src reflect.Value, path []string, md *toml.MetaData, file string
 }
 
 // isSet tells whether some file set the dotted key.
+// FileOf returns the file that set a dotted key ("frontend.listen"), or "" when no file set it.
+func (c *Config) FileOf(key string) string { return c.origin[key] }
+
 func (c *Config) isSet(key string) bool { _, ok := c.origin[key]; return ok }
 
 // at formats a problem with the file that set key (or the closest enclosing key that some file set).

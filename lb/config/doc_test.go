@@ -1,4 +1,4 @@
-package lb
+package config
 
 import (
 	"os"
@@ -12,11 +12,11 @@ import (
 // TestEveryConfigKeyIsDocumented walks the config schema: every key must appear in README.md (as `key`)
 // and in conf.d/ (as "key =", commented or not), so that a new key cannot ship undocumented.
 func TestEveryConfigKeyIsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob("../conf.d/*.toml")
+	files, _ := filepath.Glob("../../conf.d/*.toml")
 	var confd strings.Builder
 	for _, f := range files {
 		b, err := os.ReadFile(f)

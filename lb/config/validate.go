@@ -1,4 +1,4 @@
-package lb
+package config
 
 // Validation: every problem of a loaded config is listed at once, each naming the file and the key.
 
@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -31,7 +32,7 @@ func (c *Config) validate() []string {
 			}
 			return
 		}
-		if err := validAddr(addr); err != nil {
+		if err := ValidAddr(addr); err != nil {
 			add(key, "bad address %q: %v", addr, err)
 		}
 	}
@@ -72,7 +73,7 @@ func (c *Config) validate() []string {
 	if n := c.Frontend.MaxHeaderSize; n < 1024 || n > 1<<20 {
 		add("frontend.max_header_size", "must be between 1024 and 1048576 bytes, got %d", n)
 	}
-	c.Frontend.trusted = c.Frontend.trusted[:0]
+	c.Frontend.Trusted = c.Frontend.Trusted[:0]
 	for i, s := range c.Frontend.TrustedProxies {
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -83,7 +84,7 @@ func (c *Config) validate() []string {
 			}
 			pfx = netip.PrefixFrom(a, a.BitLen())
 		}
-		c.Frontend.trusted = append(c.Frontend.trusted, pfx.Masked())
+		c.Frontend.Trusted = append(c.Frontend.Trusted, pfx.Masked())
 	}
 	checkAddr("admin.listen", c.Admin.Listen, true)
 	p = append(p, c.validateAdmin()...)
@@ -95,7 +96,7 @@ func (c *Config) validate() []string {
 	if gl.LogFormat != "text" && gl.LogFormat != "json" {
 		add("global.log_format", "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
 	}
-	if _, ok := logLevels[gl.LogLevel]; !ok {
+	if _, ok := LogLevels[gl.LogLevel]; !ok {
 		add("global.log_level", "unknown log level %q (want \"debug\", \"info\", \"warn\" or \"error\")", gl.LogLevel)
 	}
 
@@ -107,8 +108,8 @@ func (c *Config) validate() []string {
 	for _, name := range names {
 		pc := c.Pools[name]
 		k := "pools." + name + "."
-		if _, ok := balances[pc.Balance]; !ok {
-			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, balanceNames())
+		if !slices.Contains(Balances, pc.Balance) {
+			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, quoted(Balances))
 		}
 		if len(pc.Servers) == 0 && pc.Discovery.Provider == "" {
 			add(k+"servers", "empty server list (or a [discovery] provider)")
@@ -243,9 +244,9 @@ func (c *Config) validate() []string {
 	if len(c.Routes) == 0 && len(c.Relays) == 0 {
 		add("routes", "no [[routes]] and no [relays.NAME]: at least one route must name a pool")
 	}
-	c.routeAuth = make([]*routeAuth, len(c.Routes))
+	c.routeAuth = make([]*Auth, len(c.Routes))
 	for i, r := range c.Routes {
-		p = append(p, c.loadRouteAuth(i)...) // [routes.auth]: reads its files (routeauth.go)
+		p = append(p, c.loadRouteAuth(i)...) // [routes.auth]: reads its files (auth.go)
 		k := "routes." + strconv.Itoa(i) + "."
 		if r.Pool == "" {
 			add(k+"pool", "missing pool")
@@ -259,7 +260,7 @@ func (c *Config) validate() []string {
 		}
 	}
 	p = append(p, c.validateRouteOrder()...)
-	p = append(p, c.validateRelays()...) // relayconfig.go
+	p = append(p, c.validateRelays()...) // relay.go
 	return p
 }
 
@@ -293,7 +294,7 @@ func (c *Config) validateRouteOrder() []string {
 
 // shadowedBy returns the routes before routes[i] that together match every request routes[i] could
 // match, so that it never does, or nil when some request reaches it. The rule follows route.matches
-// (proxy.go), the first matching route winning:
+// (lb), the first matching route winning:
 //   - a request matches a route when its path starts with one of the route's prefixes; a route without
 //     paths has the prefix "/", which every request path has (fasthttp's path always starts with "/");
 //   - a websocket route matches only WebSocket upgrades, another route upgrades and plain requests alike;
@@ -303,14 +304,14 @@ func (c *Config) validateRouteOrder() []string {
 //
 // Relay paths ([relays.NAME], matched before every route) never shadow a route: a relay matches paths of
 // a fixed number of segments only, and a route's prefix followed by more segments escapes it.
-func shadowedBy(routes []RouteConfig, i int) []int {
+func shadowedBy(routes []Route, i int) []int {
 	b := routes[i]
 	if !validPrefixes(b.Paths) {
 		return nil // already a problem of its own
 	}
 	var by []int
 	for _, q := range prefixesOf(b) {
-		j := slices.IndexFunc(routes[:i], func(a RouteConfig) bool {
+		j := slices.IndexFunc(routes[:i], func(a Route) bool {
 			return (!a.WebSocket || b.WebSocket) && validPrefixes(a.Paths) &&
 				slices.ContainsFunc(prefixesOf(a), func(pa string) bool { return strings.HasPrefix(q, pa) })
 		})
@@ -326,7 +327,7 @@ func shadowedBy(routes []RouteConfig, i int) []int {
 }
 
 // prefixesOf returns a route's path prefixes, "/" (every path) for a route without paths.
-func prefixesOf(r RouteConfig) []string {
+func prefixesOf(r Route) []string {
 	if len(r.Paths) == 0 {
 		return []string{"/"}
 	}
@@ -338,7 +339,7 @@ func validPrefixes(paths []string) bool {
 }
 
 // describeRoute says what a route matches, for a problem: its paths (or every path), websocket only.
-func describeRoute(r RouteConfig) string {
+func describeRoute(r Route) string {
 	s := "every path"
 	if len(r.Paths) > 0 {
 		q := make([]string, len(r.Paths))
@@ -351,6 +352,21 @@ func describeRoute(r RouteConfig) string {
 		s += ", websocket only"
 	}
 	return s
+}
+
+// Balances are the values of a pool's balance key (lb has a policy for each; its tests check that).
+var Balances = []string{"leader", "roundrobin", "sticky"}
+
+// LogLevels are the values of [global] log_level.
+var LogLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+
+// quoted lists names for an error message: "a", "b", "c".
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // startProblem checks a start mode ([global] start, [relays.NAME] start): "normal", or "fast", which
@@ -388,22 +404,22 @@ func (c *Config) validateAdmin() []string {
 		}
 		return v
 	}
-	c.adminToken = read("admin.token_file", a.TokenFile)
-	c.adminPassword = read("admin.password_file", a.PasswordFile)
+	c.AdminToken = read("admin.token_file", a.TokenFile)
+	c.AdminPassword = read("admin.password_file", a.PasswordFile)
 	if (a.User == "") != (a.PasswordFile == "") {
 		p = append(p, c.at("admin.user", "user and password_file go together"))
 	}
 	if strings.ContainsRune(a.User, ':') {
 		p = append(p, c.at("admin.user", "must not contain ':'"))
 	}
-	if a.Listen != "" && a.TokenFile == "" && a.PasswordFile == "" && !loopbackAddr(a.Listen) {
+	if a.Listen != "" && a.TokenFile == "" && a.PasswordFile == "" && !LoopbackAddr(a.Listen) {
 		p = append(p, c.at("admin.listen", "%q is not a loopback address: set token_file or user and password_file", a.Listen))
 	}
 	return p
 }
 
-// loopbackAddr reports whether addr (host:port) listens on a loopback address only.
-func loopbackAddr(addr string) bool {
+// LoopbackAddr reports whether addr (host:port) listens on a loopback address only.
+func LoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -435,7 +451,7 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func validAddr(addr string) error {
+func ValidAddr(addr string) error {
 	for i := 0; i < len(addr); i++ {
 		if c := addr[i]; c <= ' ' || c == 0x7f {
 			return fmt.Errorf("control or space character %q", c)
@@ -533,7 +549,7 @@ func (c *Config) loadPoolTLS(name string) []string {
 	}
 	t.sum = hex.EncodeToString(digest.Sum(nil))
 	if len(p) == 0 {
-		t.client = cfg
+		t.Client = cfg
 	}
 	return p
 }

@@ -1,4 +1,4 @@
-package lb
+package config
 
 // [relays.NAME]: defaults, validation and what a relay compiles to when the config is loaded (its
 // templates, topics, upstream headers and auth). The running side is relayroute.go.
@@ -17,20 +17,20 @@ import (
 	"github.com/fairlead/fairlead/lb/relay"
 )
 
-// relaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
-type relaySpec struct {
-	name                   string
-	path, snapshot, events *relay.Template
-	topics                 []string        // the listed topics, validated, in config order
-	listed                 map[string]bool // the same, as a set
-	onDemand               bool
-	// header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
+// RelaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
+type RelaySpec struct {
+	Name                   string
+	Path, Snapshot, Events *relay.Template
+	Topics                 []string        // the listed topics, validated, in config order
+	Listed                 map[string]bool // the same, as a set
+	OnDemand               bool
+	// Header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
 	// upstream_header. A credential: never logged.
-	header http.Header
-	auth   *routeAuth // nil without [relays.NAME.auth]
-	// fingerprint identifies everything the running relay (hub and upstream) is built from: a reload
+	Header http.Header
+	Auth   *Auth // nil without [relays.NAME.auth]
+	// Fingerprint identifies everything the running relay (hub and upstream) is built from: a reload
 	// that keeps it keeps the relay, its sessions and its subscribers.
-	fingerprint string
+	Fingerprint string
 }
 
 // relayDefaults applies the defaults of every [relays.NAME].
@@ -83,7 +83,7 @@ func (c *Config) relayOnlyPool(name string) bool {
 // name the file and the key, and never hold a file's contents.
 func (c *Config) validateRelays() []string {
 	var p []string
-	c.relays = map[string]*relaySpec{}
+	c.RelaySpecs = map[string]*RelaySpec{}
 	paths := map[string]string{}  // path template → relay
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
@@ -98,8 +98,8 @@ func (c *Config) validateRelays() []string {
 				add(key, "must be greater than zero")
 			}
 		}
-		spec := &relaySpec{name: name, onDemand: *r.OnDemand, listed: map[string]bool{}, header: http.Header{}}
-		var pc *PoolConfig
+		spec := &RelaySpec{Name: name, OnDemand: *r.OnDemand, Listed: map[string]bool{}, Header: http.Header{}}
+		var pc *Pool
 		switch {
 		case r.Pool == "":
 			add("pool", "missing pool")
@@ -133,28 +133,28 @@ func (c *Config) validateRelays() []string {
 			}
 			return t
 		}
-		spec.path, spec.snapshot, spec.events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
-		if spec.path != nil {
+		spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
+		if spec.Path != nil {
 			if other := paths[r.Path]; other != "" {
 				add("path", "%q is already the path of relays.%s", r.Path, other)
 			}
 			paths[r.Path] = name
-			for key, t := range map[string]*relay.Template{"snapshot": spec.snapshot, "events": spec.events} {
+			for key, t := range map[string]*relay.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
 				if t != nil {
-					if err := t.CheckExpandable(spec.path); err != nil {
+					if err := t.CheckExpandable(spec.Path); err != nil {
 						add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
 					}
 				}
 			}
 			for i, t := range r.Topics {
 				key := fmt.Sprintf("topics.%d", i)
-				if _, err := relay.SplitTopic(t, len(spec.path.Names())); err != nil {
+				if _, err := relay.SplitTopic(t, len(spec.Path.Names())); err != nil {
 					add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
-				} else if spec.listed[t] {
+				} else if spec.Listed[t] {
 					add(key, "topic %q listed twice", t)
 				} else {
-					spec.listed[t] = true
-					spec.topics = append(spec.topics, t)
+					spec.Listed[t] = true
+					spec.Topics = append(spec.Topics, t)
 				}
 			}
 		}
@@ -190,7 +190,7 @@ func (c *Config) validateRelays() []string {
 			} else {
 				sum := sha256.Sum256(data)
 				headersSum = hex.EncodeToString(sum[:])
-				for _, problem := range parseUpstreamHeaders(f, data, spec.header) {
+				for _, problem := range parseUpstreamHeaders(f, data, spec.Header) {
 					add("upstream_headers_file", "%s", problem)
 				}
 			}
@@ -198,13 +198,13 @@ func (c *Config) validateRelays() []string {
 		if r.Auth != nil {
 			a, ap := c.loadAuth(k+"auth.", r.Auth)
 			p = append(p, ap...)
-			spec.auth = a
-			if a != nil && a.upstreamHeader != "" {
-				if spec.header.Get(a.upstreamHeader) != "" {
-					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.upstreamHeader)
+			spec.Auth = a
+			if a != nil && a.UpstreamHeader != "" {
+				if spec.Header.Get(a.UpstreamHeader) != "" {
+					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.UpstreamHeader)
 				}
-				spec.header.Set(a.upstreamHeader, a.upstreamValue)
-				headersSum += "|" + a.upstreamHeader + ":" + hex.EncodeToString(sha256Sum(a.upstreamValue))
+				spec.Header.Set(a.UpstreamHeader, a.UpstreamValue)
+				headersSum += "|" + a.UpstreamHeader + ":" + hex.EncodeToString(sha256Sum(a.UpstreamValue))
 			}
 		}
 		if len(p) > n || pc == nil {
@@ -214,10 +214,10 @@ func (c *Config) validateRelays() []string {
 		// read per request from the running config and are not part of it.
 		rc := *r
 		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
-		spec.fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
+		spec.Fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|failback=%s|headers=%s",
 			rc, *r.OnDemand, pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
 			pc.ResponseTimeout.D, pc.FailbackInterval.D, headersSum)
-		c.relays[name] = spec
+		c.RelaySpecs[name] = spec
 	}
 	return p
 }
@@ -265,5 +265,5 @@ func parseUpstreamHeaders(file string, data []byte, h http.Header) []string {
 
 // reservedRelayHeader reports the headers the relay's HTTP and WebSocket clients set themselves.
 func reservedRelayHeader(name string) bool {
-	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHopField(name)
+	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHop(name)
 }

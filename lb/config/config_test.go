@@ -1,7 +1,8 @@
-package lb
+package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ pool = "platform"
 `
 
 func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
-	cfg, err := LoadConfig(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
+	cfg, err := Load(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ paths = ["/other"]
 `,
 		"notes.txt": "not a config file",
 	})
-	cfg, err := LoadConfig(dir)
+	cfg, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +92,10 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
 		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-		_, err := LoadConfig(dir)
-		var ce *ConfigError
+		_, err := Load(dir)
+		var ce *Error
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			t.Errorf("%s: got %v, want a Error", name, err)
 			return
 		}
 		for _, w := range want {
@@ -129,9 +130,9 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T) {
 	f := func(name string, routes []string, want ...int) {
 		t.Helper()
-		var rs []RouteConfig
+		var rs []Route
 		for _, r := range routes {
-			var rc RouteConfig
+			var rc Route
 			for _, w := range strings.Fields(r) {
 				if w == "ws" {
 					rc.WebSocket = true
@@ -169,7 +170,7 @@ func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T)
 
 func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
 	dir := writeConfig(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
-	_, err := LoadConfig(dir)
+	_, err := Load(dir)
 	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("got %v: want an error that does not show the credentials", err)
 	}
@@ -181,7 +182,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 	dir := writeConfig(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
 	var first string
 	for i := range 20 {
-		_, err := LoadConfig(dir)
+		_, err := Load(dir)
 		if err == nil {
 			t.Fatal("loaded")
 		}
@@ -198,9 +199,9 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 	}
 	// The fuzzer's input: pools that are not tables.
 	dir = writeConfig(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
-	_, e1 := LoadConfig(dir)
+	_, e1 := Load(dir)
 	for range 20 {
-		if _, e := LoadConfig(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
+		if _, e := Load(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
 			t.Fatalf("loads differ: %v / %v", e, e1)
 		}
 	}
@@ -208,7 +209,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 
 func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
 	dir := writeConfig(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
-	_, err := LoadConfig(dir)
+	_, err := Load(dir)
 	if err == nil {
 		t.Fatal("loaded")
 	}
@@ -218,8 +219,20 @@ func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
 		}
 	}
 	for range 10 {
-		if _, e := LoadConfig(dir); e == nil || e.Error() != err.Error() {
+		if _, e := Load(dir); e == nil || e.Error() != err.Error() {
 			t.Fatalf("loads differ:\n%v\n%v", e, err)
 		}
 	}
+}
+
+// writeConfig writes files (name → content) into a new directory and returns it.
+func writeConfig(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -1,4 +1,11 @@
-package lb
+// Package config is fairlead's configuration: the schema (every TOML key, documented where it is
+// defined), the merge of conf.d's files in lexical order (merge.go), the defaults (defaults.go), the
+// validation that names the file and the key of every problem (validate.go, and per concern: tls.go,
+// auth.go, relay.go, discovery.go), and the reading of secret and certificate files, which are part of
+// a loaded Config and of its digest, so that a reload after editing only such a file applies.
+//
+// A loaded Config is immutable: a reload loads a new one, and lb swaps it in whole.
+package config
 
 import (
 	"crypto/tls"
@@ -13,38 +20,37 @@ import (
 // Config is the whole configuration as the operator wrote it, merged from every file of conf.d and with
 // defaults applied. A loaded Config is never modified: a reload builds a new one.
 //
-// Every key is documented here with its default; conf.d/ shows each of them commented and README.md lists
-// them all.
+// Every key is documented here with its default; conf.d/ shows each of them commented.
 type Config struct {
-	Global   GlobalConfig           `toml:"global"`
-	Frontend FrontendConfig         `toml:"frontend"`
-	Admin    AdminConfig            `toml:"admin"`
-	Pools    map[string]*PoolConfig `toml:"pools"`
-	Routes   []RouteConfig          `toml:"routes"`
-	// Relays are relay routes (relayroute.go): a path template whose topics fairlead serves itself from
+	Global   Global           `toml:"global"`
+	Frontend Frontend         `toml:"frontend"`
+	Admin    Admin            `toml:"admin"`
+	Pools    map[string]*Pool `toml:"pools"`
+	Routes   []Route          `toml:"routes"`
+	// Relays are relay routes (run by lb): a path template whose topics fairlead serves itself from
 	// one upstream session per topic, cached snapshots and fan-out to WebSocket and SSE subscribers.
-	Relays map[string]*RelayConfig `toml:"relays"`
+	Relays map[string]*Relay `toml:"relays"`
 
 	// Files are the files the config was read from, in the order they were merged.
 	Files []string `toml:"-"`
 	// origin maps a dotted key ("pools.platform.check.interval", "routes.2.pool") to the file that set it.
 	origin map[string]string
-	// digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
-	digest string
-	// adminToken and adminPassword are the contents of [admin] token_file and password_file, read when
+	// Digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
+	Digest string `toml:"-"`
+	// AdminToken and AdminPassword are the contents of [admin] token_file and password_file, read when
 	// the config is loaded (a reload reads them again). Never logged.
-	adminToken, adminPassword string
+	AdminToken, AdminPassword string `toml:"-"`
 	// routeAuth holds, by route index, what [routes.auth] files held when the config was loaded: the
 	// SHA-256 of each client key and the upstream credential (nil for a route without auth). Never
-	// logged (routeauth.go).
-	routeAuth []*routeAuth
-	// relays holds what each [relays.NAME] compiles to when the config is loaded: its templates, topics,
-	// upstream headers (a credential: never logged) and auth (relayconfig.go).
-	relays map[string]*relaySpec
+	// logged (auth.go).
+	routeAuth []*Auth
+	// RelaySpecs holds what each [RelaySpecs.NAME] compiles to when the config is loaded: its templates, topics,
+	// upstream headers (a credential: never logged) and auth (relay.go).
+	RelaySpecs map[string]*RelaySpec `toml:"-"`
 }
 
-// GlobalConfig is the [global] table: process-wide settings.
-type GlobalConfig struct {
+// Global is the [global] table: process-wide settings.
+type Global struct {
 	// StateFile, if set, is where fairlead persists each pool's leader, server health and sticky table,
 	// written atomically (temp file + rename) at most every few seconds and at exit. Default "" (none).
 	StateFile string `toml:"state_file"`
@@ -57,7 +63,7 @@ type GlobalConfig struct {
 	// LogFormat is "text" or "json" (log/slog). Default "text".
 	LogFormat string `toml:"log_format"`
 	// LogLevel is the least level logged: "debug", "info", "warn" or "error". "debug" adds the
-	// rate-limited lines of client connection errors (connerrors.go). A reload applies it at once.
+	// rate-limited lines of client connection errors (lb). A reload applies it at once.
 	// Default "info".
 	LogLevel string `toml:"log_level"`
 	// AccessLog writes one line per request and per tunnel close (route, pool, server, status,
@@ -65,8 +71,8 @@ type GlobalConfig struct {
 	AccessLog bool `toml:"access_log"`
 }
 
-// FrontendConfig is the [frontend] table: where clients connect.
-type FrontendConfig struct {
+// Frontend is the [frontend] table: where clients connect.
+type Frontend struct {
 	// Listen is the TCP address of the client-facing HTTP listener. Default "127.0.0.1:8080".
 	Listen string `toml:"listen"`
 	// ReadTimeout bounds reading one request's headers (and a non-streamed body). Default "30s".
@@ -88,7 +94,7 @@ type FrontendConfig struct {
 	TLSKey  string `toml:"tls_key"`
 	// Certs are more certificates, chosen by the SNI name of the handshake (exact DNS name, then a
 	// wildcard); the first certificate (TLSCert, else Certs[0]) is the default.
-	Certs []CertConfig `toml:"certs"`
+	Certs []Cert `toml:"certs"`
 	// ClientCA is a PEM file of the CAs that sign client certificates; ClientAuth is "require" (a
 	// client without a valid certificate fails the handshake) or "verify_if_given". Default none.
 	ClientCA   string `toml:"client_ca"`
@@ -96,8 +102,8 @@ type FrontendConfig struct {
 	// RedirectHTTPS answers every plain HTTP request with a 308 to the same URI over HTTPS (on
 	// TLSListen's port). Default false.
 	RedirectHTTPS bool `toml:"redirect_https"`
-	// tls is the loaded TLS (tls.go), nil without TLSListen.
-	tls *frontTLS
+	// TLS is the loaded TLS (tls.go), nil without TLSListen.
+	TLS *FrontTLS `toml:"-"`
 	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
 	// bytes; larger gets 431. Default 8192.
 	MaxHeaderSize int `toml:"max_header_size"`
@@ -108,22 +114,22 @@ type FrontendConfig struct {
 	// and whose X-Forwarded-Proto, X-Forwarded-Host and other X-Forwarded-* and Forwarded headers are
 	// kept; from any other client they are removed and replaced. Default none.
 	TrustedProxies []string `toml:"trusted_proxies"`
-	// trusted is TrustedProxies parsed (config_validate.go).
-	trusted []netip.Prefix
+	// Trusted is TrustedProxies parsed (validate.go).
+	Trusted []netip.Prefix `toml:"-"`
 	// RetryBuffer is the largest request body (bytes, with a Content-Length) held in memory so that a failed
 	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
 	// none of their bytes were read. Default 65536.
 	RetryBuffer int `toml:"retry_buffer"`
 }
 
-// CertConfig is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
-type CertConfig struct {
-	Cert string `toml:"cert"`
-	Key  string `toml:"key"`
+// Cert is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
+type Cert struct {
+	Cert string `toml:"cert"` // PEM file of the certificate, chain first
+	Key  string `toml:"key"`  // PEM file of its private key
 }
 
-// AdminConfig is the [admin] table: status and metrics endpoints.
-type AdminConfig struct {
+// Admin is the [admin] table: status and metrics endpoints.
+type Admin struct {
 	// Listen is the address of the admin HTTP listener (/status, /metrics, /healthz). "" disables it.
 	// Default "127.0.0.1:8404".
 	Listen string `toml:"listen"`
@@ -135,8 +141,8 @@ type AdminConfig struct {
 	PasswordFile string `toml:"password_file"`
 }
 
-// PoolConfig is one [pools.NAME] table: a set of upstream servers and how to choose among them.
-type PoolConfig struct {
+// Pool is one [pools.NAME] table: a set of upstream servers and how to choose among them.
+type Pool struct {
 	// Balance is the selection policy: "leader" sends everything to the one server that answers the
 	// leader check with 200; "sticky" keeps each key (asset, session) on one server, placing new keys by
 	// rendezvous hashing over the healthy servers; "roundrobin" sends each request to the next server,
@@ -211,22 +217,22 @@ type PoolConfig struct {
 	// connection. Default "0s": all at once.
 	TunnelCloseSpread Duration `toml:"tunnel_close_spread"`
 	// Check is the active health check.
-	Check CheckConfig `toml:"check"`
+	Check Check `toml:"check"`
 	// Sticky configures balance = "sticky".
-	Sticky StickyConfig `toml:"sticky"`
+	Sticky Sticky `toml:"sticky"`
 	// TLS makes fairlead speak TLS to the pool's servers: proxied requests, WebSocket upgrades and
 	// health checks. Default off (plain HTTP).
-	TLS PoolTLSConfig `toml:"tls"`
+	TLS PoolTLS `toml:"tls"`
 	// Discovery, with a provider, takes the pool's servers from a registry (discovery.go); Servers is
 	// then an optional seed used until its first answer.
-	Discovery DiscoveryConfig `toml:"discovery"`
+	Discovery Discovery `toml:"discovery"`
 }
 
-// PoolTLSConfig is a [pools.NAME.tls] table: TLS to the servers of a pool (issue #11). The files are
+// PoolTLS is a [pools.NAME.tls] table: TLS to the servers of a pool (issue #11). The files are
 // read and parsed when the config is loaded (at start and at every reload), so a bad one is a config
 // error and a reload keeps the running config; their contents count in the config digest, so a
 // reload after replacing one applies it. Every key but Enabled needs Enabled.
-type PoolTLSConfig struct {
+type PoolTLS struct {
 	// Enabled speaks TLS to every server of the pool (and to its check port). Default false.
 	Enabled bool `toml:"enabled"`
 	// CAFile is a PEM bundle of the CA certificates that verify the servers' certificates.
@@ -243,14 +249,14 @@ type PoolTLSConfig struct {
 	Cert string `toml:"cert"`
 	Key  string `toml:"key"`
 
-	// client is the TLS config built from the keys and files at load (nil when Enabled is false);
-	// sum identifies the files' contents (loadPoolTLS, config_validate.go).
-	client *tls.Config
+	// Client is the TLS config built from the keys and files at load (nil when Enabled is false);
+	// sum identifies the files' contents (loadPoolTLS, validate.go).
+	Client *tls.Config `toml:"-"`
 	sum    string
 }
 
-// StickyConfig is a [pools.NAME.sticky] table.
-type StickyConfig struct {
+// Sticky is a [pools.NAME.sticky] table.
+type Sticky struct {
 	// Keys are the sources of the stickiness key, tried in order; the first one present wins:
 	// "header:NAME", "query:NAME", "cookie:NAME", "source" (client IP). Default ["source"].
 	Keys []string `toml:"keys"`
@@ -264,8 +270,8 @@ type StickyConfig struct {
 	MaxEntries int `toml:"max_entries"`
 }
 
-// CheckConfig is a [pools.NAME.check] table: the active probe of every server of the pool.
-type CheckConfig struct {
+// Check is a [pools.NAME.check] table: the active probe of every server of the pool.
+type Check struct {
 	// Path is probed with GET. Default "/Thingworx/Admin/HA/LeaderCheck" for leader pools; for other
 	// pools default "" (no active probe: a server is taken down after fall live connections to it fail
 	// in a row, and tried again after interval), and a path enables rise/fall probing where 2xx/3xx pass.
@@ -297,10 +303,10 @@ type CheckConfig struct {
 	Rise int `toml:"rise"`
 }
 
-// RouteConfig is one [[routes]] entry. Routes are tried in order; the first that matches names the pool.
+// Route is one [[routes]] entry. Routes are tried in order; the first that matches names the pool.
 // A route that the routes before it shadow completely (every request it could match is matched by one
-// of them first) is a config error naming both (shadowedBy, config_validate.go).
-type RouteConfig struct {
+// of them first) is a config error naming both (shadowedBy, validate.go).
+type Route struct {
 	// Pool is the name of the pool that serves matching requests. Required.
 	Pool string `toml:"pool"`
 	// Paths are optional path prefixes; a route with none matches every path.
@@ -311,14 +317,14 @@ type RouteConfig struct {
 	// Auth, if set ([routes.auth] after this [[routes]] entry), is the route's single-point auth:
 	// clients present a key fairlead defines, fairlead removes it and injects the upstream credential
 	// that only fairlead holds. Default none (no key asked).
-	Auth *RouteAuthConfig `toml:"auth"`
+	Auth *RouteAuth `toml:"auth"`
 }
 
-// RouteAuthConfig is a [routes.auth] table (routeauth.go). A request on the route without one of the
+// RouteAuth is a [routes.auth] table (auth.go). A request on the route without one of the
 // keys of KeysFile gets 401 and nothing of it is forwarded; with one, the key's header is removed and
 // UpstreamHeader is set to the contents of UpstreamValueFile. Both files are read when the config is
 // loaded (at start and at every reload); their contents never appear in logs, errors or /status.
-type RouteAuthConfig struct {
+type RouteAuth struct {
 	// KeysFile holds the client keys, one per line; blank lines and lines starting with # are ignored.
 	// Required, with at least one key.
 	KeysFile string `toml:"keys_file"`
@@ -332,11 +338,11 @@ type RouteAuthConfig struct {
 	UpstreamValueFile string `toml:"upstream_value_file"`
 }
 
-// RelayConfig is one [relays.NAME] table (relayconfig.go, relayroute.go): clients GET a topic's cached
+// Relay is one [relays.NAME] table (relay.go; lb runs it): clients GET a topic's cached
 // snapshot, or subscribe to it over Server-Sent Events or WebSocket, at Path; fairlead keeps one
 // upstream WebSocket per active topic (Events), fetches the topic's snapshot (Snapshot) once per change
 // signalled there and pushes it to every subscriber. Relays are matched before [[routes]].
-type RelayConfig struct {
+type Relay struct {
 	// Pool names the pool of upstream servers: its servers are the primary first, then the others, then
 	// its backups, in order; its tls, connect_timeout, response_timeout and failback_interval apply.
 	// Fetches and sessions go to one server at a time and all move to the next at once when it fails;
@@ -400,7 +406,7 @@ type RelayConfig struct {
 	// Auth ([relays.NAME.auth]) is the relay's single-point auth, the keys of [routes.auth]: clients
 	// present one of keys_file's keys in header; upstream_header and upstream_value_file, if set, add
 	// one more upstream header. Default none.
-	Auth *RouteAuthConfig `toml:"auth"`
+	Auth *RouteAuth `toml:"auth"`
 }
 
 // Duration is a TOML string in Go syntax ("250ms", "15s"). A bad value is kept and reported by
@@ -424,17 +430,17 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.D.String()), nil }
 
-// ConfigError lists every problem found in a configuration. Each line names the file and the key.
-type ConfigError struct{ Problems []string }
+// Error lists every problem found in a configuration. Each line names the file and the key.
+type Error struct{ Problems []string }
 
-func (e *ConfigError) Error() string { return strings.Join(e.Problems, "\n") }
+func (e *Error) Error() string { return strings.Join(e.Problems, "\n") }
 
-// LoadConfig reads path (a directory whose *.toml files are merged in lexical order, or one file),
-// applies defaults and validates the result. The error is a *ConfigError listing every problem.
-func LoadConfig(path string) (*Config, error) {
+// Load reads path (a directory whose *.toml files are merged in lexical order, or one file),
+// applies defaults and validates the result. The error is a *Error listing every problem.
+func Load(path string) (*Config, error) {
 	files, err := configFiles(path)
 	if err != nil {
-		return nil, &ConfigError{Problems: []string{err.Error()}}
+		return nil, &Error{Problems: []string{err.Error()}}
 	}
 	c := &Config{Files: files, origin: map[string]string{}}
 	var problems []string
@@ -443,7 +449,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	c.applyDefaults()
 	if problems = append(problems, c.validate()...); len(problems) > 0 {
-		return nil, &ConfigError{Problems: problems}
+		return nil, &Error{Problems: problems}
 	}
 	return c, nil
 }
