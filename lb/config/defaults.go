@@ -1,7 +1,8 @@
 package config
 
-// Defaults: each is defined here once (the sticky table's in package stickiness); the field comments in
-// config.go, conf.d/ and README.md document them.
+// Defaults: each is defined here once (the sticky table's in package stickiness). The configuration
+// reference shows them from here (reference_test.go); the field comments do not restate them, and a test
+// fails when conf.d/ shows another value (doc_test.go).
 
 import (
 	"time"
