@@ -98,8 +98,25 @@ type Global struct {
 
 // Where clients connect, and what the front end accepts from them. A new listen or tls_listen address
 // applies at a reload (it is bound before anything else applies, a bind failure fails the reload, and
-// the old listener closes without cutting its connections); trusted_proxies and the certificates apply
+// the old listener closes without cutting its connections); trusted_proxies, redirect_https, the
+// certificates and the client CAs (tls_cert, tls_key, [[frontend.certs]], client_ca, client_auth) apply
 // at once; the other keys, and adding or removing a listener, need a restart.
+//
+// Every byte a client sends runs through a byte-level HTTP/1.1 framer (RFC 9112) before it is parsed,
+// so that nothing a server behind fairlead could read differently is forwarded. Refused with 400:
+// Content-Length with Transfer-Encoding, two Content-Lengths, a Content-Length that is not digits, a
+// Transfer-Encoding other than exactly chunked (or two, or in HTTP/1.0), obs-fold, bare LF or CR,
+// whitespace before a colon, NUL and other control bytes, field names that are not tokens, HTTP/1.1
+// without exactly one non-empty Host, a malformed request line or target, bad chunk sizes (not hex,
+// empty, over 15 digits, whitespace before them or before the line's CRLF), chunk extensions outside
+// the chunk-ext grammar of RFC 9112 §7.1.1 (5;a=b and 5 ; a = "x y" pass, 5;a b c and 5;a="open do
+// not), a chunk-size line over 4096 bytes, chunk data not followed by CRLF. CONNECT gets 405 with Allow
+// (fairlead is no forward proxy); an HTTP version other than 1.0 and 1.1 gets 505. A violation holds
+// back the whole message it is in: complete pipelined requests before it are served, then the answer
+// comes and the connection closes (the client's unsent bytes are drained for up to 0.5 s first, so that
+// the answer is not lost to a reset). After a request with an Upgrade field the framer stops (the bytes
+// may be WebSocket frames); unless that request becomes a tunnel, its connection closes after the
+// answer. Refusals are counted in fairlead_bad_requests_total{code} and, with access_log, logged.
 type Frontend struct {
 	// The address (host:port) of the plain HTTP listener. "" serves HTTPS only (needs tls_listen).
 	Listen string `toml:"listen"`
@@ -359,7 +376,9 @@ type Sticky struct {
 // README's "The leader"); another pool's take a server down after fall failures in a row — failed probes,
 // or live requests whose connection was refused, reset or timed out — and close its tunnels. Fewer live
 // failures only retry the client on another server and probe the failing one at once. A reload that
-// changes these keys restarts the probes with the servers' state kept.
+// changes these keys restarts the probes with the servers' state kept. Servers a reload adds are probed at
+// once and can be elected by the same rules; a leader a reload removes is replaced at once by the server
+// with the longest run of 200s.
 type Check struct {
 	// The path probed with GET. Leader pools: 200 is a leader answer, anything else (other codes, a
 	// timeout, a refusal) is not. Other pools: 2xx and 3xx pass; "" means no active probe (a server is
@@ -378,7 +397,9 @@ type Check struct {
 	// The probe period of every server of a leader pool while the leader fails or is unknown or another
 	// server answers 200 (a few extra LeaderChecks per failover: a step-down moves traffic within about
 	// 1 s of the first LeaderCheck that sees it), and of a server of another pool while it is down or
-	// changing state (a down primary of a pool with backups: at most failback_interval).
+	// changing state (a down primary of a pool with backups: at most failback_interval). In a leader
+	// pool a live failure (refused, reset, timed out, a 503) probes every server at once; such triggers
+	// closer together than fast_interval/4 (at least 50 ms, at most 500 ms) are merged.
 	FastInterval Duration `toml:"fast_interval"`
 	// Bounds one probe; a probe that times out counts as a failure (for a LeaderCheck, a non-200
 	// answer).
