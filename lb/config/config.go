@@ -193,7 +193,7 @@ type Cert struct {
 }
 
 // The admin listener: the status page, /events, /api/status, /metrics, /healthz, the runtime actions
-// and /debug/pprof (all of it in lb/ADMIN.md). Keep it on loopback or a private address.
+// and /debug/pprof (all of it in lb/admin/ADMIN.md). Keep it on loopback or a private address.
 type Admin struct {
 	// The address of the admin listener; "" disables it. A listener that is not on a loopback address
 	// needs token_file, or user and password_file. A new address applies at a reload; turning the
