@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/miekg/dns"
@@ -149,9 +149,10 @@ func TestDNSProviderResolvesEachKindOfAnswer(t *testing.T) {
 }
 
 func TestDNSProviderReadsTheSystemResolversFromResolvConf(t *testing.T) {
-	dir := t.TempDir()
-	discoverytest.WriteFile(t, filepath.Join(dir, "resolv.conf"), "# comment\nsearch cluster.local\nnameserver 10.96.0.10\nnameserver fd00::10\noptions ndots:5\n")
-	discoverytest.WriteFile(t, filepath.Join(dir, "empty.conf"), "search cluster.local\n")
+	dir := testkit.WriteFiles(t, map[string]string{
+		"resolv.conf": "# comment\nsearch cluster.local\nnameserver 10.96.0.10\nnameserver fd00::10\noptions ndots:5\n",
+		"empty.conf":  "search cluster.local\n",
+	})
 	old := resolvConf
 	t.Cleanup(func() { resolvConf = old })
 	pv, _ := newDNSProvider(config.Discovery{Name: "cx.test", ResolveInterval: config.Duration{D: time.Second}, Port: 80}, Options{})
