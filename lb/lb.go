@@ -8,7 +8,7 @@
 // byte), connerrors.go (client connection errors, fasthttp's log lines), proxy.go (the forwarding loop
 // and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
 // leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
-// upstream.go and transport.go (the upstream HTTP/1.1 client and its connections), routeauth.go
+// transport.go (each server's client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go
 // (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
 // event stream's subscribers), discovery.go (the lists of package discovery's providers put in force in
 // their pools), admin.go.
