@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -149,14 +150,17 @@ func adminReference(t *testing.T) string {
 	// Fields that one comment describes together share a row.
 	for i := 0; i < len(rows); {
 		j := i + 1
-		names := "`" + rows[i][0] + "`"
+		names, types := "`"+rows[i][0]+"`", []string{rows[i][1]}
 		for ; j < len(rows) && rows[j][2] != "" && rows[j][2] == rows[i][2]; j++ {
 			names += ", `" + rows[j][0][strings.LastIndexByte(rows[j][0], '.')+1:] + "`"
+			if !slices.Contains(types, rows[j][1]) {
+				types = append(types, rows[j][1])
+			}
 		}
 		if rows[i][2] == "" {
 			t.Errorf("status field %s has no doc comment", rows[i][0])
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", names, rows[i][1], rows[i][2])
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", names, strings.Join(types, ", "), rows[i][2])
 		i = j
 	}
 
@@ -174,8 +178,18 @@ func adminReference(t *testing.T) string {
 	return b.String()
 }
 
-// statusFields writes one row per JSON field of typ, depth first.
+// statusFields writes one row per JSON field of typ, depth first. A doc comment names the fields of its
+// struct by their Go names; the reference names them as the JSON has them.
 func statusFields(rows *[][3]string, typ reflect.Type, prefix string, docs map[string]string) {
+	var goNames []string
+	jsonName := map[string]string{}
+	for i := range typ.NumField() {
+		if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			goNames = append(goNames, regexp.QuoteMeta(typ.Field(i).Name))
+			jsonName[typ.Field(i).Name] = "`" + name + "`"
+		}
+	}
+	goName := regexp.MustCompile(`\b(` + strings.Join(goNames, "|") + `)\b`)
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -197,6 +211,9 @@ func statusFields(rows *[][3]string, typ reflect.Type, prefix string, docs map[s
 			kind = jsonType(ft)
 		}
 		doc := docs[filepath.Base(typ.PkgPath())+"."+typ.Name()+"."+f.Name]
+		if len(goNames) > 0 {
+			doc = goName.ReplaceAllStringFunc(doc, func(n string) string { return jsonName[n] })
+		}
 		*rows = append(*rows, [3]string{path, kind, doc})
 		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" {
 			statusFields(rows, ft, path+".", docs)
