@@ -45,7 +45,7 @@ func (lb *LB) Status() Status {
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
-		out.Discovery = lb.discoveryStatus(name)
+		out.Discovery = lb.disc.status(name)
 		checks := p.health.Status()
 		for _, s := range ps.servers {
 			ss := serverStatusOf(s)

@@ -184,7 +184,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
-		lb.writeDiscoveryMetrics(w, name) // discovery.go
+		lb.disc.writeMetrics(w, name) // discovery.go
 		if p.table != nil {
 			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
 		}

@@ -674,7 +674,7 @@ func (c *Config) SecretFiles() []string {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Pools)) {
-		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery_zk.go
+		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery.go
 		if t := &c.Pools[name].TLS; t.Enabled {
 			for _, f := range []string{t.CAFile, t.Cert, t.Key} {
 				if f != "" {
