@@ -8,9 +8,11 @@
 // byte), connerrors.go (client connection errors, fasthttp's log lines), proxy.go (the forwarding loop
 // and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
 // leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
-// upstream.go and transport.go (the upstream HTTP/1.1 client and its connections), routeauth.go
+// transport.go (each server's client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go
 // (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
-// event stream's subscribers), admin.go.
+// event stream's subscribers), discovery.go (the lists of package discovery's providers put in force in
+// their pools), admin.go and actions.go (what the admin listener, package admin, reads and does: the
+// status document, the operator's actions).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -31,6 +33,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -55,7 +58,8 @@ type LB struct {
 	// connErrs and adminConnErrs count and log the connection errors of the front end and of the
 	// admin listener (connerrors.go); fasthttp's own lines never reach the log.
 	connErrs, adminConnErrs connErrors
-	adminDenied             atomic.Uint64 // admin requests answered 401
+	// adminHandler answers the admin listener's requests (package admin; LB is its Backend).
+	adminHandler *admin.Handler
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -73,8 +77,7 @@ type LB struct {
 	relayRoutes map[string]*relayRoute
 
 	// disc runs each pool's service discovery provider (discovery.go), across reloads.
-	discMu sync.Mutex
-	disc   map[string]*discovery
+	disc discoveries
 
 	ctx    context.Context // lives until Close; parent of every pool's checks
 	cancel context.CancelFunc
@@ -114,10 +117,12 @@ type Options struct {
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
-		disc: map[string]*discovery{}, relayRoutes: map[string]*relayRoute{}}
+		relayRoutes: map[string]*relayRoute{}}
 	lb.connErrs.what, lb.connErrs.log = "frontend", o.Logger
 	lb.adminConnErrs.what, lb.adminConnErrs.log = "admin", o.Logger
+	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
+	lb.adminHandler = admin.New(lb, adminOptions)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
@@ -141,7 +146,7 @@ func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
-		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
+		pc = lb.disc.discovered(name, pc) // a pool with service discovery keeps the servers it found
 		if old != nil {
 			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
 				op.relayOnly.Store(cfg.RelayOnlyPool(name))
@@ -245,7 +250,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		return err
 	}
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
-	lb.syncDiscovery(g)         // service discovery providers (discovery.go)
+	lb.disc.sync(g)             // service discovery providers (discovery.go)
 
 	fe := g.cfg.Frontend
 	lb.limits = &frameLimits{maxHeader: fe.MaxHeaderSize, maxBody: fe.MaxBodySize, headerTimeout: fe.HeaderTimeout.D}
@@ -307,7 +312,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		lb.lnMu.Lock()
 		lb.adminLn = aln
 		lb.lnMu.Unlock()
-		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
+		lb.admin = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
 			Logger: fasthttpLogger{errs: &lb.adminConnErrs}, SecureErrorLogMessage: true}
 		lb.serve(lb.admin, aln, "admin")
 	}
@@ -416,9 +421,10 @@ func (lb *LB) Close() {
 	}
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
-		lb.cancel() // ends the checks, the discovery providers and the admin's event streams
+		lb.cancel() // ends the checks and the discovery providers
 	}
-	lb.stopDiscovery()
+	lb.adminHandler.Close() // ends the admin's event streams
+	lb.disc.stop()
 	if lb.admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
@@ -523,7 +529,7 @@ func (lb *LB) Reload(cfg *Config) error {
 	lb.gen.Store(g)
 	lb.level.Set(logLevels[cfg.Global.LogLevel])
 	lb.swapRelays(rrs)
-	lb.syncDiscovery(g)
+	lb.disc.sync(g)
 	for _, m := range feMoved {
 		what := "frontend"
 		if m.spec.key != "listen" {

@@ -121,8 +121,8 @@ func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
 	return int64(len(resp.Body()))
 }
 
-// writeMetrics writes the metrics of the current generation.
-func (lb *LB) writeMetrics(w io.Writer) {
+// WriteMetrics writes the metrics of the current generation (admin.Backend: GET /metrics).
+func (lb *LB) WriteMetrics(w io.Writer) {
 	g := lb.gen.Load()
 	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
 	for i, code := range refusedCodes {
@@ -141,7 +141,7 @@ func (lb *LB) writeMetrics(w io.Writer) {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}
 	}
-	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
+	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminHandler.Unauthorized())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
 	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
@@ -184,7 +184,7 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
-		lb.writeDiscoveryMetrics(w, name) // discovery.go
+		lb.disc.writeMetrics(w, name) // discovery.go
 		if p.table != nil {
 			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
 		}
