@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // errRefused stands for a live request's transport failure in Report.
@@ -31,12 +32,7 @@ func fastChecks(bus *Bus, path string) Options {
 func startSim(t *testing.T, o sim.Options) *sim.Cluster {
 	t.Helper()
 	o.Logf = quiet
-	cl, err := sim.Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
+	return testkit.StartCluster(t, o)
 }
 
 // starter is a Checker or a Leader.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -140,7 +141,7 @@ func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 			server = cs.Addr
 		}
 	}
-	eventually(t, 3*time.Second, "the tunnel line", func() bool { return len(accessLines(t, logs, "tunnel")) == 1 })
+	testkit.Eventually(t, "the tunnel line", 3*time.Second, func() bool { return len(accessLines(t, logs, "tunnel")) == 1 })
 	tl := accessLines(t, logs, "tunnel")[0]
 	for k, v := range map[string]string{"client": "127.0.0.1", "pool": "cxserver", "server": server} {
 		if tl[k] != v {
@@ -230,7 +231,7 @@ func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
 	mustSetState(t, c.Platforms[0], sim.Backup)
 	mustSetState(t, c.Platforms[1], sim.Leader)
 	var access, leader map[string]any
-	eventually(t, 5*time.Second, "the leader change", func() bool {
+	testkit.Eventually(t, "the leader change", 5*time.Second, func() bool {
 		for _, ln := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 			var m map[string]any
 			if err := json.Unmarshal([]byte(ln), &m); err != nil {

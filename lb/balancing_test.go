@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -33,11 +34,7 @@ const readyPath = "/Thingworx/ready"
 // the test.
 func startReadyCluster(t *testing.T, n int) *sim.Cluster {
 	t.Helper()
-	c, err := sim.Start(sim.Options{Platforms: n, LeaderCheckPath: readyPath, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, sim.Options{Platforms: n, LeaderCheckPath: readyPath, Logf: func(string, ...any) {}})
 	for _, p := range c.Platforms {
 		p.SetLeaderCheckStatus(200)
 	}
@@ -314,7 +311,7 @@ func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *te
 
 	// platform2 fails its readiness checks but still answers requests: none may reach it.
 	p2.SetLeaderCheckStatus(503)
-	eventually(t, hang, "platform2 to be down", func() bool { return !serverAvailable(l, "platform", p2.Addr) })
+	testkit.Eventually(t, "platform2 to be down", hang, func() bool { return !serverAvailable(l, "platform", p2.Addr) })
 	before := p2.Requests()
 	for i := 0; i < 6; i++ {
 		mustServe(t, fmt.Sprintf("request %d with platform2 down", i+1), balDo(l, "GET", "/", nil, ""), "")
@@ -332,7 +329,7 @@ func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *te
 
 	// Back after rise passing checks: the three take turns again.
 	p2.SetLeaderCheckStatus(200)
-	eventually(t, hang, "platform2 to be up", func() bool { return serverAvailable(l, "platform", p2.Addr) })
+	testkit.Eventually(t, "platform2 to be up", hang, func() bool { return serverAvailable(l, "platform", p2.Addr) })
 	seen := map[string]int{}
 	for i := 0; i < 9; i++ {
 		seen[mustServe(t, "request with platform2 back", balDo(l, "GET", "/", nil, ""), "")]++
@@ -420,7 +417,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 
 			// The first request of the cycle goes to platform1 and stays there.
 			slow, release := tc.hold(t, l)
-			eventually(t, hang, "the held request to be in flight on platform1", func() bool {
+			testkit.Eventually(t, "the held request to be in flight on platform1", hang, func() bool {
 				ss := mustServerStatus(t, l, "platform", p1.Addr)
 				return ss.InFlight == tc.inFlight && ss.InFlightBytes == tc.inFlightBytes && p1.Requests() == 1
 			})
@@ -530,11 +527,11 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 
 			// One slow request on each server: neither is writable.
 			slow1 := inBackground(l, "GET", "/slow?delay=1500ms", nil, "")
-			eventually(t, hang, "the first slow request on platform1", func() bool {
+			testkit.Eventually(t, "the first slow request on platform1", hang, func() bool {
 				return mustServerStatus(t, l, "platform", p1.Addr).InFlight == 1
 			})
 			slow2 := inBackground(l, "GET", "/slow?delay=1500ms", nil, "")
-			eventually(t, hang, "the second slow request on platform2", func() bool {
+			testkit.Eventually(t, "the second slow request on platform2", hang, func() bool {
 				return mustServerStatus(t, l, "platform", p2.Addr).InFlight == 1 && p1.Requests() == 1 && p2.Requests() == 1
 			})
 
@@ -572,7 +569,7 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 		for _, p := range c.Platforms {
 			p.SetLeaderCheckStatus(503) // not ready, but still answering whatever reaches it
 		}
-		eventually(t, hang, "both servers to be down", func() bool {
+		testkit.Eventually(t, "both servers to be down", hang, func() bool {
 			return !serverAvailable(l, "platform", c.Platforms[0].Addr) && !serverAvailable(l, "platform", c.Platforms[1].Addr)
 		})
 		before := requestCounts(c.Platforms)
@@ -593,15 +590,15 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 		l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nhigh_watermark = 1\nqueue_timeout = \"5s\"\n"))
 
 		slow1 := inBackground(l, "GET", "/slow?delay=1s", nil, "")
-		eventually(t, hang, "the first slow request on platform1", func() bool {
+		testkit.Eventually(t, "the first slow request on platform1", hang, func() bool {
 			return mustServerStatus(t, l, "platform", p1.Addr).InFlight == 1
 		})
 		slow2 := inBackground(l, "GET", "/slow?delay=2s", nil, "")
-		eventually(t, hang, "the second slow request on platform2", func() bool {
+		testkit.Eventually(t, "the second slow request on platform2", hang, func() bool {
 			return mustServerStatus(t, l, "platform", p2.Addr).InFlight == 1
 		})
 		waiting := inBackground(l, "GET", "/quick", nil, "")
-		eventually(t, hang, "the third request to wait", func() bool {
+		testkit.Eventually(t, "the third request to wait", hang, func() bool {
 			if replied(waiting) {
 				t.Fatalf("the third request was answered before it was seen waiting: %s", <-waiting)
 			}
@@ -680,7 +677,7 @@ func TestMultipartChunksStayOnTheirServerAndFailWith502WhenItIsNotConnectedOrNot
 	// platform1 fails its readiness checks (it still answers whatever reaches it): the next chunk of
 	// upload-A fails with 502 and reaches no server at all.
 	p1.SetLeaderCheckStatus(503)
-	eventually(t, hang, "platform1 to be down", func() bool { return !serverAvailable(l, "platform", p1.Addr) })
+	testkit.Eventually(t, "platform1 to be down", hang, func() bool { return !serverAvailable(l, "platform", p1.Addr) })
 	before := requestCounts(ps)
 	if r := sendChunk(l, "upload-A", "/upload", 7); r.err != nil || r.status != 502 {
 		t.Fatalf("chunk 7 of upload-A with its server down: got %s, want 502", r)
@@ -709,7 +706,7 @@ func TestMultipartChunksStayOnTheirServerAndFailWith502WhenItIsNotConnectedOrNot
 	eBefore := eServer.Requests()
 	slow := make(chan reply, 1)
 	go func() { slow <- sendChunk(l, "upload-E", "/upload?delay=1500ms", 2) }()
-	eventually(t, hang, "the slow chunk of upload-E in flight", func() bool {
+	testkit.Eventually(t, "the slow chunk of upload-E in flight", hang, func() bool {
 		return mustServerStatus(t, l, "platform", eServer.Addr).InFlight == 1 && eServer.Requests() == eBefore+1
 	})
 	before = requestCounts(ps)
@@ -820,7 +817,7 @@ rise = 2
 		mustServe(t, "request", balDo(l, "GET", "/", nil, ""), []*sim.Platform{p1, p2}[i%2].Name)
 	}
 	mustSetState(t, p1, sim.Dead)
-	eventually(t, hang, "platform1 to be down", func() bool { return !serverAvailable(l, "platform", p1.Addr) })
+	testkit.Eventually(t, "platform1 to be down", hang, func() bool { return !serverAvailable(l, "platform", p1.Addr) })
 	for i := 0; i < 4; i++ {
 		mustServe(t, "request with one primary left", balDo(l, "GET", "/", nil, ""), p2.Name)
 	}
@@ -833,7 +830,7 @@ rise = 2
 
 	// Both primaries fail: the backups serve, round robin among themselves.
 	mustSetState(t, p2, sim.Dead)
-	eventually(t, hang, "the backups to serve", func() bool { return poolStatus(t, l, "platform").Serving == "backups" })
+	testkit.Eventually(t, "the backups to serve", hang, func() bool { return poolStatus(t, l, "platform").Serving == "backups" })
 	for i := 0; i < 6; i++ {
 		mustServe(t, "request on the backups", balDo(l, "GET", "/", nil, ""), []*sim.Platform{p3, p4}[i%2].Name)
 	}
@@ -848,7 +845,7 @@ rise = 2
 	// takes the traffic back once it passed rise (2) probes; the backups get nothing more.
 	back := time.Now()
 	mustSetState(t, p1, sim.Backup)
-	eventually(t, 10*time.Second, "the primaries to serve again", func() bool {
+	testkit.Eventually(t, "the primaries to serve again", 10*time.Second, func() bool {
 		return poolStatus(t, l, "platform").Serving == "primaries"
 	})
 	passed := 0
@@ -890,7 +887,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	// backup's run of 200 answers is longer.
 	since := time.Now()
 	mustSetState(t, p2, sim.Leader)
-	eventually(t, hang, "platform2 to answer 200", func() bool {
+	testkit.Eventually(t, "platform2 to answer 200", hang, func() bool {
 		for _, pr := range p2.Probes() {
 			if pr.At.After(since) && pr.Status == 200 {
 				return true
@@ -899,7 +896,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 		return false
 	})
 	p1.SetLeaderCheckStatus(503)
-	eventually(t, hang, "platform1 to lose the lead", func() bool { return leader() != p1.Addr })
+	testkit.Eventually(t, "platform1 to lose the lead", hang, func() bool { return leader() != p1.Addr })
 	if got := leader(); got != p2.Addr {
 		t.Fatalf("leader after platform1 stepped down is %q, want the primary platform2 (%s)", got, p2.Addr)
 	}
@@ -913,7 +910,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 
 	// No primary answers 200 any more; the backup does: it becomes leader.
 	p2.SetLeaderCheckStatus(503)
-	eventually(t, hang, "the backup to lead", func() bool { return leader() == p3.Addr })
+	testkit.Eventually(t, "the backup to lead", hang, func() bool { return leader() == p3.Addr })
 	mustServe(t, "request on the backup", balDo(l, "GET", "/", nil, ""), p3.Name)
 	if st := poolStatus(t, l, "platform"); st.Serving != "backups" || st.Failovers != 1 {
 		t.Fatalf("/status with the backup leading: serving %q failovers %d, want backups and 1", st.Serving, st.Failovers)
@@ -922,7 +919,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	// platform1 answers 200 again and the backup steps down: platform1 leads, traffic is back.
 	since = time.Now()
 	p1.SetLeaderCheckStatus(0) // platform1 is still in state Leader: 200
-	eventually(t, hang, "platform1 to answer 200", func() bool {
+	testkit.Eventually(t, "platform1 to answer 200", hang, func() bool {
 		for _, pr := range p1.Probes() {
 			if pr.At.After(since) && pr.Status == 200 {
 				return true
@@ -931,9 +928,9 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 		return false
 	})
 	p3.SetLeaderCheckStatus(503)
-	eventually(t, hang, "platform1 to lead again", func() bool { return leader() == p1.Addr })
+	testkit.Eventually(t, "platform1 to lead again", hang, func() bool { return leader() == p1.Addr })
 	mustServe(t, "request after the failback", balDo(l, "GET", "/", nil, ""), p1.Name)
-	eventually(t, hang, "the primaries to serve", func() bool { return poolStatus(t, l, "platform").Serving == "primaries" })
+	testkit.Eventually(t, "the primaries to serve", hang, func() bool { return poolStatus(t, l, "platform").Serving == "primaries" })
 	if st := poolStatus(t, l, "platform"); st.Failovers != 1 || st.Failbacks != 1 {
 		t.Fatalf("/status after the failback: failovers %d failbacks %d, want 1 and 1", st.Failovers, st.Failbacks)
 	}
@@ -968,7 +965,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			for _, conn := range conns {
 				mustClose(t, conn, "tunnel to a killed primary")
 			}
-			eventually(t, hang, "the backup to serve", func() bool { return cxStatus().Serving == "backups" })
+			testkit.Eventually(t, "the backup to serve", hang, func() bool { return cxStatus().Serving == "backups" })
 			conns = conns[:0]
 			for i := 0; i < n; i++ {
 				conn, by := dialAsset(t, l, fmt.Sprint("device-", i))
@@ -983,7 +980,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			if err := cx1.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, hang, "the primaries to serve again", func() bool {
+			testkit.Eventually(t, "the primaries to serve again", hang, func() bool {
 				st := cxStatus()
 				return st.Serving == "primaries" && st.Failbacks == 1
 			})
@@ -1030,7 +1027,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			if span := timeSpan(closedAt); span < 250*time.Millisecond {
 				t.Errorf("the %d tunnels closed within %s, want them spread over failback_close_spread (600ms)", n, span)
 			}
-			eventually(t, hang, "the backup's tunnels to close on its side", func() bool { return cx3.OpenTunnels() == 0 })
+			testkit.Eventually(t, "the backup's tunnels to close on its side", hang, func() bool { return cx3.OpenTunnels() == 0 })
 			for i := 0; i < n; i++ {
 				conn, by := dialAsset(t, l, fmt.Sprint("device-", i))
 				if by != cx1.Name {
@@ -1061,7 +1058,7 @@ func TestConfigErrorsOfTheBalancingKeysNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
 		t.Run(name, func(t *testing.T) {
-			dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+			dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
 			_, err := loadConfigNoPanic(t, dir)
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
@@ -1107,7 +1104,7 @@ func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 	c := startReadyCluster(t, 2)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	files := balConfig(c.Platforms, nil, fmt.Sprintf("[pools.platform.names]\n%q = \"platform-a\"\n", p1.Addr))
-	if _, err := loadConfigNoPanic(t, writeConfig(t, files)); err != nil {
+	if _, err := loadConfigNoPanic(t, testkit.WriteFiles(t, files)); err != nil {
 		t.Fatal(err)
 	}
 	l, logs := startLB(t, files)
@@ -1154,8 +1151,8 @@ func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 
 	// Logs name the server by its display name, with its address.
 	mustSetState(t, p1, sim.Dead)
-	eventually(t, hang, "platform1 to be down", func() bool { return !serverAvailable(l, "platform", p1.Addr) })
-	eventually(t, hang, "the log line", func() bool {
+	testkit.Eventually(t, "platform1 to be down", hang, func() bool { return !serverAvailable(l, "platform", p1.Addr) })
+	testkit.Eventually(t, "the log line", hang, func() bool {
 		return strings.Contains(logs.all(), "platform-b ("+p1.Addr+"): server down")
 	})
 }

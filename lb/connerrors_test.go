@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Over max_conns fasthttp refuses connections with 503: they are counted as limit, and a WARN line says
@@ -25,7 +27,7 @@ func TestConnectionsOverMaxConnsAreCountedAsLimitAndWarned(t *testing.T) {
 	if r := extra.answer(hostileAnswerWait); r.status != 503 && !(r.status == 0 && r.closed) {
 		t.Fatalf("the third connection: got %s, want 503 or a close", r)
 	}
-	eventually(t, 3*time.Second, "the refused connection to be counted and logged", func() bool {
+	testkit.Eventually(t, "the refused connection to be counted and logged", 3*time.Second, func() bool {
 		return hostileMetric(t, l, `fairlead_frontend_connection_errors_total{kind="limit"}`) >= 1 &&
 			strings.Contains(logs.all(), `level=WARN msg="frontend: connection limit reached: new connections are refused" kind=limit detail="2 connections open"`)
 	})

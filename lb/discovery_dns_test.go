@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/miekg/dns"
 )
 
@@ -226,7 +227,7 @@ func discoveryConfigError(t *testing.T, base map[string]string) func(table, want
 	return func(table, want string) {
 		t.Helper()
 		files := map[string]string{"10-rr.toml": base["10-rr.toml"], "20-discovery.toml": "[pools.rr.discovery]\n" + table}
-		_, err := LoadConfig(writeConfig(t, files))
+		_, err := LoadConfig(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", table, err, want)
 		}
@@ -288,7 +289,7 @@ func listIs(ds DiscoveryStatus, addrs ...string) bool {
 func followsWithin(t *testing.T, l *LB, within time.Duration, what string, addrs ...string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	eventually(t, 10*time.Second, what, func() bool { return listIs(discoveryOf(t, l), addrs...) })
+	testkit.Eventually(t, what, 10*time.Second, func() bool { return listIs(discoveryOf(t, l), addrs...) })
 	took := time.Since(start)
 	if took > within {
 		t.Fatalf("%s took %s, want at most %s", what, took.Round(time.Millisecond), within)
@@ -343,7 +344,7 @@ resolvers = [%q]
 	// The first answer (at start) replaces the seed: both serve. The targets' addresses came in the
 	// additional section: they were not asked for.
 	followsWithin(t, l, dnsFollow, "the first SRV answer", p1.Addr, p2.Addr)
-	eventually(t, 5*time.Second, "platform1 and platform2 to serve", func() bool {
+	testkit.Eventually(t, "platform1 and platform2 to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 6)
 		return got[p1.Name] == 3 && got[p2.Name] == 3
 	})
@@ -365,14 +366,14 @@ resolvers = [%q]
 		t.Fatalf("a listed server failing its checks took traffic: %v", got)
 	}
 	mustSetState(t, p3, sim.Backup)
-	eventually(t, 5*time.Second, "platform3 to take traffic after its first passing probe", func() bool {
+	testkit.Eventually(t, "platform3 to take traffic after its first passing probe", 5*time.Second, func() bool {
 		return servedBy(t, l, 6)[p3.Name] == 2
 	})
 
 	// platform1 leaves the SRV set while a slow request is in flight on each server: it drains (its
 	// request finishes) and takes no new request.
 	slow := slowGets(l, 3, time.Second)
-	eventually(t, 5*time.Second, "a slow request in flight on platform1", func() bool {
+	testkit.Eventually(t, "a slow request in flight on platform1", 5*time.Second, func() bool {
 		return mustServerStatus(t, l, "rr", p1.Addr).InFlight == 1
 	})
 	z.set(srvRecords(t, name, p2, p3)...)
@@ -433,11 +434,7 @@ func sameNewPort(t *testing.T, hosts ...string) []string {
 // TestAnIPv6ServerIsProbedAndServes in proxy_test.go).
 func TestDNSDiscoveryUsesARecordsWithThePortWhenTheNameHasNoSRV(t *testing.T) {
 	addrs := sameNewPort(t, "127.0.0.2", "127.0.0.3")
-	c, err := sim.Start(sim.Options{Platforms: 2, NoConnections: true, PlatformAddrs: addrs, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, NoConnections: true, PlatformAddrs: addrs, Logf: func(string, ...any) {}})
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	const name = "cx.fairlead.test."
 	z := startZone(t, name+" 5 IN A 127.0.0.2", name+" 5 IN A 127.0.0.3")
@@ -449,7 +446,7 @@ resolvers = [%q]
 `, portOf(t, addrs[0]), z.addr)))
 
 	followsWithin(t, l, dnsFollow, "the A records", addrs[0], addrs[1]) // 127.0.0.2:P, 127.0.0.3:P
-	eventually(t, 5*time.Second, "both to serve", func() bool {
+	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
@@ -472,13 +469,13 @@ resolvers = [%q]
 empty_grace = "1s"
 `, name, z.addr)))
 	followsWithin(t, l, dnsFollow, "the first answer", p1.Addr, p2.Addr)
-	eventually(t, 5*time.Second, "both to serve", func() bool {
+	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
 
 	z.stop()
-	eventually(t, 5*time.Second, "three failed rounds", func() bool { return discoveryOf(t, l).Errors >= 3 })
+	testkit.Eventually(t, "three failed rounds", 5*time.Second, func() bool { return discoveryOf(t, l).Errors >= 3 })
 	// Past several rounds and past empty_grace, every request still succeeds on both servers.
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	got := map[string]int{}
@@ -523,17 +520,17 @@ resolvers = [%q]
 empty_grace = "1s"
 `, name, z.addr)))
 	followsWithin(t, l, dnsFollow, "the first answer", p1.Addr)
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { code, _ := get(t, l, "/x"); return code == 200 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { code, _ := get(t, l, "/x"); return code == 200 })
 
 	z.set() // every name: NXDOMAIN
 	start := time.Now()
-	eventually(t, 5*time.Second, "the empty list to be pending", func() bool { return discoveryOf(t, l).EmptyPending })
+	testkit.Eventually(t, "the empty list to be pending", 5*time.Second, func() bool { return discoveryOf(t, l).EmptyPending })
 	for time.Since(start) < 700*time.Millisecond {
 		if code, _ := get(t, l, "/x"); code != 200 {
 			t.Fatalf("within empty_grace (%s after NXDOMAIN): %d", time.Since(start), code)
 		}
 	}
-	eventually(t, 5*time.Second, "the pool to be emptied", func() bool { code, _ := get(t, l, "/x"); return code == 503 })
+	testkit.Eventually(t, "the pool to be emptied", 5*time.Second, func() bool { code, _ := get(t, l, "/x"); return code == 503 })
 	if d := time.Since(start); d < time.Second {
 		t.Fatalf("emptied %s after NXDOMAIN, before empty_grace", d)
 	}
@@ -689,19 +686,19 @@ name = "cx.fairlead.test"`)
 	f(`file = "/etc/fairlead/cx.toml"`, "pools.rr.discovery.file: not a key of the dns provider")
 	// A name in 10-rr.toml and no key in 20: the error names the file that set the table.
 	files := discoveredPool(nil, `provider = "dns"`)
-	if _, err := LoadConfig(writeConfig(t, files)); err == nil || !strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.name: required") {
+	if _, err := LoadConfig(testkit.WriteFiles(t, files)); err == nil || !strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.name: required") {
 		t.Errorf("missing name: %v", err)
 	}
 
 	// Defaults: resolve_interval 10s (only for dns), the system resolver.
-	cfg, err := LoadConfig(writeConfig(t, base))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, base))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := cfg.Pools["rr"].Discovery; d.ResolveInterval.D != 10*time.Second || d.Port != 0 || d.Resolvers != nil {
 		t.Fatalf("defaults: %+v", d)
 	}
-	cfg, err = LoadConfig(writeConfig(t, discoveredPool(nil, `provider = "file"
+	cfg, err = LoadConfig(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"
 file = "/nonexistent/cx.toml"`)))
 	if err != nil {
 		t.Fatal(err)
@@ -712,7 +709,7 @@ file = "/nonexistent/cx.toml"`)))
 }
 
 func TestDNSProviderReadsTheSystemResolversFromResolvConf(t *testing.T) {
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		"resolv.conf": "# comment\nsearch cluster.local\nnameserver 10.96.0.10\nnameserver fd00::10\noptions ndots:5\n",
 		"empty.conf":  "search cluster.local\n",
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -93,7 +94,7 @@ func discoveredIn(t *testing.T, l *LB, pool string) DiscoveryStatus {
 func fileFollows(t *testing.T, l *LB, pool, what string, addrs ...string) {
 	t.Helper()
 	start := time.Now()
-	eventually(t, 10*time.Second, what, func() bool { return listIs(discoveredIn(t, l, pool), addrs...) })
+	testkit.Eventually(t, what, 10*time.Second, func() bool { return listIs(discoveredIn(t, l, pool), addrs...) })
 	if took := time.Since(start); took > fileFollow {
 		t.Fatalf("%s took %s, want at most %s", what, took.Round(time.Millisecond), fileFollow)
 	} else {
@@ -124,7 +125,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	fileFollows(t, l, "cxserver", "the file read at start", cx1.Addr)
 	var on1 []*websocket.Conn
 	for i := range 3 {
-		eventually(t, 5*time.Second, "cx1 to take tunnels", func() bool { return serverAvailable(l, "cxserver", cx1.Addr) })
+		testkit.Eventually(t, "cx1 to take tunnels", 5*time.Second, func() bool { return serverAvailable(l, "cxserver", cx1.Addr) })
 		conn, by := dialAsset(t, l, fmt.Sprint("asset-", i))
 		if by != cx1.Name {
 			t.Fatalf("tunnel %d landed on %s, want cx1", i, by)
@@ -136,7 +137,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	writeServerFile(t, file, tomlServers(cx1.Addr, cx2.Addr))
 	fileFollows(t, l, "cxserver", "an added server", cx1.Addr, cx2.Addr)
 	toCX2 := valuesPlacedOn(t, "new-", 3, cx2.Addr, cx1.Addr, cx2.Addr)
-	eventually(t, 5*time.Second, "cx2 to pass a probe", func() bool { return serverAvailable(l, "cxserver", cx2.Addr) })
+	testkit.Eventually(t, "cx2 to pass a probe", 5*time.Second, func() bool { return serverAvailable(l, "cxserver", cx2.Addr) })
 	var on2 []*websocket.Conn
 	for _, a := range toCX2 {
 		conn, by := dialAsset(t, l, a)
@@ -153,7 +154,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	for _, conn := range on1 {
 		mustClose(t, conn, "tunnel to the removed server")
 	}
-	eventually(t, 5*time.Second, "cx1's tunnels to close on its side", func() bool { return cx1.OpenTunnels() == 0 })
+	testkit.Eventually(t, "cx1's tunnels to close on its side", 5*time.Second, func() bool { return cx1.OpenTunnels() == 0 })
 	for i, conn := range on2 {
 		mustEcho(t, conn, fmt.Sprint("cx2 tunnel ", i))
 	}
@@ -169,7 +170,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 		{"", "no servers key"},
 	} {
 		writeServerFile(t, file, bad.body)
-		eventually(t, 5*time.Second, "the error of invalid edit "+fmt.Sprint(i), func() bool { return discoveredIn(t, l, "cxserver").Errors == uint64(i+1) })
+		testkit.Eventually(t, "the error of invalid edit "+fmt.Sprint(i), 5*time.Second, func() bool { return discoveredIn(t, l, "cxserver").Errors == uint64(i+1) })
 		if line := logLine(logs, "discovery: pool cxserver: file: "+file+": ", bad.why, "keeping the last list"); line == "" {
 			t.Errorf("invalid edit %d: no log line naming %s and %q:\n%s", i, file, bad.why, logs.all())
 		}
@@ -202,17 +203,17 @@ func TestFileDiscoveryReadsJSONObjectsAndArraysAndTOML(t *testing.T) {
 	writeServerFile(t, file, fmt.Sprintf(`{"servers": [%q]}`, p1.Addr))
 	l, logs := startLB(t, discoveredPool(nil, fmt.Sprintf("provider = \"file\"\nfile = %q\n", file)))
 	fileFollows(t, l, "rr", "a JSON object", p1.Addr)
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { return servedBy(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return servedBy(t, l, 2)[p1.Name] == 2 })
 
 	renameOver(t, file, fmt.Sprintf("[\n  %q,\n  %q\n]\n", p1.Addr, p2.Addr))
 	fileFollows(t, l, "rr", "a JSON array", p1.Addr, p2.Addr)
-	eventually(t, 5*time.Second, "both to serve", func() bool {
+	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
 
 	writeServerFile(t, file, fmt.Sprintf(`{"servers": [%q], "weights": [1]}`, p3.Addr))
-	eventually(t, 5*time.Second, "the error", func() bool { return discoveredIn(t, l, "rr").Errors == 1 })
+	testkit.Eventually(t, "the error", 5*time.Second, func() bool { return discoveredIn(t, l, "rr").Errors == 1 })
 	if logLine(logs, file+": not a JSON server list: json: unknown field \"weights\"") == "" {
 		t.Errorf("no log line naming the file and the field:\n%s", logs.all())
 	}
@@ -225,7 +226,7 @@ func TestFileDiscoveryReadsJSONObjectsAndArraysAndTOML(t *testing.T) {
 	writeServerFile(t, toml, tomlServers(p3.Addr))
 	reloadWith(t, l, discoveredPool(nil, fmt.Sprintf("provider = \"file\"\nfile = %q\n", toml)))
 	fileFollows(t, l, "rr", "a TOML file", p3.Addr)
-	eventually(t, 5*time.Second, "platform3 to serve alone", func() bool { return servedBy(t, l, 3)[p3.Name] == 3 })
+	testkit.Eventually(t, "platform3 to serve alone", 5*time.Second, func() bool { return servedBy(t, l, 3)[p3.Name] == 3 })
 }
 
 func TestFileDiscoveryKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDeleted(t *testing.T) {
@@ -234,7 +235,7 @@ func TestFileDiscoveryKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDel
 	file := filepath.Join(t.TempDir(), "cx-servers.toml")
 	l, logs := startLB(t, discoveredPool([]string{p1.Addr}, fmt.Sprintf("provider = \"file\"\nfile = %q\n", file)))
 
-	eventually(t, 5*time.Second, "the missing file's error", func() bool { return discoveredIn(t, l, "rr").Errors == 1 })
+	testkit.Eventually(t, "the missing file's error", 5*time.Second, func() bool { return discoveredIn(t, l, "rr").Errors == 1 })
 	if got := servedBy(t, l, 4); got[p1.Name] != 4 {
 		t.Fatalf("with the file missing the seed serves: %v", got)
 	}
@@ -249,13 +250,13 @@ func TestFileDiscoveryKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDel
 	// Written later: followed (platform1, the seed, drains).
 	writeServerFile(t, file, tomlServers(p2.Addr))
 	fileFollows(t, l, "rr", "the file once written", p2.Addr)
-	eventually(t, 5*time.Second, "platform2 to serve alone", func() bool { return servedBy(t, l, 4)[p2.Name] == 4 })
+	testkit.Eventually(t, "platform2 to serve alone", 5*time.Second, func() bool { return servedBy(t, l, 4)[p2.Name] == 4 })
 
 	// Deleted: an error, the last list stays (only `servers = []` empties a pool).
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the deleted file's error", func() bool { return discoveredIn(t, l, "rr").Errors == 2 })
+	testkit.Eventually(t, "the deleted file's error", 5*time.Second, func() bool { return discoveredIn(t, l, "rr").Errors == 2 })
 	if got := servedBy(t, l, 4); got[p2.Name] != 4 {
 		t.Fatalf("after the file was deleted: %v", got)
 	}
@@ -421,12 +422,12 @@ file = "/etc/fairlead/cx-servers.toml"`)
 	f(`name = "cx.fairlead.test"`, "20-discovery.toml: pools.rr.discovery.name: not a key of the file provider")
 	f(`resolve_interval = "10s"`, "pools.rr.discovery.resolve_interval: not a key of the file provider")
 	f(`zookeeper = ["127.0.0.1:2181"]`, "pools.rr.discovery.zookeeper: not a key of the file provider")
-	if _, err := LoadConfig(writeConfig(t, discoveredPool(nil, `provider = "file"`))); err == nil ||
+	if _, err := LoadConfig(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"`))); err == nil ||
 		!strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.file: required") {
 		t.Errorf("missing file: %v", err)
 	}
 	// The file need not exist when the config is loaded.
-	if _, err := LoadConfig(writeConfig(t, base)); err != nil {
+	if _, err := LoadConfig(testkit.WriteFiles(t, base)); err != nil {
 		t.Fatalf("a file that does not exist yet: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -113,7 +114,7 @@ func TestDiscoveryAppliesEachListAsAServerSetChangeAfterTheSeed(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no discovery_changed event")
 	}
-	eventually(t, 5*time.Second, "the discovered servers to take traffic", func() bool {
+	testkit.Eventually(t, "the discovered servers to take traffic", 5*time.Second, func() bool {
 		got := servedBy(t, l, 9)
 		return got[p1.Name] > 0 && got[p2.Name] > 0 && got[p3.Name] > 0
 	})
@@ -147,10 +148,10 @@ func TestDiscoveryErrorsKeepTheLastListAndAReloadKeepsIt(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	id, fake := newFake(t)
-	dir := writeConfig(t, discoveryConfig(id, []string{p1.Addr}, ""))
+	dir := testkit.WriteFiles(t, discoveryConfig(id, []string{p1.Addr}, ""))
 	l, _ := startLBDir(t, dir)
 	fake.events <- fakeEvent{list: []string{p2.Addr}}
-	eventually(t, 5*time.Second, "p2 to serve alone", func() bool { return servedBy(t, l, 4)[p2.Name] == 4 })
+	testkit.Eventually(t, "p2 to serve alone", 5*time.Second, func() bool { return servedBy(t, l, 4)[p2.Name] == 4 })
 
 	fake.events <- fakeEvent{err: errors.New("registry unreachable")}
 	fake.events <- fakeEvent{err: errors.New("registry unreachable")}
@@ -166,7 +167,7 @@ func TestDiscoveryErrorsKeepTheLastListAndAReloadKeepsIt(t *testing.T) {
 	// (not the seed).
 	cfgs := discoveryConfig(id, []string{p1.Addr}, "")
 	cfgs["10-rr.toml"] = strings.Replace(cfgs["10-rr.toml"], `queue_timeout = "300ms"`, `queue_timeout = "400ms"`, 1)
-	cfg, err := LoadConfig(writeConfig(t, cfgs))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, cfgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestDiscoveryErrorsKeepTheLastListAndAReloadKeepsIt(t *testing.T) {
 		t.Fatalf("after a reload: %v (the seed came back?)", got)
 	}
 	fake.events <- fakeEvent{list: []string{p1.Addr, p2.Addr}} // the same provider still feeds it
-	eventually(t, 5*time.Second, "both to serve", func() bool {
+	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 6)
 		return got[p1.Name] > 0 && got[p2.Name] > 0
 	})
@@ -191,14 +192,14 @@ func TestDiscoveryAppliesAnEmptyListOnlyAfterEmptyGrace(t *testing.T) {
 	fake.events <- fakeEvent{list: []string{p1.Addr}}
 	start := time.Now()
 	fake.events <- fakeEvent{list: nil}
-	eventually(t, 5*time.Second, "the empty list to be pending", func() bool { return l.Status().Pools[0].Discovery.EmptyPending })
+	testkit.Eventually(t, "the empty list to be pending", 5*time.Second, func() bool { return l.Status().Pools[0].Discovery.EmptyPending })
 	// Within the grace the pool still serves.
 	for time.Since(start) < 500*time.Millisecond {
 		if code, _ := get(t, l, "/x"); code != 200 {
 			t.Fatalf("within empty_grace: %d", code)
 		}
 	}
-	eventually(t, 5*time.Second, "the empty list to be applied", func() bool {
+	testkit.Eventually(t, "the empty list to be applied", 5*time.Second, func() bool {
 		code, _ := get(t, l, "/x")
 		return code == 503
 	})
@@ -207,13 +208,13 @@ func TestDiscoveryAppliesAnEmptyListOnlyAfterEmptyGrace(t *testing.T) {
 	}
 	// A list again: served again.
 	fake.events <- fakeEvent{list: []string{p1.Addr}}
-	eventually(t, 5*time.Second, "the server to come back", func() bool { code, _ := get(t, l, "/x"); return code == 200 })
+	testkit.Eventually(t, "the server to come back", 5*time.Second, func() bool { code, _ := get(t, l, "/x"); return code == 200 })
 
 	// An empty list followed by servers within the grace is never applied.
 	fake.events <- fakeEvent{list: []string{}}
-	eventually(t, 5*time.Second, "the empty list to be pending", func() bool { return l.Status().Pools[0].Discovery.EmptyPending })
+	testkit.Eventually(t, "the empty list to be pending", 5*time.Second, func() bool { return l.Status().Pools[0].Discovery.EmptyPending })
 	fake.events <- fakeEvent{list: []string{p1.Addr}}
-	eventually(t, 5*time.Second, "the pending empty list to be dropped", func() bool { return !l.Status().Pools[0].Discovery.EmptyPending })
+	testkit.Eventually(t, "the pending empty list to be dropped", 5*time.Second, func() bool { return !l.Status().Pools[0].Discovery.EmptyPending })
 	if ds := l.Status().Pools[0].Discovery; len(ds.Servers) != 1 {
 		t.Fatalf("after servers came back within the grace: %+v", ds)
 	}
@@ -228,7 +229,7 @@ func TestDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		t.Helper()
 		files := discoveryConfig("x", []string{"127.0.0.1:1"}, "")
 		files["20-more.toml"] = extra
-		_, err := LoadConfig(writeConfig(t, files))
+		_, err := LoadConfig(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", extra, err, want)
 		}
@@ -241,7 +242,7 @@ func TestDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 
 	// With a provider, servers may be empty (no seed).
 	files := discoveryConfig("x", nil, "")
-	if _, err := LoadConfig(writeConfig(t, files)); err != nil {
+	if _, err := LoadConfig(testkit.WriteFiles(t, files)); err != nil {
 		t.Fatalf("no seed: %v", err)
 	}
 }

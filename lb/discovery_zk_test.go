@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/go-zookeeper/zk"
 )
@@ -44,7 +45,7 @@ func startZK(t *testing.T) *zkServer {
 	if _, serr := os.Stat(zkJar); serr != nil || err != nil {
 		t.Skip("ZooKeeper is not installed (Debian: apt-get install zookeeper, as .ci/run does)")
 	}
-	z := &zkServer{t: t, java: java, addr: closedAddr(t), dir: t.TempDir()}
+	z := &zkServer{t: t, java: java, addr: testkit.Addr(t), dir: t.TempDir()}
 	_, port, _ := net.SplitHostPort(z.addr)
 	cfg := fmt.Sprintf(`tickTime=100
 minSessionTimeout=200
@@ -283,7 +284,7 @@ func TestZooKeeperDiscoveryServesPlainAndCuratorInstancesWithoutARestart(t *test
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr) // a plain host:port
 	l, logs := startLB(t, zkConfig(zks.addr, "/services/thingworx", `session_timeout = "1s"`))
 
-	eventually(t, 5*time.Second, "platform1, registered as host:port, to serve", func() bool {
+	testkit.Eventually(t, "platform1, registered as host:port, to serve", 5*time.Second, func() bool {
 		return zkServed(t, l, 4)[p1.Name] == 4
 	})
 	// A Curator service instance, and a child that is no instance: platform2 joins, the other child is
@@ -291,7 +292,7 @@ func TestZooKeeperDiscoveryServesPlainAndCuratorInstancesWithoutARestart(t *test
 	host, port := zkHostPort(t, p2.Addr)
 	zkPut(t, zc, "/services/thingworx/1c3a9d6e-0b7f-4f61-9e8a-2f4c7d2b9a10", curatorInstance("1c3a9d6e", host, port, 0))
 	zkPut(t, zc, "/services/thingworx/junk", "not an address")
-	eventually(t, 5*time.Second, "platform2, registered by Curator, to serve too", func() bool {
+	testkit.Eventually(t, "platform2, registered by Curator, to serve too", 5*time.Second, func() bool {
 		got := zkServed(t, l, 6)
 		return got[p1.Name] > 0 && got[p2.Name] > 0 && got[p1.Name]+got[p2.Name] == 6
 	})
@@ -300,7 +301,7 @@ func TestZooKeeperDiscoveryServesPlainAndCuratorInstancesWithoutARestart(t *test
 	}
 	for range 2 { // two safety re-lists (every session_timeout, 1s)
 		last := zkDiscovered(l).LastSuccess
-		eventually(t, 3*time.Second, "a safety re-list", func() bool { return zkDiscovered(l).LastSuccess.After(last) })
+		testkit.Eventually(t, "a safety re-list", 3*time.Second, func() bool { return zkDiscovered(l).LastSuccess.After(last) })
 	}
 	if n := strings.Count(logs.all(), `zookeeper: skipping /services/thingworx/junk: bad address "not an address"`); n != 1 {
 		t.Fatalf("the junk child was logged %d times, want once:\n%s", n, logs.all())
@@ -319,14 +320,14 @@ func TestZooKeeperDiscoveryDrainsTheServerOfADeletedZNode(t *testing.T) {
 	zkPut(t, zc, "/twx/platform/b", p2.Addr)
 	l, _ := startLB(t, zkConfig(zks.addr, "/twx/platform"))
 	events := recordEvents(t, l)
-	eventually(t, 5*time.Second, "both platforms to serve", func() bool {
+	testkit.Eventually(t, "both platforms to serve", 5*time.Second, func() bool {
 		got := zkServed(t, l, 6)
 		return got[p1.Name] > 0 && got[p2.Name] > 0
 	})
 
 	start := time.Now()
 	zkDelete(t, zc, "/twx/platform/a")
-	eventually(t, 5*time.Second, "a server_removed event of platform1", func() bool {
+	testkit.Eventually(t, "a server_removed event of platform1", 5*time.Second, func() bool {
 		return events.has(func(e healthcheck.Event) bool {
 			return e.Kind == healthcheck.ServerRemoved && e.Pool == "platform" && e.Server == p1.Addr
 		})
@@ -335,7 +336,7 @@ func TestZooKeeperDiscoveryDrainsTheServerOfADeletedZNode(t *testing.T) {
 	if got := zkServed(t, l, 6); got[p2.Name] != 6 {
 		t.Fatalf("after the deletion: %v, want platform2 alone", got)
 	}
-	eventually(t, 5*time.Second, "/status to list platform2 alone", func() bool {
+	testkit.Eventually(t, "/status to list platform2 alone", 5*time.Second, func() bool {
 		return slices.Equal(zkPoolServers(l), []string{p2.Addr})
 	})
 	if !events.has(func(e healthcheck.Event) bool {
@@ -353,7 +354,7 @@ func TestZooKeeperDiscoveryKeepsTheLastListWhileZooKeeperIsDownAndFollowsItAfter
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
 	zkPut(t, zc, "/services/thingworx/p2", p2.Addr)
 	l, logs := startLB(t, zkConfig(zks.addr, "/services/thingworx", `empty_grace = "500ms"`))
-	eventually(t, 5*time.Second, "both platforms to serve", func() bool {
+	testkit.Eventually(t, "both platforms to serve", 5*time.Second, func() bool {
 		got := zkServed(t, l, 6)
 		return got[p1.Name] > 0 && got[p2.Name] > 0
 	})
@@ -377,7 +378,7 @@ func TestZooKeeperDiscoveryKeepsTheLastListWhileZooKeeperIsDownAndFollowsItAfter
 	// Restarted on its port and data: a znode added afterwards is followed.
 	zks.start()
 	zkPut(t, zc, "/services/thingworx/p3", p3.Addr) // the test's client reconnects by itself
-	eventually(t, 10*time.Second, "platform3, added after the restart, to serve", func() bool {
+	testkit.Eventually(t, "platform3, added after the restart, to serve", 10*time.Second, func() bool {
 		return zkServed(t, l, 6)[p3.Name] > 0
 	})
 	if ds := zkDiscovered(l); !slices.Equal(ds.Servers, zkSorted(p1.Addr, p2.Addr, p3.Addr)) || ds.LastError != "" {
@@ -453,7 +454,7 @@ func TestZooKeeperDiscoveryReadsAgainWithANewSessionAfterAPartitionLongerThanThe
 	zc := zkClient(t, zks.addr)
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
 	l, logs := startLB(t, zkConfig(proxy.ln.Addr().String(), "/services/thingworx", `session_timeout = "2s"`))
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
 
 	// Cut off from ZooKeeper (which runs on) for 1.5 session timeouts: ZooKeeper expires the session
 	// and with it the watch; the path changes meanwhile. fairlead serves its last list, and reads the
@@ -467,7 +468,7 @@ func TestZooKeeperDiscoveryReadsAgainWithANewSessionAfterAPartitionLongerThanThe
 		}
 	}
 	proxy.setCut(false)
-	eventually(t, 10*time.Second, "the change made while cut off to apply", func() bool {
+	testkit.Eventually(t, "the change made while cut off to apply", 10*time.Second, func() bool {
 		return slices.Equal(zkDiscovered(l).Servers, []string{p2.Addr})
 	})
 	if !strings.Contains(logs.all(), "zookeeper: lost the session with "+proxy.ln.Addr().String()) {
@@ -476,7 +477,7 @@ func TestZooKeeperDiscoveryReadsAgainWithANewSessionAfterAPartitionLongerThanThe
 	// The new session's watch follows the path.
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
 	start := time.Now()
-	eventually(t, 900*time.Millisecond, "platform1 back in the list, by the new watch (before a safety re-list)", func() bool {
+	testkit.Eventually(t, "platform1 back in the list, by the new watch (before a safety re-list)", 900*time.Millisecond, func() bool {
 		return len(zkDiscovered(l).Servers) == 2
 	})
 	t.Logf("the new watch fired %s after the change", time.Since(start).Round(time.Millisecond))
@@ -489,14 +490,14 @@ func TestZooKeeperDiscoveryFollowsAnEnsembleRebuiltWithEmptyData(t *testing.T) {
 	zc := zkClient(t, zks.addr)
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
 	l, logs := startLB(t, zkConfig(zks.addr, "/services/thingworx"))
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
 	// Many transactions, seen by fairlead's client (a read after them): a server that has fewer refuses
 	// a client that saw them; a new client gets in.
 	for i := range 50 {
 		zkPut(t, zc, "/counter", fmt.Sprint(i))
 	}
 	last := zkDiscovered(l).LastSuccess
-	eventually(t, 5*time.Second, "a read after the writes", func() bool { return zkDiscovered(l).LastSuccess.After(last) })
+	testkit.Eventually(t, "a read after the writes", 5*time.Second, func() bool { return zkDiscovered(l).LastSuccess.After(last) })
 
 	zks.stop()
 	if err := os.RemoveAll(filepath.Join(zks.dir, "data")); err != nil {
@@ -505,7 +506,7 @@ func TestZooKeeperDiscoveryFollowsAnEnsembleRebuiltWithEmptyData(t *testing.T) {
 	zks.start()
 	// fairlead reads the new ensemble (a new client: not refused) and finds no path: an error, and the
 	// last list serves on.
-	eventually(t, 10*time.Second, "the new ensemble to be read", func() bool {
+	testkit.Eventually(t, "the new ensemble to be read", 10*time.Second, func() bool {
 		return zkDiscovered(l).LastError == "/services/thingworx does not exist (waiting for its creation)"
 	})
 	if got := zkServed(t, l, 4); got[p1.Name] != 4 {
@@ -513,7 +514,7 @@ func TestZooKeeperDiscoveryFollowsAnEnsembleRebuiltWithEmptyData(t *testing.T) {
 	}
 	zc = zkClient(t, zks.addr) // the old client is refused
 	zkPut(t, zc, "/services/thingworx/p2", p2.Addr)
-	eventually(t, 5*time.Second, "the new ensemble's list to apply", func() bool {
+	testkit.Eventually(t, "the new ensemble's list to apply", 5*time.Second, func() bool {
 		return slices.Equal(zkDiscovered(l).Servers, []string{p2.Addr})
 	})
 	if !strings.Contains(logs.all(), "zookeeper: lost the session with "+zks.addr+"; connecting anew") {
@@ -526,7 +527,7 @@ func TestZooKeeperDiscoveryReportsAMissingPathAndFollowsItOnceCreated(t *testing
 	c := startCluster(t, 1, 0)
 	p1 := c.Platforms[0]
 	l, logs := startLB(t, zkConfig(zks.addr, "/services/thingworx"))
-	eventually(t, 5*time.Second, "the missing path to be reported", func() bool {
+	testkit.Eventually(t, "the missing path to be reported", 5*time.Second, func() bool {
 		return zkDiscovered(l).LastError == "/services/thingworx does not exist (waiting for its creation)"
 	})
 	if ds := zkDiscovered(l); ds.Servers != nil {
@@ -535,7 +536,7 @@ func TestZooKeeperDiscoveryReportsAMissingPathAndFollowsItOnceCreated(t *testing
 	zc := zkClient(t, zks.addr)
 	start := time.Now()
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
 	t.Logf("served %s after the path was created", time.Since(start).Round(time.Millisecond))
 	if !strings.Contains(logs.all(), "/services/thingworx does not exist (waiting for its creation) (keeping the last list)") {
 		t.Fatalf("log:\n%s", logs.all())
@@ -549,22 +550,22 @@ func TestZooKeeperDiscoveryAppliesAnEmptyChildListOnlyAfterEmptyGrace(t *testing
 	zc := zkClient(t, zks.addr)
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
 	l, _ := startLB(t, zkConfig(zks.addr, "/services/thingworx", `empty_grace = "1500ms"`))
-	eventually(t, 5*time.Second, "platform1 to serve", func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
 
 	start := time.Now()
 	zkDelete(t, zc, "/services/thingworx/p1")
-	eventually(t, 2*time.Second, "the empty list to be pending", func() bool { return zkDiscovered(l).EmptyPending })
+	testkit.Eventually(t, "the empty list to be pending", 2*time.Second, func() bool { return zkDiscovered(l).EmptyPending })
 	for time.Since(start) < time.Second {
 		if got := zkServed(t, l, 2); got[p1.Name] != 2 {
 			t.Fatalf("%s into empty_grace: %v", time.Since(start), got)
 		}
 	}
-	eventually(t, 5*time.Second, "the empty list to apply", func() bool { return zkServed(t, l, 1)["503"] == 1 })
+	testkit.Eventually(t, "the empty list to apply", 5*time.Second, func() bool { return zkServed(t, l, 1)["503"] == 1 })
 	if d := time.Since(start); d < 1500*time.Millisecond {
 		t.Fatalf("the empty list applied %s after the deletion, before empty_grace", d)
 	}
 	zkPut(t, zc, "/services/thingworx/p1", p1.Addr)
-	eventually(t, 5*time.Second, "platform1 to serve again", func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
+	testkit.Eventually(t, "platform1 to serve again", 5*time.Second, func() bool { return zkServed(t, l, 2)[p1.Name] == 2 })
 }
 
 func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testing.T) {
@@ -583,7 +584,7 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 
 	l, logs := startLB(t, zkConfig(zks.addr, "/secure/thingworx", `digest_user = "fairlead"`,
 		fmt.Sprintf("digest_password_file = %q", right)))
-	eventually(t, 5*time.Second, "platform1, read with the credentials, to serve", func() bool {
+	testkit.Eventually(t, "platform1, read with the credentials, to serve", 5*time.Second, func() bool {
 		return zkServed(t, l, 2)[p1.Name] == 2
 	})
 
@@ -591,7 +592,7 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 	files := zkConfig(zks.addr, "/secure/thingworx", `digest_user = "fairlead"`, fmt.Sprintf("digest_password_file = %q", wrong))
 	files["20-seed.toml"] = fmt.Sprintf("[pools.platform]\nservers = [%q]\n", p2.Addr)
 	l2, logs2 := startLB(t, files)
-	eventually(t, 5*time.Second, "the read to fail", func() bool {
+	testkit.Eventually(t, "the read to fail", 5*time.Second, func() bool {
 		return zkDiscovered(l2).LastError == "listing /secure/thingworx: zk: not authenticated"
 	})
 	if got := zkServed(t, l2, 2); got[p2.Name] != 2 {
@@ -604,7 +605,7 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 	}
 
 	// The password file is a file of the config: watched, and a reload after rotating it applies.
-	cfgDir := writeConfig(t, zkConfig(zks.addr, "/secure/thingworx", `digest_user = "fairlead"`,
+	cfgDir := testkit.WriteFiles(t, zkConfig(zks.addr, "/secure/thingworx", `digest_user = "fairlead"`,
 		fmt.Sprintf("digest_password_file = %q", right)))
 	before, err := LoadConfig(cfgDir)
 	if err != nil {
@@ -633,7 +634,7 @@ func TestZooKeeperDiscoveryUsesTheSSLPortOfACuratorInstanceInATLSPool(t *testing
 	files["30-tls.toml"] = tlsTable("platform", "insecure_skip_verify = true")
 	l, _ := startLB(t, files)
 	want := []string{"127.0.0.1:18443", "127.0.0.1:28080", "127.0.0.1:38443"}
-	eventually(t, 5*time.Second, "the servers chosen", func() bool { return slices.Equal(zkPoolServers(l), want) })
+	testkit.Eventually(t, "the servers chosen", 5*time.Second, func() bool { return slices.Equal(zkPoolServers(l), want) })
 	if ds := zkDiscovered(l); !slices.Equal(ds.Servers, want) {
 		t.Fatalf("discovery status %+v", ds)
 	}
@@ -683,7 +684,7 @@ func TestZooKeeperDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		t.Helper()
 		files := zkConfig("127.0.0.1:2181", "/services/thingworx")
 		files["20-more.toml"] = "[pools.platform.discovery]\n" + discovery + "\n"
-		_, err := LoadConfig(writeConfig(t, files))
+		_, err := LoadConfig(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", discovery, err, want)
 		}
@@ -713,7 +714,7 @@ func TestZooKeeperDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	// The defaults: session_timeout 10s (zookeeper only), empty_grace 30s.
 	files := zkConfig("127.0.0.1:2181", "/services/thingworx")
 	files["10-zk.toml"] = strings.Replace(files["10-zk.toml"], `session_timeout = "2s"`, "", 1)
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // clientFaultSeeds are requests whose end is the client's doing: no Host, an empty one, a body cut or
@@ -77,7 +79,7 @@ pool = "rr"
 			conn.Close()
 		}
 		// Settled once fairlead closed its side: its handler has returned, every attempt is over.
-		eventually(t, 5*time.Second, "fairlead to close the connection", func() bool {
+		testkit.Eventually(t, "fairlead to close the connection", 5*time.Second, func() bool {
 			return l.frontend.GetOpenConnectionsCount() == 0
 		})
 		st := p.state.Load()

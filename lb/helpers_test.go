@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +18,7 @@ import (
 // servers, closed at the end of the test.
 func startCluster(t testing.TB, n, m int) *sim.Cluster {
 	t.Helper()
-	c, err := sim.Start(sim.Options{Platforms: n, Connections: m, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return testkit.StartCluster(t, sim.Options{Platforms: n, Connections: m, Logf: func(string, ...any) {}})
 }
 
 // fastChecks are leader-check settings short enough for tests: a switch takes three fast intervals.
@@ -72,18 +65,6 @@ servers = ["127.0.0.1:9081", "127.0.0.1:9082"]
 pool = "platform"
 `
 
-// writeConfig writes files (name → content) into a new directory and returns it.
-func writeConfig(t testing.TB, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // logSink collects log lines so tests can assert on them (and keep the output quiet).
 type logSink struct {
 	mu    sync.Mutex
@@ -105,7 +86,7 @@ func (l *logSink) all() string {
 // startLB loads the config files and starts fairlead on them, stopped at the end of the test.
 func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 	t.Helper()
-	return startLBDir(t, writeConfig(t, files))
+	return startLBDir(t, testkit.WriteFiles(t, files))
 }
 
 // startLBDir is startLB on a config directory the test keeps (to edit it and reload).
@@ -143,26 +124,6 @@ func get(t *testing.T, l *LB, path string) (int, string) {
 	return resp.StatusCode, resp.Header.Get("X-Served-By")
 }
 
-// eventually polls cond every 10ms until it holds, and fails the test if the timeout passes first.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !within(timeout, cond) {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
-}
-
-// within polls cond every 10ms until it holds (true) or the timeout passes (false).
-func within(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 // failedProbesSince counts the LeaderCheck answers other than 200 that p gave after since.
 func failedProbesSince(p *sim.Platform, since time.Time) int {
 	n := 0
@@ -194,10 +155,4 @@ func serverAvailable(l *LB, pool, addr string) bool {
 		}
 	}
 	return false
-}
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	return testkit.Addr(t) // free, and handed to nobody else
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -236,7 +237,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		conn := hostileDial(t, l.Addr())
 		conn.write("POST " + hostilePath + " HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
 		// Wait for the request to reach the platform (fairlead may also hold it; then ~1 s at most).
-		reached := within(time.Second, func() bool { return hostilePlatformRequests(c) > before })
+		reached := testkit.Within(time.Second, func() bool { return hostilePlatformRequests(c) > before })
 		conn.write("zz\r\n") //nolint:errcheck
 		r := conn.answerAndClose()
 		if r.status != 400 || !r.closed {
@@ -248,7 +249,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		if reached {
 			// The simulator counts no completed bodies: fairlead's connection to the leader must have
 			// been aborted (a completed request leaves it idle in fairlead's pool).
-			if !within(3*time.Second, func() bool { return hostileServerConns(l, "platform", leader.Addr) == 0 }) {
+			if !testkit.Within(3*time.Second, func() bool { return hostileServerConns(l, "platform", leader.Addr) == 0 }) {
 				t.Errorf("fairlead still holds %d upstream connections to the leader 3s after the bad chunk: the upstream request was not aborted",
 					hostileServerConns(l, "platform", leader.Addr))
 			}
@@ -262,7 +263,7 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("rec", u.addr, []string{"/Thingworx/rec"}, "", "")))
 		conn := hostileDial(t, l.Addr())
 		conn.write("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
-		within(time.Second, func() bool { return u.requests.Load() > 0 })
+		testkit.Within(time.Second, func() bool { return u.requests.Load() > 0 })
 		conn.write("zz\r\n") //nolint:errcheck
 		r := conn.answerAndClose()
 		if r.status != 400 || !r.closed {
@@ -314,7 +315,7 @@ func TestHostileSizeLimits(t *testing.T) {
 		t.Helper()
 		before, _ := hostileBadRequests(t, l)
 		send()
-		if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
+		if !testkit.Within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
 			after, unlabelled := hostileBadRequests(t, l)
 			t.Errorf(`fairlead_bad_requests_total{code=%q} went from %v to %v, want +1 (by code before %v, after %v; unlabelled series %v)`,
 				code, before[code], after[code], before, after, unlabelled)
@@ -394,7 +395,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 		t.Errorf("the platforms received %d requests", n)
 	}
 	if r.status == 408 {
-		if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after["408"] == codesBefore["408"]+1 }) {
+		if !testkit.Within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after["408"] == codesBefore["408"]+1 }) {
 			after, unlabelled := hostileBadRequests(t, l)
 			t.Errorf(`fairlead_bad_requests_total{code="408"} did not go up by 1: before %v, after %v, unlabelled %v`, codesBefore, after, unlabelled)
 		}
@@ -489,7 +490,7 @@ func TestHostileMaxConnsRefusesExtraConnectionsWithoutHoldingGoroutines(t *testi
 	}
 	// Checked while the extra connections are still open on the client's side.
 	const slack = 15
-	if !within(time.Second, func() bool { return runtime.NumGoroutine()-g0 < slack }) {
+	if !testkit.Within(time.Second, func() bool { return runtime.NumGoroutine()-g0 < slack }) {
 		t.Errorf("goroutines went from %d to %d while 50 extra connections were refused (slack %d)", g0, runtime.NumGoroutine(), slack)
 	}
 	for i, h := range held {
@@ -707,11 +708,7 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 		}
 	}
 
-	c, err := sim.Start(sim.Options{Platforms: 2, Credentials: cred, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Credentials: cred, Logf: func(string, ...any) {}})
 	// A server that resets POSTs (502) and never answers anything else (504).
 	u := startHostileUpstream(t, func(_ *hostileUpstream, _ net.Conn, br *bufio.Reader, head string) bool {
 		if strings.HasPrefix(head, "POST ") {
@@ -734,7 +731,7 @@ queue_timeout = "300ms"
 [[routes]]
 pool = "nolead"
 paths = ["/Thingworx/nolead"]
-`, closedAddr(t), credCheck, fastChecks)
+`, testkit.Addr(t), credCheck, fastChecks)
 	files["30-hostile.toml"] = "[global]\naccess_log = true\n"
 	l, logs := startLB(t, files)
 	if probes := c.Platforms[0].Probes(); len(probes) == 0 || probes[len(probes)-1].Authorization != "Basic "+cred {
@@ -830,7 +827,7 @@ func TestHostileBadRequestsAreCountedByStatusCode(t *testing.T) {
 				t.Fatalf("got %s; want 400 or 505", r)
 			}
 			code := strconv.Itoa(r.status)
-			if !within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
+			if !testkit.Within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code] == before[code]+1 }) {
 				after, unlabelled := hostileBadRequests(t, l)
 				t.Errorf(`after a %s answer fairlead_bad_requests_total{code=%q} went from %v to %v, want +1 (unlabelled series: %v)`,
 					code, code, before[code], after[code], unlabelled)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func TestTrafficGoesOnlyToTheLeaderAndNeverToBackupsAnswering400_401_503(t *testing.T) {
@@ -49,14 +50,14 @@ func TestLeaderSwitchesOnTheThirdNon200AnswerNotTheSecond(t *testing.T) {
 	p1.SetLeaderCheckStatus(503)
 	mustSetState(t, p2, sim.Leader)
 
-	eventually(t, 5*time.Second, "two failed LeaderChecks", func() bool { return failedProbesSince(p1, flip) >= 2 })
+	testkit.Eventually(t, "two failed LeaderChecks", 5*time.Second, func() bool { return failedProbesSince(p1, flip) >= 2 })
 	if n := failedProbesSince(p1, flip); n == 2 {
 		_, by := get(t, l, "/")
 		if failedProbesSince(p1, flip) == 2 && by != p1.Name {
 			t.Fatalf("after two non-200 answers traffic went to %q, want the old leader %s", by, p1.Name)
 		}
 	}
-	eventually(t, 5*time.Second, "traffic on platform2", func() bool { _, by := get(t, l, "/"); return by == p2.Name })
+	testkit.Eventually(t, "traffic on platform2", 5*time.Second, func() bool { _, by := get(t, l, "/"); return by == p2.Name })
 	if n := failedProbesSince(p1, flip); n < 3 {
 		t.Fatalf("switched after %d non-200 answers, want 3", n)
 	}
@@ -68,7 +69,7 @@ func TestHungLeaderCountsAsNon200ByTimeout(t *testing.T) {
 	l, logs := startLB(t, platformConfig(c, `response_timeout = "300ms"`, ""))
 	mustSetState(t, p1, sim.Hung)
 	mustSetState(t, p2, sim.Leader)
-	eventually(t, 5*time.Second, "platform2 to lead", func() bool { return l.Status().Pools[0].Leader == p2.Addr })
+	testkit.Eventually(t, "platform2 to lead", 5*time.Second, func() bool { return l.Status().Pools[0].Leader == p2.Addr })
 	st := l.Status().Pools[0].Servers[0].Check
 	if st.Fails < 3 || !strings.Contains(st.LastError, "timeout") {
 		t.Fatalf("hung server check state %+v, want >= 3 fails by timeout", st)
@@ -124,7 +125,7 @@ func TestSplitBrainKeepsTheCurrentLeaderAndIsCounted(t *testing.T) {
 	l, logs := startLB(t, platformConfig(c, "", ""))
 	mustSetState(t, p2, sim.Leader) // both answer 200 now
 	since := time.Now()
-	eventually(t, 3*time.Second, "several probes of platform2", func() bool {
+	testkit.Eventually(t, "several probes of platform2", 3*time.Second, func() bool {
 		n := 0
 		for _, pr := range p2.Probes() {
 			if pr.At.After(since) && pr.Status == 200 {
@@ -187,7 +188,7 @@ func TestProbeSpacingStaysWithinIntervalAndIntervalMax(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	startLB(t, platformConfig(c, "", `interval = "100ms"`+"\n"+`interval_max = "200ms"`))
 	for _, p := range c.Platforms {
-		eventually(t, 20*time.Second, p.Name+" to get 10 probes", func() bool { return len(p.Probes()) >= 10 })
+		testkit.Eventually(t, p.Name+" to get 10 probes", 20*time.Second, func() bool { return len(p.Probes()) >= 10 })
 	}
 	for _, p := range c.Platforms {
 		probes := p.Probes()
@@ -294,7 +295,7 @@ func TestFailoverLosesNoIdempotentRequest(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 			mustSetState(t, p1, tc.old)
 			mustSetState(t, p2, sim.Leader)
-			eventually(t, 5*time.Second, "platform2 to serve", func() bool { return p2.Requests() > 50 })
+			testkit.Eventually(t, "platform2 to serve", 5*time.Second, func() bool { return p2.Requests() > 50 })
 			close(stop)
 			wg.Wait()
 			if failed.Load() != 0 {
@@ -323,7 +324,7 @@ func TestNonIdempotentRequestGets502WhenItReachedTheServerAnd504OnTimeout(t *tes
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	eventually(t, 2*time.Second, "the POST to reach platform1", func() bool { return p1.Requests() == 1 })
+	testkit.Eventually(t, "the POST to reach platform1", 2*time.Second, func() bool { return p1.Requests() == 1 })
 	mustSetState(t, p1, sim.Dead)
 	if code := <-done; code != 502 {
 		t.Fatalf("POST cut by the server got %d, want 502", code)
@@ -357,5 +358,5 @@ func TestA503ToANonIdempotentRequestIsRelayedNotRetriedButTriggersProbes(t *test
 	if p2.Requests() != 0 {
 		t.Fatal("the POST was replayed on another server")
 	}
-	eventually(t, time.Second, "an immediate probe of every server", func() bool { return len(p2.Probes()) > before })
+	testkit.Eventually(t, "an immediate probe of every server", time.Second, func() bool { return len(p2.Probes()) > before })
 }

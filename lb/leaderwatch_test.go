@@ -8,17 +8,14 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // A GET waiting on a leader that hangs is sent to the new leader as soon as the LeaderChecks elect it,
 // not after response_timeout; a POST waiting with it is never sent twice and ends by its own timeout.
 // The hung leader is noticed by its unanswered traffic, long before its next scheduled LeaderCheck.
 func TestRequestsWaitingOnAHungLeaderMoveToTheNewLeaderButAPOSTIsNeverSentTwice(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, DeliveryHeader: "X-Id", Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, DeliveryHeader: "X-Id", Logf: func(string, ...any) {}})
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	// Scheduled LeaderChecks every 30-40 s: only the watch of live traffic can notice the hang in time.
 	l, _ := startLB(t, platformConfig(c, `response_timeout = "8s"`, `interval = "30s"

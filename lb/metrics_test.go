@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -40,7 +41,7 @@ func mustMetric(t *testing.T, page, series string) float64 {
 // startLBWithOptions is startLB with the caller's Options (a logger, a version).
 func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
 	t.Helper()
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestMetricsHaveEachServersProbeLatencies(t *testing.T) {
 	l, _ := startLB(t, platformConfig(c, "", ""))
 	for _, p := range c.Platforms {
 		series := fmt.Sprintf(`fairlead_check_duration_seconds_count{pool="platform",server=%q,name=%q}`, p.Addr, p.Addr)
-		eventually(t, 3*time.Second, "probe latencies of "+p.Addr, func() bool {
+		testkit.Eventually(t, "probe latencies of "+p.Addr, 3*time.Second, func() bool {
 			n, _ := metricValue(scrapeMetrics(t, l), series)
 			return n >= 2
 		})
@@ -161,7 +162,7 @@ timeout = "300ms"
 [[routes]]
 paths = ["/nobody"]
 pool = "nobody"
-`, closedAddr(t))
+`, testkit.Addr(t))
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)
 	resp, err := testClient.Get("http://" + l.Addr() + "/nobody")
@@ -203,7 +204,7 @@ func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 		}
 		conn.Close()
 	}
-	eventually(t, 3*time.Second, "the tunnels to close", func() bool {
+	testkit.Eventually(t, "the tunnels to close", 3*time.Second, func() bool {
 		return l.relayStats().Closed == 5
 	})
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -220,7 +221,7 @@ func TestAdminConfigRequiresCredentialsOffLoopbackAndNeverShowsThem(t *testing.T
 	tokenFile, passwordFile := opSecret(t, token), opSecret(t, password)
 	load := func(admin string) (*Config, error) {
 		t.Helper()
-		return loadConfigNoPanic(t, writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-admin.toml": admin}))
+		return loadConfigNoPanic(t, testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-admin.toml": admin}))
 	}
 	noSecret := func(err error) {
 		t.Helper()
@@ -335,7 +336,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 		}
 		conns = append(conns, conn)
 	}
-	eventually(t, 5*time.Second, "3 tunnels open on cx1", func() bool { return cx1.OpenTunnels() == 3 })
+	testkit.Eventually(t, "3 tunnels open on cx1", 5*time.Second, func() bool { return cx1.OpenTunnels() == 3 })
 
 	// drain: no new traffic, not even for the keys of its open tunnels; the tunnels stay.
 	ss := opMustAction(t, l, "cxserver", cx1.Addr, "drain", "")
@@ -394,7 +395,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	for i, conn := range conns {
 		mustClose(t, conn, fmt.Sprint("tunnel ", i, " to cx1 in maintenance"))
 	}
-	eventually(t, 5*time.Second, "cx1's tunnels to end", func() bool { return cx1.OpenTunnels() == 0 })
+	testkit.Eventually(t, "cx1's tunnels to end", 5*time.Second, func() bool { return cx1.OpenTunnels() == 0 })
 	for i := 0; i < 3; i++ {
 		if a := next(); landsOn(t, l, a) != cx2.Name {
 			t.Errorf("cx1 in maintenance took new key %s", a)
@@ -484,13 +485,13 @@ func TestAdminProbeActionProbesTheServerAtOnce(t *testing.T) {
 		before := opQuietCount(t, p.name+"'s probes", p.sim)
 		st := opQuietCount(t, p.name+"'s probe count in /status", probes(p.addr))
 		opMustAction(t, l, "platform", p.addr, "probe", "")
-		eventually(t, 3*time.Second, p.name+" to get a probe", func() bool { return p.sim() > before })
-		eventually(t, 3*time.Second, p.name+"'s probe count in /status to move", func() bool { return probes(p.addr)() > st })
+		testkit.Eventually(t, p.name+" to get a probe", 3*time.Second, func() bool { return p.sim() > before })
+		testkit.Eventually(t, p.name+"'s probe count in /status to move", 3*time.Second, func() bool { return probes(p.addr)() > st })
 	}
 	// A connection server of the sticky pool: /status counts its probes.
 	before := opQuietCount(t, "cx2's probe count", probes(cx2.Addr))
 	opMustAction(t, l, "cxserver", cx2.Addr, "probe", "")
-	eventually(t, 3*time.Second, "cx2 to get a probe", func() bool { return probes(cx2.Addr)() > before })
+	testkit.Eventually(t, "cx2 to get a probe", 3*time.Second, func() bool { return probes(cx2.Addr)() > before })
 	opWantState(t, l, "", "cxserver", cx2.Addr, "up", "ready", true)
 	if n := opAdminActions(t, l, ""); n != 3 {
 		t.Errorf("%s = %v after 3 probes, want 3", adminActionSeries, n)
@@ -568,8 +569,8 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	// reload then fails whole (nothing moves); pick others and try again.
 	var newAddr, newAdmin string
 	for try := 1; ; try++ {
-		newAddr, newAdmin = closedAddr(t), closedAddr(t)
-		cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-listen.toml",
+		newAddr, newAdmin = testkit.Addr(t), testkit.Addr(t)
+		cfg, err := LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-listen.toml",
 			fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
 		if err != nil {
 			t.Fatal(err)
@@ -601,8 +602,8 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	if code, _, body := opAdmin(t, newAdmin, http.MethodGet, "/healthz", ""); code != 200 {
 		t.Fatalf("admin on the new address: %d %s", code, body)
 	}
-	eventually(t, 5*time.Second, "the old frontend address to refuse connections", func() bool { return opRefused(oldAddr) })
-	eventually(t, 5*time.Second, "the old admin address to refuse connections", func() bool { return opRefused(oldAdmin) })
+	testkit.Eventually(t, "the old frontend address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAddr) })
+	testkit.Eventually(t, "the old admin address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAdmin) })
 	if n := opMetric(t, newAdmin, "", "fairlead_config_reloads_total"); n != 1 {
 		t.Errorf("fairlead_config_reloads_total = %v, want 1", n)
 	}
@@ -633,7 +634,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	metric := func(name string) float64 { t.Helper(); return opMetric(t, l.AdminAddr(), "", name) }
 
 	// The frontend's new address is taken.
-	cfg, err := LoadConfig(writeConfig(t, opCopy(files, "50-bad.toml",
+	cfg, err := LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool))))
 	if err != nil {
 		t.Fatal(err)
@@ -665,8 +666,8 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	}
 
 	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
-	free := closedAddr(t)
-	cfg, err = LoadConfig(writeConfig(t, opCopy(files, "50-bad.toml",
+	free := testkit.Addr(t)
+	cfg, err = LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool))))
 	if err != nil {
 		t.Fatal(err)
@@ -786,7 +787,7 @@ func TestTunnelCloseSpreadSpreadsTheClosesOfADownServersTunnels(t *testing.T) {
 			if serverAvailable(l, "cxserver", cx1.Addr) {
 				t.Errorf("cx1 is still available")
 			}
-			eventually(t, 5*time.Second, "cx1's tunnels to end on its side", func() bool { return cx1.OpenTunnels() == 0 })
+			testkit.Eventually(t, "cx1's tunnels to end on its side", 5*time.Second, func() bool { return cx1.OpenTunnels() == 0 })
 		})
 	}
 }
@@ -821,7 +822,7 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 		b, err := io.ReadAll(resp.Body)
 		slow <- result{code: resp.StatusCode, body: string(b), err: err}
 	}()
-	eventually(t, 5*time.Second, "the slow request to reach the leader", func() bool { return leader.Requests() > before })
+	testkit.Eventually(t, "the slow request to reach the leader", 5*time.Second, func() bool { return leader.Requests() > before })
 	arrived := time.Now()
 
 	closed := make(chan time.Time, 1)
@@ -829,7 +830,7 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 		l.Close()
 		closed <- time.Now()
 	}()
-	eventually(t, 2*time.Second, "new connections to be refused once Close began", func() bool { return opRefused(addr) })
+	testkit.Eventually(t, "new connections to be refused once Close began", 2*time.Second, func() bool { return opRefused(addr) })
 
 	select {
 	case r := <-slow:
@@ -852,7 +853,7 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 		t.Errorf("the frontend accepts connections after Close")
 	}
 	mustClose(t, tunnel, "the tunnel open at Close")
-	eventually(t, 5*time.Second, "the tunnel to end on the connection server", func() bool { return cx.OpenTunnels() == 0 })
+	testkit.Eventually(t, "the tunnel to end on the connection server", 5*time.Second, func() bool { return cx.OpenTunnels() == 0 })
 	idle.conn.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
 	if _, err := idle.br.ReadByte(); err == nil {
 		t.Errorf("the idle keep-alive connection got a byte after Close")
@@ -866,7 +867,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	tokenFile := opSecret(t, "first-T0ken")
 	files := cxConfig(c, fmt.Sprintf("[admin]\ntoken_file = %q\n", tokenFile))
 	// One config directory for the whole test, as a running fairlead has (startLB writes a new one).
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
 	cx1 := c.Connections[0]
 	action := func(token string) int {

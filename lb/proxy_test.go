@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // rawExchange writes a raw request on a new connection and returns the status line and whether the
@@ -132,11 +133,7 @@ func TestAnIPv6ServerIsProbedAndServes(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, PlatformAddrs: []string{addr}, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, PlatformAddrs: []string{addr}, Logf: func(string, ...any) {}})
 	l, _ := startLB(t, platformConfig(c, "", ""))
 	if code, by := get(t, l, "/x"); code != 200 || by != c.Platforms[0].Name {
 		t.Fatalf("GET through an IPv6 leader: %d from %q", code, by)

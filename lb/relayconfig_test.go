@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // relayBaseConfig is a valid config of one relay and no [[routes]]; it reads the secrets files of
@@ -49,7 +51,7 @@ func writeRelaySecrets(t *testing.T) string {
 
 func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 	secrets := writeRelaySecrets(t)
-	cfg, err := LoadConfig(writeConfig(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)}))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)}))
 	if err != nil {
 		t.Fatalf("a config with a relay and no [[routes]]: %v", err)
 	}
@@ -74,7 +76,7 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 // subscribers: the same files must give the same fingerprint.
 func TestRelayConfigFingerprintIsTheSameWhenTheFilesAreTheSame(t *testing.T) {
 	secrets := writeRelaySecrets(t)
-	dir := writeConfig(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)})
+	dir := testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)})
 	a, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +110,7 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 
 	f := func(name, bad string, want ...string) {
 		t.Helper()
-		dir := writeConfig(t, map[string]string{"10-base.toml": relayBaseConfig(secrets), "20-bad.toml": bad})
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets), "20-bad.toml": bad})
 		_, err := LoadConfig(dir)
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -170,7 +172,7 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		"20-bad.toml: relays.second.path: ", "relays.appconfig")
 
 	// Every problem of a relay is listed, not only the first.
-	dir := writeConfig(t, map[string]string{"10-base.toml": relayBaseConfig(secrets),
+	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets),
 		"20-bad.toml": r + "subscriber_buffer = 0\nstart = \"quick\"\ntopics = [\"x\"]\n"})
 	_, err := LoadConfig(dir)
 	for _, key := range []string{"subscriber_buffer", "start", "topics.0"} {
@@ -185,9 +187,9 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	files := relayFiles(t, relayConfigAddrs(c), "", "", "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.waitVersion(t, 1, 5*time.Second)
 
@@ -200,7 +202,7 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	}
 	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
 	// reload, which keeps the running relay.
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", closedAddr(t))), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := LoadConfig(dir)
@@ -229,7 +231,7 @@ func TestRelayConfigAuthTableMergesKeyByKeyAcrossFiles(t *testing.T) {
 	if err := os.WriteFile(other, []byte("k2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(writeConfig(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets),
+	cfg, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets),
 		"20-more.toml": fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\n", other)}))
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // openSSE opens an SSE stream on path and returns the connection and the status line.
@@ -39,7 +41,7 @@ func TestRelayMaxSubscribersRefusesOneMoreStream(t *testing.T) {
 	if s1 != "HTTP/1.1 200 OK" || s2 != "HTTP/1.1 200 OK" {
 		t.Fatalf("the first two streams: %q, %q", s1, s2)
 	}
-	eventually(t, 5*time.Second, "two subscribers", func() bool { return l.Status().Relays[0].Subscribers == 2 })
+	testkit.Eventually(t, "two subscribers", 5*time.Second, func() bool { return l.Status().Relays[0].Subscribers == 2 })
 	if _, s3 := openSSE(t, l.Addr(), "/relay/inventory/dev"); s3 != "HTTP/1.1 503 Service Unavailable" {
 		t.Fatalf("a third stream: %q, want 503", s3)
 	}
@@ -55,7 +57,7 @@ func TestRelayMaxSubscribersRefusesOneMoreStream(t *testing.T) {
 		t.Errorf("refused 503 = %d, want 1", n)
 	}
 	a.Close()
-	eventually(t, 5*time.Second, "the closed stream to leave", func() bool { return l.Status().Relays[0].Subscribers == 1 })
+	testkit.Eventually(t, "the closed stream to leave", 5*time.Second, func() bool { return l.Status().Relays[0].Subscribers == 1 })
 	if _, s := openSSE(t, l.Addr(), "/relay/inventory/dev"); s != "HTTP/1.1 200 OK" {
 		t.Fatalf("a stream after one ended: %q", s)
 	}

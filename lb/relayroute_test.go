@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -42,12 +43,8 @@ var relayTopics = []string{"inventory/dev", "inventory/prod", "payments/dev", "p
 // startRelaySim starts n config servers requiring relayUpKey (config1 first), on addrs where given.
 func startRelaySim(t testing.TB, n int, addrs ...string) *sim.Cluster {
 	t.Helper()
-	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, ConfigServers: n, ConfigAddrs: addrs,
+	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigServers: n, ConfigAddrs: addrs,
 		ConfigAPIKey: relayUpKey, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	return c
 }
 
@@ -191,7 +188,7 @@ func oneSessionPerTopic(s *sim.ConfigServer, topics ...string) bool {
 // count only what the test does next.
 func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "the relay's fetches to settle", func() bool {
+	testkit.Eventually(t, "the relay's fetches to settle", 10*time.Second, func() bool {
 		l.routesMu.Lock()
 		var rr *relayRoute
 		for _, r := range l.relayRoutes {
@@ -522,7 +519,7 @@ func TestRelayFansOutOneChangePerTopicToThousandsOfSubscribersOverFourUpstreamSe
 			t.Fatalf("SSE %d: first event %+v", i, ev)
 		}
 	}
-	eventually(t, 5*time.Second, "one upstream session per topic at the config server", func() bool {
+	testkit.Eventually(t, "one upstream session per topic at the config server", 5*time.Second, func() bool {
 		return oneSessionPerTopic(cfg, relayTopics...)
 	})
 	for _, tp := range relayTopics {
@@ -570,7 +567,7 @@ func TestRelaySnapshotsAreServedFromTheCacheWithAnETag(t *testing.T) {
 	cfg := c.Configs[0]
 	v := relayPublish(t, c, "inventory/dev", `{"cached":true}`)
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	// The session's first fetch (after it connects) may still be on its way: wait for it.
 	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
@@ -644,7 +641,7 @@ func TestRelayDropsASlowSubscriberWhileTheOthersKeepReceiving(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slowWS.Close()
-	eventually(t, 5*time.Second, "4 subscribers", func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 4 })
+	testkit.Eventually(t, "4 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 4 })
 
 	// Publish changes one at a time until both slow subscribers are gone; the reading ones get
 	// every version.
@@ -721,14 +718,14 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), `failback_interval = "1s"`, "", ""))
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	eventually(t, 5*time.Second, "the sessions on the primary", func() bool { return oneSessionPerTopic(primary, relayTopics...) })
+	testkit.Eventually(t, "the sessions on the primary", 5*time.Second, func() bool { return oneSessionPerTopic(primary, relayTopics...) })
 	if n := simAllSessions(backup); n != 0 {
 		t.Fatalf("%d sessions on the backup while the primary is up", n)
 	}
 
 	primary.Stop()
 	stopped := time.Now()
-	if !within(time.Second, func() bool { return oneSessionPerTopic(backup, relayTopics...) }) {
+	if !testkit.Within(time.Second, func() bool { return oneSessionPerTopic(backup, relayTopics...) }) {
 		t.Fatalf("1s after the primary stopped, the backup holds %+v", backup.Stats().Topics)
 	}
 	t.Logf("sessions on the backup %s after the primary stopped", time.Since(stopped))
@@ -747,7 +744,7 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	}
 	started := time.Now()
 	// One failback interval, plus a margin for the probe and the reconnections.
-	if !within(failback+time.Second, func() bool {
+	if !testkit.Within(failback+time.Second, func() bool {
 		return oneSessionPerTopic(primary, relayTopics...) && simAllSessions(backup) == 0
 	}) {
 		t.Fatalf("%s after the primary returned: primary %+v, backup %+v", failback+time.Second,
@@ -794,12 +791,12 @@ func readRelaySeed(path string) *seedFile {
 
 func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesTheSeed(t *testing.T) {
 	t.Parallel()
-	upstream := closedAddr(t) // nothing listens there yet
+	upstream := testkit.Addr(t) // nothing listens there yet
 	seed := filepath.Join(t.TempDir(), "seed.json")
 	writeRelaySeed(t, seed, map[string]uint64{"inventory/dev": 7})
 	files := relayFiles(t, []string{upstream}, "",
 		fmt.Sprintf("start = \"fast\"\nseed_file = %q\nseed_file_write = true\nwait_timeout = \"1s\"", seed), "")
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -863,7 +860,7 @@ func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesThe
 	freshBody := body
 
 	// seed_file_write: the file gets the latest snapshots.
-	eventually(t, 10*time.Second, "the seed file to hold the fresh snapshots", func() bool {
+	testkit.Eventually(t, "the seed file to hold the fresh snapshots", 10*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		if sf == nil || sf.Relay != "appconfig" || sf.Topics["inventory/dev"].Version != v {
 			return false
@@ -879,7 +876,7 @@ func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesThe
 	// A second fast start, with the upstream gone again, serves what the first one wrote.
 	closeLB()
 	c.Close()
-	cfg2, err := LoadConfig(writeConfig(t, files))
+	cfg2, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -984,7 +981,7 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, logs := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", "[global]\naccess_log = true\n"))
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	const topic = "inventory/dev"
 	var seen bytes.Buffer
 	dump := func(what string, h http.Header, body []byte) {
@@ -1043,7 +1040,7 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	sse2 := dialRelaySSE(t, l2.Addr(), "/relay/"+topic, relayKeyHdr...)
 	sse2.waitVersion(t, 1, 5*time.Second)
 	dialRelayWS(t, l2.Addr(), "/relay/"+topic)
-	eventually(t, 5*time.Second, "the recorder to see the sessions and fetches", func() bool { return len(hr.all()) >= 9 })
+	testkit.Eventually(t, "the recorder to see the sessions and fetches", 5*time.Second, func() bool { return len(hr.all()) >= 9 })
 	for i, h := range hr.all() {
 		if h.Get(relayClientHeader) != "" {
 			t.Errorf("upstream request %d carries the client key header %s", i, relayClientHeader)
@@ -1059,7 +1056,7 @@ func TestRelayOnDemandTopicsIdleTimeoutAndMaxTopics(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "max_topics = 5\ntopic_idle_timeout = \"300ms\"", ""))
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 
 	// An on-demand topic is fetched at its first GET, then watched.
 	resp, body := relayGet(t, l, http.MethodGet, "/relay/extra/one", relayKeyHdr...)
@@ -1069,7 +1066,7 @@ func TestRelayOnDemandTopicsIdleTimeoutAndMaxTopics(t *testing.T) {
 	if f := simFetches(cfg, "extra/one"); f < 1 {
 		t.Errorf("the on-demand topic was not fetched upstream")
 	}
-	eventually(t, 5*time.Second, "a session for the on-demand topic", func() bool { return simSessions(cfg, "extra/one") == 1 })
+	testkit.Eventually(t, "a session for the on-demand topic", 5*time.Second, func() bool { return simSessions(cfg, "extra/one") == 1 })
 
 	// max_topics = 5: the 4 listed and extra/one; one more is refused.
 	resp, body = relayGet(t, l, http.MethodGet, "/relay/extra/two", relayKeyHdr...)
@@ -1081,7 +1078,7 @@ func TestRelayOnDemandTopicsIdleTimeoutAndMaxTopics(t *testing.T) {
 	}
 
 	// Idle for topic_idle_timeout: the session closes (the listed ones too: nobody subscribes).
-	eventually(t, 5*time.Second, "the idle topics' sessions to close", func() bool {
+	testkit.Eventually(t, "the idle topics' sessions to close", 5*time.Second, func() bool {
 		return simSessions(cfg, "extra/one") == 0 && simSessions(cfg, "inventory/dev") == 0
 	})
 	// Now extra/one is forgotten, so another on-demand topic fits.
@@ -1102,14 +1099,14 @@ func TestRelayOnDemandTopicsIdleTimeoutAndMaxTopics(t *testing.T) {
 	// A subscriber keeps the topic watched past the idle timeout.
 	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.waitVersion(t, v, 5*time.Second)
-	eventually(t, 5*time.Second, "the session back", func() bool { return simSessions(cfg, "inventory/dev") == 1 })
+	testkit.Eventually(t, "the session back", 5*time.Second, func() bool { return simSessions(cfg, "inventory/dev") == 1 })
 	// Meanwhile another listed topic, read once, goes idle again: the idle loop ran, and the topic
 	// with a subscriber kept its session.
 	if resp, _ := relayGet(t, l, http.MethodGet, "/relay/payments/prod", relayKeyHdr...); resp.StatusCode != 200 {
 		t.Fatalf("GET payments/prod: %d", resp.StatusCode)
 	}
-	eventually(t, 5*time.Second, "payments/prod watched again", func() bool { return simSessions(cfg, "payments/prod") == 1 })
-	eventually(t, 5*time.Second, "payments/prod idle again", func() bool { return simSessions(cfg, "payments/prod") == 0 })
+	testkit.Eventually(t, "payments/prod watched again", 5*time.Second, func() bool { return simSessions(cfg, "payments/prod") == 1 })
+	testkit.Eventually(t, "payments/prod idle again", 5*time.Second, func() bool { return simSessions(cfg, "payments/prod") == 0 })
 	if simSessions(cfg, "inventory/dev") != 1 {
 		t.Errorf("the session of a topic with a subscriber closed")
 	}
@@ -1122,7 +1119,7 @@ func TestRelayRefusals(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "on_demand = false", ""))
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 
@@ -1190,9 +1187,9 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	files := relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 8", "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	reload := func(more string) {
@@ -1224,7 +1221,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 		t.Errorf("a reload that did not touch the relay: the WebSocket got %+v %v, want version %d", ch, err, v)
 		ws = dialRelayWS(t, l.Addr(), "/relay/"+topic)
 	}
-	eventually(t, 5*time.Second, "one session per topic", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "one session per topic", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	if st := cfg.Stats().Topics[topic]; st.SessionsTotal != 0 {
 		t.Errorf("a reload that did not touch the relay reopened its sessions: %+v", st)
 	}
@@ -1255,7 +1252,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	sse = dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
 	sse.waitVersion(t, v, 5*time.Second)
 	ws = dialRelayWS(t, l.Addr(), "/relay/"+topic)
-	eventually(t, 5*time.Second, "one session per topic after the new relay started", func() bool {
+	testkit.Eventually(t, "one session per topic after the new relay started", 5*time.Second, func() bool {
 		return oneSessionPerTopic(cfg, relayTopics...)
 	})
 	v = relayPublish(t, c, topic, `{"after":"changed reload"}`)
@@ -1270,7 +1267,7 @@ func TestRelaySSEHonoursLastEventID(t *testing.T) {
 	cfg := c.Configs[0]
 	v := relayPublish(t, c, "inventory/dev", `{"n":1}`)
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	path := "/relay/inventory/dev"
 
 	// A client that has the current version gets no event until the next one.
@@ -1315,10 +1312,10 @@ func TestRelayConcurrentFirstRequestsForAnOnDemandTopicFetchItOnce(t *testing.T)
 			t.Errorf("request %d: %d, want 200", i, code)
 		}
 	}
-	eventually(t, 5*time.Second, "the on-demand topic's session", func() bool { return simSessions(cfg, "ondemand/burst") == 1 })
+	testkit.Eventually(t, "the on-demand topic's session", 5*time.Second, func() bool { return simSessions(cfg, "ondemand/burst") == 1 })
 	// One fetch for the first request, and one by the session once connected (a change may have
 	// come in between); none per waiting request.
-	eventually(t, 5*time.Second, "the session's fetch", func() bool { return simFetches(cfg, "ondemand/burst") >= 2 })
+	testkit.Eventually(t, "the session's fetch", 5*time.Second, func() bool { return simFetches(cfg, "ondemand/burst") >= 2 })
 	if f := simFetches(cfg, "ondemand/burst"); f != 2 {
 		t.Errorf("%d concurrent first requests made %d upstream fetches, want 2 (the first fetch and the session's)", n, f)
 	}
@@ -1334,7 +1331,7 @@ func TestRelayAFailedNormalStartLeavesTheSeedFileAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := relayFiles(t, []string{hr.addr}, "", fmt.Sprintf("seed_file = %q\nseed_file_write = true", seed), "")
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1377,7 +1374,7 @@ func TestRelayOnDemandTopicsTheUpstreamRefusesAreNotHeld(t *testing.T) {
 	if resp, _ := relayGet(t, l, http.MethodGet, "/relay/good/one", relayKeyHdr...); resp.StatusCode != 200 {
 		t.Errorf("an on-demand topic after three refused ones: %d, want 200", resp.StatusCode)
 	}
-	eventually(t, 5*time.Second, "the events session of good/one", func() bool {
+	testkit.Eventually(t, "the events session of good/one", 5*time.Second, func() bool {
 		return slices.Contains(hr.paths(), "/events/good/one")
 	})
 	for _, p := range hr.paths() {
@@ -1389,7 +1386,7 @@ func TestRelayOnDemandTopicsTheUpstreamRefusesAreNotHeld(t *testing.T) {
 
 func TestRelayAnOnDemandTopicWithTheUpstreamDownIsAnsweredWithinWaitTimeout(t *testing.T) {
 	t.Parallel()
-	upstream := closedAddr(t)
+	upstream := testkit.Addr(t)
 	seed := filepath.Join(t.TempDir(), "seed.json")
 	writeRelaySeed(t, seed, map[string]uint64{"inventory/dev": 3})
 	l, _ := startLB(t, relayFiles(t, []string{upstream}, "",
@@ -1406,11 +1403,11 @@ func TestRelayAnOnDemandTopicWithTheUpstreamDownIsAnsweredWithinWaitTimeout(t *t
 	}
 	// The failed first fetches hold no topic: once the upstream is up, the topic is served.
 	c := startRelaySim(t, 1, upstream)
-	eventually(t, 10*time.Second, "the on-demand topic served", func() bool {
+	testkit.Eventually(t, "the on-demand topic served", 10*time.Second, func() bool {
 		resp, _ := relayGet(t, l, http.MethodGet, "/relay/new/topic", relayKeyHdr...)
 		return resp.StatusCode == 200
 	})
-	eventually(t, 5*time.Second, "its session", func() bool { return simSessions(c.Configs[0], "new/topic") == 1 })
+	testkit.Eventually(t, "its session", 5*time.Second, func() bool { return simSessions(c.Configs[0], "new/topic") == 1 })
 }
 
 // A change made while the upstream is down has no change message: when the session is back, the
@@ -1423,7 +1420,7 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
 	const topic = "payments/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	cfg.Stop()
 	v := relayPublish(t, c, topic, `{"while":"down"}`) // no session hears it
 	if err := cfg.Start(); err != nil {
@@ -1437,7 +1434,7 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Version != v {
 		t.Errorf("GET after the upstream returned: %d %q", resp.StatusCode, body)
 	}
-	eventually(t, 10*time.Second, "the sessions back", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions back", 10*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
 	// The WebSocket subscriber missed the change message: it is told to resync.
 	ws.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 	var ce *websocket.CloseError
@@ -1455,7 +1452,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	t.Parallel()
 	c := startRelaySim(t, 1)
 	files := relayFiles(t, relayConfigAddrs(c), "", "", "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
 	reload := func() {
 		t.Helper()
@@ -1527,15 +1524,15 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 	sse.waitVersion(t, 1, 5*time.Second)
 	od := dialRelaySSE(t, l.Addr(), "/relay/od/x", relayKeyHdr...) // keeps od/x until the seed file holds it
 	od.waitVersion(t, 1, 5*time.Second)
-	eventually(t, 2*relaySeedInterval+3*time.Second, "the seed file to hold od/x", func() bool {
+	testkit.Eventually(t, "the seed file to hold od/x", 2*relaySeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && len(sf.Topics["od/x"].JSON) > 0
 	})
 	od.conn.Close()
-	eventually(t, 5*time.Second, "od/x forgotten when idle", func() bool { return !relayHubHas(l, "appconfig", "od/x") })
+	testkit.Eventually(t, "od/x forgotten when idle", 5*time.Second, func() bool { return !relayHubHas(l, "appconfig", "od/x") })
 	v := relayPublish(t, c, "inventory/dev", `{"after":"forget"}`)
 	sse.waitVersion(t, v, 5*time.Second)
-	if !within(2*relaySeedInterval+3*time.Second, func() bool {
+	if !testkit.Within(2*relaySeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && sf.Topics["inventory/dev"].Version == v
 	}) {
@@ -1553,14 +1550,14 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 func TestRelayStartsOnTheBackupWhenThePrimaryIsDownAndFailsBackWhenItAppears(t *testing.T) {
 	t.Parallel()
 	backup := startRelaySim(t, 1)
-	primaryAddr := closedAddr(t)
+	primaryAddr := testkit.Addr(t)
 	l, _ := startLB(t, relayFiles(t, []string{primaryAddr, backup.Configs[0].Addr}, `failback_interval = "500ms"`, "", ""))
-	eventually(t, 5*time.Second, "the sessions on the backup", func() bool { return oneSessionPerTopic(backup.Configs[0], relayTopics...) })
+	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return oneSessionPerTopic(backup.Configs[0], relayTopics...) })
 	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.waitVersion(t, 1, 5*time.Second)
 
 	primary := startRelaySim(t, 1, primaryAddr)
-	if !within(500*time.Millisecond+time.Second, func() bool {
+	if !testkit.Within(500*time.Millisecond+time.Second, func() bool {
 		return oneSessionPerTopic(primary.Configs[0], relayTopics...) && simAllSessions(backup.Configs[0]) == 0
 	}) {
 		t.Fatalf("1.5s after the primary appeared: primary %+v, backup %+v", primary.Configs[0].Stats().Topics, backup.Configs[0].Stats().Topics)
@@ -1585,7 +1582,7 @@ func TestRelayFetchesMoveToTheBackupWhenThePrimaryAnswers5xx(t *testing.T) {
 	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Server != "config1" {
 		t.Errorf("GET with the primary answering 503: %d %q, want the backup's snapshot", resp.StatusCode, body)
 	}
-	eventually(t, 5*time.Second, "the sessions on the backup", func() bool { return oneSessionPerTopic(backup.Configs[0], relayTopics...) })
+	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return oneSessionPerTopic(backup.Configs[0], relayTopics...) })
 	resp, body = relayGet(t, l, http.MethodGet, "/relay/new/one", relayKeyHdr...)
 	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Server != "config1" {
 		t.Errorf("an on-demand GET: %d %q, want the backup's snapshot", resp.StatusCode, body)
@@ -1597,7 +1594,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	c := startRelaySim(t, 1)
 	env := newTLSEnv(t, "relay CA")
 	cert := env.issue(t, "front", tlsName, "127.0.0.1")
-	tlsAddr := closedAddr(t)
+	tlsAddr := testkit.Addr(t)
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", tlsFrontendToml(tlsAddr, cert, "")))
 	ccfg := env.clientConfig(tlsName)
 	const topic = "inventory/dev"
@@ -1624,7 +1621,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	sse.waitVersion(t, 1, 5*time.Second)
 	ws, _ := dialWSS(t, tlsAddr, ccfg, "/relay/"+topic, http.Header{relayClientHeader: {relayClientKey}})
 	defer ws.Close()
-	eventually(t, 5*time.Second, "2 subscribers", func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
+	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
 
 	v := relayPublish(t, c, topic, `{"over":"tls"}`)
 	if ev := sse.waitVersion(t, v, 5*time.Second); !strings.Contains(ev.data, `"over":"tls"`) {
@@ -1640,8 +1637,8 @@ func TestRelayABurstOfChangesEndsWithTheLatestSnapshotEverywhere(t *testing.T) {
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 256", ""))
 	const topic = "payments/prod"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	eventually(t, 5*time.Second, "the sessions", func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
-	eventually(t, 5*time.Second, "2 subscribers", func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
 	relaySettled(t, l, cfg, relayTopics...)
 	cfg.ResetCounters()
 	const n = 50

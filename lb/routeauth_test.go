@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -117,7 +118,7 @@ func authMetrics(l *LB) string {
 
 func TestRouteAuthTableBelongsToTheRouteBeforeItAcrossConfDFiles(t *testing.T) {
 	keys, value := authFiles(t, clientKeyA)
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		// The first route is not a catch-all: it would shadow the others (a config error).
 		"10-a.toml": strings.Replace(minimalConfig, `pool = "platform"`, "pool = \"platform\"\npaths = [\"/p\"]", 1) + fmt.Sprintf(`
 [[routes]]
@@ -177,7 +178,7 @@ func TestRouteAuthConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	}
 	f := func(name, auth string, want ...string) {
 		t.Helper()
-		cfgDir := writeConfig(t, map[string]string{
+		cfgDir := testkit.WriteFiles(t, map[string]string{
 			"10-base.toml": minimalConfig,
 			"20-bad.toml":  "[[routes]]\npool = \"platform\"\n[routes.auth]\n" + auth,
 		})
@@ -370,7 +371,7 @@ func TestRouteAuthChecksAWebSocketUpgradeBeforeDialling(t *testing.T) {
 func TestRouteAuthReloadAdmitsTheNewKeyAndRefusesTheOldOne(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	keys, value := authFiles(t, clientKeyA)
-	dir := writeConfig(t, authConfig(c, keys, value, "appKey"))
+	dir := testkit.WriteFiles(t, authConfig(c, keys, value, "appKey"))
 	l, logs := startLBDir(t, dir)
 	if code, _, _ := authGet(t, l, "/echo-headers", "appKey", clientKeyA); code != 200 {
 		t.Fatalf("the first key: %d, want 200", code)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
 )
@@ -26,7 +27,7 @@ const hang = 20 * time.Second
 // reloadWith loads files as a new config and applies it, as SIGHUP does.
 func reloadWith(t *testing.T, l *LB, files map[string]string) {
 	t.Helper()
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 
 	// Health before the reload: both up, a few probes answered.
 	w := &probeWatch{t: t, l: l, pool: "cxserver", last: map[string]uint64{}}
-	eventually(t, hang, "a few probes of each server", func() bool { return w.see(cx1.Addr) >= 3 && w.see(cx2.Addr) >= 3 })
+	testkit.Eventually(t, "a few probes of each server", hang, func() bool { return w.see(cx1.Addr) >= 3 && w.see(cx2.Addr) >= 3 })
 	before := map[string]uint64{cx1.Addr: w.see(cx1.Addr), cx2.Addr: w.see(cx2.Addr)}
 	stayUp := func(when string) {
 		t.Helper()
@@ -250,7 +251,7 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	}
 
 	// The new server's probe answered and failed: it takes no new key.
-	eventually(t, hang, "the first probe of the added server", func() bool {
+	testkit.Eventually(t, "the first probe of the added server", hang, func() bool {
 		ss := mustServerStatus(t, l, "cxserver", cx3.Addr)
 		return ss.Check != nil && ss.Check.Answered
 	})
@@ -273,7 +274,7 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 
 	// Once it passes its probes, new keys that hash to it go there, and only new keys.
 	cx3.SetHealthy(true)
-	eventually(t, hang, "the added server to pass its probes", func() bool { return serverAvailable(l, "cxserver", cx3.Addr) })
+	testkit.Eventually(t, "the added server to pass its probes", hang, func() bool { return serverAvailable(l, "cxserver", cx3.Addr) })
 	for _, a := range valuesPlacedOn(t, "fresh-", 20, cx3.Addr, cx1.Addr, cx2.Addr, cx3.Addr) {
 		if by := landsOn(t, l, a); by != cx3.Name {
 			t.Fatalf("new key %s landed on %s, want the added server %s", a, by, cx3.Name)
@@ -292,7 +293,7 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	}
 
 	// The kept servers' checks went on from where they were.
-	eventually(t, hang, "more probes of the kept servers", func() bool {
+	testkit.Eventually(t, "more probes of the kept servers", hang, func() bool {
 		return w.see(cx1.Addr) > before[cx1.Addr]+2 && w.see(cx2.Addr) > before[cx2.Addr]+2
 	})
 	stayUp("at the end")
@@ -372,7 +373,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 	}
 	slow := make(chan answer, 1)
 	go func() { slow <- getAsUser(l, "/app/slow?delay=1s", user) }()
-	eventually(t, hang, "the slow request to be in flight on platform2", func() bool {
+	testkit.Eventually(t, "the slow request to be in flight on platform2", hang, func() bool {
 		return mustServerStatus(t, l, "app", p2.Addr).InFlight == 1
 	})
 	select {
@@ -401,7 +402,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 	for _, conn := range conns[cx2] {
 		mustClose(t, conn, "tunnel to the removed server")
 	}
-	eventually(t, hang, "the removed server's tunnels to close on its side", func() bool { return cx2.OpenTunnels() == 0 })
+	testkit.Eventually(t, "the removed server's tunnels to close on its side", hang, func() bool { return cx2.OpenTunnels() == 0 })
 	for _, s := range []*sim.ConnServer{cx1, cx3} {
 		for i, conn := range conns[s] {
 			mustEcho(t, conn, fmt.Sprintf("%s tunnel %d", s.Name, i))
@@ -451,7 +452,7 @@ func TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTake
 			t.Fatalf("%s landed on %s, want %s", asset, by, a.Name)
 		}
 	}
-	eventually(t, hang, "A to hold only the open tunnels", func() bool { return a.OpenTunnels() == len(open) })
+	testkit.Eventually(t, "A to hold only the open tunnels", hang, func() bool { return a.OpenTunnels() == len(open) })
 
 	if err := a.PauseListener(); err != nil {
 		t.Fatal(err)
@@ -481,14 +482,14 @@ func TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTake
 	}
 
 	// The third refused dial in a row (fall = 3) takes A down and closes its tunnels.
-	eventually(t, hang, "A down", func() bool { return !serverAvailable(l, "cxserver", a.Addr) })
+	testkit.Eventually(t, "A down", hang, func() bool { return !serverAvailable(l, "cxserver", a.Addr) })
 	if ss := mustServerStatus(t, l, "cxserver", a.Addr); ss.State != "down" {
 		t.Fatalf("A is %q, want down", ss.State)
 	}
 	for _, conn := range open {
 		mustClose(t, conn, "tunnel to a server taken down by live failures")
 	}
-	eventually(t, hang, "A's tunnels to close on its side", func() bool { return a.OpenTunnels() == 0 })
+	testkit.Eventually(t, "A's tunnels to close on its side", hang, func() bool { return a.OpenTunnels() == 0 })
 }
 
 func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeader(t *testing.T) {
@@ -507,7 +508,7 @@ func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeade
 		mustEcho(t, conn, fmt.Sprint("to the leader ", i))
 		conns = append(conns, conn)
 	}
-	eventually(t, hang, "five tunnels on platform1", func() bool {
+	testkit.Eventually(t, "five tunnels on platform1", hang, func() bool {
 		return p1.OpenTunnels() == 5 && mustServerStatus(t, l, "platform", p1.Addr).Tunnels == 5
 	})
 
@@ -517,7 +518,7 @@ func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeade
 	for _, conn := range conns {
 		mustClose(t, conn, "tunnel to the old leader")
 	}
-	eventually(t, hang, "the old leader's tunnels to close on its side", func() bool { return p1.OpenTunnels() == 0 })
+	testkit.Eventually(t, "the old leader's tunnels to close on its side", hang, func() bool { return p1.OpenTunnels() == 0 })
 	if leader := l.Status().Pools[0].Leader; leader != p2.Addr {
 		t.Fatalf("tunnels closed, but /status shows leader %q, want %s", leader, p2.Addr)
 	}
@@ -526,7 +527,7 @@ func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeade
 		t.Fatalf("new tunnel went to %q, want the new leader %s", by, p2.Name)
 	}
 	mustEcho(t, conn, "to the new leader")
-	eventually(t, hang, "the new tunnel counted on platform2", func() bool {
+	testkit.Eventually(t, "the new tunnel counted on platform2", hang, func() bool {
 		return mustServerStatus(t, l, "platform", p2.Addr).Tunnels == 1 && mustServerStatus(t, l, "platform", p1.Addr).Tunnels == 0
 	})
 }
@@ -579,7 +580,7 @@ func TestStatusCountsEachServersTunnelsAcrossAReloadAndAsTheyClose(t *testing.T)
 	// connection pool).
 	reloadWith(t, l, cxConfig(c, "[pools.cxserver]\nqueue_timeout = \"2s\"\n"))
 	countsAgree("after the reload")
-	eventually(t, hang, "the added server to pass its probes", func() bool { return serverAvailable(l, "cxserver", servers[2].Addr) })
+	testkit.Eventually(t, "the added server to pass its probes", hang, func() bool { return serverAvailable(l, "cxserver", servers[2].Addr) })
 	open("after-", 30)
 	if servers[2].Upgrades() == 0 {
 		t.Fatalf("no tunnel of 30 went to the added server")

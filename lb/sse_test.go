@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 )
 
@@ -189,7 +190,7 @@ func streamIntervals(t *testing.T, snapshot, ping time.Duration) {
 // which the log would repeat); stop closes it once, and the end of the test closes it if the test did not.
 func startQuietLB(t *testing.T, files map[string]string) (l *LB, stop func()) {
 	t.Helper()
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestEventsSendSnapshotsPeriodicallyAndTheStreamEndsWhenTheClientGoesAway(t 
 		t.Fatalf("%d streams running; want %d", n, before+1)
 	}
 	s.cancel()
-	eventually(t, 5*time.Second, "the stream to end on the server", func() bool { return runningStreams() == before })
+	testkit.Eventually(t, "the stream to end on the server", 5*time.Second, func() bool { return runningStreams() == before })
 }
 
 func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribers(t *testing.T) {
@@ -306,7 +307,7 @@ func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribe
 	}
 	good := openEvents(t, l)
 	good.nextEvent(t, 2*time.Second, "snapshot")
-	eventually(t, 2*time.Second, "both streams to run", func() bool { return runningStreams() == before+2 })
+	testkit.Eventually(t, "both streams to run", 2*time.Second, func() bool { return runningStreams() == before+2 })
 
 	// Publish in batches that the good subscriber keeps up with, until the slow one is dropped. Publish
 	// must not wait for a subscriber: a blocked one would hold the publisher (a health check, a reload)
@@ -328,7 +329,7 @@ func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribe
 		dropped = runningStreams() == before+1
 	}
 	if !dropped {
-		eventually(t, 3*time.Second, "the slow subscriber to be dropped", func() bool { return runningStreams() == before+1 })
+		testkit.Eventually(t, "the slow subscriber to be dropped", 3*time.Second, func() bool { return runningStreams() == before+1 })
 	}
 
 	// fairlead and the other subscriber go on.
@@ -379,7 +380,7 @@ func TestEventsStreamsEndCleanlyAndAtOnceWhenFairleadCloses(t *testing.T) {
 			t.Errorf("subscriber %d: the stream ended with %v; want a clean end (EOF)", i, err)
 		}
 	}
-	eventually(t, 2*time.Second, "no stream to run", func() bool { return runningStreams() == before })
+	testkit.Eventually(t, "no stream to run", 2*time.Second, func() bool { return runningStreams() == before })
 }
 
 func TestTheEventsAndThePageAnswerOnlyReads(t *testing.T) {

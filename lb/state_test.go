@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // withState adds a [global] table to files: state_file = path, start, and extra keys.
@@ -66,7 +67,7 @@ func TestFastStartServesTheRememberedLeaderWithin100msWhileEveryLeaderCheckHangs
 	path := filepath.Join(t.TempDir(), "state.json")
 	mustWriteFile(t, path, stateJSON(time.Now().Add(-time.Minute),
 		fmt.Sprintf(`"platform": {"balance": "leader", "leader": %q, "servers": [{"addr": %q, "up": true}]}`, p2.Addr, p2.Addr)))
-	cfg, err := LoadConfig(writeConfig(t, withState(platformConfig(c, "", ""), path, "fast", "")))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, withState(platformConfig(c, "", ""), path, "fast", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 	files := withState(platformConfig(c, "", ""), path, "normal", "")
 	f, body := appPool(p2, p3)
 	files[f] = body
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,14 +265,14 @@ func TestARememberedLeaderIsReplacedAfterThreeNon200AnswersLikeAnyLeader(t *test
 	if _, by := get(t, l, "/"); by != p1.Name {
 		t.Fatalf("served by %q at once, want the remembered leader %s", by, p1.Name)
 	}
-	eventually(t, 5*time.Second, "two failed LeaderChecks", func() bool { return failedProbesSince(p1, start) >= 2 })
+	testkit.Eventually(t, "two failed LeaderChecks", 5*time.Second, func() bool { return failedProbesSince(p1, start) >= 2 })
 	if n := failedProbesSince(p1, start); n == 2 {
 		_, by := get(t, l, "/")
 		if failedProbesSince(p1, start) == 2 && by != p1.Name {
 			t.Fatalf("after two non-200 answers traffic went to %q, want the remembered leader %s", by, p1.Name)
 		}
 	}
-	eventually(t, 5*time.Second, "traffic on platform2", func() bool { _, by := get(t, l, "/"); return by == p2.Name })
+	testkit.Eventually(t, "traffic on platform2", 5*time.Second, func() bool { _, by := get(t, l, "/"); return by == p2.Name })
 	if n := failedProbesSince(p1, start); n < 3 {
 		t.Fatalf("switched after %d non-200 answers, want 3", n)
 	}
@@ -294,7 +295,7 @@ func TestTheStateFileIsReplacedAtomicallyAndAlwaysParsesWhileItIsWritten(t *test
 			t.Fatalf("GET as user-%d: %+v", i, a)
 		}
 	}
-	eventually(t, 5*time.Second, "a state file with the 200 keys", func() bool {
+	testkit.Eventually(t, "a state file with the 200 keys", 5*time.Second, func() bool {
 		b, err := os.ReadFile(path)
 		var st savedState
 		return err == nil && json.Unmarshal(b, &st) == nil && st.Pools["app"] != nil && len(st.Pools["app"].Sticky) == 200
@@ -358,7 +359,7 @@ func TestAStateFileThatCannotBeWrittenIsReportedOnceAndFairleadServesOn(t *testi
 	c := startCluster(t, 2, 0)
 	path := filepath.Join(t.TempDir(), "no-such-dir", "state.json")
 	l, logs := startLB(t, withState(platformConfig(c, "", ""), path, "normal", ""))
-	eventually(t, 5*time.Second, "the warning", func() bool { return strings.Contains(logs.all(), "cannot write the state file") })
+	testkit.Eventually(t, "the warning", 5*time.Second, func() bool { return strings.Contains(logs.all(), "cannot write the state file") })
 	time.Sleep(50 * time.Millisecond) // several more failed writes
 	if code, by := get(t, l, "/"); code != 200 || by != c.Platforms[0].Name {
 		t.Fatalf("got %d from %q, want 200 from %s", code, by, c.Platforms[0].Name)
@@ -394,7 +395,7 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 		}
 		return st.Written
 	}
-	eventually(t, 5*time.Second, "a state file with user-1", func() bool {
+	testkit.Eventually(t, "a state file with user-1", 5*time.Second, func() bool {
 		st := written()
 		return !st.IsZero() && len(readState(t, path).Pools["app"].Sticky) == 1
 	})
@@ -410,7 +411,7 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	if a := getAsUser(l, "/app/x", "user-2"); a.err != nil || a.status != 200 {
 		t.Fatalf("GET as user-2: %+v", a)
 	}
-	eventually(t, 5*time.Second, "the new key in the state file", func() bool {
+	testkit.Eventually(t, "the new key in the state file", 5*time.Second, func() bool {
 		return written().After(first) && len(readState(t, path).Pools["app"].Sticky) == 2
 	})
 }

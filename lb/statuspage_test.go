@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // The status page end to end, in a headless Chromium: it follows a leader change without a reload, and
@@ -165,7 +166,7 @@ token_file = %q
 	b.waitFor(5*time.Second, "the stream read with the token",
 		`document.getElementById("conn").dataset.transport === "fetch" && document.getElementById("conn").dataset.conn === "live"`)
 	b.do("click Drain", chromedp.Click(drain))
-	eventually(t, 5*time.Second, "cx1 drained", func() bool {
+	testkit.Eventually(t, "cx1 drained", 5*time.Second, func() bool {
 		ss := mustServerStatus(t, l, "cxserver", cx1.Addr)
 		return ss.AdminState == "drain" && !ss.Available
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 )
 
@@ -87,7 +88,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 	c := startCluster(t, 2, 0)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	files := stepDownConfig(c)
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -123,10 +124,10 @@ func certsToml(certs ...*tlsCert) string {
 func tlsPlatformLB(t *testing.T, cert *tlsCert, more string) (*sim.Cluster, *LB, string, string) {
 	t.Helper()
 	c := startCluster(t, 2, 0)
-	tlsAddr := closedAddr(t)
+	tlsAddr := testkit.Addr(t)
 	files := platformConfig(c, "", "")
 	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, more)
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
 	return c, l, tlsAddr, dir
 }
@@ -397,10 +398,10 @@ func tlsCxLB(t *testing.T, m int, extra string) (*sim.Cluster, *LB, *tlsEnv, str
 	env := newTLSEnv(t, "fairlead test CA")
 	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
 	c := startCluster(t, 2, m)
-	tlsAddr := closedAddr(t)
+	tlsAddr := testkit.Addr(t)
 	files := cxConfig(c, extra)
 	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
 	return c, l, env, tlsAddr, dir
 }
@@ -495,7 +496,7 @@ func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	eventually(t, 3*time.Second, "fairlead to see the server down", func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
+	testkit.Eventually(t, "fairlead to see the server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
 	for _, a := range assets {
 		conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(a))
 		wsEcho(t, conn, websocket.TextMessage, []byte("moved"))
@@ -611,10 +612,10 @@ func TestTLSReloadSwapsTheCertificateWithoutDroppingConnections(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
 	c := startCluster(t, 2, 2)
 	v1 := env.issue(t, "frontend", tlsName, "v1."+tlsName, "127.0.0.1")
-	tlsAddr := closedAddr(t)
+	tlsAddr := testkit.Addr(t)
 	files := cxConfig(c, "")
 	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, v1, "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
 	cfg := env.clientConfig(tlsName)
 
@@ -659,10 +660,10 @@ func TestTLSReloadOfABadCertificateFailsNamingFileAndKeyAndKeepsTheOld(t *testin
 	env := newTLSEnv(t, "fairlead test CA")
 	c := startCluster(t, 2, 2)
 	good := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	tlsAddr := closedAddr(t)
+	tlsAddr := testkit.Addr(t)
 	files := cxConfig(c, "")
 	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, good, "")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
 	cfg := env.clientConfig(tlsName)
 	tunnel, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("survivor"))
@@ -815,7 +816,7 @@ func TestTLSClientAuthRequire(t *testing.T) {
 	}
 	if refusals > 0 {
 		var got float64
-		if !within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
+		if !testkit.Within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
 			t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after %d refused handshakes", failures, got, refusals)
 		}
 	}
@@ -855,7 +856,7 @@ func TestTLSClientAuthVerifyIfGiven(t *testing.T) {
 		t.Errorf("refused clients reached the platforms: %d requests", got)
 	}
 	var got float64
-	if !within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
+	if !testkit.Within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
 		t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after 2 refused handshakes", failures, got)
 	}
 }
@@ -945,7 +946,7 @@ func TestTLSEmptyListenServesHTTPSOnly(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
 	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
 	c := startCluster(t, 2, 0)
-	plainAddr, tlsAddr := closedAddr(t), closedAddr(t)
+	plainAddr, tlsAddr := testkit.Addr(t), testkit.Addr(t)
 	files := platformConfig(c, "", "")
 	// The base sets a plain listener; the TLS file turns it off.
 	files["10-base.toml"] = strings.Replace(files["10-base.toml"], `listen = "127.0.0.1:0"`, fmt.Sprintf("listen = %q", plainAddr), 1)
@@ -979,7 +980,7 @@ func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	// Each want is a list of alternatives (the error names one of them); all wants must hold.
 	f := func(name, extra string, want ...[]string) {
 		t.Helper()
-		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
 		_, err := LoadConfig(dir)
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
@@ -997,7 +998,7 @@ func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	bad := "20-bad.toml: "
 
 	// The valid config the cases break: it loads.
-	if _, err := LoadConfig(writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
+	if _, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
 		fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\nredirect_https = true\n", clientCA)})); err != nil {
 		t.Fatalf("a valid TLS config: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fasthttp/websocket"
 )
@@ -46,11 +47,7 @@ func tlsSim(t *testing.T, ca *sim.CA, base *tls.Config, opts sim.Options, names 
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	c, err := sim.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, opts)
 	return c
 }
 
@@ -140,10 +137,10 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 	const certErr = "x509: certificate signed by unknown authority"
 	for _, p := range c.Platforms {
 		line := "healthcheck: pool platform: " + p.Addr + ": TLS certificate verification failed: "
-		eventually(t, 5*time.Second, "the log line of "+p.Name, func() bool {
+		testkit.Eventually(t, "the log line of "+p.Name, 5*time.Second, func() bool {
 			return strings.Contains(logs.all(), line) && strings.Contains(logs.all(), certErr)
 		})
-		eventually(t, 5*time.Second, "a check_answered event of "+p.Name+" with the certificate error", func() bool {
+		testkit.Eventually(t, "a check_answered event of "+p.Name+" with the certificate error", 5*time.Second, func() bool {
 			return events.has(func(e healthcheck.Event) bool {
 				return e.Kind == healthcheck.CheckAnswered && e.Server == p.Addr && strings.Contains(e.Detail, certErr)
 			})
@@ -173,7 +170,7 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 		}
 	}
 	// Once per run of failures, not at every probe.
-	eventually(t, 5*time.Second, "a few more probes", func() bool {
+	testkit.Eventually(t, "a few more probes", 5*time.Second, func() bool {
 		for _, s := range poolStatus(t, l, "platform").Servers {
 			if s.Check.Probes < 4 {
 				return false
@@ -194,11 +191,11 @@ func TestUpstreamTLSServerNameIsTheNameVerified(t *testing.T) {
 	caFile := writeCA(t, "", ca, "platform-ca")
 	files := platformConfig(c, "", "")
 	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
 
 	// Without server_name the name verified is the server's host, 127.0.0.1: not in the certificate.
-	eventually(t, 5*time.Second, "the name mismatch in the log", func() bool {
+	testkit.Eventually(t, "the name mismatch in the log", 5*time.Second, func() bool {
 		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": TLS certificate verification failed: ") &&
 			strings.Contains(logs.all(), "x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs")
 	})
@@ -210,7 +207,7 @@ func TestUpstreamTLSServerNameIsTheNameVerified(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
 		fmt.Sprintf("ca_file = %q", caFile), `server_name = "platform.internal"`)))
 	reload(t, l, dir)
-	eventually(t, 5*time.Second, "platform1 elected", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
 	}
@@ -232,11 +229,11 @@ func TestUpstreamTLSPresentsTheClientCertificateToServersThatRequireOne(t *testi
 	}
 	files := platformConfig(c, "", "")
 	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
 
 	// Without cert and key the server refuses the session: the check fails.
-	eventually(t, 5*time.Second, "the refusal in the log", func() bool {
+	testkit.Eventually(t, "the refusal in the log", 5*time.Second, func() bool {
 		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": the server refused the TLS session") &&
 			strings.Contains(logs.all(), "certificate required")
 	})
@@ -247,7 +244,7 @@ func TestUpstreamTLSPresentsTheClientCertificateToServersThatRequireOne(t *testi
 	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
 		fmt.Sprintf("ca_file = %q", caFile), fmt.Sprintf("cert = %q", certFile), fmt.Sprintf("key = %q", keyFile))))
 	reload(t, l, dir)
-	eventually(t, 5*time.Second, "platform1 elected", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
 	}
@@ -258,7 +255,7 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "somewhere.else")
 	files := platformConfig(c, "", "")
 	files["30-tls.toml"] = tlsTable("platform", "insecure_skip_verify = true")
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
 
 	const warning = `level=WARN msg="pool platform: pools.platform.tls.insecure_skip_verify = true`
@@ -283,7 +280,7 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 	caFile := writeCA(t, tmp, ca, "platform-ca")
 	files := platformConfig(c, `queue_timeout = "300ms"`, "")
 	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := writeConfig(t, files)
+	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
 	if !slices.Contains(l.SecretFiles(), caFile) {
 		t.Fatalf("SecretFiles %v does not list the CA file", l.SecretFiles())
@@ -308,7 +305,7 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 0 {
 		t.Errorf("%d upstream connections right after the reload, want 0 (a new transport)", n)
 	}
-	eventually(t, 5*time.Second, "the leader lost (3 failed LeaderChecks)", func() bool { return poolStatus(t, l, "platform").Leader == "" })
+	testkit.Eventually(t, "the leader lost (3 failed LeaderChecks)", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == "" })
 	if !strings.Contains(logs.all(), "x509: certificate signed by unknown authority") {
 		t.Error("no certificate error logged")
 	}
@@ -320,7 +317,7 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 		t.Fatal(err)
 	}
 	reload(t, l, dir)
-	eventually(t, 5*time.Second, "platform1 elected again", func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	testkit.Eventually(t, "platform1 elected again", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
 	}
@@ -442,7 +439,7 @@ servers = ["127.0.0.1:9081"]
 [[routes]]
 pool = "platform"
 `, "20-platform.toml": table}
-		_, err := LoadConfig(writeConfig(t, files))
+		_, err := LoadConfig(testkit.WriteFiles(t, files))
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
 			t.Fatalf("%s: error %v, want a *ConfigError", table, err)
@@ -480,7 +477,7 @@ pool = "platform"
 	// And a good table loads.
 	files := map[string]string{"10.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
 		"20.toml": tlsTable("platform", q("ca_file", caFile), q("server_name", "platform.internal"), q("cert", certA), q("key", keyA))}
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -221,7 +221,7 @@ func usHolding(release <-chan struct{}, path string) func(p *usPeer) {
 func usTwoAtOnce(t *testing.T, u *upstream, s *usServer, release chan struct{}) {
 	t.Helper()
 	a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
-	eventually(t, 5*time.Second, "2 requests at the server", func() bool { return len(s.requests()) == 2 })
+	testkit.Eventually(t, "2 requests at the server", 5*time.Second, func() bool { return len(s.requests()) == 2 })
 	close(release)
 	usWantOK(t, a, "ok")
 	usWantOK(t, b, "ok")
@@ -406,7 +406,7 @@ func TestUpstreamNeverOpensMoreThanMaxConnsAndHandsConnectionsToWaiters(t *testi
 	for i := range 10 {
 		results = append(results, usGo(u, fasthttp.MethodGet, fmt.Sprintf("/%d", i)))
 	}
-	eventually(t, 5*time.Second, "2 requests at the server and 8 waiting", func() bool {
+	testkit.Eventually(t, "2 requests at the server and 8 waiting", 5*time.Second, func() bool {
 		return len(s.requests()) == 2 && usWaiting(u) == 8
 	})
 	usWantConns(t, u, 2)
@@ -432,10 +432,10 @@ func TestUpstreamWaitersGetTheConnectionFirstComeFirstServed(t *testing.T) {
 	s := usStart(t, usHolding(release, ""))
 	u := usClient(t, s, 1, 5*time.Second)
 	results := []<-chan usResult{usGo(u, fasthttp.MethodGet, "/0")}
-	eventually(t, 5*time.Second, "the first request at the server", func() bool { return len(s.requests()) == 1 })
+	testkit.Eventually(t, "the first request at the server", 5*time.Second, func() bool { return len(s.requests()) == 1 })
 	for i := 1; i <= 3; i++ {
 		results = append(results, usGo(u, fasthttp.MethodGet, fmt.Sprintf("/%d", i)))
-		eventually(t, 5*time.Second, fmt.Sprintf("%d waiting", i), func() bool { return usWaiting(u) == i })
+		testkit.Eventually(t, fmt.Sprintf("%d waiting", i), 5*time.Second, func() bool { return usWaiting(u) == i })
 	}
 	close(release)
 	for _, r := range results {
@@ -450,7 +450,7 @@ func TestUpstreamRequestFailsWithErrNoFreeConnsWhenNoConnectionFreesWithinQueueT
 	s := usStart(t, usHolding(release, "/held"))
 	u := usClient(t, s, 1, 50*time.Millisecond)
 	held := usGo(u, fasthttp.MethodGet, "/held")
-	eventually(t, 5*time.Second, "the held request at the server", func() bool { return len(s.requests()) == 1 })
+	testkit.Eventually(t, "the held request at the server", 5*time.Second, func() bool { return len(s.requests()) == 1 })
 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
@@ -492,9 +492,9 @@ func TestUpstreamWaiterDialsInTheSlotOfADiscardedConnection(t *testing.T) {
 	})
 	u := usClient(t, s, 1, 5*time.Second)
 	held := usGo(u, fasthttp.MethodGet, "/held")
-	eventually(t, 5*time.Second, "the held request at the server", func() bool { return len(s.requests()) == 1 })
+	testkit.Eventually(t, "the held request at the server", 5*time.Second, func() bool { return len(s.requests()) == 1 })
 	waiter := usGo(u, fasthttp.MethodGet, "/waiter")
-	eventually(t, 5*time.Second, "a waiter", func() bool { return usWaiting(u) == 1 })
+	testkit.Eventually(t, "a waiter", 5*time.Second, func() bool { return usWaiting(u) == 1 })
 	close(release)
 	usWantOK(t, held, "held")
 	usWantOK(t, waiter, "ok")
@@ -1004,13 +1004,13 @@ func TestUpstreamIdleConnectionsAreClosedAfterIdleTimeout(t *testing.T) {
 
 	// Two connections, released together.
 	usTwoAtOnce(t, u, s, release)
-	eventually(t, 5*time.Second, "the idle connections closed", func() bool { return u.ConnsCount() == 0 })
+	testkit.Eventually(t, "the idle connections closed", 5*time.Second, func() bool { return u.ConnsCount() == 0 })
 	s.wantEndedAny(t, 2)
 
 	// The cleaner runs again for connections released after it stopped.
 	usGet(t, u, "/again", "ok")
 	s.wantAccepts(t, 3)
-	eventually(t, 5*time.Second, "the new idle connection closed", func() bool { return u.ConnsCount() == 0 })
+	testkit.Eventually(t, "the new idle connection closed", 5*time.Second, func() bool { return u.ConnsCount() == 0 })
 	s.wantEnded(t, 3)
 }
 
@@ -1175,10 +1175,10 @@ func TestUpstreamFailedDialIsADialErrorAndItsSlotGoesToTheNextWaiter(t *testing.
 			}}
 		t.Cleanup(u.retire)
 		first := usGo(u, fasthttp.MethodGet, "/first")
-		eventually(t, 5*time.Second, "the first dial", func() bool { return dials.Load() == 1 })
+		testkit.Eventually(t, "the first dial", 5*time.Second, func() bool { return dials.Load() == 1 })
 		usWantConns(t, u, 1) // a dial in progress holds its slot
 		second := usGo(u, fasthttp.MethodGet, "/second")
-		eventually(t, 5*time.Second, "a waiter", func() bool { return usWaiting(u) == 1 })
+		testkit.Eventually(t, "a waiter", 5*time.Second, func() bool { return usWaiting(u) == 1 })
 		close(gate)
 		var de *dialError
 		if r := usWait(t, first); !errors.As(r.err, &de) {
@@ -1326,7 +1326,7 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 
 	silent := do(fasthttp.MethodGet, "/silent", true)
 	post := do(fasthttp.MethodPost, "/silent-post", false)
-	eventually(t, 5*time.Second, "two waits", waiting(2))
+	testkit.Eventually(t, "two waits", 5*time.Second, waiting(2))
 	if n := u.abandon(); n != 1 {
 		t.Errorf("abandon: %d, want 1 (the GET; the POST may not leave)", n)
 	}
@@ -1346,8 +1346,8 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 
 	begun := do(fasthttp.MethodGet, "/begun", true)
 	<-partial
-	eventually(t, 5*time.Second, "the begun GET to wait", waiting(2))
-	eventually(t, 5*time.Second, "the client to read the first bytes of its answer", func() bool {
+	testkit.Eventually(t, "the begun GET to wait", 5*time.Second, waiting(2))
+	testkit.Eventually(t, "the client to read the first bytes of its answer", 5*time.Second, func() bool {
 		u.waitMu.Lock()
 		defer u.waitMu.Unlock()
 		for _, c := range u.awaiting {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
 )
@@ -246,7 +247,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 			// taking the baseline.
 			warm, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("warm-up"))
 			warm.Close()
-			eventually(t, 5*time.Second, "the warm-up tunnel to close", func() bool {
+			testkit.Eventually(t, "the warm-up tunnel to close", 5*time.Second, func() bool {
 				return c.Connections[0].OpenTunnels()+c.Connections[1].OpenTunnels() == 0
 			})
 			baseG, baseFD := runtime.NumGoroutine(), openFDs(t)
@@ -288,7 +289,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			eventually(t, 3*time.Second, "fairlead to see the server down", func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
+			testkit.Eventually(t, "fairlead to see the server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
 			for _, a := range assets[:20] {
 				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(a))
 				conn.Close()
@@ -296,7 +297,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 					t.Fatalf("%s reconnected to %s, want the survivor %s", a, by, survivor.Name)
 				}
 			}
-			eventually(t, 5*time.Second, "goroutines and file descriptors back to baseline", func() bool {
+			testkit.Eventually(t, "goroutines and file descriptors back to baseline", 5*time.Second, func() bool {
 				return runtime.NumGoroutine() <= baseG+5 && openFDs(t) <= baseFD+5
 			})
 		})
@@ -312,14 +313,14 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	idx := map[string]int{c.Connections[0].Name: 0, c.Connections[1].Name: 1}[by]
 	conn.Close()
 	c.Connections[idx].SetHealthy(false)
-	eventually(t, 3*time.Second, "server down", func() bool { return !serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
+	testkit.Eventually(t, "server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
 	conn, by2, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	conn.Close()
 	if by2 == by {
 		t.Fatalf("placed on the down server %s", by)
 	}
 	c.Connections[idx].SetHealthy(true)
-	eventually(t, 3*time.Second, "server up", func() bool { return serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
+	testkit.Eventually(t, "server up", 3*time.Second, func() bool { return serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
 	// While the key is remembered it stays on the server it moved to.
 	conn, by3, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	conn.Close()
@@ -387,7 +388,7 @@ func TestReloadKeepsOpenTunnels(t *testing.T) {
 	defer conn.Close()
 
 	files["40-reload.toml"] = "[pools.platform]\nqueue_timeout = \"3s\"\n[pools.cxserver.check]\ninterval = \"150ms\"\n"
-	cfg, err := LoadConfig(writeConfig(t, files))
+	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

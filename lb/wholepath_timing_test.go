@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // The whole path, fasthttp's server and fairlead's upstream client included: a client on a real socket
@@ -163,7 +165,7 @@ func startWholePath(tb testing.TB, body int) *rawClient {
 
 // waitLeader waits until fairlead forwards (its first check found the leader).
 func waitLeader(tb testing.TB, l *LB) {
-	eventually(tb, 10*time.Second, "fairlead to forward (its first check to find the leader)", func() bool {
+	testkit.Eventually(tb, "fairlead to forward (its first check to find the leader)", 10*time.Second, func() bool {
 		resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
 		if err != nil {
 			return false
@@ -261,7 +263,7 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 			t.Fatalf("status line %q", status)
 		}
 	}
-	eventually(t, 5*time.Second, "the topic's upstream session", func() bool { return l.Status().Relays[0].Sessions == 1 })
+	testkit.Eventually(t, "the topic's upstream session", 5*time.Second, func() bool { return l.Status().Relays[0].Sessions == 1 })
 	for range 200 {
 		do()
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Scenarios on the leader pool: the leader dies, hangs, slows down, flaps, both platforms go down, and
@@ -32,7 +33,7 @@ func TestLeaderKilledWithSIGKILLFailsNoGET(t *testing.T) {
 	f := startFairlead(t, map[string]string{
 		"10-platform.toml": platformPool([]string{p1.addr, p2.addr}, []string{"platform1", "platform2"}, testChecks),
 	})
-	l := startLoad(t, name, f.addr, defaultLoad)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 5*time.Second))
 
 	t0 := time.Now()
@@ -78,7 +79,7 @@ func TestLeaderHungFailsNoGETWithinResponseTimeout(t *testing.T) {
 		"10-platform.toml": clusterPool(c, testChecks),
 		"20-scenario.toml": "[pools.platform]\nresponse_timeout = \"1s\"\nqueue_timeout = \"5s\"\n",
 	})
-	l := startLoad(t, name, f.addr, defaultLoad)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 5*time.Second))
 
 	t0 := time.Now()
@@ -116,17 +117,17 @@ func TestSlowLeaderIsKeptAndEveryRequestSucceeds(t *testing.T) {
 		"10-platform.toml": clusterPool(c, testChecks),
 		"20-scenario.toml": "[pools.platform]\nresponse_timeout = \"4s\"\n[pools.platform.check]\ntimeout = \"4s\"\n",
 	})
-	changes := f.metricInt(leaderChanges)
+	changes := f.MetricInt(leaderChanges)
 	o := defaultLoad
 	o.workers = 32 // each waits 2 s per answer: about 16 req/s while the leader is slow
-	l := startLoad(t, name, f.addr, o)
+	l := startLoad(t, name, f.Addr, o)
 	sleep(pick(time.Second, 3*time.Second))
 
 	t0 := time.Now()
 	p1.SetDelay(delay)
 	want := pickN(2*o.workers, 8*o.workers)
 	slow := func(s sample) bool { return s.ok() && !s.start.Before(t0) && s.end.Sub(s.start) >= delay }
-	waitUntil(t, fmt.Sprintf("%d slow answers", want), pick(30*time.Second, 60*time.Second), func() bool {
+	testkit.Eventually(t, fmt.Sprintf("%d slow answers", want), pick(30*time.Second, 60*time.Second), func() bool {
 		return l.count(slow) >= want
 	})
 
@@ -138,7 +139,7 @@ func TestSlowLeaderIsKeptAndEveryRequestSucceeds(t *testing.T) {
 			fast++
 		}
 	}
-	after := f.metricInt(leaderChanges)
+	after := f.MetricInt(leaderChanges)
 	r.add("delay=%s response_timeout=4s slow=%d leader_changes=%d", delay, l.count(slow), after-changes)
 	if by := servedBy(r.samples, func(sample) bool { return true }); len(by) != 1 || by["platform1"] == 0 {
 		t.Errorf("answers by %v, want platform1 only", by)
@@ -161,8 +162,8 @@ func TestFlappingLeaderCheckSwitchesNothing(t *testing.T) {
 	c := startCluster(t, sim.Options{})
 	p1 := c.Platforms[0]
 	f := startFairlead(t, map[string]string{"10-platform.toml": clusterPool(c, testChecks)})
-	changes := f.metricInt(leaderChanges)
-	l := startLoad(t, name, f.addr, defaultLoad)
+	changes := f.MetricInt(leaderChanges)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 3*time.Second))
 
 	t0 := time.Now()
@@ -177,11 +178,11 @@ func TestFlappingLeaderCheckSwitchesNothing(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, fmt.Sprintf("%d flapping probes", want), pick(20*time.Second, 90*time.Second), func() bool { return probes() >= want })
+	testkit.Eventually(t, fmt.Sprintf("%d flapping probes", want), pick(20*time.Second, 90*time.Second), func() bool { return probes() >= want })
 
 	r := judge(name, l.stop(), strict)
 	p1.SetLeaderCheckFlap(false)
-	after := f.metricInt(leaderChanges)
+	after := f.MetricInt(leaderChanges)
 	r.add("probes=%d leader_changes=%d", probes(), after-changes)
 	if after != changes || f.pool("platform").Leader != p1.Addr {
 		t.Errorf("the flapping leader was switched: %s %d → %d, leader %q", leaderChanges, changes, after, f.pool("platform").Leader)
@@ -217,7 +218,7 @@ func bothDown(t *testing.T, name string, queueTimeout, outage time.Duration) {
 		"10-platform.toml": clusterPool(c, testChecks),
 		"20-scenario.toml": fmt.Sprintf("[pools.platform]\nqueue_timeout = %q\n", queueTimeout),
 	})
-	l := startLoad(t, name, f.addr, defaultLoad)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 3*time.Second))
 
 	for _, p := range c.Platforms {
@@ -279,7 +280,7 @@ func TestLeaderStepDownMovesTrafficWithinAboutThreeFastIntervalsOfTheNewLeaders2
 	c := startCluster(t, sim.Options{})
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	f := startFairlead(t, map[string]string{"10-platform.toml": clusterPool(c, `interval = "15s"`)})
-	l := startLoad(t, name, f.addr, defaultLoad)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 5*time.Second))
 
 	t0 := time.Now()
@@ -291,7 +292,7 @@ func TestLeaderStepDownMovesTrafficWithinAboutThreeFastIntervalsOfTheNewLeaders2
 	}
 	// Bounded beyond interval_max, so that a miss reports the real time.
 	var switched time.Time
-	ok := poll(30*time.Second, func() bool {
+	ok := testkit.Within(30*time.Second, func() bool {
 		var ok bool
 		switched, ok = l.firstOK("platform2", t0)
 		return ok

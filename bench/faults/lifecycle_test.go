@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Scenarios on fairlead itself: a reload and a restart under load.
@@ -25,27 +26,27 @@ func TestReloadUnderLoadFailsNothing(t *testing.T) {
 		"05-cxserver.toml": cxPool(c),
 		"10-platform.toml": clusterPool(c, testChecks),
 	})
-	ts := openTunnels(t, f.addr, assetKeys("reload", pickN(50, 200)), false)
-	l := startLoad(t, name, f.addr, defaultLoad)
+	ts := openTunnels(t, f.Addr, assetKeys("reload", pickN(50, 200)), false)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(500*time.Millisecond, 3*time.Second))
 
 	reloads := pickN(3, 10)
-	first := f.metricInt("fairlead_config_reloads_total")
+	first := f.MetricInt("fairlead_config_reloads_total")
 	var took time.Duration
 	for i := range reloads {
 		// Read before the write: the file watcher may apply the change before the SIGHUP does (which
 		// then finds nothing changed); either way it is counted once at least.
-		prev := f.metricInt("fairlead_config_reloads_total")
+		prev := f.MetricInt("fairlead_config_reloads_total")
 		body := fmt.Sprintf("[pools.platform]\nresponse_timeout = \"%ds\"\n[pools.cxserver.check]\ninterval = \"%dms\"\n", 20+i%2*10, 100+i%2*50)
-		if err := os.WriteFile(filepath.Join(f.dir, "30-reload.toml"), []byte(body), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(f.Dir, "30-reload.toml"), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
-		if err := f.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := f.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, fmt.Sprintf("reload %d to be counted", i+1), 10*time.Second, func() bool {
-			return f.metricInt("fairlead_config_reloads_total") > prev
+		testkit.Eventually(t, fmt.Sprintf("reload %d to be counted", i+1), 10*time.Second, func() bool {
+			return f.MetricInt("fairlead_config_reloads_total") > prev
 		})
 		took = max(took, time.Since(t0))
 		sleep(pick(500*time.Millisecond, 2*time.Second))
@@ -53,14 +54,14 @@ func TestReloadUnderLoadFailsNothing(t *testing.T) {
 
 	r := judge(name, l.stop(), strict)
 	lost := ts.echoAll()
-	counted := f.metricInt("fairlead_config_reloads_total") - first
+	counted := f.MetricInt("fairlead_config_reloads_total") - first
 	r.add("reloads=%d counted=%d slowest_reload=%s tunnels=%d tunnels_lost=%d", reloads, counted,
 		took.Round(time.Millisecond), len(ts.list), lost)
 	if lost > 0 {
 		t.Errorf("%s: %d of %d tunnels lost across the reloads", name, lost, len(ts.list))
 	}
-	if ok := f.metric("fairlead_config_last_reload_successful"); ok != "1" || f.metricInt("fairlead_config_reload_failures_total") != 0 {
-		t.Errorf("%s: last reload successful = %q, failures = %d", name, ok, f.metricInt("fairlead_config_reload_failures_total"))
+	if ok := f.Metric("fairlead_config_last_reload_successful"); ok != "1" || f.MetricInt("fairlead_config_reload_failures_total") != 0 {
+		t.Errorf("%s: last reload successful = %q, failures = %d", name, ok, f.MetricInt("fairlead_config_reload_failures_total"))
 	}
 	r.checkDeliveries(t, c.Deliveries())
 	r.finish(t)
@@ -85,24 +86,24 @@ func TestFastStartRestartKnowsLeaderAndPlacementsAtOnce(t *testing.T) {
 
 	// Place the assets while cx1 is down, then bring it back: they stay on cx2 (the sticky table).
 	cx1.SetHealthy(false)
-	waitUntil(t, "cx1 to go down", 10*time.Second, func() bool { return !f.serverAvailable("cxserver", "cx1") })
+	testkit.Eventually(t, "cx1 to go down", 10*time.Second, func() bool { return !f.serverAvailable("cxserver", "cx1") })
 	keys := assetKeys("fast-restart", pickN(40, 200))
-	place(t, f.addr, keys)
+	place(t, f.Addr, keys)
 	cx1.SetHealthy(true)
-	waitUntil(t, "cx1 to come back", 10*time.Second, func() bool { return f.serverAvailable("cxserver", "cx1") })
-	before := place(t, f.addr, keys)
+	testkit.Eventually(t, "cx1 to come back", 10*time.Second, func() bool { return f.serverAvailable("cxserver", "cx1") })
+	before := place(t, f.Addr, keys)
 	if n := count(before); n["cx2"] != len(keys) {
 		t.Fatalf("placement before the restart %v, want all %d on cx2", n, len(keys))
 	}
 
-	l := startLoad(t, name, f.addr, defaultLoad)
+	l := startLoad(t, name, f.Addr, defaultLoad)
 	sleep(pick(time.Second, 5*time.Second))
 
 	tTerm := time.Now()
-	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	_ = f.Cmd.Process.Signal(syscall.SIGTERM)
 	var tClosed time.Time
-	waitUntil(t, "the old process to stop listening", 10*time.Second, func() bool {
-		conn, err := net.DialTimeout("tcp", f.addr, time.Second)
+	testkit.Eventually(t, "the old process to stop listening", 10*time.Second, func() bool {
+		conn, err := net.DialTimeout("tcp", f.Addr, time.Second)
 		if err != nil {
 			tClosed = time.Now()
 			return true
@@ -110,14 +111,14 @@ func TestFastStartRestartKnowsLeaderAndPlacementsAtOnce(t *testing.T) {
 		conn.Close()
 		return false
 	})
-	f.waitExit(15 * time.Second)
+	f.WaitExit(15 * time.Second)
 	if _, err := os.Stat(state); err != nil {
 		t.Fatalf("no state file after the stop: %v", err)
 	}
-	g := runFairlead(t, f.dir, f.addr, f.admin)
+	g := runFairlead(t, f.Dir, f.Addr, f.Admin)
 	var tListen time.Time
-	waitUntil(t, "the new process to listen", 10*time.Second, func() bool {
-		conn, err := net.DialTimeout("tcp", g.addr, time.Second)
+	testkit.Eventually(t, "the new process to listen", 10*time.Second, func() bool {
+		conn, err := net.DialTimeout("tcp", g.Addr, time.Second)
 		if err != nil {
 			return false
 		}
@@ -128,7 +129,7 @@ func TestFastStartRestartKnowsLeaderAndPlacementsAtOnce(t *testing.T) {
 	leader := g.pool("platform").Leader
 	sleep(pick(time.Second, 5*time.Second))
 	samples := l.stop()
-	after := place(t, g.addr, keys)
+	after := place(t, g.Addr, keys)
 
 	// Before the new process listens, requests may find no listener (or a keep-alive connection the
 	// old process closed): that is the gap. From then on, nothing may fail.

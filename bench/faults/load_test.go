@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // requestIDHeader tags every POST with a unique id; the simulated platforms record each id that
@@ -202,7 +204,7 @@ func (l *load) firstOK(server string, from time.Time) (time.Time, bool) {
 func (l *load) waitOK(t *testing.T, server string, from time.Time, timeout time.Duration) time.Time {
 	t.Helper()
 	var at time.Time
-	if !poll(timeout, func() bool {
+	if !testkit.Within(timeout, func() bool {
 		var ok bool
 		at, ok = l.firstOK(server, from)
 		return ok

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,24 +24,8 @@ import (
 // long selects the long form (make faults): longer load phases and 1,000 tunnels.
 var long = flag.Bool("faults.long", false, "long form: longer load phases, 1,000 tunnels (make faults)")
 
-// The binaries under test, built once by TestMain.
-var fairleadBin, simBin string
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "fairlead-faults")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fairleadBin, simBin = filepath.Join(dir, "fairlead"), filepath.Join(dir, "fairlead-sim")
-	// Without the race detector: fairlead runs as in production; the test process carries -race.
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../../cmd/fairlead", "../../cmd/fairlead-sim")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fairlead and fairlead-sim: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	// The children (fairlead with 1,000 tunnels holds 2,000+ sockets) inherit the raised limit only when
 	// it is set explicitly; Go raises its own soft limit but restores the original for children.
 	var rl syscall.Rlimit
@@ -50,9 +33,7 @@ func TestMain(m *testing.M) {
 		rl.Cur = min(rl.Max, 20000)
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // pick returns the phase length of the form being run: short, shorter under the race detector, or long.
@@ -75,47 +56,11 @@ func pickN(short, long_ int) int {
 	return short
 }
 
-// freeAddr is a port no other test process will be handed (testkit.Addr).
-func freeAddr(t *testing.T) string { t.Helper(); return testkit.Addr(t) }
-
-// waitUntil polls cond every 10 ms until it holds; it fails the test after timeout.
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	if !poll(timeout, cond) {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
-	}
-}
-
-// poll polls cond every 10 ms until it holds (true) or timeout passes (false).
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 // startCluster starts an in-process simulated cluster recording POST deliveries by X-Request-Id.
 func startCluster(t *testing.T, opts sim.Options) *sim.Cluster {
 	t.Helper()
 	opts.DeliveryHeader = requestIDHeader
-	c, err := sim.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-// tail returns the last n bytes of s.
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
+	return testkit.StartCluster(t, opts)
 }
 
 // quiet drops from a fairlead log the lines fasthttp repeats for every request with a streamed body
@@ -137,16 +82,9 @@ func quiet(log string) string {
 	return strings.Join(keep, "\n")
 }
 
-// fairlead is a fairlead process started by a test, on a config directory of its own.
-type fairlead struct {
-	t           *testing.T
-	cmd         *exec.Cmd
-	dir         string // the config directory
-	addr, admin string
-	log         *harness.SyncBuffer
-	exited      chan struct{}
-	waitErr     error // valid once exited is closed
-}
+// fairlead is a fairlead process started by a test (testkit.Fairlead), with what the scenarios read of
+// its state.
+type fairlead struct{ *testkit.Fairlead }
 
 // testChecks are the LeaderCheck settings of most scenarios: test-sized intervals, so that a leader
 // change completes in about three fast intervals (0.3 s). The timeout is generous: on busy shared cores
@@ -223,124 +161,20 @@ pool = "cxserver"
 // a new config directory, starts fairlead on it and waits until it serves.
 func startFairlead(t *testing.T, files map[string]string) *fairlead {
 	t.Helper()
-	dir := t.TempDir()
-	addr, admin := freeAddr(t), freeAddr(t)
-	files["00-listen.toml"] = fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", addr, admin)
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f := runFairlead(t, dir, addr, admin)
-	f.waitServing()
+	f := &fairlead{testkit.StartFairlead(t, files)}
+	f.LogFilter = quiet
 	return f
-}
-
-// dieWithTest makes a child get SIGKILL if the test process dies first (a -timeout panic, a kill), so
-// that no fairlead or simulator outlives the suite; t.Cleanup ends them in every other case.
-func dieWithTest() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
 // runFairlead starts fairlead on an existing config directory without waiting.
 func runFairlead(t *testing.T, dir, addr, admin string) *fairlead {
 	t.Helper()
-	f := &fairlead{t: t, dir: dir, addr: addr, admin: admin, log: &harness.SyncBuffer{}, exited: make(chan struct{})}
-	f.cmd = exec.Command(fairleadBin, "-config", dir)
-	f.cmd.Stdout, f.cmd.Stderr = f.log, f.log
-	f.cmd.SysProcAttr = dieWithTest()
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		f.waitErr = f.cmd.Wait()
-		close(f.exited)
-	}()
-	t.Cleanup(func() {
-		f.kill()
-		if t.Failed() {
-			t.Logf("fairlead (pid %d) log:\n%s", f.cmd.Process.Pid, tail(quiet(f.log.String()), 6000))
-		}
-	})
+	f := &fairlead{testkit.RunFairlead(t, dir, addr, admin)}
+	f.LogFilter = quiet
 	return f
 }
 
-// waitServing waits until the front end accepts connections and the config is loaded.
-func (f *fairlead) waitServing() {
-	f.t.Helper()
-	waitUntil(f.t, "fairlead to serve", 15*time.Second, func() bool {
-		select {
-		case <-f.exited:
-			f.t.Fatalf("fairlead exited: %v\n%s", f.waitErr, f.log.String())
-		default:
-		}
-		return f.metric("fairlead_config_last_reload_successful") == "1" && dialOK(f.addr)
-	})
-}
-
-func dialOK(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
-// kill ends the process with SIGKILL (if it still runs) and reaps it.
-func (f *fairlead) kill() {
-	_ = f.cmd.Process.Kill()
-	<-f.exited
-}
-
-// stop sends SIGTERM and waits (bounded) for a clean exit.
-func (f *fairlead) stop(timeout time.Duration) {
-	f.t.Helper()
-	_ = f.cmd.Process.Signal(syscall.SIGTERM)
-	f.waitExit(timeout)
-}
-
-// waitExit waits (bounded) for a clean exit after SIGTERM.
-func (f *fairlead) waitExit(timeout time.Duration) {
-	f.t.Helper()
-	select {
-	case <-f.exited:
-		if f.waitErr != nil {
-			f.t.Errorf("fairlead exit after SIGTERM: %v", f.waitErr)
-		}
-	case <-time.After(timeout):
-		f.t.Fatalf("fairlead still running %s after SIGTERM", timeout)
-	}
-}
-
 var adminClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
-
-// metric returns the value of the /metrics line named name, labels included exactly as fairlead
-// writes them ("" if absent or unreachable).
-func (f *fairlead) metric(name string) string {
-	resp, err := adminClient.Get("http://" + f.admin + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// metricInt is metric as an integer, -1 if absent.
-func (f *fairlead) metricInt(name string) int64 {
-	v, err := strconv.ParseFloat(f.metric(name), 64)
-	if err != nil {
-		return -1
-	}
-	return int64(v)
-}
 
 // poolStatus is the part of /api/status the scenarios read.
 type poolStatus struct {
@@ -358,7 +192,7 @@ type poolStatus struct {
 
 // pool returns the /api/status of one pool (zero if unreachable).
 func (f *fairlead) pool(name string) poolStatus {
-	resp, err := adminClient.Get("http://" + f.admin + "/api/status")
+	resp, err := adminClient.Get("http://" + f.Admin + "/api/status")
 	if err != nil {
 		return poolStatus{}
 	}
@@ -389,7 +223,7 @@ func (f *fairlead) serverAvailable(pool, server string) bool {
 
 // fds counts the process's open file descriptors.
 func (f *fairlead) fds() int {
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", f.cmd.Process.Pid))
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", f.Cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
@@ -409,12 +243,12 @@ type simProc struct {
 func startSimProc(t *testing.T, name string, state sim.State) *simProc {
 	t.Helper()
 	p := &simProc{name: name, deliveryLog: filepath.Join(t.TempDir(), name+".deliveries"), exited: make(chan struct{})}
-	p.cmd = exec.Command(simBin, "-platforms", "1", "-connections", "0", "-platform-port", "0",
+	p.cmd = exec.Command(testkit.Binary(t, "cmd/fairlead-sim"), "-platforms", "1", "-connections", "0", "-platform-port", "0",
 		"-control", "127.0.0.1:0", "-platform-names", name, "-states", state.String(),
 		"-delivery-header", requestIDHeader, "-delivery-log", p.deliveryLog)
 	var stderr harness.SyncBuffer
 	p.cmd.Stderr = &stderr
-	p.cmd.SysProcAttr = dieWithTest()
+	p.cmd.SysProcAttr = testkit.DieWithTest()
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +270,7 @@ func startSimProc(t *testing.T, name string, state sim.State) *simProc {
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() {
-			t.Logf("fairlead-sim %s log:\n%s", name, tail(stderr.String(), 3000))
+			t.Logf("fairlead-sim %s log:\n%s", name, testkit.Tail(stderr.String(), 3000))
 		}
 	})
 	timeout := time.After(10 * time.Second)

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fasthttp/websocket"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // WebSocket tunnels through fairlead, as edge devices open them: one per asset key (X-Asset-Id) on the
@@ -232,7 +234,7 @@ func count(placement map[string]string) map[string]int {
 }
 
 // goroutines is fairlead's go_goroutines.
-func (f *fairlead) goroutines() int64 { return f.metricInt("go_goroutines") }
+func (f *fairlead) goroutines() int64 { return f.MetricInt("go_goroutines") }
 
 // TestConnectionServerKilledWithOpenTunnels: with 200 tunnels open (long form: 1,000) through the sticky
 // pool, connection server cx1 dies (ConnServer.Kill). fairlead closes every tunnel to it, the devices
@@ -249,11 +251,11 @@ func TestConnectionServerKilledWithOpenTunnels(t *testing.T) {
 		"10-platform.toml": clusterPool(c, testChecks),
 	})
 	o := loadOpts{workers: 4, rate: 100, postEvery: 5, timeout: 20 * time.Second}
-	l := startLoad(t, name, f.addr, o)
+	l := startLoad(t, name, f.Addr, o)
 	sleep(pick(500*time.Millisecond, 2*time.Second))
 	baseG, baseFD := f.goroutines(), f.fds()
 
-	ts := openTunnels(t, f.addr, assetKeys("cx-killed", n), true)
+	ts := openTunnels(t, f.Addr, assetKeys("cx-killed", n), true)
 	peakG, peakFD := f.goroutines(), f.fds()
 	onKilled, onOther := ts.on("cx1"), ts.on("cx2")
 	if onKilled == 0 || onOther == 0 || onKilled+onOther != n {
@@ -264,7 +266,7 @@ func TestConnectionServerKilledWithOpenTunnels(t *testing.T) {
 	if err := cx1.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, fmt.Sprintf("the %d tunnels on cx1 to reconnect", onKilled), pick(30*time.Second, 60*time.Second), func() bool {
+	testkit.Eventually(t, fmt.Sprintf("the %d tunnels on cx1 to reconnect", onKilled), pick(30*time.Second, 60*time.Second), func() bool {
 		return ts.reconnects.Load() >= int64(onKilled) && ts.open.Load() == int64(n)
 	})
 	reconnected := time.Unix(0, ts.lastConnect.Load()).Sub(t0)
@@ -284,7 +286,7 @@ func TestConnectionServerKilledWithOpenTunnels(t *testing.T) {
 	if e := ts.echoFailures.Load(); e > 0 {
 		t.Errorf("%d echo checks failed", e)
 	}
-	waitUntil(t, "fairlead to count no tunnel on cx1", 10*time.Second, func() bool {
+	testkit.Eventually(t, "fairlead to count no tunnel on cx1", 10*time.Second, func() bool {
 		for _, s := range f.pool("cxserver").Servers {
 			if s.Name == "cx1" {
 				return s.Tunnels == 0
@@ -301,7 +303,7 @@ func TestConnectionServerKilledWithOpenTunnels(t *testing.T) {
 	settle := time.Now()
 	var g, fds int64
 	var fdsAt, gAt time.Duration
-	settled := poll(pick(30*time.Second, 60*time.Second), func() bool {
+	settled := testkit.Within(pick(30*time.Second, 60*time.Second), func() bool {
 		g, fds = f.goroutines(), int64(f.fds())
 		if fdsAt == 0 && fds >= 0 && fds <= int64(baseFD)+slack {
 			fdsAt = time.Since(settle)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // exampleFile is the shipped keepalived configuration; the test runs it (see keepalivedConfig).
@@ -50,7 +52,7 @@ func TestKeepalivedMovesTheVirtualAddressWhenTheActiveFairleadDies(t *testing.T)
 	backend := hosts[2].addr
 	start(t, tp.ns("backend"), "fairlead-sim", nil, simBin, "-host", backend, "-platforms", "2",
 		"-connections", "3", "-platform-port", "9081", "-connection-port", "9181", "-control", "")
-	waitUntil(t, "the simulator to listen", 10*time.Second, func() bool {
+	testkit.Eventually(t, "the simulator to listen", 10*time.Second, func() bool {
 		_, ok := tp.probe("backend", "http://"+backend+":9183/health")
 		return ok
 	})
@@ -71,7 +73,7 @@ func TestKeepalivedMovesTheVirtualAddressWhenTheActiveFairleadDies(t *testing.T)
 	for _, node := range []string{"lb1", "lb2"} {
 		ka[node] = startKeepalived(t, tp, node, kconf)
 	}
-	waitUntil(t, "keepalived to put the virtual address on one fairlead", 15*time.Second, func() bool {
+	testkit.Eventually(t, "keepalived to put the virtual address on one fairlead", 15*time.Second, func() bool {
 		return tp.holdsVIP("lb1") != tp.holdsVIP("lb2")
 	})
 	elected := time.Since(kaStart)
@@ -98,7 +100,7 @@ func TestKeepalivedMovesTheVirtualAddressWhenTheActiveFairleadDies(t *testing.T)
 	}
 	killed := time.Now()
 	mark("killed")
-	waitUntil(t, "the virtual address to move to "+standby, 10*time.Second, func() bool { return tp.holdsVIP(standby) })
+	testkit.Eventually(t, "the virtual address to move to "+standby, 10*time.Second, func() bool { return tp.holdsVIP(standby) })
 	moved := time.Since(killed)
 	mark("switch")
 	if tp.holdsVIP(active) {
@@ -111,11 +113,11 @@ func TestKeepalivedMovesTheVirtualAddressWhenTheActiveFairleadDies(t *testing.T)
 	kaLogAt := len(ka[active].log.String())
 	restarted := time.Now()
 	lbs[active] = startFairlead(t, tp, active, conf)
-	waitUntil(t, active+"'s keepalived to go back to BACKUP", 10*time.Second, func() bool {
+	testkit.Eventually(t, active+"'s keepalived to go back to BACKUP", 10*time.Second, func() bool {
 		return strings.Contains(ka[active].log.String()[kaLogAt:], "Entering BACKUP STATE")
 	})
 	backup := time.Since(restarted)
-	waitUntil(t, "every tunnel to reopen", 10*time.Second, func() bool {
+	testkit.Eventually(t, "every tunnel to reopen", 10*time.Second, func() bool {
 		client.send("open")
 		n, _ := strconv.Atoi(client.expect("open ", 5*time.Second))
 		return n == tunnels
@@ -254,9 +256,9 @@ pool = "platform"
 func startFairlead(t *testing.T, tp *topology, node, conf string) *child {
 	t.Helper()
 	c := start(t, tp.ns(node), "fairlead "+node, nil, fairleadBin, "-config", conf)
-	waitUntil(t, "fairlead on "+node+" to serve", 15*time.Second, func() bool {
+	testkit.Eventually(t, "fairlead on "+node+" to serve", 15*time.Second, func() bool {
 		if !c.alive() {
-			t.Fatalf("fairlead on %s exited:\n%s", node, tail(c.log.String(), 4000))
+			t.Fatalf("fairlead on %s exited:\n%s", node, testkit.Tail(c.log.String(), 4000))
 		}
 		_, ok := tp.probe(node, "http://127.0.0.1:8080/")
 		return ok

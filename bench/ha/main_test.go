@@ -6,16 +6,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/harness"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// The binaries under test, built once by TestMain: fairlead, fairlead-sim and the load client.
+// The binaries under test (testkit.Build): fairlead, fairlead-sim and the load client.
 var fairleadBin, simBin, clientBin string
 
 // skipReason, when set, is why the namespace tests cannot run here (they skip with it).
@@ -26,23 +26,17 @@ func TestMain(m *testing.M) {
 	if skipReason != "" {
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "fairlead-ha")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	for _, b := range []struct {
+		bin *string
+		pkg string
+	}{{&fairleadBin, "cmd/fairlead"}, {&simBin, "cmd/fairlead-sim"}, {&clientBin, "bench/ha/client"}} {
+		var err error
+		if *b.bin, err = testkit.Build(b.pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
-	// Without the race detector: the processes run as in production; the test process carries -race.
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"../../cmd/fairlead", "../../cmd/fairlead-sim", "./client")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fairlead, fairlead-sim and the client: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	fairleadBin, simBin, clientBin = filepath.Join(dir, "fairlead"), filepath.Join(dir, "fairlead-sim"), filepath.Join(dir, "client")
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // missingPrerequisite says what this machine lacks to build namespaces and run keepalived ("" if
@@ -57,14 +51,6 @@ func missingPrerequisite() string {
 		}
 	}
 	return ""
-}
-
-// tail returns the last n bytes of s.
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // child is a process started in a network namespace with `ip netns exec`, which execs the command
@@ -137,7 +123,7 @@ func (c *child) run(stop func(*child)) {
 		}
 		c.kill()
 		if c.t.Failed() {
-			c.t.Logf("%s (pid %d) output:\n%s", c.name, c.cmd.Process.Pid, tail(c.log.String(), 4000))
+			c.t.Logf("%s (pid %d) output:\n%s", c.name, c.cmd.Process.Pid, testkit.Tail(c.log.String(), 4000))
 		}
 	})
 }
@@ -183,25 +169,13 @@ func (c *child) expect(prefix string, timeout time.Duration) string {
 		select {
 		case line, ok := <-c.lines:
 			if !ok {
-				c.t.Fatalf("%s exited before printing %q:\n%s", c.name, prefix, tail(c.log.String(), 4000))
+				c.t.Fatalf("%s exited before printing %q:\n%s", c.name, prefix, testkit.Tail(c.log.String(), 4000))
 			}
 			if rest, found := strings.CutPrefix(line, prefix); found {
 				return strings.TrimSpace(rest)
 			}
 		case <-deadline:
-			c.t.Fatalf("%s printed no %q within %s:\n%s", c.name, prefix, timeout, tail(c.log.String(), 4000))
+			c.t.Fatalf("%s printed no %q within %s:\n%s", c.name, prefix, timeout, testkit.Tail(c.log.String(), 4000))
 		}
-	}
-}
-
-// waitUntil polls cond every 20 ms until it holds; it fails the test after timeout.
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

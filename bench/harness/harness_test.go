@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // TestHarnessTiny runs every scenario once at tiny size against fairlead (built here), so that the bench
@@ -22,22 +24,13 @@ func TestHarnessTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	bin := filepath.Join(t.TempDir(), "fairlead")
-	build := exec.Command(goBin, "build", "-o", bin, "../../cmd/fairlead")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build fairlead: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "cmd/fairlead")
 
-	// fan-out needs fairlead's relay routes ([relays.NAME]); a build whose -check rejects them runs
-	// every other scenario, and the fan-out subtest below says why it is skipped.
+	// fan-out needs fairlead's relay routes ([relays.NAME]): a -check that rejects its configuration is
+	// a regression, not a reason to leave the scenario out.
 	names := ScenarioNames()
-	relaysOK, relaysWhy := fairleadAcceptsRelays(bin, t.TempDir())
-	if !relaysOK {
-		names = slices.DeleteFunc(names, func(s string) bool { return s == "fan-out" })
+	if ok, why := fairleadAcceptsRelays(bin, t.TempDir()); !ok {
+		t.Fatalf("fairlead -check rejects the fan-out scenario's [relays.NAME] configuration: %s", why)
 	}
 
 	var peers []string
@@ -158,9 +151,6 @@ func TestHarnessTiny(t *testing.T) {
 		t.Errorf("fan-in: %v clients", v)
 	}
 	t.Run("fan-out", func(t *testing.T) {
-		if !relaysOK {
-			t.Skipf("fairlead -check rejects a [relays.NAME] table, so fan-out was not run against fairlead (relay routes not in this build?): %s", relaysWhy)
-		}
 		n := TinyPlan().FanOutSizes[0]
 		get := func(key string) float64 {
 			t.Helper()

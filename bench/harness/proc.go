@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -346,21 +345,5 @@ func dialOK(addr string) error {
 	return c.Close()
 }
 
-// SyncBuffer collects a child process's output while a test (or the harness) reads it: a bytes.Buffer
-// safe for the process's output copier and a reader to share.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// SyncBuffer collects a child process's output while a test (or the harness) reads it.
+type SyncBuffer = testkit.SyncBuffer

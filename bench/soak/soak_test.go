@@ -66,11 +66,7 @@ func TestSoakReturnsToBaseline(t *testing.T) {
 		t.Fatalf("the test deadline (%s away) is too short for a %s soak: run it with -timeout 0", time.Until(dl).Round(time.Second), dur)
 	}
 
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	fl := startFairlead(t, c)
 
 	t.Logf("warm-up: %s of the same load", warmup)
@@ -179,17 +175,14 @@ type fairlead struct {
 func startFairlead(t *testing.T, c *sim.Cluster) *fairlead {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fairlead")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/fairlead/fairlead/cmd/fairlead").CombinedOutput(); err != nil {
-		t.Fatalf("building fairlead: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "cmd/fairlead")
 	q := func(addrs ...string) string {
 		for i, a := range addrs {
 			addrs[i] = strconv.Quote(a)
 		}
 		return strings.Join(addrs, ", ")
 	}
-	fl := &fairlead{addr: freeAddr(t), admin: freeAddr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan struct{}),
+	fl := &fairlead{addr: testkit.Addr(t), admin: testkit.Addr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan struct{}),
 		admClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 	conf := fmt.Sprintf(`
 [frontend]
@@ -255,16 +248,9 @@ pool = "platform"
 		}
 	})
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := probe(fl.addr)
-		if err == nil {
-			break
-		}
-		if fl.exited() || time.Now().After(deadline) {
-			t.Fatalf("fairlead does not serve: %v\n%s", err, fl.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+	var perr error
+	if !testkit.Within(20*time.Second, func() bool { perr = probe(fl.addr); return perr == nil || fl.exited() }) || perr != nil {
+		t.Fatalf("fairlead does not serve: %v\n%s", perr, fl.logTail())
 	}
 	t.Logf("fairlead (pid %d) on %s, admin %s, in front of platforms %s and connection servers %s",
 		fl.cmd.Process.Pid, fl.addr, fl.admin, q(c.Platforms[0].Addr, c.Platforms[1].Addr), q(c.Connections[0].Addr, c.Connections[1].Addr))
@@ -389,6 +375,3 @@ func plus(s string) string {
 	}
 	return "+" + s
 }
-
-// freeAddr is a port no other test process will be handed (testkit.Addr).
-func freeAddr(t *testing.T) string { t.Helper(); return testkit.Addr(t) }

@@ -69,6 +69,48 @@ func FreePort() (int, error) {
 	return 0, errors.New("testkit: no free port left below the ephemeral range")
 }
 
+// FreePorts returns the first of n consecutive ports that FreePort could each have returned, reserved
+// together (a program that numbers its listeners from a base port).
+func FreePorts(n int) (int, error) {
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.next == 0 {
+		ports.next = portLow + rand.IntN(portHigh-portLow)
+		if err := os.MkdirAll(lockDir, 0o777); err != nil {
+			return 0, fmt.Errorf("testkit: %w", err)
+		}
+	}
+	for range (portHigh - portLow) / n {
+		if ports.next+n > portHigh {
+			ports.next = portLow
+		}
+		base := ports.next
+		ports.next += n
+		var got []*os.File
+		for p := base; p < base+n; p++ {
+			f, ok := reserve(p)
+			if !ok {
+				break
+			}
+			if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err != nil {
+				f.Close()
+				break
+			} else {
+				ln.Close()
+			}
+			got = append(got, f)
+		}
+		if len(got) == n {
+			ports.held = append(ports.held, got...)
+			return base, nil
+		}
+		for _, f := range got {
+			f.Close()
+		}
+	}
+	return 0, fmt.Errorf("testkit: no %d consecutive free ports left below the ephemeral range", n)
+}
+
 // reserve takes the cross-process lock for port; false when another process holds it.
 func reserve(port int) (*os.File, bool) {
 	f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
@@ -96,6 +138,16 @@ type TB interface {
 	Helper()
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
+}
+
+// T is the part of testing.TB the helpers that clean up after a test use.
+type T interface {
+	TB
+	Cleanup(func())
+	TempDir() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Failed() bool
 }
 
 // Addr is FreeAddr for a test: it fails the test when no port is left.

@@ -62,3 +62,30 @@ func TestAnotherProcessIsNotHandedAPortThisOneHolds(t *testing.T) {
 		t.Fatalf("the child handed out %d ports, want 300", n)
 	}
 }
+
+func TestFreePortsAreConsecutiveAndNotHandedOutAgain(t *testing.T) {
+	seen := map[int]bool{}
+	for range 20 {
+		base, err := FreePorts(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := base; p < base+3; p++ {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				t.Fatalf("%d: %v", p, err)
+			}
+			ln.Close()
+		}
+	}
+	for range 50 {
+		p, err := FreePort()
+		if err != nil || seen[p] {
+			t.Fatalf("FreePort handed out %d (%v), one of FreePorts'", p, err)
+		}
+	}
+}

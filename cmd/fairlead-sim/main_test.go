@@ -7,64 +7,28 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// reservePorts finds n consecutive free ports on 127.0.0.1 and keeps them
-// bound, so later reservations cannot overlap; it returns the first port and
-// appends the listeners to held.
-func reservePorts(t *testing.T, n int, held *[]net.Listener) int {
+// freePorts is the first of n consecutive ports no other test process will be handed.
+func freePorts(t *testing.T, n int) int {
 	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := ln.Addr().(*net.TCPAddr).Port
-		lns := []net.Listener{ln}
-		ok := base+n <= 65535
-		for i := 1; ok && i < n; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				ok = false
-				break
-			}
-			lns = append(lns, l)
-		}
-		if ok {
-			*held = append(*held, lns...)
-			return base
-		}
-		for _, l := range lns {
-			l.Close()
-		}
+	base, err := testkit.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
+	return base
 }
 
 func TestCommand(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found")
-	}
-	bin := filepath.Join(t.TempDir(), "fairlead-sim")
-	build := exec.Command(goBin, "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %s\n%s", err, out)
-	}
-
-	var held []net.Listener
-	pport, cport, hport, ctl := reservePorts(t, 3, &held), reservePorts(t, 2, &held), reservePorts(t, 2, &held), reservePorts(t, 1, &held)
-	for _, l := range held {
-		l.Close()
-	}
+	bin := testkit.Binary(t, "cmd/fairlead-sim")
+	pport, cport, hport, ctl := freePorts(t, 3), freePorts(t, 2), freePorts(t, 2), freePorts(t, 1)
 	control := fmt.Sprintf("127.0.0.1:%d", ctl)
 	cmd := exec.Command(bin,
 		"-platforms", "3", "-connections", "2",

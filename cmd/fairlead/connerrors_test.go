@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // secretHead is a request head cut in its middle, with credentials in it.
@@ -67,11 +68,7 @@ func dialTCP(t *testing.T, addr string) net.Conn {
 }
 
 func TestAbortedAndRefusedConnectionsLeaveNoRequestByteInTheLogAndAreCountedByKind(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	ca, err := sim.NewCA("fairlead test CA")
 	if err != nil {
 		t.Fatal(err)
@@ -84,11 +81,11 @@ func TestAbortedAndRefusedConnectionsLeaveNoRequestByteInTheLogAndAreCountedByKi
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsAddr := freeAddr(t)
+	tlsAddr := testkit.Addr(t)
 	p := startProc(t, c, fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\nheader_timeout = \"300ms\"\n",
 		tlsAddr, certFile, keyFile))
 	count := func(kind string) int {
-		n, _ := strconv.Atoi(p.metric(`fairlead_frontend_connection_errors_total{kind="` + kind + `"}`))
+		n, _ := strconv.Atoi(p.Metric(`fairlead_frontend_connection_errors_total{kind="` + kind + `"}`))
 		return n
 	}
 	// expect runs do and waits until the errors of kind grew by n.
@@ -96,31 +93,31 @@ func TestAbortedAndRefusedConnectionsLeaveNoRequestByteInTheLogAndAreCountedByKi
 		t.Helper()
 		before := count(kind)
 		do()
-		p.waitUntil(fmt.Sprintf("%s to count %d more %s", what, n, kind), func() bool { return count(kind) >= before+n })
+		p.Eventually(fmt.Sprintf("%s to count %d more %s", what, n, kind), func() bool { return count(kind) >= before+n })
 	}
 	checkLog := func(when string) {
 		t.Helper()
 		for _, m := range secretMarks {
-			if strings.Contains(p.stderr.String(), m) {
-				t.Errorf("%s: the log holds %q:\n%s", when, m, p.stderr.String())
+			if strings.Contains(p.Log.String(), m) {
+				t.Errorf("%s: the log holds %q:\n%s", when, m, p.Log.String())
 			}
 		}
 	}
 
 	// At the default log_level (info) an aborted connection is counted and not logged.
-	expect("closed", 1, "a close in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.addr), secretHead, endClose) })
-	if strings.Contains(p.stderr.String(), "connection error") {
-		t.Errorf("at log_level info a connection error was logged:\n%s", p.stderr.String())
+	expect("closed", 1, "a close in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.Addr), secretHead, endClose) })
+	if strings.Contains(p.Log.String(), "connection error") {
+		t.Errorf("at log_level info a connection error was logged:\n%s", p.Log.String())
 	}
 	checkLog("at info")
 
 	// log_level is applied by a reload.
-	p.write("30-level.toml", "[global]\nlog_level = \"debug\"\n")
-	p.waitUntil("the log_level reload", func() bool { return p.metric("fairlead_config_reloads_total") == "1" })
+	p.Write("30-level.toml", "[global]\nlog_level = \"debug\"\n")
+	p.Eventually("the log_level reload", func() bool { return p.Metric("fairlead_config_reloads_total") == "1" })
 
-	expect("closed", 1, "a close in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.addr), secretHead, endClose) })
+	expect("closed", 1, "a close in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.Addr), secretHead, endClose) })
 	expect("closed", 1, "a close in the middle of a body", func() {
-		sendAndEnd(t, dialTCP(t, p.addr), "POST /Thingworx/Things HTTP/1.1\r\nHost: x\r\nAuthorization: Basic c2VjcmV0OnBhc3M=\r\n"+
+		sendAndEnd(t, dialTCP(t, p.Addr), "POST /Thingworx/Things HTTP/1.1\r\nHost: x\r\nAuthorization: Basic c2VjcmV0OnBhc3M=\r\n"+
 			"Content-Length: 100\r\n\r\nappKey=11111111-2222", endClose)
 	})
 	expect("closed", 1, "a close in the middle of a head over TLS", func() {
@@ -131,35 +128,35 @@ func TestAbortedAndRefusedConnectionsLeaveNoRequestByteInTheLogAndAreCountedByKi
 		}
 		sendAndEnd(t, conn, secretHead, endClose)
 	})
-	expect("reset", 1, "a reset in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.addr), secretHead, endReset) })
+	expect("reset", 1, "a reset in the middle of a head", func() { sendAndEnd(t, dialTCP(t, p.Addr), secretHead, endReset) })
 	expect("timeout", 1, "a head not complete within header_timeout", func() {
-		if a := sendAndEnd(t, dialTCP(t, p.addr), secretHead, endAnswer); !strings.HasPrefix(a, "HTTP/1.1 408 ") {
+		if a := sendAndEnd(t, dialTCP(t, p.Addr), secretHead, endAnswer); !strings.HasPrefix(a, "HTTP/1.1 408 ") {
 			t.Errorf("a head cut for header_timeout: got %q, want 408", a)
 		}
 	})
 	expect("refused", 1, "a framing violation", func() {
-		if a := sendAndEnd(t, dialTCP(t, p.addr), secretHead+"\r\nX A: 1\r\n\r\n", endAnswer); !strings.HasPrefix(a, "HTTP/1.1 400 ") {
+		if a := sendAndEnd(t, dialTCP(t, p.Addr), secretHead+"\r\nX A: 1\r\n\r\n", endAnswer); !strings.HasPrefix(a, "HTTP/1.1 400 ") {
 			t.Errorf("a framing violation: got %q, want 400", a)
 		}
 	})
 	expect("tls", 1, "plain HTTP on the TLS listener", func() { sendAndEnd(t, dialTCP(t, tlsAddr), secretHead+"\r\n\r\n", endAnswer) })
 	// The admin listener's aborted connections are logged the same way (without a counter).
-	sendAndEnd(t, dialTCP(t, p.admin), "GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Basic c2VjcmV0OnBhc3M=\r\nappKey: 11111111", endClose)
-	p.waitUntil("the admin connection error line", func() bool {
-		return strings.Contains(p.stderr.String(), `msg="admin: connection error" kind=closed client=127.0.0.1`)
+	sendAndEnd(t, dialTCP(t, p.Admin), "GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Basic c2VjcmV0OnBhc3M=\r\nappKey: 11111111", endClose)
+	p.Eventually("the admin connection error line", func() bool {
+		return strings.Contains(p.Log.String(), `msg="admin: connection error" kind=closed client=127.0.0.1`)
 	})
 	for _, kind := range []string{"closed", "reset", "timeout", "refused", "tls"} {
-		if want := `level=DEBUG msg="frontend: connection error" kind=` + kind + ` client=127.0.0.1 suppressed=`; !strings.Contains(p.stderr.String(), want) {
-			t.Errorf("no line %q in the log:\n%s", want, p.stderr.String())
+		if want := `level=DEBUG msg="frontend: connection error" kind=` + kind + ` client=127.0.0.1 suppressed=`; !strings.Contains(p.Log.String(), want) {
+			t.Errorf("no line %q in the log:\n%s", want, p.Log.String())
 		}
 	}
 
 	// 200 aborted connections make a handful of lines, not 200: one per kind every 10 s.
-	lines := func() int { return strings.Count(p.stderr.String(), `msg="frontend: connection error" kind=closed`) }
+	lines := func() int { return strings.Count(p.Log.String(), `msg="frontend: connection error" kind=closed`) }
 	before := lines()
 	expect("closed", 200, "200 closes in the middle of a head", func() {
 		for range 200 {
-			sendAndEnd(t, dialTCP(t, p.addr), secretHead, endClose)
+			sendAndEnd(t, dialTCP(t, p.Addr), secretHead, endClose)
 		}
 	})
 	if n := lines() - before; n > 2 {
@@ -168,10 +165,10 @@ func TestAbortedAndRefusedConnectionsLeaveNoRequestByteInTheLogAndAreCountedByKi
 	checkLog("at debug")
 
 	// A bad log_level is a failed reload naming the file and the key; the running config stays.
-	bad := p.write("30-level.toml", "[global]\nlog_level = \"loud\"\n")
-	p.waitUntil("the bad log_level to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
-	if want := bad + ": global.log_level: unknown log level"; !strings.Contains(p.stderr.String(), want) {
-		t.Errorf("the failed reload does not name %q:\n%s", want, p.stderr.String())
+	bad := p.Write("30-level.toml", "[global]\nlog_level = \"loud\"\n")
+	p.Eventually("the bad log_level to be refused", func() bool { return p.Metric("fairlead_config_last_reload_successful") == "0" })
+	if want := bad + ": global.log_level: unknown log level"; !strings.Contains(p.Log.String(), want) {
+		t.Errorf("the failed reload does not name %q:\n%s", want, p.Log.String())
 	}
 }
 

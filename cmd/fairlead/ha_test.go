@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -24,11 +24,7 @@ import (
 // again). They may disagree only while one has seen a change the other has not yet (README.md,
 // "fairlead's own HA"); the test compares once both have.
 func TestTwoProcessesWithTheSameConfigAgreeOnTheLeaderAndOnPlacementThroughAServerFailure(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 3})
 	var ps [2]*proc
 	for k := range ps {
 		ps[k] = startHAProc(t, c)
@@ -36,7 +32,7 @@ func TestTwoProcessesWithTheSameConfigAgreeOnTheLeaderAndOnPlacementThroughAServ
 	bothSee := func(what string, cond func(p *proc) bool) {
 		t.Helper()
 		for _, p := range ps {
-			p.waitUntil(what, func() bool { return cond(p) })
+			p.Eventually(what, func() bool { return cond(p) })
 		}
 	}
 
@@ -120,55 +116,22 @@ func TestTwoProcessesWithTheSameConfigAgreeOnTheLeaderAndOnPlacementThroughAServ
 // over the cluster, with test-sized checks, and waits until it serves.
 func startHAProc(t *testing.T, c *sim.Cluster) *proc {
 	t.Helper()
-	var cx, names []string
+	var cx testkit.Config
+	cx.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c))
+	names := cx.Table("pools.cxserver.names")
 	for _, s := range c.Connections {
-		cx = append(cx, strconv.Quote(s.Addr))
-		names = append(names, fmt.Sprintf("%q = %q", s.Addr, s.Name))
+		names.Set(s.Addr, s.Name)
 	}
-	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
-	p.dir = writeFiles(t, map[string]string{
-		"10-cxserver.toml": fmt.Sprintf(`
-[pools.cxserver]
-balance = "sticky"
-servers = [%s]
-[pools.cxserver.names]
-%s
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id"]
-[pools.cxserver.check]
-path = "/health"
-interval = "200ms"
-fast_interval = "100ms"
-timeout = "300ms"
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS"]
-pool = "cxserver"
-`, strings.Join(cx, ", "), strings.Join(names, "\n")),
-		"20-platform.toml": fmt.Sprintf(`
-[frontend]
-listen = %q
-[admin]
-listen = %q
-[pools.platform]
-servers = [%q, %q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "200ms"
-fast_interval = "100ms"
-timeout = "300ms"
-[[routes]]
-pool = "platform"
-`, p.addr, p.admin, c.Platforms[0].Addr, c.Platforms[1].Addr),
-	})
-	p.cmd = exec.Command(binary, "-config", p.dir)
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() }) //nolint:errcheck
-	p.waitUntil("fairlead to serve", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
-	return p
+	cx.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id"})
+	cx.Table("pools.cxserver.check").Set("path", "/health").Set("interval", "200ms").
+		Set("fast_interval", "100ms").Set("timeout", "300ms")
+	cx.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cxserver")
+	var platform testkit.Config
+	platform.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:2])
+	platform.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).Set("interval", "200ms").
+		Set("fast_interval", "100ms").Set("timeout", "300ms")
+	platform.Array("routes").Set("pool", "platform")
+	return &proc{testkit.StartFairlead(t, map[string]string{"10-cxserver.toml": cx.String(), "20-platform.toml": platform.String()})}
 }
 
 // haStatus is the part of /api/status these tests read.
@@ -185,7 +148,7 @@ type haStatus struct {
 
 func (p *proc) status() haStatus {
 	var st haStatus
-	resp, err := http.Get("http://" + p.admin + "/api/status")
+	resp, err := http.Get("http://" + p.Admin + "/api/status")
 	if err != nil {
 		return st
 	}
@@ -241,7 +204,7 @@ func placeBoth(t *testing.T, ps [2]*proc, keys []string) map[string]string {
 				for k, p := range ps {
 					var conn *websocket.Conn
 					var resp *http.Response
-					conn, resp, err = d.Dial("ws://"+p.addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {key}})
+					conn, resp, err = d.Dial("ws://"+p.Addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {key}})
 					if err != nil {
 						break
 					}

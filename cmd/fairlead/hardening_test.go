@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -352,7 +353,7 @@ pool = "rec"
 paths = ["/x", "/y"]
 pool = "rec"
 `, rec.addr)})
-	p.waitUntil("the recorder to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rec",`) == 1 })
+	p.Eventually("the recorder to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rec",`) == 1 })
 	return p, rec
 }
 
@@ -361,7 +362,7 @@ pool = "rec"
 func forwardedAs(t *testing.T, p *proc, rec *recorder, raw string) rawMessage {
 	t.Helper()
 	before := len(rec.requests())
-	m := roundTrip(t, p.addr, raw)
+	m := roundTrip(t, p.Addr, raw)
 	if m.status() != 200 {
 		t.Fatalf("%q: answered %s %q, want the recorder's 200", firstLine(raw), m, m.body)
 	}
@@ -376,9 +377,9 @@ func forwardedAs(t *testing.T, p *proc, rec *recorder, raw string) rawMessage {
 
 // series returns every metric line of p whose name (labels included) starts with prefix: series → value.
 func (p *proc) series(prefix string) map[string]float64 {
-	resp, err := http.Get("http://" + p.admin + "/metrics")
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
-		p.t.Fatalf("metrics: %v", err)
+		p.T.Fatalf("metrics: %v", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -418,8 +419,8 @@ func TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached(t *testing
 			if got.line != wantLine {
 				t.Errorf("%q went upstream as %q, want %q", firstLine(raw), got.line, wantLine)
 			}
-			if hosts := got.values("Host"); len(hosts) != 1 || hosts[0] != p.addr {
-				t.Errorf("%q went upstream with Host fields %q, want exactly one, %q", firstLine(raw), hosts, p.addr)
+			if hosts := got.values("Host"); len(hosts) != 1 || hosts[0] != p.Addr {
+				t.Errorf("%q went upstream with Host fields %q, want exactly one, %q", firstLine(raw), hosts, p.Addr)
 			}
 			if string(got.body) != wantBody {
 				t.Errorf("%q went upstream with body %q, want %q", firstLine(raw), got.body, wantBody)
@@ -449,7 +450,7 @@ func TestARequestWithoutHostIsForwardedWithTheAddressTheClientReached(t *testing
 func TestAnHTTP11RequestWithAnEmptyHostIsRefusedWith400(t *testing.T) {
 	p, rec := startRecorderProc(t)
 	for _, raw := range []string{"GET /x HTTP/1.1\r\nHost:\r\n\r\n", "GET /x HTTP/1.1\r\nHost:   \r\nAccept: */*\r\n\r\n"} {
-		m := roundTrip(t, p.addr, raw)
+		m := roundTrip(t, p.Addr, raw)
 		if m.status() != 400 || !strings.Contains(string(m.body), "empty Host") {
 			t.Errorf("%q: answered %s %q, want 400 naming the empty Host", raw, m, m.body)
 		}
@@ -513,7 +514,7 @@ paths = ["/rr"]
 pool = "rr"
 `, c.Platforms[0].Addr, c.Platforms[1].Addr), "30-frontend.toml": faultFrontend})
 	fp := &faultPool{p: p, c: c, pool: "rr", path: "/rr/x", hold: 2}
-	p.waitUntil("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
+	p.Eventually("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
 	return fp
 }
 
@@ -549,10 +550,10 @@ paths = ["/health"]
 pool = "cx"
 `, strings.Join(cx, ", ")), "30-frontend.toml": faultFrontend})
 	fp := &faultPool{p: p, c: c, pool: "cx", path: "/health", hold: 1}
-	p.waitUntil("the three servers of cx to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="cx",`) == 3 })
+	p.Eventually("the three servers of cx to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="cx",`) == 3 })
 	d := websocket.Dialer{HandshakeTimeout: hardeningWait}
 	for i := range 6 {
-		conn, _, err := d.Dial("ws://"+p.addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {fmt.Sprintf("asset-%d", i)}})
+		conn, _, err := d.Dial("ws://"+p.Addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {fmt.Sprintf("asset-%d", i)}})
 		if err != nil {
 			t.Fatalf("tunnel %d: %v", i, err)
 		}
@@ -577,7 +578,7 @@ interval = "30s"
 fast_interval = "100ms"
 ` + faultFrontend})
 	fp := &faultPool{p: p, c: c, pool: "platform", path: "/Thingworx/x", hold: 1, leader: true}
-	p.waitUntil("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
+	p.Eventually("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
 	return fp
 }
 
@@ -585,11 +586,7 @@ fast_interval = "100ms"
 func startQuietCluster(t *testing.T, opts sim.Options) *sim.Cluster {
 	t.Helper()
 	opts.Logf = func(string, ...any) {}
-	c, err := sim.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testkit.StartCluster(t, opts)
 	return c
 }
 
@@ -651,7 +648,7 @@ func (fp *faultPool) snapshot() faultSnapshot {
 // with the answer).
 func (fp *faultPool) settle(before faultSnapshot, handled int, closed bool) {
 	p, l := fp.p, `{pool="`+fp.pool+`"`
-	p.waitUntil("fairlead to finish with the fault's requests", func() bool {
+	p.Eventually("fairlead to finish with the fault's requests", func() bool {
 		done := p.sumSeries("fairlead_request_duration_seconds_count"+l+"}") >= before.handled+float64(handled) ||
 			p.sumSeries("fairlead_bad_requests_total") > before.refused
 		return done && p.sumSeries("fairlead_server_in_flight"+l+",") == 0 &&
@@ -700,7 +697,7 @@ func (fp *faultPool) checkNothingReported(t *testing.T, before faultSnapshot, fo
 	fp.checkTunnelsEcho(t)
 	t.Logf("during the fault: %v attempts, %d requests reached the platforms, %v refused by the front end",
 		after.attempts-before.attempts, after.platformReqs-before.platformReqs, after.refused-before.refused)
-	if m := roundTrip(t, fp.p.addr, "GET "+fp.path+" HTTP/1.1\r\nHost: fairlead\r\n\r\n"); m.status() != 200 {
+	if m := roundTrip(t, fp.p.Addr, "GET "+fp.path+" HTTP/1.1\r\nHost: fairlead\r\n\r\n"); m.status() != 200 {
 		t.Errorf("a good request after the fault: %s", m)
 	}
 }
@@ -721,7 +718,7 @@ type clientFault struct {
 // goroutine of its own.
 func wantAnswer(t *testing.T, fp *faultPool, raw string, want int) {
 	t.Helper()
-	c, err := tryDialRawClient(t, fp.p.addr)
+	c, err := tryDialRawClient(t, fp.p.Addr)
 	if err != nil {
 		t.Error(err)
 		return
@@ -736,7 +733,7 @@ func wantAnswer(t *testing.T, fp *faultPool, raw string, want int) {
 
 // sendAndClose sends raw on a new connection and closes it at once.
 func sendAndClose(t *testing.T, fp *faultPool, raw string) {
-	c := dialRawClient(t, fp.p.addr)
+	c := dialRawClient(t, fp.p.Addr)
 	c.send(raw)
 	c.close()
 }
@@ -749,7 +746,7 @@ func (fp *faultPool) inFlight() float64 {
 // silentMidBody sends a POST whose head ends with framing and the start of a body, then stays silent:
 // fairlead answers 408 (or closes) after read_timeout, never an error of a server.
 func silentMidBody(t *testing.T, fp *faultPool, framing string) {
-	c := dialRawClient(t, fp.p.addr)
+	c := dialRawClient(t, fp.p.Addr)
 	defer c.close()
 	c.send("POST " + fp.path + " HTTP/1.1\r\nHost: fairlead\r\n" + framing)
 	if m, err := c.answer(); err == nil && m.status() != 408 {
@@ -800,22 +797,22 @@ var clientFaults = []clientFault{
 			}()
 		}
 		defer wg.Wait()
-		fp.p.waitUntil("the slow requests to hold every connection", func() bool { return fp.inFlight() == float64(fp.hold) })
+		fp.p.Eventually("the slow requests to hold every connection", func() bool { return fp.inFlight() == float64(fp.hold) })
 		requests := fmt.Sprintf(`fairlead_pool_requests_total{pool="%s"}`, fp.pool)
 		n := fp.p.sumSeries(requests)
-		c := dialRawClient(t, fp.p.addr)
+		c := dialRawClient(t, fp.p.Addr)
 		c.send("GET " + fp.path + " HTTP/1.1\r\nHost: fairlead\r\n\r\n")
-		fp.p.waitUntil("the request to be queued", func() bool { return fp.p.sumSeries(requests) > n })
+		fp.p.Eventually("the request to be queued", func() bool { return fp.p.sumSeries(requests) > n })
 		c.close()
 	}},
 	{name: "a client closing while waiting for the answer", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
-		c := dialRawClient(t, fp.p.addr)
+		c := dialRawClient(t, fp.p.Addr)
 		c.send("GET " + fp.path + "?delay=1s HTTP/1.1\r\nHost: fairlead\r\n\r\n")
-		fp.p.waitUntil("the request to reach its server", func() bool { return fp.inFlight() == 1 })
+		fp.p.Eventually("the request to reach its server", func() bool { return fp.inFlight() == 1 })
 		c.close()
 	}},
 	{name: "a client closing while the answer streams", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
-		c := dialRawClient(t, fp.p.addr)
+		c := dialRawClient(t, fp.p.Addr)
 		// 64 MiB: far more than the socket buffers between the server and the client hold, so the client
 		// leaves while fairlead still streams.
 		c.send("GET " + fp.path + "?bytes=67108864 HTTP/1.1\r\nHost: fairlead\r\n\r\n")
@@ -878,7 +875,7 @@ fall = 2
 paths = ["/rr"]
 pool = "rr"
 `, c.Platforms[0].Addr, c.Platforms[1].Addr)})
-	p.waitUntil("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
+	p.Eventually("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
 
 	stop := make(chan struct{})
 	var good, bad []int
@@ -893,7 +890,7 @@ pool = "rr"
 				return
 			default:
 			}
-			resp, err := cl.Get("http://" + p.addr + "/rr/good")
+			resp, err := cl.Get("http://" + p.Addr + "/rr/good")
 			if err != nil {
 				good = append(good, 0)
 				continue
@@ -913,7 +910,7 @@ pool = "rr"
 		go func() { // one every 0.2 s, however long its answer takes
 			defer badWG.Done()
 			status := 0
-			if cl, err := tryDialRawClient(t, p.addr); err == nil {
+			if cl, err := tryDialRawClient(t, p.Addr); err == nil {
 				cl.send("GET /rr HTTP/1.0\r\n\r\n")
 				if m, err := cl.answer(); err == nil {
 					status = m.status()
@@ -992,7 +989,7 @@ pool = "platform"
 paths = ["/rec"]
 pool = "rec"
 `, rec.addr, c.Configs[0].Addr)})
-	p.waitUntil("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
+	p.Eventually("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
 
 	platformReqs := func() (n int64) {
 		for _, pl := range c.Platforms {
@@ -1021,7 +1018,7 @@ pool = "rec"
 		for name, raw := range cases {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				cl := dialRawClient(t, p.addr)
+				cl := dialRawClient(t, p.Addr)
 				cl.send(raw)
 				m, err := cl.answer()
 				if err != nil {
@@ -1081,7 +1078,7 @@ func containsFold(list []string, s string) bool {
 func TestAnAnswerWithoutServerOrContentTypeGetsNeither(t *testing.T) {
 	p, rec := startRecorderProc(t)
 	rec.setAnswer("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n\x00\x01\x02\x03")
-	m := roundTrip(t, p.addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
+	m := roundTrip(t, p.Addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 	if m.status() != 200 || string(m.body) != "\x00\x01\x02\x03" {
 		t.Fatalf("answer %s, body %q; want 200 with the server's four bytes", m, m.body)
 	}
@@ -1096,7 +1093,7 @@ func TestAnAnswerWithoutServerOrContentTypeGetsNeither(t *testing.T) {
 // one, and passes one that has it unchanged.
 func TestAnAnswerGetsOneDateAndKeepsItsOwn(t *testing.T) {
 	p, rec := startRecorderProc(t)
-	m := roundTrip(t, p.addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
+	m := roundTrip(t, p.Addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 	if dates := m.values("Date"); len(dates) != 1 {
 		t.Errorf("an answer without Date reached the client with Date fields %q, want exactly one", dates)
 	} else if _, err := http.ParseTime(dates[0]); err != nil {
@@ -1105,7 +1102,7 @@ func TestAnAnswerGetsOneDateAndKeepsItsOwn(t *testing.T) {
 
 	const date = "Tue, 01 Jan 2030 00:00:00 GMT"
 	rec.setAnswer("HTTP/1.1 200 OK\r\nDate: " + date + "\r\nContent-Length: 2\r\n\r\nok")
-	m = roundTrip(t, p.addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
+	m = roundTrip(t, p.Addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 	if dates := m.values("Date"); len(dates) != 1 || dates[0] != date {
 		t.Errorf("an answer with Date %q reached the client with Date fields %q", date, dates)
 	}
@@ -1122,7 +1119,7 @@ func TestFieldNamesKeepTheirCaseBothWays(t *testing.T) {
 			t.Errorf("request field %q reached the server as %q", name, got.names())
 		}
 	}
-	m := roundTrip(t, p.addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
+	m := roundTrip(t, p.Addr, "GET /x HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 	for _, name := range []string{"x-thingworx-session", "X-MiXeD"} {
 		if !m.hasName(name) {
 			t.Errorf("answer field %q reached the client as %q", name, m.names())
@@ -1134,7 +1131,7 @@ func TestFieldNamesKeepTheirCaseBothWays(t *testing.T) {
 // server with Sec-WebSocket-Key and Sec-WebSocket-Version spelled as the client spelled them.
 func TestAWebSocketUpgradeKeepsTheClientsFieldSpelling(t *testing.T) {
 	p, rec := startRecorderProc(t)
-	c := dialRawClient(t, p.addr)
+	c := dialRawClient(t, p.Addr)
 	c.send("GET /ws HTTP/1.1\r\nHost: fairlead\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 	c.conn.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
@@ -1253,7 +1250,7 @@ interval_max = "40s"
 timeout = "500ms"
 fast_interval = "100ms"
 `})
-	p.waitUntil("platform1 to lead", func() bool { return p.leader() == p1.Addr })
+	p.Eventually("platform1 to lead", func() bool { return p.leader() == p1.Addr })
 	if err := p1.SetState(sim.Hung); err != nil {
 		t.Fatal(err)
 	}
@@ -1268,7 +1265,7 @@ fast_interval = "100ms"
 	send := func(raw string) <-chan reply {
 		ch := make(chan reply, 1)
 		go func() {
-			cl, err := tryDialRawClient(t, p.addr)
+			cl, err := tryDialRawClient(t, p.Addr)
 			if err != nil {
 				ch <- reply{err: err}
 				return

@@ -16,33 +16,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlead/fairlead/bench/harness"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
-// binary is the fairlead executable built once for these black-box tests.
-var binary string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fairlead-bin")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "fairlead")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fairlead: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
+// runFairlead runs fairlead (built once for the test run: testkit.Binary) with args to its end.
 func runFairlead(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(testkit.Binary(t, "cmd/fairlead"), args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -52,17 +34,6 @@ func runFairlead(t *testing.T, args ...string) (stdout, stderr string, code int)
 		t.Fatal(err)
 	}
 	return o.String(), e.String(), 0
-}
-
-func writeFiles(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 func TestShippedConfDPassesCheck(t *testing.T) {
@@ -83,7 +54,7 @@ func TestVersionPrintsAndExitsZero(t *testing.T) {
 // makes both `fairlead -check` and a start exit 2 with an error naming 20-bad.toml and want.
 func expectConfigError(t *testing.T, base, name, bad, want string) {
 	t.Helper()
-	dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
+	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad})
 	for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
 		_, errOut, code := runFairlead(t, args...)
 		if code != 2 || !strings.Contains(errOut, filepath.Join(dir, "20-bad.toml")+": "+want) {
@@ -105,7 +76,7 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 	f("bad address", "[admin]\nlisten = \"127.0.0.1\"\n", "admin.listen: bad address")
 
 	// Every error is listed, not only the first.
-	dir := writeFiles(t, map[string]string{"a.toml": "[frontend]\nlisen = 1\n[pools.p]\nservers = []\n[[routes]]\npool = \"q\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"a.toml": "[frontend]\nlisen = 1\n[pools.p]\nservers = []\n[[routes]]\npool = \"q\"\n"})
 	_, errOut, code := runFairlead(t, "-check", "-config", dir)
 	if code != 2 || strings.Count(errOut, "a.toml: ") != 3 {
 		t.Fatalf("exit %d, want 3 errors listed:\n%s", code, errOut)
@@ -116,7 +87,7 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 // match (here devices would silently reach the platform instead of a connection server): -check and a
 // start exit 2 naming it and the route that takes its requests, each with its file.
 func TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes(t *testing.T) {
-	dir := writeFiles(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		"10-platform.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
 		"20-cxserver.toml": "[pools.cxserver]\nbalance = \"sticky\"\nservers = [\"127.0.0.1:9181\"]\n" +
 			"[[routes]]\nwebsocket = true\npaths = [\"/Thingworx/WS\"]\npool = \"cxserver\"\n",
@@ -132,92 +103,39 @@ func TestAWebSocketRouteAfterTheCatchAllExits2NamingBothRoutes(t *testing.T) {
 }
 
 // startProcess runs fairlead on a config written for the cluster and waits until it serves.
-func startProcess(t *testing.T, c *sim.Cluster) (*exec.Cmd, string) {
+func startProcess(t *testing.T, c *sim.Cluster) *proc {
 	t.Helper()
 	return startProcessWith(t, c, "")
 }
 
 // startProcessWith is startProcess with more config in a file that sorts first (its routes come first).
-func startProcessWith(t *testing.T, c *sim.Cluster, first string) (*exec.Cmd, string) {
+func startProcessWith(t *testing.T, c *sim.Cluster, first string) *proc {
 	t.Helper()
-	addr, admin := freeAddr(t), freeAddr(t)
-	var servers []string
-	for _, p := range c.Platforms {
-		servers = append(servers, strconv.Quote(p.Addr))
-	}
-	dir := writeFiles(t, map[string]string{"00-first.toml": first, "fairlead.toml": fmt.Sprintf(`
-[frontend]
-listen = %q
-[admin]
-listen = %q
-[pools.platform]
-servers = [%s]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "200ms"
-fast_interval = "100ms"
-timeout = "300ms"
-[[routes]]
-pool = "platform"
-`, addr, admin, strings.Join(servers, ", "))})
-	cmd := exec.Command(binary, "-config", dir)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://" + admin + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("fairlead did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return cmd, addr
+	var conf testkit.Config
+	conf.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c))
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).
+		Set("interval", "200ms").Set("fast_interval", "100ms").Set("timeout", "300ms")
+	conf.Array("routes").Set("pool", "platform")
+	return &proc{testkit.StartFairlead(t, map[string]string{"00-first.toml": first, "fairlead.toml": conf.String()})}
 }
 
-// freeAddr is a port no other test process will be handed (testkit.Addr).
-func freeAddr(t *testing.T) string { t.Helper(); return testkit.Addr(t) }
-
 func TestSIGTERMStopsCleanly(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cmd, addr := startProcess(t, c)
-	resp, err := http.Get("http://" + addr + "/")
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startProcess(t, c)
+	resp, err := http.Get("http://" + p.Addr + "/")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("still running 15s after SIGTERM")
-	}
+	p.Stop(15 * time.Second)
 }
 
 // TestLargeBodiesStreamWithBoundedRSS sends a 256 MiB upload and a 256 MiB download through a real
 // fairlead process and checks that its peak resident memory stays far below the body size.
 func TestLargeBodiesStreamWithBoundedRSS(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cmd, addr := startProcess(t, c)
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startProcess(t, c)
+	addr := p.Addr
 	const size = 256 << 20
 
 	req, _ := http.NewRequest("PUT", "http://"+addr+"/Thingworx/FileRepositories/big", io.LimitReader(pattern{}, size))
@@ -242,7 +160,7 @@ func TestLargeBodiesStreamWithBoundedRSS(t *testing.T) {
 		t.Fatalf("download: %d bytes, %v", n, err)
 	}
 
-	hwm := peakRSS(t, cmd.Process.Pid)
+	hwm := peakRSS(t, p.Cmd.Process.Pid)
 	t.Logf("fairlead peak RSS after 256 MiB up and down: %d KiB", hwm>>10)
 	if hwm > 96<<20 {
 		t.Fatalf("peak RSS %d MiB: bodies were held in memory", hwm>>20)
@@ -281,14 +199,10 @@ func peakRSS(t *testing.T, pid int) int64 {
 // (apart from their listen addresses) and checks that 1,000 assets land on the same connection server
 // through either: rendezvous hashing needs no shared state.
 func TestTwoProcessesWithTheSameConfigPlaceAssetsIdentically(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 3})
 	var addrs [2]string
 	for k := range addrs {
-		_, addrs[k] = startProcessWith(t, c, cxPool(c))
+		addrs[k] = startProcessWith(t, c, cxPool(c)).Addr
 	}
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
 	counts := map[string]int{}
@@ -316,34 +230,17 @@ func TestTwoProcessesWithTheSameConfigPlaceAssetsIdentically(t *testing.T) {
 }
 
 func cxPool(c *sim.Cluster) string {
-	var cx []string
-	for _, s := range c.Connections {
-		cx = append(cx, strconv.Quote(s.Addr))
-	}
-	return fmt.Sprintf(`
-[pools.cxserver]
-balance = "sticky"
-servers = [%s]
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id", "source"]
-[pools.cxserver.check]
-path = "/health"
-interval = "200ms"
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS"]
-pool = "cxserver"
-`, strings.Join(cx, ", "))
+	var conf testkit.Config
+	conf.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c))
+	conf.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id", "source"})
+	conf.Table("pools.cxserver.check").Set("path", "/health").Set("interval", "200ms")
+	conf.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cxserver")
+	return conf.String()
 }
 
-// proc is a fairlead process started on a config directory of its own, with its stderr kept.
-type proc struct {
-	t           *testing.T
-	cmd         *exec.Cmd
-	dir         string // the config directory
-	addr, admin string
-	stderr      harness.SyncBuffer
-}
+// proc is a fairlead process started on a config directory of its own (testkit.Fairlead), with what
+// these tests read of it.
+type proc struct{ *testkit.Fairlead }
 
 // startProc runs fairlead on a config directory holding 10-base.toml (a leader pool over the cluster's
 // platforms) and 20-extra.toml (extra), and waits until it serves.
@@ -355,83 +252,31 @@ func startProc(t *testing.T, c *sim.Cluster, extra string) *proc {
 // baseConfig is a config listening on listen and admin with a leader pool over c's two platforms and
 // one catch-all route to it.
 func baseConfig(listen, admin string, c *sim.Cluster) string {
-	return fmt.Sprintf(`
-[frontend]
-listen = %q
-[admin]
-listen = %q
-[pools.platform]
-servers = [%q, %q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "200ms"
-[[routes]]
-pool = "platform"
-`, listen, admin, c.Platforms[0].Addr, c.Platforms[1].Addr)
+	var conf testkit.Config
+	conf.Table("frontend").Set("listen", listen)
+	conf.Table("admin").Set("listen", admin)
+	conf.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:2])
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).Set("interval", "200ms")
+	conf.Array("routes").Set("pool", "platform")
+	return conf.String()
 }
 
 // startProcFiles is startProc with the config files files beside 10-base.toml: a file whose name sorts
 // before it has its routes tried first, one whose name sorts after it merges over its tables.
 func startProcFiles(t *testing.T, c *sim.Cluster, files map[string]string) *proc {
 	t.Helper()
-	p := &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}
-	files["10-base.toml"] = baseConfig(p.addr, p.admin, c)
-	p.dir = writeFiles(t, files)
-	p.cmd = exec.Command(binary, "-config", p.dir)
-	p.cmd.Stderr = &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() }) //nolint:errcheck
-	p.waitUntil("fairlead to serve", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
+	addr, admin := testkit.Addr(t), testkit.Addr(t)
+	files["10-base.toml"] = baseConfig(addr, admin, c)
+	p := &proc{testkit.RunFairlead(t, testkit.WriteFiles(t, files), addr, admin)}
+	p.WaitServing()
 	return p
 }
 
-// metric returns the value of the metric line named name ("" if absent or unreachable).
-func (p *proc) metric(name string) string {
-	resp, err := http.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-func (p *proc) waitUntil(what string, cond func() bool) {
-	p.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out waiting for %s; stderr:\n%s", what, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (p *proc) write(name, body string) string {
-	p.t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		p.t.Fatal(err)
-	}
-	return path
-}
-
 func TestSIGHUPReloadsAndABadConfigKeepsTheRunningOne(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	p := startProc(t, c, "")
-	cmd, addr, metric, waitUntil, stderr := p.cmd, p.addr, p.metric, p.waitUntil, &p.stderr
-	dir := p.dir
+	cmd, addr, metric, waitUntil, stderr := p.Cmd, p.Addr, p.Metric, p.Eventually, p.Log
+	dir := p.Dir
 
 	bad := filepath.Join(dir, "30-bad.toml")
 	if err := os.WriteFile(bad, []byte("[frontend]\nlisen = \"x\"\n[pools.platform]\nqueue_timeout = \"soon\"\n"), 0o644); err != nil {
@@ -465,33 +310,29 @@ func TestSIGHUPReloadsAndABadConfigKeepsTheRunningOne(t *testing.T) {
 // (debounced), a bad edit keeps the running config and says why with the file and key, and fixing it
 // applies it — all without SIGHUP.
 func TestAConfigFileEditIsPickedUpWithoutASignal(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	p := startProc(t, c, "")
-	p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"3s\"\n")
-	p.waitUntil("the edit to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "1" })
+	p.Write("30-more.toml", "[pools.platform]\nqueue_timeout = \"3s\"\n")
+	p.Eventually("the edit to be applied", func() bool { return p.Metric("fairlead_config_reloads_total") == "1" })
 
-	bad := p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
-	p.waitUntil("the bad edit to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
-	if want := bad + ": pools.platform.queue_timeout: bad duration"; !strings.Contains(p.stderr.String(), want) {
-		t.Errorf("log does not name %q:\n%s", want, p.stderr.String())
+	bad := p.Write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
+	p.Eventually("the bad edit to be refused", func() bool { return p.Metric("fairlead_config_last_reload_successful") == "0" })
+	if want := bad + ": pools.platform.queue_timeout: bad duration"; !strings.Contains(p.Log.String(), want) {
+		t.Errorf("log does not name %q:\n%s", want, p.Log.String())
 	}
-	if p.metric(`fairlead_events_total{kind="reload_failed"}`) != "1" {
-		t.Errorf("the failed reload is not an event: reload_failed = %q", p.metric(`fairlead_events_total{kind="reload_failed"}`))
+	if p.Metric(`fairlead_events_total{kind="reload_failed"}`) != "1" {
+		t.Errorf("the failed reload is not an event: reload_failed = %q", p.Metric(`fairlead_events_total{kind="reload_failed"}`))
 	}
 	for i := 0; i < 5; i++ {
-		resp, err := http.Get("http://" + p.addr + "/")
+		resp, err := http.Get("http://" + p.Addr + "/")
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("serving after a bad edit: %v %v", resp, err)
 		}
 		resp.Body.Close()
 	}
-	p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"4s\"\n")
-	p.waitUntil("the fixed edit to be applied", func() bool {
-		return p.metric("fairlead_config_last_reload_successful") == "1" && p.metric("fairlead_config_reloads_total") == "2"
+	p.Write("30-more.toml", "[pools.platform]\nqueue_timeout = \"4s\"\n")
+	p.Eventually("the fixed edit to be applied", func() bool {
+		return p.Metric("fairlead_config_last_reload_successful") == "1" && p.Metric("fairlead_config_reloads_total") == "2"
 	})
 }
 
@@ -500,43 +341,39 @@ func TestAConfigFileEditIsPickedUpWithoutASignal(t *testing.T) {
 // attempt succeeded (gauge 1), or the alert on it would fire until the next real change. The failed
 // reload is logged once, on one WARN line naming the file and the key.
 func TestABadEditPutBackAsItWasMakesTheLastReloadSuccessfulAgain(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	p := startProc(t, c, "")
 	const good = "[pools.platform]\nqueue_timeout = \"3s\"\n"
 	// The watch is set up a moment after fairlead serves: an edit made before is not seen, so the first
 	// one is made again (well apart from the 300 ms debounce) until it applies.
 	var wrote time.Time
-	p.waitUntil("the edit to be applied", func() bool {
+	p.Eventually("the edit to be applied", func() bool {
 		if time.Since(wrote) > time.Second {
-			p.write("30-more.toml", good)
+			p.Write("30-more.toml", good)
 			wrote = time.Now()
 		}
-		return p.metric("fairlead_config_reloads_total") == "1"
+		return p.Metric("fairlead_config_reloads_total") == "1"
 	})
 
-	bad := p.write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
-	p.waitUntil("the bad edit to be refused", func() bool { return p.metric("fairlead_config_last_reload_successful") == "0" })
-	p.write("30-more.toml", good) // put back as it was: the running config's bytes
-	p.waitUntil("the last reload to be successful again", func() bool { return p.metric("fairlead_config_last_reload_successful") == "1" })
-	p.waitUntil("the reload to find the files unchanged", func() bool { return strings.Contains(p.stderr.String(), "config unchanged") })
-	if got := p.metric("fairlead_config_reloads_total"); got != "1" {
+	bad := p.Write("30-more.toml", "[pools.platform]\nqueue_timeout = \"soon\"\n")
+	p.Eventually("the bad edit to be refused", func() bool { return p.Metric("fairlead_config_last_reload_successful") == "0" })
+	p.Write("30-more.toml", good) // put back as it was: the running config's bytes
+	p.Eventually("the last reload to be successful again", func() bool { return p.Metric("fairlead_config_last_reload_successful") == "1" })
+	p.Eventually("the reload to find the files unchanged", func() bool { return strings.Contains(p.Log.String(), "config unchanged") })
+	if got := p.Metric("fairlead_config_reloads_total"); got != "1" {
 		t.Errorf("reloads applied = %s, want 1: the files put back are the running config", got)
 	}
-	if got := p.metric("fairlead_config_reload_failures_total"); got != "1" {
+	if got := p.Metric("fairlead_config_reload_failures_total"); got != "1" {
 		t.Errorf("reload failures = %s, want 1", got)
 	}
 
 	// Removing the file the first edit added is a change back to the start's config: applied.
-	if err := os.Remove(filepath.Join(p.dir, "30-more.toml")); err != nil {
+	if err := os.Remove(filepath.Join(p.Dir, "30-more.toml")); err != nil {
 		t.Fatal(err)
 	}
-	p.waitUntil("the removal to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "2" })
+	p.Eventually("the removal to be applied", func() bool { return p.Metric("fairlead_config_reloads_total") == "2" })
 
-	logged := linesWith(p.stderr.String(), bad+": pools.platform.queue_timeout: bad duration")
+	logged := linesWith(p.Log.String(), bad+": pools.platform.queue_timeout: bad duration")
 	if len(logged) != 1 || !strings.Contains(logged[0], "level=WARN") || !strings.Contains(logged[0], "kind=reload_failed") {
 		t.Errorf("the failed reload is logged on %d lines, want one WARN reload_failed line:\n%s", len(logged), strings.Join(logged, "\n"))
 	}
@@ -557,11 +394,7 @@ func linesWith(log, s string) []string {
 // all are ERROR lines (once per outage, not per probe), a server down a WARN line, and the end of an
 // outage an INFO line.
 func TestOutagesAreLoggedAsErrors(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	p := startProc(t, c, fmt.Sprintf(`
 [pools.cxserver]
 balance = "sticky"
@@ -573,7 +406,7 @@ fall = 2
 `, c.Connections[0].Addr, c.Connections[1].Addr))
 	logged := func(level, msg, pool string) []string {
 		var out []string
-		for _, line := range linesWith(p.stderr.String(), "msg=\""+msg) {
+		for _, line := range linesWith(p.Log.String(), "msg=\""+msg) {
 			if strings.Contains(line, "level="+level+" ") && strings.Contains(line, " pool="+pool) {
 				out = append(out, line)
 			}
@@ -583,27 +416,27 @@ fall = 2
 
 	// The leader stops answering 200 and no other server does: no leader.
 	c.Platforms[0].SetLeaderCheckStatus(503)
-	p.waitUntil("the leader to be lost", func() bool { return len(logged("ERROR", "leader is now none", "platform")) == 1 })
-	p.waitUntil("the platform pool down line", func() bool {
+	p.Eventually("the leader to be lost", func() bool { return len(logged("ERROR", "leader is now none", "platform")) == 1 })
+	p.Eventually("the platform pool down line", func() bool {
 		return len(logged("ERROR", "pool down: no server is available", "platform")) == 1
 	})
 	// Every server of the sticky pool fails its checks.
 	for _, s := range c.Connections {
 		s.SetHealthy(false)
 	}
-	p.waitUntil("the cxserver pool down line", func() bool {
+	p.Eventually("the cxserver pool down line", func() bool {
 		return len(logged("ERROR", "pool down: no server is available", "cxserver")) == 1
 	})
 	for _, s := range c.Connections {
-		p.waitUntil("the server down line of "+s.Name, func() bool { return len(logged("WARN", s.Addr+": server down", "cxserver")) == 1 })
+		p.Eventually("the server down line of "+s.Name, func() bool { return len(logged("WARN", s.Addr+": server down", "cxserver")) == 1 })
 	}
 	// Probes go on failing (every 100 ms): the outage is not logged again.
 	probes := func() int {
-		n, _ := strconv.Atoi(p.metric(`fairlead_events_total{kind="check_answered"}`))
+		n, _ := strconv.Atoi(p.Metric(`fairlead_events_total{kind="check_answered"}`))
 		return n
 	}
 	before := probes()
-	p.waitUntil("more failing probes", func() bool { return probes() >= before+6 })
+	p.Eventually("more failing probes", func() bool { return probes() >= before+6 })
 	if n := len(logged("ERROR", "pool down: no server is available", "cxserver")); n != 1 {
 		t.Errorf("the outage is logged %d times, want once", n)
 	}
@@ -611,28 +444,24 @@ fall = 2
 	c.Platforms[0].SetLeaderCheckStatus(0)
 	c.Connections[1].SetHealthy(true)
 	for _, pool := range []string{"platform", "cxserver"} {
-		p.waitUntil("the "+pool+" pool up line", func() bool {
+		p.Eventually("the "+pool+" pool up line", func() bool {
 			return len(logged("INFO", "pool up: a server is available again", pool)) == 1
 		})
 	}
-	if got := p.metric(`fairlead_events_total{kind="pool_down"}`); got != "2" {
+	if got := p.Metric(`fairlead_events_total{kind="pool_down"}`); got != "2" {
 		t.Errorf("pool_down events = %s, want 2", got)
 	}
 }
 
 // TestAListenAddressInUseIsAnErrorAndExits1: a fatal start error is an ERROR line, and the exit is 1.
 func TestAListenAddressInUseIsAnErrorAndExits1(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	dir := writeFiles(t, map[string]string{"fairlead.toml": baseConfig(ln.Addr().String(), freeAddr(t), c)})
+	dir := testkit.WriteFiles(t, map[string]string{"fairlead.toml": baseConfig(ln.Addr().String(), testkit.Addr(t), c)})
 	_, errOut, code := runFairlead(t, "-config", dir)
 	lines := linesWith(errOut, "address already in use")
 	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") {
@@ -643,11 +472,7 @@ func TestAListenAddressInUseIsAnErrorAndExits1(t *testing.T) {
 // TestSIGTERMCompletesSlowInFlightRequests: at SIGTERM fairlead stops accepting but lets a request in
 // flight finish (within drain_timeout), then exits 0.
 func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	p := startProc(t, c, "[frontend]\ndrain_timeout = \"5s\"\n")
 	leader := c.Platforms[0]
 	before := leader.Requests()
@@ -658,7 +483,7 @@ func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
 	}
 	slow := make(chan result, 1)
 	go func() {
-		resp, err := http.Get("http://" + p.addr + "/slow?delay=1500ms")
+		resp, err := http.Get("http://" + p.Addr + "/slow?delay=1500ms")
 		if err != nil {
 			slow <- result{err: err}
 			return
@@ -667,11 +492,11 @@ func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
 		resp.Body.Close()
 		slow <- result{status: resp.StatusCode, body: string(b)}
 	}()
-	p.waitUntil("the slow request to reach the leader", func() bool { return leader.Requests() > before })
-	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	p.Eventually("the slow request to reach the leader", func() bool { return leader.Requests() > before })
+	p.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 	// No new connection is accepted once draining.
-	p.waitUntil("the listener to close", func() bool {
-		conn, err := net.DialTimeout("tcp", p.addr, time.Second)
+	p.Eventually("the listener to close", func() bool {
+		conn, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err == nil {
 			conn.Close()
 		}
@@ -681,36 +506,23 @@ func TestSIGTERMCompletesSlowInFlightRequests(t *testing.T) {
 	if r.err != nil || r.status != 200 || !strings.Contains(r.body, "hello from platform1") {
 		t.Fatalf("the slow request in flight at SIGTERM: %d %q %v, want 200 from platform1", r.status, r.body, r.err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("still running 15s after SIGTERM")
-	}
+	p.WaitExit(15 * time.Second)
 }
 
 // TestAKeysFileEditIsPickedUpWithoutASignal: the files a config reads besides its *.toml files (here a
 // [routes.auth] keys file in another directory) are watched too: editing one reloads.
 func TestAKeysFileEditIsPickedUpWithoutASignal(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	keys := filepath.Join(t.TempDir(), "client-keys")
 	if err := os.WriteFile(keys, []byte("old-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startProc(t, c, "")
 	// Before the catch-all route of 10-base.toml.
-	p.write("05-auth.toml", fmt.Sprintf("[[routes]]\npool = \"platform\"\npaths = [\"/Thingworx/Things\"]\n[routes.auth]\nkeys_file = %q\nheader = \"appKey\"\n", keys))
-	p.waitUntil("the auth route to be applied", func() bool { return p.metric("fairlead_config_reloads_total") == "1" })
+	p.Write("05-auth.toml", fmt.Sprintf("[[routes]]\npool = \"platform\"\npaths = [\"/Thingworx/Things\"]\n[routes.auth]\nkeys_file = %q\nheader = \"appKey\"\n", keys))
+	p.Eventually("the auth route to be applied", func() bool { return p.Metric("fairlead_config_reloads_total") == "1" })
 	status := func(key string) int {
-		req, _ := http.NewRequest("GET", "http://"+p.addr+"/Thingworx/Things/x", nil)
+		req, _ := http.NewRequest("GET", "http://"+p.Addr+"/Thingworx/Things/x", nil)
 		req.Header.Set("appKey", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -729,7 +541,7 @@ func TestAKeysFileEditIsPickedUpWithoutASignal(t *testing.T) {
 	// after the reload counter moved: an edit made before that is not seen, so the edit is made again
 	// (well apart from the 300 ms debounce) until it applies.
 	var wrote time.Time
-	p.waitUntil("the keys file edit to be applied", func() bool {
+	p.Eventually("the keys file edit to be applied", func() bool {
 		if time.Since(wrote) > time.Second {
 			if err := os.WriteFile(keys, []byte("new-key\n"), 0o600); err != nil {
 				t.Fatal(err)

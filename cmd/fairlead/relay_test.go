@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -64,7 +65,7 @@ func runFairleadFor(t *testing.T, timeout time.Duration, args ...string) (stderr
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, testkit.Binary(t, "cmd/fairlead"), args...)
 	var e strings.Builder
 	cmd.Stdout, cmd.Stderr = io.Discard, &e
 	err := cmd.Run()
@@ -82,8 +83,8 @@ func runFairleadFor(t *testing.T, timeout time.Duration, args ...string) (stderr
 func TestRelayNormalStartWithTheUpstreamUnreachableExitsNonZeroNamingTheTopic(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	conf := relayProcConfig(t, dir, freeAddr(t), freeAddr(t), freeAddr(t), "")
-	cdir := writeFiles(t, map[string]string{"fairlead.toml": conf})
+	conf := relayProcConfig(t, dir, testkit.Addr(t), testkit.Addr(t), testkit.Addr(t), "")
+	cdir := testkit.WriteFiles(t, map[string]string{"fairlead.toml": conf})
 
 	out, errOut, code := runFairlead(t, "-check", "-config", cdir)
 	if code != 0 || !strings.Contains(out, "1 relay(s)") {
@@ -120,20 +121,14 @@ func TestRelayConfigErrorsExit2NamingFileAndKey(t *testing.T) {
 func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	listen, admin, upstream := freeAddr(t), freeAddr(t), freeAddr(t)
+	listen, admin, upstream := testkit.Addr(t), testkit.Addr(t), testkit.Addr(t)
 	seed := filepath.Join(dir, "seed.json")
 	if err := os.WriteFile(seed, []byte(`{"relay":"appconfig","written":"2026-12-01T00:00:00Z","topics":{"inventory/dev":{"version":7,"json":{"seeded":true}}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cdir := writeFiles(t, map[string]string{"fairlead.toml": relayProcConfig(t, dir, listen, admin, upstream,
+	cdir := testkit.WriteFiles(t, map[string]string{"fairlead.toml": relayProcConfig(t, dir, listen, admin, upstream,
 		fmt.Sprintf("start = \"fast\"\nseed_file = %q\nseed_file_write = true\n", seed))})
-	cmd := exec.Command(binary, "-config", cdir)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
+	f := testkit.RunFairlead(t, cdir, listen, admin)
 	get := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+listen+"/relay/inventory/dev", nil)
 		req.Header.Set("X-Client-Key", "client-key")
@@ -148,33 +143,20 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	// The first answer, as soon as the front end listens, is the seed: nothing listens upstream.
 	var code int
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for code, body = get(); code == 0; code, body = get() {
-		if time.Now().After(deadline) {
-			t.Fatalf("fairlead did not start: %s\n%s", body, stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, "fairlead to start", 10*time.Second, func() bool { code, body = get(); return code != 0 })
 	if code != 200 || body != `{"seeded":true}` {
 		t.Fatalf("first answer of a fast start: %d %q, want the seed", code, body)
 	}
 
-	c, err := sim.Start(sim.Options{Platforms: 1, NoConnections: true, ConfigAddrs: []string{upstream},
+	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigAddrs: []string{upstream},
 		ConfigAPIKey: relayUpstreamKey, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	if _, err := c.PublishConfig("inventory/dev", []byte(`{"fresh":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(15 * time.Second)
-	for code, body = get(); !strings.Contains(body, `"fresh":true`); code, body = get() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the fresh snapshot never replaced the seed: %d %q\n%s", code, body, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the fresh snapshot to replace the seed", 15*time.Second, func() bool {
+		code, body = get()
+		return strings.Contains(body, `"fresh":true`)
+	})
 	if st := c.Configs[0].Stats(); st.Unauthorized != 0 {
 		t.Errorf("the config server refused %d requests", st.Unauthorized)
 	}
@@ -198,16 +180,14 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	}
 	defer ws.Close()
 	stopped := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	f.Cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 	select {
-	case err := <-exited:
-		if err != nil {
+	case <-f.Exited():
+		if err := f.Err(); err != nil {
 			t.Errorf("fairlead exited with %v after SIGTERM", err)
 		}
 	case <-time.After(8 * time.Second):
-		t.Fatalf("fairlead still runs 8s after SIGTERM with a relay SSE stream and WebSocket open:\n%s", stderr.String())
+		t.Fatal("fairlead still runs 8s after SIGTERM with a relay SSE stream and WebSocket open")
 	}
 	t.Logf("exited %s after SIGTERM", time.Since(stopped))
 	sse.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
@@ -227,7 +207,7 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"fresh": true`) && !strings.Contains(string(b), `"fresh":true`) {
 		t.Errorf("the seed file after the stop: %v %s", err, b)
 	}
-	if strings.Contains(stderr.String(), relayUpstreamKey) {
-		t.Errorf("the log holds the upstream key:\n%s", stderr.String())
+	if strings.Contains(f.Log.String(), relayUpstreamKey) {
+		t.Errorf("the log holds the upstream key:\n%s", f.Log.String())
 	}
 }

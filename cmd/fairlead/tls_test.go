@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -30,6 +30,7 @@ const tlsProcName = "fairlead.example"
 // tlsProc is a fairlead process with a TLS front end whose certificate files are certFile and keyFile.
 type tlsProc struct {
 	*proc
+	t                 *testing.T
 	tlsAddr           string
 	ca                *sim.CA
 	certDir           string
@@ -45,32 +46,15 @@ func startTLSProc(t *testing.T, c *sim.Cluster) (*tlsProc, *sim.Leaf) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := &tlsProc{proc: &proc{t: t, addr: freeAddr(t), admin: freeAddr(t)}, tlsAddr: freeAddr(t), ca: ca, certDir: t.TempDir()}
+	tp := &tlsProc{tlsAddr: testkit.Addr(t), ca: ca, certDir: t.TempDir(), t: t}
 	first := tp.issue("v1." + tlsProcName)
-	tp.dir = writeFiles(t, map[string]string{"00-cx.toml": cxPool(c), "10-base.toml": fmt.Sprintf(`
-[frontend]
-listen = %q
-tls_listen = %q
-tls_cert = %q
-tls_key = %q
-[admin]
-listen = %q
-[pools.platform]
-servers = [%q, %q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "200ms"
-[[routes]]
-pool = "platform"
-`, tp.addr, tp.tlsAddr, tp.certFile, tp.keyFile, tp.admin, c.Platforms[0].Addr, c.Platforms[1].Addr)})
-	tp.cmd = exec.Command(binary, "-config", tp.dir)
-	tp.cmd.Stderr = &tp.stderr
-	if err := tp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tp.cmd.Process.Kill(); tp.cmd.Wait() }) //nolint:errcheck
-	tp.waitUntil("fairlead to serve", func() bool { return tp.metric("fairlead_config_last_reload_successful") == "1" })
-	tp.waitUntil("the TLS listener to serve the first certificate", func() bool { return tp.serves(first) })
+	var conf testkit.Config
+	conf.Table("frontend").Set("tls_listen", tp.tlsAddr).Set("tls_cert", tp.certFile).Set("tls_key", tp.keyFile)
+	conf.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:2])
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).Set("interval", "200ms")
+	conf.Array("routes").Set("pool", "platform")
+	tp.proc = &proc{testkit.StartFairlead(t, map[string]string{"00-cx.toml": cxPool(c), "10-base.toml": conf.String()})}
+	tp.Eventually("the TLS listener to serve the first certificate", func() bool { return tp.serves(first) })
 	return tp, first
 }
 
@@ -159,11 +143,7 @@ func tlsEcho(t *testing.T, conn *websocket.Conn, msg string) {
 }
 
 func TestTLSSIGHUPReloadsCertificatesKeepsTunnelsAndABadCertificateKeepsTheOld(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	tp, _ := startTLSProc(t, c)
 	tunnel := tp.tunnel("survivor")
 	defer tunnel.Close()
@@ -171,13 +151,13 @@ func TestTLSSIGHUPReloadsCertificatesKeepsTunnelsAndABadCertificateKeepsTheOld(t
 
 	// A new certificate in the same files, then SIGHUP.
 	second := tp.issue("v2." + tlsProcName)
-	tp.cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
-	tp.waitUntil("new connections to get the new certificate", func() bool { return tp.serves(second) })
+	tp.Cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
+	tp.Eventually("new connections to get the new certificate", func() bool { return tp.serves(second) })
 	tlsEcho(t, tunnel, "after the reload")
 	if got := tp.get("/"); got != 200 {
 		t.Fatalf("HTTPS GET after the reload: %d", got)
 	}
-	if got := tp.metric("fairlead_config_last_reload_successful"); got != "1" {
+	if got := tp.Metric("fairlead_config_last_reload_successful"); got != "1" {
 		t.Errorf("fairlead_config_last_reload_successful = %q after the certificate reload, want 1", got)
 	}
 
@@ -185,9 +165,9 @@ func TestTLSSIGHUPReloadsCertificatesKeepsTunnelsAndABadCertificateKeepsTheOld(t
 	if err := os.WriteFile(tp.certFile, []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tp.cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
-	tp.waitUntil("the failed reload to show", func() bool { return tp.metric("fairlead_config_last_reload_successful") == "0" })
-	log := tp.stderr.String()
+	tp.Cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
+	tp.Eventually("the failed reload to show", func() bool { return tp.Metric("fairlead_config_last_reload_successful") == "0" })
+	log := tp.Log.String()
 	if !strings.Contains(log, "frontend.tls_cert") || !strings.Contains(log, tp.certFile) {
 		t.Errorf("the log does not name frontend.tls_cert and %s:\n%s", tp.certFile, log)
 	}
@@ -201,19 +181,15 @@ func TestTLSSIGHUPReloadsCertificatesKeepsTunnelsAndABadCertificateKeepsTheOld(t
 
 	// Fixed: the next SIGHUP applies it.
 	third := tp.issue("v3." + tlsProcName)
-	tp.cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
-	tp.waitUntil("the fixed certificate to be served", func() bool {
-		return tp.serves(third) && tp.metric("fairlead_config_last_reload_successful") == "1"
+	tp.Cmd.Process.Signal(syscall.SIGHUP) //nolint:errcheck
+	tp.Eventually("the fixed certificate to be served", func() bool {
+		return tp.serves(third) && tp.Metric("fairlead_config_last_reload_successful") == "1"
 	})
 	tlsEcho(t, tunnel, "after the fix")
 }
 
 func TestTLSCertificateFileEditIsPickedUpWithoutASignal(t *testing.T) {
-	c, err := sim.Start(sim.Options{Platforms: 2, Connections: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	tp, _ := startTLSProc(t, c)
 	tunnel := tp.tunnel("survivor")
 	defer tunnel.Close()
@@ -221,7 +197,7 @@ func TestTLSCertificateFileEditIsPickedUpWithoutASignal(t *testing.T) {
 	// not seen, so the edit is made again (well apart from the 300 ms debounce) until it applies.
 	var second *sim.Leaf
 	var wrote time.Time
-	tp.waitUntil("the certificate edit to be applied", func() bool {
+	tp.Eventually("the certificate edit to be applied", func() bool {
 		if time.Since(wrote) > time.Second {
 			second, wrote = tp.issue("v2."+tlsProcName), time.Now()
 		}
@@ -252,7 +228,7 @@ func TestTLSConfigErrorsAtCheckExit2NamingFileAndKey(t *testing.T) {
 		return fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:8443\"\ntls_cert = %q\ntls_key = %q\n", cert, key)
 	}
 
-	dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-tls.toml": tlsKeys(certFile, keyFile)})
+	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": base, "20-tls.toml": tlsKeys(certFile, keyFile)})
 	if out, errOut, code := runFairlead(t, "-check", "-config", dir); code != 0 || !strings.Contains(out, "config ok") {
 		t.Fatalf("a valid TLS config: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
@@ -267,7 +243,7 @@ func TestTLSConfigErrorsAtCheckExit2NamingFileAndKey(t *testing.T) {
 		{"an unparsable certificate file", tlsKeys(broken, keyFile), "frontend.tls_cert", broken},
 		{"listen = \"\" without tls_listen", "[frontend]\nlisten = \"\"\n", "frontend.listen", ""},
 	} {
-		dir := writeFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": v.bad})
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": v.bad})
 		for _, args := range [][]string{{"-check", "-config", dir}, {"-config", dir}} {
 			_, errOut, code := runFairlead(t, args...)
 			want := filepath.Join(dir, "20-bad.toml") + ": " + v.key

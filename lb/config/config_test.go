@@ -2,12 +2,13 @@ package config
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 const minimalConfig = `
@@ -18,7 +19,7 @@ pool = "platform"
 `
 
 func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
-	cfg, err := Load(writeConfig(t, map[string]string{"a.toml": minimalConfig}))
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestLoadConfigAppliesTheDocumentedDefaults(t *testing.T) {
 }
 
 func TestConfDFilesMergeInLexicalOrder(t *testing.T) {
-	dir := writeConfig(t, map[string]string{
+	dir := testkit.WriteFiles(t, map[string]string{
 		"10-base.toml": `
 [pools.platform]
 servers = ["127.0.0.1:9081"]
@@ -91,7 +92,7 @@ paths = ["/other"]
 func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
-		dir := writeConfig(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
+		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
 		_, err := Load(dir)
 		var ce *Error
 		if !errors.As(err, &ce) {
@@ -169,7 +170,7 @@ func TestARouteIsShadowedWhenEarlierRoutesMatchEveryRequestItCould(t *testing.T)
 }
 
 func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"a.toml": minimalConfig + "[pools.platform.check]\ncredentials = \"c2VjcmV0\"\n"})
 	_, err := Load(dir)
 	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("got %v: want an error that does not show the credentials", err)
@@ -179,7 +180,7 @@ func TestCredentialsNeverAppearInConfigErrors(t *testing.T) {
 // A file with type errors in several pools lists each of them, in pool order, the same at every load
 // (the decoder alone stops at one, chosen by map order: found by FuzzLoadConfig).
 func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools.a]\nmax_conns = \"x\"\n[pools.b]\nmax_conns = \"y\"\n[pools.c]\nservers = 3\n[[routes]]\npool = \"a\"\n"})
 	var first string
 	for i := range 20 {
 		_, err := Load(dir)
@@ -198,7 +199,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 		}
 	}
 	// The fuzzer's input: pools that are not tables.
-	dir = writeConfig(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
+	dir = testkit.WriteFiles(t, map[string]string{"10-x.toml": "[pools]\n\"\"=\"\"\n\"9\"=\"\\b\"\n"})
 	_, e1 := Load(dir)
 	for range 20 {
 		if _, e := Load(dir); e == nil || e1 == nil || e.Error() != e1.Error() {
@@ -208,7 +209,7 @@ func TestTypeErrorsOfSeveralPoolsAreAllListedTheSameEveryTime(t *testing.T) {
 }
 
 func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
-	dir := writeConfig(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
+	dir := testkit.WriteFiles(t, map[string]string{"10-x.toml": "[frontend]\nmax_conns = \"x\"\nretry_buffer = \"y\"\nmax_header_size = [1]\n[pools.a]\nservers = [\"127.0.0.1:1\"]\n[[routes]]\npool = \"a\"\n"})
 	_, err := Load(dir)
 	if err == nil {
 		t.Fatal("loaded")
@@ -225,14 +226,22 @@ func TestTypeErrorsOfOneTableAreAllListed(t *testing.T) {
 	}
 }
 
-// writeConfig writes files (name → content) into a new directory and returns it.
-func writeConfig(t testing.TB, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+func TestAFieldsKeyIsItsTomlPath(t *testing.T) {
+	c := &Config{Pools: map[string]*Pool{"p": {Servers: []string{"a:1", "b:2", "c:3"}}},
+		Routes: []Route{{Pool: "p"}, {Pool: "p"}}, Relays: map[string]*Relay{"r": {}}}
+	f := func(field any, want string) {
+		t.Helper()
+		if got := c.keyOf(field); got != want {
+			t.Errorf("keyOf = %q, want %q", got, want)
 		}
 	}
-	return dir
+	f(&c.Frontend.Listen, "frontend.listen")
+	f(&c.Global.StateMaxAge, "global.state_max_age")
+	f(&c.Pools["p"].Check.Interval, "pools.p.check.interval")
+	f(&c.Pools["p"].Check, "pools.p.check")
+	f(&c.Pools["p"].Servers, "pools.p.servers")
+	f(&c.Pools["p"].Servers[2], "pools.p.servers.2")
+	f(&c.Pools["p"].Discovery.EmptyGrace, "pools.p.discovery.empty_grace")
+	f(&c.Routes[1].Pool, "routes.1.pool")
+	f(&c.Relays["r"].KeepAlive, "relays.r.keepalive")
 }

@@ -204,10 +204,10 @@ func merge(dst, src reflect.Value, path []string, md *toml.MetaData, file string
 	}
 }
 
-// isSet tells whether some file set the dotted key.
 // FileOf returns the file that set a dotted key ("frontend.listen"), or "" when no file set it.
 func (c *Config) FileOf(key string) string { return c.origin[key] }
 
+// isSet tells whether some file set the dotted key.
 func (c *Config) isSet(key string) bool { _, ok := c.origin[key]; return ok }
 
 // at formats a problem with the file that set key (or the closest enclosing key that some file set).

@@ -35,28 +35,19 @@ type RelaySpec struct {
 
 // relayDefaults applies the defaults of every [relays.NAME].
 func (c *Config) relayDefaults() {
-	for name, r := range c.Relays {
-		k := "relays." + name + "."
+	for _, r := range c.Relays {
 		if r.OnDemand == nil {
 			t := true
 			r.OnDemand = &t
 		}
-		if !c.isSet(k + "max_topics") {
-			r.MaxTopics = 1000
-		}
-		if !c.isSet(k + "start") {
-			r.Start = "normal"
-		}
-		if !c.isSet(k + "max_subscribers") {
-			r.MaxSubscribers = 10000
-		}
-		if !c.isSet(k + "subscriber_buffer") {
-			r.SubscriberBuffer = 16
-		}
-		setDuration(&r.TopicIdleTimeout, c.isSet(k+"topic_idle_timeout"), 5*time.Minute)
-		setDuration(&r.KeepAlive, c.isSet(k+"keepalive"), 25*time.Second)
-		setDuration(&r.WriteTimeout, c.isSet(k+"write_timeout"), 10*time.Second)
-		setDuration(&r.WaitTimeout, c.isSet(k+"wait_timeout"), 5*time.Second)
+		def(c, &r.MaxTopics, 1000)
+		def(c, &r.Start, "normal")
+		def(c, &r.MaxSubscribers, 10000)
+		def(c, &r.SubscriberBuffer, 16)
+		defDuration(c, &r.TopicIdleTimeout, 5*time.Minute)
+		defDuration(c, &r.KeepAlive, 25*time.Second)
+		defDuration(c, &r.WriteTimeout, 10*time.Second)
+		defDuration(c, &r.WaitTimeout, 5*time.Second)
 		if r.Auth != nil && r.Auth.Header == "" {
 			r.Auth.Header = "Authorization"
 		}

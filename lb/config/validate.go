@@ -25,53 +25,55 @@ import (
 func (c *Config) validate() []string {
 	var p []string
 	add := func(key, format string, args ...any) { p = append(p, c.at(key, format, args...)) }
-	checkAddr := func(key, addr string, allowEmpty bool) {
-		if addr == "" {
+	// at adds a problem with the key of field, a pointer into c: the key's name is its toml tag.
+	at := func(field any, format string, args ...any) { add(c.keyOf(field), format, args...) }
+	checkAddr := func(addr *string, allowEmpty bool) {
+		if *addr == "" {
 			if !allowEmpty {
-				add(key, "must not be empty")
+				at(addr, "must not be empty")
 			}
 			return
 		}
-		if err := ValidAddr(addr); err != nil {
-			add(key, "bad address %q: %v", addr, err)
+		if err := ValidAddr(*addr); err != nil {
+			at(addr, "bad address %q: %v", *addr, err)
 		}
 	}
-	checkDur := func(key string, d Duration, positive bool) {
+	checkDur := func(d *Duration, positive bool) {
 		if d.err != nil {
-			add(key, "bad duration %q: %v", d.raw, d.err)
+			at(d, "bad duration %q: %v", d.raw, d.err)
 		} else if positive && d.D <= 0 {
-			add(key, "must be greater than zero")
+			at(d, "must be greater than zero")
 		}
 	}
-	checkPositive := func(key string, v int64) {
-		if v <= 0 {
-			add(key, "must be greater than zero, got %d", v)
+	checkPositive := func(field *int) {
+		if *field <= 0 {
+			at(field, "must be greater than zero, got %d", *field)
 		}
 	}
 
 	if c.Frontend.Listen == "" && c.Frontend.TLSListen == "" {
-		add("frontend.listen", "must not be empty unless tls_listen is set (HTTPS only)")
+		at(&c.Frontend.Listen, "must not be empty unless tls_listen is set (HTTPS only)")
 	} else {
-		checkAddr("frontend.listen", c.Frontend.Listen, true)
+		checkAddr(&c.Frontend.Listen, true)
 	}
-	checkAddr("frontend.tls_listen", c.Frontend.TLSListen, true)
+	checkAddr(&c.Frontend.TLSListen, true)
 	if c.Frontend.TLSListen != "" && c.Frontend.TLSListen == c.Frontend.Listen {
-		add("frontend.tls_listen", "is the same address as listen")
+		at(&c.Frontend.TLSListen, "is the same address as listen")
 	}
 	p = append(p, c.loadFrontTLS()...) // reads the certificates (tls.go)
-	checkDur("frontend.read_timeout", c.Frontend.ReadTimeout, true)
-	checkDur("frontend.idle_timeout", c.Frontend.IdleTimeout, true)
-	checkPositive("frontend.max_conns", int64(c.Frontend.MaxConns))
+	checkDur(&c.Frontend.ReadTimeout, true)
+	checkDur(&c.Frontend.IdleTimeout, true)
+	checkPositive(&c.Frontend.MaxConns)
 	if c.Frontend.MaxBodySize < 0 {
-		add("frontend.max_body_size", "must not be negative")
+		at(&c.Frontend.MaxBodySize, "must not be negative")
 	}
 	if c.Frontend.RetryBuffer < 0 {
-		add("frontend.retry_buffer", "must not be negative")
+		at(&c.Frontend.RetryBuffer, "must not be negative")
 	}
-	checkDur("frontend.drain_timeout", c.Frontend.DrainTimeout, false)
-	checkDur("frontend.header_timeout", c.Frontend.HeaderTimeout, false)
+	checkDur(&c.Frontend.DrainTimeout, false)
+	checkDur(&c.Frontend.HeaderTimeout, false)
 	if n := c.Frontend.MaxHeaderSize; n < 1024 || n > 1<<20 {
-		add("frontend.max_header_size", "must be between 1024 and 1048576 bytes, got %d", n)
+		at(&c.Frontend.MaxHeaderSize, "must be between 1024 and 1048576 bytes, got %d", n)
 	}
 	c.Frontend.Trusted = c.Frontend.Trusted[:0]
 	for i, s := range c.Frontend.TrustedProxies {
@@ -86,18 +88,18 @@ func (c *Config) validate() []string {
 		}
 		c.Frontend.Trusted = append(c.Frontend.Trusted, pfx.Masked())
 	}
-	checkAddr("admin.listen", c.Admin.Listen, true)
+	checkAddr(&c.Admin.Listen, true)
 	p = append(p, c.validateAdmin()...)
-	gl := c.Global
-	checkDur("global.state_max_age", gl.StateMaxAge, true)
+	gl := &c.Global
+	checkDur(&c.Global.StateMaxAge, true)
 	if problem := startProblem(gl.Start, gl.StateFile != "", "global.state_file"); problem != "" {
-		add("global.start", "%s", problem)
+		at(&c.Global.Start, "%s", problem)
 	}
 	if gl.LogFormat != "text" && gl.LogFormat != "json" {
-		add("global.log_format", "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
+		at(&c.Global.LogFormat, "unknown log format %q (want \"text\" or \"json\")", gl.LogFormat)
 	}
 	if _, ok := LogLevels[gl.LogLevel]; !ok {
-		add("global.log_level", "unknown log level %q (want \"debug\", \"info\", \"warn\" or \"error\")", gl.LogLevel)
+		at(&c.Global.LogLevel, "unknown log level %q (want \"debug\", \"info\", \"warn\" or \"error\")", gl.LogLevel)
 	}
 
 	names := make([]string, 0, len(c.Pools))
@@ -109,30 +111,26 @@ func (c *Config) validate() []string {
 		pc := c.Pools[name]
 		k := "pools." + name + "."
 		if !slices.Contains(Balances, pc.Balance) {
-			add(k+"balance", "unknown balance %q (want one of %s)", pc.Balance, quoted(Balances))
+			at(&pc.Balance, "unknown balance %q (want one of %s)", pc.Balance, quoted(Balances))
 		}
 		if len(pc.Servers) == 0 && pc.Discovery.Provider == "" {
-			add(k+"servers", "empty server list (or a [discovery] provider)")
+			at(&pc.Servers, "empty server list (or a [discovery] provider)")
 		}
 		p = append(p, c.validateDiscovery(name)...) // discovery.go
 		seen := map[string]string{}                 // address → the list that has it
-		for _, list := range []struct {
-			field string
-			addrs []string
-		}{{"servers", pc.Servers}, {"backups", pc.Backups}} {
-			for i, s := range list.addrs {
-				key := fmt.Sprintf("%s%s.%d", k, list.field, i)
-				checkAddr(key, s, false)
+		for _, list := range []*[]string{&pc.Servers, &pc.Backups} {
+			for i, s := range *list {
+				checkAddr(&(*list)[i], false)
 				if _, port, err := net.SplitHostPort(s); err == nil && port == "0" {
-					add(key, "bad address %q: port 0", s)
+					at(&(*list)[i], "bad address %q: port 0", s)
 				}
 				switch seen[s] {
 				case "":
-					seen[s] = list.field
-				case list.field:
-					add(k+list.field, "server %q listed twice", s)
+					seen[s] = c.keyOf(list)
+				case c.keyOf(list):
+					at(list, "server %q listed twice", s)
 				default:
-					add(key, "backup %q is also a primary (listed in servers)", s)
+					at(&(*list)[i], "backup %q is also a primary (listed in servers)", s)
 				}
 			}
 		}
@@ -152,93 +150,92 @@ func (c *Config) validate() []string {
 			}
 		}
 		if len(pc.Backups) == 0 {
-			for _, f := range []string{"failback_interval", "failback_close_tunnels"} {
-				if c.isSet(k + f) {
-					add(k+f, "needs backups")
+			for _, f := range []any{&pc.FailbackInterval, &pc.FailbackCloseTunnels} {
+				if c.set(f) {
+					at(f, "needs backups")
 				}
 			}
 		}
-		checkDur(k+"failback_interval", pc.FailbackInterval, true)
+		checkDur(&pc.FailbackInterval, true)
 		if pc.FailbackCloseTunnels && pc.Balance == "leader" {
-			add(k+"failback_close_tunnels", "not for balance = \"leader\": a leader pool closes its tunnels whenever the leader changes")
+			at(&pc.FailbackCloseTunnels, "not for balance = \"leader\": a leader pool closes its tunnels whenever the leader changes")
 		}
-		if c.isSet(k+"failback_close_spread") && !pc.FailbackCloseTunnels {
-			add(k+"failback_close_spread", "needs failback_close_tunnels = true")
+		if c.set(&pc.FailbackCloseSpread) && !pc.FailbackCloseTunnels {
+			at(&pc.FailbackCloseSpread, "needs failback_close_tunnels = true")
 		}
-		checkDur(k+"failback_close_spread", pc.FailbackCloseSpread, false)
+		checkDur(&pc.FailbackCloseSpread, false)
 		if pc.UnavailableStatus < 400 || pc.UnavailableStatus > 599 {
-			add(k+"unavailable_status", "must be a 4xx or 5xx status, got %d", pc.UnavailableStatus)
+			at(&pc.UnavailableStatus, "must be a 4xx or 5xx status, got %d", pc.UnavailableStatus)
 		}
 		if pc.Balance != "roundrobin" {
-			for _, f := range []string{"high_watermark", "high_watermark_bytes", "multipart_header"} {
-				if c.isSet(k + f) {
-					add(k+f, "only for balance = \"roundrobin\"")
+			for _, f := range []any{&pc.HighWatermark, &pc.HighWatermarkBytes, &pc.MultipartHeader} {
+				if c.set(f) {
+					at(f, "only for balance = \"roundrobin\"")
 				}
 			}
 		}
 		if pc.HighWatermark < 0 {
-			add(k+"high_watermark", "must not be negative, got %d", pc.HighWatermark)
+			at(&pc.HighWatermark, "must not be negative, got %d", pc.HighWatermark)
 		}
 		if pc.HighWatermarkBytes < 0 {
-			add(k+"high_watermark_bytes", "must not be negative, got %d", pc.HighWatermarkBytes)
+			at(&pc.HighWatermarkBytes, "must not be negative, got %d", pc.HighWatermarkBytes)
 		}
 		if h := pc.MultipartHeader; h != "" && !validHeaderName(h) {
-			add(k+"multipart_header", "bad header name %q", h)
+			at(&pc.MultipartHeader, "bad header name %q", h)
 		}
 		if pc.MultipartHeader == "" {
-			for _, f := range []string{"multipart_ttl", "multipart_max_pins"} {
-				if c.isSet(k + f) {
-					add(k+f, "needs multipart_header")
+			for _, f := range []any{&pc.MultipartTTL, &pc.MultipartMaxPins} {
+				if c.set(f) {
+					at(f, "needs multipart_header")
 				}
 			}
 		}
-		checkDur(k+"multipart_ttl", pc.MultipartTTL, true)
-		checkPositive(k+"multipart_max_pins", int64(pc.MultipartMaxPins))
-		checkDur(k+"queue_timeout", pc.QueueTimeout, false)
-		checkPositive(k+"max_queue", int64(pc.MaxQueue))
-		checkPositive(k+"max_conns", int64(pc.MaxConns))
-		checkDur(k+"connect_timeout", pc.ConnectTimeout, true)
-		checkDur(k+"response_timeout", pc.ResponseTimeout, true)
-		checkDur(k+"tunnel_idle_timeout", pc.TunnelIdleTimeout, false)
-		checkDur(k+"tunnel_close_spread", pc.TunnelCloseSpread, false)
+		checkDur(&pc.MultipartTTL, true)
+		checkPositive(&pc.MultipartMaxPins)
+		checkDur(&pc.QueueTimeout, false)
+		checkPositive(&pc.MaxQueue)
+		checkPositive(&pc.MaxConns)
+		checkDur(&pc.ConnectTimeout, true)
+		checkDur(&pc.ResponseTimeout, true)
+		checkDur(&pc.TunnelIdleTimeout, false)
+		checkDur(&pc.TunnelCloseSpread, false)
 		if pc.Balance == "sticky" {
 			if _, err := stickiness.NewExtractor(pc.Sticky.Keys); err != nil {
-				add(k+"sticky.keys", "%v", strings.TrimPrefix(err.Error(), "stickiness: "))
+				at(&pc.Sticky.Keys, "%v", strings.TrimPrefix(err.Error(), "stickiness: "))
 			}
 			if ck := pc.Sticky.Cookie; ck != "" && !slices.Contains(pc.Sticky.Keys, "cookie:"+ck) {
-				add(k+"sticky.cookie", "cookie %q is set but sticky.keys does not list \"cookie:%s\"", ck, ck)
+				at(&pc.Sticky.Cookie, "cookie %q is set but sticky.keys does not list \"cookie:%s\"", ck, ck)
 			}
-			checkDur(k+"sticky.idle_timeout", pc.Sticky.IdleTimeout, true)
-			checkPositive(k+"sticky.max_entries", int64(pc.Sticky.MaxEntries))
-		} else if c.isSet(k + "sticky") {
-			add(k+"sticky", "only for balance = \"sticky\"")
+			checkDur(&pc.Sticky.IdleTimeout, true)
+			checkPositive(&pc.Sticky.MaxEntries)
+		} else if c.set(&pc.Sticky) {
+			at(&pc.Sticky, "only for balance = \"sticky\"")
 		}
 		p = append(p, c.loadPoolTLS(name)...) // [pools.NAME.tls]: reads its files
-		ck := pc.Check
-		k += "check."
+		ck := &pc.Check
 		if ck.Path != "" && !strings.HasPrefix(ck.Path, "/") || ck.Path == "" && pc.Balance == "leader" {
-			add(k+"path", "must start with /, got %q", ck.Path)
+			at(&ck.Path, "must start with /, got %q", ck.Path)
 		}
 		if ck.Port < 0 || ck.Port > 65535 {
-			add(k+"port", "bad port %d", ck.Port)
+			at(&ck.Port, "bad port %d", ck.Port)
 		}
-		checkPositive(k+"rise", int64(ck.Rise))
+		checkPositive(&ck.Rise)
 		if ck.Credentials != "" {
 			// Never echo the credentials themselves: they are a password.
 			if raw, err := base64.StdEncoding.DecodeString(ck.Credentials); err != nil {
-				add(k+"credentials", "not valid base64")
+				at(&ck.Credentials, "not valid base64")
 			} else if !strings.Contains(string(raw), ":") {
-				add(k+"credentials", "must be base64 of user:password")
+				at(&ck.Credentials, "must be base64 of user:password")
 			}
 		}
-		checkDur(k+"interval", ck.Interval, true)
-		checkDur(k+"interval_max", ck.IntervalMax, true)
+		checkDur(&ck.Interval, true)
+		checkDur(&ck.IntervalMax, true)
 		if ck.Interval.err == nil && ck.IntervalMax.err == nil && ck.IntervalMax.D < ck.Interval.D {
-			add(k+"interval_max", "%s is less than interval %s", ck.IntervalMax.D, ck.Interval.D)
+			at(&ck.IntervalMax, "%s is less than interval %s", ck.IntervalMax.D, ck.Interval.D)
 		}
-		checkDur(k+"fast_interval", ck.FastInterval, true)
-		checkDur(k+"timeout", ck.Timeout, true)
-		checkPositive(k+"fall", int64(ck.Fall))
+		checkDur(&ck.FastInterval, true)
+		checkDur(&ck.Timeout, true)
+		checkPositive(&ck.Fall)
 	}
 
 	if len(c.Routes) == 0 && len(c.Relays) == 0 {
@@ -249,9 +246,9 @@ func (c *Config) validate() []string {
 		p = append(p, c.loadRouteAuth(i)...) // [routes.auth]: reads its files (auth.go)
 		k := "routes." + strconv.Itoa(i) + "."
 		if r.Pool == "" {
-			add(k+"pool", "missing pool")
+			at(&c.Routes[i].Pool, "missing pool")
 		} else if _, ok := c.Pools[r.Pool]; !ok {
-			add(k+"pool", "pool %q is not defined in any file", r.Pool)
+			at(&c.Routes[i].Pool, "pool %q is not defined in any file", r.Pool)
 		}
 		for j, pfx := range r.Paths {
 			if !strings.HasPrefix(pfx, "/") {

@@ -13,7 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/fairlead/fairlead/bench/harness"
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/valyala/fasthttp"
 )
 
@@ -25,8 +25,8 @@ const secretHead = "GET /Thingworx/Things HTTP/1.1\r\nHost: x\r\nAuthorization: 
 var secretMarks = []string{"c2VjcmV0", "appKey", "11111111", "Authorization", "Thingworx/Things", `\r\n`, "contents"}
 
 // testConnErrors returns connErrors logging text lines at level into the returned buffer.
-func testConnErrors(what string, level slog.Level) (*ConnErrors, *harness.SyncBuffer) {
-	buf := &harness.SyncBuffer{}
+func testConnErrors(what string, level slog.Level) (*ConnErrors, *testkit.SyncBuffer) {
+	buf := &testkit.SyncBuffer{}
 	return NewConnErrors(what, slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}))), buf
 }
 
@@ -113,7 +113,7 @@ func TestFasthttpLinesNeverPrintWhatFasthttpPasses(t *testing.T) {
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
 	remote := &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 40000}
 	served := fmt.Errorf("error when reading request headers: %w: buffer size=101, contents: %q", io.EOF, secretHead)
-	check := func(name string, buf *harness.SyncBuffer) {
+	check := func(name string, buf *testkit.SyncBuffer) {
 		t.Helper()
 		for _, m := range secretMarks {
 			if strings.Contains(buf.String(), m) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -112,7 +113,7 @@ func TestServeGetWaitsForFirstSnapshot(t *testing.T) {
 		got <- result{resp, body}
 	}()
 	// The waiting GET creates the topic.
-	waitFor(t, 3*time.Second, "the GET waits", func() bool { return len(e.hub.Topics()) == 1 })
+	testkit.Eventually(t, "the GET waits", 3*time.Second, func() bool { return len(e.hub.Topics()) == 1 })
 	select {
 	case r := <-got:
 		t.Fatalf("GET answered before any snapshot: %+v", r.resp)
@@ -366,7 +367,7 @@ func TestServeSSEKeepAliveAndClientClose(t *testing.T) {
 	}
 	resp.Body.Close()
 	// The next keep-alives fail once the client is gone, which ends the stream.
-	waitFor(t, 5*time.Second, "the closed client is unsubscribed", func() bool {
+	testkit.Eventually(t, "the closed client is unsubscribed", 5*time.Second, func() bool {
 		return stats(e.hub, "a/b").Subscribers == 0
 	})
 }
@@ -389,7 +390,7 @@ func TestServeSSESlowConsumer(t *testing.T) {
 	if ev := nextEvent(t, fast); ev.id != "1" || len(ev.data) != 1 || len(ev.data[0]) != len(body) {
 		t.Fatalf("first event: id %q, %d data lines", ev.id, len(ev.data))
 	}
-	waitFor(t, 3*time.Second, "both clients subscribed", func() bool { return stats(e.hub, "a/b").Subscribers == 2 })
+	testkit.Eventually(t, "both clients subscribed", 3*time.Second, func() bool { return stats(e.hub, "a/b").Subscribers == 2 })
 
 	// Publish until the slow client is dropped, pacing on the fast one: it must see every
 	// version.
@@ -500,7 +501,7 @@ func TestServeWebSocketFanOut(t *testing.T) {
 	_ = conns[0].WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	conns[0].Close()
 	conns[1].Close() // without a close frame
-	waitFor(t, 5*time.Second, "closed clients unsubscribed", func() bool { return stats(e.hub, "a/b").Subscribers == n-2 })
+	testkit.Eventually(t, "closed clients unsubscribed", 5*time.Second, func() bool { return stats(e.hub, "a/b").Subscribers == n-2 })
 
 	// Hub.Close closes the others with 1001.
 	e.hub.Close()

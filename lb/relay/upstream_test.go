@@ -74,18 +74,6 @@ func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) UpstreamOptions
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // sessions returns the open sessions of each topic at s.
 func sessions(s *sim.ConfigServer, topics ...string) []int {
 	st := s.Stats()
@@ -153,7 +141,7 @@ func TestUpstreamFanOut(t *testing.T) {
 		u.Watch(topic)
 		u.Watch(topic) // idempotent
 	}
-	waitFor(t, 3*time.Second, "4 sessions and 4 snapshots", func() bool {
+	testkit.Eventually(t, "4 sessions and 4 snapshots", 3*time.Second, func() bool {
 		for _, topic := range upstreamTopics {
 			if h.Snapshot(topic) == nil {
 				return false
@@ -218,7 +206,7 @@ func TestUpstreamAPIKey(t *testing.T) {
 	u := NewUpstream(h, opts)
 	defer u.Close()
 	u.Watch("inventory/dev")
-	waitFor(t, 3*time.Second, "an authorized session", func() bool {
+	testkit.Eventually(t, "an authorized session", 3*time.Second, func() bool {
 		return h.Snapshot("inventory/dev") != nil && allEqual(sessions(srv, "inventory/dev"), 1)
 	})
 	if srv.Stats().Unauthorized != 0 {
@@ -229,7 +217,7 @@ func TestUpstreamAPIKey(t *testing.T) {
 	bad := NewUpstream(h, upstreamOpts(t, &badLogs, srv.Addr))
 	defer bad.Close()
 	bad.Watch("users/dev")
-	waitFor(t, 3*time.Second, "retries answered 401", func() bool { return srv.Stats().Unauthorized >= 3 })
+	testkit.Eventually(t, "retries answered 401", 3*time.Second, func() bool { return srv.Stats().Unauthorized >= 3 })
 	if n := srv.Stats().Topics["users/dev"].Sessions; n != 0 || bad.Sessions() != 0 {
 		t.Fatalf("sessions without the key: %d at the server, %d at the manager", n, bad.Sessions())
 	}
@@ -285,12 +273,12 @@ func TestUpstreamFailover(t *testing.T) {
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)
 	}
-	waitFor(t, 3*time.Second, "4 sessions on the primary", func() bool {
+	testkit.Eventually(t, "4 sessions on the primary", 3*time.Second, func() bool {
 		return allEqual(sessions(s1, upstreamTopics...), 1) && u.Sessions() == 4
 	})
 
 	s1.Stop()
-	waitFor(t, 3*time.Second, "4 sessions on the backup", func() bool {
+	testkit.Eventually(t, "4 sessions on the backup", 3*time.Second, func() bool {
 		return allEqual(sessions(s2, upstreamTopics...), 1) && u.Sessions() == 4
 	})
 	if u.Current() != s2.Addr {
@@ -306,7 +294,7 @@ func TestUpstreamFailover(t *testing.T) {
 	if err := s1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 300*time.Millisecond+3*time.Second, "sessions back on the primary", func() bool {
+	testkit.Eventually(t, "sessions back on the primary", 300*time.Millisecond+3*time.Second, func() bool {
 		return allEqual(sessions(s1, upstreamTopics...), 1) && allEqual(sessions(s2, upstreamTopics...), 0) && u.Sessions() == 4
 	})
 	if u.Current() != s1.Addr {
@@ -367,7 +355,7 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)
 	}
-	waitFor(t, 3*time.Second, "4 sessions", func() bool {
+	testkit.Eventually(t, "4 sessions", 3*time.Second, func() bool {
 		return allEqual(sessions(srv, upstreamTopics...), 1) && u.Sessions() == 4
 	})
 	u.Unwatch("users/dev")
@@ -375,11 +363,11 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 	if n := u.Sessions(); n != 3 {
 		t.Fatalf("%d sessions after Unwatch, want 3", n)
 	}
-	waitFor(t, 3*time.Second, "the session closed at the server", func() bool {
+	testkit.Eventually(t, "the session closed at the server", 3*time.Second, func() bool {
 		return allEqual(sessions(srv, "users/dev"), 0)
 	})
 	u.Watch("users/dev")
-	waitFor(t, 3*time.Second, "the session open again", func() bool {
+	testkit.Eventually(t, "the session open again", 3*time.Second, func() bool {
 		return allEqual(sessions(srv, "users/dev"), 1) && u.Sessions() == 4
 	})
 
@@ -391,7 +379,7 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 	if n := u.Sessions(); n != 0 {
 		t.Fatalf("%d sessions after Close", n)
 	}
-	waitFor(t, 3*time.Second, "no session at the server", func() bool {
+	testkit.Eventually(t, "no session at the server", 3*time.Second, func() bool {
 		return allEqual(sessions(srv, upstreamTopics...), 0)
 	})
 	u.Watch("users/dev") // after Close: nothing
@@ -411,12 +399,6 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// deadAddr returns an address where connections are refused.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	return testkit.Addr(t) // free, and handed to nobody else
 }
 
 func TestUpstreamFetch(t *testing.T) {
@@ -453,7 +435,7 @@ func TestUpstreamFetch(t *testing.T) {
 	})
 
 	t.Run("FailoverOnRefused", func(t *testing.T) {
-		dead := deadAddr(t)
+		dead := testkit.Addr(t)
 		u := NewUpstream(h, upstreamOpts(t, &logs, dead, srv.Addr))
 		defer u.Close()
 		if u.Current() != dead {
@@ -482,7 +464,7 @@ func TestUpstreamFetch(t *testing.T) {
 	})
 
 	t.Run("AllDown", func(t *testing.T) {
-		u := NewUpstream(h, upstreamOpts(t, &logs, deadAddr(t), deadAddr(t)))
+		u := NewUpstream(h, upstreamOpts(t, &logs, testkit.Addr(t), testkit.Addr(t)))
 		defer u.Close()
 		if _, err := u.Fetch(context.Background(), "inventory/dev"); err == nil {
 			t.Fatal("fetch with every server down succeeded")
@@ -559,9 +541,9 @@ func TestUpstreamHungSessionIsRedialled(t *testing.T) {
 			t.Cleanup(func() { u.Close(); h.Close() })
 			u.Watch("inventory/dev")
 			count := func() int { mu.Lock(); defer mu.Unlock(); return upgrades }
-			waitFor(t, 2*time.Second, "the first session", func() bool { return count() >= 1 })
+			testkit.Eventually(t, "the first session", 2*time.Second, func() bool { return count() >= 1 })
 			if !answers {
-				waitFor(t, 3*time.Second, "the hung session redialled", func() bool { return count() >= 2 })
+				testkit.Eventually(t, "the hung session redialled", 3*time.Second, func() bool { return count() >= 2 })
 				return
 			}
 			// Six keep-alive periods: a session whose pongs arrive stays the one session.
@@ -595,20 +577,20 @@ func TestUpstreamResyncsAfterAGap(t *testing.T) {
 	if err := u.WaitSession(context.Background(), topic); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Second, "the first snapshot", func() bool { return h.Snapshot(topic) != nil })
+	testkit.Eventually(t, "the first snapshot", 3*time.Second, func() bool { return h.Snapshot(topic) != nil })
 
 	// A gap without a change: nobody is resynced.
 	ws := h.Subscribe(topic, WebSocket)
 	s1.Stop()
-	waitFor(t, 3*time.Second, "the session to end", func() bool { return u.Sessions() == 0 })
+	testkit.Eventually(t, "the session to end", 3*time.Second, func() bool { return u.Sessions() == 0 })
 	if err := s1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Second, "the session back", func() bool { return u.Sessions() == 1 })
+	testkit.Eventually(t, "the session back", 3*time.Second, func() bool { return u.Sessions() == 1 })
 	v := h.Snapshot(topic).Version
 	fetches := func() uint64 { return h.Topics()[0].Fetches }
 	f := fetches()
-	waitFor(t, 3*time.Second, "the refresh after the reconnection", func() bool {
+	testkit.Eventually(t, "the refresh after the reconnection", 3*time.Second, func() bool {
 		return fetches() > f || h.Topics()[0].Fetches >= 2
 	})
 	if ws.Resynced() {
@@ -618,7 +600,7 @@ func TestUpstreamResyncsAfterAGap(t *testing.T) {
 	// A change during the gap: the WebSocket subscriber is resynced, the snapshot is newer.
 	snaps := h.Subscribe(topic, SSE)
 	s1.Stop()
-	waitFor(t, 3*time.Second, "the session to end", func() bool { return u.Sessions() == 0 })
+	testkit.Eventually(t, "the session to end", 3*time.Second, func() bool { return u.Sessions() == 0 })
 	v2, err := s1.Publish(topic, []byte(`{"n":2}`))
 	if err != nil {
 		t.Fatal(err)
@@ -626,7 +608,7 @@ func TestUpstreamResyncsAfterAGap(t *testing.T) {
 	if err := s1.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*time.Second, "the WebSocket subscriber resynced", func() bool { return ws.Resynced() })
+	testkit.Eventually(t, "the WebSocket subscriber resynced", 3*time.Second, func() bool { return ws.Resynced() })
 	if _, open := <-ws.C(); open {
 		t.Fatal("a resynced subscriber's channel is open")
 	}

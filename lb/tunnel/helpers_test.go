@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // hang is the deadline for something that must happen: generous, so that it is missed only
@@ -163,23 +165,9 @@ func countFDs(tb testing.TB) int {
 	return len(ents)
 }
 
-// eventually polls cond every 10ms for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func waitGoroutines(tb testing.TB, want int, d time.Duration) {
 	tb.Helper()
-	if !eventually(d, func() bool { return runtime.NumGoroutine() <= want }) {
+	if !testkit.Within(d, func() bool { return runtime.NumGoroutine() <= want }) {
 		buf := make([]byte, 1<<16)
 		n := runtime.Stack(buf, true)
 		tb.Fatalf("goroutines: %d, want <= %d\n%s", runtime.NumGoroutine(), want, buf[:n])
@@ -217,7 +205,7 @@ func writeBlocked() bool {
 // writeBlocked), so that a test goes on only once the engine is really stalled on it.
 func waitWriteBlocked(tb testing.TB) {
 	tb.Helper()
-	if !eventually(hang, writeBlocked) {
+	if !testkit.Within(hang, writeBlocked) {
 		tb.Fatal("no engine write blocked on the receiver that does not read")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Streamed tunnels: the client side is a TLS connection (as on fairlead's HTTPS listener), relayed to
@@ -77,7 +78,7 @@ func TestStreamedTunnelRelaysLargeMessagesBothWays(t *testing.T) {
 		t.Fatal("server → client: bytes differ")
 	}
 	// Counted once written: the reader may see the last bytes a moment before the count moves.
-	if !eventually(hang, func() bool { ts, tc := tun.Bytes(); return ts == uint64(len(msg)) && tc == uint64(len(msg)) }) {
+	if !testkit.Within(hang, func() bool { ts, tc := tun.Bytes(); return ts == uint64(len(msg)) && tc == uint64(len(msg)) }) {
 		ts, tc := tun.Bytes()
 		t.Fatalf("bytes counted %d/%d, want %d each way", ts, tc, len(msg))
 	}

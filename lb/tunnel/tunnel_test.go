@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fasthttp/websocket"
 )
 
@@ -153,7 +154,7 @@ func TestPendingBytesFirst(t *testing.T) {
 				t.Fatal("pending bytes not delivered first and intact")
 			}
 			// The counters are updated just after the bytes are written.
-			if !eventually(hang, func() bool {
+			if !testkit.Within(hang, func() bool {
 				st := e.r.Stats()
 				return st.BytesToServer == uint64(len(wantS)) && st.BytesToClient == uint64(len(wantC))
 			}) {
@@ -244,7 +245,7 @@ func TestServerCloseClientKeepsSending(t *testing.T) {
 	up.Close()
 	expectEOF(t, client, hang)
 	stopIfFailed(t)
-	ended := eventually(hang, func() bool {
+	ended := testkit.Within(hang, func() bool {
 		client.Write([]byte("still here"))
 		return e.r.Len() == 0
 	})
@@ -323,7 +324,7 @@ func TestCloseGroup(t *testing.T) {
 		t.Fatalf("Len %d", e.r.Len())
 	}
 	waitGoroutines(t, baseG, hang)
-	if !eventually(hang, func() bool { return countFDs(t) <= baseFD }) {
+	if !testkit.Within(hang, func() bool { return countFDs(t) <= baseFD }) {
 		t.Fatalf("fds %d, baseline %d", countFDs(t), baseFD)
 	}
 }
@@ -595,7 +596,7 @@ func TestRelayClose(t *testing.T) {
 	}
 	waitGoroutines(t, base+1, hang) // +1: the Write goroutine may still be finishing
 	waitGoroutines(t, base, hang)
-	if !eventually(hang, func() bool { return countFDs(t) <= baseFD+2 }) { // the listeners
+	if !testkit.Within(hang, func() bool { return countFDs(t) <= baseFD+2 }) { // the listeners
 		t.Fatalf("fds %d, baseline %d", countFDs(t), baseFD)
 	}
 }
@@ -678,7 +679,7 @@ func TestConcurrentTunnels(t *testing.T) {
 		tun.Close()
 	}
 	wg.Wait()
-	if !eventually(hang, func() bool { return e.r.Len() == 0 }) {
+	if !testkit.Within(hang, func() bool { return e.r.Len() == 0 }) {
 		t.Fatalf("Len %d", e.r.Len())
 	}
 }
