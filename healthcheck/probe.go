@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -350,23 +351,11 @@ func newProber(addr string, o *Options) *prober {
 // handshake is over, and fasthttp reports any error on a response's first byte as "the server closed
 // connection".
 func (pr *prober) dial(addr string) (net.Conn, error) {
-	c, err := fasthttp.DialDualStackTimeout(addr, pr.timeout)
+	c, err := (&upstream.Dialer{Addr: addr, Timeout: pr.timeout, TLS: pr.tls}).Dial() // the proxy's dialer
 	if err != nil || pr.tls == nil {
 		return c, err
 	}
-	tc := tls.Client(c, pr.tls)
-	err = tc.SetDeadline(time.Now().Add(pr.timeout))
-	if err == nil {
-		err = tc.Handshake()
-	}
-	if err == nil {
-		err = tc.SetDeadline(time.Time{})
-	}
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &alertConn{Conn: tc, alert: &pr.alert}, nil
+	return &alertConn{Conn: c, alert: &pr.alert}, nil
 }
 
 // alertConn is a probe's TLS connection: it keeps the alert that ends a read (remote error: tls: ...).

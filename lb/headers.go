@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
@@ -52,13 +53,6 @@ const (
 	fieldForwarded // Forwarded and any other X-Forwarded-*
 	fieldLength    // Content-Length
 	fieldChunked   // Transfer-Encoding (the framer let only "chunked" through)
-)
-
-// Body framings of a request sent upstream: as the client framed it.
-const (
-	bodyNone    = iota
-	bodyLength  // Content-Length bytes
-	bodyChunked // chunked
 )
 
 // classifyField returns the kind of a request field by its name, in any case.
@@ -163,7 +157,7 @@ type headFacts struct {
 	namesFields bool   // a Connection field names fields (beyond close and keep-alive)
 	xfProto     bool   // X-Forwarded-Proto was sent
 	xfHost      bool   // X-Forwarded-Host was sent
-	framing     uint8  // bodyNone, bodyLength or bodyChunked
+	framing     upstream.Framing
 }
 
 func readFacts(raw []byte) (f headFacts) {
@@ -183,9 +177,9 @@ func readFacts(raw []byte) (f headFacts) {
 		case fieldXFHost:
 			f.xfHost = true
 		case fieldLength:
-			f.framing = bodyLength
+			f.framing = upstream.BodyLength
 		case fieldChunked:
-			f.framing = bodyChunked
+			f.framing = upstream.BodyChunked
 		}
 	}
 }
@@ -201,7 +195,7 @@ type forwardSpec struct {
 // ctx (see the comment at the top of this file), and returns the body framing to send it with. It
 // allocates nothing but for the rare requests without a usable Host (the connection's local address is
 // formatted then).
-func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([]byte, uint8) {
+func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([]byte, upstream.Framing) {
 	h := &ctx.Request.Header
 	raw := h.RawHeaders()
 	f := readFacts(raw)
@@ -516,7 +510,7 @@ type scratchHead struct {
 
 var dateScratch = sync.Pool{New: func() any {
 	sc := &scratchHead{}
-	sc.br = bufio.NewReaderSize(&sc.r, upstreamBufferSize) // any head an upstream reader holds
+	sc.br = bufio.NewReaderSize(&sc.r, upstream.BufferSize) // any head an upstream reader holds
 	return sc
 }}
 

@@ -8,7 +8,7 @@
 // lb/frontend that checks every client byte), proxy.go (the forwarding loop
 // and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
 // leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
-// upstream.go and transport.go (the upstream HTTP/1.1 client and its connections), routeauth.go
+// transport.go (each server's client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go
 // (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
 // event stream's subscribers), admin.go.
 //

@@ -29,86 +29,6 @@ import (
 // 0.25 = 21.5 s after its first unanswered request (without traffic, up to 20 + 15.5 s after it hung),
 // and its waiting GETs are answered by the new leader then, instead of after response_timeout (60 s).
 
-// errAbandoned ends an attempt whose server was replaced as leader while the request waited, before any
-// byte of its answer came (or while it queued for a connection): it goes to the new leader.
-var errAbandoned = errors.New("the leader changed while the request waited for its answer")
-
-// abandonedWait is handed to a request queued for a connection to a replaced leader (upstream.acquire).
-var abandonedWait = &upConn{}
-
-// awaitHead registers c's exchange as waiting for its answer's head.
-func (u *upstream) awaitHead(c *upConn, out *outbound) {
-	u.waitMu.Lock()
-	c.waitIdx, c.waitSince, c.mayLeave, c.abandoned = len(u.awaiting), out.since, out.mayLeave, false
-	u.awaiting = append(u.awaiting, c)
-	u.waitMu.Unlock()
-}
-
-// headCame ends c's wait for its answer's head: false if it was abandoned meanwhile.
-func (u *upstream) headCame(c *upConn) bool {
-	u.waitMu.Lock()
-	last := len(u.awaiting) - 1
-	moved := u.awaiting[last]
-	u.awaiting[c.waitIdx], moved.waitIdx = moved, c.waitIdx
-	u.awaiting[last] = nil
-	u.awaiting = u.awaiting[:last]
-	c.waitIdx = -1
-	abandoned := c.abandoned
-	if !abandoned {
-		u.lastHead = time.Now().UnixNano()
-	}
-	u.waitMu.Unlock()
-	return !abandoned
-}
-
-// resume lets an abandoned connection whose answer had begun be read on: its next read sets a fresh
-// deadline.
-func (c *upConn) resume() {
-	if c.ic != nil {
-		c.ic.rDeadline = time.Time{}
-	}
-}
-
-// abandon cuts short the waits of the requests that may go to another server, and sends the requests
-// queued for a connection away: the server is no longer the leader. It returns how many it abandoned.
-func (u *upstream) abandon() int {
-	n := 0
-	u.waitMu.Lock()
-	for _, c := range u.awaiting {
-		if c.mayLeave && !c.abandoned {
-			c.abandoned = true
-			c.Conn.SetReadDeadline(time.Now()) //nolint:errcheck // a closed connection fails its read anyway
-			n++
-		}
-	}
-	u.waitMu.Unlock()
-	u.mu.Lock()
-	ws := u.waiters
-	u.waiters = nil
-	u.mu.Unlock()
-	for _, w := range ws {
-		w.ch <- abandonedWait
-	}
-	return n + len(ws)
-}
-
-// unanswered reports whether a request has waited at least d for its answer while no answer came for
-// at least d: the server looks hung.
-func (u *upstream) unanswered(now time.Time, d time.Duration) bool {
-	limit := now.Add(-d).UnixNano()
-	u.waitMu.Lock()
-	defer u.waitMu.Unlock()
-	if u.lastHead > limit {
-		return false
-	}
-	for _, c := range u.awaiting {
-		if c.waitSince <= limit {
-			return true
-		}
-	}
-	return false
-}
-
 // leaderChanged sends the requests waiting on the other servers of a leader pool to its new leader (the
 // bus calls it on every event). Only once there is a new leader: while there is none, the old one may
 // still answer what it has (a leader stepping down finishes its requests); when one is elected after a
@@ -123,7 +43,7 @@ func (lb *LB) leaderChanged(e healthcheck.Event) {
 	}
 	for _, s := range p.state.Load().servers {
 		if s.Addr != e.Server {
-			s.client.Load().abandon()
+			s.client.Load().Abandon()
 		}
 	}
 }
@@ -142,7 +62,7 @@ func (p *Pool) watchLeader(ctx context.Context) {
 		}
 		cur := lp.leader.Current()
 		for _, s := range st.servers {
-			if s.health == cur && s.client.Load().unanswered(time.Now(), st.cfg.Check.Timeout.D) {
+			if s.health == cur && s.client.Load().Unanswered(time.Now(), st.cfg.Check.Timeout.D) {
 				p.health.Report(s.health, errNoAnswer)
 			}
 		}

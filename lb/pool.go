@@ -146,7 +146,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 			s = newServer(addr, cfg)
 			added = append(added, s)
 		case newClients:
-			s.client.Swap(newTransport(addr, cfg)).retire()
+			s.client.Swap(newTransport(addr, cfg)).Retire()
 		}
 		if ok {
 			s.configure(cfg) // its name and tier may have changed
@@ -176,7 +176,7 @@ func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
 // on its client, whose idle connections are closed now.
 func (p *Pool) drop(st *poolState, s *Server, why string) {
 	s.removed.Store(true)
-	s.client.Load().retire()
+	s.client.Load().Retire()
 	p.bus.Publish(healthcheck.Event{Kind: healthcheck.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
 	// Only once its tunnels are closed (and their keys released): a key of s that a client re-placed
 	// meanwhile names another server now and is kept.

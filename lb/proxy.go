@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -22,7 +23,7 @@ import (
 //	         (upgrade.go badHandshake) and tunnelled only on a websocket route; [routes.auth] checks the
 //	         client's key (routeauth.go)
 //	pick     the pool's policy returns an available server, or the request waits (bounded) for one
-//	forward  one loop for plain requests and upgrades: the server's bounded upstream client (upstream.go) streams the
+//	forward  one loop for plain requests and upgrades: the server's bounded client (lb/upstream) streams the
 //	         request and the response, or an upgrade becomes a tunnel (upgrade.go); failures before a
 //	         response are reported to the health check and retried on another server when that cannot
 //	         duplicate a side effect, within one retry budget and one deadline
@@ -86,9 +87,9 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	}
 	p.requests.Add(1)
 	hb := headBuffers.Get().(*[]byte)
-	out := outbound{req: req}
-	*hb, out.framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.Trusted, auth: g.cfg.RouteAuthOf(ri), upgrade: upgrade})
-	out.head = *hb
+	out := upstream.Request{Req: req}
+	*hb, out.Framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.Trusted, auth: g.cfg.RouteAuthOf(ri), upgrade: upgrade})
+	out.Head = *hb
 	replay, ok := lb.makeReplayable(ctx, g)
 	var s *Server
 	var retries int
@@ -155,17 +156,20 @@ func (lb *LB) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
 	}
 }
 
-// How an attempt ended. classify decides it once, from the attempt's error, and the forwarding loop acts
-// on it: only the server's faults are counted against it, reported to its health check and retried
-// elsewhere. A client's fault (its body could not be read: gone, too slow, too large, bad framing) is
-// answered to the client and touches no server.
+// How an attempt ended. classify decides it once, from the attempt's error and the answer's status, and
+// the forwarding loop acts on it in one place each: account counts it against the server and tells the
+// pool's health check, the loop retries it elsewhere or conclude answers the client. Only the server's
+// faults are counted against it, reported and retried. A client's fault (its body could not be read:
+// gone, too slow, too large, bad framing) is answered to the client and touches no server.
 type attemptEnd uint8
 
 const (
-	endAnswered   attemptEnd = iota // the server answered (any status)
-	endClient                       // the client's fault (*clientError)
+	endAnswered   attemptEnd = iota // the server answered (any status but the two below), or took an upgrade's connection
+	endRefused                      // the server answered that it no longer serves (policy.refuses: a leader's 503)
+	endSwitched                     // the server answered 101 to a request that did not ask to switch
+	endClient                       // the client's fault (*upstream.ClientError)
 	endBusy                         // every upstream connection stayed busy for queue_timeout
-	endDialFailed                   // no connection (*dialError): none of the request reached the server
+	endDialFailed                   // no connection (*upstream.DialError): none of the request reached the server
 	endTimeout                      // the server was silent for response_timeout
 	endFailed                       // the server refused, reset or closed, or answered what is no HTTP answer
 	endAbandoned                    // the leader changed while the request waited, before its answer (leaderwatch.go)
@@ -175,8 +179,8 @@ func classify(err error) attemptEnd {
 	if err == nil {
 		return endAnswered // the fast path: errors.As's targets below would escape
 	}
-	var ce *clientError
-	var de *dialError
+	var ce *upstream.ClientError
+	var de *upstream.DialError
 	switch {
 	case errors.As(err, &ce):
 		return endClient
@@ -184,7 +188,7 @@ func classify(err error) attemptEnd {
 		return endBusy
 	case errors.As(err, &de):
 		return endDialFailed
-	case err == errAbandoned:
+	case err == upstream.ErrAbandoned:
 		return endAbandoned
 	case isTimeout(err):
 		return endTimeout
@@ -192,186 +196,200 @@ func classify(err error) attemptEnd {
 	return endFailed
 }
 
-// forward is the one forwarding loop of plain requests and upgrades. Each attempt goes to the server the
-// policy picks and ends one way (classify). A server's fault is reported to the pool's health check
-// (which alone decides whether the server is down) and, when the request may go again, the next attempt
-// goes to another available server, or to the same one once it answered its checks again. Every wait
-// for a server shares one deadline (queue_timeout, counted from the first wait) and the attempts one
-// budget (maxAttempts). A request pinned to its server (a later part of a multi-part request) goes there
-// or fails with 502. It returns the server of the last attempt (nil if none was made) and the number of
-// retries.
-func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *outbound, replay replayable) (last *Server, retries int) {
+// classifyAnswer tells the answers that end an attempt otherwise than answered: a 101 nobody asked for,
+// and a refusal.
+func classifyAnswer(status int, st *poolState) attemptEnd {
+	switch {
+	case status == fasthttp.StatusSwitchingProtocols:
+		return endSwitched
+	case st.policy.refuses(status):
+		return endRefused
+	}
+	return endAnswered
+}
+
+// retried reports whether an attempt that ended so may be made again on another server, and whether
+// its request reached the server (then only a request that cannot cause a second side effect goes
+// again). An abandoned request either did not reach the server (it queued for a connection) or may
+// leave it (upstream.Request.MayLeave).
+func (e attemptEnd) retried() (ok, reached bool) {
+	switch e {
+	case endRefused, endTimeout, endFailed:
+		return true, true
+	case endDialFailed, endAbandoned:
+		return true, false
+	}
+	return false, false
+}
+
+// strict reports whether the next attempt after one that ended so must go to another server, not to the
+// same one once it passed its checks again, and whether, when none takes the request in time, the
+// client gets this attempt's answer (the refusal relayed, 504) rather than unavailable_status. A
+// refusing server would refuse again, and a slow answer would only be asked for again.
+func (e attemptEnd) strict() bool { return e == endRefused || e == endTimeout }
+
+// forward is the one forwarding loop of plain requests and upgrades. Each attempt goes to the server
+// the pool chooses (choose) and ends one way (classify); account counts and reports it, and a server's
+// fault goes again, when the request may go again, to another server: at once, or once one takes it
+// within the deadline (the same one too once it answered its checks again, unless the end is strict).
+// Every wait for a server shares one deadline (queue_timeout, counted from the first wait) and the
+// attempts one budget (maxAttempts). A request pinned to its server (a later part of a multi-part
+// request) goes there or fails with 502. It returns the server of the last attempt (nil if none was
+// made) and the number of retries.
+func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upstream.Request, replay replayable) (last *Server, retries int) {
 	req := &ctx.Request
-	st := p.state.Load()
-	var (
-		failed             *Server   // the server of the last failed attempt
-		failedAt, deadline time.Time // computed only on the slow paths
-	)
 	n := bodyBytes(&req.Header) // counted in flight with each attempt by pick and await
 	if p.leader {
-		out.watch, out.since = true, ctx.Time().UnixNano()
-		out.mayLeave = idempotent(&req.Header) && !req.IsBodyStream()
+		out.Watch, out.Since = true, ctx.Time().UnixNano()
+		out.MayLeave = upstream.Idempotent(&req.Header) && !req.IsBodyStream()
 	}
-	c := st.policy.pick(ctx, st, nil)
+	var deadline time.Time // of every wait for a server: set at the first (slow path only)
+	c, st, werr := lb.choose(ctx, p, nil, false, n, &deadline)
 	for attempt := 1; ; attempt++ {
-		if c.s == nil && !c.pinned {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(st.cfg.QueueTimeout.D)
-			}
-			var err error
-			if c, err = p.await(ctx, failed, failedAt, deadline); c.s == nil && !c.pinned {
-				if errors.Is(err, errQueueFull) {
-					p.queueFull.Add(1)
-				}
-				unavailable(ctx, p, st)
-				return
-			}
-			st = p.state.Load()
-		}
-		s := c.s
-		if s == nil {
-			p.pinFailures.Add(1)
-			p.bad502.Add(1)
-			ctx.Error("502 Bad Gateway: the server of this multi-part request is not available\n", fasthttp.StatusBadGateway)
+		if c.s == nil {
+			lb.noServer(ctx, p, st, c.pinned, werr)
 			return
 		}
+		s := c.s
 		last = s
 		s.requests.Add(1)
-		// again reports whether the request may go to another server after this attempt: it cannot cause
-		// a second side effect (or did not reach the server), its body can be sent again, it is not
-		// pinned, and the budget is not spent.
-		again := func(reached bool) bool {
-			return (!reached || idempotent(&req.Header)) && replay.ok() && !c.pinned && attempt < maxAttempts
-		}
 
+		var conn net.Conn // an upgrade's connection
 		var err error
 		if upgrade {
-			var conn net.Conn
-			if conn, err = lb.dialUpgrade(s, st.cfg); err == nil {
-				p.health.Report(s.health, nil)
-				lb.exchange(ctx, p, st, s, conn, out.head)
-			}
-			p.end(s, n)
-			if err == nil {
-				return
+			if conn, err = lb.dialUpgrade(s); err != nil {
+				p.end(s, n)
 			}
 		} else {
 			err = lb.send(p, s, out, &ctx.Response, n, replay)
 		}
-
 		end := classify(err)
-		switch end {
-		case endAnswered:
-			if ctx.Response.StatusCode() == fasthttp.StatusSwitchingProtocols {
-				// A server switching protocols on a request that did not ask to: not relayed (the
-				// upstream connection is closed by the client).
-				s.failures.Add(1)
-				p.bad502.Add(1)
-				lb.logf("proxy: %s answered 101 to %s %s, which did not ask to upgrade", s.label(), req.Header.Method(), req.URI().Path())
-				ctx.Response.Reset()
-				ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
-				return
-			}
-			if !st.policy.refuses(ctx.Response.StatusCode()) {
-				p.health.Report(s.health, nil)
-				lb.answer(ctx, st, s)
-				return
-			}
-			// The server says it no longer serves (a leader stepping down): every server is probed
-			// now. An idempotent request is held until the checks settle and retried if another
-			// server took over; otherwise (and for any other request) the answer is relayed.
-			p.health.Report(s.health, errRefused)
-			if again(true) {
+		if end == endAnswered && !upgrade {
+			end = classifyAnswer(ctx.Response.StatusCode(), st)
+		}
+		p.account(s, end, err)
+		if conn != nil {
+			lb.exchange(ctx, p, st, s, conn, out.Head) // the server's answer, and on 101 a tunnel
+			p.end(s, n)
+			return
+		}
+		if end != endAnswered && end != endRefused {
+			dropAnswer(&ctx.Response) // and the upstream connection a streamed answer holds
+		}
+
+		// Retry elsewhere: when the request may go again (its body can be sent again, it is not
+		// pinned, the budget is not spent, and it did not reach the server or cannot cause a second
+		// side effect).
+		if ok, reached := end.retried(); ok && (!reached || upstream.Idempotent(&req.Header)) && replay.ok() && !c.pinned && attempt < maxAttempts {
+			if end == endRefused {
 				ctx.Response.Body() // keep the answer but free the upstream connection while waiting
-				if next, ok := lb.another(ctx, p, st, s, n, &deadline); ok {
-					dropAnswer(&ctx.Response)
-					p.retries.Add(1)
-					retries++
-					c, st = next, p.state.Load()
-					continue
-				}
 			}
-			lb.answer(ctx, st, s)
-			return
-		case endClient:
-			lb.clientFailed(ctx, err) // nothing is reported: the server did nothing wrong
-			return
-		case endAbandoned:
-			// The leader changed while this request waited for its answer, none of which came (or while
-			// it queued for a connection): it goes to the new leader at once. The old leader is not
-			// reported: its checks replaced it already.
-			dropAnswer(&ctx.Response)
-			if replay.ok() && attempt < maxAttempts {
-				p.inflightMoves.Add(1)
+			next, nst, nerr := lb.choose(ctx, p, s, end.strict(), n, &deadline)
+			if next.s != nil || next.pinned || !end.strict() { // strict: only when another server took it
+				dropAnswer(&ctx.Response)
+				if end == endAbandoned {
+					p.inflightMoves.Add(1)
+				}
 				p.retries.Add(1)
 				retries++
-				failed, failedAt = s, time.Now()
-				st = p.state.Load()
-				c = st.policy.pick(ctx, st, s)
+				c, st, werr = next, nst, nerr
 				continue
 			}
-			p.bad502.Add(1)
-			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
-			return
-		case endBusy:
-			// Every upstream connection stayed busy for queue_timeout: the server is busy, not failing.
-			unavailable(ctx, p, st)
-			return
-		case endTimeout:
-			// A server silent for response_timeout. An idempotent request goes again to another server
-			// that takes over within queue_timeout (a hung leader replaced after its checks time out
-			// too), never to the same one: a slow answer would only be asked for again.
-			s.failures.Add(1)
-			dropAnswer(&ctx.Response)
-			p.health.Report(s.health, err)
-			p.timeout.Add(1)
-			if again(true) {
-				if next, ok := lb.another(ctx, p, st, s, n, &deadline); ok {
-					p.retries.Add(1)
-					retries++
-					c, st = next, p.state.Load()
-					continue
-				}
-			}
-			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
-			return
 		}
-
-		// The server failed: a refused dial (no byte of the request reached it: any request may go
-		// again), or a reset, a close or a bad answer (only a request that cannot cause a second side
-		// effect goes again).
-		s.failures.Add(1)
-		dropAnswer(&ctx.Response)
-		p.health.Report(s.health, err)
-		if !again(end != endDialFailed) {
-			p.bad502.Add(1)
-			lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
-			ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
-			return
-		}
-		p.retries.Add(1)
-		retries++
-		failed, failedAt = s, time.Now()
-		c = st.policy.pick(ctx, st, failed)
+		lb.conclude(ctx, p, st, s, end, err)
+		return
 	}
 }
 
-// another waits, within the request's deadline (set now if it was not yet), for a server other than s
-// to take the request, as a pool does after a failure its checks are settling: the choice, counted in
-// flight, or false.
-func (lb *LB) another(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, n int64, deadline *time.Time) (choice, bool) {
+// choose returns the server of the next attempt, counted in flight, and the pool's state it was chosen
+// in: the policy's pick among the available servers other than failed (the server of the attempt
+// before, nil for the first), or the first to be available before the request's deadline (set now if it
+// was not yet), failed included once it answered its checks again, unless strict. It returns no server
+// when none came in time (the error says whether the queue was full).
+func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict bool, n int64, deadline *time.Time) (choice, *poolState, error) {
+	st := p.state.Load()
+	if !strict {
+		if c := st.policy.pick(ctx, st, failed); c.s != nil || c.pinned {
+			return c, st, nil
+		}
+	}
 	if deadline.IsZero() {
 		*deadline = time.Now().Add(st.cfg.QueueTimeout.D)
 	}
-	next, _ := p.await(ctx, s, time.Now(), *deadline)
-	switch {
-	case next.s == nil:
-		return choice{}, false
-	case next.s != s && !next.pinned:
-		return next, true
+	c, err := p.await(ctx, failed, time.Now(), *deadline)
+	if strict && (c.pinned || c.s == failed) {
+		if c.s != nil {
+			p.end(c.s, n)
+		}
+		c = choice{}
 	}
-	p.end(next.s, n)
-	return choice{}, false
+	return c, p.state.Load(), err
+}
+
+// account is the one place an attempt is counted against its server and told to the pool's health
+// check (which alone decides whether the server is down). An upgrade's connection is reported as it
+// is made, before the exchange of its heads (upgrade.go).
+func (p *Pool) account(s *Server, end attemptEnd, err error) {
+	switch end {
+	case endAnswered:
+		p.health.Report(s.health, nil)
+	case endRefused:
+		// The server says it no longer serves (a leader stepping down): every server is probed now.
+		p.health.Report(s.health, errRefused)
+	case endSwitched:
+		s.failures.Add(1) // not relayed; the server still serves (its checks say so)
+	case endTimeout:
+		p.timeout.Add(1)
+		fallthrough
+	case endDialFailed, endFailed:
+		s.failures.Add(1)
+		p.health.Report(s.health, err)
+	}
+	// endClient, endBusy and endAbandoned are no fault of the server's. An abandoned server is not
+	// reported: its checks replaced it already.
+}
+
+// conclude answers the client after the last attempt to s, which ended so (err).
+func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, end attemptEnd, err error) {
+	req := &ctx.Request
+	switch end {
+	case endAnswered, endRefused:
+		lb.answer(ctx, st, s) // a refusal that no other server took over in time is relayed as it is
+	case endClient:
+		lb.clientFailed(ctx, err) // nothing was reported: the server did nothing wrong
+	case endBusy:
+		unavailable(ctx, p, st) // the server is busy, not failing
+	case endTimeout:
+		ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
+	case endSwitched:
+		// Not relayed (the upstream connection is closed by the client).
+		p.bad502.Add(1)
+		lb.logf("proxy: %s answered 101 to %s %s, which did not ask to upgrade", s.label(), req.Header.Method(), req.URI().Path())
+		ctx.Response.Reset()
+		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+	case endAbandoned:
+		p.bad502.Add(1)
+		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+	default: // endDialFailed, endFailed
+		p.bad502.Add(1)
+		lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
+		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+	}
+}
+
+// noServer answers a request no server took: its pinned server is gone (502), or none was available in
+// time (unavailable_status).
+func (lb *LB) noServer(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, pinned bool, err error) {
+	if pinned {
+		p.pinFailures.Add(1)
+		p.bad502.Add(1)
+		ctx.Error("502 Bad Gateway: the server of this multi-part request is not available\n", fasthttp.StatusBadGateway)
+		return
+	}
+	if errors.Is(err, errQueueFull) {
+		p.queueFull.Add(1)
+	}
+	unavailable(ctx, p, st)
 }
 
 // dropAnswer drops what resp holds of an answer (its body, and the upstream connection a streamed body
@@ -381,7 +399,7 @@ func dropAnswer(resp *fasthttp.Response) { resp.ResetBody() }
 
 // send forwards a plain request to s, counted in flight (with n body bytes) until the response head
 // arrives or the attempt fails. A chunked body counts against s's high_watermark_bytes as it streams.
-func (lb *LB) send(p *Pool, s *Server, out *outbound, resp *fasthttp.Response, n int64, replay replayable) error {
+func (lb *LB) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Response, n int64, replay replayable) error {
 	cr := replay.stream
 	if cr != nil && n == 0 {
 		cr.to = s
@@ -482,7 +500,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 	if size >= 0 && size <= g.cfg.Frontend.RetryBuffer {
 		// Read into a scratch buffer, then copied into the request's own: fasthttp's req.Body() would
 		// put a read error's text in the body (and log a warning per request).
-		bp := copyBuffers.Get().(*[]byte)
+		bp := upstream.CopyBuffers.Get().(*[]byte)
 		buf := *bp
 		if size > len(buf) {
 			buf = make([]byte, size)
@@ -491,7 +509,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 		if err == nil {
 			req.SetBody(buf[:size])
 		}
-		copyBuffers.Put(bp)
+		upstream.CopyBuffers.Put(bp)
 		if err != nil {
 			lb.clientFailed(ctx, err)
 			return replayable{}, false
@@ -534,34 +552,5 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// copyBuffers are the buffers large bodies are copied through: fasthttp copies in 4 KiB steps, which
-// costs a read and a write system call every 4 KiB; 64 KiB steps cost 16 times fewer.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
 // WriteTo implements io.WriterTo, which fasthttp prefers when it copies a request body upstream.
-func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return copyThrough(w, c) }
-
-// copyThrough copies r to w in copyBuffers steps until r's EOF: the WriteTo of a reader (io.Copy would
-// call that WriteTo again).
-func copyThrough(w io.Writer, r io.Reader) (int64, error) {
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
-	buf := *bp
-	var written int64
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			m, werr := w.Write(buf[:n])
-			written += int64(m)
-			if werr != nil {
-				return written, werr
-			}
-		}
-		if err == io.EOF {
-			return written, nil
-		}
-		if err != nil {
-			return written, err
-		}
-	}
-}
+func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return upstream.CopyThrough(w, c) }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/upstream"
 )
 
 // Server is one upstream server of a pool, keyed by its address. It lives as long as its address stays
@@ -15,7 +16,7 @@ import (
 type Server struct {
 	Addr   string
 	health *healthcheck.Target // written only by healthcheck
-	client atomic.Pointer[upstream]
+	client atomic.Pointer[upstream.Client]
 	// cookie is the sticky cookie value naming this server (see serverCookie).
 	cookie string
 	// removed is set when a server set change drops the server: it takes no new traffic, its in-flight

@@ -50,24 +50,15 @@ func badHandshake(h *fasthttp.RequestHeader) string {
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
-// dialUpgrade connects to s for an upgrade, over TLS for a pool with [pools.NAME.tls] (a *tls.Conn,
-// the handshake bounded by connect_timeout as the TCP connect is); a failure, a failed handshake
-// included, is a *dialError, so the request goes to another server.
-func (lb *LB) dialUpgrade(s *Server, cfg *PoolConfig) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", s.Addr, cfg.ConnectTimeout.D)
+// dialUpgrade connects to s for an upgrade through the server's dialer (package upstream): over TLS for a pool
+// with [pools.NAME.tls], the handshake bounded by connect_timeout as the TCP connect is; a failure, a
+// failed handshake included, is a *upstream.DialError, so the request goes to another server.
+func (lb *LB) dialUpgrade(s *Server) (net.Conn, error) {
+	conn, err := s.client.Load().Dial()
 	if err != nil {
 		lb.logf("tunnel: dial %s: %v", s.label(), err)
-		return nil, &dialError{err}
 	}
-	if tc := cfg.TLS.ClientFor(s.Addr); tc != nil {
-		c, err := handshakeTLS(conn, tc, cfg.ConnectTimeout.D)
-		if err != nil {
-			lb.logf("tunnel: dial %s: %v", s.label(), err)
-			return nil, &dialError{err}
-		}
-		return c, nil
-	}
-	return conn, nil
+	return conn, err
 }
 
 // exchange sends the upgrade request (its head, built by appendUpstreamHead) on conn and relays the

@@ -1,4 +1,4 @@
-package lb
+package upstream
 
 import (
 	"bufio"
@@ -16,41 +16,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The upstream HTTP/1.1 client: one upstream per server, a bounded pool of keep-alive connections and
-// the exchange of one request and its answer over one of them.
-//
-// It replaces fasthttp.HostClient on the proxy path for what the proxy needs and nothing else. fasthttp's
-// types still parse and write the messages (RequestHeader/ResponseHeader, Request.Write, Response.ReadBody);
-// what is fairlead's own is the connection pool and the streaming of large answers. HostClient wrapped
-// every streamed answer in a new object and three closures (4 allocations per request) and did work the
-// proxy does not need (URI scheme checks, default headers, per-host bookkeeping); here a request costs no
-// allocation, with or without a streamed answer:
-//
-//   - An answer whose Content-Length is at most bufferedBody is read whole into the reader's buffer (one
-//     read system call for a small answer, with its head) and its connection goes back to the pool
-//     before the client is written to: a slow client never holds a server connection for a small
-//     answer. The reader is kept by the response's body stream (an upBody), whose bytes are written to
-//     the client in one piece, and given back when fasthttp closes it.
-//   - A larger answer, a chunked one or one that ends when the server closes is streamed: the response
-//     gets a pooled upBody as its body stream, which fasthttp's server copies to the client and then
-//     closes. Close puts the connection back only if the body was read to its end and both sides kept
-//     the connection alive; otherwise it is closed (an unread rest would poison the next request).
-//
-// The pool: at most maxConns connections (open or being dialled); a request finding none idle and the
-// cap reached waits up to queueTimeout, first come first served, for one to be released (it takes it
-// over) or closed (it dials in its place), then fails with fasthttp.ErrNoFreeConns (the forwarding loop
-// answers unavailable_status). Idle connections are reused most recent first and closed after
-// idleTimeout unused (a timer runs only while some are idle). A reused connection may turn out closed by
-// the server while idle: if no byte of the answer came, an idempotent request with its body in memory is
-// sent once more on a fresh connection (the forwarding loop decides everything else, across servers).
-// Reads and writes time out after response_timeout without progress (idleConn, transport.go).
-
 // bufferedBody is the largest answer read whole instead of streamed: the size of the read buffer.
-const bufferedBody = upstreamBufferSize
+const bufferedBody = BufferSize
 
-// upstreamBufferSize is the size of the pooled readers and writers of upstream connections: large enough
+// BufferSize is the size of the pooled readers and writers of the connections: large enough
 // that a 16 KiB answer or a 32 KiB slice of an upload is one system call.
-const upstreamBufferSize = 32 << 10
+const BufferSize = 32 << 10
 
 // maxInterim bounds the 1xx interim answers (100 Continue, 103 Early Hints) skipped before the final one.
 const maxInterim = 10
@@ -60,15 +31,51 @@ const maxInterim = 10
 var errUpstreamClosed = errors.New("the server closed the connection before answering")
 
 var (
-	upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufferSize) }}
-	upWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, upstreamBufferSize) }}
+	upReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, BufferSize) }}
+	upWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, BufferSize) }}
 	upBodies  = sync.Pool{New: func() any { return new(upBody) }}
 )
 
-// upstream is the client of one server.
-type upstream struct {
+// Options bound a Client's connections.
+type Options struct {
+	MaxConns        int           // connections open or being dialled at most
+	QueueTimeout    time.Duration // how long a request waits for a free connection (0: it does not)
+	ResponseTimeout time.Duration // a read or write without progress for this long fails (idleConn)
+	NoDelay         bool          // TCP_NODELAY on the connections; else Nagle's algorithm stays on
+}
+
+// IdleTimeout is how long a connection stays open unused.
+const IdleTimeout = 10 * time.Second
+
+// New returns the client of the server d dials.
+func New(d Dialer, o Options) *Client {
+	return &Client{
+		addr:         d.Addr,
+		dialer:       d,
+		maxConns:     o.MaxConns,
+		queueTimeout: o.QueueTimeout,
+		idleTimeout:  IdleTimeout,
+		dialFn: func() (net.Conn, error) {
+			ic := &idleConn{} // no deadlines of its own during a TLS handshake
+			c, err := d.dial(ic, o.NoDelay)
+			if err != nil {
+				return nil, err
+			}
+			ic.timeout = o.ResponseTimeout // before the connection is handed over: nobody uses it yet
+			return c, nil
+		},
+	}
+}
+
+// Dial returns a connection to the server outside the pool, made by the client's dialer (Dialer.Dial):
+// an upgrade's, which becomes a tunnel.
+func (u *Client) Dial() (net.Conn, error) { return u.dialer.Dial() }
+
+// Client is the client of one server. It is safe for concurrent use.
+type Client struct {
 	addr         string
-	dialFn       func() (net.Conn, error)
+	dialer       Dialer                   // upgrades dial through it too (Dial)
+	dialFn       func() (net.Conn, error) // the dialer's connection under an idleConn
 	maxConns     int
 	queueTimeout time.Duration
 	idleTimeout  time.Duration
@@ -81,8 +88,8 @@ type upstream struct {
 	cleaner  *time.Timer // closes connections idle for idleTimeout
 	cleaning bool        // cleaner is armed
 
-	// The exchanges of a leader pool's requests waiting for their answer's head (outbound.watch), for
-	// the in-flight failover (abandon) and the hung-leader watch (unanswered). See leaderwatch.go.
+	// The exchanges of a leader pool's requests waiting for their answer's head (Request.Watch), for
+	// the in-flight failover (Abandon) and the hung-leader watch (Unanswered). See watch.go.
 	waitMu   sync.Mutex
 	awaiting []*upConn
 	lastHead int64 // unix nanos: the latest answer head to a watched request
@@ -106,33 +113,42 @@ type upConn struct {
 // upWaiter is a request waiting for a connection: it receives one, or nil for a free slot to dial.
 type upWaiter struct{ ch chan *upConn }
 
-// outbound is a request as it goes upstream: the head fairlead built from the client's
-// (appendUpstreamHead, headers.go) and the client's body (in req: in memory, or its stream), sent with
-// the client's framing (bodyNone, bodyLength, bodyChunked).
-type outbound struct {
-	req     *fasthttp.Request
-	head    []byte
-	framing uint8
+// Request is a request as it goes to the server: the head the proxy built from its client's request
+// (the request line and fields, through the blank line) and the client's body (in Req: in memory, or
+// its stream), sent with the client's framing.
+type Request struct {
+	Req     *fasthttp.Request
+	Head    []byte
+	Framing Framing
 
-	// For a leader pool's request (leaderwatch.go): watch registers its wait for the answer's head
-	// (since: when the request began, unix nanos), and mayLeave lets it go to a new leader if the
-	// leader changes before any byte of the answer came (an idempotent request, its body in memory).
-	watch, mayLeave bool
-	since           int64
+	// For a leader pool's request (watch.go): Watch registers its wait for the answer's head (Since:
+	// when the request began, unix nanos), and MayLeave lets Abandon cut that wait short if the leader
+	// changes before any byte of the answer came (an idempotent request, its body in memory).
+	Watch, MayLeave bool
+	Since           int64
 }
 
-// clientError is an attempt that failed because the client's body could not be read: the client went
-// away, stopped sending, sent too much or broke the framing. It is the client's fault, never the
-// server's (proxy.go).
-type clientError struct{ err error }
+// Framing is how a request's body is sent: as the client framed it.
+type Framing uint8
 
-func (e *clientError) Error() string { return "reading the client's body: " + e.err.Error() }
-func (e *clientError) Unwrap() error { return e.err }
+const (
+	BodyNone    Framing = iota
+	BodyLength          // Content-Length bytes
+	BodyChunked         // chunked
+)
+
+// ClientError is an exchange that failed because the client's body could not be read: the client went
+// away, stopped sending, sent too much or broke the framing. It is the client's fault, never the
+// server's.
+type ClientError struct{ err error }
+
+func (e *ClientError) Error() string { return "reading the client's body: " + e.err.Error() }
+func (e *ClientError) Unwrap() error { return e.err }
 
 // Do sends out and reads the answer's head into resp; the body is in resp, or streams from the
 // connection until the response is written to the client (see above).
-func (u *upstream) Do(out *outbound, resp *fasthttp.Response) error {
-	again := idempotent(&out.req.Header) && !out.req.IsBodyStream()
+func (u *Client) Do(out *Request, resp *fasthttp.Response) error {
+	again := Idempotent(&out.Req.Header) && !out.Req.IsBodyStream()
 	for attempt := 0; ; attempt++ {
 		c, err := u.acquire(attempt > 0)
 		if err != nil {
@@ -155,16 +171,16 @@ func (u *upstream) Do(out *outbound, resp *fasthttp.Response) error {
 //
 // resp keeps what fasthttp's server set on it for the client (no default Content-Type, no Date of its
 // own): only its body is reset here, and reading the head resets the rest. Its field names are read as
-// the server spelled them (headers.go).
-func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) error {
-	req := out.req
+// the server spelled them (the proxy relays them so).
+func (u *Client) exchange(c *upConn, out *Request, resp *fasthttp.Response) error {
+	req := out.Req
 	resp.ResetBody()
 	resp.SkipBody = false
 	resp.Header.DisableNormalizing()
 
 	bw := upWriters.Get().(*bufio.Writer)
 	bw.Reset(c)
-	_, err := bw.Write(out.head)
+	_, err := bw.Write(out.Head)
 	if err == nil {
 		err = writeBody(bw, out)
 	}
@@ -175,7 +191,7 @@ func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) e
 	upWriters.Put(bw)
 	if err != nil {
 		u.discard(c)
-		var ce *clientError
+		var ce *ClientError
 		if !errors.As(err, &ce) && c.reused && isClosedConn(err) {
 			return errUpstreamClosed
 		}
@@ -187,18 +203,18 @@ func (u *upstream) exchange(c *upConn, out *outbound, resp *fasthttp.Response) e
 	if req.Header.IsHead() {
 		resp.SkipBody = true
 	}
-	if out.watch {
+	if out.Watch {
 		u.awaitHead(c, out)
 	}
 	err = readAnswerHead(br, resp)
-	if out.watch && !u.headCame(c) {
-		// Abandoned: the leader changed while this request waited (leaderwatch.go), and its read was
-		// cut short. With no byte of the answer come, the request goes to the new leader; otherwise
+	if out.Watch && !u.headCame(c) {
+		// Abandoned: the leader changed while this request waited (Abandon), and its read was cut
+		// short. With no byte of the answer come, the request may go to the new leader; otherwise
 		// the answer has begun: it is read on.
 		if err != nil && br.Buffered() == 0 {
 			putReader(br)
 			u.discard(c)
-			return errAbandoned
+			return ErrAbandoned
 		}
 		c.resume()
 		if err != nil {
@@ -264,14 +280,14 @@ func readAnswerHead(br *bufio.Reader, resp *fasthttp.Response) error {
 }
 
 // writeBody writes out's body with the client's framing: Content-Length bytes as they are, or chunked.
-// An error reading the client's body (a short body too) is a *clientError; any other error is the
+// An error reading the client's body (a short body too) is a *ClientError; any other error is the
 // server connection's.
-func writeBody(bw *bufio.Writer, out *outbound) error {
-	req := out.req
-	if out.framing == bodyNone {
+func writeBody(bw *bufio.Writer, out *Request) error {
+	req := out.Req
+	if out.Framing == BodyNone {
 		return nil
 	}
-	chunked := out.framing == bodyChunked
+	chunked := out.Framing == BodyChunked
 	if !req.IsBodyStream() {
 		body := req.Body()
 		if chunked {
@@ -283,8 +299,8 @@ func writeBody(bw *bufio.Writer, out *outbound) error {
 	// A streamed body goes on as it arrives: each piece read is sent at once (the server sees an upload
 	// progress, and high_watermark_bytes counts what is in flight to it).
 	r := req.BodyStream()
-	bp := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(bp)
+	bp := CopyBuffers.Get().(*[]byte)
+	defer CopyBuffers.Put(bp)
 	buf := *bp
 	var sent int64
 	for {
@@ -308,14 +324,14 @@ func writeBody(bw *bufio.Writer, out *outbound) error {
 			break
 		}
 		if rerr != nil {
-			return &clientError{rerr}
+			return &ClientError{rerr}
 		}
 	}
 	if chunked {
 		return writeChunks(bw, nil, true)
 	}
 	if want := int64(req.Header.ContentLength()); sent != want {
-		return &clientError{io.ErrUnexpectedEOF} // fewer bytes than the Content-Length the server waits for
+		return &ClientError{io.ErrUnexpectedEOF} // fewer bytes than the Content-Length the server waits for
 	}
 	return nil
 }
@@ -347,7 +363,7 @@ func isClosedConn(err error) bool {
 }
 
 // done gives back a connection whose exchange is complete: to the pool when both sides keep it alive.
-func (u *upstream) done(c *upConn, keep bool) {
+func (u *Client) done(c *upConn, keep bool) {
 	if keep {
 		u.release(c)
 	} else {
@@ -357,7 +373,7 @@ func (u *upstream) done(c *upConn, keep bool) {
 
 // acquire returns an idle connection (unless fresh), dials one within maxConns, or waits up to
 // queueTimeout for one.
-func (u *upstream) acquire(fresh bool) (*upConn, error) {
+func (u *Client) acquire(fresh bool) (*upConn, error) {
 	u.mu.Lock()
 	var stale []*upConn
 	if fresh {
@@ -417,7 +433,7 @@ func (u *upstream) acquire(fresh bool) (*upConn, error) {
 	case nil:
 		return u.dial() // a slot freed by a closed connection
 	case abandonedWait:
-		return nil, errAbandoned // the server was replaced as leader while this request queued
+		return nil, ErrAbandoned // the server was replaced as leader while this request queued
 	}
 	return c, nil
 }
@@ -429,7 +445,7 @@ func closeAll(cs []*upConn) {
 }
 
 // dial opens a connection in a slot already counted in open.
-func (u *upstream) dial() (*upConn, error) {
+func (u *Client) dial() (*upConn, error) {
 	nc, err := u.dialFn()
 	if err != nil {
 		u.mu.Lock()
@@ -448,7 +464,7 @@ func (u *upstream) dial() (*upConn, error) {
 }
 
 // freeSlotLocked gives up one slot of open: to the first waiter, who dials in it, or for good.
-func (u *upstream) freeSlotLocked() {
+func (u *Client) freeSlotLocked() {
 	if w := u.popWaiterLocked(); w != nil {
 		w.ch <- nil
 		return
@@ -456,7 +472,7 @@ func (u *upstream) freeSlotLocked() {
 	u.open--
 }
 
-func (u *upstream) popWaiterLocked() *upWaiter {
+func (u *Client) popWaiterLocked() *upWaiter {
 	if len(u.waiters) == 0 {
 		return nil
 	}
@@ -466,7 +482,7 @@ func (u *upstream) popWaiterLocked() *upWaiter {
 }
 
 // release puts a connection whose exchange is complete back: to the first waiter, or idle.
-func (u *upstream) release(c *upConn) {
+func (u *Client) release(c *upConn) {
 	c.reused = true
 	u.mu.Lock()
 	if w := u.popWaiterLocked(); w != nil {
@@ -494,7 +510,7 @@ func (u *upstream) release(c *upConn) {
 }
 
 // discard closes a connection that cannot carry another exchange.
-func (u *upstream) discard(c *upConn) {
+func (u *Client) discard(c *upConn) {
 	c.Close()
 	u.mu.Lock()
 	u.freeSlotLocked()
@@ -502,7 +518,7 @@ func (u *upstream) discard(c *upConn) {
 }
 
 // clean closes the connections idle for idleTimeout and runs again when the oldest left would be.
-func (u *upstream) clean() {
+func (u *Client) clean() {
 	now := time.Now()
 	u.mu.Lock()
 	var stale []*upConn
@@ -526,7 +542,7 @@ func (u *upstream) clean() {
 
 // retire closes the idle connections of a client that was replaced or whose server was removed; the
 // connections of exchanges still running are closed when they end.
-func (u *upstream) retire() {
+func (u *Client) Retire() {
 	u.mu.Lock()
 	u.retired = true
 	stale := u.idle
@@ -537,7 +553,7 @@ func (u *upstream) retire() {
 }
 
 // ConnsCount is the number of connections open (or being dialled) to the server.
-func (u *upstream) ConnsCount() int {
+func (u *Client) ConnsCount() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.open
@@ -549,7 +565,7 @@ func (u *upstream) ConnsCount() int {
 type upBody struct {
 	held    *bufio.Reader // the reader whose buffer holds a body read whole (data); its connection is back
 	data    []byte
-	u       *upstream
+	u       *Client
 	c       *upConn
 	br      *bufio.Reader
 	keep    bool  // the connection may carry another exchange once the body is read
@@ -703,14 +719,14 @@ func unexpected(err error) error {
 
 // WriteTo implements io.WriterTo, which fasthttp prefers when it writes a body stream to the client: a
 // body read whole goes in one Write (with the head, one system call when it fits the client's write
-// buffer), a streamed one in copyBuffers steps.
+// buffer), a streamed one in CopyBuffers steps.
 func (b *upBody) WriteTo(w io.Writer) (int64, error) {
 	if b.held != nil {
 		n, err := w.Write(b.data)
 		b.data = b.data[n:]
 		return int64(n), err
 	}
-	return copyThrough(w, b)
+	return CopyThrough(w, b)
 }
 
 // Close gives back what the body holds: the reader of a body read whole; the connection of a streamed
@@ -729,4 +745,40 @@ func (b *upBody) Close() error {
 	*b = upBody{}
 	upBodies.Put(b)
 	return nil
+}
+
+// Idempotent reports the methods whose request may be sent twice without a second side effect (RFC
+// 9110 9.2.2): GET, HEAD, OPTIONS, PUT, DELETE.
+func Idempotent(h *fasthttp.RequestHeader) bool {
+	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete()
+}
+
+// CopyBuffers are the buffers (*[]byte of 64 KiB) large bodies are copied through, both ways: fasthttp
+// copies in 4 KiB steps, which costs a read and a write system call every 4 KiB; 64 KiB steps cost 16
+// times fewer.
+var CopyBuffers = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// CopyThrough copies r to w in CopyBuffers steps until r's EOF: the WriteTo of a reader (io.Copy would
+// call that WriteTo again).
+func CopyThrough(w io.Writer, r io.Reader) (int64, error) {
+	bp := CopyBuffers.Get().(*[]byte)
+	defer CopyBuffers.Put(bp)
+	buf := *bp
+	var written int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, err
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package lb
+package upstream
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// Tests of the upstream HTTP/1.1 client (upstream.go) against raw TCP servers on 127.0.0.1 that answer
+// Tests of the upstream HTTP/1.1 client (client.go) against raw TCP servers on 127.0.0.1 that answer
 // with exact bytes, so that every framing case (chunk extensions, trailers, interim answers, bodies that
 // end when the server closes, malformed chunks) is the one written here and not what an HTTP library
 // chose to send. The servers count what they see (connections accepted, request heads read, connections
@@ -218,7 +218,7 @@ func usHolding(release <-chan struct{}, path string) func(p *usPeer) {
 // usTwoAtOnce sends two GETs of /held, which the server holds until release is closed, so
 // that both are at the server at once (two connections), then releases them and checks both
 // answers: the client then has two idle connections of the same age.
-func usTwoAtOnce(t *testing.T, u *upstream, s *usServer, release chan struct{}) {
+func usTwoAtOnce(t *testing.T, u *Client, s *usServer, release chan struct{}) {
 	t.Helper()
 	a, b := usGo(u, fasthttp.MethodGet, "/held"), usGo(u, fasthttp.MethodGet, "/held")
 	testkit.Eventually(t, "2 requests at the server", 5*time.Second, func() bool { return len(s.requests()) == 2 })
@@ -227,23 +227,23 @@ func usTwoAtOnce(t *testing.T, u *upstream, s *usServer, release chan struct{}) 
 	usWantOK(t, b, "ok")
 }
 
-// usClient returns the transport newTransport builds for the server, with reads and writes bounded by
-// a 5s response_timeout; it is retired at the end of the test.
-func usClient(t *testing.T, s *usServer, maxConns int, queueTimeout time.Duration) *upstream {
+// usClient returns a client of the server, dialling within 5s, with reads and writes bounded by a 5s
+// response timeout; it is retired at the end of the test.
+func usClient(t *testing.T, s *usServer, maxConns int, queueTimeout time.Duration) *Client {
 	t.Helper()
-	return usClientCfg(t, s.addr, &PoolConfig{MaxConns: maxConns, QueueTimeout: Duration{D: queueTimeout},
-		ConnectTimeout: Duration{D: 5 * time.Second}, ResponseTimeout: Duration{D: 5 * time.Second}})
+	return usClientOpts(t, s.addr, Options{MaxConns: maxConns, QueueTimeout: queueTimeout, ResponseTimeout: 5 * time.Second})
 }
 
-func usClientCfg(t *testing.T, addr string, cfg *PoolConfig) *upstream {
+// usClientOpts returns a client of the server at addr with these options, dialling within 5s.
+func usClientOpts(t *testing.T, addr string, o Options) *Client {
 	t.Helper()
-	u := newTransport(addr, cfg)
-	t.Cleanup(u.retire)
+	u := New(Dialer{Addr: addr, Timeout: 5 * time.Second}, o)
+	t.Cleanup(u.Retire)
 	return u
 }
 
 // usRequest returns a request to the upstream's server; the caller releases it.
-func usRequest(u *upstream, method, path, body string) *fasthttp.Request {
+func usRequest(u *Client, method, path, body string) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	req.Header.SetMethod(method)
 	req.SetRequestURI("http://" + u.addr + path)
@@ -254,7 +254,7 @@ func usRequest(u *upstream, method, path, body string) *fasthttp.Request {
 }
 
 // usDo sends method path (with body unless empty) and reads the answer's head into resp.
-func usDo(u *upstream, method, path, body string, resp *fasthttp.Response) error {
+func usDo(u *Client, method, path, body string, resp *fasthttp.Response) error {
 	req := usRequest(u, method, path, body)
 	defer fasthttp.ReleaseRequest(req)
 	return u.Do(usOutbound(req), resp)
@@ -262,8 +262,8 @@ func usDo(u *upstream, method, path, body string, resp *fasthttp.Response) error
 
 // usOutbound is req as the proxy sends it: a head with its method, path, Host and framing, and its body
 // (in memory, or a stream of known length).
-func usOutbound(req *fasthttp.Request) *outbound {
-	out := &outbound{req: req}
+func usOutbound(req *fasthttp.Request) *Request {
+	out := &Request{Req: req}
 	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\n", req.Header.Method(), req.URI().RequestURI(), req.URI().Host())
 	var n int
 	if req.IsBodyStream() {
@@ -273,9 +273,9 @@ func usOutbound(req *fasthttp.Request) *outbound {
 	}
 	if n > 0 {
 		head += fmt.Sprintf("Content-Length: %d\r\n", n)
-		out.framing = bodyLength
+		out.Framing = BodyLength
 	}
-	out.head = []byte(head + "\r\n")
+	out.Head = []byte(head + "\r\n")
 	return out
 }
 
@@ -293,7 +293,7 @@ func usBody(resp *fasthttp.Response) ([]byte, error) {
 }
 
 // usGet does a GET that must answer 200 with want.
-func usGet(t *testing.T, u *upstream, path, want string) {
+func usGet(t *testing.T, u *Client, path, want string) {
 	t.Helper()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
@@ -317,7 +317,7 @@ type usResult struct {
 }
 
 // usGo runs a request in the background; its body is read to its end.
-func usGo(u *upstream, method, path string) <-chan usResult {
+func usGo(u *Client, method, path string) <-chan usResult {
 	ch := make(chan usResult, 1)
 	go func() {
 		resp := fasthttp.AcquireResponse()
@@ -351,19 +351,19 @@ func usWantOK(t *testing.T, ch <-chan usResult, want string) {
 	}
 }
 
-func usWaiting(u *upstream) int {
+func usWaiting(u *Client) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.waiters)
 }
 
-func usIdle(u *upstream) int {
+func usIdle(u *Client) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.idle)
 }
 
-func usWantConns(t *testing.T, u *upstream, n int) {
+func usWantConns(t *testing.T, u *Client, n int) {
 	t.Helper()
 	if got := u.ConnsCount(); got != n {
 		t.Fatalf("ConnsCount() = %d, want %d", got, n)
@@ -1051,7 +1051,7 @@ func TestUpstreamRetireClosesIdleConnectionsAtOnceAndBusyOnesWhenTheirExchangeEn
 		u := usClient(t, s, 4, time.Second)
 		usTwoAtOnce(t, u, s, release)
 		usWantConns(t, u, 2)
-		u.retire()
+		u.Retire()
 		usWantConns(t, u, 0)
 		s.wantEndedAny(t, 2)
 	})
@@ -1064,7 +1064,7 @@ func TestUpstreamRetireClosesIdleConnectionsAtOnceAndBusyOnesWhenTheirExchangeEn
 		if err := usDo(u, fasthttp.MethodGet, "/big", "", resp); err != nil {
 			t.Fatal(err)
 		}
-		u.retire()
+		u.Retire()
 		usWantConns(t, u, 1)
 		body, err := usBody(resp)
 		if err != nil || !bytes.Equal(body, data) {
@@ -1091,8 +1091,7 @@ func TestUpstreamSilentServerFailsWithATimeoutAfterResponseTimeout(t *testing.T)
 		}
 		p.hold(nil)
 	})
-	u := usClientCfg(t, s.addr, &PoolConfig{MaxConns: 4, QueueTimeout: Duration{D: time.Second},
-		ConnectTimeout: Duration{D: 5 * time.Second}, ResponseTimeout: Duration{D: 100 * time.Millisecond}})
+	u := usClientOpts(t, s.addr, Options{MaxConns: 4, QueueTimeout: time.Second, ResponseTimeout: 100 * time.Millisecond})
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 
@@ -1114,8 +1113,7 @@ func TestUpstreamSilentServerFailsWithATimeoutAfterResponseTimeout(t *testing.T)
 	// A server that reads nothing: the upload stops once the socket buffers are full (or, if they take
 	// it all, the answer never comes).
 	deaf := usStart(t, func(p *usPeer) { p.hold(nil) })
-	u = usClientCfg(t, deaf.addr, &PoolConfig{MaxConns: 4, QueueTimeout: Duration{D: time.Second},
-		ConnectTimeout: Duration{D: 5 * time.Second}, ResponseTimeout: Duration{D: 100 * time.Millisecond}})
+	u = usClientOpts(t, deaf.addr, Options{MaxConns: 4, QueueTimeout: time.Second, ResponseTimeout: 100 * time.Millisecond})
 	if err := usDo(u, fasthttp.MethodPut, "/upload", string(usPattern(16<<20)), resp); err == nil || !isTimeout(err) {
 		t.Fatalf("an upload to a server that reads nothing: %v, want a timeout", err)
 	}
@@ -1144,14 +1142,13 @@ func TestUpstreamSwitchingProtocolsAnswerDoesNotReturnTheConnectionToThePool(t *
 func TestUpstreamFailedDialIsADialErrorAndItsSlotGoesToTheNextWaiter(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		addr := testkit.Addr(t)
-		u := usClientCfg(t, addr, &PoolConfig{MaxConns: 1, QueueTimeout: Duration{D: time.Second},
-			ConnectTimeout: Duration{D: 5 * time.Second}, ResponseTimeout: Duration{D: 5 * time.Second}})
+		u := usClientOpts(t, addr, Options{MaxConns: 1, QueueTimeout: time.Second, ResponseTimeout: 5 * time.Second})
 		resp := fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseResponse(resp)
 		for range 3 { // the slot is given back each time: no ErrNoFreeConns with max_conns 1
-			var de *dialError
+			var de *DialError
 			if err := usDo(u, fasthttp.MethodGet, "/", "", resp); !errors.As(err, &de) {
-				t.Fatalf("dialling a closed port: %v, want a *dialError", err)
+				t.Fatalf("dialling a closed port: %v, want a *DialError", err)
 			}
 			usWantConns(t, u, 0)
 		}
@@ -1161,28 +1158,28 @@ func TestUpstreamFailedDialIsADialErrorAndItsSlotGoesToTheNextWaiter(t *testing.
 		s := usStart(t, usAnswers(nil))
 		gate := make(chan struct{})
 		var dials atomic.Int32
-		u := &upstream{addr: s.addr, maxConns: 1, queueTimeout: 5 * time.Second, idleTimeout: time.Minute,
+		u := &Client{addr: s.addr, maxConns: 1, queueTimeout: 5 * time.Second, idleTimeout: time.Minute,
 			dialFn: func() (net.Conn, error) {
 				if dials.Add(1) == 1 {
 					<-gate
-					return nil, &dialError{errors.New("connection refused (test)")}
+					return nil, &DialError{errors.New("connection refused (test)")}
 				}
 				c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
 				if err != nil {
-					return nil, &dialError{err}
+					return nil, &DialError{err}
 				}
 				return &idleConn{Conn: c, timeout: 5 * time.Second}, nil
 			}}
-		t.Cleanup(u.retire)
+		t.Cleanup(u.Retire)
 		first := usGo(u, fasthttp.MethodGet, "/first")
 		testkit.Eventually(t, "the first dial", 5*time.Second, func() bool { return dials.Load() == 1 })
 		usWantConns(t, u, 1) // a dial in progress holds its slot
 		second := usGo(u, fasthttp.MethodGet, "/second")
 		testkit.Eventually(t, "a waiter", 5*time.Second, func() bool { return usWaiting(u) == 1 })
 		close(gate)
-		var de *dialError
+		var de *DialError
 		if r := usWait(t, first); !errors.As(r.err, &de) {
-			t.Fatalf("the failed dial: %v, want a *dialError", r.err)
+			t.Fatalf("the failed dial: %v, want a *DialError", r.err)
 		}
 		usWantOK(t, second, "ok")
 		if n := dials.Load(); n != 2 {
@@ -1280,8 +1277,8 @@ func TestUpstreamConcurrentRequestsOfEveryKindStayByteExactWithinMaxConns(t *tes
 	}
 }
 
-// An exchange waiting for its answer is abandoned when its server stops leading (leaderwatch.go): with
-// no byte of the answer come, a request that may leave ends with errAbandoned at once and its
+// An exchange waiting for its answer is abandoned when its server stops leading (watch.go): with
+// no byte of the answer come, a request that may leave ends with ErrAbandoned at once and its
 // connection is closed; one whose answer has begun is read on to its end; one that may not leave (a
 // POST) is not cut short.
 func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
@@ -1309,7 +1306,7 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 			req := usRequest(u, method, path, "")
 			defer fasthttp.ReleaseRequest(req)
 			out := usOutbound(req)
-			out.watch, out.mayLeave, out.since = true, mayLeave, time.Now().UnixNano()
+			out.Watch, out.MayLeave, out.Since = true, mayLeave, time.Now().UnixNano()
 			resp := fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)
 			err := u.Do(out, resp)
@@ -1327,13 +1324,13 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 	silent := do(fasthttp.MethodGet, "/silent", true)
 	post := do(fasthttp.MethodPost, "/silent-post", false)
 	testkit.Eventually(t, "two waits", 5*time.Second, waiting(2))
-	if n := u.abandon(); n != 1 {
+	if n := u.Abandon(); n != 1 {
 		t.Errorf("abandon: %d, want 1 (the GET; the POST may not leave)", n)
 	}
 	select {
 	case err := <-silent:
-		if !errors.Is(err, errAbandoned) {
-			t.Fatalf("silent GET: %v, want errAbandoned", err)
+		if !errors.Is(err, ErrAbandoned) {
+			t.Fatalf("silent GET: %v, want ErrAbandoned", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the abandoned GET still waits")
@@ -1357,7 +1354,7 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 		}
 		return false
 	})
-	u.abandon()
+	u.Abandon()
 	close(release)
 	if err := <-begun; err != nil {
 		t.Fatalf("the GET whose answer had begun: %v, want its answer read on", err)
