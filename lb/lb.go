@@ -4,12 +4,12 @@
 //
 // Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
 // fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
-// predicate), policy.go (balance policies as types), listeners.go (the listeners, and the front end of
-// lb/frontend that checks every client byte), proxy.go (the forwarding loop
-// and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
-// leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
-// transport.go (each server's client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go
-// (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
+// predicate), policy.go (balance policies as types), listeners.go (the listeners, and the wiring of
+// lb/frontend, which checks every client byte), proxy.go (the forwarding loop and how each attempt
+// ended), leaderwatch.go (the in-flight failover and the hung-leader watch of leader pools), headers.go
+// (messages as sent: the head sent upstream, hop-by-hop fields, Date), transport.go (each server's
+// client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go (single-point auth),
+// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
 // event stream's subscribers), admin.go.
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
