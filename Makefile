@@ -74,11 +74,11 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 # The references generated from the code: conf.d/REFERENCE.md (every config key, its type, default and
-# meaning) and lb/ADMIN.md (admin endpoints, event kinds, the status document,
+# meaning) and lb/admin/ADMIN.md (admin endpoints, event kinds, the status document,
 # metrics). make test fails while a committed one is stale.
 reference:
 	$(GO) test -count=1 -run '^TestConfigReferenceIsFresh$$' ./lb/config/ -update
-	$(GO) test -count=1 -run '^TestAdminReferenceIsFresh$$' ./lb/ -update
+	$(GO) test -count=1 -run '^TestAdminReferenceIsFresh$$' ./lb/admin/ -update
 
 clean:
 	rm -rf bin

@@ -1,36 +1,17 @@
 package lb
 
 import (
-	"encoding/json"
-	"strings"
-
 	"github.com/fairlead/fairlead/healthcheck"
-	"github.com/valyala/fasthttp"
+	"github.com/fairlead/fairlead/lb/admin"
 )
 
-// Admin actions, like HAProxy's runtime API: POST /api/servers/POOL/ADDRESS/ACTION with ACTION one of
-//
-//	drain   no new traffic (not even sticky clients'); open tunnels stay
-//	maint   no traffic; its tunnels are closed (spread over the pool's tunnel_close_spread)
-//	ready   back to normal: traffic as its health checks allow
-//	probe   probe it now (without active checks: try a server that live failures took down again now)
-//
-// Each is logged and published on the event stream (admin_action). The operator's state survives
-// reloads that keep the server. The answer is the server's status as JSON.
-
-func (lb *LB) serverAction(ctx *fasthttp.RequestCtx, rest string) {
-	if !ctx.IsPost() {
-		ctx.Error("405 Method Not Allowed: actions are POSTs\n", fasthttp.StatusMethodNotAllowed)
-		ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodPost)
-		return
-	}
-	poolName, rest, _ := strings.Cut(rest, "/")
-	i := strings.LastIndexByte(rest, '/')
-	if i < 0 {
-		ctx.Error("404 Not Found: want /api/servers/POOL/ADDRESS/ACTION\n", fasthttp.StatusNotFound)
-		return
-	}
-	addr, action := rest[:i], rest[i+1:]
+// Act carries out an admin action (admin.Backend: POST /api/servers/POOL/ADDRESS/ACTION, the actions
+// being admin.Drain, Maint, Ready and Probe) on the server of pool poolName whose address or display
+// name is addr. Drain and maint set the operator's state, which Available reads and which survives
+// reloads that keep the server; maint's tunnels are closed by the tunnel closer (tunnels.go), which
+// follows the admin_action event that each action publishes with by, who asked. It returns the
+// server's status after it.
+func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (ServerStatus, error) {
 	g := lb.gen.Load()
 	p := g.pools[poolName]
 	var s *Server
@@ -42,24 +23,21 @@ func (lb *LB) serverAction(ctx *fasthttp.RequestCtx, rest string) {
 		}
 	}
 	if s == nil {
-		ctx.Error("404 Not Found: no server "+addr+" in pool "+poolName+"\n", fasthttp.StatusNotFound)
-		return
+		return ServerStatus{}, admin.ErrNoServer
 	}
 	switch action {
-	case "drain":
+	case admin.Drain:
 		s.admin.Store(adminDrain)
-	case "maint":
+	case admin.Maint:
 		s.admin.Store(adminMaint)
-	case "ready":
+	case admin.Ready:
 		s.admin.Store(adminReady)
-	case "probe":
+	case admin.Probe:
 		p.health.Probe(s.health)
 	default:
-		ctx.Error("400 Bad Request: unknown action "+action+" (want drain, maint, ready or probe)\n", fasthttp.StatusBadRequest)
-		return
+		return ServerStatus{}, admin.ErrUnknownAction
 	}
 	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: p.name, Server: s.Addr,
-		Detail: action + " by " + ctx.RemoteIP().String()})
-	ctx.SetContentType("application/json")
-	json.NewEncoder(ctx).Encode(lb.serverStatus(p, s)) //nolint:errcheck
+		Detail: string(action) + " by " + by})
+	return lb.serverStatus(p, s), nil
 }

@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -13,188 +12,12 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/miekg/dns"
+	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 )
 
 // The dns provider against an in-process DNS server on a loopback port, serving records the tests
 // change: SRV (with and without the targets' addresses in the additional section), A/AAAA with the
 // configured port, a resolver that stops, SERVFAIL and REFUSED, NXDOMAIN, truncated answers.
-
-// testZone is a DNS server on 127.0.0.1 (UDP, and TCP on the same port for truncated answers) answering
-// from records the test sets. A name without any record gets NXDOMAIN; a name with records but none of
-// the type asked gets an empty NOERROR answer.
-type testZone struct {
-	t    *testing.T
-	addr string
-
-	mu       sync.Mutex
-	records  []dns.RR
-	noGlue   map[string]bool // SRV targets whose addresses the additional section leaves out
-	rcode    int             // answer every query with this code (SERVFAIL, REFUSED) when not 0
-	truncUDP bool            // answer UDP queries truncated and empty, TCP ones in full
-	okFirst  int             // when not 0: answer this many queries, then SERVFAIL to every one
-	asked    int             // queries so far
-	queries  map[string]int  // "name TYPE" → count
-	servers  []*dns.Server
-}
-
-// startZone starts a zone on a free port, stopped at the end of the test.
-func startZone(t *testing.T, records ...string) *testZone {
-	t.Helper()
-	z := &testZone{t: t, noGlue: map[string]bool{}, queries: map[string]int{}}
-	z.set(records...)
-	var err error
-	for range 20 { // a free UDP port whose TCP twin is free too
-		if err = z.listen("127.0.0.1:0"); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(z.stop)
-	return z
-}
-
-// listen serves on addr (UDP and TCP; port 0: a free one, kept in z.addr).
-func (z *testZone) listen(addr string) error {
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		return err
-	}
-	z.addr = pc.LocalAddr().String()
-	started := make(chan struct{}, 2)
-	notify := func() { started <- struct{}{} }
-	udp := &dns.Server{PacketConn: pc, Handler: z, NotifyStartedFunc: notify}
-	tcp := &dns.Server{Listener: ln, Handler: z, NotifyStartedFunc: notify}
-	z.mu.Lock()
-	z.servers = []*dns.Server{udp, tcp}
-	z.mu.Unlock()
-	go udp.ActivateAndServe() //nolint:errcheck // ends at stop
-	go tcp.ActivateAndServe() //nolint:errcheck
-	<-started
-	<-started
-	return nil
-}
-
-// stop shuts the server down: its port answers nothing (UDP: "connection refused").
-func (z *testZone) stop() {
-	z.mu.Lock()
-	servers := z.servers
-	z.servers = nil
-	z.mu.Unlock()
-	for _, s := range servers {
-		s.Shutdown() //nolint:errcheck
-	}
-}
-
-// restart serves again on the same port.
-func (z *testZone) restart() {
-	z.t.Helper()
-	if err := z.listen(z.addr); err != nil {
-		z.t.Fatal(err)
-	}
-}
-
-// set replaces the zone's records (zone file lines, e.g. "cx.test. 5 IN SRV 0 0 9081 p1.test.").
-func (z *testZone) set(records ...string) {
-	z.t.Helper()
-	var rrs []dns.RR
-	for _, r := range records {
-		rr, err := dns.NewRR(r)
-		if err != nil {
-			z.t.Fatalf("record %q: %v", r, err)
-		}
-		rrs = append(rrs, rr)
-	}
-	z.mu.Lock()
-	z.records = rrs
-	z.mu.Unlock()
-}
-
-func (z *testZone) setRcode(rcode int) {
-	z.mu.Lock()
-	z.rcode = rcode
-	z.mu.Unlock()
-}
-
-// hideGlue leaves the addresses of these SRV targets out of the additional section.
-func (z *testZone) hideGlue(targets ...string) {
-	z.mu.Lock()
-	for _, n := range targets {
-		z.noGlue[n] = true
-	}
-	z.mu.Unlock()
-}
-
-func (z *testZone) truncateUDP() {
-	z.mu.Lock()
-	z.truncUDP = true
-	z.mu.Unlock()
-}
-
-func (z *testZone) failAfter(n int) {
-	z.mu.Lock()
-	z.okFirst, z.asked = n, 0
-	z.mu.Unlock()
-}
-
-// queried returns how many times name was asked for type qtype ("A", "SRV").
-func (z *testZone) queried(name, qtype string) int {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.queries[name+" "+qtype]
-}
-
-func (z *testZone) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	_, udp := w.RemoteAddr().(*net.UDPAddr)
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	q := r.Question[0]
-	z.queries[q.Name+" "+dns.TypeToString[q.Qtype]]++
-	z.asked++
-	switch {
-	case z.rcode != 0:
-		m.Rcode = z.rcode
-	case z.okFirst != 0 && z.asked > z.okFirst:
-		m.Rcode = dns.RcodeServerFailure
-	case udp && z.truncUDP:
-		m.Truncated = true
-	default:
-		exists := false
-		for _, rr := range z.records {
-			if h := rr.Header(); strings.EqualFold(h.Name, q.Name) {
-				exists = true
-				if h.Rrtype == q.Qtype {
-					m.Answer = append(m.Answer, dns.Copy(rr))
-				}
-			}
-		}
-		if !exists {
-			m.Rcode = dns.RcodeNameError
-		}
-		for _, rr := range m.Answer {
-			srv, ok := rr.(*dns.SRV)
-			if !ok || z.noGlue[srv.Target] {
-				continue
-			}
-			for _, a := range z.records {
-				if t := a.Header().Rrtype; strings.EqualFold(a.Header().Name, srv.Target) && (t == dns.TypeA || t == dns.TypeAAAA) {
-					m.Extra = append(m.Extra, dns.Copy(a))
-				}
-			}
-		}
-	}
-	w.WriteMsg(m) //nolint:errcheck
-}
 
 // portOf is the port of a host:port address.
 func portOf(t *testing.T, addr string) int {
@@ -334,12 +157,12 @@ func TestDNSDiscoveryFollowsSRVRecordsWithinOneResolveInterval(t *testing.T) {
 	c := startCluster(t, 3, 0)
 	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
 	const name = "_http._tcp.cx.fairlead.test."
-	z := startZone(t, srvRecords(t, name, p1, p2)...)
+	z := discoverytest.StartZone(t, srvRecords(t, name, p1, p2)...)
 	l, _ := startLB(t, discoveredPool([]string{p1.Addr}, fmt.Sprintf(`provider = "dns"
 name = %q
 resolve_interval = "200ms"
 resolvers = [%q]
-`, name, z.addr)))
+`, name, z.Addr)))
 
 	// The first answer (at start) replaces the seed: both serve. The targets' addresses came in the
 	// additional section: they were not asked for.
@@ -348,19 +171,19 @@ resolvers = [%q]
 		got := servedBy(t, l, 6)
 		return got[p1.Name] == 3 && got[p2.Name] == 3
 	})
-	if n := z.queried(p1.Name+".fairlead.test.", "A"); n != 0 {
+	if n := z.Queried(p1.Name+".fairlead.test.", "A"); n != 0 {
 		t.Errorf("platform1's address was queried %d times despite the additional section", n)
 	}
 
 	// platform3 is added while it fails its checks (503): it takes no traffic until its first passing
 	// probe. Its address is not in the additional section: the provider asks for it.
 	mustSetState(t, p3, sim.Standby)
-	z.hideGlue(p3.Name + ".fairlead.test.")
-	z.set(srvRecords(t, name, p1, p2, p3)...)
+	z.HideGlue(p3.Name + ".fairlead.test.")
+	z.Set(srvRecords(t, name, p1, p2, p3)...)
 	followsWithin(t, l, dnsFollow, "an added SRV record", p1.Addr, p2.Addr, p3.Addr)
-	if z.queried(p3.Name+".fairlead.test.", "A") == 0 || z.queried(p3.Name+".fairlead.test.", "AAAA") == 0 {
+	if z.Queried(p3.Name+".fairlead.test.", "A") == 0 || z.Queried(p3.Name+".fairlead.test.", "AAAA") == 0 {
 		t.Errorf("platform3's address was not queried (A %d, AAAA %d)",
-			z.queried(p3.Name+".fairlead.test.", "A"), z.queried(p3.Name+".fairlead.test.", "AAAA"))
+			z.Queried(p3.Name+".fairlead.test.", "A"), z.Queried(p3.Name+".fairlead.test.", "AAAA"))
 	}
 	if got := servedBy(t, l, 12); got[p1.Name] != 6 || got[p2.Name] != 6 {
 		t.Fatalf("a listed server failing its checks took traffic: %v", got)
@@ -376,7 +199,7 @@ resolvers = [%q]
 	testkit.Eventually(t, "a slow request in flight on platform1", 5*time.Second, func() bool {
 		return mustServerStatus(t, l, "rr", p1.Addr).InFlight == 1
 	})
-	z.set(srvRecords(t, name, p2, p3)...)
+	z.Set(srvRecords(t, name, p2, p3)...)
 	followsWithin(t, l, dnsFollow, "a removed SRV record", p2.Addr, p3.Addr)
 	var answered []string
 	for by := range slow {
@@ -437,20 +260,20 @@ func TestDNSDiscoveryUsesARecordsWithThePortWhenTheNameHasNoSRV(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, NoConnections: true, PlatformAddrs: addrs, Logf: func(string, ...any) {}})
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	const name = "cx.fairlead.test."
-	z := startZone(t, name+" 5 IN A 127.0.0.2", name+" 5 IN A 127.0.0.3")
+	z := discoverytest.StartZone(t, name+" 5 IN A 127.0.0.2", name+" 5 IN A 127.0.0.3")
 	l, _ := startLB(t, discoveredPool(nil, fmt.Sprintf(`provider = "dns"
 name = "cx.fairlead.test"
 resolve_interval = "200ms"
 port = %d
 resolvers = [%q]
-`, portOf(t, addrs[0]), z.addr)))
+`, portOf(t, addrs[0]), z.Addr)))
 
 	followsWithin(t, l, dnsFollow, "the A records", addrs[0], addrs[1]) // 127.0.0.2:P, 127.0.0.3:P
 	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
-	z.set(name + " 5 IN A 127.0.0.3")
+	z.Set(name + " 5 IN A 127.0.0.3")
 	followsWithin(t, l, dnsFollow, "a removed A record", addrs[1])
 	if got := servedBy(t, l, 4); got[p2.Name] != 4 {
 		t.Fatalf("after an A record left: %v", got)
@@ -461,20 +284,20 @@ func TestDNSDiscoveryKeepsTheLastListWhileTheResolverIsDownAndCountsTheErrors(t 
 	c := startCluster(t, 2, 0)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	const name = "cx.fairlead.test."
-	z := startZone(t, srvRecords(t, name, p1, p2)...)
+	z := discoverytest.StartZone(t, srvRecords(t, name, p1, p2)...)
 	l, logs := startLB(t, discoveredPool(nil, fmt.Sprintf(`provider = "dns"
 name = %q
 resolve_interval = "200ms"
 resolvers = [%q]
 empty_grace = "1s"
-`, name, z.addr)))
+`, name, z.Addr)))
 	followsWithin(t, l, dnsFollow, "the first answer", p1.Addr, p2.Addr)
 	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
 
-	z.stop()
+	z.Stop()
 	testkit.Eventually(t, "three failed rounds", 5*time.Second, func() bool { return discoveryOf(t, l).Errors >= 3 })
 	// Past several rounds and past empty_grace, every request still succeeds on both servers.
 	deadline := time.Now().Add(1500 * time.Millisecond)
@@ -489,19 +312,19 @@ empty_grace = "1s"
 	}
 	ds := discoveryOf(t, l)
 	if !listIs(ds, p1.Addr, p2.Addr) || ds.EmptyPending || !strings.Contains(ds.LastError, "no resolver answered") ||
-		!strings.Contains(ds.LastError, z.addr) {
+		!strings.Contains(ds.LastError, z.Addr) {
 		t.Fatalf("discovery status with the resolver down: %+v", ds)
 	}
 	if m := mustMetric(t, scrapeMetrics(t, l), `fairlead_discovery_errors_total{pool="rr",provider="dns"}`); m < 3 {
 		t.Errorf("errors metric %v, want at least 3", m)
 	}
-	if !strings.Contains(logs.all(), "discovery: pool rr: dns: SRV "+name+": no resolver answered ("+z.addr) {
+	if !strings.Contains(logs.all(), "discovery: pool rr: dns: SRV "+name+": no resolver answered ("+z.Addr) {
 		t.Errorf("no log line naming the query and the resolver:\n%s", logs.all())
 	}
 
 	// The resolver back with platform2 only: followed at its next round.
-	z.set(srvRecords(t, name, p2)...)
-	z.restart()
+	z.Set(srvRecords(t, name, p2)...)
+	z.Restart()
 	followsWithin(t, l, dnsFollow, "the list after the resolver came back", p2.Addr)
 	if ds := discoveryOf(t, l); ds.LastError != "" {
 		t.Fatalf("last error kept after a good answer: %q", ds.LastError)
@@ -512,17 +335,17 @@ func TestDNSDiscoveryEmptiesThePoolOnNXDOMAINOnlyAfterEmptyGrace(t *testing.T) {
 	c := startCluster(t, 1, 0)
 	p1 := c.Platforms[0]
 	const name = "cx.fairlead.test."
-	z := startZone(t, srvRecords(t, name, p1)...)
+	z := discoverytest.StartZone(t, srvRecords(t, name, p1)...)
 	l, _ := startLB(t, discoveredPool(nil, fmt.Sprintf(`provider = "dns"
 name = %q
 resolve_interval = "200ms"
 resolvers = [%q]
 empty_grace = "1s"
-`, name, z.addr)))
+`, name, z.Addr)))
 	followsWithin(t, l, dnsFollow, "the first answer", p1.Addr)
 	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { code, _ := get(t, l, "/x"); return code == 200 })
 
-	z.set() // every name: NXDOMAIN
+	z.Set() // every name: NXDOMAIN
 	start := time.Now()
 	testkit.Eventually(t, "the empty list to be pending", 5*time.Second, func() bool { return discoveryOf(t, l).EmptyPending })
 	for time.Since(start) < 700*time.Millisecond {
@@ -537,135 +360,6 @@ empty_grace = "1s"
 	if ds := discoveryOf(t, l); ds.Errors != 0 || ds.Servers == nil || len(ds.Servers) != 0 {
 		t.Fatalf("NXDOMAIN is an answer, not an error: %+v", ds)
 	}
-}
-
-func TestDNSProviderResolvesEachKindOfAnswer(t *testing.T) {
-	refused := startZone(t)
-	refused.setRcode(dns.RcodeRefused)
-	servfail := startZone(t)
-	servfail.setRcode(dns.RcodeServerFailure)
-	dead := startZone(t)
-	dead.stop()
-	z := startZone(t)
-	only := []string{z.addr}
-
-	// f resolves cx.test (port: the configured port) through resolvers: want the list, or an error
-	// containing wantErr.
-	f := func(what string, port int, resolvers []string, want []string, wantErr string) {
-		t.Helper()
-		pv, err := newDNSProvider(DiscoveryConfig{Name: "cx.test", ResolveInterval: Duration{D: time.Second}, Port: port, Resolvers: resolvers}, providerOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := pv.(*dnsProvider).resolve(context.Background())
-		switch {
-		case wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), wantErr) {
-				t.Errorf("%s: got %v, %v; want the error %q", what, got, err, wantErr)
-			}
-		case err != nil:
-			t.Errorf("%s: %v", what, err)
-		default:
-			slices.Sort(got)
-			if got == nil || !slices.Equal(got, want) {
-				t.Errorf("%s: got %#v, want %#v", what, got, want)
-			}
-		}
-	}
-
-	z.set("cx.test. 5 IN SRV 0 0 9001 a.test.", "cx.test. 5 IN SRV 1 0 9002 b.test.", "a.test. 5 IN A 10.0.0.1",
-		"b.test. 5 IN A 10.0.0.2", "b.test. 5 IN AAAA fd00::2")
-	f("SRV with the additional section", 0, only, []string{"10.0.0.1:9001", "10.0.0.2:9002", "[fd00::2]:9002"}, "")
-	if z.queried("b.test.", "A") != 0 {
-		t.Errorf("b.test. was asked for despite the additional section")
-	}
-	z.hideGlue("b.test.")
-	f("SRV whose target is asked for", 0, only, []string{"10.0.0.1:9001", "10.0.0.2:9002", "[fd00::2]:9002"}, "")
-	if z.queried("b.test.", "A") != 1 || z.queried("b.test.", "AAAA") != 1 || z.queried("a.test.", "A") != 0 {
-		t.Errorf("queries: b.test. A %d, AAAA %d, a.test. A %d; want 1, 1, 0",
-			z.queried("b.test.", "A"), z.queried("b.test.", "AAAA"), z.queried("a.test.", "A"))
-	}
-	z.set("cx.test. 5 IN SRV 0 0 9001 a.test.", "cx.test. 5 IN SRV 0 0 9002 gone.test.", "a.test. 5 IN A 10.0.0.1")
-	f("SRV with a target that has no address", 0, only, []string{"10.0.0.1:9001"}, "")
-	z.set("cx.test. 5 IN SRV 0 0 0 .")
-	f("SRV \".\": no service", 0, only, []string{}, "")
-	z.set("cx.test. 5 IN A 10.0.0.1", "cx.test. 5 IN A 10.0.0.2", "cx.test. 5 IN AAAA fd00::1")
-	f("A and AAAA with port", 8080, only, []string{"10.0.0.1:8080", "10.0.0.2:8080", "[fd00::1]:8080"}, "")
-	f("A without port", 0, only, nil, "cx.test. has no SRV record and port is not set")
-	z.set("cx.test. 5 IN TXT \"no servers\"")
-	f("a name without SRV, A or AAAA records", 8080, only, []string{}, "")
-	z.set()
-	f("NXDOMAIN", 0, only, []string{}, "")
-	f("NXDOMAIN without port", 0, only, []string{}, "")
-
-	z.set("cx.test. 5 IN SRV 0 0 9001 a.test.", "a.test. 5 IN A 10.0.0.1")
-	f("resolvers tried in turn", 0, []string{dead.addr, servfail.addr, refused.addr, z.addr}, []string{"10.0.0.1:9001"}, "")
-	f("no resolver answers", 0, []string{dead.addr, servfail.addr, refused.addr}, nil,
-		fmt.Sprintf("SRV cx.test.: no resolver answered (%s: ", dead.addr))
-	f("SERVFAIL and REFUSED named", 0, []string{servfail.addr, refused.addr}, nil,
-		fmt.Sprintf("(%s: SERVFAIL; %s: REFUSED)", servfail.addr, refused.addr))
-
-	// A resolver that never answers is given up after the timeout (resolve_interval, when shorter than
-	// 2s) and the next one asked.
-	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	pv, _ := newDNSProvider(DiscoveryConfig{Name: "cx.test", ResolveInterval: Duration{D: 200 * time.Millisecond},
-		Resolvers: []string{silent.LocalAddr().String(), z.addr}}, providerOptions{})
-	start := time.Now()
-	if got, err := pv.(*dnsProvider).resolve(context.Background()); err != nil || !slices.Equal(got, []string{"10.0.0.1:9001"}) {
-		t.Errorf("a silent resolver first: %v, %v", got, err)
-	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 2*time.Second {
-		t.Errorf("a silent resolver was given up after %s, want about 200ms", d)
-	}
-	pv, _ = newDNSProvider(DiscoveryConfig{Name: "cx.test", ResolveInterval: Duration{D: 200 * time.Millisecond},
-		Resolvers: []string{silent.LocalAddr().String()}}, providerOptions{})
-	if _, err := pv.(*dnsProvider).resolve(context.Background()); err == nil || !strings.Contains(err.Error(), "i/o timeout") {
-		t.Errorf("only a silent resolver: %v, want a timeout", err)
-	}
-
-	// Stopping the provider does not wait for a silent resolver's timeout (2s).
-	pv, _ = newDNSProvider(DiscoveryConfig{Name: "cx.test", ResolveInterval: Duration{D: 10 * time.Second},
-		Resolvers: []string{silent.LocalAddr().String()}}, providerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pv.watch(ctx, func([]string) { t.Error("a list from a silent resolver") }, func(error) { t.Error("an error reported after the stop") })
-	}()
-	time.Sleep(100 * time.Millisecond)
-	start = time.Now()
-	cancel()
-	select {
-	case <-done:
-		if d := time.Since(start); d > 500*time.Millisecond {
-			t.Errorf("stopping took %s", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the provider did not stop")
-	}
-
-	// A target whose address no resolver gives fails the round: never a partial list. The SRV answer
-	// comes, then the resolver fails every later query (b.test.'s A).
-	z.set("cx.test. 5 IN SRV 0 0 9001 a.test.", "cx.test. 5 IN SRV 0 0 9002 b.test.", "a.test. 5 IN A 10.0.0.1",
-		"b.test. 5 IN A 10.0.0.2")
-	z.failAfter(1)
-	f("a target's address failing", 0, only, nil, "A b.test.: no resolver answered")
-	z.failAfter(0)
-
-	// A truncated UDP answer is asked again over TCP.
-	var many, want []string
-	for i := range 100 {
-		many = append(many, fmt.Sprintf("cx.test. 5 IN SRV 0 0 %d host%d.test.", 9000+i, i), fmt.Sprintf("host%d.test. 5 IN A 10.0.1.%d", i, i))
-		want = append(want, fmt.Sprintf("10.0.1.%d:%d", i, 9000+i))
-	}
-	slices.Sort(want)
-	z.set(many...)
-	z.truncateUDP()
-	f("a truncated answer", 0, only, want, "")
 }
 
 func TestDNSDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
@@ -705,34 +399,5 @@ file = "/nonexistent/cx.toml"`)))
 	}
 	if d := cfg.Pools["rr"].Discovery.ResolveInterval.D; d != 0 {
 		t.Fatalf("resolve_interval of a file provider: %s", d)
-	}
-}
-
-func TestDNSProviderReadsTheSystemResolversFromResolvConf(t *testing.T) {
-	dir := testkit.WriteFiles(t, map[string]string{
-		"resolv.conf": "# comment\nsearch cluster.local\nnameserver 10.96.0.10\nnameserver fd00::10\noptions ndots:5\n",
-		"empty.conf":  "search cluster.local\n",
-	})
-	old := resolvConf
-	t.Cleanup(func() { resolvConf = old })
-	pv, _ := newDNSProvider(DiscoveryConfig{Name: "cx.test", ResolveInterval: Duration{D: time.Second}, Port: 80}, providerOptions{})
-	p := pv.(*dnsProvider)
-
-	resolvConf = dir + "/resolv.conf"
-	if got, err := p.servers(); err != nil || !slices.Equal(got, []string{"10.96.0.10:53", "[fd00::10]:53"}) {
-		t.Fatalf("servers from resolv.conf: %v, %v", got, err)
-	}
-	resolvConf = dir + "/empty.conf"
-	if _, err := p.resolve(context.Background()); err == nil || !strings.Contains(err.Error(), "system resolver: no nameserver in "+resolvConf) {
-		t.Fatalf("a resolv.conf without nameserver: %v", err)
-	}
-	resolvConf = dir + "/missing.conf"
-	if _, err := p.resolve(context.Background()); err == nil || !strings.Contains(err.Error(), "system resolver: open "+resolvConf) {
-		t.Fatalf("a missing resolv.conf: %v", err)
-	}
-	// Configured resolvers are used as they are.
-	p.resolvers = []string{"127.0.0.1:8600"}
-	if got, _ := p.servers(); !slices.Equal(got, []string{"127.0.0.1:8600"}) {
-		t.Fatalf("configured resolvers: %v", got)
 	}
 }

@@ -1,16 +1,16 @@
 package lb
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/discovery"
+	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/fasthttp/websocket"
 )
 
@@ -19,35 +19,7 @@ import (
 // keeping the last list.
 
 // fileFollow is how long an edit may take to be in force: the debounce, and slack for a loaded machine.
-const fileFollow = fileDebounce + 600*time.Millisecond
-
-// writeServerFile writes body to path in place (truncate and write, as most editors and `echo >` do).
-func writeServerFile(t *testing.T, path, body string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// renameOver writes body to a temporary file beside path and renames it over path, as vim, emacs and
-// deploy tools save.
-func renameOver(t *testing.T, path, body string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	writeServerFile(t, tmp, body)
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tomlServers is a TOML server file listing addrs.
-func tomlServers(addrs ...string) string {
-	var q []string
-	for _, a := range addrs {
-		q = append(q, fmt.Sprintf("%q", a))
-	}
-	return "# written by the deploy\nservers = [" + strings.Join(q, ", ") + "]\n"
-}
+const fileFollow = discovery.FileDebounce + 600*time.Millisecond
 
 // cxFilePool is a sticky connection-server pool "cxserver" behind the WebSocket route, checked on
 // /health every 100 ms, whose servers come from file (no seed).
@@ -120,7 +92,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	c := startCluster(t, 1, 3)
 	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
 	file := filepath.Join(t.TempDir(), "cx-servers.toml")
-	writeServerFile(t, file, tomlServers(cx1.Addr))
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers(cx1.Addr))
 	l, logs := startLB(t, cxFilePool(file))
 	fileFollows(t, l, "cxserver", "the file read at start", cx1.Addr)
 	var on1 []*websocket.Conn
@@ -134,7 +106,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	}
 
 	// An edit in place adds cx2: its keys go there once it passed a probe.
-	writeServerFile(t, file, tomlServers(cx1.Addr, cx2.Addr))
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers(cx1.Addr, cx2.Addr))
 	fileFollows(t, l, "cxserver", "an added server", cx1.Addr, cx2.Addr)
 	toCX2 := valuesPlacedOn(t, "new-", 3, cx2.Addr, cx1.Addr, cx2.Addr)
 	testkit.Eventually(t, "cx2 to pass a probe", 5*time.Second, func() bool { return serverAvailable(l, "cxserver", cx2.Addr) })
@@ -149,7 +121,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 
 	// An editor's save (a temporary file renamed over the file) replaces cx1 by cx3: cx1 drains, its
 	// tunnels close; cx2's stay.
-	renameOver(t, file, tomlServers(cx2.Addr, cx3.Addr))
+	discoverytest.RenameOver(t, file, discoverytest.TOMLServers(cx2.Addr, cx3.Addr))
 	fileFollows(t, l, "cxserver", "a rename over the file", cx2.Addr, cx3.Addr)
 	for _, conn := range on1 {
 		mustClose(t, conn, "tunnel to the removed server")
@@ -165,11 +137,11 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	// Invalid edits are ignored with a logged error naming the file; the list and the tunnels stay.
 	for i, bad := range []struct{ body, why string }{
 		{"servers = [\"" + cx2.Addr + "\", \n", "not a TOML server list"},
-		{tomlServers(cx2.Addr, "cx3-without-port"), `servers[1]: bad address "cx3-without-port"`},
+		{discoverytest.TOMLServers(cx2.Addr, "cx3-without-port"), `servers[1]: bad address "cx3-without-port"`},
 		{"server = [\"" + cx2.Addr + "\"]\n", "unknown key server"},
 		{"", "no servers key"},
 	} {
-		writeServerFile(t, file, bad.body)
+		discoverytest.WriteFile(t, file, bad.body)
 		testkit.Eventually(t, "the error of invalid edit "+fmt.Sprint(i), 5*time.Second, func() bool { return discoveredIn(t, l, "cxserver").Errors == uint64(i+1) })
 		if line := logLine(logs, "discovery: pool cxserver: file: "+file+": ", bad.why, "keeping the last list"); line == "" {
 			t.Errorf("invalid edit %d: no log line naming %s and %q:\n%s", i, file, bad.why, logs.all())
@@ -188,7 +160,7 @@ func TestFileDiscoveryFollowsEditsAddedServersTakeTunnelsRemovedOnesDrainAndInva
 	conn.Close()
 
 	// Fixed: followed again, the error cleared.
-	writeServerFile(t, file, tomlServers(cx3.Addr))
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers(cx3.Addr))
 	fileFollows(t, l, "cxserver", "a valid edit after invalid ones", cx3.Addr)
 	if ds := discoveredIn(t, l, "cxserver"); ds.LastError != "" || ds.Changes != 4 {
 		t.Fatalf("after the fix: %+v, want 4 changes and no error", ds)
@@ -200,19 +172,19 @@ func TestFileDiscoveryReadsJSONObjectsAndArraysAndTOML(t *testing.T) {
 	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
 	dir := t.TempDir()
 	file := filepath.Join(dir, "servers.json")
-	writeServerFile(t, file, fmt.Sprintf(`{"servers": [%q]}`, p1.Addr))
+	discoverytest.WriteFile(t, file, fmt.Sprintf(`{"servers": [%q]}`, p1.Addr))
 	l, logs := startLB(t, discoveredPool(nil, fmt.Sprintf("provider = \"file\"\nfile = %q\n", file)))
 	fileFollows(t, l, "rr", "a JSON object", p1.Addr)
 	testkit.Eventually(t, "platform1 to serve", 5*time.Second, func() bool { return servedBy(t, l, 2)[p1.Name] == 2 })
 
-	renameOver(t, file, fmt.Sprintf("[\n  %q,\n  %q\n]\n", p1.Addr, p2.Addr))
+	discoverytest.RenameOver(t, file, fmt.Sprintf("[\n  %q,\n  %q\n]\n", p1.Addr, p2.Addr))
 	fileFollows(t, l, "rr", "a JSON array", p1.Addr, p2.Addr)
 	testkit.Eventually(t, "both to serve", 5*time.Second, func() bool {
 		got := servedBy(t, l, 4)
 		return got[p1.Name] == 2 && got[p2.Name] == 2
 	})
 
-	writeServerFile(t, file, fmt.Sprintf(`{"servers": [%q], "weights": [1]}`, p3.Addr))
+	discoverytest.WriteFile(t, file, fmt.Sprintf(`{"servers": [%q], "weights": [1]}`, p3.Addr))
 	testkit.Eventually(t, "the error", 5*time.Second, func() bool { return discoveredIn(t, l, "rr").Errors == 1 })
 	if logLine(logs, file+": not a JSON server list: json: unknown field \"weights\"") == "" {
 		t.Errorf("no log line naming the file and the field:\n%s", logs.all())
@@ -223,7 +195,7 @@ func TestFileDiscoveryReadsJSONObjectsAndArraysAndTOML(t *testing.T) {
 
 	// The same provider on a TOML file (a reload changing the [discovery] table starts a new provider).
 	toml := filepath.Join(dir, "servers.toml")
-	writeServerFile(t, toml, tomlServers(p3.Addr))
+	discoverytest.WriteFile(t, toml, discoverytest.TOMLServers(p3.Addr))
 	reloadWith(t, l, discoveredPool(nil, fmt.Sprintf("provider = \"file\"\nfile = %q\n", toml)))
 	fileFollows(t, l, "rr", "a TOML file", p3.Addr)
 	testkit.Eventually(t, "platform3 to serve alone", 5*time.Second, func() bool { return servedBy(t, l, 3)[p3.Name] == 3 })
@@ -248,7 +220,7 @@ func TestFileDiscoveryKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDel
 	}
 
 	// Written later: followed (platform1, the seed, drains).
-	writeServerFile(t, file, tomlServers(p2.Addr))
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers(p2.Addr))
 	fileFollows(t, l, "rr", "the file once written", p2.Addr)
 	testkit.Eventually(t, "platform2 to serve alone", 5*time.Second, func() bool { return servedBy(t, l, 4)[p2.Name] == 4 })
 
@@ -263,154 +235,6 @@ func TestFileDiscoveryKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDel
 	if ds := discoveredIn(t, l, "rr"); !listIs(ds, p2.Addr) {
 		t.Fatalf("after the file was deleted: %+v", ds)
 	}
-}
-
-// watchProvider runs a file provider on path until the end of the test; found lists and errors arrive
-// on the channels.
-func watchProvider(t *testing.T, path string) (<-chan []string, <-chan error) {
-	t.Helper()
-	pv, err := newFileProvider(DiscoveryConfig{File: path}, providerOptions{pool: "p", logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	lists, errs := make(chan []string, 100), make(chan error, 100)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pv.watch(ctx, func(l []string) { lists <- l }, func(e error) { errs <- e })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return lists, errs
-}
-
-func nextList(t *testing.T, lists <-chan []string, errs <-chan error, what string) []string {
-	t.Helper()
-	select {
-	case l := <-lists:
-		return l
-	case err := <-errs:
-		t.Fatalf("%s: error %v", what, err)
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s: no list", what)
-	}
-	return nil
-}
-
-func TestFileProviderFollowsAKubernetesConfigMapSymlinkSwap(t *testing.T) {
-	// A mounted ConfigMap: cx.toml → ..data/cx.toml, ..data → ..v1; an update writes ..v2, points
-	// ..data_tmp at it and renames ..data_tmp over ..data. cx.toml itself never changes.
-	dir := t.TempDir()
-	for v, addr := range map[string]string{"..v1": "10.0.0.1:8080", "..v2": "10.0.0.2:8080"} {
-		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		writeServerFile(t, filepath.Join(dir, v, "cx.toml"), tomlServers(addr))
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.Symlink("..v1", filepath.Join(dir, "..data")))
-	must(os.Symlink(filepath.Join("..data", "cx.toml"), filepath.Join(dir, "cx.toml")))
-	lists, errs := watchProvider(t, filepath.Join(dir, "cx.toml"))
-	if l := nextList(t, lists, errs, "at start"); !slices.Equal(l, []string{"10.0.0.1:8080"}) {
-		t.Fatalf("at start: %v", l)
-	}
-	must(os.Symlink("..v2", filepath.Join(dir, "..data_tmp")))
-	must(os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
-	if l := nextList(t, lists, errs, "after the swap"); !slices.Equal(l, []string{"10.0.0.2:8080"}) {
-		t.Fatalf("after the swap: %v", l)
-	}
-	// Only changes are reported: an unrelated file in the directory reports nothing.
-	writeServerFile(t, filepath.Join(dir, "unrelated"), "x")
-	select {
-	case l := <-lists:
-		t.Fatalf("an unrelated event reported %v again", l)
-	case err := <-errs:
-		t.Fatalf("an unrelated event: %v", err)
-	case <-time.After(3 * fileDebounce):
-	}
-}
-
-func TestFileProviderPollsADirectoryThatAppearsLater(t *testing.T) {
-	old := filePoll
-	filePoll = 100 * time.Millisecond
-	t.Cleanup(func() { filePoll = old })
-	dir := filepath.Join(t.TempDir(), "not-yet")
-	file := filepath.Join(dir, "cx.json")
-	lists, errs := watchProvider(t, file)
-	select {
-	case err := <-errs:
-		if !strings.Contains(err.Error(), file) {
-			t.Fatalf("the error does not name the file: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no error for a missing directory")
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeServerFile(t, file, `["10.0.0.1:8080"]`)
-	if l := nextList(t, lists, errs, "once written"); !slices.Equal(l, []string{"10.0.0.1:8080"}) {
-		t.Fatalf("once written: %v", l)
-	}
-	// The directory is watched from the poll on: an edit is followed within the debounce.
-	writeServerFile(t, file, `["10.0.0.2:8080"]`)
-	if l := nextList(t, lists, errs, "an edit"); !slices.Equal(l, []string{"10.0.0.2:8080"}) {
-		t.Fatalf("after an edit: %v", l)
-	}
-}
-
-func TestFileDiscoveryParsesTOMLAndJSONServerLists(t *testing.T) {
-	f := func(name, body string, want []string, wantErr string) {
-		t.Helper()
-		got, err := parseServerFile(name, []byte(body))
-		switch {
-		case wantErr != "":
-			if err == nil || !strings.Contains(err.Error(), wantErr) {
-				t.Errorf("%s %q: got %v, %v; want the error %q", name, body, got, err, wantErr)
-			}
-		case err != nil:
-			t.Errorf("%s %q: %v", name, body, err)
-		case got == nil || !slices.Equal(got, want):
-			t.Errorf("%s %q: got %#v, want %#v", name, body, got, want)
-		}
-	}
-	two := []string{"10.0.0.1:8080", "cx2.internal:8080"}
-	f("a.toml", "servers = [\"10.0.0.1:8080\", \"cx2.internal:8080\"]\n", two, "")
-	f("a.toml", "# comment\nservers = [\n  \"10.0.0.1:8080\",\n  \"cx2.internal:8080\",\n]\n", two, "")
-	f("a.toml", "servers = []", []string{}, "")
-	f("a.json", `{"servers": ["10.0.0.1:8080", "cx2.internal:8080"]}`, two, "")
-	f("a.json", "\ufeff [\"10.0.0.1:8080\", \"cx2.internal:8080\"]\n", two, "")
-	f("a.json", `[]`, []string{}, "")
-	f("a.json", `{"servers": []}`, []string{}, "")
-	f("a.JSON", `["[fd00::1]:8080"]`, []string{"[fd00::1]:8080"}, "")
-	// Without .toml or .json: JSON if it starts with { or [, else TOML.
-	f("cx-servers", `["10.0.0.1:8080", "cx2.internal:8080"]`, two, "")
-	f("cx-servers.list", ` {"servers": ["10.0.0.1:8080", "cx2.internal:8080"]}`, two, "")
-	f("cx-servers", "servers = [\"10.0.0.1:8080\", \"cx2.internal:8080\"]", two, "")
-
-	f("a.toml", "", nil, "no servers key")
-	f("a.toml", "servers = [\"10.0.0.1:8080\"", nil, "not a TOML server list: toml: line 1")
-	f("a.toml", "servers = \"10.0.0.1:8080\"", nil, "not a TOML server list")
-	f("a.toml", "servers = [\"10.0.0.1:8080\"]\nweight = 1", nil, "unknown key weight")
-	f("a.toml", "[pool]\nservers = [\"10.0.0.1:8080\"]", nil, "unknown key pool")
-	f("a.json", "", nil, "not a JSON server list: want")
-	f("a.json", "null", nil, "not a JSON server list: want")
-	f("a.json", `{"servers": null}`, nil, `no "servers" field`)
-	f("a.json", `{"Servers": ["10.0.0.1:8080"], "x": 1}`, nil, `unknown field "x"`)
-	f("a.json", `["10.0.0.1:8080"] ["10.0.0.2:8080"]`, nil, "more than one value")
-	f("a.json", `["10.0.0.1:8080", 8080]`, nil, "cannot unmarshal number")
-	f("a.json", `["10.0.0.1:8080"`, nil, "not a JSON server list")
-	f("a.json", `["10.0.0.1"]`, nil, `servers[0]: bad address "10.0.0.1": missing port in address`)
-	f("a.json", `["10.0.0.1:8080", ""]`, nil, `servers[1]: bad address ""`)
-	f("a.json", `[":8080"]`, nil, `servers[0]: bad address ":8080": want host:port with a host and a port`)
-	f("a.json", `["10.0.0.1:0"]`, nil, `servers[0]: bad address "10.0.0.1:0"`)
-	f("a.json", `["10.0.0.1:99999"]`, nil, `bad port "99999"`)
-	f("a.json", `["cx 1:8080"]`, nil, `servers[0]: bad address "cx 1:8080"`)
 }
 
 func TestFileDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/discovery"
 )
 
 // The discovery framework with a provider the test drives: seed servers until the first answer, lists
@@ -31,7 +32,7 @@ type fakeEvent struct {
 
 type fakeProvider struct{ events chan fakeEvent }
 
-func (f *fakeProvider) watch(ctx context.Context, found func([]string), failed func(error)) {
+func (f *fakeProvider) Watch(ctx context.Context, found func([]string), failed func(error)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,17 +50,15 @@ func (f *fakeProvider) watch(ctx context.Context, found func([]string), failed f
 func init() {
 	config.Providers["fake"] = config.ProviderKind{Keys: []string{"file"},
 		Check: func(*config.Config, *config.Discovery, func(string, string, ...any)) {}}
-	providerKinds["fake"] = providerKind{
-		new: func(dc DiscoveryConfig, _ providerOptions) (provider, error) {
-			fakeMu.Lock()
-			defer fakeMu.Unlock()
-			f := fakeProviders[dc.File]
-			if f == nil {
-				return nil, errors.New("no fake provider " + dc.File)
-			}
-			return f, nil
-		},
-	}
+	discovery.Register("fake", func(dc config.Discovery, _ discovery.Options) (discovery.Provider, error) {
+		fakeMu.Lock()
+		defer fakeMu.Unlock()
+		f := fakeProviders[dc.File]
+		if f == nil {
+			return nil, errors.New("no fake provider " + dc.File)
+		}
+		return f, nil
+	})
 }
 
 func newFake(t *testing.T) (string, *fakeProvider) {

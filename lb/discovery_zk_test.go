@@ -17,6 +17,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -129,10 +130,15 @@ func (z *zkServer) log() string {
 	return string(b)
 }
 
+// zkQuiet drops the test client's log lines.
+type zkQuiet struct{}
+
+func (zkQuiet) Printf(string, ...any) {}
+
 // zkClient connects the test to addr (a session of 30s) and waits for its session.
 func zkClient(t *testing.T, addr string) *zk.Conn {
 	t.Helper()
-	conn, events, err := zk.Connect([]string{addr}, 30*time.Second, zk.WithLogger(zkLogger(func(string, ...any) {})))
+	conn, events, err := zk.Connect([]string{addr}, 30*time.Second, zk.WithLogger(zkQuiet{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,17 +183,6 @@ func zkDelete(t *testing.T, conn *zk.Conn, path string) {
 	if err := conn.Delete(path, -1); err != nil {
 		t.Fatalf("deleting %s: %v", path, err)
 	}
-}
-
-// curatorInstance is the data Apache Curator's service discovery writes for an instance
-// (JsonInstanceSerializer of a ServiceInstance); sslPort 0 is null.
-func curatorInstance(id, host string, port, sslPort int) string {
-	ssl := "null"
-	if sslPort > 0 {
-		ssl = fmt.Sprint(sslPort)
-	}
-	return fmt.Sprintf(`{"name":"thingworx","id":%q,"address":%q,"port":%d,"sslPort":%s,"payload":null,`+
-		`"registrationTimeUTC":1767225600000,"serviceType":"DYNAMIC","uriSpec":null,"enabled":true}`, id, host, port, ssl)
 }
 
 func zkHostPort(t *testing.T, addr string) (string, int) {
@@ -290,7 +285,7 @@ func TestZooKeeperDiscoveryServesPlainAndCuratorInstancesWithoutARestart(t *test
 	// A Curator service instance, and a child that is no instance: platform2 joins, the other child is
 	// skipped (logged once, however often the path is read again).
 	host, port := zkHostPort(t, p2.Addr)
-	zkPut(t, zc, "/services/thingworx/1c3a9d6e-0b7f-4f61-9e8a-2f4c7d2b9a10", curatorInstance("1c3a9d6e", host, port, 0))
+	zkPut(t, zc, "/services/thingworx/1c3a9d6e-0b7f-4f61-9e8a-2f4c7d2b9a10", discoverytest.CuratorInstance("1c3a9d6e", host, port, 0))
 	zkPut(t, zc, "/services/thingworx/junk", "not an address")
 	testkit.Eventually(t, "platform2, registered by Curator, to serve too", 5*time.Second, func() bool {
 		got := zkServed(t, l, 6)
@@ -627,8 +622,8 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 func TestZooKeeperDiscoveryUsesTheSSLPortOfACuratorInstanceInATLSPool(t *testing.T) {
 	zks := startZK(t)
 	zc := zkClient(t, zks.addr)
-	zkPut(t, zc, "/services/thingworx/a", curatorInstance("a", "127.0.0.1", 18080, 18443))
-	zkPut(t, zc, "/services/thingworx/b", curatorInstance("b", "127.0.0.1", 28080, 0)) // no sslPort: port
+	zkPut(t, zc, "/services/thingworx/a", discoverytest.CuratorInstance("a", "127.0.0.1", 18080, 18443))
+	zkPut(t, zc, "/services/thingworx/b", discoverytest.CuratorInstance("b", "127.0.0.1", 28080, 0)) // no sslPort: port
 	zkPut(t, zc, "/services/thingworx/c", "127.0.0.1:38443")
 	files := zkConfig(zks.addr, "/services/thingworx")
 	files["30-tls.toml"] = tlsTable("platform", "insecure_skip_verify = true")
@@ -638,41 +633,6 @@ func TestZooKeeperDiscoveryUsesTheSSLPortOfACuratorInstanceInATLSPool(t *testing
 	if ds := zkDiscovered(l); !slices.Equal(ds.Servers, want) {
 		t.Fatalf("discovery status %+v", ds)
 	}
-}
-
-func TestZooKeeperInstanceDataIsHostPortOrACuratorServiceInstance(t *testing.T) {
-	f := func(name, data string, useTLS bool, want, wantErr string) {
-		t.Helper()
-		got, err := parseInstance(name, []byte(data), useTLS)
-		switch {
-		case wantErr == "" && (err != nil || got != want):
-			t.Errorf("%q %q tls=%v: %q, %v; want %q", name, data, useTLS, got, err, want)
-		case wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)):
-			t.Errorf("%q %q tls=%v: %q, %v; want an error with %q", name, data, useTLS, got, err, wantErr)
-		}
-	}
-	f("x", "10.0.0.5:8080", false, "10.0.0.5:8080", "")
-	f("x", " twx-a.internal:8443\n", true, "twx-a.internal:8443", "")
-	f("10.0.0.6:8080", "", false, "10.0.0.6:8080", "") // no data: the name
-	f("x", "", false, "", "no data, and its name is not host:port")
-	f("x", "10.0.0.5", false, "", "missing port")
-	f("x", "10.0.0.5:0", false, "", "port 0")
-	f("x", ":8080", false, "", "no host")
-	f("x", "10.0.0.5:99999", false, "", "bad port")
-
-	curator := curatorInstance("id", "10.0.0.5", 8080, 8443)
-	f("x", curator, false, "10.0.0.5:8080", "")
-	f("x", curator, true, "10.0.0.5:8443", "")
-	f("x", curatorInstance("id", "10.0.0.5", 8080, 0), true, "10.0.0.5:8080", "")
-	f("x", curatorInstance("id", "fd00::5", 8080, 0), false, "[fd00::5]:8080", "")
-	f("x", `{"address":"10.0.0.5","port":null,"sslPort":8443}`, true, "10.0.0.5:8443", "")
-	f("x", `{"address":"10.0.0.5","port":null,"sslPort":8443}`, false, "", "only an sslPort, and the pool's [tls] is not enabled")
-	f("x", `{"address":"10.0.0.5"}`, false, "", "no port")
-	f("x", `{"port":8080}`, false, "", "no address")
-	f("x", `{"address":"10.0.0.5","port":8080,"enabled":false}`, false, "", "disabled")
-	f("x", `{"address":"10.0.0.5","port":"8080"}`, false, "", "not a Curator service instance")
-	f("x", `{"address":"10.0.0.5","port":70000}`, false, "", "bad port")
-	f("x", `{"address":"a b","port":8080}`, false, "", "control or space character")
 }
 
 func TestZooKeeperDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {

@@ -9,8 +9,10 @@
 // ended), leaderwatch.go (the in-flight failover and the hung-leader watch of leader pools), headers.go
 // (messages as sent: the head sent upstream, hop-by-hop fields, Date), transport.go (each server's
 // client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go (single-point auth),
-// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
-// event stream's subscribers), admin.go.
+// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the event stream's
+// subscribers), discovery.go (the lists of package discovery's providers put in force in their pools),
+// admin.go and actions.go (what the admin listener, package admin, reads and does: the status
+// document, the operator's actions).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -31,6 +33,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
@@ -49,11 +52,13 @@ type LB struct {
 	lns      listeners // the front end's and the admin's (listeners.go)
 
 	// front checks every client byte, answers and counts what it refuses and counts its connections'
-	// errors (lb/frontend); set at Start. adminConnErrs counts and logs the admin listener's
+	// errors (lb/frontend), with the limits of the config New was given ([frontend] changes but for
+	// the listeners and TLS take a restart). adminConnErrs counts and logs the admin listener's
 	// connection errors; fasthttp's own lines never reach the log.
 	front         *frontend.Front
 	adminConnErrs *frontend.ConnErrors
-	adminDenied   atomic.Uint64 // admin requests answered 401
+	// adminHandler answers the admin listener's requests (package admin; LB is its Backend).
+	adminHandler *admin.Handler
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
@@ -71,8 +76,7 @@ type LB struct {
 	relayRoutes map[string]*relayRoute
 
 	// disc runs each pool's service discovery provider (discovery.go), across reloads.
-	discMu sync.Mutex
-	disc   map[string]*discovery
+	disc discoveries
 
 	ctx    context.Context // lives until Close; parent of every pool's checks
 	cancel context.CancelFunc
@@ -112,9 +116,12 @@ type Options struct {
 func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
-		disc: map[string]*discovery{}, relayRoutes: map[string]*relayRoute{}}
+		relayRoutes: map[string]*relayRoute{}}
+	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
+	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
+	lb.adminHandler = admin.New(lb, adminOptions)
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
@@ -138,7 +145,7 @@ func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
-		pc = lb.discovered(name, pc) // a pool with service discovery keeps the servers it found
+		pc = lb.disc.discovered(name, pc) // a pool with service discovery keeps the servers it found
 		if old != nil {
 			if op, ok := old.pools[name]; ok && op.balance == pc.Balance {
 				op.apply(pc, lb.logf)
@@ -239,10 +246,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		return err
 	}
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
-	lb.syncDiscovery(g)         // service discovery providers (discovery.go)
+	lb.disc.sync(g)             // service discovery providers (discovery.go)
 
 	fe := g.cfg.Frontend
-	lb.front = frontend.New(frontLimits(&fe), lb.log)
 	var fls []net.Listener // the plain and the HTTPS listener, as configured
 	for _, f := range lb.frontListeners() {
 		if addr := f.addr(g.cfg); addr != "" {
@@ -297,7 +303,7 @@ func (lb *LB) Start(ctx context.Context) error {
 			return fmt.Errorf("admin: %w", err)
 		}
 		lb.lns.set(lnAdmin, aln)
-		lb.admin = &fasthttp.Server{Handler: lb.handleAdmin, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
+		lb.admin = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
 			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
 		lb.serve(lb.admin, aln, "admin")
 	}
@@ -360,9 +366,10 @@ func (lb *LB) Close() {
 	}
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
-		lb.cancel() // ends the checks, the discovery providers and the admin's event streams
+		lb.cancel() // ends the checks and the discovery providers
 	}
-	lb.stopDiscovery()
+	lb.adminHandler.Close() // ends the admin's event streams
+	lb.disc.stop()
 	if lb.admin != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
@@ -467,7 +474,7 @@ func (lb *LB) Reload(cfg *Config) error {
 	lb.gen.Store(g)
 	lb.level.Set(logLevels[cfg.Global.LogLevel])
 	lb.swapRelays(rrs)
-	lb.syncDiscovery(g)
+	lb.disc.sync(g)
 	for _, m := range feMoved {
 		what := "frontend"
 		if m.spec.key != "listen" {

@@ -122,28 +122,27 @@ func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
 	return int64(len(resp.Body()))
 }
 
-// writeMetrics writes the metrics of the current generation.
-func (lb *LB) writeMetrics(w io.Writer) {
+// WriteMetrics writes the metrics of the current generation (admin.Backend: GET /metrics).
+func (lb *LB) WriteMetrics(w io.Writer) {
 	g := lb.gen.Load()
 	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
-	front := lb.front // set at Start, before the admin listener
 	for _, code := range frontend.RefusedCodes {
-		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, front.RefusedTotal(code))
+		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.front.RefusedTotal(code))
 	}
 	for k := range frontend.NumConnKinds {
-		n := front.Errors.Count(k)
+		n := lb.front.Errors.Count(k)
 		if k == frontend.ConnLimit && lb.frontend != nil {
 			n += uint64(lb.frontend.GetRejectedConnectionsCount()) // fasthttp counts them
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil {
-		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", front.Errors.Count(frontend.ConnTLS))
+		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.front.Errors.Count(frontend.ConnTLS))
 		for i, c := range ft.Certs {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}
 	}
-	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminDenied.Load())
+	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminHandler.Unauthorized())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
 	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
@@ -186,7 +185,7 @@ func (lb *LB) writeMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, "fairlead_pool_failovers_total{"+l+"}", p.failovers.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
-		lb.writeDiscoveryMetrics(w, name) // discovery.go
+		lb.disc.writeMetrics(w, name) // discovery.go
 		if p.table != nil {
 			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
 		}

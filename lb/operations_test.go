@@ -168,6 +168,7 @@ func TestAdminTokenIsNeededForActionsButNotForReadingOnLoopback(t *testing.T) {
 	if n := opAdminActions(t, l, ""); n != 0 {
 		t.Fatalf("%s = %v after refused actions, want 0", adminActionSeries, n)
 	}
+	wantMetrics(t, l, "fairlead_admin_unauthorized_total 8") // one per refused POST
 	// Reading needs no credentials on a loopback listener.
 	for _, path := range []string{"/api/status", "/status", "/metrics", "/healthz", "/"} {
 		if code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, path, ""); code != 200 {

@@ -6,56 +6,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
-
-// RelayStatus describes a running relay.
-type RelayStatus struct {
-	Name string `json:"name"` // the NAME of [relays.NAME]
-	Path string `json:"path"` // the client-facing path template
-	Pool string `json:"pool"` // the pool of upstream servers
-	// Start is the start mode; Seeded tells whether a fast start filled the cache from seed_file.
-	Start  string `json:"start"`
-	Seeded bool   `json:"seeded"`
-	// Upstream is the server fetches and sessions go to; ServingBackup tells whether it is not the
-	// primary; Switches counts the moves between servers (failovers and failbacks).
-	Upstream      string `json:"upstream"`
-	ServingBackup bool   `json:"serving_backup"`
-	Switches      uint64 `json:"switches"`
-	// Sessions is the open upstream events sessions (one per active topic).
-	Sessions int `json:"sessions"`
-	// Subscribers is the open SSE and WebSocket subscribers of every topic.
-	Subscribers int64 `json:"subscribers"`
-	// Requests counts the requests served by kind ("snapshot", "sse", "websocket"); Refused counts the
-	// requests answered with an error, by status.
-	Requests map[string]uint64 `json:"requests"`
-	Refused  map[string]uint64 `json:"refused"`
-	// SeedWrites and SeedWriteErrors count the writes of seed_file (seed_file_write).
-	SeedWrites      uint64 `json:"seed_writes,omitempty"`
-	SeedWriteErrors uint64 `json:"seed_write_errors,omitempty"`
-	// Topics are the topics held, listed and on demand.
-	Topics []TopicStatus `json:"topics"`
-}
-
-// TopicStatus describes one topic of a relay.
-type TopicStatus struct {
-	Topic string `json:"topic"` // the path's values joined by "/"
-	// Listed: in the relay's topics (else accepted on demand). Watched: it has an upstream session
-	// (an idle topic has none until its next request).
-	Listed      bool   `json:"listed"`
-	Watched     bool   `json:"watched"`
-	Subscribers int    `json:"subscribers"` // open SSE and WebSocket subscribers
-	Version     uint64 `json:"version"`     // version of the cached snapshot
-	// Seed: the cached snapshot is still the one of the seed file.
-	Seed        bool      `json:"seed,omitempty"`
-	Fetched     time.Time `json:"fetched,omitzero"` // when the cached snapshot was fetched
-	Publishes   uint64    `json:"publishes"`        // new snapshots pushed to subscribers
-	Fetches     uint64    `json:"fetches"`          // snapshot fetches ended
-	FetchErrors uint64    `json:"fetch_errors"`     // failed snapshot fetches
-	Drops       uint64    `json:"drops"`            // subscribers dropped for falling behind
-}
 
 // status describes the relay.
 func (rr *relayRoute) status() RelayStatus {

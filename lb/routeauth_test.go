@@ -112,7 +112,7 @@ func authEchoed(body string) map[string][]string {
 
 func authMetrics(l *LB) string {
 	var b bytes.Buffer
-	l.writeMetrics(&b)
+	l.WriteMetrics(&b)
 	return b.String()
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/admin"
 )
 
 // Black-box tests of GET /events over real sockets: what a client reads, how many streams run, how
@@ -153,9 +154,9 @@ func (c *sseClient) ended(t *testing.T, timeout time.Duration) error {
 	}
 }
 
-func decodeEvent(t *testing.T, m sseMsg) eventJSON {
+func decodeEvent(t *testing.T, m sseMsg) admin.StreamEvent {
 	t.Helper()
-	var e eventJSON
+	var e admin.StreamEvent
 	if err := json.Unmarshal([]byte(m.data), &e); err != nil {
 		t.Fatalf("event data %q: %v", m.data, err)
 	}
@@ -175,15 +176,15 @@ func decodeSnapshot(t *testing.T, m sseMsg) Status {
 func runningStreams() int {
 	var b strings.Builder
 	pprof.Lookup("goroutine").WriteTo(&b, 2) //nolint:errcheck
-	return strings.Count(b.String(), "lb.(*sseStream).run(")
+	return strings.Count(b.String(), "admin.(*stream).run(")
 }
 
 // streamIntervals sets the snapshot and heartbeat intervals of the streams for one test. Call it before
 // startLB, so that they are restored after fairlead closed.
 func streamIntervals(t *testing.T, snapshot, ping time.Duration) {
-	oldSnap, oldPing := sseSnapshotEvery, ssePingEvery
-	sseSnapshotEvery, ssePingEvery = snapshot, ping
-	t.Cleanup(func() { sseSnapshotEvery, ssePingEvery = oldSnap, oldPing })
+	old := adminOptions
+	adminOptions.SnapshotEvery, adminOptions.PingEvery = snapshot, ping
+	t.Cleanup(func() { adminOptions = old })
 }
 
 // startQuietLB starts fairlead on files without keeping its log (the tests below publish large events,
@@ -313,7 +314,7 @@ func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribe
 	// must not wait for a subscriber: a blocked one would hold the publisher (a health check, a reload)
 	// for ever, so a bound well above the time a batch takes shows it does not.
 	detail := strings.Repeat("x", 16<<10)
-	const batch = sseBuffer / 8
+	const batch = admin.EventsBuffer / 8
 	dropped := false
 	for round := 0; round < 200 && !dropped; round++ {
 		start := time.Now()

@@ -20,15 +20,17 @@ import (
 // Config is the whole configuration as the operator wrote it, merged from every file of conf.d and with
 // defaults applied. A loaded Config is never modified: a reload builds a new one.
 //
-// Every key is documented here with its default; conf.d/ shows each of them commented.
+// Every key is documented where it is defined, in words an operator reads: conf.d/REFERENCE.md is
+// generated from these comments and from the defaults the code applies (defaults.go), so a comment never
+// restates a default. conf.d/ shows each key commented with its default.
 type Config struct {
 	Global   Global           `toml:"global"`
 	Frontend Frontend         `toml:"frontend"`
 	Admin    Admin            `toml:"admin"`
 	Pools    map[string]*Pool `toml:"pools"`
 	Routes   []Route          `toml:"routes"`
-	// Relays are relay routes (run by lb): a path template whose topics fairlead serves itself from
-	// one upstream session per topic, cached snapshots and fan-out to WebSocket and SSE subscribers.
+	// Relay routes: a path template whose topics fairlead serves itself, from one upstream session per
+	// topic, cached snapshots and fan-out to WebSocket and SSE subscribers.
 	Relays map[string]*Relay `toml:"relays"`
 
 	// Files are the files the config was read from, in the order they were merged.
@@ -49,205 +51,299 @@ type Config struct {
 	RelaySpecs map[string]*RelaySpec `toml:"-"`
 }
 
-// Global is the [global] table: process-wide settings.
+// Process-wide settings.
 type Global struct {
-	// StateFile, if set, is where fairlead persists each pool's leader, server health and sticky table,
-	// written atomically (temp file + rename) at most every few seconds and at exit. Default "" (none).
+	// Where fairlead saves, per pool, its balance, its leader (leader pools), each server's health (up
+	// or down) and its sticky table (each key with its server and idle time), for a fast start. JSON,
+	// written every 5 s when something changed (a placement, a health or leader change, a reload; an
+	// unchanged state once a minute) and once more at exit, replaced atomically (a temporary file in the
+	// same directory, fsync, rename) and readable by its owner only (mode 0600): it holds no
+	// credentials, but sticky keys may be session cookies or asset ids. A failed write logs one warning
+	// and fairlead serves on. "" saves nothing. Read at start: a change needs a restart.
 	StateFile string `toml:"state_file"`
-	// StateMaxAge: a state file older than this is stale and ignored at a fast start. Default "1h".
+	// A state file written longer ago than this is stale: a fast start ignores it and starts normally.
 	StateMaxAge Duration `toml:"state_max_age"`
-	// Start is "normal" (wait for the first round of probes before serving) or "fast" (load StateFile
-	// and serve at once with the remembered leaders and sticky placements while probes confirm in the
-	// background; a missing, stale or corrupt state file falls back to a normal start). Default "normal".
+	// "normal": the front end opens once every pool's first round of probes has answered (bounded by
+	// the check timeout). "fast": fairlead reads state_file before the first probe and opens at once: a
+	// leader pool's remembered leader is the elected leader, a remembered-up server of another pool is
+	// up, and sticky keys return to their tables (keys of servers no longer in the pool, or idle past
+	// idle_timeout counting the time fairlead was down, are dropped); the probes go out at once and the
+	// usual rules apply (a remembered leader is replaced after fall non-200 answers, a remembered-up
+	// server goes down after fall failures, servers not in the file start unknown). A missing,
+	// unreadable, corrupt or stale file logs a warning naming the file and the reason and falls back to
+	// a normal start. A pool missing from the file, whose balance changed, whose remembered leader left
+	// the pool, or that had no leader (or no server up) waits for its first round; its sticky keys are
+	// still restored if its balance is unchanged. Needs a restart.
 	Start string `toml:"start"`
-	// LogFormat is "text" or "json" (log/slog). Default "text".
+	// "text" (key=value lines) or "json" (one JSON object per line), written to standard error through
+	// log/slog; events carry kind, pool, server, old and detail. Needs a restart.
 	LogFormat string `toml:"log_format"`
-	// LogLevel is the least level logged: "debug", "info", "warn" or "error". "debug" adds the
-	// rate-limited lines of client connection errors (lb). A reload applies it at once.
-	// Default "info".
+	// The least level logged: "debug", "info", "warn" or "error" (the README says what each level
+	// carries). "debug" adds the client connection errors of the front end, each kind at most once every
+	// 10 s: msg="frontend: connection error" kind=closed client=203.0.113.7 suppressed=199 (the kind,
+	// the client's IP address and how many lines of that kind were held back, nothing else; the admin
+	// listener's as "admin:", without the counter). A reload applies it at once.
 	LogLevel string `toml:"log_level"`
-	// AccessLog writes one line per request and per tunnel close (route, pool, server, status,
-	// duration, bytes, retries). Default false.
+	// msg=access lines: type=request with client method path route pool server status duration_ms
+	// req_bytes resp_bytes retries (route -1 and pool "" when no route matched, status 101 for a
+	// tunnel, resp_bytes -1 for a streamed answer without Content-Length); type=tunnel at each tunnel
+	// close with client pool server duration_ms bytes_to_server bytes_to_client reason; type=relay for
+	// each request of a relay route with client method path relay topic kind status duration_ms (kind
+	// snapshot, sse or websocket; a stream's line is written when it starts, status 101 for a
+	// WebSocket). Requests the front end refuses and 401s of single-point auth are logged too. Never the
+	// query string, a header (Authorization, cookies), check credentials or a body. A reload turns it
+	// on or off at once.
 	AccessLog bool `toml:"access_log"`
 }
 
-// Frontend is the [frontend] table: where clients connect.
+// Where clients connect, and what the front end accepts from them. A new listen or tls_listen address
+// applies at a reload (it is bound before anything else applies, a bind failure fails the reload, and
+// the old listener closes without cutting its connections); trusted_proxies, redirect_https, the
+// certificates and the client CAs (tls_cert, tls_key, [[frontend.certs]], client_ca, client_auth) apply
+// at once; the other keys, and adding or removing a listener, need a restart.
+//
+// Every byte a client sends runs through a byte-level HTTP/1.1 framer (RFC 9112) before it is parsed,
+// so that nothing a server behind fairlead could read differently is forwarded. Refused with 400:
+// Content-Length with Transfer-Encoding, two Content-Lengths, a Content-Length that is not digits, a
+// Transfer-Encoding other than exactly chunked (or two, or in HTTP/1.0), obs-fold, bare LF or CR,
+// whitespace before a colon, NUL and other control bytes, field names that are not tokens, HTTP/1.1
+// without exactly one non-empty Host, a malformed request line or target, bad chunk sizes (not hex,
+// empty, over 15 digits, whitespace before them or before the line's CRLF), chunk extensions outside
+// the chunk-ext grammar of RFC 9112 §7.1.1 (5;a=b and 5 ; a = "x y" pass, 5;a b c and 5;a="open do
+// not), a chunk-size line over 4096 bytes, chunk data not followed by CRLF. CONNECT gets 405 with Allow
+// (fairlead is no forward proxy); an HTTP version other than 1.0 and 1.1 gets 505. A violation holds
+// back the whole message it is in: complete pipelined requests before it are served, then the answer
+// comes and the connection closes (the client's unsent bytes are drained for up to 0.5 s first, so that
+// the answer is not lost to a reset). After a request with an Upgrade field the framer stops (the bytes
+// may be WebSocket frames); unless that request becomes a tunnel, its connection closes after the
+// answer. Refusals are counted in fairlead_bad_requests_total{code} and, with access_log, logged.
 type Frontend struct {
-	// Listen is the TCP address of the client-facing HTTP listener. Default "127.0.0.1:8080".
+	// The address (host:port) of the plain HTTP listener. "" serves HTTPS only (needs tls_listen).
 	Listen string `toml:"listen"`
-	// ReadTimeout bounds reading one request's headers (and a non-streamed body). Default "30s".
+	// The longest silence while a request's head or body is read: a body that stops arriving gets 408
+	// and its upstream request is cut before its end (the server is not blamed).
 	ReadTimeout Duration `toml:"read_timeout"`
-	// IdleTimeout closes a client keep-alive connection idle this long between requests. Default "60s".
+	// Closes a client keep-alive connection idle this long between requests.
 	IdleTimeout Duration `toml:"idle_timeout"`
-	// MaxConns caps concurrent client connections; over it new connections are refused. Default 20000.
+	// Concurrent client connections served over HTTP (a connection that became a tunnel or a relay
+	// stream no longer counts). Over it a new connection gets 503 from the accept loop and is closed at
+	// once, holding no goroutine (logged at WARN, rate-limited, and counted as kind limit).
 	MaxConns int `toml:"max_conns"`
-	// MaxBodySize caps a request body in bytes; bigger bodies get 413. 0 means no limit. Default 0.
+	// Request body limit in bytes; 0: none. Over it 413: a Content-Length is refused before anything is
+	// forwarded, a chunked body as its chunk sizes add up past the limit (its upstream request is cut
+	// before its end).
 	MaxBodySize int64 `toml:"max_body_size"`
-	// DrainTimeout bounds the wait for in-flight requests at SIGTERM: fairlead stops accepting, lets
-	// them finish for up to this long, then closes the tunnels and exits 0. Default "10s".
+	// At SIGTERM or SIGINT fairlead stops accepting, lets in-flight requests finish for up to this
+	// long, closes the tunnels (spread over each pool's tunnel_close_spread) and exits 0.
 	DrainTimeout Duration `toml:"drain_timeout"`
-	// TLSListen is the address of the HTTPS listener, beside Listen (which may then be "" to serve HTTPS
-	// only). It needs a certificate: TLSCert and TLSKey, or Certs. Default "" (no HTTPS).
+	// The address of the HTTPS listener, beside listen or alone, served by the same front end (framer,
+	// routes, stickiness, retries, access log) with X-Forwarded-Proto: https. TLS 1.2 and 1.3, Go's
+	// default cipher suites, ALPN http/1.1; the handshake runs before the first read, bounded by
+	// header_timeout, and one that fails closes the connection without an answer. Needs a certificate:
+	// tls_cert and tls_key, or [[frontend.certs]]. WebSocket upgrades over TLS are tunnelled like plain
+	// ones, but streamed by two goroutines with small buffers (512 bytes while waiting, a pooled 32 KiB
+	// one during a burst) instead of the epoll relay.
 	TLSListen string `toml:"tls_listen"`
-	// TLSCert and TLSKey are PEM files of the default certificate (chain first) and its key.
+	// PEM file of the default certificate, chain first, with tls_key. Certificates, keys and client_ca
+	// are read when the config is loaded and watched: a new one applies at the next handshake without
+	// touching open connections or tunnels; a bad one fails the reload, naming the file and the key
+	// ("frontend.tls_cert: … tls: private key does not match public key"), and the running certificates
+	// stay. Alert on fairlead_tls_certificate_not_after_seconds.
 	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
-	// Certs are more certificates, chosen by the SNI name of the handshake (exact DNS name, then a
-	// wildcard); the first certificate (TLSCert, else Certs[0]) is the default.
+	// PEM file of tls_cert's private key.
+	TLSKey string `toml:"tls_key"`
+	// More certificates, chosen by SNI ([[frontend.certs]] entries).
 	Certs []Cert `toml:"certs"`
-	// ClientCA is a PEM file of the CAs that sign client certificates; ClientAuth is "require" (a
-	// client without a valid certificate fails the handshake) or "verify_if_given". Default none.
-	ClientCA   string `toml:"client_ca"`
+	// PEM file of the CAs that sign client certificates (mutual TLS); goes with client_auth.
+	ClientCA string `toml:"client_ca"`
+	// "require": a client without a valid certificate fails the handshake; "verify_if_given": a
+	// certificate is checked if one is sent. Goes with client_ca.
 	ClientAuth string `toml:"client_auth"`
-	// RedirectHTTPS answers every plain HTTP request with a 308 to the same URI over HTTPS (on
-	// TLSListen's port). Default false.
+	// Answers every plain HTTP request with a 308 to the same URI over HTTPS (on tls_listen's port,
+	// none for 443); nothing is forwarded.
 	RedirectHTTPS bool `toml:"redirect_https"`
 	// TLS is the loaded TLS (tls.go), nil without TLSListen.
 	TLS *FrontTLS `toml:"-"`
-	// MaxHeaderSize caps a request's line and header fields (and a chunked body's trailer section), in
-	// bytes; larger gets 431. Default 8192.
+	// Request line and header fields (and a chunked body's trailer section), in bytes, 1024 to 1048576;
+	// larger gets 431. It is also the read buffer a connection holds while a request is read (pooled
+	// between requests): raise it only for clients that need it.
 	MaxHeaderSize int `toml:"max_header_size"`
-	// HeaderTimeout bounds receiving a request's head from its first byte; a slower head (slowloris)
-	// gets 408 and the connection closes. Default "10s".
+	// A request's head (line and header fields) must arrive within this time of its first byte, else 408
+	// and the connection closes (slowloris). "0s": only read_timeout.
 	HeaderTimeout Duration `toml:"header_timeout"`
-	// TrustedProxies are the CIDRs of proxies in front of fairlead whose X-Forwarded-For is appended to
-	// and whose X-Forwarded-Proto, X-Forwarded-Host and other X-Forwarded-* and Forwarded headers are
-	// kept; from any other client they are removed and replaced. Default none.
+	// CIDRs (or addresses) of proxies in front of fairlead: their X-Forwarded-For is appended to and
+	// their other X-Forwarded-* and Forwarded fields are kept. From any other client these fields are
+	// removed first, so that it cannot pass for another address or scheme; X-Forwarded-For, -Proto and
+	// -Host are set from the connection either way.
 	TrustedProxies []string `toml:"trusted_proxies"`
 	// Trusted is TrustedProxies parsed (validate.go).
 	Trusted []netip.Prefix `toml:"-"`
-	// RetryBuffer is the largest request body (bytes, with a Content-Length) held in memory so that a failed
-	// request can be replayed on the new leader. Larger or chunked bodies stream and are retried only when
-	// none of their bytes were read. Default 65536.
+	// The largest request body (bytes, with a Content-Length) held in memory so that a failed request
+	// can be replayed on another server. Larger or chunked bodies stream and are replayed only when
+	// none of their bytes were read yet.
 	RetryBuffer int `toml:"retry_buffer"`
 }
 
-// Cert is a [[frontend.certs]] entry: a PEM certificate (chain first) and its key.
+// More certificates for tls_listen, chosen by the SNI name of the handshake: an exact DNS name, then a
+// wildcard (*.example.com), else the default, which is tls_cert, or else the first entry. A [[table]]
+// ends the [frontend] table: write these entries after every other [frontend] key.
 type Cert struct {
 	Cert string `toml:"cert"` // PEM file of the certificate, chain first
 	Key  string `toml:"key"`  // PEM file of its private key
 }
 
-// Admin is the [admin] table: status and metrics endpoints.
+// The admin listener: the status page, /events, /api/status, /metrics, /healthz, the runtime actions
+// and /debug/pprof (all of it in lb/admin/ADMIN.md). Keep it on loopback or a private address.
 type Admin struct {
-	// Listen is the address of the admin HTTP listener (/status, /metrics, /healthz). "" disables it.
-	// Default "127.0.0.1:8404".
+	// The address of the admin listener; "" disables it. A listener that is not on a loopback address
+	// needs token_file, or user and password_file. A new address applies at a reload; turning the
+	// listener on or off needs a restart.
 	Listen string `toml:"listen"`
-	// TokenFile holds a bearer token ("Authorization: Bearer <token>"); User and PasswordFile a Basic
-	// user and password. Either admits: they are required for admin actions (POST), and for every admin
-	// path when Listen is not a loopback address (such a listener needs one of them). Default none.
-	TokenFile    string `toml:"token_file"`
-	User         string `toml:"user"`
+	// A file holding a bearer token (Authorization: Bearer <token>). With a token or a user configured,
+	// every action (POST) needs credentials, and so does every path when the listener is not loopback;
+	// wrong or missing credentials get 401 (compared in constant time). Read at start and at every
+	// reload, watched; never logged.
+	TokenFile string `toml:"token_file"`
+	// The Basic auth user, with password_file (either credential admits).
+	User string `toml:"user"`
+	// A file holding user's Basic auth password; read at start and at every reload, watched; never
+	// logged.
 	PasswordFile string `toml:"password_file"`
 }
 
-// Pool is one [pools.NAME] table: a set of upstream servers and how to choose among them.
+// A set of upstream servers and how to choose among them. A reload that keeps a pool's balance changes
+// its server set only: a server whose address stays keeps its health, leader role, sticky keys, tunnels,
+// upstream connections and counters; a new one gets traffic after its first passing probe; a removed one
+// drains. Changed check keys restart the probes with the servers' state kept; changed connection keys
+// (max_conns, timeouts, nodelay, [tls]) give each server a new connection pool.
 type Pool struct {
-	// Balance is the selection policy: "leader" sends everything to the one server that answers the
-	// leader check with 200; "sticky" keeps each key (asset, session) on one server, placing new keys by
-	// rendezvous hashing over the healthy servers; "roundrobin" sends each request to the next server,
-	// in config order, that is connected (passes its checks) and writable (below its watermarks), as the
-	// ThingWorx connectors do. Default "leader".
+	// The selection policy. "leader": everything to the one server elected by the LeaderCheck (200 =
+	// leader; replaced after fall non-200 answers). "sticky": each key (asset, session) stays on one
+	// server; a new key is placed by rendezvous hashing over the available servers, so two fairleads
+	// with the same config place it alike. "roundrobin": each request to the next server, in config
+	// order, that is connected (passes its checks) and writable (below its watermarks), as the
+	// ThingWorx connectors balance; choosing and counting are one step, so the order is exact and a
+	// watermark is never overshot. A pool named only by relays defaults to "roundrobin".
 	Balance string `toml:"balance"`
-	// Servers are the upstream addresses (host:port), the primaries. Required, non-empty.
+	// The upstream addresses (host:port), the primaries. Required, non-empty, unless [discovery] has a
+	// provider: then it is the seed, used until the provider's first answer.
 	Servers []string `toml:"servers"`
-	// Backups are servers that take no traffic while any primary is usable (passes its checks). When
-	// none is, the balance runs over the backups, and traffic returns to the primaries as soon as one
-	// passes its checks again. In a leader pool a backup is elected only when no primary answers 200,
-	// and the change back follows the leader rules: a backup that leads stays until it gives fall
-	// non-200 answers, even if a primary answers 200 meanwhile. Default none.
+	// Servers that take no traffic while any primary is available. When none is, the pool's policy
+	// runs over the backups (a failover, published on the event stream and counted), and traffic
+	// returns to the primaries as soon as one passes its checks again (a failback); sticky keys placed
+	// on a backup are placed anew at their next connection. In a leader pool a backup is elected only
+	// when no primary's latest LeaderCheck answered 200, and the change back follows the leader rules:
+	// a backup that leads stays until it gives fall non-200 answers, even if a primary answers 200
+	// meanwhile.
 	Backups []string `toml:"backups"`
-	// FailbackInterval bounds the wait between two probes of a primary while traffic is on backups
-	// (needs backups). Default "15s".
+	// While the backups serve, each primary is probed at least this often (needs backups).
 	FailbackInterval Duration `toml:"failback_interval"`
-	// FailbackCloseTunnels closes the tunnels on backups once a primary is usable again, spread over
-	// FailbackCloseSpread, so that devices reconnect to the primaries (needs backups; not for leader
-	// pools, whose tunnels close whenever the leader changes). Default false: they stay until they end.
+	// At a failback, closes the tunnels on the backups, spread over failback_close_spread, so that
+	// devices reconnect to the primaries; the spreading stops if the backups take over again. false: they
+	// stay until they end. Needs backups; not for leader pools, whose tunnels close at every leader
+	// change.
 	FailbackCloseTunnels bool `toml:"failback_close_tunnels"`
-	// FailbackCloseSpread is the time over which those closes are spread, so that the devices do not
-	// all reconnect at once (needs failback_close_tunnels). Default "5s".
+	// The time over which those closes are spread, so that the devices do not all reconnect at once
+	// (needs failback_close_tunnels).
 	FailbackCloseSpread Duration `toml:"failback_close_spread"`
-	// Names are display names of servers for logs, /status and metrics: address → name. Default: the
-	// address.
+	// Display names of servers in logs, /api/status (name) and metrics (the name label), one
+	// "host:port" = "name" per server or backup of the pool, unique in the pool. A server without one
+	// is shown by its address. Admin actions accept either.
 	Names map[string]string `toml:"names"`
-	// QueueTimeout is how long a request may wait for a usable server (a leader; in a roundrobin pool a
-	// connected and writable one) or a free upstream connection before it gets UnavailableStatus.
-	// Default "5s".
+	// How long a request may wait for an available server (a leader; in a roundrobin pool a connected
+	// and writable one) or a free upstream connection before it gets unavailable_status. It also bounds
+	// the hold of a request that is retried after a failure.
 	QueueTimeout Duration `toml:"queue_timeout"`
-	// UnavailableStatus is the status of the answer when no server could take a request within
-	// QueueTimeout (503 carries Retry-After: 1). 500 reproduces the ThingWorx connectors. Default 503.
+	// The status (4xx or 5xx) of fairlead's answer when no server could take a request within
+	// queue_timeout, or max_queue requests already wait; 503 carries Retry-After: 1. 500 reproduces the
+	// ThingWorx connectors.
 	UnavailableStatus int `toml:"unavailable_status"`
-	// HighWatermark makes a server of a roundrobin pool unwritable (skipped) while this many requests
-	// to it are in flight (sent, response head not yet arrived). Default 0: no limit.
+	// Roundrobin pools: a server with this many requests in flight (sent, response head not yet
+	// arrived) is unwritable and skipped, not taken down; 0: no limit. Keep it at most max_conns: above
+	// that, requests wait for an upstream connection instead of moving on.
 	HighWatermark int `toml:"high_watermark"`
-	// HighWatermarkBytes makes a server of a roundrobin pool unwritable while the request-body bytes
-	// in flight to it reach this many (a request's Content-Length, or a chunked body's bytes as they
-	// stream). Default 0: no limit.
+	// Roundrobin pools: a server with this many request-body bytes in flight (a request's
+	// Content-Length, or a chunked body's bytes as they stream) is unwritable; 0: no limit.
 	HighWatermarkBytes int64 `toml:"high_watermark_bytes"`
-	// MultipartHeader names the request header carrying a multi-part id (roundrobin pools): the first
-	// request with an id is balanced as usual and pins the id to its server; later requests with the
-	// id go to that server while it is connected and writable, and otherwise fail with 502 (the pin is
-	// dropped). They are never retried elsewhere. Default "" (no pins).
+	// Roundrobin pools: the request header carrying a multi-part id. The first request with an id is
+	// balanced as usual and pins the id to its server; later requests with the id go to that server
+	// while it is connected and writable, and otherwise get 502 at once and the pin is dropped (the next
+	// part is balanced anew). They are never sent elsewhere (the other servers have not seen the first
+	// parts) nor retried. "": no pins.
 	MultipartHeader string `toml:"multipart_header"`
-	// MultipartTTL forgets a pin this long after its last use (needs multipart_header). Default "5m".
+	// A pin is forgotten this long after its last use, exactly (needs multipart_header).
 	MultipartTTL Duration `toml:"multipart_ttl"`
-	// MultipartMaxPins bounds the pins; the longest-unused go first (needs multipart_header).
-	// Default 100000.
+	// Bound on the pins; the longest unused go first (needs multipart_header).
 	MultipartMaxPins int `toml:"multipart_max_pins"`
-	// MaxQueue caps the requests waiting at once in this pool; over it requests get UnavailableStatus at once. Default 10000.
+	// Requests waiting at once in this pool; more get unavailable_status at once.
 	MaxQueue int `toml:"max_queue"`
-	// MaxConns caps the upstream connections fairlead opens to each server. Default 512.
+	// Upstream connections fairlead opens to each server: keep-alive connections, reused most recent
+	// first and closed after 10 s unused; requests over the cap wait, first come first served, for up to
+	// queue_timeout.
 	MaxConns int `toml:"max_conns"`
-	// ConnectTimeout bounds dialing a server. Default "3s".
+	// Dialing a server; with [tls], its handshake too (a failed handshake is a failed dial).
 	ConnectTimeout Duration `toml:"connect_timeout"`
-	// ResponseTimeout bounds waiting for a server's response headers; past it the client gets 504.
-	// Default "60s".
+	// The longest silence from a server while fairlead waits for or reads its response: 504 if nothing
+	// came yet, unless the request is idempotent and another server takes over.
 	ResponseTimeout Duration `toml:"response_timeout"`
-	// NoDelay sets TCP_NODELAY on upstream connections. Default false: Nagle's algorithm stays on, which
-	// never delays a request written in one piece (fasthttp writes a request and a body under 32 KiB in
-	// one system call) and measured ~20% more small requests per second through fairlead; set it for
-	// upstreams that receive large streamed bodies in many small writes and need each pushed at once.
+	// Sets TCP_NODELAY on upstream connections. Off, Nagle's algorithm never delays a request written in
+	// one piece (fasthttp writes a request and a body under 32 KiB in one system call), and fairlead
+	// measured about 20% more small requests per second; set it for upstreams fed large streamed bodies
+	// in many small writes that need each pushed at once.
 	NoDelay bool `toml:"nodelay"`
-	// TunnelIdleTimeout closes an upgraded connection (WebSocket tunnel) with no bytes either way for
-	// this long; "0s" never does. Default "10m".
+	// Closes a tunnel (an upgraded connection) with no bytes either way for this long; "0s": never.
 	TunnelIdleTimeout Duration `toml:"tunnel_idle_timeout"`
-	// TunnelCloseSpread spreads the closing of many tunnels at once (a server down, in maintenance or
-	// removed, a leader change, a drain at exit) evenly over this time, so that devices do not all
-	// reconnect in the same second; until its turn a tunnel to a failed server may stay open on a dead
-	// connection. Default "0s": all at once.
+	// Spreads the closing of many tunnels at once (a server down, in maintenance or removed, a leader
+	// change, the drain at exit) evenly over this time, so that devices do not all reconnect in the same
+	// second; until its turn a tunnel to a failed server may sit on a dead connection. "0s": all at once.
 	TunnelCloseSpread Duration `toml:"tunnel_close_spread"`
-	// Check is the active health check.
+	// The active health check of the pool's servers.
 	Check Check `toml:"check"`
-	// Sticky configures balance = "sticky".
+	// The sticky table of balance = "sticky".
 	Sticky Sticky `toml:"sticky"`
-	// TLS makes fairlead speak TLS to the pool's servers: proxied requests, WebSocket upgrades and
-	// health checks. Default off (plain HTTP).
+	// TLS to the pool's servers; without it, plain HTTP.
 	TLS PoolTLS `toml:"tls"`
-	// Discovery, with a provider, takes the pool's servers from a registry (discovery.go); Servers is
-	// then an optional seed used until its first answer.
+	// Service discovery: the pool's servers come from a registry instead of servers.
 	Discovery Discovery `toml:"discovery"`
 }
 
-// PoolTLS is a [pools.NAME.tls] table: TLS to the servers of a pool (issue #11). The files are
-// read and parsed when the config is loaded (at start and at every reload), so a bad one is a config
-// error and a reload keeps the running config; their contents count in the config digest, so a
-// reload after replacing one applies it. Every key but Enabled needs Enabled.
+// With enabled = true fairlead speaks TLS (1.2 or 1.3) to every server of the pool: proxied requests,
+// WebSocket upgrades and health checks (LeaderChecks included, on the check port if one is set). The
+// handshake is part of the dial, bounded by connect_timeout: a failed one sends any request (a POST too)
+// and any upgrade to another server at once. A probe whose handshake fails has failed: with a wrong CA no
+// server passes its checks, /api/status shows the error as the check's last answer, and the log names the
+// server and the reason once per run of such failures ("healthcheck: pool platform: 10.0.0.5:8443: TLS
+// certificate verification failed: tls: failed to verify certificate: x509: certificate signed by unknown
+// authority"; a server refusing fairlead's client certificate: "the server refused the TLS session:
+// remote error: tls: certificate required").
+//
+// The files are read when the config is loaded (at start and at every reload) and watched: a missing or
+// bad one (no certificate in ca_file, a key that does not match cert) is a config error naming the file
+// and the key, and a reload keeps the running config; a reload after replacing one gives the pool's
+// servers new upstream connections and restarts their probes, keeping their health and tunnels. Every
+// key but enabled needs enabled.
+//
+//	[pools.platform.tls]
+//	enabled = true
+//	ca_file = "/etc/fairlead/platform-ca.pem"
+//	server_name = "platform.internal"
 type PoolTLS struct {
-	// Enabled speaks TLS to every server of the pool (and to its check port). Default false.
+	// Speaks TLS to every server of the pool (and to its check port).
 	Enabled bool `toml:"enabled"`
-	// CAFile is a PEM bundle of the CA certificates that verify the servers' certificates.
-	// Default "": the system roots.
+	// PEM bundle of the CAs that verify the servers' certificates; "": the system roots.
 	CAFile string `toml:"ca_file"`
-	// ServerName is sent as SNI and is the name the servers' certificates are verified against.
-	// Default "": each server's host (an IP address is verified against the certificate's IP SANs).
+	// The name sent as SNI and verified in the servers' certificates; "": each server's host (an IP
+	// address is verified against the certificate's IP SANs; DNS discovery finds IP:port servers, so a
+	// pool with it needs server_name).
 	ServerName string `toml:"server_name"`
-	// InsecureSkipVerify accepts any certificate: no verification at all (not with CAFile). Logged as a
-	// warning at start and at each reload that keeps it. Default false.
+	// Accepts any certificate: no verification at all (not with ca_file). Logged as a warning at start
+	// and at each reload that keeps it.
 	InsecureSkipVerify bool `toml:"insecure_skip_verify"`
-	// Cert and Key are the PEM files of a client certificate and its key, presented to servers that
-	// ask for one (mutual TLS). The two go together. Default none.
+	// PEM file of a client certificate (chain first), presented to servers that ask for one (mutual
+	// TLS); goes with key.
 	Cert string `toml:"cert"`
-	Key  string `toml:"key"`
+	// PEM file of the client certificate's private key; goes with cert.
+	Key string `toml:"key"`
 
 	// Client is the TLS config built from the keys and files at load (nil when Enabled is false);
 	// sum identifies the files' contents (loadPoolTLS, validate.go).
@@ -255,157 +351,259 @@ type PoolTLS struct {
 	sum    string
 }
 
-// Sticky is a [pools.NAME.sticky] table.
+// Where the sticky key comes from and how long it is kept. A known key whose server is available goes
+// there; a new key, or one whose server is not available, is placed by rendezvous (highest random
+// weight) hashing over the available servers' addresses, so losing a server moves only its own keys and
+// two fairleads with the same config place alike without sharing state. When a server goes down or
+// leaves the pool its tunnels close and its devices reconnect elsewhere; when it comes back, keys placed
+// meanwhile stay where they are until they go idle.
 type Sticky struct {
-	// Keys are the sources of the stickiness key, tried in order; the first one present wins:
-	// "header:NAME", "query:NAME", "cookie:NAME", "source" (client IP). Default ["source"].
+	// The sources of the key, tried in order; the first present wins: "header:NAME", "query:NAME",
+	// "cookie:NAME", "source" (the client's IP address).
 	Keys []string `toml:"keys"`
-	// Cookie, if set, is a cookie fairlead sets (on the 101 of a WebSocket, or on an HTTP response) naming
-	// the chosen server, so that cookie-keeping clients stick by it; Keys must list "cookie:<Cookie>".
-	// Default "" (no cookie).
+	// A cookie fairlead sets (on the 101 of a WebSocket, or on an HTTP answer) naming the chosen server
+	// (a hash of its address), so that cookie-keeping clients stick by it; keys must list
+	// "cookie:<cookie>". "": no cookie.
 	Cookie string `toml:"cookie"`
-	// IdleTimeout forgets a key with no open tunnel (and no request) for this long. Default "10m".
+	// Forgets a key with no open tunnel (and no request) for this long.
 	IdleTimeout Duration `toml:"idle_timeout"`
-	// MaxEntries bounds the table; the longest-idle keys go first. Default 1000000.
+	// Bound on the table (sharded); the longest-idle keys go first.
 	MaxEntries int `toml:"max_entries"`
 }
 
-// Check is a [pools.NAME.check] table: the active probe of every server of the pool.
+// The active probe of every server of the pool. Defaults differ between leader pools (the ThingWorx
+// LeaderCheck) and other pools (a rise/fall health check). A leader pool's checks elect the leader (the
+// README's "The leader"); another pool's take a server down after fall failures in a row — failed probes,
+// or live requests whose connection was refused, reset or timed out — and close its tunnels. Fewer live
+// failures only retry the client on another server and probe the failing one at once. A reload that
+// changes these keys restarts the probes with the servers' state kept. Servers a reload adds are probed at
+// once and can be elected by the same rules; a leader a reload removes is replaced at once by the server
+// with the longest run of 200s.
 type Check struct {
-	// Path is probed with GET. Default "/Thingworx/Admin/HA/LeaderCheck" for leader pools; for other
-	// pools default "" (no active probe: a server is taken down after fall live connections to it fail
-	// in a row, and tried again after interval), and a path enables rise/fall probing where 2xx/3xx pass.
+	// The path probed with GET. Leader pools: 200 is a leader answer, anything else (other codes, a
+	// timeout, a refusal) is not. Other pools: 2xx and 3xx pass; "" means no active probe (a server is
+	// taken down after fall live failures in a row and tried again after interval).
 	Path string `toml:"path"`
-	// Port, if set, is the port probes go to instead of each server's own (connection servers may answer
-	// health checks on a port of their own). Default 0 (the server's port).
+	// The port probes go to instead of each server's own (connection servers may answer health checks on
+	// a port of their own); 0: the server's port.
 	Port int `toml:"port"`
-	// Credentials is base64 of "user:password", sent as "Authorization: Basic <credentials>" exactly as
-	// ThingWorx's LoadBalancerBase64EncodedCredentials. Never logged. Default "" (no Authorization header).
+	// Base64 of "user:password", sent as "Authorization: Basic <credentials>", as ThingWorx's
+	// LoadBalancerBase64EncodedCredentials. "": no Authorization field. Never logged.
 	Credentials string `toml:"credentials"`
-	// Interval and IntervalMax bound the random wait between two probes of one server in steady state.
-	// Defaults "15s" for leader pools, "5s" for others, and IntervalMax = Interval*4/3.
-	Interval    Duration `toml:"interval"`
+	// Lower bound of the random wait between two probes of one server in steady state.
+	Interval Duration `toml:"interval"`
+	// Upper bound of that wait (the default is interval × 4/3).
 	IntervalMax Duration `toml:"interval_max"`
-	// FastInterval is the probe period of every server of a leader pool while the leader is failing or
-	// unknown or another server answers 200, and of a server of another pool while it is down or
-	// changing state. Default "250ms".
+	// The probe period of every server of a leader pool while the leader fails or is unknown or another
+	// server answers 200 (a few extra LeaderChecks per failover: a step-down moves traffic within about
+	// 1 s of the first LeaderCheck that sees it), and of a server of another pool while it is down or
+	// changing state (a down primary of a pool with backups: at most failback_interval). In a leader
+	// pool a live failure (refused, reset, timed out, a 503) probes every server at once; such triggers
+	// closer together than fast_interval/4 (at least 50 ms, at most 500 ms) are merged.
 	FastInterval Duration `toml:"fast_interval"`
-	// Timeout bounds one probe; a probe that times out counts as a non-200 answer. Default "5s" for
-	// leader pools, "2s" for others.
+	// Bounds one probe; a probe that times out counts as a failure (for a LeaderCheck, a non-200
+	// answer).
 	Timeout Duration `toml:"timeout"`
-	// Fall is the number of consecutive non-200 answers after which the leader is replaced (leader
-	// pools, default 3), or consecutive failures that take a server down (other pools, default 2): failed
-	// probes, or live requests whose connection was refused, reset or timed out. Fewer live failures
-	// only retry the client on another server and probe the failing one at once; they close no tunnel.
+	// Leader pools: consecutive non-200 answers after which the leader is replaced. Other pools:
+	// failures in a row (failed probes, or live requests refused, reset or timed out) that take a server
+	// down.
 	Fall int `toml:"fall"`
-	// Rise is the number of consecutive passes that bring a down server back (not for leader pools,
-	// where the 200 answer itself decides). Default 2.
+	// Consecutive passes that bring a down server back (not for leader pools, where the 200 answer
+	// itself decides).
 	Rise int `toml:"rise"`
 }
 
-// Route is one [[routes]] entry. Routes are tried in order; the first that matches names the pool.
-// A route that the routes before it shadow completely (every request it could match is matched by one
-// of them first) is a config error naming both (shadowedBy, validate.go).
+// Routes are tried in order; the first that matches names the pool. A request matches a route when its
+// path starts with one of paths, as a string ("/a" matches "/a/b" and "/ab"; a route without paths
+// matches every path), and a websocket = true route only when the request is a WebSocket upgrade.
+// Relay routes ([relays.NAME]) are matched before every [[routes]] entry.
+//
+// A route that the routes before it shadow completely could never match — a websocket = true route
+// after a catch-all would silently send devices to the platform — so it is a config error naming the
+// route and the routes that take its requests, each with its file:
+//
+//	conf.d/30-cx.toml: routes.1: never matches (paths "/Thingworx/WS", websocket only): routes.0 (every path, in conf.d/20-platform.toml) comes before it and matches every request it could; put routes.1 first or narrow the paths of routes.0
+//
+// The rule: route B is shadowed when each of its prefixes ("/" without paths) starts with a prefix of
+// some earlier route A that takes every kind of request B takes (A is not websocket = true, or B is
+// too); different prefixes of B may be covered by different earlier routes. A partial overlap is
+// allowed. Put specific routes before the catch-all, as conf.d does. A relay never shadows a route: its
+// path template matches paths of a fixed number of segments only, so longer paths under the route's
+// prefix still reach the route.
 type Route struct {
-	// Pool is the name of the pool that serves matching requests. Required.
+	// The pool that serves matching requests. Required.
 	Pool string `toml:"pool"`
-	// Paths are optional path prefixes; a route with none matches every path.
+	// Path prefixes; none matches every path.
 	Paths []string `toml:"paths"`
-	// WebSocket, if true, makes the route match only WebSocket upgrades (Upgrade: websocket), so that
-	// ordinary requests never reach its pool. Default false (the route matches every request).
+	// Matches only WebSocket upgrades (Upgrade: websocket), so that ordinary requests never reach the
+	// pool. An upgrade is tunnelled only on such a route and with a valid opening handshake (GET, a
+	// Sec-WebSocket-Key of 16 bytes in base64, Sec-WebSocket-Version: 13; else 400); on any other route
+	// it is forwarded as an ordinary request (Upgrade and Connection removed) and its connection closes
+	// after the answer.
 	WebSocket bool `toml:"websocket"`
-	// Auth, if set ([routes.auth] after this [[routes]] entry), is the route's single-point auth:
-	// clients present a key fairlead defines, fairlead removes it and injects the upstream credential
-	// that only fairlead holds. Default none (no key asked).
+	// The route's single-point auth ([routes.auth] after this [[routes]] entry): clients present a key
+	// fairlead defines, fairlead removes it and injects the upstream credential that only it holds, so
+	// that devices never hold the platform's application key. Without it no key is asked.
 	Auth *RouteAuth `toml:"auth"`
 }
 
-// RouteAuth is a [routes.auth] table (auth.go). A request on the route without one of the
-// keys of KeysFile gets 401 and nothing of it is forwarded; with one, the key's header is removed and
-// UpstreamHeader is set to the contents of UpstreamValueFile. Both files are read when the config is
-// loaded (at start and at every reload); their contents never appear in logs, errors or /status.
+// The route is found first, then the key is checked, before anything is forwarded or dialled (WebSocket
+// upgrades included). The presented key is hashed (SHA-256) and compared with every key's hash in
+// constant time, with no early exit; only the hashes are kept. A missing or wrong key gets 401 (a short
+// body; WWW-Authenticate: Bearer realm="fairlead" when header is Authorization), nothing reaches a server,
+// and it is counted in fairlead_route_unauthorized_total and, with access_log, logged with its route and
+// pool. An admitted request has the key's header removed and upstream_header set to the contents of
+// upstream_value_file (replacing any the client sent), and goes on as any other.
+//
+// Both files are read when the config is loaded (-check, start, every reload) and watched, and their
+// contents count in the config digest, so editing a keys file applies it; a missing or empty file is a
+// config error naming the file and the key. Their contents never appear in logs, errors, /api/status,
+// /events or answers.
+//
+//	[[routes]]
+//	pool = "platform"
+//	paths = ["/Thingworx/Things"]
+//	[routes.auth]
+//	keys_file = "/etc/fairlead/client-keys"
+//	header = "appKey"
+//	upstream_header = "appKey"
+//	upstream_value_file = "/etc/fairlead/platform-appkey"
 type RouteAuth struct {
-	// KeysFile holds the client keys, one per line; blank lines and lines starting with # are ignored.
-	// Required, with at least one key.
+	// The file of client keys, one per line; blank lines and lines starting with # are ignored. Required,
+	// with at least one key.
 	KeysFile string `toml:"keys_file"`
-	// Header is the request header carrying the client's key. "Authorization" means
-	// "Authorization: Bearer <key>"; any other header carries the key as its whole value.
-	// Default "Authorization".
+	// The request header carrying the client's key. "Authorization" means "Authorization: Bearer
+	// <key>"; any other header (such as "appKey", as ThingWorx devices send it) carries the key as its
+	// whole value.
 	Header string `toml:"header"`
-	// UpstreamHeader is the header set on every admitted request, replacing any the client sent, to the
-	// contents of UpstreamValueFile (trimmed). The two go together. Default none (nothing injected).
-	UpstreamHeader    string `toml:"upstream_header"`
+	// The header set on every admitted request, replacing any the client sent, to the contents of
+	// upstream_value_file; goes with it. "": nothing injected.
+	UpstreamHeader string `toml:"upstream_header"`
+	// The file holding upstream_header's value (trimmed), such as the platform's application key; goes
+	// with upstream_header.
 	UpstreamValueFile string `toml:"upstream_value_file"`
 }
 
-// Relay is one [relays.NAME] table (relay.go; lb runs it): clients GET a topic's cached
-// snapshot, or subscribe to it over Server-Sent Events or WebSocket, at Path; fairlead keeps one
-// upstream WebSocket per active topic (Events), fetches the topic's snapshot (Snapshot) once per change
-// signalled there and pushes it to every subscriber. Relays are matched before [[routes]].
+// A relay route serves configuration snapshots and their changes to many SDK clients from one upstream
+// WebSocket per topic and a cache of each topic's latest snapshot, however many clients there are.
+//
+// Topics. path = "/relay/{collection}/{environment}" maps /relay/inventory/dev to the topic
+// "inventory/dev"; each {name} is one path segment of [A-Za-z0-9._-] (not . or ..), and a path that does
+// not match goes on to [[routes]]. Listed topics are always accepted; with on_demand another topic is
+// fetched at its first request (the upstream's 404 is the client's 404; no answer is 503) and joins the
+// relay, up to max_topics.
+//
+// Clients. GET (or HEAD) is the cached snapshot: 200 application/json, ETag: "<version>", Cache-Control:
+// no-cache, and 304 for a matching If-None-Match — never a fetch per request. With Accept:
+// text/event-stream it is an SSE stream: the current snapshot first (not resent if Last-Event-ID is
+// already its version), then every new one as id: <version>, event: snapshot, data: <body>, and keep-alive
+// comments every keepalive. A WebSocket upgrade (terminated by fairlead) receives every upstream change
+// message exactly as sent, and pings every keepalive. Other methods get 405. Until a topic's first
+// snapshot arrives, requests wait up to wait_timeout, then get 503 with Retry-After: 1.
+//
+// Upstream. One events WebSocket per active topic, to a server of the pool (see pool); each message is
+// relayed to the WebSocket subscribers and triggers one snapshot fetch; changes that arrive during a fetch
+// are coalesced into one more, so a burst costs at most two fetches. Every (re)connection fetches again,
+// so nothing missed while disconnected is lost: SSE subscribers get the new snapshot, and WebSocket
+// subscribers, whose missed change messages cannot be replayed, are closed with 1012 "resync" (their
+// clients reconnect and fetch). A session that ends (the upstream drops it, or answers no ping for 2 ×
+// keepalive + connect_timeout) reconnects, with backoff (250 ms doubling to 10 s) while it keeps failing.
+// Versions come from the body's "version" field, else the ETag's number, else a local counter; only newer
+// versions are published.
+//
+// Slow subscribers. Fan-out never blocks: each subscriber has a queue of subscriber_buffer messages
+// written by its own connection; one that falls further behind is dropped (SSE: "event: dropped", then
+// the stream ends and the client reconnects with Last-Event-ID; WebSocket: close 1013 "slow consumer"), and
+// so is one whose socket takes nothing for write_timeout. An SSE stream does not read its client: a client
+// that went away is noticed at the next write (an event or the keep-alive comment).
+//
+// Reloads. A relay whose keys, pool servers, TLS, timeouts and upstream headers are unchanged keeps
+// running across a reload: sessions, cache and subscribers stay (its auth keys apply at once). A changed
+// relay is rebuilt: its streams end (SSE ends, WebSockets close 1001) and clients reconnect. A reload that
+// adds or changes a relay with start = "normal" fetches its listed topics first and, failing, keeps the
+// running config.
+//
+//	[pools.appconfig]
+//	servers = ["10.0.0.21:8443"]
+//	backups = ["10.0.0.22:8443"]
+//	[pools.appconfig.tls]
+//	enabled = true
+//
+//	[relays.appconfig]
+//	pool = "appconfig"
+//	path = "/relay/{collection}/{environment}"
+//	snapshot = "/config/{collection}/{environment}"
+//	events = "/events/{collection}/{environment}"
+//	topics = ["inventory/dev", "inventory/prod"]
+//	upstream_headers_file = "/etc/fairlead/appconfig-upstream.headers"
+//	start = "fast"
+//	seed_file = "/var/lib/fairlead/appconfig-seed.json"
+//	seed_file_write = true
+//	[relays.appconfig.auth]
+//	keys_file = "/etc/fairlead/appconfig-client-keys"
 type Relay struct {
-	// Pool names the pool of upstream servers: its servers are the primary first, then the others, then
-	// its backups, in order; its tls, connect_timeout, response_timeout and failback_interval apply.
-	// Fetches and sessions go to one server at a time and all move to the next at once when it fails;
-	// the primary is retried every failback_interval and everything moves back when it answers. A pool
-	// named by relays only defaults to balance = "roundrobin". Required.
+	// The pool of upstream servers. Fetches and sessions go to its servers, to its backups only while no
+	// primary can take them, and return to the primaries once one is back. Its tls, connect_timeout
+	// (dial and handshake) and response_timeout (a fetch) apply. Not a leader pool nor one with
+	// discovery; a pool named by relays only defaults to balance = "roundrobin", and the keys only
+	// proxied requests use (such as queue_timeout, max_conns, the watermarks, multipart_* and tunnel_*)
+	// are refused on it. Required.
 	Pool string `toml:"pool"`
-	// Path is the client-facing path template: literal segments and {name} segments, each {name} one
-	// non-empty path segment; a topic is the values joined with "/" ("/relay/{collection}/{environment}"
-	// and /relay/inventory/dev give "inventory/dev"). Required.
+	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name};
+	// unique among relays. A topic is the values joined with "/". Required.
 	Path string `toml:"path"`
-	// Snapshot is the upstream path of a topic's snapshot (GET), using only Path's names. Required.
+	// The upstream path of a topic's snapshot (GET), using only path's names. Required.
 	Snapshot string `toml:"snapshot"`
-	// Events is the upstream path of a topic's events WebSocket, whose every message signals a change,
-	// using only Path's names. Required.
+	// The upstream path of a topic's events WebSocket, whose every message signals a change, using only
+	// path's names. Required.
 	Events string `toml:"events"`
-	// Topics are fetched at start (start = "normal": before the front end opens) and always accepted.
-	// Default none.
+	// Topics (path's values joined by "/", such as "inventory/dev") fetched at start and always
+	// accepted.
 	Topics []string `toml:"topics"`
-	// OnDemand accepts topics not listed in Topics: the first request fetches the snapshot (404 if the
-	// upstream has none) and opens the topic's session. false answers 404 for them. Default true.
+	// Accepts topics not listed: the first request fetches the snapshot and opens the topic's session.
+	// false answers 404 for them and fetches nothing.
 	OnDemand *bool `toml:"on_demand"`
-	// MaxTopics bounds the topics held at once (listed and on demand); a request for one more on-demand
-	// topic gets 503. Default 1000.
+	// Topics held at once, listed and on demand (at least the listed ones); a request for one more
+	// on-demand topic gets 503.
 	MaxTopics int `toml:"max_topics"`
-	// Start is "normal" (every listed topic fetched before the front end opens; a failure stops fairlead
-	// with an error naming the topic) or "fast" (SeedFile fills the cache, the front end opens at once
-	// and fresh snapshots replace the seed in the background and are pushed). Default "normal".
+	// "normal": every listed topic is fetched (and its session opened) before the front end opens; a
+	// failure stops fairlead (exit 1) naming the relay and the topic. "fast": seed_file fills the cache
+	// and the front end opens at once; fresh snapshots replace the seed in the background (the first
+	// fetched one whatever the versions; identical content is not pushed again) and are pushed. A missing
+	// or corrupt seed file is logged and requests wait for the first fetches.
 	Start string `toml:"start"`
-	// SeedFile is the JSON file of snapshots a fast start serves first (needed by start = "fast", and by
-	// seed_file_write). Default "".
+	// The JSON file of snapshots a fast start serves first (needed by start = "fast" and by
+	// seed_file_write): {"relay", "written", "topics": {"inventory/dev": {"version": 7, "etag": "\"7\"",
+	// "json": {...}}}} ("body": "..." instead of "json" for a body that is not compact JSON).
 	SeedFile string `toml:"seed_file"`
-	// SeedFileWrite makes fairlead write SeedFile from its latest snapshots (atomically, a few seconds
-	// after a change and at exit). Default false.
+	// fairlead writes seed_file itself from its latest snapshots, atomically, within 2 s of a new
+	// snapshot and at exit.
 	SeedFileWrite bool `toml:"seed_file_write"`
-	// UpstreamHeadersFile holds headers sent on every upstream fetch and events upgrade, one "Name:
-	// value" per line (blank lines and # comments ignored): typically the upstream API key, which
-	// clients never see. Read at load and at every reload; never logged. Default "".
+	// A file of headers sent on every upstream fetch and events upgrade, one "Name: value" per line
+	// (blank lines and # comments ignored): typically the upstream API key, which clients never see.
+	// Read at load and at every reload; never logged.
 	UpstreamHeadersFile string `toml:"upstream_headers_file"`
-	// MaxSubscribers bounds the SSE and WebSocket subscribers of the relay at once (every topic); one
-	// more gets 503 with Retry-After. Relay streams do not count in [frontend] max_conns (they leave the
-	// HTTP server once they start). Default 10000.
+	// SSE and WebSocket subscribers of the relay at once (every topic); one more gets 503 with
+	// Retry-After: 1. Relay streams leave the HTTP server once they start, so [frontend] max_conns does
+	// not count them.
 	MaxSubscribers int `toml:"max_subscribers"`
-	// SubscriberBuffer is how many messages may wait for a subscriber; one that falls further behind is
-	// dropped (SSE: "event: dropped" then the stream ends; WebSocket: close 1013), never slowing the
-	// others. Default 16.
+	// Messages that may wait for one subscriber; one that falls further behind is dropped, never
+	// slowing the others.
 	SubscriberBuffer int `toml:"subscriber_buffer"`
-	// TopicIdleTimeout closes the upstream session of a topic with no subscriber and no GET for this
-	// long (an on-demand topic is then forgotten; a listed one is fetched again at its next request).
-	// Default "5m".
+	// Closes the upstream session of a topic with no subscriber and no GET for this long; an on-demand
+	// topic is then forgotten, a listed one keeps its snapshot and is fetched again at its next request.
 	TopicIdleTimeout Duration `toml:"topic_idle_timeout"`
-	// KeepAlive is the interval of SSE keep-alive comments and WebSocket pings on idle streams, and of
-	// the pings on the upstream events sessions (one silent for 2*keepalive + the pool's connect_timeout
-	// is taken for dead and dialled again). Default "25s".
+	// The interval of SSE keep-alive comments and WebSocket pings on idle streams, and of the pings on
+	// the upstream sessions (one silent for 2 × keepalive + the pool's connect_timeout is dialled again).
 	KeepAlive Duration `toml:"keepalive"`
-	// WriteTimeout drops a streaming subscriber whose socket accepts nothing for this long.
-	// Default "10s".
+	// Drops a streaming subscriber whose socket accepts nothing for this long.
 	WriteTimeout Duration `toml:"write_timeout"`
-	// WaitTimeout bounds the wait of a request for a topic's first snapshot (on-demand topics, a fast
-	// start without seed); past it the answer is 503 with Retry-After. Default "5s".
+	// How long a request waits for a topic's first snapshot (an on-demand topic, a fast start without
+	// seed); then 503 with Retry-After: 1.
 	WaitTimeout Duration `toml:"wait_timeout"`
-	// Auth ([relays.NAME.auth]) is the relay's single-point auth, the keys of [routes.auth]: clients
-	// present one of keys_file's keys in header; upstream_header and upstream_value_file, if set, add
-	// one more upstream header. Default none.
+	// The relay's single-point auth ([relays.NAME.auth]), the keys of [routes.auth]: a request without
+	// one of keys_file's keys gets 401 and touches nothing; upstream_header and upstream_value_file add
+	// one more upstream header, as upstream_headers_file does.
 	Auth *RouteAuth `toml:"auth"`
 }
 
@@ -476,7 +674,7 @@ func (c *Config) SecretFiles() []string {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Pools)) {
-		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery_zk.go
+		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery.go
 		if t := &c.Pools[name].TLS; t.Enabled {
 			for _, f := range []string{t.CAFile, t.Cert, t.Key} {
 				if f != "" {

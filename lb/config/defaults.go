@@ -1,7 +1,8 @@
 package config
 
 // Defaults: each is defined here once (the sticky table's in package stickiness), by field: a key's
-// name is only its toml tag (keys.go). The generated reference (conf.d/REFERENCE.md) shows them.
+// name is only its toml tag (keys.go). The generated reference (conf.d/REFERENCE.md) shows them; the
+// field comments do not restate them, and a test fails when conf.d/ shows another value (doc_test.go).
 
 import (
 	"time"

@@ -12,41 +12,110 @@ import (
 	"time"
 )
 
-// Discovery is a [pools.NAME.discovery] table. Provider "" means none.
+// With a provider, the pool takes its servers from a registry instead of the config, so that instances
+// can come and go without an edit and a restart: "zookeeper" (the registry ThingWorx HA writes, Apache
+// Curator service discovery), "dns" (SRV or A/AAAA records: a Kubernetes headless service, Consul DNS) or
+// "file" (a watched list). Each new list applies as a server set change, exactly as a reload does: a new
+// server takes traffic after its first passing probe, a removed one drains and its tunnels close.
+// servers, when given, is the seed used until the provider's first answer; backups stay configured
+// backups. When the registry cannot be read the last list stays and serving goes on (logged, counted in
+// fairlead_discovery_errors_total); a list with no server empties the pool only after empty_grace. A
+// reload that keeps the table keeps the provider and the servers it found; one that changes it starts
+// the new provider, the old list serving until its first answer. Every change is logged and published
+// as a discovery_changed event (the provider, the count, the servers added and removed); /api/status
+// shows each pool's discovery, and /metrics has fairlead_discovery_*.
+//
+// ZooKeeper. ThingWorx HA registers each platform instance as a child znode of a path, its data the
+// instance as JSON ({"name": …, "id": …, "address": "10.0.0.5", "port": 8080, "sslPort": 8443, …}).
+// fairlead lists the children of path with a watch and reads each: a Curator instance gives its address
+// with its sslPort in a pool whose [tls] is enabled (when it has one, else its port) and its port
+// otherwise, and is left out when it says "enabled": false; data that is host:port is taken as it is, and
+// a child without data may be named host:port. A child that is none of these is skipped and logged once;
+// the others apply. A watch event (an instance registered or deleted) is applied within milliseconds, and
+// the path is read again every session_timeout as a safety net. A lost session (a member down, a network
+// cut, ZooKeeper restarted or rebuilt empty) keeps the last list; fairlead opens a new session with any
+// member that answers (trying every second) and reads the path again. A failed read is logged ("…
+// (keeping the last list)"), counted and tried again after a backoff (250 ms doubling up to
+// session_timeout). A path that does not exist is such an error, and fairlead watches for its creation; a
+// path without children is an empty list.
+//
+//	[pools.platform.discovery]
+//	provider = "zookeeper"
+//	zookeeper = ["10.0.0.21:2181", "10.0.0.22:2181", "10.0.0.23:2181"]
+//	path = "/services/thingworx"
+//	digest_user = "fairlead"
+//	digest_password_file = "/etc/fairlead/zookeeper-password"
+//
+// DNS. fairlead resolves name at start and every resolve_interval, asking resolvers in order, or the
+// system's (the nameserver lines of /etc/resolv.conf, port 53, read at every round); the name is taken as
+// absolute (no search domain) and nothing is cached. SRV records come first: each gives a server, its
+// target's addresses (from the answer's additional section when the resolver puts them there, as
+// Kubernetes and Consul do, else asked for as A and AAAA) with the record's port; priority and weight are
+// not used, a target "." is skipped. A name without SRV records gives its A and AAAA records with port.
+// For a Kubernetes headless service (clusterIP: None): name = "_http._tcp.cx.thingworx.svc.cluster.local"
+// (the SRV records of its port named http), or name = "cx.thingworx.svc.cluster.local" with port; for
+// Consul: name = "cx.service.consul" with resolvers = ["127.0.0.1:8600"]. An answer with no server
+// (NXDOMAIN, no records) is a list like any other. A resolver that times out (after 2 s, or
+// resolve_interval if shorter), fails or cannot be reached is skipped for the next; when none answers the
+// round fails, logged with each resolver and its reason, and the last list stays. A round is all or
+// nothing: an SRV target whose addresses no resolver gives fails it, so a resolver glitch never shrinks the
+// pool. A truncated UDP answer is asked again over TCP.
+//
+//	[pools.cxserver.discovery]
+//	provider = "dns"
+//	name = "_http._tcp.cx.thingworx.svc.cluster.local"
+//
+// File. file lists the servers as TOML (servers = ["10.0.0.5:8080", "cx2.internal:8080"]) or JSON
+// ({"servers": [...]} or [...]): a .toml or .json name says which; any other is JSON if it starts with {
+// or [, else TOML. Anything else in the file (another key or field) is an error. fairlead reads it at
+// start and after every change: it watches the file's directory (and a symlink's target's), so an edit in
+// place, an editor's save (a temporary file renamed over it) and a Kubernetes ConfigMap update are all
+// seen; changes within 200 ms are one read, and it also reads the file every 10 s (NFS, a directory
+// created later). Only a changed content applies. Invalid contents (not TOML or JSON, another key, a bad
+// address, an empty file: a truncated write must not empty a pool) are logged with the file and the
+// reason, counted, and the last list stays. The file need not exist when the config is loaded (-check does
+// not read it): while it is missing the seed serves; a file deleted later keeps the last list. servers =
+// [] empties the pool after empty_grace. The file is not part of the config: a change to it is no reload.
 type Discovery struct {
-	// Provider is "zookeeper", "dns" or "file".
+	// "zookeeper", "dns" or "file"; "": the static servers (every other key of the table needs a
+	// provider, and a provider's table takes only its own keys).
 	Provider string `toml:"provider"`
-	// EmptyGrace: an empty list is applied only after this long without a non-empty one. Default "30s".
+	// A list with no server is applied only after this long without a non-empty one, so a registry
+	// glitch never empties a pool at once.
 	EmptyGrace Duration `toml:"empty_grace"`
 
-	// ZooKeeper (provider "zookeeper") is the ensemble: host:port of each member; any member that
-	// answers serves. Required with that provider.
+	// The ZooKeeper ensemble: host:port of each member; any member that answers serves. Required with
+	// provider "zookeeper".
 	ZooKeeper []string `toml:"zookeeper"`
-	// Path (zookeeper) is the znode whose children are the instances (absolute, no trailing /): Curator
-	// service instances (JSON: address with sslPort in a pool whose [tls] is enabled, else port; left out
-	// when "enabled": false) or host:port. A path that does not exist yet is watched for its creation.
-	// Required with that provider.
+	// The znode whose children are the instances (absolute, no trailing /): Curator service instances
+	// (JSON) or host:port. Required with provider "zookeeper".
 	Path string `toml:"path"`
-	// SessionTimeout (zookeeper) is the ZooKeeper session timeout (the ensemble bounds it: 4-40 s by
-	// default); also the period of the safety re-read and the longest retry backoff. A lost session
-	// keeps the last list; a new session reads the path again.
+	// The ZooKeeper session timeout (the ensemble bounds it: 4-40 s by default); also the period of the
+	// safety re-read and the longest retry backoff. A read that gets no answer for this long is reported
+	// once while it waits on.
 	SessionTimeout Duration `toml:"session_timeout"`
-	// DigestUser (zookeeper) is the user of ZooKeeper digest authentication, for a path whose ACL is
-	// digest:user:...; it goes with DigestPasswordFile. A child fairlead may not read fails the whole
-	// read (the last list stays), so wrong credentials never empty a pool.
+	// The user of ZooKeeper digest authentication (as addauth digest user:password in zkCli.sh), for a
+	// path whose ACL is digest:user:…; goes with digest_password_file. A child fairlead may not read
+	// fails the whole read (the last list stays), so wrong credentials never empty a pool.
 	DigestUser string `toml:"digest_user"`
-	// DigestPasswordFile (zookeeper) holds the digest password (trimmed), read at start and at every
-	// reload (a reload after rotating it starts a new session); never logged. Goes with DigestUser.
+	// The file of the digest password (trimmed), read at start and at every reload and watched (a reload
+	// after rotating it starts a new session); a missing or empty file is a config error. Never logged.
+	// Goes with digest_user.
 	DigestPasswordFile string `toml:"digest_password_file"`
 
-	// dns: the name resolved every ResolveInterval (SRV records give host and port, else A/AAAA with
-	// Port), through Resolvers ("host:port") or the system's.
-	Name            string   `toml:"name"`
+	// The DNS name resolved: SRV records give the servers with their ports, else A/AAAA records with
+	// port. Required with provider "dns".
+	Name string `toml:"name"`
+	// How often name is resolved; a change is in force within this time.
 	ResolveInterval Duration `toml:"resolve_interval"`
-	Port            int      `toml:"port"`
-	Resolvers       []string `toml:"resolvers"`
+	// The servers' port for A/AAAA answers (1-65535); without it the name must have SRV records (a round
+	// without them is an error).
+	Port int `toml:"port"`
+	// DNS servers (host:port) asked in order; none: the system's (/etc/resolv.conf).
+	Resolvers []string `toml:"resolvers"`
 
-	// file: a TOML ({servers = [...]}) or JSON ({"servers": [...]} or [...]) file of servers, watched.
+	// The file listing the servers (TOML servers = [...], or JSON {"servers": [...]} or [...]), watched;
+	// it need not exist yet. Required with provider "file".
 	File string `toml:"file"`
 
 	// DigestPassword is the contents of DigestPasswordFile, read at load. Never logged.

@@ -155,7 +155,7 @@ func configReference(t *testing.T) string {
 				})
 				continue
 			}
-			rows[table] = append(rows[table], refKey{table: table, key: name, typ: tomlType(ft), def: defaultOf(table, doc, field), doc: doc})
+			rows[table] = append(rows[table], refKey{table: table, key: name, typ: tomlType(ft), def: defaultOf(table, name, doc, field), doc: doc})
 			if doc == "" {
 				t.Errorf("config key %s %s has no doc comment", table, name)
 			}
@@ -163,17 +163,29 @@ func configReference(t *testing.T) string {
 	}
 	walk(reflect.TypeOf(Config{}), "", func(string) reflect.Value { return reflect.ValueOf(c).Elem() })
 
+	shared := map[string]bool{}
+	for i, a := range tables {
+		for _, c := range tables[i+1:] {
+			if intro[a] != "" && intro[a] == intro[c] {
+				shared[intro[a]] = true
+			}
+		}
+	}
 	b.WriteString("## Tables\n\n")
 	for _, tb := range tables {
 		fmt.Fprintf(&b, "- [`%s`](#%s)\n", heading(tb), anchor(heading(tb)))
 	}
 	for _, tb := range tables {
 		fmt.Fprintf(&b, "\n## %s\n\n", "`"+heading(tb)+"`")
-		if d := fieldIntro[tb]; d != "" {
-			b.WriteString(wrap(d) + "\n\n")
-		}
-		if d := intro[tb]; d != "" {
-			b.WriteString(wrap(d) + "\n\n")
+		// A table's type says what it is; the field that holds it adds where it stands when the type
+		// serves more than one table ([routes.auth], [relays.NAME.auth]) or says nothing.
+		for _, d := range []string{fieldIntro[tb], intro[tb]} {
+			if d == fieldIntro[tb] && intro[tb] != "" && !shared[intro[tb]] {
+				continue
+			}
+			if d != "" {
+				b.WriteString(paragraphs(d) + "\n\n")
+			}
 		}
 		b.WriteString("| key | type | default | meaning |\n|---|---|---|---|\n")
 		for _, r := range rows[tb] {
@@ -228,14 +240,32 @@ func tomlType(t reflect.Type) string {
 	return t.String()
 }
 
-// defaultOf shows the default of a key in every context, grouping the contexts that agree.
-func defaultOf(table, doc string, field func(ctx string) reflect.Value) string {
+// defaultOf shows the default of a key in every context, grouping the contexts that agree. A key whose
+// doc comment says "Required" has none. A key of one discovery provider shows the default with that
+// provider, and names it.
+func defaultOf(table, key, doc string, field func(ctx string) reflect.Value) string {
 	ctxs := []string{"leader"}
 	switch {
+	case table == "pools.NAME" && key == "balance":
+		// The contexts differ by balance: only the default one is the default.
 	case strings.HasPrefix(table, "pools.NAME.discovery"):
-		ctxs = []string{"zookeeper", "dns", "file"}
+		var of []string
+		for _, p := range []string{"zookeeper", "dns", "file"} {
+			if slices.Contains(Providers[p].Keys, key) {
+				of = append(of, p)
+			}
+		}
+		if len(of) > 0 {
+			ctxs = of
+		}
 	case strings.HasPrefix(table, "pools."):
 		ctxs = []string{"leader", "roundrobin"}
+	}
+	if strings.Contains(doc, "Required") {
+		if len(ctxs) == 1 && ctxs[0] != "leader" {
+			return "required (" + ctxs[0] + ")"
+		}
+		return "required"
 	}
 	labels := map[string]string{"leader": "leader pools", "roundrobin": "other pools", "zookeeper": "zookeeper", "dns": "dns", "file": "file"}
 	type shown struct {
@@ -255,10 +285,9 @@ func defaultOf(table, doc string, field func(ctx string) reflect.Value) string {
 			vals = append(vals, shown{s, []string{labels[ctx]}})
 		}
 	}
-	required := strings.Contains(doc, "Required")
 	if len(vals) == 1 {
-		if required && isZeroShown(vals[0].val) {
-			return "required"
+		if len(ctxs) == 1 && ctxs[0] != "leader" {
+			return vals[0].val + " (" + ctxs[0] + ")"
 		}
 		return vals[0].val
 	}
@@ -267,10 +296,6 @@ func defaultOf(table, doc string, field func(ctx string) reflect.Value) string {
 		parts = append(parts, v.val+" ("+strings.Join(v.ctxs, ", ")+")")
 	}
 	return strings.Join(parts, "; ")
-}
-
-func isZeroShown(s string) bool {
-	return s == "`\"\"`" || s == "`0`" || s == "`[]`" || s == "–" || s == "`\"0s\"`"
 }
 
 func tomlValue(v reflect.Value) string {
@@ -333,7 +358,7 @@ func schemaDocs(t *testing.T) (fields, types map[string]string) {
 					if doc == nil && len(gd.Specs) == 1 {
 						doc = gd.Doc
 					}
-					types[ts.Name.Name] = commentText(doc)
+					types[ts.Name.Name] = commentBlock(doc)
 					prev := ""
 					for _, f := range st.Fields.List {
 						d := commentText(f.Doc) + commentText(f.Comment)
@@ -366,6 +391,47 @@ func shortDuration(d time.Duration) string {
 		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
 	}
 	return d.String()
+}
+
+// commentBlock is a doc comment as paragraphs separated by a blank line, each on one line, but for
+// indented lines (a Go doc comment's code block), which are kept as they are, tab first.
+func commentBlock(g *ast.CommentGroup) string {
+	if g == nil {
+		return ""
+	}
+	var paras []string
+	code := false // the paragraph before was code: a blank line inside a code block continues it
+	for _, p := range strings.Split(strings.TrimSpace(g.Text()), "\n\n") {
+		if strings.HasPrefix(p, "\t") || strings.HasPrefix(p, "  ") {
+			var lines []string
+			for _, l := range strings.Split(p, "\n") {
+				lines = append(lines, "\t"+strings.TrimLeft(l, " \t"))
+			}
+			if code {
+				paras[len(paras)-1] += "\n\t\n" + strings.Join(lines, "\n")
+				continue
+			}
+			paras = append(paras, strings.Join(lines, "\n"))
+			code = true
+			continue
+		}
+		code = false
+		paras = append(paras, strings.Join(strings.Fields(p), " "))
+	}
+	return strings.Join(paras, "\n\n")
+}
+
+// paragraphs renders commentBlock's paragraphs as Markdown: text wrapped, code blocks fenced.
+func paragraphs(s string) string {
+	var out []string
+	for _, p := range strings.Split(s, "\n\n") {
+		if strings.HasPrefix(p, "\t") {
+			out = append(out, "```\n"+strings.ReplaceAll(strings.TrimPrefix(p, "\t"), "\n\t", "\n")+"\n```")
+			continue
+		}
+		out = append(out, wrap(p))
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // commentText is a doc comment as one line.

@@ -1,10 +1,10 @@
-package lb
+package admin
 
 // metricFamilies describes every metric family of GET /metrics: its type, labels and help, in one place.
-// The series themselves are written at scrape time where their values live (metrics.go, policy.go,
-// roundrobin.go, discovery.go, relaystatus.go); the admin and metrics reference (ADMIN.md) is generated
-// from this table, and a test fails when a family written anywhere in the code is missing here, or a
-// family here is written nowhere.
+// The series themselves are written at scrape time where their values live, in package lb (metrics.go,
+// policy.go, roundrobin.go, discovery.go, relaystatus.go: Backend.WriteMetrics); the admin and metrics
+// reference (ADMIN.md) is generated from this table, and a test fails when a family written anywhere
+// in lb or its sub-packages is missing here, or a family here is written nowhere.
 var metricFamilies = []metricFamily{
 	// Process-wide.
 	{"fairlead_build_info", "gauge", "version, goversion", "always 1; the labels tell the build"},
@@ -87,11 +87,11 @@ var metricFamilies = []metricFamily{
 
 type metricFamily struct{ name, typ, labels, help string }
 
-// adminEndpoints are the paths of the admin listener (handleAdmin), documented once: the admin and
-// metrics reference (ADMIN.md) is generated from this table, and a test fails when handleAdmin serves
+// adminEndpoints are the paths of the admin listener (Handler.Handle), documented once: the admin and
+// metrics reference (ADMIN.md) is generated from this table, and a test fails when Handle serves
 // a path missing here.
 var adminEndpoints = []adminEndpoint{
-	{"GET", "/", "the live status page: one embedded HTML page, no external assets. Every pool and server with its state (up, down, drain, maint, removed; backup tier), the leader, the last check answer and its latency, in-flight requests, open tunnels, sticky keys, request and error rates over the last minutes, and buttons for the actions. It updates live from /events (with `fetch` and `Authorization: Bearer` when an admin token is saved in it)"},
+	{"GET", "/", "the live status page: one embedded HTML page, no external assets. Every pool and server with its state (up, down, drain, maint, removed; backup tier), the leader, the last check answer and its latency, in-flight requests, open tunnels, sticky keys, request and error rates over the last minutes, and buttons for the actions. It updates live from /events (with `fetch` and `Authorization: Bearer` when an admin token is saved in it). On a listener that is not loopback every path needs credentials, the page too: a browser loads it with Basic auth (user and password_file)"},
 	{"GET", "/events", "Server-Sent Events: every event of the event stream (see Event kinds; probe answers only with `?checks=1`, since every snapshot carries each server's last answer) as `event: <kind>`, `id: <seq>`, `data: <JSON>` with fields `seq`, `time`, `kind`, `pool`, `server`, `old`, `status`, `latency_ms`, `detail`; a `snapshot` event (the /api/status document) at connect and every 2 s; `: ping` comments every 15 s. A subscriber that falls 512 events behind is dropped, never slowing fairlead"},
 	{"GET", "/healthz", "`200 ok` while the process serves (keepalived's check)"},
 	{"GET", "/api/status", "JSON: the config files, every pool, server and relay with their state and counters (fields below). `/status` is the same"},

@@ -1,12 +1,12 @@
-package lb
+package discovery
 
 // The zookeeper discovery provider (issue #12). ThingWorx HA registers its platform instances in Apache
 // ZooKeeper through Apache Curator service discovery: one child znode per instance under a path, its
 // data the instance as JSON ({"address": "10.0.0.5", "port": 8080, "sslPort": 8443, ...}). Other
 // registries write "host:port" as the data (or as the name of a child without data); all are read.
 //
-// One goroutine (watch) owns a ZooKeeper client and everything the provider remembers. It lists the
-// path's children with a watch, reads each child, and hands the complete list to the framework; it lists
+// One goroutine (Watch) owns a ZooKeeper client and everything the provider remembers. It lists the
+// path's children with a watch, reads each child, and hands the complete list to the Watcher; it lists
 // again when the watch fires, and every session_timeout as a safety net (a change a watch missed is then
 // noticed within that time). The reads run in a goroutine of their own, one at a time, so that the loop
 // keeps following the session while ZooKeeper is slow to answer.
@@ -24,7 +24,7 @@ package lb
 //   - a child that is not an instance (bad data, no usable port) is skipped and logged once, not an error
 //     for the whole list; a child deleted between the listing and its reading is simply not listed;
 //   - a child that cannot be read (its ACL) fails the whole list: wrong credentials never empty a pool.
-// A healthy session with no children is an empty list: the framework applies it after empty_grace.
+// A healthy session with no children is an empty list: the Watcher applies it after empty_grace.
 
 import (
 	"bytes"
@@ -41,12 +41,6 @@ import (
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/go-zookeeper/zk"
 )
-
-func init() {
-	providerKinds["zookeeper"] = providerKind{
-		new: newZooKeeper,
-	}
-}
 
 // parseInstance returns the address of the instance a child znode describes: its data is "host:port"
 // or a Curator service instance (JSON; sslPort is used when the pool speaks TLS and the instance has
@@ -99,10 +93,10 @@ func parseInstance(name string, data []byte, useTLS bool) (addr string, why erro
 	return addr, nil
 }
 
-func newZooKeeper(dc DiscoveryConfig, o providerOptions) (provider, error) {
-	z := &zkProvider{servers: dc.ZooKeeper, path: dc.Path, timeout: dc.SessionTimeout.D, tls: o.tls,
+func newZooKeeper(dc config.Discovery, o Options) (Provider, error) {
+	z := &zkProvider{servers: dc.ZooKeeper, path: dc.Path, timeout: dc.SessionTimeout.D, tls: o.TLS,
 		logf: func(format string, args ...any) {
-			o.logf("discovery: pool %s: zookeeper: "+format, append([]any{o.pool}, args...)...)
+			o.Logf("discovery: pool %s: zookeeper: "+format, append([]any{o.Pool}, args...)...)
 		}}
 	if dc.DigestUser != "" {
 		z.auth = []byte(dc.DigestUser + ":" + dc.DigestPassword)
@@ -124,7 +118,7 @@ type zkProvider struct {
 
 const zkMinBackoff = 250 * time.Millisecond
 
-func (z *zkProvider) watch(ctx context.Context, found func([]string), failed func(error)) {
+func (z *zkProvider) Watch(ctx context.Context, found func([]string), failed func(error)) {
 	fail := func(err error) {
 		if ctx.Err() == nil { // a read cut short by the end is no error
 			failed(err)
@@ -164,7 +158,7 @@ var errNoReconnect = errors.New("no reconnection: fairlead opens a new client")
 // The library would reconnect by itself and re-set the watches of the session, but that path has a data
 // race (go-zookeeper/zk#35: lastZxid, read by sendSetWatches while recvLoop writes it), and a client that
 // has seen a newer transaction id than an ensemble rebuilt with empty data is refused by it forever. So
-// a client is used for one session only: its dialer refuses to reconnect once it had one, and watch
+// a client is used for one session only: its dialer refuses to reconnect once it had one, and Watch
 // starts a new client, which reads the path again with new watches. The old session is left to expire
 // (fairlead creates no ephemeral znode).
 func (z *zkProvider) session(ctx context.Context, found func([]string), fail func(error)) {

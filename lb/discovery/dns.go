@@ -1,4 +1,4 @@
-package lb
+package discovery
 
 // The dns discovery provider (issue #12): a name resolved every resolve_interval. SRV records give each
 // server's host and port (a Kubernetes headless service's named port, _http._tcp.NAME; Consul's
@@ -17,14 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/miekg/dns"
 )
-
-func init() {
-	providerKinds["dns"] = providerKind{
-		new: newDNSProvider,
-	}
-}
 
 // dnsTimeout bounds one exchange with one resolver; a shorter resolve_interval bounds it too, so that a
 // dead resolver never holds a round for longer than the pace the operator asked for.
@@ -43,7 +38,7 @@ type dnsProvider struct {
 	resolvers []string      // host:port; none = the system's (resolvConf)
 }
 
-func newDNSProvider(dc DiscoveryConfig, _ providerOptions) (provider, error) {
+func newDNSProvider(dc config.Discovery, _ Options) (Provider, error) {
 	p := &dnsProvider{name: dns.Fqdn(dc.Name), interval: dc.ResolveInterval.D, port: dc.Port, resolvers: dc.Resolvers}
 	if p.interval <= 0 {
 		p.interval = 10 * time.Second
@@ -51,10 +46,10 @@ func newDNSProvider(dc DiscoveryConfig, _ providerOptions) (provider, error) {
 	return p, nil
 }
 
-// watch resolves at once, then every resolve_interval: a complete answer is found (NXDOMAIN, or a name
-// without records, is an empty list: the framework applies it after empty_grace), a round that no
+// Watch resolves at once, then every resolve_interval: a complete answer is found (NXDOMAIN, or a name
+// without records, is an empty list: the Watcher applies it after empty_grace), a round that no
 // resolver could answer is failed (the last list stays).
-func (p *dnsProvider) watch(ctx context.Context, found func([]string), failed func(error)) {
+func (p *dnsProvider) Watch(ctx context.Context, found func([]string), failed func(error)) {
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	for {

@@ -1,4 +1,4 @@
-package lb
+package admin
 
 import (
 	"crypto/subtle"
@@ -15,20 +15,20 @@ import (
 // (config validation refuses such a listener without credentials). Wrong or missing credentials get 401
 // and nothing else. Comparisons take constant time; secrets are never logged.
 
-// adminAccess reports whether the request may go on; if not, it has answered 401.
-func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
-	a := g.cfg.Admin
+// access reports whether the request may go on under cfg, the config in force; if not, it has
+// answered 401.
+func (h *Handler) access(ctx *fasthttp.RequestCtx, cfg *config.Config) bool {
 	reading := ctx.IsGet() || ctx.IsHead()
-	configured := g.cfg.AdminToken != "" || g.cfg.AdminPassword != ""
-	if !configured || reading && config.LoopbackAddr(a.Listen) {
+	configured := cfg.AdminToken != "" || cfg.AdminPassword != ""
+	if !configured || reading && config.LoopbackAddr(cfg.Admin.Listen) {
 		return true
 	}
-	if adminCredentialsOK(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), g.cfg) {
+	if credentialsOK(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization), cfg) {
 		return true
 	}
-	lb.adminDenied.Add(1)
+	h.unauthorized.Add(1)
 	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after it
-	if g.cfg.AdminPassword != "" {
+	if cfg.AdminPassword != "" {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Basic realm="fairlead admin"`)
 	} else {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead admin"`)
@@ -36,8 +36,8 @@ func (lb *LB) adminAccess(ctx *fasthttp.RequestCtx, g *generation) bool {
 	return false
 }
 
-// adminCredentialsOK checks an Authorization header against the configured token and Basic user.
-func adminCredentialsOK(auth []byte, cfg *Config) bool {
+// credentialsOK checks an Authorization header against the configured token and Basic user.
+func credentialsOK(auth []byte, cfg *config.Config) bool {
 	scheme, cred, _ := strings.Cut(string(auth), " ")
 	cred = strings.TrimSpace(cred)
 	switch {

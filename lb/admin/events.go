@@ -1,4 +1,4 @@
-package lb
+package admin
 
 import (
 	"bufio"
@@ -30,48 +30,47 @@ import (
 // per probe of every server, and each snapshot already carries every server's last answer, its latency
 // and its time (servers[].check), which is what the status page shows.
 //
-// A subscriber never slows fairlead: the Bus calls deliver, which only tries a send on a bounded
-// buffer. A client that falls sseBuffer events behind is dropped: its stream ends (an EventSource
+// The snapshot and ping intervals are Options.SnapshotEvery and PingEvery.
+//
+// A subscriber never slows fairlead: the Backend calls deliver, which only tries a send on a bounded
+// buffer. A client that falls EventsBuffer events behind is dropped: its stream ends (an EventSource
 // reconnects and starts again from a snapshot). A stream also ends when its client goes away (the next
-// write fails, within a snapshot interval), when the admin server shuts down and when the LB closes.
+// write fails, within a snapshot interval), when the admin server shuts down and when the Handler
+// closes.
 
-// Intervals of the stream; variables so that tests can shorten them (a stream reads them when it starts).
-var (
-	sseSnapshotEvery = 2 * time.Second
-	ssePingEvery     = 15 * time.Second
-	// sseWriteTimeout bounds each write to the client: a client that reads nothing for this long, with
+const (
+	// EventsBuffer is how many events an /events client may fall behind before it is dropped.
+	EventsBuffer = 512
+	// retryMs is the reconnection delay the stream asks of an EventSource.
+	retryMs = 2000
+	// writeTimeout bounds each write to the client: a client that reads nothing for this long, with
 	// its socket buffers full, is cut even when no events arrive to overflow its buffer.
-	sseWriteTimeout = 10 * time.Second
-	// sseCloseGrace is how long a stream that ends (dropped, or fairlead stopping) may still take to
+	writeTimeout = 10 * time.Second
+	// closeGrace is how long a stream that ends (dropped, or fairlead stopping) may still take to
 	// write what it has; a client that does not read it is cut then.
-	sseCloseGrace = time.Second
+	closeGrace = time.Second
 )
 
-// sseBuffer is how many events a subscriber may fall behind before it is dropped.
-const sseBuffer = 512
-
-// sseRetryMs is the reconnection delay the stream asks of an EventSource.
-const sseRetryMs = 2000
-
-// eventJSON is an event as the stream sends it (the data line of every event but snapshots).
-type eventJSON struct {
-	Seq       uint64    `json:"seq"`
-	Time      time.Time `json:"time"`
-	Kind      string    `json:"kind"`
-	Pool      string    `json:"pool"`
-	Server    string    `json:"server"` // the server's address; for leader_changed the new leader ("" for none)
-	Old       string    `json:"old"`    // leader_changed: the previous leader ("" for none)
-	Status    int       `json:"status"`
-	LatencyMs float64   `json:"latency_ms"`
-	Detail    string    `json:"detail"`
+// StreamEvent is an event as /events sends it: the data line of every message but snapshots.
+// Its fields are those of healthcheck.Event, with the kind as its name and the latency in milliseconds.
+type StreamEvent struct {
+	Seq       uint64    `json:"seq"`        // position in the stream, from 1 (also the message's id)
+	Time      time.Time `json:"time"`       // when it was published
+	Kind      string    `json:"kind"`       // the event kind, as in the message's event field
+	Pool      string    `json:"pool"`       // the pool ("" for reloads)
+	Server    string    `json:"server"`     // the server's address; for leader_changed the new leader ("" for none)
+	Old       string    `json:"old"`        // leader_changed: the previous leader ("" for none)
+	Status    int       `json:"status"`     // check_answered: the answer's status (0 on a transport error)
+	LatencyMs float64   `json:"latency_ms"` // check_answered: how long the probe took
+	Detail    string    `json:"detail"`     // why: an error, a status, who acted
 }
 
-func eventJSONOf(e healthcheck.Event) eventJSON {
-	return eventJSON{Seq: e.Seq, Time: e.Time, Kind: e.Kind.String(), Pool: e.Pool, Server: e.Server, Old: e.Old,
+func streamEventOf(e healthcheck.Event) StreamEvent {
+	return StreamEvent{Seq: e.Seq, Time: e.Time, Kind: e.Kind.String(), Pool: e.Pool, Server: e.Server, Old: e.Old,
 		Status: e.Status, LatencyMs: float64(e.Latency) / float64(time.Millisecond), Detail: e.Detail}
 }
 
-// eventSub is one /events client's subscription to the Bus.
+// eventSub is one /events client's subscription to the Backend's events.
 type eventSub struct {
 	events  chan healthcheck.Event
 	dropped chan struct{} // closed when events overflowed
@@ -79,8 +78,9 @@ type eventSub struct {
 	checks  bool // send check_answered too
 }
 
-// deliver is the Bus subscriber: it runs in the publisher's goroutine, possibly in several at once and
-// even after the subscription was cancelled, so it only tries a send and never blocks.
+// deliver is the subscriber (Backend.Subscribe): it runs in the publisher's goroutine, possibly in
+// several at once and even after the subscription was cancelled, so it only tries a send and never
+// blocks.
 func (s *eventSub) deliver(e healthcheck.Event) {
 	if e.Kind == healthcheck.CheckAnswered && !s.checks {
 		return
@@ -93,7 +93,7 @@ func (s *eventSub) deliver(e healthcheck.Event) {
 }
 
 // serveEvents is GET /events.
-func (lb *LB) serveEvents(ctx *fasthttp.RequestCtx) {
+func (h *Handler) serveEvents(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() {
 		ctx.Error("405 Method Not Allowed\n", fasthttp.StatusMethodNotAllowed)
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, fasthttp.MethodGet) // after Error, which resets the response
@@ -105,37 +105,34 @@ func (lb *LB) serveEvents(ctx *fasthttp.RequestCtx) {
 	// The connection ends with the stream, so that nothing waits for a keep-alive request after it.
 	ctx.SetConnectionClose()
 
-	sub := &eventSub{events: make(chan healthcheck.Event, sseBuffer), dropped: make(chan struct{}),
+	sub := &eventSub{events: make(chan healthcheck.Event, EventsBuffer), dropped: make(chan struct{}),
 		checks: string(ctx.QueryArgs().Peek("checks")) == "1"}
-	cancel := lb.bus.Subscribe(sub.deliver)
+	cancel := h.b.Subscribe(sub.deliver)
 	// The stream writer runs in its own goroutine and writes into a pipe that the connection's
 	// goroutine copies to the client; it may not touch ctx. What it needs of ctx is taken here: the
 	// server's shutdown channel (closed by ShutdownWithContext, which otherwise waits for the stream)
 	// and the connection, whose write deadline unblocks a write to a client that does not read.
-	st := &sseStream{lb: lb, sub: sub, srvDone: ctx.Done(), snapshotEvery: sseSnapshotEvery, pingEvery: ssePingEvery,
-		dl: &writeDeadline{conn: ctx.Conn(), timeout: sseWriteTimeout, grace: sseCloseGrace}}
+	st := &stream{h: h, sub: sub, srvDone: ctx.Done(), dl: &writeDeadline{conn: ctx.Conn(), timeout: writeTimeout, grace: closeGrace}}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer cancel()
 		st.run(w)
 	})
 }
 
-// sseStream is one running /events stream.
-type sseStream struct {
-	lb      *LB
+// stream is one running /events stream.
+type stream struct {
+	h       *Handler
 	sub     *eventSub
 	srvDone <-chan struct{} // the admin server shuts down (nil: never)
 	dl      *writeDeadline
 	buf     []byte
-
-	snapshotEvery, pingEvery time.Duration
 }
 
 // run writes the stream until it ends; each return ends it.
-func (st *sseStream) run(w *bufio.Writer) {
-	snapshots := time.NewTicker(st.snapshotEvery)
+func (st *stream) run(w *bufio.Writer) {
+	snapshots := time.NewTicker(st.h.o.SnapshotEvery)
 	defer snapshots.Stop()
-	pings := time.NewTicker(st.pingEvery)
+	pings := time.NewTicker(st.h.o.PingEvery)
 	defer pings.Stop()
 	// A watchdog cuts a write blocked on a client that does not read once the stream must end; the
 	// loop below returns on the same signals when it is not blocked.
@@ -147,12 +144,12 @@ func (st *sseStream) run(w *bufio.Writer) {
 			return
 		case <-st.sub.dropped:
 		case <-st.srvDone:
-		case <-st.lb.ctx.Done():
+		case <-st.h.closed:
 		}
 		st.dl.end()
 	}()
 
-	st.buf = strconv.AppendInt(append(st.buf[:0], "retry: "...), sseRetryMs, 10)
+	st.buf = strconv.AppendInt(append(st.buf[:0], "retry: "...), retryMs, 10)
 	st.buf = append(st.buf, "\n\n"...)
 	st.appendSnapshot()
 	for {
@@ -164,7 +161,7 @@ func (st *sseStream) run(w *bufio.Writer) {
 			return
 		case <-st.srvDone:
 			return
-		case <-st.lb.ctx.Done():
+		case <-st.h.closed:
 			return
 		default:
 		}
@@ -183,14 +180,14 @@ func (st *sseStream) run(w *bufio.Writer) {
 			return
 		case <-st.srvDone:
 			return
-		case <-st.lb.ctx.Done():
+		case <-st.h.closed:
 			return
 		}
 	}
 }
 
 // flush writes what run has put in st.buf; false means the client is gone.
-func (st *sseStream) flush(w *bufio.Writer) bool {
+func (st *stream) flush(w *bufio.Writer) bool {
 	st.dl.extend()
 	if _, err := w.Write(st.buf); err != nil {
 		return false
@@ -199,26 +196,26 @@ func (st *sseStream) flush(w *bufio.Writer) bool {
 	return w.Flush() == nil
 }
 
-func (st *sseStream) appendEvent(e healthcheck.Event) {
-	data, _ := json.Marshal(eventJSONOf(e)) // cannot fail: strings, numbers and a time
+func (st *stream) appendEvent(e healthcheck.Event) {
+	data, _ := json.Marshal(streamEventOf(e)) // cannot fail: strings, numbers and a time
 	st.buf = append(st.buf, "event: "...)
 	st.buf = append(st.buf, e.Kind.String()...)
 	st.buf = strconv.AppendUint(append(st.buf, "\nid: "...), e.Seq, 10)
 	st.buf = append(append(append(st.buf, "\ndata: "...), data...), "\n\n"...)
 }
 
-func (st *sseStream) appendSnapshot() {
+func (st *stream) appendSnapshot() {
 	// One line: JSON without indentation has no newline, so one data field carries it.
-	data, _ := json.Marshal(st.lb.Status())
+	data, _ := json.Marshal(st.h.b.Status())
 	st.buf = append(append(append(st.buf, "event: snapshot\ndata: "...), data...), "\n\n"...)
 }
 
 // writeDeadline sets the write deadline of a stream's connection: extended before each write while the
-// stream runs, brought to sseCloseGrace from now when it must end, and never extended again after that.
+// stream runs, brought to closeGrace from now when it must end, and never extended again after that.
 type writeDeadline struct {
 	mu             sync.Mutex
 	conn           net.Conn
-	timeout, grace time.Duration // sseWriteTimeout, sseCloseGrace
+	timeout, grace time.Duration // writeTimeout, closeGrace
 	ending         bool
 }
 

@@ -1,4 +1,4 @@
-package lb
+package discovery
 
 // The file discovery provider (issue #12): a list of servers in a file that something else writes (a
 // deploy tool, a configuration management run, a sidecar, a mounted Kubernetes ConfigMap), re-read when
@@ -23,15 +23,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-func init() {
-	providerKinds["file"] = providerKind{
-		new: newFileProvider,
-	}
-}
-
-// fileDebounce is how long the file's directory must stay quiet after an event before the file is read:
+// FileDebounce is how long the file's directory must stay quiet after an event before the file is read:
 // an editor's save (truncate, write; or write a temporary file and rename it over) is one read.
-const fileDebounce = 200 * time.Millisecond
+const FileDebounce = 200 * time.Millisecond
 
 // filePoll is how often the file is read without an event: file systems that report no change (NFS,
 // some container mounts), and a directory that did not exist when the watch began.
@@ -44,18 +38,18 @@ type fileProvider struct {
 	logf func(string, ...any)
 }
 
-func newFileProvider(dc DiscoveryConfig, o providerOptions) (provider, error) {
+func newFileProvider(dc config.Discovery, o Options) (Provider, error) {
 	path, err := filepath.Abs(dc.File)
 	if err != nil {
 		return nil, fmt.Errorf("file %s: %v", dc.File, err)
 	}
-	return &fileProvider{path: path, pool: o.pool, logf: o.logf}, nil
+	return &fileProvider{path: path, pool: o.Pool, logf: o.Logf}, nil
 }
 
-// watch reads the file at once, then after every change (debounced) and every filePoll. Only a change
+// Watch reads the file at once, then after every change (debounced) and every filePoll. Only a change
 // is reported: the same contents (or the same error) read again are not, so an unrelated event in the
 // directory or the poll adds nothing to the counters or the log.
-func (p *fileProvider) watch(ctx context.Context, found func([]string), failed func(error)) {
+func (p *fileProvider) Watch(ctx context.Context, found func([]string), failed func(error)) {
 	var events <-chan fsnotify.Event
 	var werrs <-chan error
 	w, err := fsnotify.NewWatcher()
@@ -128,7 +122,7 @@ func (p *fileProvider) watch(ctx context.Context, found func([]string), failed f
 			if watched[e.Name] && e.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
 				delete(watched, e.Name) // the directory itself went: watched again once it is back (poll)
 			}
-			debounce.Reset(fileDebounce)
+			debounce.Reset(FileDebounce)
 		case err, ok := <-werrs:
 			if !ok {
 				werrs = nil

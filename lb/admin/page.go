@@ -1,4 +1,4 @@
-package lb
+package admin
 
 import (
 	"crypto/sha256"
@@ -23,7 +23,7 @@ var statusPageCSP = func() string {
 	page := string(statusPage)
 	start, end := strings.Index(page, "<script>"), strings.Index(page, "</script>")
 	if start < 0 || end < start {
-		panic("lb/ui/index.html: no <script> element")
+		panic("lb/admin/ui/index.html: no <script> element")
 	}
 	sum := sha256.Sum256([]byte(page[start+len("<script>") : end]))
 	return "default-src 'none'; script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; " +
@@ -32,7 +32,7 @@ var statusPageCSP = func() string {
 }()
 
 // servePage is GET /.
-func (lb *LB) servePage(ctx *fasthttp.RequestCtx) {
+func servePage(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsGet() && !ctx.IsHead() {
 		ctx.Error("405 Method Not Allowed\n", fasthttp.StatusMethodNotAllowed)
 		ctx.Response.Header.Set(fasthttp.HeaderAllow, "GET, HEAD") // after Error, which resets the response

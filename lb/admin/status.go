@@ -1,0 +1,156 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/fairlead/fairlead/healthcheck"
+)
+
+// The status document: GET /api/status, and the snapshots of /events. Package lb fills it (Backend.
+// Status); the doc comments of its fields are the reference's (ADMIN.md), so they say what an operator
+// reads in each.
+
+// Status is the JSON document of GET /status.
+type Status struct {
+	// ConfigFiles are the files the running config was read from, in merge order.
+	ConfigFiles []string `json:"config_files"`
+	// Pools are every pool, by name.
+	Pools []PoolStatus `json:"pools"`
+	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
+	Relays []RelayStatus `json:"relays,omitempty"`
+}
+
+// PoolStatus describes one pool.
+type PoolStatus struct {
+	Name    string `json:"name"`    // the NAME of [pools.NAME]
+	Balance string `json:"balance"` // "leader", "sticky" or "roundrobin"
+	// Waiting is the requests waiting for a server now.
+	Waiting int64 `json:"waiting"`
+	// Requests counts the requests routed to the pool; Retries the attempts retried on another server
+	// (or on the confirmed leader).
+	Requests uint64 `json:"requests"`
+	Retries  uint64 `json:"retries"`
+	// InflightFailovers counts the requests sent to a new leader while they waited for the old one's
+	// answer (balance = "leader"; among the retries; leaderwatch.go).
+	InflightFailovers uint64 `json:"inflight_failovers,omitempty"`
+	// Errors counts the answers fairlead gave itself: 502, 504 and unavailable_status (the sum of
+	// fairlead_pool_errors_total).
+	Errors uint64 `json:"errors"`
+	// Leader is the elected leader's address (balance = "leader"; "" while none is known), with the
+	// number of leader changes (LeaderChanges) and split brains (SplitBrains) seen.
+	Leader        string `json:"leader,omitempty"`
+	LeaderChanges uint64 `json:"leader_changes,omitempty"`
+	SplitBrains   uint64 `json:"split_brains,omitempty"`
+	// StickyEntries is the number of keys in the sticky table (balance = "sticky").
+	StickyEntries int `json:"sticky_entries,omitempty"`
+	// Serving is the tier that takes traffic: "primaries", or "backups" after a failover. Failovers and
+	// Failbacks count the switches.
+	Serving   string `json:"serving"`
+	Failovers uint64 `json:"failovers"`
+	Failbacks uint64 `json:"failbacks"`
+	// HighWatermark and HighWatermarkBytes are a roundrobin pool's watermarks (0: no limit).
+	HighWatermark      int   `json:"high_watermark,omitempty"`
+	HighWatermarkBytes int64 `json:"high_watermark_bytes,omitempty"`
+	// MultipartHeader, Pins and PinFailures: a roundrobin pool's multi-part pins, and the requests
+	// that failed with 502 because their pinned server was not connected and writable.
+	MultipartHeader string `json:"multipart_header,omitempty"`
+	Pins            int    `json:"pins,omitempty"`
+	PinFailures     uint64 `json:"pin_failures,omitempty"`
+	// Discovery is the pool's service discovery (nil without a provider).
+	Discovery *DiscoveryStatus `json:"discovery,omitempty"`
+	// Servers are the pool's servers: primaries, then backups, then servers a reload removed that still
+	// drain.
+	Servers []ServerStatus `json:"servers"`
+}
+
+// DiscoveryStatus describes a pool's service discovery provider.
+type DiscoveryStatus struct {
+	Provider string `json:"provider"` // "zookeeper", "dns" or "file"
+	// Servers is the list in force from the provider (null before its first answer: the seed serves).
+	Servers []string `json:"servers"`
+	// Changes and Errors count the lists applied and the failed reads of the registry; LastSuccess is
+	// the time of the provider's last answer, LastError the last failed read since then ("" if none).
+	Changes     uint64    `json:"changes"`
+	Errors      uint64    `json:"errors"`
+	LastSuccess time.Time `json:"last_success,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	// EmptyPending: the provider lists no server; it is applied at the end of empty_grace.
+	EmptyPending bool `json:"empty_pending,omitempty"`
+}
+
+// ServerStatus describes one server of a pool.
+type ServerStatus struct {
+	Addr string `json:"addr"` // host:port, as configured or discovered
+	// Name is the display name ([pools.NAME.names]; the address by default).
+	Name string `json:"name"`
+	// Tier is "primary" or "backup".
+	Tier string `json:"tier"`
+	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader),
+	// "drain" or "maint" (put there by an operator) or "removed" (draining after a server set change).
+	State string `json:"state"`
+	// AdminState is the operator's state: "ready", "drain" or "maint" (admin actions).
+	AdminState string `json:"admin_state"`
+	// Available is the one predicate the policies read: passes its checks (in a leader pool: is the
+	// leader), in the pool, not drained or in maintenance.
+	Available bool `json:"available"`
+	// Writable: below the pool's watermarks (always true without them). A roundrobin pool sends new
+	// requests only to servers that are available and writable.
+	Writable bool `json:"writable"`
+	// Requests counts the requests sent to the server; Failures the attempts that failed by its fault.
+	Requests uint64 `json:"requests"`
+	Failures uint64 `json:"failures"`
+	// InFlight is the requests sent whose response head has not arrived; InFlightBytes their body bytes.
+	InFlight      int64 `json:"in_flight"`
+	InFlightBytes int64 `json:"in_flight_bytes"`
+	Pins          int   `json:"pins,omitempty"` // multi-part pins on the server (roundrobin pools)
+	Conns         int   `json:"conns"`          // open upstream connections
+	Tunnels       int64 `json:"tunnels"`        // open tunnels
+	// Check is the server's health check state.
+	Check *healthcheck.ServerStatus `json:"check,omitempty"`
+}
+
+// RelayStatus describes a running relay.
+type RelayStatus struct {
+	Name string `json:"name"` // the NAME of [relays.NAME]
+	Path string `json:"path"` // the client-facing path template
+	Pool string `json:"pool"` // the pool of upstream servers
+	// Start is the start mode; Seeded tells whether a fast start filled the cache from seed_file.
+	Start  string `json:"start"`
+	Seeded bool   `json:"seeded"`
+	// Upstream is the server fetches and sessions go to; ServingBackup tells whether it is not the
+	// primary; Switches counts the moves between servers (failovers and failbacks).
+	Upstream      string `json:"upstream"`
+	ServingBackup bool   `json:"serving_backup"`
+	Switches      uint64 `json:"switches"`
+	// Sessions is the open upstream events sessions (one per active topic).
+	Sessions int `json:"sessions"`
+	// Subscribers is the open SSE and WebSocket subscribers of every topic.
+	Subscribers int64 `json:"subscribers"`
+	// Requests counts the requests served by kind ("snapshot", "sse", "websocket"); Refused counts the
+	// requests answered with an error, by status.
+	Requests map[string]uint64 `json:"requests"`
+	Refused  map[string]uint64 `json:"refused"`
+	// SeedWrites and SeedWriteErrors count the writes of seed_file (seed_file_write).
+	SeedWrites      uint64 `json:"seed_writes,omitempty"`
+	SeedWriteErrors uint64 `json:"seed_write_errors,omitempty"`
+	// Topics are the topics held, listed and on demand.
+	Topics []TopicStatus `json:"topics"`
+}
+
+// TopicStatus describes one topic of a relay.
+type TopicStatus struct {
+	Topic string `json:"topic"` // the path's values joined by "/"
+	// Listed: in the relay's topics (else accepted on demand). Watched: it has an upstream session
+	// (an idle topic has none until its next request).
+	Listed      bool   `json:"listed"`
+	Watched     bool   `json:"watched"`
+	Subscribers int    `json:"subscribers"` // open SSE and WebSocket subscribers
+	Version     uint64 `json:"version"`     // version of the cached snapshot
+	// Seed: the cached snapshot is still the one of the seed file.
+	Seed        bool      `json:"seed,omitempty"`
+	Fetched     time.Time `json:"fetched,omitzero"` // when the cached snapshot was fetched
+	Publishes   uint64    `json:"publishes"`        // new snapshots pushed to subscribers
+	Fetches     uint64    `json:"fetches"`          // snapshot fetches ended
+	FetchErrors uint64    `json:"fetch_errors"`     // failed snapshot fetches
+	Drops       uint64    `json:"drops"`            // subscribers dropped for falling behind
+}
