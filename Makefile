@@ -44,7 +44,7 @@ test:
 # then on runs as an ordinary test in `make test`: commit it with the fix.
 FUZZTIME         ?= 30s
 FUZZMINIMIZETIME ?= 5s
-FUZZ_TARGETS     := FuzzLoadConfig:./lb/ FuzzStickyKey:./stickiness/ FuzzFramer:./lb/ FuzzRequestPath:./lb/ FuzzClientFaultIsNoServerFailure:./lb/
+FUZZ_TARGETS     := FuzzLoadConfig:./lb/ FuzzStickyKey:./stickiness/ FuzzFramer:./lb/frontend/ FuzzRequestPath:./lb/ FuzzClientFaultIsNoServerFailure:./lb/
 
 fuzz:
 	@fail=0; for t in $(FUZZ_TARGETS); do \

@@ -29,7 +29,7 @@ import (
 //     target's authority (RFC 9112 section 3.2.2); an HTTP/1.0 request without Host, or with an empty
 //     one, gets the address the client connected to (RFC 9112 section 3.3: an empty authority is
 //     replaced by a default consistent with the connection). An HTTP/1.1 request must carry a non-empty
-//     Host: without one it was refused with 400 before it got here (framing.go);
+//     Host: without one it was refused with 400 before it got here (lb/frontend);
 //   - the body keeps the client's framing: Content-Length bytes as they came, a chunked body re-chunked
 //     (its chunk extensions and trailer fields are dropped).
 //

@@ -900,7 +900,7 @@ paths = ["/Thingworx/WS"]
 	}
 }
 
-// The socket's read deadline moves later lazily (framing.go armRead): after a request, the socket keeps
+// The socket's read deadline moves later lazily (lb/frontend, frontConn.armRead): after a request, the socket keeps
 // the read_timeout deadline of that request while fasthttp asks for idle_timeout. A keep-alive client
 // that pauses longer than read_timeout (but less than idle_timeout) between requests must still be
 // served, and the connection must still close once idle_timeout has passed; a head that stops

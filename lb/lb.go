@@ -4,15 +4,15 @@
 //
 // Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
 // fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
-// predicate), policy.go (balance policies as types), framing.go (the front end's check of every client
-// byte), connerrors.go (client connection errors, fasthttp's log lines), proxy.go (the forwarding loop
-// and how each attempt ended), leaderwatch.go (the in-flight failover and the hung-leader watch of
-// leader pools), headers.go (messages as sent: the head sent upstream, hop-by-hop fields, Date),
-// transport.go (each server's client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go
-// (single-point auth), upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the
-// event stream's subscribers), discovery.go (the lists of package discovery's providers put in force in
-// their pools), admin.go and actions.go (what the admin listener, package admin, reads and does: the
-// status document, the operator's actions).
+// predicate), policy.go (balance policies as types), listeners.go (the listeners, and the wiring of
+// lb/frontend, which checks every client byte), proxy.go (the forwarding loop and how each attempt
+// ended), leaderwatch.go (the in-flight failover and the hung-leader watch of leader pools), headers.go
+// (messages as sent: the head sent upstream, hop-by-hop fields, Date), transport.go (each server's
+// client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go (single-point auth),
+// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the event stream's
+// subscribers), discovery.go (the lists of package discovery's providers put in force in their pools),
+// admin.go and actions.go (what the admin listener, package admin, reads and does: the status
+// document, the operator's actions).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -34,6 +34,7 @@ import (
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/admin"
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -48,16 +49,14 @@ type LB struct {
 
 	frontend *fasthttp.Server
 	admin    *fasthttp.Server
-	lnMu     sync.Mutex   // guards ln and adminLn: a reload may move them to another address
-	ln       net.Listener // the front end's plain HTTP listener (nil without listen)
-	tlsLn    net.Listener // its HTTPS listener (nil without tls_listen)
-	adminLn  net.Listener
+	lns      listeners // the front end's and the admin's (listeners.go)
 
-	limits      *frameLimits                     // the framer's, set at Start
-	badRequests [len(refusedCodes)]atomic.Uint64 // requests refused by the front end, by refusedCodes
-	// connErrs and adminConnErrs count and log the connection errors of the front end and of the
-	// admin listener (connerrors.go); fasthttp's own lines never reach the log.
-	connErrs, adminConnErrs connErrors
+	// front checks every client byte, answers and counts what it refuses and counts its connections'
+	// errors (lb/frontend), with the limits of the config New was given ([frontend] changes but for
+	// the listeners and TLS take a restart). adminConnErrs counts and logs the admin listener's
+	// connection errors; fasthttp's own lines never reach the log.
+	front         *frontend.Front
+	adminConnErrs *frontend.ConnErrors
 	// adminHandler answers the admin listener's requests (package admin; LB is its Backend).
 	adminHandler *admin.Handler
 
@@ -118,8 +117,8 @@ func New(cfg *Config, o Options) *LB {
 	o.setDefaults(cfg)
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
 		relayRoutes: map[string]*relayRoute{}}
-	lb.connErrs.what, lb.connErrs.log = "frontend", o.Logger
-	lb.adminConnErrs.what, lb.adminConnErrs.log = "admin", o.Logger
+	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
+	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
 	lb.adminHandler = admin.New(lb, adminOptions)
@@ -253,7 +252,6 @@ func (lb *LB) Start(ctx context.Context) error {
 	lb.disc.sync(g)             // service discovery providers (discovery.go)
 
 	fe := g.cfg.Frontend
-	lb.limits = &frameLimits{maxHeader: fe.MaxHeaderSize, maxBody: fe.MaxBodySize, headerTimeout: fe.HeaderTimeout.D}
 	var fls []net.Listener // the plain and the HTTPS listener, as configured
 	for _, f := range lb.frontListeners() {
 		if addr := f.addr(g.cfg); addr != "" {
@@ -266,9 +264,7 @@ func (lb *LB) Start(ctx context.Context) error {
 				return fmt.Errorf("frontend: %s: %w", f.key, err)
 			}
 			ln = f.wrap(ln)
-			lb.lnMu.Lock()
-			*f.ln = ln
-			lb.lnMu.Unlock()
+			lb.lns.set(f.id, ln)
 			fls = append(fls, ln)
 		}
 	}
@@ -285,7 +281,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		// A 32 KiB write buffer sends a 16 KiB answer in one system call; ReduceMemoryUsage gives the
 		// buffers back to a pool between requests, so an idle keep-alive client holds none.
 		WriteBufferSize: 32 << 10,
-		// A head must fit fasthttp's read buffer; the framer (framing.go) enforces max_header_size first.
+		// A head must fit fasthttp's read buffer; the framer (lb/frontend) enforces max_header_size first.
 		ReadBufferSize:     max(fe.MaxHeaderSize, 4<<10),
 		ReduceMemoryUsage:  true,
 		ReadTimeout:        fe.ReadTimeout.D,
@@ -295,8 +291,8 @@ func (lb *LB) Start(ctx context.Context) error {
 		CloseOnShutdown:    true,
 		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
 		// fasthttp's lines quote the bytes of a request it could not read: its errors are counted and
-		// logged without them (connerrors.go), and its error messages leave the bytes out too.
-		Logger:                fasthttpLogger{errs: &lb.connErrs, front: true},
+		// logged without them (lb/frontend), and its error messages leave the bytes out too.
+		Logger:                lb.front.Logger(),
 		SecureErrorLogMessage: true,
 	}
 	for _, ln := range fls {
@@ -309,11 +305,9 @@ func (lb *LB) Start(ctx context.Context) error {
 			lb.Close()
 			return fmt.Errorf("admin: %w", err)
 		}
-		lb.lnMu.Lock()
-		lb.adminLn = aln
-		lb.lnMu.Unlock()
+		lb.lns.set(lnAdmin, aln)
 		lb.admin = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
-			Logger: fasthttpLogger{errs: &lb.adminConnErrs}, SecureErrorLogMessage: true}
+			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
 		lb.serve(lb.admin, aln, "admin")
 	}
 	return nil
@@ -330,14 +324,11 @@ func (lb *LB) serve(srv *fasthttp.Server, ln net.Listener, what string) {
 	}()
 }
 
-// rebind moves a listener to addr: the new one serves first, then the old one closes; connections
+// rebind moves the listener id to nl: the new one serves first, then the old one closes; connections
 // accepted on the old one (keep-alive clients, requests in flight) are served to their end.
-func (lb *LB) rebind(srv *fasthttp.Server, ln *net.Listener, nl net.Listener, what string) {
+func (lb *LB) rebind(srv *fasthttp.Server, id listenerID, nl net.Listener, what string) {
 	lb.serve(srv, nl, what)
-	lb.lnMu.Lock()
-	old := *ln
-	*ln = nl
-	lb.lnMu.Unlock()
+	old := lb.lns.set(id, nl)
 	old.Close() //nolint:errcheck // its Serve returns
 	lb.logf("%s: now listening on %s (was %s)", what, nl.Addr(), old.Addr())
 }
@@ -352,50 +343,13 @@ func maxBody(n int64) int {
 }
 
 // Addr returns the front end's plain HTTP listening address, or "" if it has none.
-func (lb *LB) Addr() string {
-	lb.lnMu.Lock()
-	defer lb.lnMu.Unlock()
-	if lb.ln == nil {
-		return ""
-	}
-	return lb.ln.Addr().String()
-}
+func (lb *LB) Addr() string { return lb.lns.addr(lnPlain) }
 
 // TLSAddr returns the front end's HTTPS listening address, or "" if it has none.
-func (lb *LB) TLSAddr() string {
-	lb.lnMu.Lock()
-	defer lb.lnMu.Unlock()
-	if lb.tlsLn == nil {
-		return ""
-	}
-	return lb.tlsLn.Addr().String()
-}
-
-// frontListener describes one of the front end's listeners: its config key, its address in a config,
-// where it is kept and how an accepted socket is wrapped.
-type frontListenerSpec struct {
-	key  string
-	addr func(*Config) string
-	ln   *net.Listener
-	wrap func(net.Listener) net.Listener
-}
-
-func (lb *LB) frontListeners() []frontListenerSpec {
-	return []frontListenerSpec{
-		{"listen", func(c *Config) string { return c.Frontend.Listen }, &lb.ln, lb.frontListener},
-		{"tls_listen", func(c *Config) string { return c.Frontend.TLSListen }, &lb.tlsLn, lb.tlsListener},
-	}
-}
+func (lb *LB) TLSAddr() string { return lb.lns.addr(lnTLS) }
 
 // AdminAddr returns the admin listener's address, or "" if disabled.
-func (lb *LB) AdminAddr() string {
-	lb.lnMu.Lock()
-	defer lb.lnMu.Unlock()
-	if lb.adminLn == nil {
-		return ""
-	}
-	return lb.adminLn.Addr().String()
-}
+func (lb *LB) AdminAddr() string { return lb.lns.addr(lnAdmin) }
 
 // Close is the drain at exit (SIGTERM): it stops accepting, lets in-flight requests finish for up to
 // [frontend] drain_timeout, closes the tunnels (each pool's spread over its tunnel_close_spread), then
@@ -406,13 +360,7 @@ func (lb *LB) Close() {
 	defer cancel()
 	// Closing the listeners first stops accepting even if a Serve goroutine has not started yet (its
 	// Serve then returns at once; Shutdown alone only knows the listeners Serve registered).
-	lb.lnMu.Lock()
-	for _, ln := range []net.Listener{lb.ln, lb.tlsLn, lb.adminLn} {
-		if ln != nil {
-			ln.Close() //nolint:errcheck // Shutdown may close it again
-		}
-	}
-	lb.lnMu.Unlock()
+	lb.lns.closeAll()
 	// Relay streams never end by themselves: closing the relays ends them (SSE streams end, WebSockets
 	// close with 1001), so that the shutdown below does not wait for them.
 	lb.swapRelays(nil)
@@ -535,10 +483,10 @@ func (lb *LB) Reload(cfg *Config) error {
 		if m.spec.key != "listen" {
 			what += " " + m.spec.key
 		}
-		lb.rebind(lb.frontend, m.spec.ln, m.ln, what)
+		lb.rebind(lb.frontend, m.spec.id, m.ln, what)
 	}
 	if adminLn != nil {
-		lb.rebind(lb.admin, &lb.adminLn, adminLn, "admin")
+		lb.rebind(lb.admin, lnAdmin, adminLn, "admin")
 	}
 	for name, p := range old.pools {
 		if g.pools[name] != p {

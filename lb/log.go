@@ -25,7 +25,7 @@ import (
 //	the access log      [global] access_log: msg="access", one line per request (type=request) and
 //	                    one per tunnel close (type=tunnel); see logRequest and tunnelEnd.log
 //	connection errors   what fasthttp would log about a client connection, as kind and client address
-//	                    only, rate-limited (connerrors.go): DEBUG, or WARN for accept errors and the
+//	                    only, rate-limited (lb/frontend): DEBUG, or WARN for accept errors and the
 //	                    connection limit
 //
 // No line holds a byte of a request: the access log never holds the query string (ThingWorx accepts an

@@ -13,6 +13,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -125,18 +126,18 @@ func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
 func (lb *LB) WriteMetrics(w io.Writer) {
 	g := lb.gen.Load()
 	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
-	for i, code := range refusedCodes {
-		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.badRequests[i].Load())
+	for _, code := range frontend.RefusedCodes {
+		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.front.RefusedTotal(code))
 	}
-	for k := range numConnKinds {
-		n := lb.connErrs.count[k].Load()
-		if k == connLimit && lb.frontend != nil {
+	for k := range frontend.NumConnKinds {
+		n := lb.front.Errors.Count(k)
+		if k == frontend.ConnLimit && lb.frontend != nil {
 			n += uint64(lb.frontend.GetRejectedConnectionsCount()) // fasthttp counts them
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil {
-		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.connErrs.count[connTLS].Load())
+		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.front.Errors.Count(frontend.ConnTLS))
 		for i, c := range ft.Certs {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}

@@ -8,13 +8,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/valyala/fasthttp"
 )
 
 // The path of a request, top to bottom:
 //
-//	accept   every byte a client sends is checked by the framer (framing.go) before fasthttp parses it:
+//	accept   every byte a client sends is checked by the framer (lb/frontend) before fasthttp parses it:
 //	         malformed or ambiguous framing, a head too large or too slow, a body too large are answered
 //	         (400, 431, 408, 413, 505) and the connection closed, nothing of them forwarded; fasthttp
 //	         (lb.go) calls handle for each request that passed
@@ -44,17 +45,17 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	if req.Header.IsConnect() {
 		refuseConnect(ctx) // fairlead is no forward proxy
-		lb.refused(fasthttp.StatusMethodNotAllowed)
+		lb.front.Refused(fasthttp.StatusMethodNotAllowed)
 		lb.logUnrouted(ctx, g)
 		return
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
-		redirectHTTPS(ctx, ft) // tls.go
+		frontend.RedirectHTTPS(ctx, ft.Port)
 		lb.logUnrouted(ctx, g)
 		return
 	}
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
-	// the request becomes a tunnel, the connection closes after the answer (framing.go).
+	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
 	if len(g.relays) > 0 && lb.serveRelay(ctx, g, upgradeHeader) {
 		return // a relay's path: fairlead answers itself (relayroute.go)
@@ -72,7 +73,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	upgrade = upgrade && g.routes[ri].websocket
 	if upgrade {
 		if reason := badHandshake(&req.Header); reason != "" {
-			lb.refused(fasthttp.StatusBadRequest)
+			lb.front.Refused(fasthttp.StatusBadRequest)
 			ctx.Error("400 Bad Request: "+reason+"\n", fasthttp.StatusBadRequest)
 			ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
 			ctx.SetConnectionClose()
@@ -133,21 +134,18 @@ func (lb *LB) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
 // status, and the connection closes. The server is not at fault: nothing is reported to its check.
 func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
-	var fe *frameError
-	if fc := frontOf(ctx.Conn()); fc != nil && fc.claim() != nil {
-		fe = fc.failed.Load()
-	}
+	fe := frontend.Claim(ctx.Conn())
 	switch {
 	case fe != nil:
-		status, reason = fe.status, fe.reason
+		status, reason = fe.Status, fe.Reason
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
 	case isTimeout(err):
 		status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
 	}
-	lb.refused(status)
+	lb.front.Refused(status)
 	dropAnswer(&ctx.Response)
-	ctx.Error(refusalBody(status, reason), status)
+	ctx.Error(frontend.RefusalBody(status, reason), status)
 	ctx.SetConnectionClose()
 }
 

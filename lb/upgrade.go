@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlead/fairlead/lb/relay"
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -126,7 +126,10 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	engine, group := lb.engineFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		client, pending, err := unwrapHijacked(c)
+		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the
+		// bytes the server had already buffered from it (a client may send frames before the 101).
+		client, pending, err := frontend.UnwrapHijacked(c)
+		client = frontend.Socket(client)
 		if err == nil {
 			_, err = client.Write(out)
 		}
@@ -185,26 +188,6 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 			return nil, err
 		}
 	}
-}
-
-// unwrapHijacked returns the client's socket under fasthttp's hijack wrapper and the front end's
-// connection (relay.UnwrapHijacked, unwrapFront), and the bytes the server had already buffered from
-// it (a client may send frames before it sees the 101).
-func unwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
-	raw, pending, err := relay.UnwrapHijacked(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return unwrapFront(raw), pending, nil
-}
-
-// unwrapFront returns the socket under a front end connection (framing.go): a tunnel's bytes are not
-// HTTP, and the relay needs the socket itself.
-func unwrapFront(c net.Conn) net.Conn {
-	if fc := frontOf(c); fc != nil {
-		return fc.Conn // a *net.TCPConn, or the *tls.Conn of an HTTPS client (a streamed tunnel)
-	}
-	return c
 }
 
 // switchingHead appends a server's 101 head (without its final CRLF) to out without the hop-by-hop

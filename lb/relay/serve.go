@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -268,7 +269,7 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setu
 			c.Close()
 			return
 		}
-		raw, pending, err := UnwrapHijacked(c)
+		raw, pending, err := frontend.UnwrapHijacked(c)
 		if err != nil {
 			c.Close()
 			sub.Close()
@@ -286,40 +287,6 @@ func hijacked(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, setu
 			stream()
 		})
 	})
-}
-
-// UnwrapHijacked returns the connection under fasthttp's hijack wrapper, which holds the
-// server's read buffer, and the bytes that buffer held (a client may send frames before it
-// sees the handshake's answer). They are drained through the wrapper with an expired read
-// deadline: buffered bytes come back without touching the socket, and the socket itself is
-// not read. A connection that is not fasthttp's wrapper is returned as it is. A connection that
-// wants to know that it now belongs to a stream (the front end's, which stops counting its errors
-// as the front end's) is told through its HandOver method.
-func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
-	u, ok := c.(interface{ UnsafeConn() net.Conn })
-	if !ok {
-		return c, nil, nil
-	}
-	raw := u.UnsafeConn()
-	if h, ok := raw.(interface{ HandOver() }); ok {
-		h.HandOver()
-	}
-	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
-		return nil, nil, err
-	}
-	var pending []byte
-	var buf [4096]byte
-	for {
-		n, err := c.Read(buf[:])
-		pending = append(pending, buf[:n]...)
-		if err != nil || n == 0 {
-			break
-		}
-	}
-	if err := raw.SetReadDeadline(time.Time{}); err != nil {
-		return nil, nil, err
-	}
-	return raw, pending, nil
 }
 
 // hijackWriter is the http.ResponseWriter the net/http upgrader answers through: Hijack hands

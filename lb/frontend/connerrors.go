@@ -1,4 +1,4 @@
-package lb
+package frontend
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Connection errors. fasthttp logs a line for a client connection that ends with an error, and a line
@@ -29,11 +31,12 @@ import (
 //	                         frontConn.Write, a write that fails before the connection was handed to a
 //	                         tunnel or a relay stream
 //	refused                  frontConn.fail, the framer's refusals (also counted by status in
-//	                         fairlead_bad_requests_total), and frontendError, fasthttp's own refusals of
-//	                         what it could not read; a head that does not arrive within header_timeout
-//	                         is a timeout
+//	                         fairlead_bad_requests_total), and Front.ErrorHandler, fasthttp's own
+//	                         refusals of what it could not read; a head that does not arrive within
+//	                         header_timeout is a timeout
 //	tls                      frontConn.handshake, a failed handshake (fairlead_tls_handshake_failures_total)
-//	limit                    fasthttp's count of connections refused over max_conns
+//	limit                    fasthttp's count of connections refused over max_conns (lb adds
+//	                         Server.GetRejectedConnectionsCount to Count(ConnLimit))
 //	accept, other            fasthttp's lines about accepting, and any line whose format fairlead does
 //	                         not know (its arguments are never printed)
 //
@@ -41,73 +44,92 @@ import (
 // error, nor is a connection that ends before its first byte (fasthttp reads any error there as the end
 // of the connection: a port probe, a browser's unused preconnection).
 
-// connKind is the kind of a connection error, the kind label of the counter.
-type connKind uint8
+// ConnKind is the kind of a connection error, the kind label of the counter.
+type ConnKind uint8
 
 const (
-	connClosed  connKind = iota // the client closed the connection in the middle of a request
-	connReset                   // the connection was reset (or broke while fairlead wrote to it)
-	connTimeout                 // read_timeout or header_timeout passed in the middle of a request
-	connTLS                     // the TLS handshake failed
-	connRefused                 // the front end refused a request it could not read or would not forward
-	connLimit                   // over the connection limit, refused with 503 at accept
-	connAccept                  // accepting a connection failed (out of file descriptors, say)
-	connOther                   // anything else
-	numConnKinds
+	ConnClosed  ConnKind = iota // the client closed the connection in the middle of a request
+	ConnReset                   // the connection was reset (or broke while fairlead wrote to it)
+	ConnTimeout                 // read_timeout or header_timeout passed in the middle of a request
+	ConnTLS                     // the TLS handshake failed
+	ConnRefused                 // the front end refused a request it could not read or would not forward
+	ConnLimit                   // over the connection limit, refused with 503 at accept
+	ConnAccept                  // accepting a connection failed (out of file descriptors, say)
+	ConnOther                   // anything else
+	NumConnKinds
 )
 
-var connKindNames = [numConnKinds]string{"closed", "reset", "timeout", "tls", "refused", "limit", "accept", "other"}
+var connKindNames = [NumConnKinds]string{"closed", "reset", "timeout", "tls", "refused", "limit", "accept", "other"}
 
-func (k connKind) String() string { return connKindNames[k] }
+func (k ConnKind) String() string { return connKindNames[k] }
 
 // connKindOf is the kind of a failed read or write (a frame error is refused, or a timeout for
 // header_timeout). It returns ok false for the errors of a connection fairlead closed itself.
-func connKindOf(err error) (k connKind, ok bool) {
-	var fe *frameError
+func connKindOf(err error) (k ConnKind, ok bool) {
+	var fe *Refusal
 	switch {
 	case err == nil || errors.Is(err, net.ErrClosed):
 		return 0, false
 	case errors.As(err, &fe):
-		if fe.status == 408 {
-			return connTimeout, true
+		if fe.Status == 408 {
+			return ConnTimeout, true
 		}
-		return connRefused, true
+		return ConnRefused, true
 	case isTimeout(err):
-		return connTimeout, true
+		return ConnTimeout, true
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return connClosed, true
+		return ConnClosed, true
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
-		return connReset, true
+		return ConnReset, true
 	}
-	return connOther, true
+	return ConnOther, true
 }
 
 // connLogEvery is the least time between two log lines of one kind of connection error.
 const connLogEvery = 10 * time.Second
 
-// connErrors counts the connection errors of one server (the front end's or the admin's) by kind and
+// ConnErrors counts the connection errors of one server (the front end's or the admin's) by kind and
 // logs them, rate-limited. Safe for concurrent use.
-type connErrors struct {
+type ConnErrors struct {
 	what  string // "frontend" or "admin", the lines' prefix
 	log   *slog.Logger
-	count [numConnKinds]atomic.Uint64
-	lines [numConnKinds]logLimiter
+	count [NumConnKinds]atomic.Uint64
+	lines [NumConnKinds]logLimiter
 }
 
+// NewConnErrors returns the connection errors of a server called what ("frontend", "admin": the
+// prefix of the log lines), logged to log.
+func NewConnErrors(what string, log *slog.Logger) *ConnErrors {
+	return &ConnErrors{what: what, log: log}
+}
+
+// Count is the number of errors of kind k so far.
+func (e *ConnErrors) Count(k ConnKind) uint64 { return e.count[k].Load() }
+
+// Logger returns the fasthttp.Server.Logger of a server whose connection errors e counts: fasthttp's
+// lines about them are counted and logged, rate-limited, without a byte of what fasthttp passes. The
+// front end's server takes Front.Logger instead.
+func (e *ConnErrors) Logger() fasthttp.Logger { return fasthttpLogger{errs: e} }
+
+// Logger returns the front end's fasthttp.Server.Logger: its connections note their errors where they
+// happen, so fasthttp's lines about them are dropped; its other lines are counted and logged like
+// ConnErrors.Logger's.
+func (f *Front) Logger() fasthttp.Logger { return fasthttpLogger{errs: f.Errors, front: true} }
+
 // note counts an error of kind k of a connection from client (nil: none) and logs it, rate-limited.
-func (e *connErrors) note(k connKind, client net.Addr) {
+func (e *ConnErrors) note(k ConnKind, client net.Addr) {
 	e.count[k].Add(1)
 	e.logLine(k, client, "")
 }
 
 // logLine writes the line of an error of kind k unless one of its kind was written less than
 // connLogEvery ago. detail is what an accept error or the connection limit says (never request data).
-func (e *connErrors) logLine(k connKind, client net.Addr, detail string) {
+func (e *ConnErrors) logLine(k ConnKind, client net.Addr, detail string) {
 	level, msg := slog.LevelDebug, e.what+": connection error"
 	switch k {
-	case connAccept:
+	case ConnAccept:
 		level, msg = slog.LevelWarn, e.what+": accepting a connection failed"
-	case connLimit:
+	case ConnLimit:
 		level, msg = slog.LevelWarn, e.what+": connection limit reached: new connections are refused"
 	}
 	ctx := context.Background()
@@ -153,7 +175,7 @@ func (l *logLimiter) allow(now time.Time) (held uint64, ok bool) {
 // logged by its format only. For the front end, the errors of connections are noted where they happen
 // (frontConn, frontendError) and fasthttp's line about them is dropped.
 type fasthttpLogger struct {
-	errs  *connErrors
+	errs  *ConnErrors
 	front bool
 }
 
@@ -189,9 +211,9 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 				detail = strconv.Itoa(n) + " connections open"
 			}
 		}
-		l.errs.logLine(connLimit, nil, detail)
+		l.errs.logLine(ConnLimit, nil, detail)
 	case strings.HasPrefix(format, fasthttpPerIP):
-		l.errs.logLine(connLimit, nil, "")
+		l.errs.logLine(ConnLimit, nil, "")
 	case strings.HasPrefix(format, fasthttpAcceptTimeout), strings.HasPrefix(format, fasthttpAcceptError):
 		var detail string
 		if len(args) == 1 {
@@ -199,10 +221,10 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 				detail = err.Error() // the listener's error: no request data
 			}
 		}
-		l.errs.count[connAccept].Add(1)
-		l.errs.logLine(connAccept, nil, detail)
+		l.errs.count[ConnAccept].Add(1)
+		l.errs.logLine(ConnAccept, nil, detail)
 	default:
-		l.errs.count[connOther].Add(1)
-		l.errs.logLine(connOther, nil, "fasthttp: "+format)
+		l.errs.count[ConnOther].Add(1)
+		l.errs.logLine(ConnOther, nil, "fasthttp: "+format)
 	}
 }

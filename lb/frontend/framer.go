@@ -1,23 +1,16 @@
-package lb
+package frontend
 
 import (
-	"crypto/tls"
-	"errors"
-	"io"
-	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
-
-	"github.com/valyala/fasthttp"
 )
 
 // The front end checks every byte a client sends before fasthttp parses it. fasthttp is lenient (it
 // accepts obs-fold, bare LF line ends and chunk sizes it then fails to read only once the request has
 // gone upstream), and an ingress must not forward what the servers behind it might read differently:
-// that is how requests are smuggled. So each accepted connection is a frontConn whose Read runs the bytes
-// through a framer, a byte-level HTTP/1.1 state machine (RFC 9112) that knows where every message
-// starts and ends:
+// that is how requests are smuggled. So each accepted connection is a frontConn (conn.go) whose Read
+// runs the bytes through a framer, a byte-level HTTP/1.1 state machine (RFC 9112) that knows where
+// every message starts and ends:
 //
 //	head     request line and header fields: token method, visible-ASCII target, HTTP/1.0 or 1.1, CRLF
 //	         line ends only, header names of token characters right before the colon, values without
@@ -31,31 +24,48 @@ import (
 //	         header fields, and the sum of the chunk sizes against max_body_size (413)
 //	upgrade  after a request with an Upgrade header the connection is opaque: if the request becomes a
 //	         tunnel the bytes are WebSocket frames; if it does not, the connection is closed after the
-//	         answer (proxy.go), so no unchecked byte is ever read as a request
+//	         answer (lb's handler), so no unchecked byte is ever read as a request
 //
 // A violation holds back the whole message it is found in: Read returns the complete messages before it
 // (pipelined requests are served), then the error. A message that arrived whole in one read, such as a
 // head with its first chunk header, is therefore refused before any of it reaches fasthttp, let alone a
 // server. A violation found in a later read of a streamed body fails the body stream: the upstream
-// request is aborted before its end, and the client gets the answer (proxy.go). The answer (400, 408,
-// 413, 431 or 505, with Connection: close) is written by fasthttp's error handler (frontendError), or by
-// Close when fasthttp closed the connection without one; either way the connection then closes.
+// request is aborted before its end, and the client gets the answer (lb's forwarding, through Claim).
+// The answer (400, 408, 413, 431 or 505, with Connection: close) is written by fasthttp's error handler
+// (Front.ErrorHandler), or by Close when fasthttp closed the connection without one; either way the
+// connection then closes (refuse.go).
 
-// frameError is a request the front end refuses. It is the error Read returns.
-type frameError struct {
-	status int
-	reason string
+// Refusal is a request the front end refuses, with the status of its answer and the reason the answer
+// gives. It is the error a front end connection's Read returns.
+type Refusal struct {
+	Status int
+	Reason string
 }
 
-func (e *frameError) Error() string { return strconv.Itoa(e.status) + " " + e.reason }
+func (e *Refusal) Error() string { return strconv.Itoa(e.Status) + " " + e.Reason }
 
-func badRequest(reason string) *frameError { return &frameError{400, reason} }
+func badRequest(reason string) *Refusal { return &Refusal{400, reason} }
 
-// frameLimits are the [frontend] limits the framer enforces, fixed at start.
-type frameLimits struct {
-	maxHeader     int   // request line + header fields (and a chunked body's trailer section), bytes
-	maxBody       int64 // 0 = none
-	headerTimeout time.Duration
+// Limits are the [frontend] limits the framer enforces.
+type Limits struct {
+	MaxHeader     int           // max_header_size: request line + header fields (and a chunked body's trailer section), bytes
+	MaxBody       int64         // max_body_size: 0 = none
+	HeaderTimeout time.Duration // header_timeout: 0 = none
+}
+
+// Check runs p, the first bytes of a client connection, through a new framer with the limits lim, as
+// one read of the connection would. It returns nil if the framer lets them through (whole messages or
+// the beginning of one); else the refusal and the index in p where the refused message starts (-1 when
+// the first byte is refused before any message began): the complete messages before that index are
+// the ones a connection would still serve. Like a connection's Read, Check may rewrite bytes of p
+// (whitespace after a chunk size, see scan).
+func Check(lim Limits, p []byte) (start int, err error) {
+	f := framer{lim: &lim}
+	start, r := f.scan(p)
+	if r == nil {
+		return start, nil
+	}
+	return start, r
 }
 
 // framer states.
@@ -130,7 +140,7 @@ var fieldByte = func() (t [256]bool) {
 
 // framer is the state machine of one client connection.
 type framer struct {
-	lim   *frameLimits
+	lim   *Limits
 	state uint8
 	field uint8 // the header field being read (fOther, fContentLength, ...)
 	// request line and head
@@ -172,7 +182,7 @@ func (f *framer) inRequest() bool {
 // p where the message it is in started (-1 if it started in an earlier read). The bytes of a field
 // value, a request target or a field name are checked in runs; only the bytes that change the state
 // go through the switch one by one.
-func (f *framer) scan(p []byte) (start int, err *frameError) {
+func (f *framer) scan(p []byte) (start int, err *Refusal) {
 	start = -1
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -235,7 +245,7 @@ func (f *framer) scan(p []byte) (start int, err *frameError) {
 				}
 				continue
 			}
-			if f.base+int64(i)+1-f.headStart > int64(f.lim.maxHeader) {
+			if f.base+int64(i)+1-f.headStart > int64(f.lim.MaxHeader) {
 				return start, errHeadTooLarge
 			}
 		case stLineStart:
@@ -307,7 +317,7 @@ func (f *framer) scan(p []byte) (start int, err *frameError) {
 			if c != '\n' {
 				return start, badRequest("bare CR")
 			}
-			if f.base+int64(i)+1-f.headStart > int64(f.lim.maxHeader) {
+			if f.base+int64(i)+1-f.headStart > int64(f.lim.MaxHeader) {
 				return start, errHeadTooLarge
 			}
 			if err := f.endHead(); err != nil {
@@ -363,13 +373,13 @@ func (f *framer) scan(p []byte) (start int, err *frameError) {
 		}
 	}
 	f.base += int64(len(p))
-	if f.inHead() && f.base-f.headStart > int64(f.lim.maxHeader) {
+	if f.inHead() && f.base-f.headStart > int64(f.lim.MaxHeader) {
 		return start, errHeadTooLarge
 	}
 	return start, nil
 }
 
-var errHeadTooLarge = &frameError{431, "request header fields too large"}
+var errHeadTooLarge = &Refusal{431, "request header fields too large"}
 
 func (f *framer) beginMessage(at int64) {
 	f.headStart, f.http10, f.trailer = at, false, false
@@ -379,12 +389,12 @@ func (f *framer) beginMessage(at int64) {
 var httpVersion = []byte("HTTP/1.")
 
 // version reads the byte at f.vpos of "HTTP/1.x".
-func (f *framer) version(c byte) *frameError {
+func (f *framer) version(c byte) *Refusal {
 	switch {
 	case f.vpos < len(httpVersion):
 		if c != httpVersion[f.vpos] {
 			if f.vpos == 5 && c >= '0' && c <= '9' {
-				return &frameError{505, "HTTP version not supported"}
+				return &Refusal{505, "HTTP version not supported"}
 			}
 			return badRequest("invalid HTTP version")
 		}
@@ -395,7 +405,7 @@ func (f *framer) version(c byte) *frameError {
 		case '1':
 		default:
 			if c >= '2' && c <= '9' {
-				return &frameError{505, "HTTP version not supported"}
+				return &Refusal{505, "HTTP version not supported"}
 			}
 			return badRequest("invalid HTTP version")
 		}
@@ -435,7 +445,7 @@ func (f *framer) classify() uint8 {
 }
 
 // valueByte reads a byte of a field value (whitespace excluded; it ended any value byte run).
-func (f *framer) valueByte(c byte) *frameError {
+func (f *framer) valueByte(c byte) *Refusal {
 	switch f.field {
 	case fOther, fUpgrade:
 		return nil
@@ -461,7 +471,7 @@ func (f *framer) valueByte(c byte) *frameError {
 }
 
 // endField is called at the end of a field line.
-func (f *framer) endField() *frameError {
+func (f *framer) endField() *Refusal {
 	switch f.field {
 	case fContentLength:
 		if f.valLen == 0 {
@@ -489,7 +499,7 @@ func (f *framer) endField() *frameError {
 }
 
 // endHead is called at the end of a head or a trailer section.
-func (f *framer) endHead() *frameError {
+func (f *framer) endHead() *Refusal {
 	if f.trailer {
 		f.endMessage()
 		return nil
@@ -511,8 +521,8 @@ func (f *framer) endHead() *frameError {
 	case f.hasTE:
 		f.state, f.body, f.remain, f.digits, f.chunkLen = stChunkSize, 0, 0, 0, 0
 	case f.hasCL && f.cl > 0:
-		if f.lim.maxBody > 0 && f.cl > f.lim.maxBody {
-			return &frameError{413, "request body too large"}
+		if f.lim.MaxBody > 0 && f.cl > f.lim.MaxBody {
+			return &Refusal{413, "request body too large"}
 		}
 		f.state, f.remain = stBody, f.cl
 	default:
@@ -544,7 +554,7 @@ func unhex(c byte) int {
 // maxChunkLine bounds a chunk-size line with its extensions.
 const maxChunkLine = 4096
 
-func (f *framer) chunkSizeByte(c byte) *frameError {
+func (f *framer) chunkSizeByte(c byte) *Refusal {
 	if d := unhex(c); d >= 0 {
 		if f.digits++; f.digits > 15 {
 			return badRequest("invalid chunk size")
@@ -581,7 +591,7 @@ var qdtext = func() (t [256]bool) {
 // so whitespace is allowed around ';' and '=' but not before the CRLF, names and token values are
 // tokens, and a quoted string holds qdtext and quoted-pairs ("\\" and HTAB, SP, a visible byte or
 // obs-text) and is closed before the line ends.
-func (f *framer) chunkExtByte(c byte) *frameError {
+func (f *framer) chunkExtByte(c byte) *Refusal {
 	if f.chunkLen++; f.chunkLen > maxChunkLine {
 		return badRequest("chunk extension too long")
 	}
@@ -663,298 +673,15 @@ func (f *framer) chunkExtByte(c byte) *frameError {
 }
 
 // endChunkSize is called at the end of a chunk-size line; at is where the next line starts.
-func (f *framer) endChunkSize(at int64) *frameError {
+func (f *framer) endChunkSize(at int64) *Refusal {
 	if f.remain == 0 { // the last chunk: the trailer section follows
 		f.state, f.trailer, f.headStart = stLineStart, true, at
 		return nil
 	}
 	f.body += f.remain
-	if f.lim.maxBody > 0 && f.body > f.lim.maxBody {
-		return &frameError{413, "request body too large"}
+	if f.lim.MaxBody > 0 && f.body > f.lim.MaxBody {
+		return &Refusal{413, "request body too large"}
 	}
 	f.state = stChunkData
 	return nil
-}
-
-// frontListener wraps the front end's listener: every connection it accepts is a frontConn.
-type frontListener struct {
-	net.Listener
-	lb  *LB
-	tls *tls.Config // the HTTPS listener's (tls.go), nil for the plain one
-}
-
-func (lb *LB) frontListener(ln net.Listener) net.Listener {
-	return &frontListener{Listener: ln, lb: lb}
-}
-
-func (l *frontListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if l.tls != nil {
-		tc := tls.Server(c, l.tls)
-		fc := &frontConn{Conn: tc, lb: l.lb, tc: tc}
-		fc.f.lim = l.lb.limits
-		return tlsFrontConn{fc}, nil
-	}
-	fc := &frontConn{Conn: c, lb: l.lb}
-	fc.f.lim = l.lb.limits
-	return fc, nil
-}
-
-// refusedCodes are the answers of the front end to requests it refuses, counted in
-// fairlead_bad_requests_total{code}.
-var refusedCodes = [...]int{400, 405, 408, 413, 431, 505}
-
-// refused counts a request the front end refused with status.
-func (lb *LB) refused(status int) {
-	for i, c := range refusedCodes {
-		if c == status {
-			lb.badRequests[i].Add(1)
-			return
-		}
-	}
-	lb.badRequests[0].Add(1)
-}
-
-// frontendError is fasthttp's error handler: it answers a request that could not be read. A framing
-// violation (the connection's frameError) is answered with its status; fasthttp's own errors with 431
-// (head over its buffer), 413, 408 (a read timeout) or 400. Either way the connection closes after the
-// answer with a lingering close (frontConn.Close), so that the client's unread bytes do not turn the
-// close into a reset that loses the answer.
-func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
-	status, reason := fasthttp.StatusBadRequest, "malformed request"
-	fc := frontOf(ctx.Conn())
-	if fc != nil && fc.failed.Load() != nil {
-		fc.answered.Store(true)
-		e := fc.failed.Load()
-		status, reason = e.status, e.reason
-	} else {
-		var small *fasthttp.ErrSmallBuffer
-		switch {
-		case errors.As(err, &small):
-			status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large"
-		case errors.Is(err, fasthttp.ErrBodyTooLarge):
-			status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
-		case isTimeout(err):
-			status, reason = fasthttp.StatusRequestTimeout, "request timeout"
-		}
-		if fc != nil { // answered here, and lingered on at the close like a framing violation
-			fc.answered.Store(true)
-			fc.failed.CompareAndSwap(nil, &frameError{status, reason})
-		}
-	}
-	lb.refused(status)
-	if fc := frontOf(ctx.Conn()); fc != nil {
-		// fasthttp answers and closes: a connection error, of the error's kind when it is the
-		// connection's own (the read that failed was noted first, see Read), else refused.
-		k, ok := connKindOf(err)
-		if !ok || k == connOther {
-			k = connRefused
-		}
-		fc.noteError(k)
-	}
-	ctx.Error(refusalBody(status, reason), status)
-	lb.logUnrouted(ctx, lb.gen.Load())
-}
-
-// frontConn is an accepted client connection whose bytes are checked by a framer as fasthttp reads them.
-// fasthttp uses it from the connection's serving goroutine only (Close may also come from Shutdown).
-type frontConn struct {
-	net.Conn
-	lb      *LB
-	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
-	shook   bool      // its handshake ran (tls.go), with this result:
-	hsErr   error
-	f       framer
-	pending *frameError // found, returned by the next Read
-	// failed is the error Read returned; answered is set once its answer was written or claimed.
-	failed   atomic.Pointer[frameError]
-	answered atomic.Bool
-	// The read deadline fasthttp asked for, and the header_timeout deadline of a head that did not
-	// arrive in one read (zero when none): the socket's deadline is the earlier of the two.
-	deadline, headDeadline time.Time
-	sockDeadline           time.Time // the read deadline set on the socket (armRead)
-	// errNoted is set once the connection's error was counted (noteError), or once it was handed to
-	// a tunnel or a relay stream (HandOver), whose ends are theirs to account for.
-	errNoted atomic.Bool
-}
-
-func (c *frontConn) Read(p []byte) (int, error) {
-	if c.tc != nil && c.handshake() != nil {
-		return 0, io.EOF
-	}
-	if c.pending != nil {
-		return 0, c.fail(c.pending)
-	}
-	n, err := c.Conn.Read(p)
-	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
-		// The socket's deadline may be earlier than the one in force (armRead).
-		t := c.wanted()
-		if !t.IsZero() && !time.Now().Before(t) {
-			break // the one in force passed
-		}
-		c.sockDeadline = t
-		if c.Conn.SetReadDeadline(t) != nil {
-			break
-		}
-		n, err = c.Conn.Read(p)
-	}
-	if n > 0 && c.f.state != stOpaque {
-		start, ferr := c.f.scan(p[:n])
-		if ferr != nil {
-			if start > 0 { // the complete messages before it first
-				c.pending = ferr
-				return start, nil
-			}
-			return 0, c.fail(ferr)
-		}
-		c.headTimer()
-	}
-	if err != nil && !c.headDeadline.IsZero() && isTimeout(err) && !time.Now().Before(c.headDeadline) {
-		return n, c.fail(&frameError{408, "request header timeout"})
-	}
-	if err != nil && c.f.inRequest() {
-		// The client closed, reset or stalled in the middle of a request. Between requests (and
-		// before the first) that is how connections end.
-		if k, ok := connKindOf(err); ok {
-			c.noteError(k)
-		}
-	}
-	return n, err
-}
-
-func (c *frontConn) fail(e *frameError) error {
-	c.failed.Store(e)
-	k, _ := connKindOf(e)
-	c.noteError(k)
-	return e
-}
-
-// Write notes a failed write (the client went away while its answer was written) as the
-// connection's error.
-func (c *frontConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if err != nil {
-		if k, ok := connKindOf(err); ok {
-			c.noteError(k)
-		}
-	}
-	return n, err
-}
-
-// noteError counts the connection's error of kind k (connerrors.go), the first one only.
-func (c *frontConn) noteError(k connKind) {
-	if c.errNoted.CompareAndSwap(false, true) {
-		c.lb.connErrs.note(k, c.Conn.RemoteAddr())
-	}
-}
-
-// HandOver is called when the connection goes to a tunnel or a relay stream (relay.UnwrapHijacked):
-// from then on its errors are not the front end's to count.
-func (c *frontConn) HandOver() { c.errNoted.Store(true) }
-
-// headTimer starts header_timeout when a head did not arrive whole in one read, and stops it when
-// the head is complete. A head that arrives in one read (nearly all) costs nothing.
-func (c *frontConn) headTimer() {
-	switch in := c.f.inHead(); {
-	case in && c.headDeadline.IsZero() && c.f.lim.headerTimeout > 0:
-		c.headDeadline = time.Now().Add(c.f.lim.headerTimeout)
-		c.armRead() //nolint:errcheck // a failed read reports it
-	case !in && !c.headDeadline.IsZero():
-		c.headDeadline = time.Time{}
-		c.armRead() //nolint:errcheck
-	}
-}
-
-func (c *frontConn) SetReadDeadline(t time.Time) error {
-	c.deadline = t
-	return c.armRead()
-}
-
-// wanted is the read deadline in force: the earlier of fasthttp's and header_timeout's (zero: none).
-func (c *frontConn) wanted() time.Time {
-	t := c.deadline
-	if !c.headDeadline.IsZero() && (t.IsZero() || c.headDeadline.Before(t)) {
-		t = c.headDeadline
-	}
-	return t
-}
-
-// armRead gives the socket the read deadline in force, lazily on a plain TCP connection: a deadline
-// later than the socket's is not set, the socket keeps its earlier one, and a read that times out
-// before the deadline in force sets it then and reads again (Read). fasthttp moves the deadline later
-// twice per request (idle_timeout while a keep-alive connection waits, read_timeout once a request
-// starts), and each move is a runtime timer update; this way a busy connection pays one every
-// read_timeout instead. An earlier deadline, or none, is set at once.
-func (c *frontConn) armRead() error {
-	t := c.wanted()
-	if c.tc == nil && !t.IsZero() && !c.sockDeadline.IsZero() && !t.Before(c.sockDeadline) {
-		return nil
-	}
-	c.sockDeadline = t
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *frontConn) SetDeadline(t time.Time) error {
-	if err := c.SetReadDeadline(t); err != nil {
-		return err
-	}
-	return c.Conn.SetWriteDeadline(t)
-}
-
-// claim returns the error to answer if nobody answered it yet, and marks it answered.
-func (c *frontConn) claim() *frameError {
-	e := c.failed.Load()
-	if e == nil || !c.answered.CompareAndSwap(false, true) {
-		return nil
-	}
-	return e
-}
-
-// Close answers a refused request that fasthttp closed without answering (it answers errors of a
-// connection's first request only), then closes. Either way the client's unread bytes are drained for
-// a moment after the answer (a lingering close), so that closing does not reset the connection before
-// the client read the answer.
-func (c *frontConn) Close() error {
-	if e := c.claim(); e != nil {
-		c.lb.refused(e.status)
-		c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck
-		c.Conn.Write(errorAnswer(e))                         //nolint:errcheck // closing anyway
-	}
-	if c.failed.Load() != nil {
-		linger(c.Conn)
-	}
-	return c.Conn.Close()
-}
-
-// refusalBody is the body of the front end's answer to a request it refuses: "413 Request Entity Too
-// Large: request body too large".
-func refusalBody(status int, reason string) string {
-	return strconv.Itoa(status) + " " + fasthttp.StatusMessage(status) + ": " + reason + "\n"
-}
-
-// errorAnswer is the raw answer to a request refused before fasthttp read it.
-func errorAnswer(e *frameError) []byte {
-	body := refusalBody(e.status, e.reason)
-	return []byte("HTTP/1.1 " + strconv.Itoa(e.status) + " " + fasthttp.StatusMessage(e.status) + "\r\n" +
-		"Connection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
-		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
-}
-
-// linger half-closes c and discards what the client still sends for up to half a second (256 KiB at
-// most), so that the answer is not lost to a reset.
-func linger(c net.Conn) {
-	type closeWriter interface{ CloseWrite() error }
-	if cw, ok := c.(closeWriter); ok {
-		cw.CloseWrite() //nolint:errcheck
-	}
-	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond)) //nolint:errcheck
-	var buf [4096]byte
-	for range 64 {
-		if _, err := c.Read(buf[:]); err != nil {
-			return
-		}
-	}
 }

@@ -8,9 +8,13 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/frontend"
 )
 
-var fuzzFramingSeeds = []string{
+// fuzzRequestPathSeeds are FuzzFramer's seeds (lb/frontend): well-formed and malformed heads, bodies
+// and chunk extensions.
+var fuzzRequestPathSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 	"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
 	"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nT: 1\r\n\r\n",
@@ -28,35 +32,18 @@ var fuzzFramingSeeds = []string{
 	"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;a=\"\\\x01\"\r\nhello\r\n0\r\n\r\n",
 }
 
-// FuzzFramer: the framer never panics, and its verdict does not depend on how the bytes are split into
-// reads.
-func FuzzFramer(f *testing.F) {
-	for _, s := range fuzzFramingSeeds {
-		f.Add([]byte(s), uint16(3))
-	}
-	f.Fuzz(func(t *testing.T, in []byte, cut uint16) {
-		whole, wholeState := frameVerdict(string(in))
-		i := int(cut) % (len(in) + 1)
-		split, splitState := frameVerdict(string(in[:i]), string(in[i:]))
-		if whole != split || (whole == 0 && wholeState != splitState) {
-			t.Fatalf("whole: %d (state %d), split at %d: %d (state %d)", whole, wholeState, i, split, splitState)
-		}
-	})
-}
-
 // FuzzRequestPath sends arbitrary bytes to a running fairlead in front of the simulator. fairlead
 // never crashes and keeps serving; and when the framer refuses the first message, the platform
 // receives nothing.
 func FuzzRequestPath(f *testing.F) {
-	for _, s := range fuzzFramingSeeds {
+	for _, s := range fuzzRequestPathSeeds {
 		f.Add([]byte(s))
 	}
 	c := startCluster(f, 1, 0)
 	l, _ := startLB(f, platformConfig(c, "", ""))
 	leader := c.Platforms[0]
 	f.Fuzz(func(t *testing.T, in []byte) {
-		fr := framer{lim: l.limits}
-		start, ferr := fr.scan(bytes.Clone(in)) // scan may rewrite bytes; the fuzzer's input stays as it is
+		start, ferr := frontend.Check(l.front.Limits(), bytes.Clone(in)) // Check may rewrite bytes; the fuzzer's input stays as it is
 		refusedFirst := ferr != nil && start <= 0
 		before := leader.Requests()
 		conn, err := net.Dial("tcp", l.Addr())

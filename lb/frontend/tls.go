@@ -1,12 +1,13 @@
-package lb
+package frontend
 
 // TLS on the front end: an HTTPS listener (tls_listen) beside the plain one, served by the same
-// fasthttp.Server and checked by the same framer (framing.go) once decrypted. Certificates are chosen
-// by SNI among tls_cert and [[frontend.certs]] (exact name, then wildcard, else the first); client
-// certificates are asked for with client_ca + client_auth. The certificates and CAs are read when the
-// config is loaded (a bad file fails the load or the reload, naming the file and the key, and the
-// running ones stay) and every handshake takes the running generation's: a reload replaces them
-// without touching open connections. TLS 1.2 and 1.3 only, Go's default cipher suites, ALPN http/1.1.
+// fasthttp.Server and checked by the same framer (framer.go) once decrypted. The configuration is
+// lb/config's (FrontTLS): certificates chosen by SNI among tls_cert and [[frontend.certs]] (exact name,
+// then wildcard, else the first), client certificates asked for with client_ca + client_auth. The
+// certificates and CAs are read when the config is loaded (a bad file fails the load or the reload,
+// naming the file and the key, and the running ones stay) and every handshake takes the running
+// generation's: a reload replaces them without touching open connections. TLS 1.2 and 1.3 only, Go's
+// default cipher suites, ALPN http/1.1.
 
 import (
 	"crypto/tls"
@@ -19,20 +20,23 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// tlsListener wraps the HTTPS listener: every accepted connection becomes a TLS server connection
-// with the running generation's configuration, under a frontConn (framing.go).
-func (lb *LB) tlsListener(ln net.Listener) net.Listener {
+// TLSListener wraps ln, the HTTPS listener: every accepted connection becomes a TLS server connection
+// with the configuration config returns at its handshake (the running generation's, so that a reload
+// replaces certificates without touching open connections; nil when a reload removed tls_listen: the
+// listener stays until a restart, serving nothing), and is checked by a framer once decrypted.
+// Connections handed to the handler expose their TLS state (fasthttp's RequestCtx.IsTLS).
+func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.Listener {
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			ft := lb.gen.Load().cfg.Frontend.TLS
-			if ft == nil { // a reload removed tls_listen: the listener stays until a restart, serving nothing
+			c := config()
+			if c == nil {
 				return nil, errNoTLS
 			}
-			return ft.Config, nil
+			return c, nil
 		},
 	}
-	return &frontListener{Listener: ln, lb: lb, tls: base}
+	return &listener{Listener: ln, front: f, tls: base}
 }
 
 var errNoTLS = errors.New("tls_listen is no longer configured")
@@ -44,17 +48,6 @@ type tlsFrontConn struct{ *frontConn }
 func (c tlsFrontConn) Handshake() error                     { return c.handshake() }
 func (c tlsFrontConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
-// frontOf returns the frontConn under a connection fasthttp hands to the handler, or nil.
-func frontOf(c net.Conn) *frontConn {
-	switch fc := c.(type) {
-	case *frontConn:
-		return fc
-	case tlsFrontConn:
-		return fc.frontConn
-	}
-	return nil
-}
-
 // handshake runs a TLS connection's handshake once (fasthttp asks for it before the first read, to
 // learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset). A failed
 // handshake (no client certificate when one is required, an old protocol version, plain HTTP) is a
@@ -65,14 +58,14 @@ func (c *frontConn) handshake() error {
 		return c.hsErr
 	}
 	c.shook = true
-	d := c.f.lim.headerTimeout
+	d := c.f.lim.HeaderTimeout
 	if d <= 0 {
 		d = 10 * time.Second
 	}
 	c.tc.SetDeadline(time.Now().Add(d)) //nolint:errcheck // a failed handshake reports it
 	if c.hsErr = c.tc.Handshake(); c.hsErr != nil {
 		if !errors.Is(c.hsErr, io.EOF) {
-			c.noteError(connTLS)
+			c.noteError(ConnTLS)
 		}
 		return c.hsErr
 	}
@@ -82,9 +75,9 @@ func (c *frontConn) handshake() error {
 	return nil
 }
 
-// redirectHTTPS answers a plain request with a 308 to the same URI over HTTPS, on tls_listen's port
-// (none for 443).
-func redirectHTTPS(ctx *fasthttp.RequestCtx, ft *frontTLS) {
+// RedirectHTTPS answers a plain request with a 308 to the same URI over HTTPS, on port, tls_listen's
+// port (none in the Location for "443" or "").
+func RedirectHTTPS(ctx *fasthttp.RequestCtx, port string) {
 	host := string(ctx.Host())
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -97,8 +90,8 @@ func redirectHTTPS(ctx *fasthttp.RequestCtx, ft *frontTLS) {
 		host = "[" + host + "]"
 	}
 	loc := "https://" + host
-	if ft.Port != "" && ft.Port != "443" {
-		loc += ":" + ft.Port
+	if port != "" && port != "443" {
+		loc += ":" + port
 	}
 	loc += string(ctx.URI().RequestURI()) // path and query, also of an absolute-form request target
 	ctx.Error("308 Permanent Redirect: use HTTPS\n", fasthttp.StatusPermanentRedirect)

@@ -1,4 +1,4 @@
-package lb
+package frontend
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 // The framer's verdicts, independent of how the bytes are split into reads: each input is scanned
 // whole, then split at every position, then byte by byte, and must get the same verdict each time.
 
-var framingLimits = frameLimits{maxHeader: 1024, maxBody: 1024}
+var framingLimits = Limits{MaxHeader: 1024, MaxBody: 1024}
 
 // frameVerdict scans the input in the given pieces and returns the error status (0: none) and the
 // framer's final state.
@@ -17,7 +17,7 @@ func frameVerdict(pieces ...string) (int, uint8) {
 	f := framer{lim: &framingLimits}
 	for _, p := range pieces {
 		if _, err := f.scan([]byte(p)); err != nil {
-			return err.status, f.state
+			return err.Status, f.state
 		}
 	}
 	return 0, f.state

@@ -1,0 +1,248 @@
+package frontend
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Front is what a front end's connections share: the framer's limits, and the counters of the requests
+// it refused (by status) and of its connections' errors (by kind). Safe for concurrent use.
+type Front struct {
+	lim     Limits
+	refused [len(RefusedCodes)]atomic.Uint64
+	// Errors counts and logs the connection errors of the front end's clients, as "frontend".
+	Errors *ConnErrors
+}
+
+// New returns a front end checking requests against lim; its connection errors are logged to log.
+func New(lim Limits, log *slog.Logger) *Front {
+	return &Front{lim: lim, Errors: NewConnErrors("frontend", log)}
+}
+
+// Limits returns the limits the front end's framers enforce.
+func (f *Front) Limits() Limits { return f.lim }
+
+// Listener wraps ln, a plain HTTP listener: every connection it accepts is checked by a framer.
+func (f *Front) Listener(ln net.Listener) net.Listener {
+	return &listener{Listener: ln, front: f}
+}
+
+// listener wraps one of the front end's listeners: every connection it accepts is a frontConn.
+type listener struct {
+	net.Listener
+	front *Front
+	tls   *tls.Config // the HTTPS listener's (tls.go), nil for the plain one
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if l.tls != nil {
+		tc := tls.Server(c, l.tls)
+		fc := &frontConn{Conn: tc, front: l.front, tc: tc}
+		fc.f.lim = &l.front.lim
+		return tlsFrontConn{fc}, nil
+	}
+	fc := &frontConn{Conn: c, front: l.front}
+	fc.f.lim = &l.front.lim
+	return fc, nil
+}
+
+// frontOf returns the frontConn under a connection fasthttp hands to the handler, or nil.
+func frontOf(c net.Conn) *frontConn {
+	switch fc := c.(type) {
+	case *frontConn:
+		return fc
+	case tlsFrontConn:
+		return fc.frontConn
+	}
+	return nil
+}
+
+// frontConn is an accepted client connection whose bytes are checked by a framer as fasthttp reads them.
+// fasthttp uses it from the connection's serving goroutine only (Close may also come from Shutdown).
+type frontConn struct {
+	net.Conn
+	front   *Front
+	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
+	shook   bool      // its handshake ran (tls.go), with this result:
+	hsErr   error
+	f       framer
+	pending *Refusal // found, returned by the next Read
+	// failed is the error Read returned; answered is set once its answer was written or claimed.
+	failed   atomic.Pointer[Refusal]
+	answered atomic.Bool
+	// The read deadline fasthttp asked for, and the header_timeout deadline of a head that did not
+	// arrive in one read (zero when none): the socket's deadline is the earlier of the two.
+	deadline, headDeadline time.Time
+	sockDeadline           time.Time // the read deadline set on the socket (armRead)
+	// errNoted is set once the connection's error was counted (noteError), or once it was handed to
+	// a tunnel or a relay stream (handOver), whose ends are theirs to account for.
+	errNoted atomic.Bool
+}
+
+func (c *frontConn) Read(p []byte) (int, error) {
+	if c.tc != nil && c.handshake() != nil {
+		return 0, io.EOF
+	}
+	if c.pending != nil {
+		return 0, c.fail(c.pending)
+	}
+	n, err := c.Conn.Read(p)
+	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
+		// The socket's deadline may be earlier than the one in force (armRead).
+		t := c.wanted()
+		if !t.IsZero() && !time.Now().Before(t) {
+			break // the one in force passed
+		}
+		c.sockDeadline = t
+		if c.Conn.SetReadDeadline(t) != nil {
+			break
+		}
+		n, err = c.Conn.Read(p)
+	}
+	if n > 0 && c.f.state != stOpaque {
+		start, ferr := c.f.scan(p[:n])
+		if ferr != nil {
+			if start > 0 { // the complete messages before it first
+				c.pending = ferr
+				return start, nil
+			}
+			return 0, c.fail(ferr)
+		}
+		c.headTimer()
+	}
+	if err != nil && !c.headDeadline.IsZero() && isTimeout(err) && !time.Now().Before(c.headDeadline) {
+		return n, c.fail(&Refusal{408, "request header timeout"})
+	}
+	if err != nil && c.f.inRequest() {
+		// The client closed, reset or stalled in the middle of a request. Between requests (and
+		// before the first) that is how connections end.
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
+	return n, err
+}
+
+func (c *frontConn) fail(e *Refusal) error {
+	c.failed.Store(e)
+	k, _ := connKindOf(e)
+	c.noteError(k)
+	return e
+}
+
+// Write notes a failed write (the client went away while its answer was written) as the
+// connection's error.
+func (c *frontConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		if k, ok := connKindOf(err); ok {
+			c.noteError(k)
+		}
+	}
+	return n, err
+}
+
+// noteError counts the connection's error of kind k (connerrors.go), the first one only.
+func (c *frontConn) noteError(k ConnKind) {
+	if c.errNoted.CompareAndSwap(false, true) {
+		c.front.Errors.note(k, c.Conn.RemoteAddr())
+	}
+}
+
+// handOver is called when the connection goes to a tunnel or a relay stream (UnwrapHijacked): from
+// then on its errors are not the front end's to count.
+func (c *frontConn) handOver() { c.errNoted.Store(true) }
+
+// headTimer starts header_timeout when a head did not arrive whole in one read, and stops it when
+// the head is complete. A head that arrives in one read (nearly all) costs nothing.
+func (c *frontConn) headTimer() {
+	switch in := c.f.inHead(); {
+	case in && c.headDeadline.IsZero() && c.f.lim.HeaderTimeout > 0:
+		c.headDeadline = time.Now().Add(c.f.lim.HeaderTimeout)
+		c.armRead() //nolint:errcheck // a failed read reports it
+	case !in && !c.headDeadline.IsZero():
+		c.headDeadline = time.Time{}
+		c.armRead() //nolint:errcheck
+	}
+}
+
+func (c *frontConn) SetReadDeadline(t time.Time) error {
+	c.deadline = t
+	return c.armRead()
+}
+
+// wanted is the read deadline in force: the earlier of fasthttp's and header_timeout's (zero: none).
+func (c *frontConn) wanted() time.Time {
+	t := c.deadline
+	if !c.headDeadline.IsZero() && (t.IsZero() || c.headDeadline.Before(t)) {
+		t = c.headDeadline
+	}
+	return t
+}
+
+// armRead gives the socket the read deadline in force, lazily on a plain TCP connection: a deadline
+// later than the socket's is not set, the socket keeps its earlier one, and a read that times out
+// before the deadline in force sets it then and reads again (Read). fasthttp moves the deadline later
+// twice per request (idle_timeout while a keep-alive connection waits, read_timeout once a request
+// starts), and each move is a runtime timer update; this way a busy connection pays one every
+// read_timeout instead. An earlier deadline, or none, is set at once.
+func (c *frontConn) armRead() error {
+	t := c.wanted()
+	if c.tc == nil && !t.IsZero() && !c.sockDeadline.IsZero() && !t.Before(c.sockDeadline) {
+		return nil
+	}
+	c.sockDeadline = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *frontConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// claim returns the error to answer if nobody answered it yet, and marks it answered.
+func (c *frontConn) claim() *Refusal {
+	e := c.failed.Load()
+	if e == nil || !c.answered.CompareAndSwap(false, true) {
+		return nil
+	}
+	return e
+}
+
+// Close answers a refused request that fasthttp closed without answering (it answers errors of a
+// connection's first request only), then closes. Either way the client's unread bytes are drained for
+// a moment after the answer (a lingering close), so that closing does not reset the connection before
+// the client read the answer.
+func (c *frontConn) Close() error {
+	if e := c.claim(); e != nil {
+		c.front.Refused(e.Status)
+		c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck
+		c.Conn.Write(errorAnswer(e))                         //nolint:errcheck // closing anyway
+	}
+	if c.failed.Load() != nil {
+		linger(c.Conn)
+	}
+	return c.Conn.Close()
+}
+
+// isTimeout reports whether err is a timeout: fasthttp's, or a deadline's.
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,20 @@
+// Package frontend is fairlead's front end below HTTP routing: the listeners that accept client
+// connections, plain and TLS, and the check of every byte a client sends before fasthttp parses it.
+//
+// Each accepted connection reads through a framer, a strict RFC 9112 state machine (framer.go) that
+// refuses what servers behind an ingress might read differently (smuggling), and enforces the
+// [frontend] limits (Limits: max_header_size, max_body_size, header_timeout). A refused request gets
+// its answer (400, 408, 413, 431 or 505, with Connection: close) from the server's error handler
+// (Front.ErrorHandler), from the handler that finds it in a streamed body (Claim), or from the
+// connection's Close, and the connection then closes with a lingering close so that the answer is not
+// lost to a reset (refuse.go). The TLS listener (tls.go) runs each handshake once, with the running
+// configuration, under the same check. A connection's errors (the client closed, reset or stalled in
+// the middle of a request, a failed handshake, a refusal) are counted by kind and logged rate-limited
+// without a byte of the request; fasthttp's own log lines are never printed (connerrors.go). A
+// connection handed to a tunnel or a relay stream leaves the front end's accounting (UnwrapHijacked,
+// hijack.go).
+//
+// What routes and forwards a request is package lb's; this package knows neither pools nor config
+// generations: lb gives it the limits, the TLS configuration in force, and counts what the handler
+// itself refuses (Front.Refused).
+package frontend

@@ -1,0 +1,118 @@
+package frontend
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// RefusedCodes are the statuses of the front end's answers to requests it refuses, counted in
+// fairlead_bad_requests_total{code}: the framer's (400, 408, 413, 431, 505), fasthttp's own refusals
+// of what it could not read, and the handler's (405 for CONNECT, 400 for a bad WebSocket handshake).
+var RefusedCodes = [...]int{400, 405, 408, 413, 431, 505}
+
+// Refused counts a request the front end refused with status (a status not in RefusedCodes counts as
+// 400).
+func (f *Front) Refused(status int) {
+	for i, c := range RefusedCodes {
+		if c == status {
+			f.refused[i].Add(1)
+			return
+		}
+	}
+	f.refused[0].Add(1)
+}
+
+// RefusedTotal is the number of requests refused with code, one of RefusedCodes.
+func (f *Front) RefusedTotal(code int) uint64 {
+	for i, c := range RefusedCodes {
+		if c == code {
+			return f.refused[i].Load()
+		}
+	}
+	return 0
+}
+
+// ErrorHandler is the front end's fasthttp.Server.ErrorHandler: it answers a request that could not be
+// read, and counts it. A framing violation (the connection's Refusal) is answered with its status;
+// fasthttp's own errors with 431 (head over its buffer), 413, 408 (a read timeout) or 400. Either way
+// the connection closes after the answer with a lingering close (frontConn.Close), so that the
+// client's unread bytes do not turn the close into a reset that loses the answer.
+func (f *Front) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
+	status, reason := fasthttp.StatusBadRequest, "malformed request"
+	fc := frontOf(ctx.Conn())
+	if fc != nil && fc.failed.Load() != nil {
+		fc.answered.Store(true)
+		e := fc.failed.Load()
+		status, reason = e.Status, e.Reason
+	} else {
+		var small *fasthttp.ErrSmallBuffer
+		switch {
+		case errors.As(err, &small):
+			status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large"
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
+		case isTimeout(err):
+			status, reason = fasthttp.StatusRequestTimeout, "request timeout"
+		}
+		if fc != nil { // answered here, and lingered on at the close like a framing violation
+			fc.answered.Store(true)
+			fc.failed.CompareAndSwap(nil, &Refusal{status, reason})
+		}
+	}
+	f.Refused(status)
+	if fc != nil {
+		// fasthttp answers and closes: a connection error, of the error's kind when it is the
+		// connection's own (the read that failed was noted first, see Read), else refused.
+		k, ok := connKindOf(err)
+		if !ok || k == ConnOther {
+			k = ConnRefused
+		}
+		fc.noteError(k)
+	}
+	ctx.Error(RefusalBody(status, reason), status)
+}
+
+// Claim returns the refusal the framer found on c, a connection fasthttp handed to the handler (a
+// violation in a streamed body, failing the body's read), if nobody answered it yet, and marks it
+// answered: the caller answers it (with RefusalBody and Connection: close) and counts it (Refused).
+// It returns nil when there is none to answer.
+func Claim(c net.Conn) *Refusal {
+	if fc := frontOf(c); fc != nil {
+		return fc.claim()
+	}
+	return nil
+}
+
+// RefusalBody is the body of the front end's answer to a request it refuses: "413 Request Entity Too
+// Large: request body too large".
+func RefusalBody(status int, reason string) string {
+	return strconv.Itoa(status) + " " + fasthttp.StatusMessage(status) + ": " + reason + "\n"
+}
+
+// errorAnswer is the raw answer to a request refused before fasthttp read it.
+func errorAnswer(e *Refusal) []byte {
+	body := RefusalBody(e.Status, e.Reason)
+	return []byte("HTTP/1.1 " + strconv.Itoa(e.Status) + " " + fasthttp.StatusMessage(e.Status) + "\r\n" +
+		"Connection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}
+
+// linger half-closes c and discards what the client still sends for up to half a second (256 KiB at
+// most), so that the answer is not lost to a reset.
+func linger(c net.Conn) {
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.(closeWriter); ok {
+		cw.CloseWrite() //nolint:errcheck
+	}
+	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond)) //nolint:errcheck
+	var buf [4096]byte
+	for range 64 {
+		if _, err := c.Read(buf[:]); err != nil {
+			return
+		}
+	}
+}

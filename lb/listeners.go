@@ -1,0 +1,98 @@
+package lb
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+
+	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/valyala/fasthttp"
+)
+
+// The front end's wiring: its listeners (plain and HTTPS, checked by lb/frontend) and the admin's,
+// which a reload may move to another address.
+
+// listenerID names one of the LB's listeners.
+type listenerID int
+
+const (
+	lnPlain listenerID = iota // [frontend] listen
+	lnTLS                     // [frontend] tls_listen
+	lnAdmin                   // [admin] listen
+	numListeners
+)
+
+// listeners are the LB's listening sockets, nil where none is configured. Safe for concurrent use.
+type listeners struct {
+	mu sync.Mutex
+	ln [numListeners]net.Listener
+}
+
+// set makes ln the listener id and returns the one it replaces (nil: none).
+func (l *listeners) set(id listenerID, ln net.Listener) (old net.Listener) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old, l.ln[id] = l.ln[id], ln
+	return old
+}
+
+// addr returns the address of the listener id, or "" if there is none.
+func (l *listeners) addr(id listenerID) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln[id] == nil {
+		return ""
+	}
+	return l.ln[id].Addr().String()
+}
+
+// closeAll closes every listener (their Serve calls return).
+func (l *listeners) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ln := range l.ln {
+		if ln != nil {
+			ln.Close() //nolint:errcheck // Shutdown may close it again
+		}
+	}
+}
+
+// frontListenerSpec describes one of the front end's listeners: its config key, its address in a
+// config, which it is and how an accepted socket is wrapped.
+type frontListenerSpec struct {
+	key  string
+	addr func(*Config) string
+	id   listenerID
+	wrap func(net.Listener) net.Listener
+}
+
+func (lb *LB) frontListeners() []frontListenerSpec {
+	return []frontListenerSpec{
+		{"listen", func(c *Config) string { return c.Frontend.Listen }, lnPlain, lb.front.Listener},
+		{"tls_listen", func(c *Config) string { return c.Frontend.TLSListen }, lnTLS, func(ln net.Listener) net.Listener {
+			return lb.front.TLSListener(ln, lb.frontTLS)
+		}},
+	}
+}
+
+// frontTLS is the TLS configuration of the running generation's front end (nil without tls_listen):
+// every handshake takes it, so that a reload replaces certificates without touching open connections.
+func (lb *LB) frontTLS() *tls.Config {
+	if ft := lb.gen.Load().cfg.Frontend.TLS; ft != nil {
+		return ft.Config
+	}
+	return nil
+}
+
+// frontLimits are the limits the front end's framer enforces.
+func frontLimits(fe *config.Frontend) frontend.Limits {
+	return frontend.Limits{MaxHeader: fe.MaxHeaderSize, MaxBody: fe.MaxBodySize, HeaderTimeout: fe.HeaderTimeout.D}
+}
+
+// frontendError is the front end's fasthttp error handler: lb/frontend answers a request that could
+// not be read, and its access log line is written.
+func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
+	lb.front.ErrorHandler(ctx, err)
+	lb.logUnrouted(ctx, lb.gen.Load())
+}
