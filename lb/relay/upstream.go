@@ -123,7 +123,8 @@ type Upstream struct {
 	kick     chan struct{} // Recheck: look at the pool's choice now
 
 	mu       sync.Mutex
-	cur      string // the pool's choice, as last seen: the server the sessions follow
+	cur      string // the pool's choice, as last seen: the server the sessions follow ("": none available)
+	last     string // the latest choice that was a server (Current)
 	gen      uint64 // bumped at each change of cur
 	sessions map[string]*upstreamSession
 	closed   bool
@@ -199,12 +200,12 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	return u
 }
 
-// Current returns the server the sessions follow: the pool's choice as last seen ("" before the
-// pool had any server available).
+// Current returns the server the sessions follow: the pool's choice as last seen (while the pool
+// has none available, the one before; "" before the pool had any server available).
 func (u *Upstream) Current() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.cur
+	return u.last
 }
 
 // Switches returns how many times the sessions moved to another server because the pool's choice
@@ -248,25 +249,29 @@ func (u *Upstream) follow() {
 }
 
 // recheck makes the pool's choice the server to follow and closes the connections of the sessions
-// on another server, so that they reconnect to it at once. While the pool has no server available
-// the sessions keep what they have.
+// on another server, so that they reconnect to it at once. When the pool has no server available,
+// every session's server is down by its verdict: their connections are closed too (a server that
+// went away may leave a connection that says nothing until the keep-alive gives up), and the
+// sessions wait for the pool's next change.
 func (u *Upstream) recheck() {
 	next := u.opts.Pool.Choose(nil)
-	if next == "" {
-		return
-	}
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
 		return
 	}
-	from := u.cur
-	if next != from {
+	from := u.last
+	if next != u.cur {
+		// A session that dialed the former choice meanwhile does not keep it (setConn); while the
+		// pool has no server available, none keeps a connection.
 		u.cur = next
 		u.gen++
-		if from != "" {
+	}
+	if next != "" {
+		if from != "" && next != from {
 			u.switches.Add(1)
 		}
+		u.last = next
 	}
 	n := 0
 	for _, s := range u.sessions {
@@ -277,7 +282,10 @@ func (u *Upstream) recheck() {
 		}
 	}
 	u.mu.Unlock()
-	if from != "" && next != from {
+	switch {
+	case next == "" && n > 0:
+		u.opts.Logf("relay upstream: the pool has no server available: %d session(s) closed", n)
+	case from != "" && next != from && next != "":
 		u.opts.Logf("relay upstream: the pool's choice is now %s (was %s): %d session(s) move", next, from, n)
 	}
 }

@@ -715,3 +715,31 @@ func TestUpstreamResyncsAfterAGap(t *testing.T) {
 		t.Errorf("no log line for the resync:\n%s", logs.String())
 	}
 }
+
+// TestUpstreamSessionsCloseWhenThePoolHasNoServerAvailable: a pool without an available server has
+// judged every session's server down; the sessions are closed (a server that went away may leave a
+// connection silent until the keep-alive gives up) and come back when the pool has one again.
+func TestUpstreamSessionsCloseWhenThePoolHasNoServerAvailable(t *testing.T) {
+	srv := startConfig(t, "config1", sim.ConfigOptions{})
+	h := NewHub(Options{})
+	defer h.Close()
+	var logs logBuf
+	opts := upstreamOpts(t, &logs, srv.Addr)
+	pool := opts.Pool.(*listPool)
+	u := NewUpstream(h, opts)
+	defer u.Close()
+	for _, topic := range upstreamTopics {
+		u.Watch(topic)
+	}
+	testkit.Eventually(t, "4 sessions", 3*time.Second, func() bool {
+		return allEqual(sessions(srv, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+	pool.set() // every server down by the pool's verdict
+	testkit.Eventually(t, "the sessions closed", 3*time.Second, func() bool {
+		return allEqual(sessions(srv, upstreamTopics...), 0) && u.Sessions() == 0
+	})
+	pool.set(srv.Addr)
+	testkit.Eventually(t, "the sessions back", 3*time.Second, func() bool {
+		return allEqual(sessions(srv, upstreamTopics...), 1) && u.Sessions() == 4
+	})
+}
