@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -275,7 +276,7 @@ func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
 	f := func(format string, json bool) {
 		t.Helper()
 		o := Options{}
-		o.setDefaults(&Config{Global: GlobalConfig{LogFormat: format}})
+		o.setDefaults(&config.Config{Global: config.Global{LogFormat: format}})
 		_, isJSON := o.Logger.Handler().(*slog.JSONHandler)
 		_, isText := o.Logger.Handler().(*slog.TextHandler)
 		if isJSON != json || isText == json {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -1042,16 +1043,16 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 	}
 }
 
-// loadConfigNoPanic is LoadConfig, with a panic turned into a test failure so that the other tests
-// still run (a [pools.NAME.names] table once made LoadConfig panic, which killed the test binary).
-func loadConfigNoPanic(t *testing.T, dir string) (cfg *Config, err error) {
+// loadConfigNoPanic is config.Load, with a panic turned into a test failure so that the other tests
+// still run (a [pools.NAME.names] table once made config.Load panic, which killed the test binary).
+func loadConfigNoPanic(t *testing.T, dir string) (cfg *config.Config, err error) {
 	t.Helper()
 	defer func() {
 		if r := recover(); r != nil {
-			t.Fatalf("LoadConfig panicked: %v", r)
+			t.Fatalf("config.Load panicked: %v", r)
 		}
 	}()
-	return LoadConfig(dir)
+	return config.Load(dir)
 }
 
 func TestConfigErrorsOfTheBalancingKeysNameTheFileAndTheKey(t *testing.T) {
@@ -1060,9 +1061,9 @@ func TestConfigErrorsOfTheBalancingKeysNameTheFileAndTheKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
 			_, err := loadConfigNoPanic(t, dir)
-			var ce *ConfigError
+			var ce *config.Error
 			if !errors.As(err, &ce) {
-				t.Fatalf("got %v, want a ConfigError", err)
+				t.Fatalf("got %v, want a *config.Error", err)
 			}
 			for _, w := range want {
 				if !strings.Contains(err.Error(), w) {

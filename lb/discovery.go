@@ -17,6 +17,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery"
 )
 
@@ -89,7 +90,7 @@ func (d *discoveries) watcher(name string) *discovery.Watcher {
 
 // discovered returns pc with the servers its provider found, when it has answered (newGeneration: a
 // reload must not put the seed back).
-func (d *discoveries) discovered(name string, pc *PoolConfig) *PoolConfig {
+func (d *discoveries) discovered(name string, pc *config.Pool) *config.Pool {
 	if pc.Discovery.Provider == "" {
 		return pc
 	}
@@ -108,7 +109,7 @@ func (d *discoveries) discovered(name string, pc *PoolConfig) *PoolConfig {
 
 // seed is a watcher's Target.Seed, under the reload lock: the servers pool name is configured with, and
 // whether dc is still its table (and fairlead is not stopping).
-func (d *discoveries) seed(name string, dc DiscoveryConfig) ([]string, bool) {
+func (d *discoveries) seed(name string, dc config.Discovery) ([]string, bool) {
 	g := d.lb.gen.Load()
 	p, pc := g.pools[name], g.cfg.Pools[name]
 	if p == nil || pc == nil || !reflect.DeepEqual(pc.Discovery, dc) || d.lb.ctx.Err() != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 )
 
@@ -50,7 +51,7 @@ func discoveryConfigError(t *testing.T, base map[string]string) func(table, want
 	return func(table, want string) {
 		t.Helper()
 		files := map[string]string{"10-rr.toml": base["10-rr.toml"], "20-discovery.toml": "[pools.rr.discovery]\n" + table}
-		_, err := LoadConfig(testkit.WriteFiles(t, files))
+		_, err := config.Load(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", table, err, want)
 		}
@@ -380,19 +381,19 @@ name = "cx.fairlead.test"`)
 	f(`file = "/etc/fairlead/cx.toml"`, "pools.rr.discovery.file: not a key of the dns provider")
 	// A name in 10-rr.toml and no key in 20: the error names the file that set the table.
 	files := discoveredPool(nil, `provider = "dns"`)
-	if _, err := LoadConfig(testkit.WriteFiles(t, files)); err == nil || !strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.name: required") {
+	if _, err := config.Load(testkit.WriteFiles(t, files)); err == nil || !strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.name: required") {
 		t.Errorf("missing name: %v", err)
 	}
 
 	// Defaults: resolve_interval 10s (only for dns), the system resolver.
-	cfg, err := LoadConfig(testkit.WriteFiles(t, base))
+	cfg, err := config.Load(testkit.WriteFiles(t, base))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := cfg.Pools["rr"].Discovery; d.ResolveInterval.D != 10*time.Second || d.Port != 0 || d.Resolvers != nil {
 		t.Fatalf("defaults: %+v", d)
 	}
-	cfg, err = LoadConfig(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"
+	cfg, err = config.Load(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"
 file = "/nonexistent/cx.toml"`)))
 	if err != nil {
 		t.Fatal(err)

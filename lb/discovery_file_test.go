@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/fasthttp/websocket"
@@ -246,12 +247,12 @@ file = "/etc/fairlead/cx-servers.toml"`)
 	f(`name = "cx.fairlead.test"`, "20-discovery.toml: pools.rr.discovery.name: not a key of the file provider")
 	f(`resolve_interval = "10s"`, "pools.rr.discovery.resolve_interval: not a key of the file provider")
 	f(`zookeeper = ["127.0.0.1:2181"]`, "pools.rr.discovery.zookeeper: not a key of the file provider")
-	if _, err := LoadConfig(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"`))); err == nil ||
+	if _, err := config.Load(testkit.WriteFiles(t, discoveredPool(nil, `provider = "file"`))); err == nil ||
 		!strings.Contains(err.Error(), "10-rr.toml: pools.rr.discovery.file: required") {
 		t.Errorf("missing file: %v", err)
 	}
 	// The file need not exist when the config is loaded.
-	if _, err := LoadConfig(testkit.WriteFiles(t, base)); err != nil {
+	if _, err := config.Load(testkit.WriteFiles(t, base)); err != nil {
 		t.Fatalf("a file that does not exist yet: %v", err)
 	}
 }

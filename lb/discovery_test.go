@@ -166,7 +166,7 @@ func TestDiscoveryErrorsKeepTheLastListAndAReloadKeepsIt(t *testing.T) {
 	// (not the seed).
 	cfgs := discoveryConfig(id, []string{p1.Addr}, "")
 	cfgs["10-rr.toml"] = strings.Replace(cfgs["10-rr.toml"], `queue_timeout = "300ms"`, `queue_timeout = "400ms"`, 1)
-	cfg, err := LoadConfig(testkit.WriteFiles(t, cfgs))
+	cfg, err := config.Load(testkit.WriteFiles(t, cfgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		t.Helper()
 		files := discoveryConfig("x", []string{"127.0.0.1:1"}, "")
 		files["20-more.toml"] = extra
-		_, err := LoadConfig(testkit.WriteFiles(t, files))
+		_, err := config.Load(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", extra, err, want)
 		}
@@ -241,7 +241,7 @@ func TestDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 
 	// With a provider, servers may be empty (no seed).
 	files := discoveryConfig("x", nil, "")
-	if _, err := LoadConfig(testkit.WriteFiles(t, files)); err != nil {
+	if _, err := config.Load(testkit.WriteFiles(t, files)); err != nil {
 		t.Fatalf("no seed: %v", err)
 	}
 }

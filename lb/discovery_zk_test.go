@@ -17,6 +17,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/go-zookeeper/zk"
 )
@@ -602,7 +603,7 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 	// The password file is a file of the config: watched, and a reload after rotating it applies.
 	cfgDir := testkit.WriteFiles(t, zkConfig(zks.addr, "/secure/thingworx", `digest_user = "fairlead"`,
 		fmt.Sprintf("digest_password_file = %q", right)))
-	before, err := LoadConfig(cfgDir)
+	before, err := config.Load(cfgDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +611,7 @@ func TestZooKeeperDiscoveryReadsAPathWithADigestACLWithTheRightPassword(t *testi
 		t.Fatalf("SecretFiles %v lacks the password file", before.SecretFiles())
 	}
 	os.WriteFile(right, []byte("rotated-Pw\n"), 0o600) //nolint:errcheck
-	after, err := LoadConfig(cfgDir)
+	after, err := config.Load(cfgDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +645,7 @@ func TestZooKeeperDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		t.Helper()
 		files := zkConfig("127.0.0.1:2181", "/services/thingworx")
 		files["20-more.toml"] = "[pools.platform.discovery]\n" + discovery + "\n"
-		_, err := LoadConfig(testkit.WriteFiles(t, files))
+		_, err := config.Load(testkit.WriteFiles(t, files))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", discovery, err, want)
 		}
@@ -674,7 +675,7 @@ func TestZooKeeperDiscoveryConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	// The defaults: session_timeout 10s (zookeeper only), empty_grace 30s.
 	files := zkConfig("127.0.0.1:2181", "/services/thingworx")
 	files["10-zk.toml"] = strings.Replace(files["10-zk.toml"], `session_timeout = "2s"`, "", 1)
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

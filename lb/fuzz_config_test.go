@@ -11,13 +11,14 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // FuzzLoadConfig writes arbitrary bytes as a conf.d file into a new directory and loads it, twice: alone,
 // and after copies of the shipped conf.d files (so that it overrides keys of a valid config, as an
 // operator's drop-in file does). The loader must never panic, and give either
 //   - a config that passes validation again and that New builds pools and routes from, or
-//   - a *ConfigError whose every problem is one line starting with the file it is about ("FILE: "; the
+//   - a *config.Error whose every problem is one line starting with the file it is about ("FILE: "; the
 //     fuzzed file when it is alone or does not parse), that never shows a check credential, and that is
 //     the same when the same files are loaded again (fairlead -check lists them in a stable order; only
 //     checked when the fuzzed file decodes into the schema: the TOML decoder reports the first type
@@ -78,7 +79,7 @@ func FuzzLoadConfig(f *testing.F) {
 		_, tomlErr := toml.Decode(string(data), &doc)
 		// Decoding into the schema stops at the first type mismatch, and which one comes first depends
 		// on map order: only a file that decodes has problems that must come in a stable order.
-		_, typedErr := toml.Decode(string(data), new(Config))
+		_, typedErr := toml.Decode(string(data), new(config.Config))
 		file := filepath.Join(alone, "50-fuzz.toml")
 		writeFile(t, file, data)
 		checkLoad(t, alone, []string{file}, doc, tomlErr, typedErr == nil)
@@ -103,7 +104,7 @@ func writeFile(t *testing.T, name string, b []byte) {
 func checkLoad(t *testing.T, dir string, files []string, doc map[string]any, tomlErr error, stable bool) {
 	t.Helper()
 	fuzzed := files[len(files)-1]
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err == nil {
 		if !slices.Equal(cfg.Files, files) {
 			t.Fatalf("config read from %q, want %q", cfg.Files, files)
@@ -111,9 +112,9 @@ func checkLoad(t *testing.T, dir string, files []string, doc map[string]any, tom
 		New(cfg, Options{Logf: func(string, ...any) {}}).Close()
 		return
 	}
-	var ce *ConfigError
+	var ce *config.Error
 	if !errors.As(err, &ce) || len(ce.Problems) == 0 {
-		t.Fatalf("Load error %#v: want a *ConfigError listing problems", err)
+		t.Fatalf("Load error %#v: want a *config.Error listing problems", err)
 	}
 	namesFuzzed := false
 	for _, p := range ce.Problems {
@@ -134,7 +135,7 @@ func checkLoad(t *testing.T, dir string, files []string, doc map[string]any, tom
 			t.Fatalf("the error shows the credentials %q:\n%s", cred, err)
 		}
 	}
-	if _, again := LoadConfig(dir); again == nil || stable && again.Error() != err.Error() {
+	if _, again := config.Load(dir); again == nil || stable && again.Error() != err.Error() {
 		t.Fatalf("loading the same files again gave another answer:\n%v\nthen:\n%v", err, again)
 	}
 }

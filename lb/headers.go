@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -187,7 +188,7 @@ func readFacts(raw []byte) (f headFacts) {
 // forwardSpec is what a request's route and connection add to the head sent upstream.
 type forwardSpec struct {
 	trusted []netip.Prefix // trusted_proxies
-	auth    *routeAuth     // the route's [routes.auth], nil if none
+	auth    *config.Auth   // the route's [routes.auth], nil if none
 	upgrade bool           // a WebSocket upgrade
 }
 

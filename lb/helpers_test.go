@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // startCluster starts a simulated cluster of n platform servers (platform1 leader) and m connection
@@ -92,7 +93,7 @@ func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 // startLBDir is startLB on a config directory the test keeps (to edit it and reload).
 func startLBDir(t testing.TB, dir string) (*LB, *logSink) {
 	t.Helper()
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/admin"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
@@ -91,7 +92,7 @@ type LB struct {
 // generation is one Config and the routes built from it. Requests hold the generation they started with;
 // its pools are shared with the generations before and after it.
 type generation struct {
-	cfg    *Config
+	cfg    *config.Config
 	pools  map[string]*Pool
 	routes []route
 	relays []relayBinding // by name; matched before routes
@@ -112,8 +113,8 @@ type Options struct {
 	Version string
 }
 
-// New builds a load balancer for cfg, a Config that LoadConfig returned. Start makes it listen.
-func New(cfg *Config, o Options) *LB {
+// New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
+func New(cfg *config.Config, o Options) *LB {
 	o.setDefaults(cfg)
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
 		relayRoutes: map[string]*relayRoute{}}
@@ -142,7 +143,7 @@ func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
 // newGeneration builds the routes of cfg over its pools, and binds its relays to the running relays rrs
 // (prepareRelays). A pool of old with the same balance is kept and brought to its new config by a
 // server set change; other pools are new (returned in fresh, not yet started).
-func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
+func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
 		pc = lb.disc.discovered(name, pc) // a pool with service discovery keeps the servers it found
@@ -175,7 +176,7 @@ func (lb *LB) newGeneration(cfg *Config, old *generation, rrs map[string]*relayR
 
 // prepareRelays returns the relays of cfg: the running ones whose fingerprint stays, and new ones
 // (returned in fresh too, not started).
-func (lb *LB) prepareRelays(cfg *Config) (all map[string]*relayRoute, fresh []*relayRoute) {
+func (lb *LB) prepareRelays(cfg *config.Config) (all map[string]*relayRoute, fresh []*relayRoute) {
 	lb.routesMu.Lock()
 	defer lb.routesMu.Unlock()
 	all = map[string]*relayRoute{}
@@ -399,7 +400,7 @@ func (lb *LB) Close() {
 // caller need not log the error again. fairlead_config_last_reload_successful is 1 after a reload
 // whose files are in force (applied, or unchanged: identical to the running config's), 0 after one
 // that kept the running config (ReloadFailed).
-func (lb *LB) Reload(cfg *Config) error {
+func (lb *LB) Reload(cfg *config.Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
 	old := lb.gen.Load()
@@ -475,7 +476,7 @@ func (lb *LB) Reload(cfg *Config) error {
 		}
 	}
 	lb.gen.Store(g)
-	lb.level.Set(logLevels[cfg.Global.LogLevel])
+	lb.level.Set(config.LogLevels[cfg.Global.LogLevel])
 	lb.swapRelays(rrs)
 	lb.disc.sync(g)
 	for _, m := range feMoved {
@@ -504,7 +505,7 @@ func (lb *LB) Reload(cfg *Config) error {
 	fe.Listen, ofe.Listen, fe.TLSListen, ofe.TLSListen = "", "", "", ""
 	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
 	// running generation's).
-	for _, f := range []*FrontendConfig{&fe, &ofe} {
+	for _, f := range []*config.Frontend{&fe, &ofe} {
 		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
 	}
 	// trusted_proxies applies at once (read from the generation of each request).
@@ -537,4 +538,4 @@ func (lb *LB) ReloadFailed(err error) {
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).
-func sameFiles(a, b *Config) bool { return a.Digest != "" && a.Digest == b.Digest }
+func sameFiles(a, b *config.Config) bool { return a.Digest != "" && a.Digest == b.Digest }

@@ -62,15 +62,15 @@ func (l *listeners) closeAll() {
 // config, which it is and how an accepted socket is wrapped.
 type frontListenerSpec struct {
 	key  string
-	addr func(*Config) string
+	addr func(*config.Config) string
 	id   listenerID
 	wrap func(net.Listener) net.Listener
 }
 
 func (lb *LB) frontListeners() []frontListenerSpec {
 	return []frontListenerSpec{
-		{"listen", func(c *Config) string { return c.Frontend.Listen }, lnPlain, lb.front.Listener},
-		{"tls_listen", func(c *Config) string { return c.Frontend.TLSListen }, lnTLS, func(ln net.Listener) net.Listener {
+		{"listen", func(c *config.Config) string { return c.Frontend.Listen }, lnPlain, lb.front.Listener},
+		{"tls_listen", func(c *config.Config) string { return c.Frontend.TLSListen }, lnTLS, func(ln net.Listener) net.Listener {
 			return lb.front.TLSListener(ln, lb.frontTLS)
 		}},
 	}

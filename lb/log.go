@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -32,9 +33,6 @@ import (
 // appKey there), a header (so no Authorization, cookie or LeaderCheck credentials) or a body, and
 // fasthttp's own lines, which quote the bytes of a request it could not read, never reach the log.
 
-// logLevels are the values of [global] log_level.
-var logLevels = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
-
 // NewLogger returns the logger for [global] log_format: "json" writes one JSON object per line, anything
 // else text lines (key=value), at level and above (nil: INFO). Pass the LevelVar that Options.Level
 // names, so that [global] log_level applies to it.
@@ -49,11 +47,11 @@ func NewLogger(format string, level slog.Leveler, w io.Writer) *slog.Logger {
 // setDefaults gives New a Logger and a Logf that write to the same place: Logf over Logger, or, for a
 // caller that gave only Logf (tests), Logger's text lines (without the time) passed to Logf; and sets
 // Level to cfg's [global] log_level.
-func (o *Options) setDefaults(cfg *Config) {
+func (o *Options) setDefaults(cfg *config.Config) {
 	if o.Level == nil {
 		o.Level = new(slog.LevelVar)
 	}
-	o.Level.Set(logLevels[cfg.Global.LogLevel]) // "" (a Config not from LoadConfig): INFO
+	o.Level.Set(config.LogLevels[cfg.Global.LogLevel]) // "" (a Config not from config.Load): INFO
 	switch {
 	case o.Logger != nil:
 		o.Logf = logfOver(o.Logger)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -41,7 +42,7 @@ func mustMetric(t *testing.T, page, series string) float64 {
 // startLBWithOptions is startLB with the caller's Options (a logger, a version).
 func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
 	t.Helper()
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -220,7 +221,7 @@ func TestAdminBasicUserAndPassword(t *testing.T) {
 func TestAdminConfigRequiresCredentialsOffLoopbackAndNeverShowsThem(t *testing.T) {
 	const token, password = "tok-Q7-never-shown", "pw-Z3-never-shown"
 	tokenFile, passwordFile := opSecret(t, token), opSecret(t, password)
-	load := func(admin string) (*Config, error) {
+	load := func(admin string) (*config.Config, error) {
 		t.Helper()
 		return loadConfigNoPanic(t, testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-admin.toml": admin}))
 	}
@@ -571,7 +572,7 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	var newAddr, newAdmin string
 	for try := 1; ; try++ {
 		newAddr, newAdmin = testkit.Addr(t), testkit.Addr(t)
-		cfg, err := LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-listen.toml",
+		cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-listen.toml",
 			fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
 		if err != nil {
 			t.Fatal(err)
@@ -635,7 +636,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	metric := func(name string) float64 { t.Helper(); return opMetric(t, l.AdminAddr(), "", name) }
 
 	// The frontend's new address is taken.
-	cfg, err := LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
+	cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool))))
 	if err != nil {
 		t.Fatal(err)
@@ -668,7 +669,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 
 	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
 	free := testkit.Addr(t)
-	cfg, err = LoadConfig(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
+	cfg, err = config.Load(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
 		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool))))
 	if err != nil {
 		t.Fatal(err)
@@ -885,7 +886,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("second-T0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -904,7 +905,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "30-extra.toml"), []byte(fmt.Sprintf("[admin]\ntoken_file = %q\n", newFile)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err = LoadConfig(dir)
+	cfg, err = config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

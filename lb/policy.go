@@ -11,6 +11,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
@@ -76,14 +77,14 @@ type health interface {
 // balance is one value of a pool's balance key: how its servers are checked and chosen.
 type balance struct {
 	newHealth func(o healthcheck.Options, targets []*healthcheck.Target) health
-	newPolicy func(p *Pool, cfg *PoolConfig) policy
+	newPolicy func(p *Pool, cfg *config.Pool) policy
 }
 
 // balances are the values of balance; config validation accepts exactly these.
 var balances = map[string]balance{
 	"leader": {
 		newHealth: func(o healthcheck.Options, ts []*healthcheck.Target) health { return healthcheck.NewLeader(o, ts) },
-		newPolicy: func(p *Pool, _ *PoolConfig) policy { return &leaderPolicy{leader: p.health.(*healthcheck.Leader)} },
+		newPolicy: func(p *Pool, _ *config.Pool) policy { return &leaderPolicy{leader: p.health.(*healthcheck.Leader)} },
 	},
 	"sticky": {
 		newHealth: newChecker,
@@ -147,7 +148,7 @@ type stickyPolicy struct {
 	rr         *roundRobin
 }
 
-func newStickyPolicy(p *Pool, cfg *PoolConfig) policy {
+func newStickyPolicy(p *Pool, cfg *config.Pool) policy {
 	keys, _ := stickiness.NewExtractor(cfg.Sticky.Keys) // validated with the config
 	if p.table == nil {
 		p.table = stickiness.NewTable(stickiness.TableOptions{})

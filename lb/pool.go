@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
@@ -62,7 +63,7 @@ type Pool struct {
 // config order), its tiers and its policy. A request loads it once; a server set change or a reload
 // swaps in a new one.
 type poolState struct {
-	cfg     *PoolConfig
+	cfg     *config.Pool
 	servers []*Server
 	tiers   [2]tier // primaries, backups: sub-slices of servers
 	all     tier    // servers
@@ -70,7 +71,7 @@ type poolState struct {
 	connect bool // relayOnly when the state was made: its checks open connections when no path is set
 }
 
-func newPool(name string, cfg *PoolConfig, relayOnly bool, bus *event.Bus, logf func(string, ...any)) *Pool {
+func newPool(name string, cfg *config.Pool, relayOnly bool, bus *event.Bus, logf func(string, ...any)) *Pool {
 	p := &Pool{name: name, balance: cfg.Balance, leader: cfg.Balance == "leader", bus: bus}
 	p.relayOnly.Store(relayOnly)
 	var servers []*Server
@@ -84,7 +85,7 @@ func newPool(name string, cfg *PoolConfig, relayOnly bool, bus *event.Bus, logf 
 }
 
 // serverAddrs lists a pool's servers: the primaries, then the backups.
-func serverAddrs(cfg *PoolConfig) []string { return append(slices.Clip(cfg.Servers), cfg.Backups...) }
+func serverAddrs(cfg *config.Pool) []string { return append(slices.Clip(cfg.Servers), cfg.Backups...) }
 
 func targetsOf(servers []*Server) []*healthcheck.Target {
 	ts := make([]*healthcheck.Target, len(servers))
@@ -95,7 +96,7 @@ func targetsOf(servers []*Server) []*healthcheck.Target {
 }
 
 // newState makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
-func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
+func (p *Pool) newState(cfg *config.Pool, servers []*Server) *poolState {
 	np := len(cfg.Servers)
 	st := &poolState{cfg: cfg, servers: servers, connect: p.relayOnly.Load()}
 	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
@@ -106,7 +107,7 @@ func (p *Pool) newState(cfg *PoolConfig, servers []*Server) *poolState {
 }
 
 // checkOptions are the health check options of the pool with config cfg.
-func (p *Pool) checkOptions(cfg *PoolConfig, logf func(string, ...any)) healthcheck.Options {
+func (p *Pool) checkOptions(cfg *config.Pool, logf func(string, ...any)) healthcheck.Options {
 	ck := cfg.Check
 	return healthcheck.Options{
 		Pool:         p.name,
@@ -128,7 +129,7 @@ func (p *Pool) checkOptions(cfg *PoolConfig, logf func(string, ...any)) healthch
 	}
 }
 
-func failbackInterval(cfg *PoolConfig) time.Duration {
+func failbackInterval(cfg *config.Pool) time.Duration {
 	if len(cfg.Backups) == 0 {
 		return 0
 	}
@@ -139,7 +140,7 @@ func failbackInterval(cfg *PoolConfig) time.Duration {
 // stays keep their health, role, sticky keys, tunnels and counters; new servers start unknown and take
 // traffic after their first passing probe; removed servers drain (no new traffic, in-flight requests
 // finish, their tunnels close and their sticky keys are forgotten, through the ServerRemoved event).
-func (p *Pool) apply(cfg *PoolConfig, logf func(string, ...any)) {
+func (p *Pool) apply(cfg *config.Pool, logf func(string, ...any)) {
 	old := p.state.Load()
 	byAddr := make(map[string]*Server, len(old.servers))
 	for _, s := range old.servers {

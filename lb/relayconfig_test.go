@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // relayBaseConfig is a valid config of one relay and no [[routes]]; it reads the secrets files of
@@ -51,7 +52,7 @@ func writeRelaySecrets(t *testing.T) string {
 
 func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 	secrets := writeRelaySecrets(t)
-	cfg, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)}))
+	cfg, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)}))
 	if err != nil {
 		t.Fatalf("a config with a relay and no [[routes]]: %v", err)
 	}
@@ -77,11 +78,11 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 func TestRelayConfigFingerprintIsTheSameWhenTheFilesAreTheSame(t *testing.T) {
 	secrets := writeRelaySecrets(t)
 	dir := testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)})
-	a, err := LoadConfig(dir)
+	a, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := LoadConfig(dir)
+	b, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +112,8 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, bad string, want ...string) {
 		t.Helper()
 		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets), "20-bad.toml": bad})
-		_, err := LoadConfig(dir)
-		var ce *ConfigError
+		_, err := config.Load(dir)
+		var ce *config.Error
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: got %v, want a Error", name, err)
 			return
@@ -174,7 +175,7 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	// Every problem of a relay is listed, not only the first.
 	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets),
 		"20-bad.toml": r + "subscriber_buffer = 0\nstart = \"quick\"\ntopics = [\"x\"]\n"})
-	_, err := LoadConfig(dir)
+	_, err := config.Load(dir)
 	for _, key := range []string{"subscriber_buffer", "start", "topics.0"} {
 		if err == nil || !strings.Contains(err.Error(), bad(key)) {
 			t.Errorf("three problems at once: %v does not name %s", err, key)
@@ -197,7 +198,7 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte("[relays.appconfig]\nsubscriber_buffer = 0\ntopics = [\"bad\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
+	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
 		t.Fatalf("Load of a bad relay: %v", err)
 	}
 	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
@@ -205,7 +206,7 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := LoadConfig(dir)
+	nc, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestRelayConfigAuthTableMergesKeyByKeyAcrossFiles(t *testing.T) {
 	if err := os.WriteFile(other, []byte("k2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets),
+	cfg, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets),
 		"20-more.toml": fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\n", other)}))
 	if err != nil {
 		t.Fatal(err)

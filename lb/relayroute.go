@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/valyala/fasthttp"
 )
@@ -43,8 +44,8 @@ var relayRefusals = [...]int{401, 404, 405, 502, 503}
 // relayRoute is one running relay.
 type relayRoute struct {
 	name string
-	spec *relaySpec // the spec it was built from; auth is read from each request's generation
-	cfg  RelayConfig
+	spec *config.RelaySpec // the spec it was built from; auth is read from each request's generation
+	cfg  config.Relay
 	hub  *relay.Hub
 	up   *relay.Upstream
 	pool *relayPool // the pool its upstream asks and reports to
@@ -82,7 +83,7 @@ type relayPending struct {
 
 // newRelayRoute builds the relay spec describes, over the servers of pool pc, whose running pool
 // pool is. Its upstream manager runs from here on; start fills its cache.
-func newRelayRoute(spec *relaySpec, rc *RelayConfig, pc *PoolConfig, pool *relayPool, logf func(string, ...any)) *relayRoute {
+func newRelayRoute(spec *config.RelaySpec, rc *config.Relay, pc *config.Pool, pool *relayPool, logf func(string, ...any)) *relayRoute {
 	rr := &relayRoute{name: spec.Name, spec: spec, cfg: *rc, logf: logf, known: map[string]string{},
 		watched: map[string]bool{}, pending: map[string]*relayPending{}, stop: make(chan struct{}),
 		opts: relay.ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
@@ -461,7 +462,7 @@ func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader 
 // (its auth).
 type relayBinding struct {
 	rr   *relayRoute
-	spec *relaySpec
+	spec *config.RelaySpec
 }
 
 // relayRequest answers one request for the topic of key on relay b. A GET of a topic that is ready

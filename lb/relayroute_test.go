@@ -26,6 +26,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -796,7 +797,7 @@ func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesThe
 	writeRelaySeed(t, seed, map[string]uint64{"inventory/dev": 7})
 	files := relayFiles(t, []string{upstream}, "",
 		fmt.Sprintf("start = \"fast\"\nseed_file = %q\nseed_file_write = true\nwait_timeout = \"1s\"", seed), "")
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -876,7 +877,7 @@ func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesThe
 	// A second fast start, with the upstream gone again, serves what the first one wrote.
 	closeLB()
 	c.Close()
-	cfg2, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg2, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1197,7 +1198,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(more), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		nc, err := LoadConfig(dir)
+		nc, err := config.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1331,7 +1332,7 @@ func TestRelayAFailedNormalStartLeavesTheSeedFileAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := relayFiles(t, []string{hr.addr}, "", fmt.Sprintf("seed_file = %q\nseed_file_write = true", seed), "")
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1456,7 +1457,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	l, _ := startLBDir(t, dir)
 	reload := func() {
 		t.Helper()
-		nc, err := LoadConfig(dir)
+		nc, err := config.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

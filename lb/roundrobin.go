@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
@@ -36,7 +37,7 @@ type rrCursor struct {
 	next [2]int // per tier
 }
 
-func newRoundRobinPolicy(p *Pool, cfg *PoolConfig) policy {
+func newRoundRobinPolicy(p *Pool, cfg *config.Pool) policy {
 	if p.pins == nil {
 		p.pins = stickiness.NewTable(stickiness.TableOptions{})
 	}

@@ -13,6 +13,7 @@ package lb
 import (
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/valyala/fasthttp"
 )
 
@@ -42,7 +43,7 @@ func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) b
 
 // unauthorized answers 401 to a request without a right key: the same short answer for a missing and
 // a wrong key.
-func unauthorized(ctx *fasthttp.RequestCtx, a *routeAuth) {
+func unauthorized(ctx *fasthttp.RequestCtx, a *config.Auth) {
 	ctx.Error("401 Unauthorized\n", fasthttp.StatusUnauthorized) // resets the response: headers after
 	if a.Bearer {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="fairlead"`)

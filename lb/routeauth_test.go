@@ -16,6 +16,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -129,14 +130,14 @@ keys_file = %q
 `, keys),
 		"20-b.toml": authRoute(keys, value, "appKey") + "\n[[routes]]\npool = \"platform\"\npaths = [\"/c\"]\n",
 	})
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Routes) != 4 {
 		t.Fatalf("%d routes, want 4", len(cfg.Routes))
 	}
-	f := func(i int, want *RouteAuthConfig) {
+	f := func(i int, want *config.RouteAuth) {
 		t.Helper()
 		got := cfg.Routes[i].Auth
 		switch {
@@ -149,8 +150,8 @@ keys_file = %q
 		}
 	}
 	f(0, nil)
-	f(1, &RouteAuthConfig{KeysFile: keys, Header: "Authorization"}) // the documented default header
-	f(2, &RouteAuthConfig{KeysFile: keys, Header: "appKey", UpstreamHeader: "appKey", UpstreamValueFile: value})
+	f(1, &config.RouteAuth{KeysFile: keys, Header: "Authorization"}) // the documented default header
+	f(2, &config.RouteAuth{KeysFile: keys, Header: "appKey", UpstreamHeader: "appKey", UpstreamValueFile: value})
 	f(3, nil)
 	if a := cfg.RouteAuthOf(1); a == nil || !a.Bearer || !a.Admits([]byte("Bearer "+clientKeyA)) || a.UpstreamHeader != "" {
 		t.Errorf("routes.1: loaded %+v, want a Bearer check of one key injecting nothing", a)
@@ -182,10 +183,10 @@ func TestRouteAuthConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 			"10-base.toml": minimalConfig,
 			"20-bad.toml":  "[[routes]]\npool = \"platform\"\n[routes.auth]\n" + auth,
 		})
-		_, err := LoadConfig(cfgDir)
-		var ce *ConfigError
+		_, err := config.Load(cfgDir)
+		var ce *config.Error
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			t.Errorf("%s: got %v, want a *config.Error", name, err)
 			return
 		}
 		for _, w := range want {
@@ -378,7 +379,7 @@ func TestRouteAuthReloadAdmitsTheNewKeyAndRefusesTheOldOne(t *testing.T) {
 	}
 
 	writeAuthKeys(t, keys, clientKeyB) // only the keys file changes: the *.toml files are the same
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestRouteAuthReloadAdmitsTheNewKeyAndRefusesTheOldOne(t *testing.T) {
 
 	// Emptying the keys file is a failed reload: the running config, and its keys, stay.
 	writeAuthKeys(t, keys)
-	if _, err := LoadConfig(dir); err == nil || !strings.Contains(err.Error(), "routes.0.auth.keys_file") {
+	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), "routes.0.auth.keys_file") {
 		t.Errorf("an empty keys file: %v, want an error naming routes.0.auth.keys_file", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/upstream"
 )
 
@@ -36,7 +37,7 @@ type Server struct {
 	failures      atomic.Uint64 // attempts that ended in a transport error
 }
 
-func newServer(addr string, cfg *PoolConfig) *Server {
+func newServer(addr string, cfg *config.Pool) *Server {
 	s := &Server{Addr: addr, health: healthcheck.NewTarget(addr), cookie: serverCookie(addr)}
 	s.client.Store(newTransport(addr, cfg))
 	s.configure(cfg)
@@ -45,7 +46,7 @@ func newServer(addr string, cfg *PoolConfig) *Server {
 
 // configure applies the parts of a pool config that concern s alone: its display name and its tier.
 // The pool calls it before it hands the server's target to the health check.
-func (s *Server) configure(cfg *PoolConfig) {
+func (s *Server) configure(cfg *config.Pool) {
 	name := s.Addr
 	if n := cfg.Names[s.Addr]; n != "" {
 		name = n

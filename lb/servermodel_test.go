@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
 )
@@ -27,7 +28,7 @@ const hang = 20 * time.Second
 // reloadWith loads files as a new config and applies it, as SIGHUP does.
 func reloadWith(t *testing.T, l *LB, files map[string]string) {
 	t.Helper()
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

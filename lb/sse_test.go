@@ -20,6 +20,7 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/admin"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // Black-box tests of GET /events over real sockets: what a client reads, how many streams run, how
@@ -191,7 +192,7 @@ func streamIntervals(t *testing.T, snapshot, ping time.Duration) {
 // which the log would repeat); stop closes it once, and the end of the test closes it if the test did not.
 func startQuietLB(t *testing.T, files map[string]string) (l *LB, stop func()) {
 	t.Helper()
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

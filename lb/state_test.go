@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // withState adds a [global] table to files: state_file = path, start, and extra keys.
@@ -67,7 +68,7 @@ func TestFastStartServesTheRememberedLeaderWithin100msWhileEveryLeaderCheckHangs
 	path := filepath.Join(t.TempDir(), "state.json")
 	mustWriteFile(t, path, stateJSON(time.Now().Add(-time.Minute),
 		fmt.Sprintf(`"platform": {"balance": "leader", "leader": %q, "servers": [{"addr": %q, "up": true}]}`, p2.Addr, p2.Addr)))
-	cfg, err := LoadConfig(testkit.WriteFiles(t, withState(platformConfig(c, "", ""), path, "fast", "")))
+	cfg, err := config.Load(testkit.WriteFiles(t, withState(platformConfig(c, "", ""), path, "fast", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 	files := withState(platformConfig(c, "", ""), path, "normal", "")
 	f, body := appPool(p2, p3)
 	files[f] = body
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestStickyKeysThatAreNotUTF8SurviveTheStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPool("app", &PoolConfig{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: StickyConfig{Keys: []string{"header:X-Asset"}}}, false, nil, func(string, ...any) {})
+	p := newPool("app", &config.Pool{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: config.Sticky{Keys: []string{"header:X-Asset"}}}, false, nil, func(string, ...any) {})
 	_, sticky, _ := p.restore(got.Pools["app"], 0)
 	if exp := p.table.Export(); sticky != ", sticky keys: 1 restored" || len(exp) != 1 || exp[0].Key != key {
 		t.Fatalf("restored %q: %+v, want the key %q", sticky, exp, key)

@@ -11,6 +11,7 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // stepDownConfig is a leader pool over the cluster's platform servers with the steady intervals of a
@@ -88,7 +89,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 	c := startCluster(t, 2, 0)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	files := stepDownConfig(c)
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -576,7 +577,7 @@ func TestTLSSNIChoosesTheCertificate(t *testing.T) {
 // reloadDir loads the config directory again and reloads fairlead with it; a config that does not load
 // is a failed reload too (its error is returned).
 func reloadDir(l *LB, dir string) error {
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		return err
 	}
@@ -981,10 +982,10 @@ func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...[]string) {
 		t.Helper()
 		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-		_, err := LoadConfig(dir)
-		var ce *ConfigError
+		_, err := config.Load(dir)
+		var ce *config.Error
 		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a ConfigError", name, err)
+			t.Errorf("%s: got %v, want a *config.Error", name, err)
 			return
 		}
 		t.Logf("%s: %v", name, err)
@@ -998,7 +999,7 @@ func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	bad := "20-bad.toml: "
 
 	// The valid config the cases break: it loads.
-	if _, err := LoadConfig(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
+	if _, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
 		fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\nredirect_https = true\n", clientCA)})); err != nil {
 		t.Fatalf("a valid TLS config: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -72,7 +73,7 @@ func tlsTable(pool string, lines ...string) string {
 // reload loads dir again and reloads l with it.
 func reload(t *testing.T, l *LB, dir string) {
 	t.Helper()
-	cfg, err := LoadConfig(dir)
+	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,10 +440,10 @@ servers = ["127.0.0.1:9081"]
 [[routes]]
 pool = "platform"
 `, "20-platform.toml": table}
-		_, err := LoadConfig(testkit.WriteFiles(t, files))
-		var ce *ConfigError
+		_, err := config.Load(testkit.WriteFiles(t, files))
+		var ce *config.Error
 		if !errors.As(err, &ce) {
-			t.Fatalf("%s: error %v, want a *ConfigError", table, err)
+			t.Fatalf("%s: error %v, want a *config.Error", table, err)
 		}
 		if !slices.ContainsFunc(ce.Problems, func(p string) bool {
 			return strings.HasSuffix(strings.SplitN(p, ": ", 2)[0], "20-platform.toml") && strings.Contains(p, want)
@@ -477,7 +478,7 @@ pool = "platform"
 	// And a good table loads.
 	files := map[string]string{"10.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
 		"20.toml": tlsTable("platform", q("ca_file", caFile), q("server_name", "platform.internal"), q("cert", certA), q("key", keyA))}
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

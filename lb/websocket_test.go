@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
 )
@@ -388,7 +389,7 @@ func TestReloadKeepsOpenTunnels(t *testing.T) {
 	defer conn.Close()
 
 	files["40-reload.toml"] = "[pools.platform]\nqueue_timeout = \"3s\"\n[pools.cxserver.check]\ninterval = \"150ms\"\n"
-	cfg, err := LoadConfig(testkit.WriteFiles(t, files))
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -40,9 +41,9 @@ func run(args []string) int {
 		return 0
 	}
 
-	cfg, err := lb.LoadConfig(*configPath)
+	cfg, err := config.Load(*configPath)
 	if err != nil {
-		var ce *lb.ConfigError
+		var ce *config.Error
 		if errors.As(err, &ce) {
 			for _, p := range ce.Problems {
 				fmt.Fprintln(os.Stderr, p)
@@ -83,7 +84,7 @@ func run(args []string) int {
 	}
 	go func() {
 		for range reloads {
-			cfg, err := lb.LoadConfig(*configPath)
+			cfg, err := config.Load(*configPath)
 			if err != nil {
 				l.ReloadFailed(err) // logged once, by the event's line
 				continue
