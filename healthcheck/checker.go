@@ -83,7 +83,7 @@ func (c *Checker) Restore(up []*Target) int {
 	c.skipFirstRoundLocked()
 	c.mu.Unlock()
 	for _, t := range restored {
-		c.publish(Event{Kind: ServerUp, Server: t.addr, Detail: "restored"})
+		c.publish(event.Event{Kind: event.ServerUp, Server: t.addr, Detail: "restored"})
 	}
 	c.markReady()
 	return len(restored)
@@ -122,7 +122,7 @@ func (c *Checker) Update(o Options) {
 	}
 	c.mu.Unlock()
 	for _, t := range back {
-		c.publish(Event{Kind: ServerUp, Server: t.addr, Detail: "active checks disabled"})
+		c.publish(event.Event{Kind: event.ServerUp, Server: t.addr, Detail: "active checks disabled"})
 	}
 }
 
@@ -249,5 +249,5 @@ func (c *Checker) retryPassive(t *Target) {
 	t.passive.Store(0)
 	t.up.Store(true)
 	c.mu.Unlock()
-	c.publish(Event{Kind: ServerUp, Server: t.addr, Detail: "retry after live failures"})
+	c.publish(event.Event{Kind: event.ServerUp, Server: t.addr, Detail: "retry after live failures"})
 }

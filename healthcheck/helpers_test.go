@@ -106,7 +106,7 @@ func (r *recorder) mark() int {
 
 // since returns the events from position from on whose kind is one of kinds (any kind if none) and, if
 // server is not "", whose Server is server.
-func (r *recorder) since(from int, server string, kinds ...Kind) []event.Event {
+func (r *recorder) since(from int, server string, kinds ...event.Kind) []event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []event.Event
@@ -119,7 +119,7 @@ func (r *recorder) since(from int, server string, kinds ...Kind) []event.Event {
 }
 
 // of returns every event of server (any server if "") whose kind is one of kinds.
-func (r *recorder) of(server string, kinds ...Kind) []event.Event {
+func (r *recorder) of(server string, kinds ...event.Kind) []event.Event {
 	return r.since(0, server, kinds...)
 }
 

@@ -230,7 +230,7 @@ func (l *Leader) firstRoundOver() {
 
 // finishFirstRoundLocked elects from the first round's answers; the caller publishes the events and
 // then marks the Leader ready.
-func (l *Leader) finishFirstRoundLocked() []Event {
+func (l *Leader) finishFirstRoundLocked() []event.Event {
 	if l.el.ready {
 		return nil
 	}
@@ -244,7 +244,7 @@ func (l *Leader) finishFirstRoundLocked() []Event {
 
 // applyLocked makes an outcome visible (the Up flags and Current) and returns its events, published by
 // the caller once the lock is released.
-func (l *Leader) applyLocked(out outcome) []Event {
+func (l *Leader) applyLocked(out outcome) []event.Event {
 	var ev []event.Event
 	if out.splitBrain {
 		l.splitBrains.Add(1)
@@ -265,7 +265,7 @@ func (l *Leader) applyLocked(out outcome) []Event {
 	return ev
 }
 
-func (l *Leader) publishAll(ev []Event) {
+func (l *Leader) publishAll(ev []event.Event) {
 	for _, e := range ev {
 		l.publish(e)
 	}

@@ -82,7 +82,7 @@ func (o *Options) setDefaults() {
 		o.Rand = rand.Float64
 	}
 	if o.Bus == nil {
-		o.Bus = NewBus()
+		o.Bus = event.NewBus()
 	}
 }
 
@@ -311,7 +311,7 @@ func (g *group) Status() []ServerStatus {
 	return out
 }
 
-func (g *group) publish(e Event) {
+func (g *group) publish(e event.Event) {
 	e.Pool = g.pool
 	g.bus.Publish(e)
 }

@@ -11,7 +11,7 @@ import (
 // reloads that keep the server; maint's tunnels are closed by the tunnel closer (tunnels.go), which
 // follows the admin_action event that each action publishes with by, who asked. It returns the
 // server's status after it.
-func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (ServerStatus, error) {
+func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (admin.ServerStatus, error) {
 	g := lb.gen.Load()
 	p := g.pools[poolName]
 	var s *Server
@@ -23,7 +23,7 @@ func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (Server
 		}
 	}
 	if s == nil {
-		return ServerStatus{}, admin.ErrNoServer
+		return admin.ServerStatus{}, admin.ErrNoServer
 	}
 	var state event.Admin // none for a re-probe
 	switch action {
@@ -39,7 +39,7 @@ func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (Server
 	case admin.Probe:
 		p.health.Probe(s.health)
 	default:
-		return ServerStatus{}, admin.ErrUnknownAction
+		return admin.ServerStatus{}, admin.ErrUnknownAction
 	}
 	lb.bus.Publish(event.Event{Kind: event.AdminAction, Pool: p.name, Server: s.Addr, Admin: state,
 		Detail: string(action) + " by " + by})

@@ -3,7 +3,7 @@ package lb
 import (
 	"sort"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -11,17 +11,6 @@ import (
 // What the admin listener (package admin) reads of the LB: LB is its admin.Backend. The status
 // document is computed here from the pools, whose internals only lb reads; the metrics are written in
 // metrics.go and the actions carried out in actions.go.
-
-// The status document's types under their former names in lb, while the restructure of issue #22
-// moves the files that fill them; they go once every file names the admin package.
-type (
-	Status          = admin.Status
-	PoolStatus      = admin.PoolStatus
-	DiscoveryStatus = admin.DiscoveryStatus
-	ServerStatus    = admin.ServerStatus
-	RelayStatus     = admin.RelayStatus
-	TopicStatus     = admin.TopicStatus
-)
 
 var _ admin.Backend = (*LB)(nil)
 
@@ -32,16 +21,16 @@ var adminOptions admin.Options
 func (lb *LB) Config() *config.Config { return lb.gen.Load().cfg }
 
 // Subscribe calls fn with every event published from now on, until cancel is called (Events().Subscribe).
-func (lb *LB) Subscribe(fn func(healthcheck.Event)) (cancel func()) { return lb.bus.Subscribe(fn) }
+func (lb *LB) Subscribe(fn func(event.Event)) (cancel func()) { return lb.bus.Subscribe(fn) }
 
 // Status returns a snapshot of the running state.
-func (lb *LB) Status() Status {
+func (lb *LB) Status() admin.Status {
 	g := lb.gen.Load()
-	st := Status{ConfigFiles: g.cfg.Files}
+	st := admin.Status{ConfigFiles: g.cfg.Files}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
 		ps := p.state.Load()
-		out := PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
+		out := admin.PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
@@ -64,15 +53,15 @@ func (lb *LB) Status() Status {
 }
 
 // serverStatusOf is what /status says of s, without its check state.
-func serverStatusOf(s *Server) ServerStatus {
-	return ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
+func serverStatusOf(s *Server) admin.ServerStatus {
+	return admin.ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
 		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
 		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
 		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
 }
 
 // serverStatus is what /status says of s of pool p, with its check state and what its policy adds.
-func (lb *LB) serverStatus(p *Pool, s *Server) ServerStatus {
+func (lb *LB) serverStatus(p *Pool, s *Server) admin.ServerStatus {
 	for _, ps := range lb.Status().Pools {
 		if ps.Name == p.name {
 			for _, ss := range ps.Servers {

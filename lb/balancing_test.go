@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
@@ -167,7 +168,7 @@ func sendChunk(l *LB, id, path string, n int) reply {
 }
 
 // poolStatus returns the /status entry of pool.
-func poolStatus(t *testing.T, l *LB, pool string) PoolStatus {
+func poolStatus(t *testing.T, l *LB, pool string) admin.PoolStatus {
 	t.Helper()
 	for _, p := range l.Status().Pools {
 		if p.Name == pool {
@@ -175,7 +176,7 @@ func poolStatus(t *testing.T, l *LB, pool string) PoolStatus {
 		}
 	}
 	t.Fatalf("/status does not list pool %s", pool)
-	return PoolStatus{}
+	return admin.PoolStatus{}
 }
 
 // scrapeMetrics returns the text of GET /metrics on the admin listener.
@@ -375,7 +376,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 		hold func(t *testing.T, l *LB) (<-chan reply, func())
 		// inFlight is platform1's request and body bytes in flight while it is held.
 		inFlight, inFlightBytes int64
-		check                   func(t *testing.T, st PoolStatus)
+		check                   func(t *testing.T, st admin.PoolStatus)
 	}{{
 		name:  "high_watermark",
 		extra: "[pools.platform]\nhigh_watermark = 1\n",
@@ -383,7 +384,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 			return inBackground(l, "GET", "/slow?delay=1500ms", nil, ""), func() {}
 		},
 		inFlight: 1,
-		check: func(t *testing.T, st PoolStatus) {
+		check: func(t *testing.T, st admin.PoolStatus) {
 			if st.HighWatermark != 1 {
 				t.Errorf("/status: high_watermark %d, want 1", st.HighWatermark)
 			}
@@ -395,7 +396,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 			return inBackground(l, "POST", "/slow?delay=1500ms", nil, strings.Repeat("b", 4000)), func() {}
 		},
 		inFlight: 1, inFlightBytes: 4000,
-		check: func(t *testing.T, st PoolStatus) {
+		check: func(t *testing.T, st admin.PoolStatus) {
 			if st.HighWatermarkBytes != 1000 {
 				t.Errorf("/status: high_watermark_bytes %d, want 1000", st.HighWatermarkBytes)
 			}
@@ -409,7 +410,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 			return ch, func() { w.Close() }
 		},
 		inFlight: 1, inFlightBytes: 4000,
-		check: func(t *testing.T, st PoolStatus) {},
+		check: func(t *testing.T, st admin.PoolStatus) {},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startReadyCluster(t, 3)
@@ -947,7 +948,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 				extra += "failback_close_tunnels = true\nfailback_close_spread = \"600ms\"\n"
 			}
 			l, logs := startLB(t, cxConfig(c, extra))
-			cxStatus := func() PoolStatus { return poolStatus(t, l, "cxserver") }
+			cxStatus := func() admin.PoolStatus { return poolStatus(t, l, "cxserver") }
 
 			// Six devices on the primaries.
 			const n = 6

@@ -16,7 +16,8 @@ import (
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery"
 )
@@ -127,7 +128,7 @@ func (d *discoveries) apply(name string, c discovery.Change) {
 	cp := *pc
 	cp.Servers = withoutBackups(c.List, pc.Backups)
 	p.apply(&cp, lb.logf)
-	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.DiscoveryChanged, Pool: name, Detail: c.String()})
+	lb.bus.Publish(event.Event{Kind: event.DiscoveryChanged, Pool: name, Detail: c.String()})
 }
 
 // withoutBackups drops from list the addresses that are configured backups (a backup stays a backup).
@@ -145,12 +146,12 @@ func withoutBackups(list, backups []string) []string {
 }
 
 // status describes pool name's provider, or nil.
-func (d *discoveries) status(name string) *DiscoveryStatus {
+func (d *discoveries) status(name string) *admin.DiscoveryStatus {
 	w := d.watcher(name)
 	if w == nil {
 		return nil
 	}
-	ds := DiscoveryStatus(w.Status())
+	ds := admin.DiscoveryStatus(w.Status())
 	return &ds
 }
 

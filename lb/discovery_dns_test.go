@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 )
@@ -89,7 +90,7 @@ pool = "rr"
 }
 
 // discoveryOf returns pool rr's discovery status.
-func discoveryOf(t *testing.T, l *LB) DiscoveryStatus {
+func discoveryOf(t *testing.T, l *LB) admin.DiscoveryStatus {
 	t.Helper()
 	for _, p := range l.Status().Pools {
 		if p.Name == "rr" && p.Discovery != nil {
@@ -97,11 +98,11 @@ func discoveryOf(t *testing.T, l *LB) DiscoveryStatus {
 		}
 	}
 	t.Fatal("pool rr has no discovery status")
-	return DiscoveryStatus{}
+	return admin.DiscoveryStatus{}
 }
 
 // listIs reports whether the discovered list is exactly addrs (any order).
-func listIs(ds DiscoveryStatus, addrs ...string) bool {
+func listIs(ds admin.DiscoveryStatus, addrs ...string) bool {
 	a, b := slices.Clone(ds.Servers), slices.Clone(addrs)
 	slices.Sort(a)
 	slices.Sort(b)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
@@ -52,7 +53,7 @@ pool = "cxserver"
 }
 
 // discoveredIn returns pool's discovery status.
-func discoveredIn(t *testing.T, l *LB, pool string) DiscoveryStatus {
+func discoveredIn(t *testing.T, l *LB, pool string) admin.DiscoveryStatus {
 	t.Helper()
 	for _, p := range l.Status().Pools {
 		if p.Name == pool && p.Discovery != nil {
@@ -60,7 +61,7 @@ func discoveredIn(t *testing.T, l *LB, pool string) DiscoveryStatus {
 		}
 	}
 	t.Fatalf("pool %s has no discovery status", pool)
-	return DiscoveryStatus{}
+	return admin.DiscoveryStatus{}
 }
 
 // fileFollows waits until pool's discovered list is addrs, and fails if that took longer than fileFollow.

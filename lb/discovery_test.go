@@ -11,7 +11,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery"
 )
@@ -93,9 +93,9 @@ func TestDiscoveryAppliesEachListAsAServerSetChangeAfterTheSeed(t *testing.T) {
 	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
 	id, fake := newFake(t)
 	l, logs := startLB(t, discoveryConfig(id, []string{p1.Addr}, ""))
-	events := make(chan healthcheck.Event, 100)
-	cancel := l.Events().Subscribe(func(e healthcheck.Event) {
-		if e.Kind == healthcheck.DiscoveryChanged {
+	events := make(chan event.Event, 100)
+	cancel := l.Events().Subscribe(func(e event.Event) {
+		if e.Kind == event.DiscoveryChanged {
 			events <- e
 		}
 	})

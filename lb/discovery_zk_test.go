@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 	"github.com/go-zookeeper/zk"
@@ -245,13 +246,13 @@ func zkServed(t *testing.T, l *LB, n int) map[string]int {
 }
 
 // zkDiscovered returns what /status says the provider of pool platform found.
-func zkDiscovered(l *LB) DiscoveryStatus {
+func zkDiscovered(l *LB) admin.DiscoveryStatus {
 	for _, p := range l.Status().Pools {
 		if p.Name == "platform" && p.Discovery != nil {
 			return *p.Discovery
 		}
 	}
-	return DiscoveryStatus{}
+	return admin.DiscoveryStatus{}
 }
 
 // zkPoolServers returns the addresses of pool platform's servers in /status that are not being removed.
@@ -324,8 +325,8 @@ func TestZooKeeperDiscoveryDrainsTheServerOfADeletedZNode(t *testing.T) {
 	start := time.Now()
 	zkDelete(t, zc, "/twx/platform/a")
 	testkit.Eventually(t, "a server_removed event of platform1", 5*time.Second, func() bool {
-		return events.has(func(e healthcheck.Event) bool {
-			return e.Kind == healthcheck.ServerRemoved && e.Pool == "platform" && e.Server == p1.Addr
+		return events.has(func(e event.Event) bool {
+			return e.Kind == event.ServerRemoved && e.Pool == "platform" && e.Server == p1.Addr
 		})
 	})
 	t.Logf("platform1 removed %s after its znode was deleted", time.Since(start).Round(time.Millisecond))
@@ -335,8 +336,8 @@ func TestZooKeeperDiscoveryDrainsTheServerOfADeletedZNode(t *testing.T) {
 	testkit.Eventually(t, "/status to list platform2 alone", 5*time.Second, func() bool {
 		return slices.Equal(zkPoolServers(l), []string{p2.Addr})
 	})
-	if !events.has(func(e healthcheck.Event) bool {
-		return e.Kind == healthcheck.DiscoveryChanged && strings.Contains(e.Detail, "removed "+p1.Addr)
+	if !events.has(func(e event.Event) bool {
+		return e.Kind == event.DiscoveryChanged && strings.Contains(e.Detail, "removed "+p1.Addr)
 	}) {
 		t.Fatal("no discovery_changed event naming the removed server")
 	}

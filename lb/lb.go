@@ -32,7 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
@@ -63,8 +63,8 @@ type LB struct {
 
 	// bus is the event stream: health checks, server set changes and reloads publish on it; the tunnel
 	// closer, the log and the event counters subscribe.
-	bus    *healthcheck.Bus
-	events [healthcheck.NumKinds]atomic.Uint64 // published events by kind
+	bus    *event.Bus
+	events [event.NumKinds]atomic.Uint64 // published events by kind
 
 	// engines carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
 	// to a generation, so that tunnels outlive config reloads.
@@ -116,7 +116,7 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
 func New(cfg *config.Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: healthcheck.NewBus(),
+	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: event.NewBus(),
 		relayRoutes: map[string]*relayRoute{}}
 	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
@@ -138,7 +138,7 @@ func New(cfg *config.Config, o Options) *LB {
 func (lb *LB) SecretFiles() []string { return lb.gen.Load().cfg.SecretFiles() }
 
 // Events returns the event stream (for subscribers such as the admin event feed).
-func (lb *LB) Events() *healthcheck.Bus { return lb.bus }
+func (lb *LB) Events() *event.Bus { return lb.bus }
 
 // newGeneration builds the routes of cfg over its pools, and binds its relays to the running relays rrs
 // (prepareRelays). A pool of old with the same balance is kept and brought to its new config by a
@@ -496,7 +496,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	}
 	lb.reloads.Add(1)
 	lb.lastReloadOK.Store(true)
-	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadApplied,
+	lb.bus.Publish(event.Event{Kind: event.ReloadApplied,
 		Detail: fmt.Sprintf("%d pools, %d new", len(g.pools), len(fresh))})
 	// The listen addresses moved above, the admin credentials, access_log and log_level apply at
 	// once; the rest of [frontend] configures the running HTTP server, and the logger's format and
@@ -533,7 +533,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 func (lb *LB) ReloadFailed(err error) {
 	lb.reloadFailures.Add(1)
 	lb.lastReloadOK.Store(false)
-	lb.bus.Publish(healthcheck.Event{Kind: healthcheck.ReloadFailed, Detail: err.Error()})
+	lb.bus.Publish(event.Event{Kind: event.ReloadFailed, Detail: err.Error()})
 }
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
@@ -146,7 +146,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
 	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
-	for _, k := range healthcheck.Kinds() {
+	for _, k := range event.Kinds() {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
 	}
 	ts := lb.relayStats()

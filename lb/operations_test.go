@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
@@ -68,13 +69,13 @@ func opAction(t *testing.T, l *LB, pool, addr, action, auth string) (int, []byte
 
 // opMustAction posts ACTION and fails the test unless it answers 200 with the server's status, which
 // it returns.
-func opMustAction(t *testing.T, l *LB, pool, addr, action, auth string) ServerStatus {
+func opMustAction(t *testing.T, l *LB, pool, addr, action, auth string) admin.ServerStatus {
 	t.Helper()
 	code, body := opAction(t, l, pool, addr, action, auth)
 	if code != 200 {
 		t.Fatalf("POST %s on %s: %d %s", action, addr, code, body)
 	}
-	var ss ServerStatus
+	var ss admin.ServerStatus
 	if err := json.Unmarshal(body, &ss); err != nil {
 		t.Fatalf("POST %s on %s: the answer is not a server status: %v: %s", action, addr, err, body)
 	}
@@ -120,7 +121,7 @@ func opWantState(t *testing.T, l *LB, auth, pool, addr, state, adminState string
 	if code != 200 {
 		t.Fatalf("GET /api/status: %d %s", code, body)
 	}
-	var st Status
+	var st admin.Status
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("GET /api/status: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -38,7 +39,7 @@ type policy interface {
 	removed(s *Server)
 	// describe and writeMetrics add what is particular to the policy to /status and /metrics; describe
 	// is called with ps.Servers filled in, in the order of st.servers.
-	describe(ps *PoolStatus, st *poolState)
+	describe(ps *admin.PoolStatus, st *poolState)
 	writeMetrics(w io.Writer, labels string, st *poolState)
 }
 
@@ -124,7 +125,7 @@ func (lp *leaderPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) {
 func (lp *leaderPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
 func (lp *leaderPolicy) removed(*Server)                                       {}
 
-func (lp *leaderPolicy) describe(ps *PoolStatus, _ *poolState) {
+func (lp *leaderPolicy) describe(ps *admin.PoolStatus, _ *poolState) {
 	if cur := lp.leader.Current(); cur != nil {
 		ps.Leader = cur.Addr()
 	}
@@ -208,7 +209,9 @@ func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) func() {
 
 func (sp *stickyPolicy) removed(s *Server) { sp.table.Forget(s.Addr) }
 
-func (sp *stickyPolicy) describe(ps *PoolStatus, _ *poolState) { ps.StickyEntries = sp.table.Len() }
+func (sp *stickyPolicy) describe(ps *admin.PoolStatus, _ *poolState) {
+	ps.StickyEntries = sp.table.Len()
+}
 
 func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolState) {
 	metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(sp.table.Len()))

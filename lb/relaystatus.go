@@ -8,12 +8,13 @@ import (
 	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/fairlead/fairlead/lb/admin"
 )
 
 // status describes the relay.
-func (rr *relayRoute) status() RelayStatus {
+func (rr *relayRoute) status() admin.RelayStatus {
 	up := rr.up.Current()
-	st := RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
+	st := admin.RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
 		Upstream: up, ServingBackup: rr.pool.servingBackup(up), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
 		SeedWrites: rr.seedWrites.Load(), SeedWriteErrors: rr.seedErrors.Load()}
@@ -30,7 +31,7 @@ func (rr *relayRoute) status() RelayStatus {
 	}
 	rr.mu.Unlock()
 	for _, ts := range rr.hub.Topics() {
-		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
+		t := admin.TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
 			Subscribers: ts.Subscribers, Version: ts.Version, Fetched: ts.Fetched, Publishes: ts.Publishes,
 			Fetches: ts.Fetches, FetchErrors: ts.FetchErrors, Drops: ts.Drops}
 		if s := rr.hub.Snapshot(ts.Topic); s != nil {
@@ -42,8 +43,8 @@ func (rr *relayRoute) status() RelayStatus {
 }
 
 // relayStatuses describes the relays of generation g.
-func (g *generation) relayStatuses() []RelayStatus {
-	var out []RelayStatus
+func (g *generation) relayStatuses() []admin.RelayStatus {
+	var out []admin.RelayStatus
 	for _, b := range g.relays {
 		out = append(out, b.rr.status())
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -123,7 +124,7 @@ func (rp *roundRobinPolicy) hold(*fasthttp.RequestCtx, *Server) func()          
 // pool; the pin is dropped then, or expires with multipart_ttl.
 func (rp *roundRobinPolicy) removed(*Server) {}
 
-func (rp *roundRobinPolicy) describe(ps *PoolStatus, st *poolState) {
+func (rp *roundRobinPolicy) describe(ps *admin.PoolStatus, st *poolState) {
 	ps.HighWatermark, ps.HighWatermarkBytes = rp.hw, rp.hwb
 	for i := range ps.Servers {
 		ps.Servers[i].Writable = st.servers[i].writable(rp.hw, rp.hwb)

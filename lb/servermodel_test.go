@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
@@ -39,7 +40,7 @@ func reloadWith(t *testing.T, l *LB, files map[string]string) {
 
 // serverStatus returns the /status entry of the server at addr in pool; ok is false if the pool does
 // not list it.
-func serverStatus(l *LB, pool, addr string) (ss ServerStatus, ok bool) {
+func serverStatus(l *LB, pool, addr string) (ss admin.ServerStatus, ok bool) {
 	for _, p := range l.Status().Pools {
 		if p.Name != pool {
 			continue
@@ -50,11 +51,11 @@ func serverStatus(l *LB, pool, addr string) (ss ServerStatus, ok bool) {
 			}
 		}
 	}
-	return ServerStatus{}, false
+	return admin.ServerStatus{}, false
 }
 
 // mustServerStatus is serverStatus for a server that must be listed.
-func mustServerStatus(t *testing.T, l *LB, pool, addr string) ServerStatus {
+func mustServerStatus(t *testing.T, l *LB, pool, addr string) admin.ServerStatus {
 	t.Helper()
 	ss, ok := serverStatus(l, pool, addr)
 	if !ok {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -164,9 +164,9 @@ func decodeEvent(t *testing.T, m sseMsg) admin.StreamEvent {
 	return e
 }
 
-func decodeSnapshot(t *testing.T, m sseMsg) Status {
+func decodeSnapshot(t *testing.T, m sseMsg) admin.Status {
 	t.Helper()
-	var st Status
+	var st admin.Status
 	if err := json.Unmarshal([]byte(m.data), &st); err != nil {
 		t.Fatalf("snapshot data %q: %v", m.data, err)
 	}
@@ -269,7 +269,7 @@ func TestEventsCarryProbeAnswersOnlyWhenAskedFor(t *testing.T) {
 		t.Errorf("check_answered %+v; want the pool, the server, its answer and the probe's latency", e)
 	}
 	// By then the plain stream has had the same probes to send, and sent none of them.
-	l.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: "platform", Detail: "marker"})
+	l.bus.Publish(event.Event{Kind: event.AdminAction, Pool: "platform", Detail: "marker"})
 	m := plain.next(t, 5*time.Second, "the marker", func(m sseMsg) bool { return m.event != "" && m.event != "snapshot" })
 	if m.event != "admin_action" {
 		t.Errorf("without ?checks=1 the stream sent %+v", m)
@@ -320,10 +320,10 @@ func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribe
 	for round := 0; round < 200 && !dropped; round++ {
 		start := time.Now()
 		for i := 0; i < batch-1; i++ {
-			l.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: "platform", Detail: detail})
+			l.bus.Publish(event.Event{Kind: event.AdminAction, Pool: "platform", Detail: detail})
 		}
 		end := fmt.Sprintf("end of batch %d", round)
-		l.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: "platform", Detail: end})
+		l.bus.Publish(event.Event{Kind: event.AdminAction, Pool: "platform", Detail: end})
 		if d := time.Since(start); d > 3*time.Second {
 			t.Fatalf("publishing %d events took %s with a subscriber that does not read", batch, d)
 		}
@@ -345,7 +345,7 @@ func TestASlowEventsSubscriberIsDroppedWithoutSlowingFairleadOrTheOtherSubscribe
 	if d := time.Since(start); resp.StatusCode != http.StatusOK || d > time.Second {
 		t.Fatalf("/api/status: %s in %s", resp.Status, d)
 	}
-	l.bus.Publish(healthcheck.Event{Kind: healthcheck.AdminAction, Pool: "platform", Detail: "after"})
+	l.bus.Publish(event.Event{Kind: event.AdminAction, Pool: "platform", Detail: "after"})
 	good.next(t, 5*time.Second, "the event after the drop", func(m sseMsg) bool {
 		return m.event == "admin_action" && strings.Contains(m.data, `"detail":"after"`)
 	})

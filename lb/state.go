@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/stickiness"
 )
 
@@ -128,7 +129,7 @@ func (lb *LB) stateMark() stateMark {
 	g := lb.gen.Load()
 	v := stateMark{gen: g}
 	for k := range lb.events {
-		if healthcheck.Kind(k) != healthcheck.CheckAnswered {
+		if event.Kind(k) != event.CheckAnswered {
 			v.events += lb.events[k].Load()
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
 )
 
@@ -101,9 +101,9 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 		t.Fatalf("got %d from %q, want 200 from %s", code, by, p1.Name)
 	}
 
-	changed := make(chan healthcheck.Event, 4)
-	t.Cleanup(l.Events().Subscribe(func(e healthcheck.Event) {
-		if e.Kind == healthcheck.LeaderChanged {
+	changed := make(chan event.Event, 4)
+	t.Cleanup(l.Events().Subscribe(func(e event.Event) {
+		if e.Kind == event.LeaderChanged {
 			changed <- e
 		}
 	}))
@@ -130,7 +130,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 		t.Fatalf("probe action: %d", resp.StatusCode)
 	}
 
-	var ev healthcheck.Event
+	var ev event.Event
 	select {
 	case ev = <-changed:
 	case <-time.After(5 * time.Second):

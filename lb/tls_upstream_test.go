@@ -14,7 +14,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
@@ -85,12 +85,12 @@ func reload(t *testing.T, l *LB, dir string) {
 // eventLog records the events of an LB's stream.
 type eventLog struct {
 	mu sync.Mutex
-	ev []healthcheck.Event
+	ev []event.Event
 }
 
 func recordEvents(t *testing.T, l *LB) *eventLog {
 	el := &eventLog{}
-	t.Cleanup(l.Events().Subscribe(func(e healthcheck.Event) {
+	t.Cleanup(l.Events().Subscribe(func(e event.Event) {
 		el.mu.Lock()
 		el.ev = append(el.ev, e)
 		el.mu.Unlock()
@@ -98,7 +98,7 @@ func recordEvents(t *testing.T, l *LB) *eventLog {
 	return el
 }
 
-func (el *eventLog) has(match func(healthcheck.Event) bool) bool {
+func (el *eventLog) has(match func(event.Event) bool) bool {
 	el.mu.Lock()
 	defer el.mu.Unlock()
 	return slices.ContainsFunc(el.ev, match)
@@ -142,8 +142,8 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 			return strings.Contains(logs.all(), line) && strings.Contains(logs.all(), certErr)
 		})
 		testkit.Eventually(t, "a check_answered event of "+p.Name+" with the certificate error", 5*time.Second, func() bool {
-			return events.has(func(e healthcheck.Event) bool {
-				return e.Kind == healthcheck.CheckAnswered && e.Server == p.Addr && strings.Contains(e.Detail, certErr)
+			return events.has(func(e event.Event) bool {
+				return e.Kind == event.CheckAnswered && e.Server == p.Addr && strings.Contains(e.Detail, certErr)
 			})
 		})
 	}

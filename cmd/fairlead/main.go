@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb"
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -100,8 +100,8 @@ func run(args []string) int {
 		}
 	}()
 	applied := make(chan struct{}, 1) // a reload applied: the watch follows the new config's secret files
-	l.Events().Subscribe(func(e healthcheck.Event) {
-		if e.Kind == healthcheck.ReloadApplied {
+	l.Events().Subscribe(func(e event.Event) {
+		if e.Kind == event.ReloadApplied {
 			select {
 			case applied <- struct{}{}:
 			default:

@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
@@ -41,7 +41,7 @@ type Backend interface {
 	// Subscribe calls fn with every event published from now on, until cancel is called. fn runs in
 	// the publisher's goroutine, possibly in several at once and even after cancel: it must only try a
 	// send and never block.
-	Subscribe(fn func(healthcheck.Event)) (cancel func())
+	Subscribe(fn func(event.Event)) (cancel func())
 	// Act carries out an operator's action on the server of pool named server (its address or display
 	// name) on behalf of by (the client's address, for the log and the event), and returns the
 	// server's status after it. Errors: ErrNoServer, ErrUnknownAction.

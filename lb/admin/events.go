@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlead/fairlead/healthcheck"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/valyala/fasthttp"
 )
 
@@ -52,7 +52,7 @@ const (
 )
 
 // StreamEvent is an event as /events sends it: the data line of every message but snapshots.
-// Its fields are those of healthcheck.Event, with the kind as its name and the latency in milliseconds.
+// Its fields are those of event.Event, with the kind as its name and the latency in milliseconds.
 type StreamEvent struct {
 	Seq       uint64    `json:"seq"`        // position in the stream, from 1 (also the message's id)
 	Time      time.Time `json:"time"`       // when it was published
@@ -65,14 +65,14 @@ type StreamEvent struct {
 	Detail    string    `json:"detail"`     // why: an error, a status, who acted
 }
 
-func streamEventOf(e healthcheck.Event) StreamEvent {
+func streamEventOf(e event.Event) StreamEvent {
 	return StreamEvent{Seq: e.Seq, Time: e.Time, Kind: e.Kind.String(), Pool: e.Pool, Server: e.Server, Old: e.Old,
 		Status: e.Status, LatencyMs: float64(e.Latency) / float64(time.Millisecond), Detail: e.Detail}
 }
 
 // eventSub is one /events client's subscription to the Backend's events.
 type eventSub struct {
-	events  chan healthcheck.Event
+	events  chan event.Event
 	dropped chan struct{} // closed when events overflowed
 	once    sync.Once
 	checks  bool // send check_answered too
@@ -81,8 +81,8 @@ type eventSub struct {
 // deliver is the subscriber (Backend.Subscribe): it runs in the publisher's goroutine, possibly in
 // several at once and even after the subscription was cancelled, so it only tries a send and never
 // blocks.
-func (s *eventSub) deliver(e healthcheck.Event) {
-	if e.Kind == healthcheck.CheckAnswered && !s.checks {
+func (s *eventSub) deliver(e event.Event) {
+	if e.Kind == event.CheckAnswered && !s.checks {
 		return
 	}
 	select {
@@ -105,7 +105,7 @@ func (h *Handler) serveEvents(ctx *fasthttp.RequestCtx) {
 	// The connection ends with the stream, so that nothing waits for a keep-alive request after it.
 	ctx.SetConnectionClose()
 
-	sub := &eventSub{events: make(chan healthcheck.Event, EventsBuffer), dropped: make(chan struct{}),
+	sub := &eventSub{events: make(chan event.Event, EventsBuffer), dropped: make(chan struct{}),
 		checks: string(ctx.QueryArgs().Peek("checks")) == "1"}
 	cancel := h.b.Subscribe(sub.deliver)
 	// The stream writer runs in its own goroutine and writes into a pipe that the connection's
@@ -196,7 +196,7 @@ func (st *stream) flush(w *bufio.Writer) bool {
 	return w.Flush() == nil
 }
 
-func (st *stream) appendEvent(e healthcheck.Event) {
+func (st *stream) appendEvent(e event.Event) {
 	data, _ := json.Marshal(streamEventOf(e)) // cannot fail: strings, numbers and a time
 	st.buf = append(st.buf, "event: "...)
 	st.buf = append(st.buf, e.Kind.String()...)
