@@ -2,8 +2,6 @@ package lb
 
 import (
 	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,13 +9,12 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // Helpers of the hostile-input tests (hostile_test.go): raw client connections that send bytes exactly
@@ -78,54 +75,17 @@ func (r rawResult) statusIn(want ...int) bool {
 }
 
 // hostileConn is a client connection to fairlead that sends raw bytes and reads answers.
-type hostileConn struct {
-	t    testing.TB
-	conn net.Conn
-	rec  *hostileRecorder
-	br   *bufio.Reader
-}
-
-// hostileRecorder keeps every byte read through it since the last take.
-type hostileRecorder struct {
-	r   io.Reader
-	buf bytes.Buffer
-}
-
-func (r *hostileRecorder) Read(b []byte) (int, error) {
-	n, err := r.r.Read(b)
-	r.buf.Write(b[:n])
-	return n, err
-}
-
-// take returns the bytes read so far minus those still buffered by the bufio.Reader (they belong to
-// the next answer) and forgets them.
-func (r *hostileRecorder) take(buffered int) []byte {
-	all := r.buf.Bytes()
-	n := len(all) - buffered
-	out := bytes.Clone(all[:n])
-	rest := bytes.Clone(all[n:])
-	r.buf.Reset()
-	r.buf.Write(rest)
-	return out
-}
+type hostileConn struct{ *testkit.RawConn }
 
 func hostileDial(t testing.TB, addr string) *hostileConn {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rec := &hostileRecorder{r: conn}
-	return &hostileConn{t: t, conn: conn, rec: rec, br: bufio.NewReader(rec)}
+	return &hostileConn{testkit.DialRaw(t, addr, 3*time.Second)}
 }
 
 // write sends raw bytes in one write. A failed write is not fatal: fairlead may have closed the
 // connection already, which the answer shows.
 func (c *hostileConn) write(raw string) error {
-	c.conn.SetWriteDeadline(time.Now().Add(hostileAnswerWait)) //nolint:errcheck
-	_, err := io.WriteString(c.conn, raw)
-	return err
+	return c.Send(raw, hostileAnswerWait)
 }
 
 // answer reads one answer, waiting at most wait for it (head and body), without checking for a close.
@@ -136,22 +96,22 @@ func (c *hostileConn) answer(wait time.Duration) rawResult {
 // answerBy reads one answer, head and body, by deadline, without checking for a close.
 func (c *hostileConn) answerBy(deadline time.Time) rawResult {
 	var r rawResult
-	c.conn.SetReadDeadline(deadline) //nolint:errcheck
-	resp, err := http.ReadResponse(c.br, nil)
+	c.SetReadDeadline(deadline) //nolint:errcheck
+	resp, err := http.ReadResponse(c.R, nil)
 	if err != nil {
 		r.err = err
-		r.closed = hostileClosedErr(err)
-		r.raw = c.rec.take(c.br.Buffered())
+		r.closed = testkit.ClosedErr(err)
+		r.raw = c.Take()
 		return r
 	}
 	r.status, r.header = resp.StatusCode, resp.Header
 	r.line = resp.Proto + " " + resp.Status
 	r.body, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	r.raw = c.rec.take(c.br.Buffered())
+	r.raw = c.Take()
 	if err != nil {
 		r.err = fmt.Errorf("reading the body: %w", err)
-		r.closed = hostileClosedErr(err)
+		r.closed = testkit.ClosedErr(err)
 		return r
 	}
 	// A body delimited by the end of the connection: fairlead closed it.
@@ -170,27 +130,8 @@ func (c *hostileConn) answerAndClose() rawResult {
 	if r.status == 0 || r.closed {
 		return r
 	}
-	r.closed, r.after = c.closedWithin(hostileCloseWait)
+	r.closed, r.after = c.ClosedWithin(hostileCloseWait)
 	return r
-}
-
-// closedWithin reports whether a read returns EOF or a reset within wait; otherwise what it got.
-func (c *hostileConn) closedWithin(wait time.Duration) (bool, string) {
-	c.conn.SetReadDeadline(time.Now().Add(wait)) //nolint:errcheck
-	b, err := c.br.ReadByte()
-	if err == nil {
-		more, _ := c.br.Peek(c.br.Buffered())
-		return false, fmt.Sprintf("more bytes after the answer: %q", append([]byte{b}, more...))
-	}
-	if hostileClosedErr(err) {
-		return true, ""
-	}
-	return false, err.Error()
-}
-
-func hostileClosedErr(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // rawRequest sends raw on a new connection in one write and returns fairlead's answer, with whether
@@ -337,15 +278,9 @@ paths = [%[4]s]
 // raw head, so that a test sees exactly what fairlead forwards and can answer anything.
 type hostileUpstream struct {
 	addr     string
-	ln       net.Listener
 	handler  func(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) (keep bool)
 	requests atomic.Int64      // non-LeaderCheck requests whose head arrived
 	bodies   chan upstreamBody // what the body recorder saw of each request body
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
 }
 
 // upstreamBody is what a hostileUpstream read of one request body.
@@ -358,49 +293,15 @@ type upstreamBody struct {
 
 func startHostileUpstream(t testing.TB, handler func(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) bool) *hostileUpstream {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &hostileUpstream{addr: ln.Addr().String(), ln: ln, handler: handler, conns: map[net.Conn]struct{}{},
-		bodies: make(chan upstreamBody, 64)}
-	u.wg.Add(1)
-	go u.accept()
-	t.Cleanup(u.close)
+	u := &hostileUpstream{handler: handler, bodies: make(chan upstreamBody, 64)}
+	u.addr = testkit.StartRawServer(t, u.serve).Addr
 	return u
 }
 
-func (u *hostileUpstream) accept() {
-	defer u.wg.Done()
-	for {
-		c, err := u.ln.Accept()
-		if err != nil {
-			return
-		}
-		u.mu.Lock()
-		if u.closed {
-			u.mu.Unlock()
-			c.Close()
-			return
-		}
-		u.conns[c] = struct{}{}
-		u.wg.Add(1)
-		u.mu.Unlock()
-		go u.serve(c)
-	}
-}
-
 func (u *hostileUpstream) serve(c net.Conn) {
-	defer u.wg.Done()
-	defer func() {
-		c.Close()
-		u.mu.Lock()
-		delete(u.conns, c)
-		u.mu.Unlock()
-	}()
 	br := bufio.NewReader(c)
 	for {
-		head, err := hostileReadHead(br)
+		head, err := testkit.ReadHead(br)
 		if err != nil {
 			return
 		}
@@ -413,36 +314,6 @@ func (u *hostileUpstream) serve(c net.Conn) {
 		u.requests.Add(1)
 		if !u.handler(u, c, br, head) {
 			return
-		}
-	}
-}
-
-func (u *hostileUpstream) close() {
-	u.mu.Lock()
-	u.closed = true
-	for c := range u.conns {
-		c.Close()
-	}
-	u.mu.Unlock()
-	u.ln.Close()
-	u.wg.Wait()
-}
-
-// hostileReadHead reads a request or response head through its blank line.
-func hostileReadHead(br *bufio.Reader) (string, error) {
-	var b strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		b.WriteString(line)
-		if err != nil {
-			return b.String(), err
-		}
-		if line == "\r\n" || line == "\n" {
-			if b.Len() == len(line) {
-				b.Reset() // a leading empty line
-				continue
-			}
-			return b.String(), nil
 		}
 	}
 }

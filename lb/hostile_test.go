@@ -47,7 +47,7 @@ func (tc hostileCase) run(t *testing.T, c *sim.Cluster, l *LB) {
 	}
 	r := conn.answer(hostileAnswerWait)
 	if tc.close && r.status != 0 && !r.closed {
-		r.closed, r.after = conn.closedWithin(hostileCloseWait)
+		r.closed, r.after = conn.ClosedWithin(hostileCloseWait)
 	}
 	if !r.statusIn(tc.want...) {
 		t.Errorf("got %s; want status %v", r, tc.want)
@@ -368,7 +368,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := range len(head) {
-			if _, err := conn.conn.Write([]byte{head[i]}); err != nil {
+			if _, err := conn.Write([]byte{head[i]}); err != nil {
 				return
 			}
 			select {
@@ -381,7 +381,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 	r := conn.answerBy(start.Add(5 * time.Second))
 	took := time.Since(start)
 	if r.status != 0 && !r.closed {
-		r.closed, r.after = conn.closedWithin(hostileCloseWait)
+		r.closed, r.after = conn.ClosedWithin(hostileCloseWait)
 	}
 	close(stop)
 	wg.Wait()
@@ -420,7 +420,7 @@ func TestHostileSlowBodyIsCutAfterTheReadTimeout(t *testing.T) {
 			r := conn.answerBy(start.Add(5 * time.Second))
 			took := time.Since(start)
 			if r.status != 0 && !r.closed {
-				r.closed, r.after = conn.closedWithin(hostileCloseWait)
+				r.closed, r.after = conn.ClosedWithin(hostileCloseWait)
 			}
 			switch {
 			case r.status == 0 && r.closed, r.status == 408 && r.closed:
@@ -463,14 +463,12 @@ func TestHostileMaxConnsRefusesExtraConnectionsWithoutHoldingGoroutines(t *testi
 	var extras []*hostileConn
 	refused := 0
 	for range 50 {
-		conn, err := net.DialTimeout("tcp", l.Addr(), time.Second)
+		conn, err := testkit.TryDialRaw(t, l.Addr(), time.Second)
 		if err != nil {
 			refused++ // not accepted at all: refused quickly too
 			continue
 		}
-		t.Cleanup(func() { conn.Close() })
-		rec := &hostileRecorder{r: conn}
-		extras = append(extras, &hostileConn{t: t, conn: conn, rec: rec, br: bufio.NewReader(rec)})
+		extras = append(extras, &hostileConn{conn})
 	}
 	deadline := time.Now().Add(3 * time.Second) // one bound for all of them
 	var kept []string
@@ -922,7 +920,7 @@ func TestHostileLazyReadDeadlineKeepsIdleAndReadTimeouts(t *testing.T) {
 		}
 	}
 	// Idle from now on: closed after idle_timeout (3 s), well before 10 s.
-	if closed, after := conn.closedWithin(10 * time.Second); !closed {
+	if closed, after := conn.ClosedWithin(10 * time.Second); !closed {
 		t.Fatalf("an idle keep-alive connection was not closed after idle_timeout: %s", after)
 	}
 

@@ -37,60 +37,50 @@ const hardeningWait = 5 * time.Second
 
 // rawClient is a client connection to fairlead that writes bytes exactly as given.
 type rawClient struct {
-	t    *testing.T
-	conn net.Conn
-	br   *bufio.Reader
+	*testkit.RawConn
+	t *testing.T
 }
 
 func dialRawClient(t *testing.T, addr string) *rawClient {
 	t.Helper()
-	c, err := tryDialRawClient(t, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return &rawClient{testkit.DialRaw(t, addr, hardeningWait), t}
 }
 
 // tryDialRawClient is dialRawClient for a goroutine other than the test's: an error is returned.
 func tryDialRawClient(t *testing.T, addr string) (*rawClient, error) {
-	conn, err := net.DialTimeout("tcp", addr, hardeningWait)
+	c, err := testkit.TryDialRaw(t, addr, hardeningWait)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, err
 	}
-	t.Cleanup(func() { conn.Close() })
-	return &rawClient{t: t, conn: conn, br: bufio.NewReader(conn)}, nil
+	return &rawClient{c, t}, nil
 }
 
 // send writes raw in one write. A failed write is logged only: fairlead may have answered and closed
 // already, which the answer shows.
 func (c *rawClient) send(raw string) {
-	c.conn.SetWriteDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
-	if _, err := io.WriteString(c.conn, raw); err != nil {
+	if err := c.Send(raw, hardeningWait); err != nil {
 		c.t.Logf("write: %v", err)
 	}
 }
 
 // answer reads one answer, head and body, within hardeningWait.
 func (c *rawClient) answer() (rawMessage, error) {
-	c.conn.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
-	return readMessage(c.br, true)
+	c.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
+	return readMessage(c.R, true)
 }
 
 // closedByPeer reports whether fairlead closes the connection (a read gives EOF or a reset) within
 // hardeningWait, with no byte before.
 func (c *rawClient) closedByPeer() bool {
-	c.conn.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
-	_, err := c.br.ReadByte()
-	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	closed, _ := c.ClosedWithin(hardeningWait)
+	return closed
 }
-
-func (c *rawClient) close() { c.conn.Close() }
 
 // roundTrip sends raw on a new connection and returns the answer.
 func roundTrip(t *testing.T, addr, raw string) rawMessage {
 	t.Helper()
 	c := dialRawClient(t, addr)
-	defer c.close()
+	defer c.Close()
 	c.send(raw)
 	m, err := c.answer()
 	if err != nil {
@@ -151,29 +141,18 @@ func (m rawMessage) hasName(name string) bool {
 
 // readHead reads a message head through its empty line, skipping empty lines before it.
 func readHead(br *bufio.Reader) (rawMessage, error) {
-	var m rawMessage
-	var raw strings.Builder
-	for {
-		line, err := br.ReadString('\n')
-		raw.WriteString(line)
-		if err != nil {
-			m.raw = raw.String()
-			return m, err
-		}
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "" && m.line == "":
-			raw.Reset() // an empty line before the start line
-		case line == "":
-			m.raw = raw.String()
-			return m, nil
-		case m.line == "":
+	head, err := testkit.ReadHead(br)
+	m := rawMessage{raw: head}
+	for i, line := range strings.Split(strings.TrimRight(head, "\r\n"), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if i == 0 {
 			m.line = line
-		default:
-			name, value, _ := strings.Cut(line, ":")
-			m.fields = append(m.fields, [2]string{name, strings.TrimSpace(value)})
+			continue
 		}
+		name, value, _ := strings.Cut(line, ":")
+		m.fields = append(m.fields, [2]string{name, strings.TrimSpace(value)})
 	}
+	return m, err
 }
 
 // readMessage reads a message, head and body; an answer (answer) without Content-Length or chunked
@@ -230,29 +209,19 @@ func firstLine(raw string) string {
 // answers each with the raw answer set by setAnswer (by default a 200 with body "ok"). A request with
 // an Upgrade header gets a 101 (a WebSocket handshake's) and its connection is then held until closed.
 type recorder struct {
-	addr string
-	ln   net.Listener
+	*testkit.RawServer
 
 	mu     sync.Mutex
 	answer string
 	reqs   []rawMessage
-	conns  int // connections accepted
-	open   map[net.Conn]struct{}
-	wg     sync.WaitGroup
 }
 
 const recorderOK = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
 func startRecorder(t *testing.T) *recorder {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &recorder{addr: ln.Addr().String(), ln: ln, answer: recorderOK, open: map[net.Conn]struct{}{}}
-	r.wg.Add(1)
-	go r.accept()
-	t.Cleanup(r.close)
+	r := &recorder{answer: recorderOK}
+	r.RawServer = testkit.StartRawServer(t, r.serve)
 	return r
 }
 
@@ -269,37 +238,7 @@ func (r *recorder) requests() []rawMessage {
 	return append([]rawMessage(nil), r.reqs...)
 }
 
-// accepted returns the number of connections accepted so far.
-func (r *recorder) accepted() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.conns
-}
-
-func (r *recorder) accept() {
-	defer r.wg.Done()
-	for {
-		c, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		r.mu.Lock()
-		r.conns++
-		r.open[c] = struct{}{}
-		r.wg.Add(1)
-		r.mu.Unlock()
-		go r.serve(c)
-	}
-}
-
 func (r *recorder) serve(c net.Conn) {
-	defer r.wg.Done()
-	defer func() {
-		c.Close()
-		r.mu.Lock()
-		delete(r.open, c)
-		r.mu.Unlock()
-	}()
 	br := bufio.NewReader(c)
 	for {
 		m, err := readMessage(br, false)
@@ -323,16 +262,6 @@ func (r *recorder) serve(c net.Conn) {
 	}
 }
 
-func (r *recorder) close() {
-	r.ln.Close()
-	r.mu.Lock()
-	for c := range r.open {
-		c.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
-}
-
 // startRecorderProc runs fairlead with a roundrobin pool "rec" over a recorder, routed from the paths
 // /x and /y (plain requests) and /ws (WebSocket upgrades), before the leader pool of startProc.
 func startRecorderProc(t *testing.T) (*proc, *recorder) {
@@ -352,7 +281,7 @@ pool = "rec"
 [[routes]]
 paths = ["/x", "/y"]
 pool = "rec"
-`, rec.addr)})
+`, rec.Addr)})
 	p.Eventually("the recorder to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rec",`) == 1 })
 	return p, rec
 }
@@ -723,7 +652,7 @@ func wantAnswer(t *testing.T, fp *faultPool, raw string, want int) {
 		t.Error(err)
 		return
 	}
-	defer c.close()
+	defer c.Close()
 	c.send(raw)
 	m, err := c.answer()
 	if err != nil || m.status() != want {
@@ -735,7 +664,7 @@ func wantAnswer(t *testing.T, fp *faultPool, raw string, want int) {
 func sendAndClose(t *testing.T, fp *faultPool, raw string) {
 	c := dialRawClient(t, fp.p.Addr)
 	c.send(raw)
-	c.close()
+	c.Close()
 }
 
 // inFlight is the number of requests in flight to the pool's servers.
@@ -747,7 +676,7 @@ func (fp *faultPool) inFlight() float64 {
 // fairlead answers 408 (or closes) after read_timeout, never an error of a server.
 func silentMidBody(t *testing.T, fp *faultPool, framing string) {
 	c := dialRawClient(t, fp.p.Addr)
-	defer c.close()
+	defer c.Close()
 	c.send("POST " + fp.path + " HTTP/1.1\r\nHost: fairlead\r\n" + framing)
 	if m, err := c.answer(); err == nil && m.status() != 408 {
 		t.Errorf("a client silent mid-body: answered %s, want 408 or a close", m)
@@ -803,27 +732,27 @@ var clientFaults = []clientFault{
 		c := dialRawClient(t, fp.p.Addr)
 		c.send("GET " + fp.path + " HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 		fp.p.Eventually("the request to be queued", func() bool { return fp.p.sumSeries(requests) > n })
-		c.close()
+		c.Close()
 	}},
 	{name: "a client closing while waiting for the answer", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
 		c := dialRawClient(t, fp.p.Addr)
 		c.send("GET " + fp.path + "?delay=1s HTTP/1.1\r\nHost: fairlead\r\n\r\n")
 		fp.p.Eventually("the request to reach its server", func() bool { return fp.inFlight() == 1 })
-		c.close()
+		c.Close()
 	}},
 	{name: "a client closing while the answer streams", handled: 1, forwarded: 1, run: func(t *testing.T, fp *faultPool) {
 		c := dialRawClient(t, fp.p.Addr)
 		// 64 MiB: far more than the socket buffers between the server and the client hold, so the client
 		// leaves while fairlead still streams.
 		c.send("GET " + fp.path + "?bytes=67108864 HTTP/1.1\r\nHost: fairlead\r\n\r\n")
-		c.conn.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
-		if m, err := readHead(c.br); err != nil || m.status() != 200 {
+		c.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
+		if m, err := readHead(c.R); err != nil || m.status() != 200 {
 			t.Errorf("the large answer: %s, %v", m, err)
 		}
-		if _, err := io.ReadFull(c.br, make([]byte, 8<<10)); err != nil {
+		if _, err := io.ReadFull(c.R, make([]byte, 8<<10)); err != nil {
 			t.Errorf("reading the start of the large answer: %v", err)
 		}
-		c.close()
+		c.Close()
 	}, closed: true},
 }
 
@@ -915,7 +844,7 @@ pool = "rr"
 				if m, err := cl.answer(); err == nil {
 					status = m.status()
 				}
-				cl.close()
+				cl.Close()
 			}
 			badMu.Lock()
 			bad = append(bad, status)
@@ -988,7 +917,7 @@ pool = "platform"
 [[routes]]
 paths = ["/rec"]
 pool = "rec"
-`, rec.addr, c.Configs[0].Addr)})
+`, rec.Addr, c.Configs[0].Addr)})
 	p.Eventually("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
 
 	platformReqs := func() (n int64) {
@@ -1048,7 +977,7 @@ pool = "rec"
 	if d := platformReqs() - reqs0; d != 0 {
 		t.Errorf("the platforms received %d requests", d)
 	}
-	if n := rec.accepted(); n != 0 {
+	if n := rec.Accepted(); n != 0 {
 		t.Errorf("%d upstream connections opened to the recorder", n)
 	}
 	if d := upgrades() - upgrades0; d != 0 {
@@ -1134,8 +1063,8 @@ func TestAWebSocketUpgradeKeepsTheClientsFieldSpelling(t *testing.T) {
 	c := dialRawClient(t, p.Addr)
 	c.send("GET /ws HTTP/1.1\r\nHost: fairlead\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	c.conn.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
-	if m, err := readHead(c.br); err != nil || m.status() != 101 {
+	c.SetReadDeadline(time.Now().Add(hardeningWait)) //nolint:errcheck
+	if m, err := readHead(c.R); err != nil || m.status() != 101 {
 		t.Fatalf("the upgrade: %s, %v; want 101", m, err)
 	}
 	reqs := rec.requests()
@@ -1270,10 +1199,10 @@ fast_interval = "100ms"
 				ch <- reply{err: err}
 				return
 			}
-			defer cl.close()
+			defer cl.Close()
 			cl.send(raw)
-			cl.conn.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck // past response_timeout
-			m, err := readMessage(cl.br, true)
+			cl.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck // past response_timeout
+			m, err := readMessage(cl.R, true)
 			ch <- reply{m, err}
 		}()
 		return ch
