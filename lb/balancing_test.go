@@ -43,45 +43,31 @@ func startReadyCluster(t *testing.T, n int) *sim.Cluster {
 	return c
 }
 
-func quoteAddrs(ps []*sim.Platform) string {
-	var q []string
+// addrsOf are the addresses of ps, in order.
+func addrsOf(ps []*sim.Platform) []string {
+	var out []string
 	for _, p := range ps {
-		q = append(q, strconv.Quote(p.Addr))
+		out = append(out, p.Addr)
 	}
-	return strings.Join(q, ", ")
+	return out
 }
 
 // balConfig is a config with one roundrobin pool "platform" over servers (and backups), probed on
 // readyPath with short intervals, behind a catch-all route. extra (TOML with its own table headers) goes
 // into a second file, merged over the first as conf.d files are.
 func balConfig(servers, backups []*sim.Platform, extra string) map[string]string {
-	backupLine := ""
+	var base testkit.Config
+	listenAnywhere(&base)
+	pool := base.Table("pools.platform").Set("balance", "roundrobin").Set("servers", addrsOf(servers))
 	if len(backups) > 0 {
-		backupLine = "backups = [" + quoteAddrs(backups) + "]"
+		pool.Set("backups", addrsOf(backups))
 	}
-	base := fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.platform]
-balance = "roundrobin"
-servers = [%s]
-%s
-queue_timeout = "2s"
-[pools.platform.check]
-path = %q
-credentials = "YWRtaW46YWRtaW4="
-interval = "100ms"
-interval_max = "150ms"
-fast_interval = "100ms"
-timeout = "1s"
-fall = 2
-rise = 2
-[[routes]]
-pool = "platform"
-`, quoteAddrs(servers), backupLine, readyPath)
-	files := map[string]string{"10-base.toml": base}
+	pool.Set("queue_timeout", 2*time.Second)
+	base.Table("pools.platform.check").Set("path", readyPath).Set("credentials", sim.DefaultCredentials).
+		Set("interval", 100*time.Millisecond).Set("interval_max", 150*time.Millisecond).
+		Set("fast_interval", 100*time.Millisecond).Set("timeout", time.Second).Set("fall", 2).Set("rise", 2)
+	base.Array("routes").Set("pool", "platform")
+	files := map[string]string{"10-base.toml": base.String()}
 	if extra != "" {
 		files["20-extra.toml"] = extra
 	}

@@ -26,30 +26,15 @@ const fileFollow = discovery.FileDebounce + 600*time.Millisecond
 // cxFilePool is a sticky connection-server pool "cxserver" behind the WebSocket route, checked on
 // /health every 100 ms, whose servers come from file (no seed).
 func cxFilePool(file string) map[string]string {
-	return map[string]string{"10-cx.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.cxserver]
-balance = "sticky"
-queue_timeout = "1s"
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id"]
-[pools.cxserver.check]
-path = "/health"
-interval = "100ms"
-fast_interval = "50ms"
-timeout = "300ms"
-rise = 1
-[pools.cxserver.discovery]
-provider = "file"
-file = %q
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS"]
-pool = "cxserver"
-`, file)}
+	var conf testkit.Config
+	listenAnywhere(&conf)
+	conf.Table("pools.cxserver").Set("balance", "sticky").Set("queue_timeout", time.Second)
+	conf.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id"})
+	conf.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).
+		Set("fast_interval", 50*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("rise", 1)
+	conf.Table("pools.cxserver.discovery").Set("provider", "file").Set("file", file)
+	conf.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cxserver")
+	return map[string]string{"10-cx.toml": conf.String()}
 }
 
 // discoveredIn returns pool's discovery status.

@@ -38,26 +38,15 @@ func FuzzClientFaultIsNoServerFailure(f *testing.F) {
 		f.Add([]byte(s), uint16(len(s)/2), true)
 	}
 	c := startCluster(f, 2, 0)
-	l, _ := startLB(f, map[string]string{"10-rr.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-read_timeout = "300ms"
-header_timeout = "300ms"
-max_body_size = 65536
-[admin]
-listen = ""
-[pools.rr]
-balance = "roundrobin"
-servers = [%q, %q]
-queue_timeout = "1s"
-response_timeout = "2s"
-[pools.rr.check]
-path = "/Thingworx/ready"
-interval = "30s"
-fall = 1
-[[routes]]
-pool = "rr"
-`, c.Platforms[0].Addr, c.Platforms[1].Addr)})
+	var conf testkit.Config
+	conf.Table("frontend").Set("listen", "127.0.0.1:0").Set("read_timeout", 300*time.Millisecond).
+		Set("header_timeout", 300*time.Millisecond).Set("max_body_size", 65536)
+	conf.Table("admin").Set("listen", "")
+	conf.Table("pools.rr").Set("balance", "roundrobin").Set("servers", testkit.PlatformAddrs(c)[:2]).
+		Set("queue_timeout", time.Second).Set("response_timeout", 2*time.Second)
+	conf.Table("pools.rr.check").Set("path", "/Thingworx/ready").Set("interval", 30*time.Second).Set("fall", 1)
+	conf.Array("routes").Set("pool", "rr")
+	l, _ := startLB(f, map[string]string{"10-rr.toml": conf.String()})
 	p := l.gen.Load().pools["rr"]
 	f.Fuzz(func(t *testing.T, in []byte, cut uint16, close bool) {
 		conn, err := net.Dial("tcp", l.Addr())

@@ -22,40 +22,31 @@ func startCluster(t testing.TB, n, m int) *sim.Cluster {
 	return testkit.StartCluster(t, sim.Options{Platforms: n, Connections: m, Logf: func(string, ...any) {}})
 }
 
-// fastChecks are leader-check settings short enough for tests: a switch takes three fast intervals.
-const fastChecks = `
-interval = "150ms"
-interval_max = "200ms"
-fast_interval = "100ms"
-timeout = "300ms"
-fall = 3
-`
+// fastChecks sets leader-check settings short enough for tests in the check table: a switch takes three
+// fast intervals.
+func fastChecks(check *testkit.Table) *testkit.Table {
+	return check.Set("interval", 150*time.Millisecond).Set("interval_max", 200*time.Millisecond).
+		Set("fast_interval", 100*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("fall", 3)
+}
+
+// listenAnywhere sets the front end and the admin listeners of conf to ports of the kernel's choosing.
+func listenAnywhere(conf *testkit.Config) {
+	conf.Table("frontend").Set("listen", "127.0.0.1:0")
+	conf.Table("admin").Set("listen", "127.0.0.1:0")
+}
 
 // platformConfig is a config with one leader pool over the cluster's platform servers. extraPool and
 // extraCheck override keys of the [pools.platform] and [pools.platform.check] tables: they go into a
 // second file, merged over the first as conf.d files are.
 func platformConfig(c *sim.Cluster, extraPool, extraCheck string) map[string]string {
-	var addrs []string
-	for _, p := range c.Platforms {
-		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
-	}
-	base := fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.platform]
-balance = "leader"
-servers = [%s]
-queue_timeout = "2s"
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-%s
-[[routes]]
-pool = "platform"
-`, strings.Join(addrs, ", "), fastChecks)
+	var base testkit.Config
+	listenAnywhere(&base)
+	base.Table("pools.platform").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)).
+		Set("queue_timeout", 2*time.Second)
+	fastChecks(base.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials))
+	base.Array("routes").Set("pool", "platform")
 	override := fmt.Sprintf("[pools.platform]\n%s\n[pools.platform.check]\n%s\n", extraPool, extraCheck)
-	return map[string]string{"10-base.toml": base, "20-override.toml": override}
+	return map[string]string{"10-base.toml": base.String(), "20-override.toml": override}
 }
 
 // minimalConfig is the smallest valid config (as lb/config's tests have it).

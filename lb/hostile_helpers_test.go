@@ -251,24 +251,13 @@ func hostileFiles(files map[string]string, more map[string]string) map[string]st
 // [pools.NAME] and [pools.NAME.check] tables from a second file. Its file names sort before
 // platformConfig's, so its route is tried first.
 func hostileRawPool(name, addr string, paths []string, extraPool, extraCheck string) map[string]string {
-	var ps []string
-	for _, p := range paths {
-		ps = append(ps, fmt.Sprintf("%q", p))
-	}
+	var conf testkit.Config
+	conf.Table("pools."+name).Set("balance", "leader").Set("servers", []string{addr}).
+		Set("queue_timeout", 2*time.Second).Set("response_timeout", 3*time.Second)
+	fastChecks(conf.Table("pools."+name+".check").Set("credentials", sim.DefaultCredentials))
+	conf.Array("routes").Set("pool", name).Set("paths", paths)
 	return map[string]string{
-		"05-" + name + ".toml": fmt.Sprintf(`
-[pools.%[1]s]
-balance = "leader"
-servers = [%[2]q]
-queue_timeout = "2s"
-response_timeout = "3s"
-[pools.%[1]s.check]
-credentials = "YWRtaW46YWRtaW4="
-%[3]s
-[[routes]]
-pool = %[1]q
-paths = [%[4]s]
-`, name, addr, fastChecks, strings.Join(ps, ", ")),
+		"05-" + name + ".toml":          conf.String(),
 		"06-" + name + "-override.toml": fmt.Sprintf("[pools.%[1]s]\n%[2]s\n[pools.%[1]s.check]\n%[3]s\n", name, extraPool, extraCheck),
 	}
 }

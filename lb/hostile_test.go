@@ -718,18 +718,12 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 	credCheck := fmt.Sprintf("credentials = %q", cred)
 	files := hostileFiles(platformConfig(c, "", credCheck),
 		hostileRawPool("raw", u.addr, []string{"/Thingworx/raw"}, `response_timeout = "500ms"`, credCheck))
-	files["07-nolead.toml"] = fmt.Sprintf(`
-[pools.nolead]
-balance = "leader"
-servers = [%q]
-queue_timeout = "300ms"
-[pools.nolead.check]
-%s
-%s
-[[routes]]
-pool = "nolead"
-paths = ["/Thingworx/nolead"]
-`, testkit.Addr(t), credCheck, fastChecks)
+	var nolead testkit.Config
+	nolead.Table("pools.nolead").Set("balance", "leader").Set("servers", []string{testkit.Addr(t)}).
+		Set("queue_timeout", 300*time.Millisecond)
+	fastChecks(nolead.Table("pools.nolead.check").Set("credentials", cred))
+	nolead.Array("routes").Set("pool", "nolead").Set("paths", []string{"/Thingworx/nolead"})
+	files["07-nolead.toml"] = nolead.String()
 	files["30-hostile.toml"] = "[global]\naccess_log = true\n"
 	l, logs := startLB(t, files)
 	if probes := c.Platforms[0].Probes(); len(probes) == 0 || probes[len(probes)-1].Authorization != "Basic "+cred {
@@ -867,17 +861,11 @@ func TestHostileSwitchingProtocolsAnswerLosesItsHopByHopFields(t *testing.T) {
 		"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nX-Keep: yes\r\n\r\n", true))
 	c := startCluster(t, 1, 0)
 	files := platformConfig(c, "", "")
-	files["05-ws.toml"] = fmt.Sprintf(`
-[pools.ws]
-balance = "leader"
-servers = [%q]
-[pools.ws.check]
-%s
-[[routes]]
-pool = "ws"
-websocket = true
-paths = ["/Thingworx/WS"]
-`, u.addr, fastChecks)
+	var ws testkit.Config
+	ws.Table("pools.ws").Set("balance", "leader").Set("servers", []string{u.addr})
+	fastChecks(ws.Table("pools.ws.check"))
+	ws.Array("routes").Set("pool", "ws").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
+	files["05-ws.toml"] = ws.String()
 	l, _ := startLB(t, files)
 	conn := hostileDial(t, l.Addr())
 	conn.write("GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + //nolint:errcheck

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
@@ -153,17 +154,12 @@ func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	files := platformConfig(c, "", "")
 	// A leader pool whose only server is not there: its requests wait queue_timeout, then get 503.
-	files["05-nobody.toml"] = fmt.Sprintf(`
-[pools.nobody]
-balance = "leader"
-servers = [%q]
-queue_timeout = "300ms"
-[pools.nobody.check]
-timeout = "300ms"
-[[routes]]
-paths = ["/nobody"]
-pool = "nobody"
-`, testkit.Addr(t))
+	var nobody testkit.Config
+	nobody.Table("pools.nobody").Set("balance", "leader").Set("servers", []string{testkit.Addr(t)}).
+		Set("queue_timeout", 300*time.Millisecond)
+	nobody.Table("pools.nobody.check").Set("timeout", 300*time.Millisecond)
+	nobody.Array("routes").Set("paths", []string{"/nobody"}).Set("pool", "nobody")
+	files["05-nobody.toml"] = nobody.String()
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)
 	resp, err := testClient.Get("http://" + l.Addr() + "/nobody")
@@ -237,16 +233,11 @@ func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 func TestARemovedPoolsSeriesDisappear(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	files := platformConfig(c, "", "")
-	files["05-other.toml"] = fmt.Sprintf(`
-[pools.other]
-balance = "leader"
-servers = [%q]
-[pools.other.check]
-credentials = "YWRtaW46YWRtaW4="
-[[routes]]
-paths = ["/other"]
-pool = "other"
-`, c.Platforms[0].Addr)
+	var other testkit.Config
+	other.Table("pools.other").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)[:1])
+	other.Table("pools.other.check").Set("credentials", sim.DefaultCredentials)
+	other.Array("routes").Set("paths", []string{"/other"}).Set("pool", "other")
+	files["05-other.toml"] = other.String()
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)
 	if _, ok := metricValue(scrapeMetrics(t, l), `fairlead_request_duration_seconds_count{pool="platform"}`); !ok {

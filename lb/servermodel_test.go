@@ -304,21 +304,11 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 // appPool is a sticky plain-HTTP pool over the given platform servers, keyed by X-User, for paths under
 // /app. Its file sorts first, so that its route comes before the catch-all platform route.
 func appPool(servers ...*sim.Platform) (file, body string) {
-	var addrs []string
-	for _, p := range servers {
-		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
-	}
-	return "01-app.toml", fmt.Sprintf(`
-[pools.app]
-balance = "sticky"
-servers = [%s]
-queue_timeout = "1s"
-[pools.app.sticky]
-keys = ["header:X-User"]
-[[routes]]
-paths = ["/app"]
-pool = "app"
-`, strings.Join(addrs, ", "))
+	var conf testkit.Config
+	conf.Table("pools.app").Set("balance", "sticky").Set("servers", addrsOf(servers)).Set("queue_timeout", time.Second)
+	conf.Table("pools.app.sticky").Set("keys", []string{"header:X-User"})
+	conf.Array("routes").Set("paths", []string{"/app"}).Set("pool", "app")
+	return "01-app.toml", conf.String()
 }
 
 type answer struct {

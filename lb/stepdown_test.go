@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -17,21 +16,13 @@ import (
 // stepDownConfig is a leader pool over the cluster's platform servers with the steady intervals of a
 // real deployment (15–20 s) and every other check setting at its default (fast_interval among them).
 func stepDownConfig(c *sim.Cluster) map[string]string {
-	return map[string]string{"10-platform.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.platform]
-balance = "leader"
-servers = [%q, %q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "15s"
-interval_max = "20s"
-[[routes]]
-pool = "platform"
-`, c.Platforms[0].Addr, c.Platforms[1].Addr)}
+	var conf testkit.Config
+	listenAnywhere(&conf)
+	conf.Table("pools.platform").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)[:2])
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).
+		Set("interval", 15*time.Second).Set("interval_max", 20*time.Second)
+	conf.Array("routes").Set("pool", "platform")
+	return map[string]string{"10-platform.toml": conf.String()}
 }
 
 // answered is one request of the load loop as its client saw it.

@@ -24,31 +24,18 @@ import (
 // websocket route, as conf.d ships it, with test-sized intervals. extra is merged over it.
 func cxConfig(c *sim.Cluster, extra string) map[string]string {
 	files := platformConfig(c, "", "")
-	var cx []string
-	for _, s := range c.Connections {
-		cx = append(cx, fmt.Sprintf("%q", s.Addr))
-	}
-	files["05-cxserver.toml"] = fmt.Sprintf(`
-[pools.cxserver]
-balance = "sticky"
-servers = [%s]
-queue_timeout = "1s"
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id", "query:assetId", "cookie:FAIRLEAD_CX", "source"]
-cookie = "FAIRLEAD_CX"
-idle_timeout = "10m"
-[pools.cxserver.check]
-path = "/health"
-interval = "100ms"
-fast_interval = "100ms"
-timeout = "300ms"
-fall = 2
-rise = 2
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"]
-pool = "cxserver"
-`, strings.Join(cx, ", "))
+	var cx testkit.Config
+	cx.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)).
+		Set("queue_timeout", time.Second)
+	cx.Table("pools.cxserver.sticky").
+		Set("keys", []string{"header:X-Asset-Id", "query:assetId", "cookie:FAIRLEAD_CX", "source"}).
+		Set("cookie", "FAIRLEAD_CX").Set("idle_timeout", 10*time.Minute)
+	cx.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).
+		Set("fast_interval", 100*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("fall", 2).Set("rise", 2)
+	cx.Array("routes").Set("websocket", true).
+		Set("paths", []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"}).
+		Set("pool", "cxserver")
+	files["05-cxserver.toml"] = cx.String()
 	if extra != "" {
 		files["30-extra.toml"] = extra
 	}
@@ -412,24 +399,13 @@ func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
 	for _, p := range c.Platforms {
 		mustSetState(t, p, sim.Backup) // all serve ordinary requests
 	}
-	var addrs []string
-	for _, p := range c.Platforms {
-		addrs = append(addrs, fmt.Sprintf("%q", p.Addr))
-	}
-	l, _ := startLB(t, map[string]string{"a.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = ""
-[pools.app]
-balance = "sticky"
-servers = [%s]
-[pools.app.sticky]
-keys = ["cookie:SESSION_LB", "header:X-User"]
-cookie = "SESSION_LB"
-[[routes]]
-pool = "app"
-`, strings.Join(addrs, ", "))})
+	var conf testkit.Config
+	conf.Table("frontend").Set("listen", "127.0.0.1:0")
+	conf.Table("admin").Set("listen", "")
+	conf.Table("pools.app").Set("balance", "sticky").Set("servers", testkit.PlatformAddrs(c))
+	conf.Table("pools.app.sticky").Set("keys", []string{"cookie:SESSION_LB", "header:X-User"}).Set("cookie", "SESSION_LB")
+	conf.Array("routes").Set("pool", "app")
+	l, _ := startLB(t, map[string]string{"a.toml": conf.String()})
 
 	// A user identified by a header always lands on one server.
 	first := ""

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 )
 
@@ -130,25 +131,14 @@ func (rc *rawClient) roundTrip(tb testing.TB, req []byte) []byte {
 // wholePathConfig puts a leader pool over server, checked rarely (no probe during a measurement), with a
 // WebSocket route to it too.
 func wholePathConfig(server string) map[string]string {
-	return map[string]string{"10-base.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.platform]
-balance = "leader"
-servers = [%q]
-[pools.platform.check]
-credentials = "YWRtaW46YWRtaW4="
-interval = "1h"
-interval_max = "1h"
-[[routes]]
-pool = "platform"
-websocket = true
-paths = ["/Thingworx/WS"]
-[[routes]]
-pool = "platform"
-`, server)}
+	var conf testkit.Config
+	listenAnywhere(&conf)
+	conf.Table("pools.platform").Set("balance", "leader").Set("servers", []string{server})
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).
+		Set("interval", time.Hour).Set("interval_max", time.Hour)
+	conf.Array("routes").Set("pool", "platform").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
+	conf.Array("routes").Set("pool", "platform")
+	return map[string]string{"10-base.toml": conf.String()}
 }
 
 func startWholePath(tb testing.TB, body int) *rawClient {

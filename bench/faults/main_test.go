@@ -129,32 +129,20 @@ func clusterPool(c *sim.Cluster, checks string) string {
 // cxPool is the sticky connection-server pool behind the WebSocket route, as conf.d ships it, with
 // test-sized checks. Its file must sort before the platform route's (routes are tried in order).
 func cxPool(c *sim.Cluster) string {
-	var cx, named []string
+	var conf testkit.Config
+	conf.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)).
+		Set("queue_timeout", 2*time.Second)
+	names := conf.Table("pools.cxserver.names")
 	for _, s := range c.Connections {
-		cx = append(cx, strconv.Quote(s.Addr))
-		named = append(named, fmt.Sprintf("%q = %q", s.Addr, s.Name))
+		names.Set(s.Addr, s.Name)
 	}
-	return fmt.Sprintf(`
-[pools.cxserver]
-balance = "sticky"
-servers = [%s]
-queue_timeout = "2s"
-[pools.cxserver.names]
-%s
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id", "query:assetId", "source"]
-[pools.cxserver.check]
-path = "/health"
-interval = "100ms"
-fast_interval = "100ms"
-timeout = "300ms"
-fall = 2
-rise = 2
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"]
-pool = "cxserver"
-`, strings.Join(cx, ", "), strings.Join(named, "\n"))
+	conf.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id", "query:assetId", "source"})
+	conf.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).
+		Set("fast_interval", 100*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("fall", 2).Set("rise", 2)
+	conf.Array("routes").Set("websocket", true).
+		Set("paths", []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"}).
+		Set("pool", "cxserver")
+	return conf.String()
 }
 
 // startFairlead writes files (name → TOML; "00-listen.toml" with the listen addresses is added) into

@@ -176,56 +176,26 @@ func startFairlead(t *testing.T, c *sim.Cluster) *fairlead {
 	t.Helper()
 	dir := t.TempDir()
 	bin := testkit.Binary(t, "cmd/fairlead")
-	q := func(addrs ...string) string {
-		for i, a := range addrs {
-			addrs[i] = strconv.Quote(a)
-		}
-		return strings.Join(addrs, ", ")
-	}
 	fl := &fairlead{addr: testkit.Addr(t), admin: testkit.Addr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan struct{}),
 		admClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
-	conf := fmt.Sprintf(`
-[frontend]
-listen = %q
-idle_timeout = "5s"
-read_timeout = "10s"
-drain_timeout = "5s"
-
-[admin]
-listen = %q
-
-[pools.cxserver]
-balance = "sticky"
-servers = [%s]
-tunnel_idle_timeout = "30s"
-[pools.cxserver.sticky]
-keys = ["header:X-Asset-Id", "source"]
-idle_timeout = "30s"
-[pools.cxserver.check]
-path = "/health"
-interval = "1s"
-fast_interval = "250ms"
-timeout = "1s"
-
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"]
-pool = "cxserver"
-
-[pools.platform]
-servers = [%s]
-queue_timeout = "10s"
-response_timeout = "20s"
-[pools.platform.check]
-credentials = %q
-interval = "1s"
-fast_interval = "250ms"
-timeout = "1s"
-
-[[routes]]
-pool = "platform"
-`, fl.addr, fl.admin, q(c.Connections[0].Addr, c.Connections[1].Addr), q(c.Platforms[0].Addr, c.Platforms[1].Addr), sim.DefaultCredentials)
-	if err := os.WriteFile(filepath.Join(dir, "fairlead.toml"), []byte(conf), 0o600); err != nil {
+	var conf testkit.Config
+	conf.Table("frontend").Set("listen", fl.addr).Set("idle_timeout", 5*time.Second).Set("read_timeout", 10*time.Second).
+		Set("drain_timeout", 5*time.Second)
+	conf.Table("admin").Set("listen", fl.admin)
+	conf.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)[:2]).
+		Set("tunnel_idle_timeout", 30*time.Second)
+	conf.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id", "source"}).Set("idle_timeout", 30*time.Second)
+	conf.Table("pools.cxserver.check").Set("path", "/health").Set("interval", time.Second).
+		Set("fast_interval", 250*time.Millisecond).Set("timeout", time.Second)
+	conf.Array("routes").Set("websocket", true).
+		Set("paths", []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"}).
+		Set("pool", "cxserver")
+	conf.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:2]).Set("queue_timeout", 10*time.Second).
+		Set("response_timeout", 20*time.Second)
+	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).Set("interval", time.Second).
+		Set("fast_interval", 250*time.Millisecond).Set("timeout", time.Second)
+	conf.Array("routes").Set("pool", "platform")
+	if err := os.WriteFile(filepath.Join(dir, "fairlead.toml"), []byte(conf.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(fl.log)
@@ -253,7 +223,7 @@ pool = "platform"
 		t.Fatalf("fairlead does not serve: %v\n%s", perr, fl.logTail())
 	}
 	t.Logf("fairlead (pid %d) on %s, admin %s, in front of platforms %s and connection servers %s",
-		fl.cmd.Process.Pid, fl.addr, fl.admin, q(c.Platforms[0].Addr, c.Platforms[1].Addr), q(c.Connections[0].Addr, c.Connections[1].Addr))
+		fl.cmd.Process.Pid, fl.addr, fl.admin, testkit.PlatformAddrs(c)[:2], testkit.ConnectionAddrs(c)[:2])
 	return fl
 }
 

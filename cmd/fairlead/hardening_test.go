@@ -268,20 +268,12 @@ func startRecorderProc(t *testing.T) (*proc, *recorder) {
 	t.Helper()
 	c := startQuietCluster(t, sim.Options{Platforms: 2, NoConnections: true})
 	rec := startRecorder(t)
-	p := startProcFiles(t, c, map[string]string{"05-recorder.toml": fmt.Sprintf(`
-[pools.rec]
-balance = "roundrobin"
-servers = [%[1]q]
-queue_timeout = "2s"
-response_timeout = "3s"
-[[routes]]
-websocket = true
-paths = ["/ws"]
-pool = "rec"
-[[routes]]
-paths = ["/x", "/y"]
-pool = "rec"
-`, rec.Addr)})
+	var conf testkit.Config
+	conf.Table("pools.rec").Set("balance", "roundrobin").Set("servers", []string{rec.Addr}).
+		Set("queue_timeout", 2*time.Second).Set("response_timeout", 3*time.Second)
+	conf.Array("routes").Set("websocket", true).Set("paths", []string{"/ws"}).Set("pool", "rec")
+	conf.Array("routes").Set("paths", []string{"/x", "/y"}).Set("pool", "rec")
+	p := startProcFiles(t, c, map[string]string{"05-recorder.toml": conf.String()})
 	p.Eventually("the recorder to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rec",`) == 1 })
 	return p, rec
 }
@@ -429,19 +421,12 @@ max_body_size = 4096
 // active check (live failures alone take a server down).
 func startRoundRobinFaultPool(t *testing.T) *faultPool {
 	c := startQuietCluster(t, sim.Options{Platforms: 2, NoConnections: true})
-	p := startProcFiles(t, c, map[string]string{"05-rr.toml": fmt.Sprintf(`
-[pools.rr]
-balance = "roundrobin"
-servers = [%q, %q]
-max_conns = 1
-queue_timeout = "3s"
-response_timeout = "3s"
-[pools.rr.check]
-fall = 2
-[[routes]]
-paths = ["/rr"]
-pool = "rr"
-`, c.Platforms[0].Addr, c.Platforms[1].Addr), "30-frontend.toml": faultFrontend})
+	var conf testkit.Config
+	conf.Table("pools.rr").Set("balance", "roundrobin").Set("servers", testkit.PlatformAddrs(c)[:2]).
+		Set("max_conns", 1).Set("queue_timeout", 3*time.Second).Set("response_timeout", 3*time.Second)
+	conf.Table("pools.rr.check").Set("fall", 2)
+	conf.Array("routes").Set("paths", []string{"/rr"}).Set("pool", "rr")
+	p := startProcFiles(t, c, map[string]string{"05-rr.toml": conf.String(), "30-frontend.toml": faultFrontend})
 	fp := &faultPool{p: p, c: c, pool: "rr", path: "/rr/x", hold: 2}
 	p.Eventually("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
 	return fp
@@ -452,32 +437,15 @@ pool = "rr"
 // Plain requests carry no X-Asset-Id: they stick by the client's address, so all go to one server.
 func startStickyFaultPool(t *testing.T) *faultPool {
 	c := startQuietCluster(t, sim.Options{Platforms: 2, Connections: 3})
-	var cx []string
-	for _, s := range c.Connections {
-		cx = append(cx, strconv.Quote(s.Addr))
-	}
-	p := startProcFiles(t, c, map[string]string{"05-cx.toml": fmt.Sprintf(`
-[pools.cx]
-balance = "sticky"
-servers = [%s]
-max_conns = 1
-queue_timeout = "3s"
-response_timeout = "3s"
-[pools.cx.sticky]
-keys = ["header:X-Asset-Id", "source"]
-[pools.cx.check]
-path = "/health"
-interval = "200ms"
-fast_interval = "100ms"
-timeout = "300ms"
-[[routes]]
-websocket = true
-paths = ["/Thingworx/WS"]
-pool = "cx"
-[[routes]]
-paths = ["/health"]
-pool = "cx"
-`, strings.Join(cx, ", ")), "30-frontend.toml": faultFrontend})
+	var conf testkit.Config
+	conf.Table("pools.cx").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)).
+		Set("max_conns", 1).Set("queue_timeout", 3*time.Second).Set("response_timeout", 3*time.Second)
+	conf.Table("pools.cx.sticky").Set("keys", []string{"header:X-Asset-Id", "source"})
+	conf.Table("pools.cx.check").Set("path", "/health").Set("interval", 200*time.Millisecond).
+		Set("fast_interval", 100*time.Millisecond).Set("timeout", 300*time.Millisecond)
+	conf.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cx")
+	conf.Array("routes").Set("paths", []string{"/health"}).Set("pool", "cx")
+	p := startProcFiles(t, c, map[string]string{"05-cx.toml": conf.String(), "30-frontend.toml": faultFrontend})
 	fp := &faultPool{p: p, c: c, pool: "cx", path: "/health", hold: 1}
 	p.Eventually("the three servers of cx to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="cx",`) == 3 })
 	d := websocket.Dialer{HandshakeTimeout: hardeningWait}
@@ -793,17 +761,12 @@ func TestClientFaultsAreNeverServerFailures(t *testing.T) {
 // 0.2 s. Every request gets 200, and no server is ever down or counted failing.
 func TestOneHostlessRequestEvery200msTakesNoServerDown(t *testing.T) {
 	c := startQuietCluster(t, sim.Options{Platforms: 2, NoConnections: true})
-	p := startProcFiles(t, c, map[string]string{"05-rr.toml": fmt.Sprintf(`
-[pools.rr]
-balance = "roundrobin"
-servers = [%q, %q]
-queue_timeout = "1s"
-[pools.rr.check]
-fall = 2
-[[routes]]
-paths = ["/rr"]
-pool = "rr"
-`, c.Platforms[0].Addr, c.Platforms[1].Addr)})
+	var conf testkit.Config
+	conf.Table("pools.rr").Set("balance", "roundrobin").Set("servers", testkit.PlatformAddrs(c)[:2]).
+		Set("queue_timeout", time.Second)
+	conf.Table("pools.rr.check").Set("fall", 2)
+	conf.Array("routes").Set("paths", []string{"/rr"}).Set("pool", "rr")
+	p := startProcFiles(t, c, map[string]string{"05-rr.toml": conf.String()})
 	p.Eventually("both servers of rr to be up", func() bool { return p.sumSeries(`fairlead_server_up{pool="rr",`) == 2 })
 
 	stop := make(chan struct{})
@@ -899,25 +862,15 @@ func TestCONNECTIsRefusedAtOnceWith405AndReachesNoServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := startRecorder(t)
-	p := startProcFiles(t, c, map[string]string{"05-connect.toml": cxPool(c) + fmt.Sprintf(`
-[pools.rec]
-balance = "roundrobin"
-servers = [%q]
-[pools.appconfig]
-servers = [%q]
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev"]
-[[routes]]
-paths = ["/Thingworx"]
-pool = "platform"
-[[routes]]
-paths = ["/rec"]
-pool = "rec"
-`, rec.Addr, c.Configs[0].Addr)})
+	var conf testkit.Config
+	conf.Table("pools.rec").Set("balance", "roundrobin").Set("servers", []string{rec.Addr})
+	conf.Table("pools.appconfig").Set("servers", []string{c.Configs[0].Addr})
+	conf.Table("relays.appconfig").Set("pool", "appconfig").Set("path", "/relay/{collection}/{environment}").
+		Set("snapshot", "/config/{collection}/{environment}").Set("events", "/events/{collection}/{environment}").
+		Set("topics", []string{"inventory/dev"})
+	conf.Array("routes").Set("paths", []string{"/Thingworx"}).Set("pool", "platform")
+	conf.Array("routes").Set("paths", []string{"/rec"}).Set("pool", "rec")
+	p := startProcFiles(t, c, map[string]string{"05-connect.toml": cxPool(c) + conf.String()})
 	p.Eventually("platform1 to lead", func() bool { return p.leader() == c.Platforms[0].Addr })
 
 	platformReqs := func() (n int64) {

@@ -395,15 +395,10 @@ func linesWith(log, s string) []string {
 // outage an INFO line.
 func TestOutagesAreLoggedAsErrors(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
-	p := startProc(t, c, fmt.Sprintf(`
-[pools.cxserver]
-balance = "sticky"
-servers = [%q, %q]
-[pools.cxserver.check]
-path = "/health"
-interval = "100ms"
-fall = 2
-`, c.Connections[0].Addr, c.Connections[1].Addr))
+	var cx testkit.Config
+	cx.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)[:2])
+	cx.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).Set("fall", 2)
+	p := startProc(t, c, cx.String())
 	logged := func(level, msg, pool string) []string {
 		var out []string
 		for _, line := range linesWith(p.Log.String(), "msg=\""+msg) {
