@@ -48,7 +48,7 @@ func (lb *LB) Status() admin.Status {
 		ps.policy.describe(&out, ps)
 		st.Pools = append(st.Pools, out)
 	}
-	st.Relays = g.relayStatuses() // relaystatus.go
+	st.Relays = g.relayStatuses() // relays.go
 	return st
 }
 

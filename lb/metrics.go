@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -149,7 +150,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	for _, k := range event.Kinds() {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
 	}
-	ts := lb.relayStats()
+	ts := lb.tunnels.stats()
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
 	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)
@@ -213,7 +214,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_route_unauthorized_total{route="%d",pool=%q}`, i, r.pool.name), r.pool.m.unauthorizedCount(i))
 		}
 	}
-	lb.writeRelayMetrics(w, g) // relaystatus.go
+	relay.WriteMetrics(w, g.relayStatuses())
 	metrics.WriteProcessMetrics(w)
 }
 

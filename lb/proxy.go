@@ -58,7 +58,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
 	if len(g.relays) > 0 && lb.serveRelay(ctx, g, upgradeHeader) {
-		return // a relay's path: fairlead answers itself (relayroute.go)
+		return // a relay's path: fairlead answers itself (relays.go)
 	}
 	upgrade := upgradeHeader && isUpgrade(&req.Header)
 	ri := g.route(ctx, upgrade)

@@ -123,7 +123,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
 	release := st.policy.hold(ctx, s)
-	engine, group := lb.engineFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
+	engine, group := lb.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the

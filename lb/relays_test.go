@@ -26,7 +26,9 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fasthttp/websocket"
 )
 
@@ -141,15 +143,26 @@ func relayConfigAddrs(c *sim.Cluster) []string {
 	return a
 }
 
-// relayTopicStats returns the hub's statistics of topic on the running relay name.
-func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops int }) {
-	l.routesMu.Lock()
-	rr := l.relayRoutes[name]
-	l.routesMu.Unlock()
-	if rr == nil {
-		return ts
+// runningTopics returns the topics of the running relay name (with "", of the only one), as its status
+// shows them.
+func runningTopics(l *LB, name string) []admin.TopicStatus {
+	l.relays.mu.Lock()
+	rr := l.relays.running[name]
+	for n, r := range l.relays.running {
+		if name == "" && n != "" {
+			rr = r
+		}
 	}
-	for _, s := range rr.hub.Topics() {
+	l.relays.mu.Unlock()
+	if rr == nil {
+		return nil
+	}
+	return rr.Status().Topics
+}
+
+// relayTopicStats returns the statistics of topic on the running relay name.
+func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops int }) {
+	for _, s := range runningTopics(l, name) {
 		if s.Topic == topic {
 			ts.Subscribers, ts.Drops = s.Subscribers, int(s.Drops)
 		}
@@ -190,18 +203,13 @@ func oneSessionPerTopic(s *sim.ConfigServer, topics ...string) bool {
 func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
 	t.Helper()
 	testkit.Eventually(t, "the relay's fetches to settle", 10*time.Second, func() bool {
-		l.routesMu.Lock()
-		var rr *relayRoute
-		for _, r := range l.relayRoutes {
-			rr = r
-		}
-		l.routesMu.Unlock()
-		if rr == nil {
+		ts := runningTopics(l, "")
+		if ts == nil {
 			return false
 		}
 		ended := map[string]uint64{}
-		for _, ts := range rr.hub.Topics() {
-			ended[ts.Topic] = ts.Fetches
+		for _, t := range ts {
+			ended[t.Topic] = t.Fetches
 		}
 		for _, tp := range topics {
 			if n := simFetches(s, tp); n < 2 || uint64(n) != ended[tp] {
@@ -759,7 +767,7 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	waitRelayChange(t, ws, topic, v, 5*time.Second)
 }
 
-// writeSeed writes a seed file in the format of relayroute.go's seedFile.
+// writeSeed writes a seed file in the format of relay.SeedFile.
 func writeRelaySeed(t testing.TB, path string, topics map[string]uint64) {
 	t.Helper()
 	sf := map[string]any{"relay": "appconfig", "written": time.Now().UTC()}
@@ -778,12 +786,12 @@ func writeRelaySeed(t testing.TB, path string, topics map[string]uint64) {
 }
 
 // readSeed reads a seed file; nil if it is missing or not whole.
-func readRelaySeed(path string) *seedFile {
+func readRelaySeed(path string) *relay.SeedFile {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	var sf seedFile
+	var sf relay.SeedFile
 	if json.Unmarshal(b, &sf) != nil {
 		return nil
 	}
@@ -1496,18 +1504,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 
 // relayHubHas reports whether the running relay name holds topic.
 func relayHubHas(l *LB, name, topic string) bool {
-	l.routesMu.Lock()
-	rr := l.relayRoutes[name]
-	l.routesMu.Unlock()
-	if rr == nil {
-		return false
-	}
-	for _, s := range rr.hub.Topics() {
-		if s.Topic == topic {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(runningTopics(l, name), func(s admin.TopicStatus) bool { return s.Topic == topic })
 }
 
 // seed_file_write notices new snapshots by the count of publishes over the topics held: when an
@@ -1525,7 +1522,7 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 	sse.waitVersion(t, 1, 5*time.Second)
 	od := dialRelaySSE(t, l.Addr(), "/relay/od/x", relayKeyHdr...) // keeps od/x until the seed file holds it
 	od.waitVersion(t, 1, 5*time.Second)
-	testkit.Eventually(t, "the seed file to hold od/x", 2*relaySeedInterval+3*time.Second, func() bool {
+	testkit.Eventually(t, "the seed file to hold od/x", 2*relay.SeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && len(sf.Topics["od/x"].JSON) > 0
 	})
@@ -1533,7 +1530,7 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 	testkit.Eventually(t, "od/x forgotten when idle", 5*time.Second, func() bool { return !relayHubHas(l, "appconfig", "od/x") })
 	v := relayPublish(t, c, "inventory/dev", `{"after":"forget"}`)
 	sse.waitVersion(t, v, 5*time.Second)
-	if !testkit.Within(2*relaySeedInterval+3*time.Second, func() bool {
+	if !testkit.Within(2*relay.SeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && sf.Topics["inventory/dev"].Version == v
 	}) {
