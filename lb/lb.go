@@ -2,17 +2,21 @@
 // picks a server with the pool's policy and forwards the request to it (proxy.go has the whole path of a
 // request, top to bottom).
 //
-// Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
-// fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
-// predicate), policy.go (balance policies as types), listeners.go (the listeners, and the wiring of
-// lb/frontend, which checks every client byte), proxy.go (the forwarding loop and how each attempt
-// ended), leaderwatch.go (the in-flight failover and the hung-leader watch of leader pools), headers.go
-// (messages as sent: the head sent upstream, hop-by-hop fields, Date), transport.go (each server's
-// client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go (single-point auth),
-// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the event stream's
-// subscribers), discovery.go (the lists of package discovery's providers put in force in their pools),
-// admin.go and actions.go (what the admin listener, package admin, reads and does: the status
-// document, the operator's actions).
+// Files by concern: lb.go (the LB, wiring small types that each own their lock, and a generation:
+// one config and the routes built from it), proxy.go (the whole path of a request and how each attempt
+// ended), pool.go (a pool, its immutable view and its server set changes), server.go (a server and the
+// one Available predicate), policy.go and roundrobin.go (balance policies as types), leaderwatch.go
+// (the in-flight failover and the hung-leader watch of leader pools), headers.go (messages as sent: the
+// head sent upstream, hop-by-hop fields, Date), transport.go (each server's client from lb/upstream),
+// routeauth.go (single-point auth), upgrade.go and tunnels.go (WebSocket upgrades and the tunnel
+// engines), relays.go (the running relays of package relay, their route auth and their pool), listeners.go
+// (the listeners, and the wiring of lb/frontend, which checks every client byte), statefile.go (the
+// state file and the fast start), discovery.go (the lists of package discovery's providers put in force
+// in their pools), events.go (the event stream's subscribers), log.go, metrics.go and histogram.go
+// (the log, the access log and the metrics written at scrape time), admin.go and actions.go (what the
+// admin listener, package admin, reads and does). The config (lb/config), the front end's framer
+// (lb/frontend), the upstream client (lb/upstream), the tunnel engine (lb/tunnel), discovery
+// (lb/discovery), the admin listener (lb/admin) and the relays (lb/relay) are packages of their own.
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -169,7 +173,7 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 }
 
 // Start begins health checks, waits for their first round (bounded by the check timeout; with start =
-// "fast", a pool restored from the state file does not wait, see state.go) and then opens the front end
+// "fast", a pool restored from the state file does not wait, see statefile.go) and then opens the front end
 // and the admin listener. It returns once both listen.
 func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)

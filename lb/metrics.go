@@ -64,7 +64,7 @@ func (m *poolMetrics) observe(took time.Duration, in, out int64) {
 // observeCheck records the latency of one probe of the server at addr, if it is still in the pool.
 // It runs in the event stream's subscriber (countEvent): quick, one short lock.
 func (p *Pool) observeCheck(addr string, latency time.Duration) {
-	if !slices.ContainsFunc(p.state.Load().servers, func(s *Server) bool { return s.Addr == addr }) {
+	if !slices.ContainsFunc(p.view.Load().servers, func(s *Server) bool { return s.Addr == addr }) {
 		return // a probe that was in flight when its server left the pool
 	}
 	m := &p.m
@@ -160,7 +160,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
-		st := p.state.Load()
+		st := p.view.Load()
 		l := fmt.Sprintf(`pool=%q`, name)
 		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())

@@ -119,7 +119,7 @@ type relayPool struct {
 // pool returns the running pool and its state when it holds the relay's servers. A relay that a
 // reload adds or changes starts (fetches its listed topics) before the reload's generation is in
 // force (LB.Reload): until then its pool may be missing or hold other servers, and pool returns nil.
-func (rp *relayPool) pool() (*Pool, *poolState) {
+func (rp *relayPool) pool() (*Pool, *poolView) {
 	g := rp.lb.gen.Load()
 	if g == nil {
 		return nil, nil
@@ -128,7 +128,7 @@ func (rp *relayPool) pool() (*Pool, *poolState) {
 	if p == nil {
 		return nil, nil
 	}
-	st := p.state.Load()
+	st := p.view.Load()
 	if !slices.Equal(st.cfg.Servers, rp.servers) || !slices.Equal(st.cfg.Backups, rp.backups) {
 		return nil, nil
 	}

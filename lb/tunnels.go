@@ -113,7 +113,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 	group := tunnelGroup(e.Pool, addr)
 	var spread time.Duration
 	if p := lb.gen.Load().pools[e.Pool]; p != nil {
-		spread = p.state.Load().cfg.TunnelCloseSpread.D
+		spread = p.view.Load().cfg.TunnelCloseSpread.D
 	}
 	if spread > 0 {
 		ts := lb.tunnels.group(group)
@@ -138,7 +138,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 func (lb *LB) closeAllTunnels(g *generation) {
 	var wg sync.WaitGroup
 	for _, p := range g.pools {
-		st := p.state.Load()
+		st := p.view.Load()
 		var ts []*tunnel.Tunnel
 		for _, s := range st.servers {
 			ts = append(ts, lb.tunnels.group(tunnelGroup(p.name, s.Addr))...)
@@ -169,7 +169,7 @@ func (lb *LB) failbackTunnels(e event.Event) {
 	if p == nil {
 		return
 	}
-	st := p.state.Load()
+	st := p.view.Load()
 	if !st.cfg.FailbackCloseTunnels {
 		return
 	}

@@ -63,7 +63,7 @@ func (lb *LB) dialUpgrade(s *Server) (net.Conn, error) {
 
 // exchange sends the upgrade request (its head, built by appendUpstreamHead) on conn and relays the
 // answer; on 101 the connection pair becomes a tunnel. It owns conn.
-func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, conn net.Conn, head []byte) {
+func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, conn net.Conn, head []byte) {
 	fail := func(format string, args ...any) {
 		conn.Close()
 		s.failures.Add(1)

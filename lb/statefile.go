@@ -154,7 +154,7 @@ func (lb *LB) snapshotState(now time.Time) *savedState {
 }
 
 func (p *Pool) snapshot() *savedPool {
-	st := p.state.Load()
+	st := p.view.Load()
 	sp := &savedPool{Balance: p.balance, Servers: make([]savedServer, len(st.servers))}
 	inPool := make(map[string]bool, len(st.servers))
 	for i, s := range st.servers {
@@ -260,7 +260,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 	if sp.Balance != p.balance {
 		return "", "", fmt.Errorf("its balance was %q, now %q", sp.Balance, p.balance)
 	}
-	st := p.state.Load()
+	st := p.view.Load()
 	byAddr := make(map[string]*Server, len(st.servers))
 	for _, s := range st.servers {
 		byAddr[s.Addr] = s
