@@ -9,6 +9,7 @@ require (
 	github.com/fasthttp/websocket v1.5.12
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/google/renameio/v2 v2.0.2
 	github.com/miekg/dns v1.1.73
 	github.com/valyala/fasthttp v1.79.0
 	golang.org/x/sys v0.50.0

@@ -16,7 +16,7 @@ func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (admin.
 	p := g.pools[poolName]
 	var s *Server
 	if p != nil {
-		for _, c := range p.state.Load().servers {
+		for _, c := range p.view.Load().servers {
 			if c.Addr == addr || c.Name() == addr {
 				s = c
 			}

@@ -29,7 +29,7 @@ func (lb *LB) Status() admin.Status {
 	st := admin.Status{ConfigFiles: g.cfg.Files}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
-		ps := p.state.Load()
+		ps := p.view.Load()
 		out := admin.PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
@@ -48,7 +48,7 @@ func (lb *LB) Status() admin.Status {
 		ps.policy.describe(&out, ps)
 		st.Pools = append(st.Pools, out)
 	}
-	st.Relays = g.relayStatuses() // relaystatus.go
+	st.Relays = g.relayStatuses() // relays.go
 	return st
 }
 

@@ -100,7 +100,7 @@ func (lb *LB) serverLabel(pool, addr string) string {
 	}
 	if g := lb.gen.Load(); g != nil {
 		if p := g.pools[pool]; p != nil {
-			for _, s := range p.state.Load().servers {
+			for _, s := range p.view.Load().servers {
 				if s.Addr == addr {
 					return s.label()
 				}

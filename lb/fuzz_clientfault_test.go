@@ -71,7 +71,7 @@ func FuzzClientFaultIsNoServerFailure(f *testing.F) {
 		testkit.Eventually(t, "fairlead to close the connection", 5*time.Second, func() bool {
 			return l.frontend.GetOpenConnectionsCount() == 0
 		})
-		st := p.state.Load()
+		st := p.view.Load()
 		for _, s := range st.servers {
 			if n := s.failures.Load(); n != 0 {
 				t.Fatalf("%s counted %d failures for a client's request %q", s.Addr, n, in)

@@ -2,17 +2,21 @@
 // picks a server with the pool's policy and forwards the request to it (proxy.go has the whole path of a
 // request, top to bottom).
 //
-// Files by concern: config*.go (schema, merge, defaults, validation), state.go (the state file and the
-// fast start), pool.go (a pool and its server set changes), server.go (a server and the one Available
-// predicate), policy.go (balance policies as types), listeners.go (the listeners, and the wiring of
-// lb/frontend, which checks every client byte), proxy.go (the forwarding loop and how each attempt
-// ended), leaderwatch.go (the in-flight failover and the hung-leader watch of leader pools), headers.go
-// (messages as sent: the head sent upstream, hop-by-hop fields, Date), transport.go (each server's
-// client from lb/upstream, the HTTP/1.1 client and its dialer), routeauth.go (single-point auth),
-// upgrade.go and tunnels.go (WebSocket tunnels and their registry), events.go (the event stream's
-// subscribers), discovery.go (the lists of package discovery's providers put in force in their pools),
-// admin.go and actions.go (what the admin listener, package admin, reads and does: the status
-// document, the operator's actions).
+// Files by concern: lb.go (the LB, wiring small types that each own their lock, and a generation:
+// one config and the routes built from it), proxy.go (the whole path of a request and how each attempt
+// ended), pool.go (a pool, its immutable view and its server set changes), server.go (a server and the
+// one Available predicate), policy.go and roundrobin.go (balance policies as types), leaderwatch.go
+// (the in-flight failover and the hung-leader watch of leader pools), headers.go (messages as sent: the
+// head sent upstream, hop-by-hop fields, Date), transport.go (each server's client from lb/upstream),
+// routeauth.go (single-point auth), upgrade.go and tunnels.go (WebSocket upgrades and the tunnel
+// engines), relays.go (the running relays of package relay, their route auth and their pool), listeners.go
+// (the listeners, and the wiring of lb/frontend, which checks every client byte), statefile.go (the
+// state file and the fast start), discovery.go (the lists of package discovery's providers put in force
+// in their pools), events.go (the event stream's subscribers), log.go, metrics.go and histogram.go
+// (the log, the access log and the metrics written at scrape time), admin.go and actions.go (what the
+// admin listener, package admin, reads and does). The config (lb/config), the front end's framer
+// (lb/frontend), the upstream client (lb/upstream), the tunnel engine (lb/tunnel), discovery
+// (lb/discovery), the admin listener (lb/admin) and the relays (lb/relay) are packages of their own.
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -23,10 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +38,7 @@ import (
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
-	"github.com/fairlead/fairlead/lb/tunnel"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/valyala/fasthttp"
 )
 
@@ -66,15 +68,13 @@ type LB struct {
 	bus    *event.Bus
 	events [event.NumKinds]atomic.Uint64 // published events by kind
 
-	// engines carry WebSocket tunnels, one per distinct tunnel_idle_timeout. They belong to the LB, not
-	// to a generation, so that tunnels outlive config reloads.
-	engineMu sync.Mutex
-	engines  map[time.Duration]*tunnel.Engine
+	// tunnels carry the WebSocket tunnels (tunnels.go). They belong to the LB, not to a generation, so
+	// that tunnels outlive config reloads.
+	tunnels tunnels
 
-	// relayRoutes are the running relays by name ([relays.NAME], relayroute.go). A relay outlives the
-	// generations that keep its fingerprint; routesMu guards the map (Start, Reload, Close).
-	routesMu    sync.Mutex
-	relayRoutes map[string]*relayRoute
+	// relays are the running relays ([relays.NAME], relays.go). A relay outlives the generations that
+	// keep its fingerprint.
+	relays relays
 
 	// disc runs each pool's service discovery provider (discovery.go), across reloads.
 	disc discoveries
@@ -116,8 +116,8 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
 func New(cfg *config.Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, engines: map[time.Duration]*tunnel.Engine{}, bus: event.NewBus(),
-		relayRoutes: map[string]*relayRoute{}}
+	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, bus: event.NewBus()}
+	lb.tunnels.logf = o.Logf
 	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
@@ -128,8 +128,8 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.bus.Subscribe(lb.closeTunnels)
 	lb.bus.Subscribe(lb.failbackTunnels)
 	lb.bus.Subscribe(lb.leaderChanged) // leaderwatch.go
-	lb.relayRoutes, _ = lb.prepareRelays(cfg)
-	g, _ := lb.newGeneration(cfg, nil, lb.relayRoutes)
+	lb.relays.running, _ = lb.relays.prepare(lb, cfg)
+	g, _ := lb.newGeneration(cfg, nil, lb.relays.running)
 	lb.gen.Store(g)
 	return lb
 }
@@ -141,9 +141,9 @@ func (lb *LB) SecretFiles() []string { return lb.gen.Load().cfg.SecretFiles() }
 func (lb *LB) Events() *event.Bus { return lb.bus }
 
 // newGeneration builds the routes of cfg over its pools, and binds its relays to the running relays rrs
-// (prepareRelays). A pool of old with the same balance is kept and brought to its new config by a
+// (relays.prepare). A pool of old with the same balance is kept and brought to its new config by a
 // server set change; other pools are new (returned in fresh, not yet started).
-func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]*relayRoute) (g *generation, fresh []*Pool) {
+func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]*relay.Route) (g *generation, fresh []*Pool) {
 	g = &generation{cfg: cfg, pools: map[string]*Pool{}}
 	for name, pc := range cfg.Pools {
 		pc = lb.disc.discovered(name, pc) // a pool with service discovery keeps the servers it found
@@ -168,62 +168,12 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 	for _, rc := range cfg.Routes {
 		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
-	for _, name := range slices.Sorted(maps.Keys(cfg.RelaySpecs)) {
-		g.relays = append(g.relays, relayBinding{rr: rrs[name], spec: cfg.RelaySpecs[name]})
-	}
+	g.relays = bindRelays(cfg, rrs)
 	return g, fresh
 }
 
-// prepareRelays returns the relays of cfg: the running ones whose fingerprint stays, and new ones
-// (returned in fresh too, not started).
-func (lb *LB) prepareRelays(cfg *config.Config) (all map[string]*relayRoute, fresh []*relayRoute) {
-	lb.routesMu.Lock()
-	defer lb.routesMu.Unlock()
-	all = map[string]*relayRoute{}
-	for name, spec := range cfg.RelaySpecs {
-		if rr := lb.relayRoutes[name]; rr != nil && rr.spec.Fingerprint == spec.Fingerprint {
-			all[name] = rr
-			continue
-		}
-		rc := cfg.Relays[name]
-		pc := cfg.Pools[rc.Pool]
-		pool := &relayPool{lb: lb, name: rc.Pool, servers: slices.Clone(pc.Servers), backups: slices.Clone(pc.Backups)}
-		rr := newRelayRoute(spec, rc, pc, pool, lb.logf)
-		all[name] = rr
-		fresh = append(fresh, rr)
-	}
-	return all, fresh
-}
-
-// startRelays starts relays (relayRoute.start); on the first failure it closes them all and returns
-// the error.
-func startRelays(ctx context.Context, relays []*relayRoute) error {
-	for _, rr := range relays {
-		if err := rr.start(ctx); err != nil {
-			for _, r := range relays {
-				r.close()
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// swapRelays makes all the running relays and closes those it does not hold.
-func (lb *LB) swapRelays(all map[string]*relayRoute) {
-	lb.routesMu.Lock()
-	old := lb.relayRoutes
-	lb.relayRoutes = all
-	lb.routesMu.Unlock()
-	for name, rr := range old {
-		if all[name] != rr {
-			rr.close()
-		}
-	}
-}
-
 // Start begins health checks, waits for their first round (bounded by the check timeout; with start =
-// "fast", a pool restored from the state file does not wait, see state.go) and then opens the front end
+// "fast", a pool restored from the state file does not wait, see statefile.go) and then opens the front end
 // and the admin listener. It returns once both listen.
 func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)
@@ -241,7 +191,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	// Relays: start = "normal" fetches every listed topic before the front end opens.
-	var rrs []*relayRoute
+	var rrs []*relay.Route
 	for _, b := range g.relays {
 		rrs = append(rrs, b.rr)
 	}
@@ -364,7 +314,7 @@ func (lb *LB) Close() {
 	lb.lns.closeAll()
 	// Relay streams never end by themselves: closing the relays ends them (SSE streams end, WebSockets
 	// close with 1001), so that the shutdown below does not wait for them.
-	lb.swapRelays(nil)
+	lb.relays.swap(nil)
 	if lb.frontend != nil {
 		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}
@@ -379,11 +329,7 @@ func (lb *LB) Close() {
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
 		acancel()
 	}
-	lb.engineMu.Lock()
-	for _, r := range lb.engines {
-		r.Close()
-	}
-	lb.engineMu.Unlock()
+	lb.tunnels.close()
 	lb.wg.Wait()
 }
 
@@ -454,7 +400,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	}
 	// New or changed relays start before anything else applies: a relay whose start fails (start =
 	// "normal" and a listed topic cannot be fetched) fails the reload and the running config stays.
-	rrs, freshRelays := lb.prepareRelays(cfg)
+	rrs, freshRelays := lb.relays.prepare(lb, cfg)
 	if err := startRelays(lb.ctx, freshRelays); err != nil {
 		unbind()
 		if adminLn != nil {
@@ -477,7 +423,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	}
 	lb.gen.Store(g)
 	lb.level.Set(config.LogLevels[cfg.Global.LogLevel])
-	lb.swapRelays(rrs)
+	lb.relays.swap(rrs)
 	lb.disc.sync(g)
 	for _, m := range feMoved {
 		what := "frontend"

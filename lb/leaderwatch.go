@@ -42,7 +42,7 @@ func (lb *LB) leaderChanged(e event.Event) {
 	if p == nil {
 		return
 	}
-	for _, s := range p.state.Load().servers {
+	for _, s := range p.view.Load().servers {
 		if s.Addr != e.Server {
 			s.client.Load().Abandon()
 		}
@@ -56,7 +56,7 @@ var errNoAnswer = errors.New("a request waited [check] timeout for its answer, a
 // nothing while requests wait (see above).
 func (p *Pool) watchLeader(ctx context.Context) {
 	healthcheck.Loop(ctx, nil, nil, func() time.Duration { return time.Second }, func() {
-		st := p.state.Load()
+		st := p.view.Load()
 		lp, ok := st.policy.(*leaderPolicy)
 		if !ok {
 			return

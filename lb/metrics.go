@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -63,7 +64,7 @@ func (m *poolMetrics) observe(took time.Duration, in, out int64) {
 // observeCheck records the latency of one probe of the server at addr, if it is still in the pool.
 // It runs in the event stream's subscriber (countEvent): quick, one short lock.
 func (p *Pool) observeCheck(addr string, latency time.Duration) {
-	if !slices.ContainsFunc(p.state.Load().servers, func(s *Server) bool { return s.Addr == addr }) {
+	if !slices.ContainsFunc(p.view.Load().servers, func(s *Server) bool { return s.Addr == addr }) {
 		return // a probe that was in flight when its server left the pool
 	}
 	m := &p.m
@@ -149,7 +150,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	for _, k := range event.Kinds() {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
 	}
-	ts := lb.relayStats()
+	ts := lb.tunnels.stats()
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
 	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)
@@ -159,7 +160,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
-		st := p.state.Load()
+		st := p.view.Load()
 		l := fmt.Sprintf(`pool=%q`, name)
 		metrics.WriteCounterUint64(w, "fairlead_pool_requests_total{"+l+"}", p.requests.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_retries_total{"+l+"}", p.retries.Load())
@@ -213,7 +214,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_route_unauthorized_total{route="%d",pool=%q}`, i, r.pool.name), r.pool.m.unauthorizedCount(i))
 		}
 	}
-	lb.writeRelayMetrics(w, g) // relaystatus.go
+	relay.WriteMetrics(w, g.relayStatuses())
 	metrics.WriteProcessMetrics(w)
 }
 

@@ -25,7 +25,7 @@ type policy interface {
 	// pick returns an available server for the request other than except (a server that just failed
 	// it; nil for none), with the attempt counted in flight to it (Server.begin; the caller ends it
 	// with Pool.end), or no server now. It must not allocate for a known client.
-	pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice
+	pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice
 	// refuses reports whether an answer with this status means the server no longer serves the pool
 	// (a leader stepping down answers 503): an idempotent request then waits for the checks and goes to
 	// the new server.
@@ -39,8 +39,8 @@ type policy interface {
 	removed(s *Server)
 	// describe and writeMetrics add what is particular to the policy to /status and /metrics; describe
 	// is called with ps.Servers filled in, in the order of st.servers.
-	describe(ps *admin.PoolStatus, st *poolState)
-	writeMetrics(w io.Writer, labels string, st *poolState)
+	describe(ps *admin.PoolStatus, st *poolView)
+	writeMetrics(w io.Writer, labels string, st *poolView)
 }
 
 // choice is what a policy picked for a request.
@@ -104,7 +104,7 @@ func newChecker(o healthcheck.Options, ts []*healthcheck.Target) health {
 // leaderPolicy sends everything to the elected leader (balance = "leader").
 type leaderPolicy struct{ leader *healthcheck.Leader }
 
-func (lp *leaderPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice {
+func (lp *leaderPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice {
 	cur := lp.leader.Current()
 	if cur == nil {
 		return choice{}
@@ -125,7 +125,7 @@ func (lp *leaderPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) {
 func (lp *leaderPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
 func (lp *leaderPolicy) removed(*Server)                                       {}
 
-func (lp *leaderPolicy) describe(ps *admin.PoolStatus, _ *poolState) {
+func (lp *leaderPolicy) describe(ps *admin.PoolStatus, _ *poolView) {
 	if cur := lp.leader.Current(); cur != nil {
 		ps.Leader = cur.Addr()
 	}
@@ -133,7 +133,7 @@ func (lp *leaderPolicy) describe(ps *admin.PoolStatus, _ *poolState) {
 	ps.SplitBrains = lp.leader.SplitBrains()
 }
 
-func (lp *leaderPolicy) writeMetrics(w io.Writer, l string, _ *poolState) {
+func (lp *leaderPolicy) writeMetrics(w io.Writer, l string, _ *poolView) {
 	metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", lp.leader.Changes())
 	metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", lp.leader.SplitBrains())
 }
@@ -163,7 +163,7 @@ func newStickyPolicy(p *Pool, cfg *config.Pool) policy {
 	return sp
 }
 
-func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice {
+func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice {
 	t := st.active()
 	var buf [160]byte
 	key, src, ok := sp.keys.Key(buf[:0], ctx)
@@ -209,11 +209,11 @@ func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) func() {
 
 func (sp *stickyPolicy) removed(s *Server) { sp.table.Forget(s.Addr) }
 
-func (sp *stickyPolicy) describe(ps *admin.PoolStatus, _ *poolState) {
+func (sp *stickyPolicy) describe(ps *admin.PoolStatus, _ *poolView) {
 	ps.StickyEntries = sp.table.Len()
 }
 
-func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolState) {
+func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolView) {
 	metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(sp.table.Len()))
 }
 
@@ -274,7 +274,7 @@ func (t *tier) anyAvailable() bool {
 
 // serving returns the tier that takes traffic now: the primaries while any is available, else the
 // backups while any is, else -1 (none is available).
-func (st *poolState) serving() int {
+func (st *poolView) serving() int {
 	switch {
 	case st.tiers[primaries].anyAvailable():
 		return primaries
@@ -285,7 +285,7 @@ func (st *poolState) serving() int {
 }
 
 // active is the tier policies choose in: the serving one, or the primaries when no server is available.
-func (st *poolState) active() *tier {
+func (st *poolView) active() *tier {
 	if len(st.tiers[backups].servers) > 0 && st.serving() == backups {
 		return &st.tiers[backups]
 	}

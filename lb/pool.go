@@ -36,7 +36,7 @@ type Pool struct {
 	rr        roundRobin        // the sticky policy's requests without a key
 	cursor    rrCursor          // the roundrobin policy's cycle
 
-	state atomic.Pointer[poolState]
+	view atomic.Pointer[poolView]
 
 	waiting atomic.Int64 // requests waiting for a usable server
 	freed   broadcast    // an in-flight request ended while requests wait (a server may be writable again)
@@ -59,16 +59,16 @@ type Pool struct {
 	stop context.CancelFunc // ends the pool's checks and janitor when a reload drops it
 }
 
-// poolState is one immutable view of a pool: its config, its servers (primaries then backups, each in
+// poolView is one immutable view of a pool: its config, its servers (primaries then backups, each in
 // config order), its tiers and its policy. A request loads it once; a server set change or a reload
 // swaps in a new one.
-type poolState struct {
+type poolView struct {
 	cfg     *config.Pool
 	servers []*Server
 	tiers   [2]tier // primaries, backups: sub-slices of servers
 	all     tier    // servers
 	policy  policy
-	connect bool // relayOnly when the state was made: its checks open connections when no path is set
+	connect bool // relayOnly when the view was made: its checks open connections when no path is set
 }
 
 func newPool(name string, cfg *config.Pool, relayOnly bool, bus *event.Bus, logf func(string, ...any)) *Pool {
@@ -80,7 +80,7 @@ func newPool(name string, cfg *config.Pool, relayOnly bool, bus *event.Bus, logf
 	}
 	b := balances[cfg.Balance]
 	p.health = b.newHealth(p.checkOptions(cfg, logf), targetsOf(servers))
-	p.state.Store(p.newState(cfg, servers))
+	p.view.Store(p.newView(cfg, servers))
 	return p
 }
 
@@ -95,10 +95,10 @@ func targetsOf(servers []*Server) []*healthcheck.Target {
 	return ts
 }
 
-// newState makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
-func (p *Pool) newState(cfg *config.Pool, servers []*Server) *poolState {
+// newView makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
+func (p *Pool) newView(cfg *config.Pool, servers []*Server) *poolView {
 	np := len(cfg.Servers)
-	st := &poolState{cfg: cfg, servers: servers, connect: p.relayOnly.Load()}
+	st := &poolView{cfg: cfg, servers: servers, connect: p.relayOnly.Load()}
 	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
 	st.tiers[backups] = tier{which: backups, servers: servers[np:]}
 	st.all = tier{which: everyone, servers: servers}
@@ -141,7 +141,7 @@ func failbackInterval(cfg *config.Pool) time.Duration {
 // traffic after their first passing probe; removed servers drain (no new traffic, in-flight requests
 // finish, their tunnels close and their sticky keys are forgotten, through the ServerRemoved event).
 func (p *Pool) apply(cfg *config.Pool, logf func(string, ...any)) {
-	old := p.state.Load()
+	old := p.view.Load()
 	byAddr := make(map[string]*Server, len(old.servers))
 	for _, s := range old.servers {
 		byAddr[s.Addr] = s
@@ -168,8 +168,8 @@ func (p *Pool) apply(cfg *config.Pool, logf func(string, ...any)) {
 		p.health.Update(p.checkOptions(cfg, logf))
 	}
 	p.health.Set(targetsOf(servers))
-	st := p.newState(cfg, servers)
-	p.state.Store(st)
+	st := p.newView(cfg, servers)
+	p.view.Store(st)
 	for _, s := range added {
 		p.bus.Publish(event.Event{Kind: event.ServerAdded, Pool: p.name, Server: s.Addr})
 	}
@@ -180,10 +180,10 @@ func (p *Pool) apply(cfg *config.Pool, logf func(string, ...any)) {
 	}
 }
 
-// drop takes s out of service for good: it leaves its pool (the caller already swapped in a state
+// drop takes s out of service for good: it leaves its pool (the caller already swapped in a view
 // without it), ServerRemoved closes its tunnels, and the policy forgets it. In-flight requests finish
 // on its client, whose idle connections are closed now.
-func (p *Pool) drop(st *poolState, s *Server, why string) {
+func (p *Pool) drop(st *poolView, s *Server, why string) {
 	s.removed.Store(true)
 	s.client.Load().Retire()
 	p.bus.Publish(event.Event{Kind: event.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
@@ -223,14 +223,14 @@ func (p *Pool) watchTier(ctx context.Context) {
 	first, down := true, false
 	for {
 		changed := p.bus.Changed(p.name)
-		st := p.state.Load()
+		st := p.view.Load()
 		now := st.serving()
 		if now < 0 && !down {
 			// A leader change marks the old leader down, then the new one up, under the check's lock,
 			// and this goroutine may have looked in between (woken by an earlier change of the pool):
 			// Status takes that lock, so a second look after it sees no change in progress.
 			p.health.Status()
-			st = p.state.Load()
+			st = p.view.Load()
 			now = st.serving()
 		}
 		if (now < 0) != down && ctx.Err() == nil { // a pool being closed is not an outage
@@ -253,7 +253,7 @@ func (p *Pool) watchTier(ctx context.Context) {
 
 // availabilityChanged publishes PoolDown when no server of the pool is available any more (Detail
 // counts its servers by state), PoolUp when one is again (Detail names those available).
-func (p *Pool) availabilityChanged(st *poolState, down bool) {
+func (p *Pool) availabilityChanged(st *poolView, down bool) {
 	if down {
 		detail := "no servers"
 		if n := len(st.servers); n > 0 {
@@ -287,7 +287,7 @@ func (p *Pool) availabilityChanged(st *poolState, down bool) {
 	p.bus.Publish(event.Event{Kind: event.PoolUp, Pool: p.name, Detail: "available: " + strings.Join(up, ", ")})
 }
 
-func (p *Pool) tierChanged(st *poolState, now int) {
+func (p *Pool) tierChanged(st *poolView, now int) {
 	if now == backups {
 		p.failovers.Add(1)
 		p.bus.Publish(event.Event{Kind: event.Failover, Pool: p.name,
@@ -308,7 +308,7 @@ func (p *Pool) tierChanged(st *poolState, now int) {
 // firstAvailable returns the first available server of the serving tier, then of the other tier, in
 // config order, other than those in skip; nil if there is none. It is a relay's choice (relayPool):
 // its sessions and fetches all go to one server, the primaries' order deciding which.
-func (st *poolState) firstAvailable(skip []string) *Server {
+func (st *poolView) firstAvailable(skip []string) *Server {
 	act := st.active()
 	for _, t := range [2]*tier{act, &st.tiers[1-act.which]} {
 		for _, s := range t.servers {
@@ -324,7 +324,7 @@ func (st *poolState) firstAvailable(skip []string) *Server {
 // servers leave service.
 func (p *Pool) close() {
 	p.stop()
-	st := p.state.Load()
+	st := p.view.Load()
 	for _, s := range st.servers {
 		p.drop(st, s, "pool removed")
 	}
@@ -345,7 +345,7 @@ var errQueueFull = errors.New("queue full")
 // errQueueFull at once. The server returned is counted in flight, as pick's. Each wait is observed in
 // fairlead_queue_wait_seconds, whatever its outcome. Slow path only.
 func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline time.Time) (choice, error) {
-	if n := p.waiting.Add(1); n > int64(p.state.Load().cfg.MaxQueue) {
+	if n := p.waiting.Add(1); n > int64(p.view.Load().cfg.MaxQueue) {
 		p.waiting.Add(-1)
 		return choice{}, errQueueFull
 	}
@@ -363,7 +363,7 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 	}()
 	for {
 		changed, freed := p.bus.Changed(p.name), p.freed.wait()
-		st := p.state.Load()
+		st := p.view.Load()
 		if c := st.policy.pick(ctx, st, except); c.s != nil || c.pinned {
 			return c, nil
 		}

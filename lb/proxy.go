@@ -58,7 +58,7 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
 	if len(g.relays) > 0 && lb.serveRelay(ctx, g, upgradeHeader) {
-		return // a relay's path: fairlead answers itself (relayroute.go)
+		return // a relay's path: fairlead answers itself (relays.go)
 	}
 	upgrade := upgradeHeader && isUpgrade(&req.Header)
 	ri := g.route(ctx, upgrade)
@@ -198,7 +198,7 @@ func classify(err error) attemptEnd {
 
 // classifyAnswer tells the answers that end an attempt otherwise than answered: a 101 nobody asked for,
 // and a refusal.
-func classifyAnswer(status int, st *poolState) attemptEnd {
+func classifyAnswer(status int, st *poolView) attemptEnd {
 	switch {
 	case status == fasthttp.StatusSwitchingProtocols:
 		return endSwitched
@@ -301,13 +301,13 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 	}
 }
 
-// choose returns the server of the next attempt, counted in flight, and the pool's state it was chosen
+// choose returns the server of the next attempt, counted in flight, and the pool's view it was chosen
 // in: the policy's pick among the available servers other than failed (the server of the attempt
 // before, nil for the first), or the first to be available before the request's deadline (set now if it
 // was not yet), failed included once it answered its checks again, unless strict. It returns no server
 // when none came in time (the error says whether the queue was full).
-func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict bool, n int64, deadline *time.Time) (choice, *poolState, error) {
-	st := p.state.Load()
+func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict bool, n int64, deadline *time.Time) (choice, *poolView, error) {
+	st := p.view.Load()
 	if !strict {
 		if c := st.policy.pick(ctx, st, failed); c.s != nil || c.pinned {
 			return c, st, nil
@@ -323,7 +323,7 @@ func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict b
 		}
 		c = choice{}
 	}
-	return c, p.state.Load(), err
+	return c, p.view.Load(), err
 }
 
 // account is the one place an attempt is counted against its server and told to the pool's health
@@ -350,7 +350,7 @@ func (p *Pool) account(s *Server, end attemptEnd, err error) {
 }
 
 // conclude answers the client after the last attempt to s, which ended so (err).
-func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, end attemptEnd, err error) {
+func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, end attemptEnd, err error) {
 	req := &ctx.Request
 	switch end {
 	case endAnswered, endRefused:
@@ -379,7 +379,7 @@ func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 
 // noServer answers a request no server took: its pinned server is gone (502), or none was available in
 // time (unavailable_status).
-func (lb *LB) noServer(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, pinned bool, err error) {
+func (lb *LB) noServer(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, pinned bool, err error) {
 	if pinned {
 		p.pinFailures.Add(1)
 		p.bad502.Add(1)
@@ -414,7 +414,7 @@ func (lb *LB) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Res
 }
 
 // answer relays a server's answer to a plain request.
-func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolState, s *Server) {
+func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolView, s *Server) {
 	prepareResponse(&ctx.Response)
 	if name, value := st.policy.cookie(ctx, s); name != "" {
 		c := fasthttp.AcquireCookie()
@@ -429,7 +429,7 @@ func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolState, s *Server) {
 
 // unavailable answers when no server could take the request in time: unavailable_status (503, with
 // Retry-After, unless configured otherwise).
-func unavailable(ctx *fasthttp.RequestCtx, p *Pool, st *poolState) {
+func unavailable(ctx *fasthttp.RequestCtx, p *Pool, st *poolView) {
 	p.noServer.Add(1)
 	code := st.cfg.UnavailableStatus
 	ctx.Error(strconv.Itoa(code)+" "+fasthttp.StatusMessage(code)+": no server available\n", code)

@@ -47,7 +47,7 @@ func newRoundRobinPolicy(p *Pool, cfg *config.Pool) policy {
 		header: cfg.MultipartHeader, pins: p.pins}
 }
 
-func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except *Server) choice {
+func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice {
 	n := bodyBytes(&ctx.Request.Header)
 	if rp.header != "" {
 		if id := ctx.Request.Header.Peek(rp.header); len(id) > 0 {
@@ -58,7 +58,7 @@ func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolState, except
 }
 
 // pickPinned routes a request of multi-part id.
-func (rp *roundRobinPolicy) pickPinned(id []byte, st *poolState, except *Server, n int64) choice {
+func (rp *roundRobinPolicy) pickPinned(id []byte, st *poolView, except *Server, n int64) choice {
 	if i, ok := rp.pins.Lookup(id, &st.all); ok {
 		var s *Server
 		if i >= 0 {
@@ -124,7 +124,7 @@ func (rp *roundRobinPolicy) hold(*fasthttp.RequestCtx, *Server) func()          
 // pool; the pin is dropped then, or expires with multipart_ttl.
 func (rp *roundRobinPolicy) removed(*Server) {}
 
-func (rp *roundRobinPolicy) describe(ps *admin.PoolStatus, st *poolState) {
+func (rp *roundRobinPolicy) describe(ps *admin.PoolStatus, st *poolView) {
 	ps.HighWatermark, ps.HighWatermarkBytes = rp.hw, rp.hwb
 	for i := range ps.Servers {
 		ps.Servers[i].Writable = st.servers[i].writable(rp.hw, rp.hwb)
@@ -140,7 +140,7 @@ func (rp *roundRobinPolicy) describe(ps *admin.PoolStatus, st *poolState) {
 	}
 }
 
-func (rp *roundRobinPolicy) writeMetrics(w io.Writer, l string, st *poolState) {
+func (rp *roundRobinPolicy) writeMetrics(w io.Writer, l string, st *poolView) {
 	metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark{"+l+"}", uint64(rp.hw))
 	metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark_bytes{"+l+"}", uint64(rp.hwb))
 	var counts map[string]int

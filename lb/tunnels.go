@@ -10,27 +10,86 @@ import (
 	"github.com/fairlead/fairlead/lb/tunnel"
 )
 
-// The registry of tunnels: relays belong to the LB, not to a config generation, so tunnels outlive
+// The registry of tunnels: the engines belong to the LB, not to a config generation, so tunnels outlive
 // reloads. Each tunnel is labelled with its pool and server (tunnelGroup), and the tunnel closer, a
 // subscriber of the event stream, closes a server's tunnels when that server goes down, leaves its pool,
 // or stops being the leader of a leader pool: the clients reconnect and are placed on an available server.
 
 func tunnelGroup(pool, addr string) string { return pool + "|" + addr }
 
-// engineFor returns the tunnel engine for a tunnel_idle_timeout.
-func (lb *LB) engineFor(idle time.Duration) *tunnel.Engine {
-	lb.engineMu.Lock()
-	defer lb.engineMu.Unlock()
-	if r, ok := lb.engines[idle]; ok {
-		return r
+// tunnels are the tunnel engines, one per distinct tunnel_idle_timeout; mu guards the map.
+type tunnels struct {
+	logf    func(string, ...any)
+	mu      sync.Mutex
+	engines map[time.Duration]*tunnel.Engine
+}
+
+// engine returns the tunnel engine for a tunnel_idle_timeout.
+func (ts *tunnels) engine(idle time.Duration) *tunnel.Engine {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if e, ok := ts.engines[idle]; ok {
+		return e
 	}
-	r, err := tunnel.NewEngine(tunnel.Options{IdleTimeout: idle, Logf: lb.logf})
+	e, err := tunnel.NewEngine(tunnel.Options{IdleTimeout: idle, Logf: ts.logf})
 	if err != nil {
-		// Only fails if the kernel refuses an epoll instance; nothing can be relayed then.
+		// Only fails if the kernel refuses an epoll instance; nothing can be tunnelled then.
 		panic(fmt.Sprintf("tunnel engine: %v", err))
 	}
-	lb.engines[idle] = r
-	return r
+	if ts.engines == nil {
+		ts.engines = map[time.Duration]*tunnel.Engine{}
+	}
+	ts.engines[idle] = e
+	return e
+}
+
+// group returns the open tunnels of group in every engine.
+func (ts *tunnels) group(group string) []*tunnel.Tunnel {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var out []*tunnel.Tunnel
+	for _, e := range ts.engines {
+		out = append(out, e.Group(group)...)
+	}
+	return out
+}
+
+// closeGroup closes the tunnels of group at once and returns how many it closed.
+func (ts *tunnels) closeGroup(group string) int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for _, e := range ts.engines {
+		n += e.CloseGroup(group)
+	}
+	return n
+}
+
+// stats sums the counters of every engine.
+func (ts *tunnels) stats() tunnel.Stats {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var sum tunnel.Stats
+	for _, e := range ts.engines {
+		s := e.Stats()
+		sum.Opened += s.Opened
+		sum.Closed += s.Closed
+		sum.BytesToServer += s.BytesToServer
+		sum.BytesToClient += s.BytesToClient
+		for i := range sum.ByReason {
+			sum.ByReason[i] += s.ByReason[i]
+		}
+	}
+	return sum
+}
+
+// close stops every engine (at exit, after the tunnels were closed).
+func (ts *tunnels) close() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, e := range ts.engines {
+		e.Close()
+	}
 }
 
 // closeTunnels is the tunnel closer: it acts on the events that end a server's service.
@@ -54,10 +113,10 @@ func (lb *LB) closeTunnels(e event.Event) {
 	group := tunnelGroup(e.Pool, addr)
 	var spread time.Duration
 	if p := lb.gen.Load().pools[e.Pool]; p != nil {
-		spread = p.state.Load().cfg.TunnelCloseSpread.D
+		spread = p.view.Load().cfg.TunnelCloseSpread.D
 	}
 	if spread > 0 {
-		ts := lb.tunnelsOf(group)
+		ts := lb.tunnels.group(group)
 		if len(ts) == 0 {
 			return
 		}
@@ -69,26 +128,9 @@ func (lb *LB) closeTunnels(e event.Event) {
 		}()
 		return
 	}
-	lb.engineMu.Lock()
-	n := 0
-	for _, r := range lb.engines {
-		n += r.CloseGroup(group)
-	}
-	lb.engineMu.Unlock()
-	if n > 0 {
+	if n := lb.tunnels.closeGroup(group); n > 0 {
 		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, lb.serverLabel(e.Pool, addr), why)
 	}
-}
-
-// tunnelsOf returns the open tunnels of group in every relay.
-func (lb *LB) tunnelsOf(group string) []*tunnel.Tunnel {
-	lb.engineMu.Lock()
-	defer lb.engineMu.Unlock()
-	var ts []*tunnel.Tunnel
-	for _, r := range lb.engines {
-		ts = append(ts, r.Group(group)...)
-	}
-	return ts
 }
 
 // closeAllTunnels closes every tunnel at exit, each pool's spread over its tunnel_close_spread (the
@@ -96,10 +138,10 @@ func (lb *LB) tunnelsOf(group string) []*tunnel.Tunnel {
 func (lb *LB) closeAllTunnels(g *generation) {
 	var wg sync.WaitGroup
 	for _, p := range g.pools {
-		st := p.state.Load()
+		st := p.view.Load()
 		var ts []*tunnel.Tunnel
 		for _, s := range st.servers {
-			ts = append(ts, lb.tunnelsOf(tunnelGroup(p.name, s.Addr))...)
+			ts = append(ts, lb.tunnels.group(tunnelGroup(p.name, s.Addr))...)
 		}
 		if len(ts) == 0 {
 			continue
@@ -127,13 +169,13 @@ func (lb *LB) failbackTunnels(e event.Event) {
 	if p == nil {
 		return
 	}
-	st := p.state.Load()
+	st := p.view.Load()
 	if !st.cfg.FailbackCloseTunnels {
 		return
 	}
 	var ts []*tunnel.Tunnel
 	for _, s := range st.tiers[backups].servers {
-		ts = append(ts, lb.tunnelsOf(tunnelGroup(p.name, s.Addr))...)
+		ts = append(ts, lb.tunnels.group(tunnelGroup(p.name, s.Addr))...)
 	}
 	if len(ts) == 0 {
 		return
@@ -167,22 +209,4 @@ func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration,
 		}
 		t.Close()
 	}
-}
-
-// relayStats sums the counters of every relay.
-func (lb *LB) relayStats() tunnel.Stats {
-	lb.engineMu.Lock()
-	defer lb.engineMu.Unlock()
-	var sum tunnel.Stats
-	for _, r := range lb.engines {
-		s := r.Stats()
-		sum.Opened += s.Opened
-		sum.Closed += s.Closed
-		sum.BytesToServer += s.BytesToServer
-		sum.BytesToClient += s.BytesToClient
-		for i := range sum.ByReason {
-			sum.ByReason[i] += s.ByReason[i]
-		}
-	}
-	return sum
 }

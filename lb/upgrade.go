@@ -63,7 +63,7 @@ func (lb *LB) dialUpgrade(s *Server) (net.Conn, error) {
 
 // exchange sends the upgrade request (its head, built by appendUpstreamHead) on conn and relays the
 // answer; on 101 the connection pair becomes a tunnel. It owns conn.
-func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Server, conn net.Conn, head []byte) {
+func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, conn net.Conn, head []byte) {
 	fail := func(format string, args ...any) {
 		conn.Close()
 		s.failures.Add(1)
@@ -123,7 +123,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolState, s *Serv
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
 	release := st.policy.hold(ctx, s)
-	engine, group := lb.engineFor(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
+	engine, group := lb.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the

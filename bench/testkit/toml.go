@@ -79,6 +79,15 @@ func (t *Table) Set(key string, v any) *Table {
 	return t
 }
 
+// Lines writes raw, lines of TOML keys as text (a test's extra keys, "" for none), in the table and
+// returns the table.
+func (t *Table) Lines(raw string) *Table {
+	if raw = strings.TrimSpace(raw); raw != "" {
+		t.lines = append(t.lines, raw)
+	}
+	return t
+}
+
 // Table returns a sub-table written right after t ([routes.auth] of this [[routes]] entry); name is
 // the full name ("routes.auth"). Asked for again, it is the same sub-table.
 func (t *Table) Table(name string) *Table {

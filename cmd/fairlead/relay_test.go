@@ -25,40 +25,12 @@ import (
 	"github.com/fasthttp/websocket"
 )
 
-const relayUpstreamKey = "up-sekret-5ac0e3"
-
 // relayProcConfig is a config of relay "appconfig" over upstream, with relayExtra in its table; it
 // writes the upstream headers file and the client keys file into dir.
 func relayProcConfig(t *testing.T, dir, listen, admin, upstream, relayExtra string) string {
 	t.Helper()
-	hdr, keys := filepath.Join(dir, "up.hdr"), filepath.Join(dir, "keys")
-	if err := os.WriteFile(hdr, []byte("Authorization: Bearer "+relayUpstreamKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keys, []byte("client-key\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf(`
-[frontend]
-listen = %q
-[admin]
-listen = %q
-[pools.appconfig]
-servers = [%q]
-connect_timeout = "500ms"
-response_timeout = "1s"
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev", "inventory/prod", "payments/dev", "payments/prod"]
-upstream_headers_file = %q
-%s
-[relays.appconfig.auth]
-keys_file = %q
-header = "X-Client-Key"
-`, listen, admin, upstream, hdr, relayExtra, keys)
+	return testkit.Relay{Listen: listen, Admin: admin, Servers: []string{upstream},
+		PoolExtra: "connect_timeout = \"500ms\"\nresponse_timeout = \"1s\"", RelayExtra: relayExtra, Dir: dir}.Config(t)
 }
 
 // runFairleadFor runs fairlead with args, killed after timeout.
@@ -100,7 +72,7 @@ func TestRelayNormalStartWithTheUpstreamUnreachableExitsNonZeroNamingTheTopic(t 
 			t.Errorf("stderr does not name %q:\n%s", want, errOut)
 		}
 	}
-	if strings.Contains(errOut, relayUpstreamKey) {
+	if strings.Contains(errOut, testkit.RelayUpstreamKey) {
 		t.Errorf("stderr holds the upstream key:\n%s", errOut)
 	}
 }
@@ -132,7 +104,7 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	f := testkit.RunFairlead(t, cdir, listen, admin)
 	get := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+listen+"/relay/inventory/dev", nil)
-		req.Header.Set("X-Client-Key", "client-key")
+		req.Header.Set(testkit.RelayClientHeader, testkit.RelayClientKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, err.Error()
@@ -150,7 +122,7 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	}
 
 	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigAddrs: []string{upstream},
-		ConfigAPIKey: relayUpstreamKey, Logf: func(string, ...any) {}})
+		ConfigAPIKey: testkit.RelayUpstreamKey, Logf: func(string, ...any) {}})
 	if _, err := c.PublishConfig("inventory/dev", []byte(`{"fresh":true}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +140,14 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sse.Close()
-	fmt.Fprintf(sse, "GET /relay/inventory/dev HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-Client-Key: client-key\r\n\r\n")
+	fmt.Fprintf(sse, "GET /relay/inventory/dev HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"+testkit.RelayClientHeader+": "+testkit.RelayClientKey+"\r\n\r\n")
 	br := bufio.NewReader(sse)
 	sse.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 200") {
 		t.Fatalf("SSE: %q %v", line, err)
 	}
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	ws, _, err := d.Dial("ws://"+listen+"/relay/inventory/dev", http.Header{"X-Client-Key": {"client-key"}})
+	ws, _, err := d.Dial("ws://"+listen+"/relay/inventory/dev", http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +180,7 @@ func TestRelayFastStartProcessServesTheSeedThenTheFreshSnapshot(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"fresh": true`) && !strings.Contains(string(b), `"fresh":true`) {
 		t.Errorf("the seed file after the stop: %v %s", err, b)
 	}
-	if strings.Contains(f.Log.String(), relayUpstreamKey) {
+	if strings.Contains(f.Log.String(), testkit.RelayUpstreamKey) {
 		t.Errorf("the log holds the upstream key:\n%s", f.Log.String())
 	}
 }
@@ -244,7 +216,7 @@ type relayPoolStatus struct {
 func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigServers: 2,
-		ConfigAPIKey: relayUpstreamKey})
+		ConfigAPIKey: testkit.RelayUpstreamKey})
 	primary, backup := c.Config("config1"), c.Config("config2")
 	dir := t.TempDir()
 	listen, admin := testkit.Addr(t), testkit.Addr(t)
@@ -291,7 +263,7 @@ func TestARelaysPrimaryGoingDownIsAPoolFailoverAndItsReturnAFailback(t *testing.
 	readLines(t, "http://"+admin+"/events", nil, events)
 	const topic = "inventory/dev"
 	changes := make(chan string, 1024)
-	readLines(t, "http://"+listen+"/relay/"+topic, http.Header{"X-Client-Key": {"client-key"}, "Accept": {"text/event-stream"}}, changes)
+	readLines(t, "http://"+listen+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}, "Accept": {"text/event-stream"}}, changes)
 	publish := func(data string) uint64 {
 		t.Helper()
 		v, err := c.PublishConfig(topic, []byte(data))

@@ -2,7 +2,7 @@ package admin
 
 // metricFamilies describes every metric family of GET /metrics: its type, labels and help, in one place.
 // The series themselves are written at scrape time where their values live, in package lb (metrics.go,
-// policy.go, roundrobin.go, discovery.go, relaystatus.go: Backend.WriteMetrics); the admin and metrics
+// policy.go, roundrobin.go, discovery.go, package relay: Backend.WriteMetrics); the admin and metrics
 // reference (ADMIN.md) is generated from this table, and a test fails when a family written anywhere
 // in lb or its sub-packages is missing here, or a family here is written nowhere.
 var metricFamilies = []metricFamily{

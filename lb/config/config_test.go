@@ -89,21 +89,28 @@ paths = ["/other"]
 	}
 }
 
+// loadFails loads base as 10-base.toml and bad as 20-bad.toml and reports unless Load fails with an
+// *Error whose text holds each of want; it returns the error.
+func loadFails(t *testing.T, name, base, bad string, want ...string) error {
+	t.Helper()
+	_, err := Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": base, "20-bad.toml": bad}))
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Errorf("%s: got %v, want an *Error", name, err)
+		return err
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q does not contain %q", name, err, w)
+		}
+	}
+	return err
+}
+
 func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f := func(name, extra string, want ...string) {
 		t.Helper()
-		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-		_, err := Load(dir)
-		var ce *Error
-		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a Error", name, err)
-			return
-		}
-		for _, w := range want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not contain %q", name, err, w)
-			}
-		}
+		loadFails(t, name, minimalConfig, extra, want...)
 	}
 	bad := filepath.Join("20-bad.toml")
 	f("unknown key", "[frontend]\nlisen = \"x\"\n", bad+": frontend.lisen: unknown key")

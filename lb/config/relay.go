@@ -1,7 +1,7 @@
 package config
 
 // [relays.NAME]: defaults, validation and what a relay compiles to when the config is loaded (its
-// templates, topics, upstream headers and auth). The running side is relayroute.go.
+// templates, topics, upstream headers and auth). The running side is package relay.
 
 import (
 	"bytes"
@@ -14,13 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairlead/fairlead/lb/relay"
+	"github.com/fairlead/fairlead/lb/relay/paths"
 )
 
 // RelaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
 type RelaySpec struct {
 	Name                   string
-	Path, Snapshot, Events *relay.Template
+	Path, Snapshot, Events *paths.Template
 	Topics                 []string        // the listed topics, validated, in config order
 	Listed                 map[string]bool // the same, as a set
 	OnDemand               bool
@@ -75,7 +75,7 @@ func (c *Config) RelayOnlyPool(name string) bool {
 func (c *Config) validateRelays() []string {
 	var p []string
 	c.RelaySpecs = map[string]*RelaySpec{}
-	paths := map[string]string{}  // path template → relay
+	byPath := map[string]string{} // path template → relay
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
 		r := c.Relays[name]
@@ -113,12 +113,12 @@ func (c *Config) validateRelays() []string {
 				}
 			}
 		}
-		tmpl := func(key, s string) *relay.Template {
+		tmpl := func(key, s string) *paths.Template {
 			if s == "" {
 				add(key, "required")
 				return nil
 			}
-			t, err := relay.ParseTemplate(s)
+			t, err := paths.ParseTemplate(s)
 			if err != nil {
 				add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
 			}
@@ -126,11 +126,11 @@ func (c *Config) validateRelays() []string {
 		}
 		spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
 		if spec.Path != nil {
-			if other := paths[r.Path]; other != "" {
+			if other := byPath[r.Path]; other != "" {
 				add("path", "%q is already the path of relays.%s", r.Path, other)
 			}
-			paths[r.Path] = name
-			for key, t := range map[string]*relay.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
+			byPath[r.Path] = name
+			for key, t := range map[string]*paths.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
 				if t != nil {
 					if err := t.CheckExpandable(spec.Path); err != nil {
 						add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
@@ -139,7 +139,7 @@ func (c *Config) validateRelays() []string {
 			}
 			for i, t := range r.Topics {
 				key := fmt.Sprintf("topics.%d", i)
-				if _, err := relay.SplitTopic(t, len(spec.Path.Names())); err != nil {
+				if _, err := paths.Split(t, len(spec.Path.Names())); err != nil {
 					add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
 				} else if spec.Listed[t] {
 					add(key, "topic %q listed twice", t)

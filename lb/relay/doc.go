@@ -1,5 +1,7 @@
-// Package relay is the transport-independent core of fairlead's relay routes, a caching
-// proxy for configuration snapshots.
+// Package relay is fairlead's relay routes ([relays.NAME]), a caching proxy for configuration
+// snapshots, modelled on the IBM Cloud App Configuration Relay Proxy: the whole feature but its path
+// templates (package paths, which the config parses) and the route auth and access log of the
+// request path (package lb).
 //
 // A relay route maps client paths such as "/relay/inventory/dev" to topics ("inventory/dev").
 // Clients GET a topic's cached snapshot, or subscribe to it over Server-Sent Events or
@@ -7,14 +9,14 @@
 // change, the snapshot is fetched once and pushed to every subscriber, so N clients cost the
 // upstream one connection and one fetch per change instead of N.
 //
-// This package holds the parts that do not touch sockets: path templates (Template), which
-// match client paths and build the upstream snapshot and events paths, and the Hub, which
-// caches each topic's latest Snapshot, coalesces fetches (Refresh), and fans snapshots and
-// raw change messages out to subscribers without blocking on slow ones. The HTTP handlers,
-// the SSE and WebSocket writers and the upstream session manager plug into it: a writer
-// goroutine per client reads Subscriber.C, the upstream manager calls Refresh and
-// PublishChange, and closes the upstream sessions of the topics IdleTopics reports. The upstream
-// manager (Upstream) judges no server: it asks its Pool (package lb's pool, whose health check is
-// the one verdict on the servers) which one to use, reports how each attempt ended, and follows the
-// pool's changes.
+//   - Route (route.go) is one running relay: its topics (listed and on-demand), their lifecycle
+//     (activated by a request, retired when idle), its start (normal: every listed topic fetched;
+//     fast: the seed file, seed.go) and its Status and metrics (status.go).
+//   - Hub (hub.go) caches each topic's latest Snapshot, coalesces fetches (Refresh), and fans
+//     snapshots and raw change messages out to subscribers without blocking on slow ones.
+//   - Serve (serve.go) answers a client: the snapshot, an SSE stream or a WebSocket, a writer
+//     goroutine per subscriber reading Subscriber.C.
+//   - Origin (origin.go) holds the upstream sessions and fetches. It judges no server: it asks its
+//     Pool (package lb's pool, whose health check is the one verdict on the servers) which one to
+//     use, reports how each attempt ended, and follows the pool's changes.
 package relay

@@ -28,7 +28,7 @@ type Snapshot struct {
 	// reset since the file was written).
 	Seed bool
 
-	// localVersion: Version is the fetcher's count, the upstream gave none (upstream.go).
+	// localVersion: Version is the fetcher's count, the upstream gave none (origin.go).
 	localVersion bool
 
 	sseOnce sync.Once

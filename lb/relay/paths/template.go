@@ -1,4 +1,8 @@
-package relay
+// Package paths holds the path templates of relay routes ("/relay/{collection}/{environment}") and the
+// topic keys they make ("inventory/dev"): the client path a request matches, the upstream snapshot and
+// events paths a topic expands to, and the check of a configured topic. It is a leaf: lb/config parses
+// templates with it, and the relay matches and expands them.
+package paths
 
 import (
 	"fmt"
@@ -129,7 +133,7 @@ func (t *Template) MatchInto(path []byte, vals [][]byte) ([][]byte, bool) {
 // index of that name in names (vals[i] belongs to names[i]). It is meant for the snapshot
 // and events templates, given the path template's names and the values a request matched,
 // and allocates nothing when dst has room. Values are appended as they are, unescaped,
-// which is safe for values that passed MatchInto or SplitTopic. A name missing from names
+// which is safe for values that passed MatchInto or Split. A name missing from names
 // is a configuration error that CheckExpandable catches at load time, so Expand panics on
 // it rather than building a wrong upstream path.
 func (t *Template) Expand(dst []byte, names []string, vals [][]byte) []byte {
@@ -161,15 +165,15 @@ func (t *Template) CheckExpandable(from *Template) error {
 	return nil
 }
 
-// TopicKey returns the key of the topic a request matched: its values joined by "/", in
+// Key returns the key of the topic a request matched: its values joined by "/", in
 // the order of the path template's names, e.g. "inventory/dev".
-func TopicKey(vals [][]byte) string {
-	return string(AppendTopicKey(nil, vals))
+func Key(vals [][]byte) string {
+	return string(AppendKey(nil, vals))
 }
 
-// AppendTopicKey appends the topic key of vals to dst, for callers that look topics up
+// AppendKey appends the topic key of vals to dst, for callers that look topics up
 // without allocating (a map lookup with string(key) does not copy).
-func AppendTopicKey(dst []byte, vals [][]byte) []byte {
+func AppendKey(dst []byte, vals [][]byte) []byte {
 	for i, v := range vals {
 		if i > 0 {
 			dst = append(dst, '/')
@@ -179,11 +183,11 @@ func AppendTopicKey(dst []byte, vals [][]byte) []byte {
 	return dst
 }
 
-// SplitTopic validates a configured topic key such as "inventory/dev" against a path
+// Split validates a configured topic key such as "inventory/dev" against a path
 // template with n names and returns its values: exactly n "/"-separated parts, each a valid
 // value ([A-Za-z0-9._-]+, not "." or ".."), so that the topic can be matched by a request and its upstream
 // paths expanded.
-func SplitTopic(key string, n int) ([]string, error) {
+func Split(key string, n int) ([]string, error) {
 	parts := strings.Split(key, "/")
 	if len(parts) != n {
 		return nil, fmt.Errorf("relay: topic %q has %d part(s), the path defines %d name(s)", key, len(parts), n)

@@ -29,6 +29,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/stickiness"
+	"github.com/google/renameio/v2"
 )
 
 // stateWriteInterval is how often the state file is written while fairlead runs (and once more at
@@ -153,7 +154,7 @@ func (lb *LB) snapshotState(now time.Time) *savedState {
 }
 
 func (p *Pool) snapshot() *savedPool {
-	st := p.state.Load()
+	st := p.view.Load()
 	sp := &savedPool{Balance: p.balance, Servers: make([]savedServer, len(st.servers))}
 	inPool := make(map[string]bool, len(st.servers))
 	for i, s := range st.servers {
@@ -182,47 +183,15 @@ func (p *Pool) snapshot() *savedPool {
 	return sp
 }
 
-// writeStateFile replaces the file at path with st atomically (writeFileAtomic).
+// writeStateFile replaces the file at path with st atomically (a temporary file in the same
+// directory, synced, then renamed over it): a reader sees the old file or the new one, whole, and after
+// a crash one of them is on disk. A new file's mode is 0600; an existing one keeps its own.
 func writeStateFile(path string, st *savedState) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, append(b, '\n'))
-}
-
-// writeFileAtomic replaces the file at path with data atomically: a reader sees the old file or the
-// new one, whole, and after a crash one of them is on disk. The file's mode is 0600.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*") // mode 0600
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()           //nolint:errcheck // already failing
-			os.Remove(f.Name()) //nolint:errcheck
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced; not every file system can sync one.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()  //nolint:errcheck
-		d.Close() //nolint:errcheck
-	}
-	return nil
+	return renameio.WriteFile(path, append(b, '\n'), 0o600, renameio.WithTempDir(filepath.Dir(path)))
 }
 
 // readStateFile reads the state file at path; the error says why it cannot be used: missing,
@@ -291,7 +260,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 	if sp.Balance != p.balance {
 		return "", "", fmt.Errorf("its balance was %q, now %q", sp.Balance, p.balance)
 	}
-	st := p.state.Load()
+	st := p.view.Load()
 	byAddr := make(map[string]*Server, len(st.servers))
 	for _, s := range st.servers {
 		byAddr[s.Addr] = s

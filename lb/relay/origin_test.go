@@ -17,6 +17,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/relay/paths"
 	"github.com/fasthttp/websocket"
 )
 
@@ -114,17 +115,17 @@ func (p *listPool) failures(server string) (failed, ok int) {
 
 // upstreamOpts returns options for the simulator's config servers, with small intervals, over a
 // listPool of servers.
-func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) UpstreamOptions {
+func upstreamOpts(t *testing.T, logs *logBuf, servers ...string) OriginOptions {
 	t.Helper()
-	snapshot, err := ParseTemplate("/config/{collection}/{environment}")
+	snapshot, err := paths.ParseTemplate("/config/{collection}/{environment}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := ParseTemplate("/events/{collection}/{environment}")
+	events, err := paths.ParseTemplate("/events/{collection}/{environment}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return UpstreamOptions{
+	return OriginOptions{
 		Pool:     newListPool(servers...),
 		Snapshot: snapshot,
 		Events:   events,
@@ -190,7 +191,7 @@ func TestUpstreamFanOut(t *testing.T) {
 	h := NewHub(Options{SubscriberBuffer: 64})
 	defer h.Close()
 	var logs logBuf
-	u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+	u := NewOrigin(h, upstreamOpts(t, &logs, srv.Addr))
 	defer u.Close()
 
 	subs := map[string][]*Subscriber{}
@@ -264,7 +265,7 @@ func TestUpstreamAPIKey(t *testing.T) {
 	var logs logBuf
 	opts := upstreamOpts(t, &logs, srv.Addr)
 	opts.Header = http.Header{"Authorization": {"Bearer " + key}}
-	u := NewUpstream(h, opts)
+	u := NewOrigin(h, opts)
 	defer u.Close()
 	u.Watch("inventory/dev")
 	testkit.Eventually(t, "an authorized session", 3*time.Second, func() bool {
@@ -275,7 +276,7 @@ func TestUpstreamAPIKey(t *testing.T) {
 	}
 
 	var badLogs logBuf
-	bad := NewUpstream(h, upstreamOpts(t, &badLogs, srv.Addr))
+	bad := NewOrigin(h, upstreamOpts(t, &badLogs, srv.Addr))
 	defer bad.Close()
 	bad.Watch("users/dev")
 	testkit.Eventually(t, "retries answered 401", 3*time.Second, func() bool { return srv.Stats().Unauthorized >= 3 })
@@ -334,7 +335,7 @@ func TestUpstreamSessionsFollowThePoolsChoiceAndReportTheirFailures(t *testing.T
 	var logs logBuf
 	opts := upstreamOpts(t, &logs, s1.Addr, s2.Addr)
 	pool := opts.Pool.(*listPool)
-	u := NewUpstream(h, opts)
+	u := NewOrigin(h, opts)
 	defer u.Close()
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)
@@ -421,7 +422,7 @@ func TestUpstreamUnwatchClose(t *testing.T) {
 	defer srv.Close()
 	h := NewHub(Options{})
 	var logs logBuf
-	u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+	u := NewOrigin(h, upstreamOpts(t, &logs, srv.Addr))
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)
 	}
@@ -482,7 +483,7 @@ func TestUpstreamFetch(t *testing.T) {
 	var logs logBuf
 
 	t.Run("VersionFromJSON", func(t *testing.T) {
-		u := NewUpstream(h, upstreamOpts(t, &logs, srv.Addr))
+		u := NewOrigin(h, upstreamOpts(t, &logs, srv.Addr))
 		defer u.Close()
 		s, err := u.Fetch(context.Background(), "inventory/dev")
 		if err != nil {
@@ -507,7 +508,7 @@ func TestUpstreamFetch(t *testing.T) {
 	t.Run("FailoverOnRefused", func(t *testing.T) {
 		dead := testkit.Addr(t)
 		opts := upstreamOpts(t, &logs, dead, srv.Addr)
-		u := NewUpstream(h, opts)
+		u := NewOrigin(h, opts)
 		defer u.Close()
 		s, err := u.Fetch(context.Background(), "inventory/dev")
 		if err != nil {
@@ -531,7 +532,7 @@ func TestUpstreamFetch(t *testing.T) {
 		}))
 		defer bad.Close()
 		opts := upstreamOpts(t, &logs, bad.Listener.Addr().String(), srv.Addr)
-		u := NewUpstream(h, opts)
+		u := NewOrigin(h, opts)
 		defer u.Close()
 		s, err := u.Fetch(context.Background(), "inventory/dev")
 		if err != nil || s.Version != v {
@@ -543,13 +544,13 @@ func TestUpstreamFetch(t *testing.T) {
 	})
 
 	t.Run("AllDown", func(t *testing.T) {
-		u := NewUpstream(h, upstreamOpts(t, &logs, testkit.Addr(t), testkit.Addr(t)))
+		u := NewOrigin(h, upstreamOpts(t, &logs, testkit.Addr(t), testkit.Addr(t)))
 		defer u.Close()
 		if _, err := u.Fetch(context.Background(), "inventory/dev"); err == nil {
 			t.Fatal("fetch with every server down succeeded")
 		}
 		empty := upstreamOpts(t, &logs)
-		none := NewUpstream(h, empty)
+		none := NewOrigin(h, empty)
 		defer none.Close()
 		if _, err := none.Fetch(context.Background(), "inventory/dev"); err != ErrNoServer {
 			t.Fatalf("fetch from a pool without an available server: %v, want ErrNoServer", err)
@@ -568,7 +569,7 @@ func TestUpstreamFetch(t *testing.T) {
 			fmt.Fprint(w, "plain text")
 		}))
 		defer plain.Close()
-		u := NewUpstream(h, upstreamOpts(t, &logs, plain.Listener.Addr().String()))
+		u := NewOrigin(h, upstreamOpts(t, &logs, plain.Listener.Addr().String()))
 		defer u.Close()
 		s, err := u.Fetch(context.Background(), "inventory/dev")
 		if err != nil || s.Version != 41 || s.ETag != `"41"` || string(s.Body) != "plain text" {
@@ -622,7 +623,7 @@ func TestUpstreamHungSessionIsRedialled(t *testing.T) {
 			opts := upstreamOpts(t, logs, strings.TrimPrefix(srv.URL, "http://"))
 			opts.KeepAlive, opts.Timeout = 50*time.Millisecond, 100*time.Millisecond
 			h := NewHub(Options{})
-			u := NewUpstream(h, opts)
+			u := NewOrigin(h, opts)
 			t.Cleanup(func() { u.Close(); h.Close() })
 			u.Watch("inventory/dev")
 			count := func() int { mu.Lock(); defer mu.Unlock(); return upgrades }
@@ -656,7 +657,7 @@ func TestUpstreamResyncsAfterAGap(t *testing.T) {
 	h := NewHub(Options{SubscriberBuffer: 64})
 	defer h.Close()
 	var logs logBuf
-	u := NewUpstream(h, upstreamOpts(t, &logs, s1.Addr))
+	u := NewOrigin(h, upstreamOpts(t, &logs, s1.Addr))
 	defer u.Close()
 	u.Watch(topic)
 	if err := u.WaitSession(context.Background(), topic); err != nil {
@@ -726,7 +727,7 @@ func TestUpstreamSessionsCloseWhenThePoolHasNoServerAvailable(t *testing.T) {
 	var logs logBuf
 	opts := upstreamOpts(t, &logs, srv.Addr)
 	pool := opts.Pool.(*listPool)
-	u := NewUpstream(h, opts)
+	u := NewOrigin(h, opts)
 	defer u.Close()
 	for _, topic := range upstreamTopics {
 		u.Watch(topic)

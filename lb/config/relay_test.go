@@ -1,12 +1,7 @@
-package lb
-
-// [relays.NAME] validation (relayconfig.go, issue #14): every problem names the file and the full
-// dotted key; a bad reload keeps the running relay; a config of relays only loads.
+package config
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,45 +9,21 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/config"
 )
 
-// relayBaseConfig is a valid config of one relay and no [[routes]]; it reads the secrets files of
-// dir (written by writeRelaySecrets).
-func relayBaseConfig(dir string) string {
-	return fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = ["127.0.0.1:19281"]
-backups = ["127.0.0.1:19282"]
-failback_interval = "2s"
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev", "inventory/prod", "payments/dev", "payments/prod"]
-upstream_headers_file = %q
-[relays.appconfig.auth]
-keys_file = %q
-header = "X-Client-Key"
-`, filepath.Join(dir, "up.hdr"), filepath.Join(dir, "keys"))
-}
-
-// writeRelaySecrets writes the upstream headers file and the keys file relayBaseConfig reads
-// (relaySecrets) and returns their directory.
-func writeRelaySecrets(t *testing.T) string {
+// relayBase is a valid config of one relay and no [[routes]], and the directory of the secrets files
+// it reads.
+func relayBase(t *testing.T) (base, secrets string) {
 	t.Helper()
-	headers, _ := relaySecrets(t)
-	return filepath.Dir(headers)
+	secrets = t.TempDir()
+	base = testkit.Relay{Servers: []string{"127.0.0.1:19281", "127.0.0.1:19282"}, PoolExtra: `failback_interval = "2s"`,
+		Dir: secrets}.Config(t)
+	return base, secrets
 }
 
 func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
-	secrets := writeRelaySecrets(t)
-	cfg, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)}))
+	base, _ := relayBase(t)
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": base}))
 	if err != nil {
 		t.Fatalf("a config with a relay and no [[routes]]: %v", err)
 	}
@@ -68,7 +39,7 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 	if b := cfg.Pools["appconfig"].Balance; b != "roundrobin" {
 		t.Errorf("a pool named by relays only has balance %q, want roundrobin", b)
 	}
-	if got := cfg.RelaySpecs["appconfig"].Header.Get("Authorization"); got != "Bearer "+relayUpKey {
+	if got := cfg.RelaySpecs["appconfig"].Header.Get("Authorization"); got != "Bearer "+testkit.RelayUpstreamKey {
 		t.Errorf("upstream headers: Authorization %q", got)
 	}
 }
@@ -76,13 +47,13 @@ func TestRelayConfigOfRelaysOnlyLoadsWithItsDefaults(t *testing.T) {
 // The fingerprint decides whether a reload keeps a running relay, its upstream sessions and its
 // subscribers: the same files must give the same fingerprint.
 func TestRelayConfigFingerprintIsTheSameWhenTheFilesAreTheSame(t *testing.T) {
-	secrets := writeRelaySecrets(t)
-	dir := testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets)})
-	a, err := config.Load(dir)
+	base, _ := relayBase(t)
+	dir := testkit.WriteFiles(t, map[string]string{"10-relay.toml": base})
+	a, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := config.Load(dir)
+	b, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +61,13 @@ func TestRelayConfigFingerprintIsTheSameWhenTheFilesAreTheSame(t *testing.T) {
 	if fa != fb {
 		t.Errorf("two loads of the same files give different fingerprints, so every reload restarts the relay:\n%s\n%s", fa, fb)
 	}
-	if strings.Contains(fa, relayUpKey) {
+	if strings.Contains(fa, testkit.RelayUpstreamKey) {
 		t.Errorf("the fingerprint holds the upstream key")
 	}
 }
 
 func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
-	secrets := writeRelaySecrets(t)
+	base, secrets := relayBase(t)
 	write := func(name, body string) string {
 		p := filepath.Join(secrets, name)
 		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
@@ -104,26 +75,15 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		}
 		return p
 	}
-	malformed := write("malformed.hdr", "Authorization: Bearer "+relayUpKey+"\nno colon here\n")
+	malformed := write("malformed.hdr", "Authorization: Bearer "+testkit.RelayUpstreamKey+"\nno colon here\n")
 	hostHdr := write("host.hdr", "Host: evil.example\n")
 	wsKeyHdr := write("wskey.hdr", "Sec-WebSocket-Key: abc\n")
 	missing := filepath.Join(secrets, "missing")
 
 	f := func(name, bad string, want ...string) {
 		t.Helper()
-		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets), "20-bad.toml": bad})
-		_, err := config.Load(dir)
-		var ce *config.Error
-		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a Error", name, err)
-			return
-		}
-		for _, w := range want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not contain %q", name, err, w)
-			}
-		}
-		if strings.Contains(err.Error(), relayUpKey) {
+		err := loadFails(t, name, base, bad, want...)
+		if err != nil && strings.Contains(err.Error(), testkit.RelayUpstreamKey) {
 			t.Errorf("%s: the error holds the upstream key: %q", name, err)
 		}
 	}
@@ -173,9 +133,9 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 		"20-bad.toml: relays.second.path: ", "relays.appconfig")
 
 	// Every problem of a relay is listed, not only the first.
-	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": relayBaseConfig(secrets),
+	dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": base,
 		"20-bad.toml": r + "subscriber_buffer = 0\nstart = \"quick\"\ntopics = [\"x\"]\n"})
-	_, err := config.Load(dir)
+	_, err := Load(dir)
 	for _, key := range []string{"subscriber_buffer", "start", "topics.0"} {
 		if err == nil || !strings.Contains(err.Error(), bad(key)) {
 			t.Errorf("three problems at once: %v does not name %s", err, key)
@@ -183,56 +143,15 @@ func TestRelayConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	}
 }
 
-func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
-	t.Parallel()
-	c := startRelaySim(t, 1)
-	cfg := c.Configs[0]
-	files := relayFiles(t, relayConfigAddrs(c), "", "", "")
-	dir := testkit.WriteFiles(t, files)
-	l, _ := startLBDir(t, dir)
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
-	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
-	sse.waitVersion(t, 1, 5*time.Second)
-
-	// Load refuses it, so a reload never sees it.
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte("[relays.appconfig]\nsubscriber_buffer = 0\ntopics = [\"bad\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
-		t.Fatalf("Load of a bad relay: %v", err)
-	}
-	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
-	// reload, which keeps the running relay.
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(nc); err == nil || !strings.Contains(err.Error(), "relays.appconfig") {
-		t.Errorf("a reload to an unreachable upstream with start = \"normal\": %v, want an error naming the relay", err)
-	}
-	v := relayPublish(t, c, "inventory/dev", `{"after":"bad reload"}`)
-	sse.waitVersion(t, v, 5*time.Second)
-	resp, body := relayGet(t, l, http.MethodGet, "/relay/inventory/dev", relayKeyHdr...)
-	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Version != v {
-		t.Errorf("GET after the failed reload: %d %q", resp.StatusCode, body)
-	}
-	if st := cfg.Stats().Topics["inventory/dev"]; st.Sessions != 1 {
-		t.Errorf("after the failed reload: %d sessions, want 1", st.Sessions)
-	}
-}
-
-// conf.d files merge key by key (config_merge.go): a later file that sets one key of
+// conf.d files merge key by key (merge.go): a later file that sets one key of
 // [relays.NAME.auth] keeps the others, as it does for [pools.NAME.check].
 func TestRelayConfigAuthTableMergesKeyByKeyAcrossFiles(t *testing.T) {
-	secrets := writeRelaySecrets(t)
+	base, secrets := relayBase(t)
 	other := filepath.Join(secrets, "keys2")
 	if err := os.WriteFile(other, []byte("k2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": relayBaseConfig(secrets),
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": base,
 		"20-more.toml": fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\n", other)}))
 	if err != nil {
 		t.Fatal(err)

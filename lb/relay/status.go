@@ -1,27 +1,28 @@
-package lb
+package relay
 
-// What the relays ([relays.NAME], relayroute.go) show in /status and /metrics.
+// What a relay shows in /api/status and /metrics.
 
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/lb/admin"
 )
 
-// status describes the relay.
-func (rr *relayRoute) status() admin.RelayStatus {
-	up := rr.up.Current()
+// Status describes the relay.
+func (rr *Route) Status() admin.RelayStatus {
+	up := rr.origin.Current()
 	st := admin.RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
-		Upstream: up, ServingBackup: rr.pool.servingBackup(up), Switches: rr.up.Switches(), Sessions: rr.up.Sessions(), Subscribers: rr.hub.Subscribers(),
+		Upstream: up, ServingBackup: slices.Contains(rr.backups, up), Switches: rr.origin.Switches(), Sessions: rr.origin.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
 		SeedWrites: rr.seedWrites.Load(), SeedWriteErrors: rr.seedErrors.Load()}
-	for i, k := range relayKinds {
+	for i, k := range kinds {
 		st.Requests[k] = rr.requests[i].Load()
 	}
-	for i, code := range relayRefusals {
+	for i, code := range refusals {
 		st.Refused[strconv.Itoa(code)] = rr.refused[i].Load()
 	}
 	rr.mu.Lock()
@@ -42,28 +43,23 @@ func (rr *relayRoute) status() admin.RelayStatus {
 	return st
 }
 
-// relayStatuses describes the relays of generation g.
-func (g *generation) relayStatuses() []admin.RelayStatus {
-	var out []admin.RelayStatus
-	for _, b := range g.relays {
-		out = append(out, b.rr.status())
-	}
-	return out
-}
-
-// writeRelayMetrics writes the metrics of the relays of g.
-func (lb *LB) writeRelayMetrics(w io.Writer, g *generation) {
-	for _, st := range g.relayStatuses() {
+// WriteMetrics writes the metrics of relays, as Status describes them.
+func WriteMetrics(w io.Writer, relays []admin.RelayStatus) {
+	for _, st := range relays {
 		l := fmt.Sprintf(`relay=%q`, st.Name)
 		metrics.WriteGaugeUint64(w, "fairlead_relay_upstream_sessions{"+l+"}", uint64(st.Sessions))
-		metrics.WriteGaugeUint64(w, "fairlead_relay_serving_backup{"+l+"}", boolGauge(st.ServingBackup))
+		backup := uint64(0)
+		if st.ServingBackup {
+			backup = 1
+		}
+		metrics.WriteGaugeUint64(w, "fairlead_relay_serving_backup{"+l+"}", backup)
 		metrics.WriteCounterUint64(w, "fairlead_relay_upstream_switches_total{"+l+"}", st.Switches)
 		metrics.WriteGaugeUint64(w, "fairlead_relay_topics{"+l+"}", uint64(len(st.Topics)))
 		metrics.WriteGaugeUint64(w, "fairlead_relay_subscribers_total{"+l+"}", uint64(max(st.Subscribers, 0)))
-		for _, k := range relayKinds {
+		for _, k := range kinds {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_relay_requests_total{%s,kind=%q}`, l, k), st.Requests[k])
 		}
-		for _, code := range relayRefusals {
+		for _, code := range refusals {
 			c := strconv.Itoa(code)
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_relay_refused_total{%s,code=%q}`, l, c), st.Refused[c])
 		}

@@ -26,77 +26,28 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fasthttp/websocket"
 )
 
-const (
-	// relayUpKey is the upstream API key the config servers require ("Authorization: Bearer ...").
-	relayUpKey = "up-sekret-7d1c55e0"
-	// relayClientKey is the key clients present in relayClientHeader.
-	relayClientKey    = "client-key-0b3f"
-	relayClientHeader = "X-Client-Key"
-)
-
-// relayTopics are the listed topics of the test relay.
-var relayTopics = []string{"inventory/dev", "inventory/prod", "payments/dev", "payments/prod"}
-
-// startRelaySim starts n config servers requiring relayUpKey (config1 first), on addrs where given.
+// startRelaySim starts n config servers requiring testkit.RelayUpstreamKey (config1 first), on addrs where given.
 func startRelaySim(t testing.TB, n int, addrs ...string) *sim.Cluster {
 	t.Helper()
 	c := testkit.StartCluster(t, sim.Options{Platforms: 1, NoConnections: true, ConfigServers: n, ConfigAddrs: addrs,
-		ConfigAPIKey: relayUpKey, Logf: func(string, ...any) {}})
+		ConfigAPIKey: testkit.RelayUpstreamKey, Logf: func(string, ...any) {}})
 	return c
 }
 
-// relaySecrets writes the upstream headers file and the client keys file and returns their paths.
-func relaySecrets(t testing.TB) (headers, keys string) {
-	t.Helper()
-	dir := t.TempDir()
-	headers, keys = filepath.Join(dir, "up.hdr"), filepath.Join(dir, "keys")
-	if err := os.WriteFile(headers, []byte("# the upstream API key\nAuthorization: Bearer "+relayUpKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keys, []byte(relayClientKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return headers, keys
-}
-
 // relayFiles is a config with relay "appconfig" over pool "appconfig" (servers[0] the server,
-// servers[1:] its backups), the four relayTopics, the upstream key and client auth. relayExtra holds
+// servers[1:] its backups), the four testkit.RelayTopics, the upstream key and client auth. relayExtra holds
 // more keys of [relays.appconfig], poolExtra more keys of [pools.appconfig], and more goes into a
 // file of its own.
 func relayFiles(t testing.TB, servers []string, poolExtra, relayExtra, more string) map[string]string {
 	t.Helper()
-	headers, keys := relaySecrets(t)
-	var backups []string
-	for _, s := range servers[1:] {
-		backups = append(backups, strconv.Quote(s))
-	}
-	base := fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = [%q]
-backups = [%s]
-connect_timeout = "1s"
-response_timeout = "3s"
-%s
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = ["inventory/dev", "inventory/prod", "payments/dev", "payments/prod"]
-upstream_headers_file = %q
-%s
-[relays.appconfig.auth]
-keys_file = %q
-header = %q
-`, servers[0], strings.Join(backups, ", "), poolExtra, headers, relayExtra, keys, relayClientHeader)
+	base := testkit.Relay{Servers: servers, PoolExtra: "connect_timeout = \"1s\"\nresponse_timeout = \"3s\"\n" + poolExtra,
+		RelayExtra: relayExtra}.Config(t)
 	return map[string]string{"10-relay.toml": base, "20-more.toml": more}
 }
 
@@ -105,31 +56,7 @@ header = %q
 // relayExtra holds more keys of [relays.appconfig].
 func openRelayFiles(t testing.TB, servers, topics []string, relayExtra string) map[string]string {
 	t.Helper()
-	headers, _ := relaySecrets(t)
-	quoted := func(list []string) string {
-		var q []string
-		for _, s := range list {
-			q = append(q, strconv.Quote(s))
-		}
-		return strings.Join(q, ", ")
-	}
-	return map[string]string{"10-relay.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.appconfig]
-servers = [%q]
-backups = [%s]
-[relays.appconfig]
-pool = "appconfig"
-path = "/relay/{collection}/{environment}"
-snapshot = "/config/{collection}/{environment}"
-events = "/events/{collection}/{environment}"
-topics = [%s]
-upstream_headers_file = %q
-%s
-`, servers[0], quoted(servers[1:]), quoted(topics), headers, relayExtra)}
+	return map[string]string{"10-relay.toml": testkit.Relay{Servers: servers, Topics: topics, RelayExtra: relayExtra, Open: true}.Config(t)}
 }
 
 // relayConfigAddrs returns the addresses of the cluster's config servers.
@@ -141,15 +68,26 @@ func relayConfigAddrs(c *sim.Cluster) []string {
 	return a
 }
 
-// relayTopicStats returns the hub's statistics of topic on the running relay name.
-func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops int }) {
-	l.routesMu.Lock()
-	rr := l.relayRoutes[name]
-	l.routesMu.Unlock()
-	if rr == nil {
-		return ts
+// runningTopics returns the topics of the running relay name (with "", of the only one), as its status
+// shows them.
+func runningTopics(l *LB, name string) []admin.TopicStatus {
+	l.relays.mu.Lock()
+	rr := l.relays.running[name]
+	for n, r := range l.relays.running {
+		if name == "" && n != "" {
+			rr = r
+		}
 	}
-	for _, s := range rr.hub.Topics() {
+	l.relays.mu.Unlock()
+	if rr == nil {
+		return nil
+	}
+	return rr.Status().Topics
+}
+
+// relayTopicStats returns the statistics of topic on the running relay name.
+func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops int }) {
+	for _, s := range runningTopics(l, name) {
 		if s.Topic == topic {
 			ts.Subscribers, ts.Drops = s.Subscribers, int(s.Drops)
 		}
@@ -190,18 +128,13 @@ func oneSessionPerTopic(s *sim.ConfigServer, topics ...string) bool {
 func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
 	t.Helper()
 	testkit.Eventually(t, "the relay's fetches to settle", 10*time.Second, func() bool {
-		l.routesMu.Lock()
-		var rr *relayRoute
-		for _, r := range l.relayRoutes {
-			rr = r
-		}
-		l.routesMu.Unlock()
-		if rr == nil {
+		ts := runningTopics(l, "")
+		if ts == nil {
 			return false
 		}
 		ended := map[string]uint64{}
-		for _, ts := range rr.hub.Topics() {
-			ended[ts.Topic] = ts.Fetches
+		for _, t := range ts {
+			ended[t.Topic] = t.Fetches
 		}
 		for _, tp := range topics {
 			if n := simFetches(s, tp); n < 2 || uint64(n) != ended[tp] {
@@ -410,7 +343,7 @@ func dialRelayBoth(t testing.TB, addr, topic string) (*relaySSE, *websocket.Conn
 func dialRelayWS(t testing.TB, addr, path string) *websocket.Conn {
 	t.Helper()
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
-	c, resp, err := d.Dial("ws://"+addr+path, http.Header{relayClientHeader: {relayClientKey}})
+	c, resp, err := d.Dial("ws://"+addr+path, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		status := 0
 		if resp != nil {
@@ -452,7 +385,7 @@ func waitRelayChange(t testing.TB, c *websocket.Conn, topic string, v uint64, ti
 }
 
 // relayKeyHdr is the client key header pair.
-var relayKeyHdr = []string{relayClientHeader, relayClientKey}
+var relayKeyHdr = []string{testkit.RelayClientHeader, testkit.RelayClientKey}
 
 // relayScale is the number of SSE and of WebSocket subscribers of the fan-out test: the race
 // detector allows 8128 goroutines, and each subscriber costs fairlead one or two.
@@ -468,7 +401,7 @@ func TestRelayFansOutOneChangePerTopicToThousandsOfSubscribersOverFourUpstreamSe
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 64", ""))
 	n := relayScale()
-	path := func(i int) string { return "/relay/" + relayTopics[i%4] }
+	path := func(i int) string { return "/relay/" + testkit.RelayTopics[i%4] }
 
 	// Dial n SSE and n WebSocket subscribers, a few at a time.
 	sses := make([]*relaySSE, n)
@@ -486,7 +419,7 @@ func TestRelayFansOutOneChangePerTopicToThousandsOfSubscribersOverFourUpstreamSe
 				}
 				sses[i] = s
 				d := websocket.Dialer{HandshakeTimeout: 20 * time.Second}
-				ws, _, err := d.Dial("ws://"+l.Addr()+path(i), http.Header{relayClientHeader: {relayClientKey}})
+				ws, _, err := d.Dial("ws://"+l.Addr()+path(i), http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 				if err != nil {
 					errs <- fmt.Errorf("WebSocket %d: %v", i, err)
 					continue
@@ -516,43 +449,43 @@ func TestRelayFansOutOneChangePerTopicToThousandsOfSubscribersOverFourUpstreamSe
 	}
 	// Every SSE stream starts with the current snapshot (version 1: nothing was published yet).
 	for i, s := range sses {
-		if ev := s.waitVersion(t, 1, 10*time.Second); !strings.Contains(ev.data, `"topic":"`+relayTopics[i%4]+`"`) {
+		if ev := s.waitVersion(t, 1, 10*time.Second); !strings.Contains(ev.data, `"topic":"`+testkit.RelayTopics[i%4]+`"`) {
 			t.Fatalf("SSE %d: first event %+v", i, ev)
 		}
 	}
 	testkit.Eventually(t, "one upstream session per topic at the config server", 5*time.Second, func() bool {
-		return oneSessionPerTopic(cfg, relayTopics...)
+		return oneSessionPerTopic(cfg, testkit.RelayTopics...)
 	})
-	for _, tp := range relayTopics {
+	for _, tp := range testkit.RelayTopics {
 		if st := relayTopicStats(l, "appconfig", tp); st.Subscribers != n/2 {
 			t.Fatalf("%s: %d subscribers in the hub, want %d", tp, st.Subscribers, n/2)
 		}
 	}
 
 	// One change per topic reaches every subscriber and costs one fetch per topic.
-	relaySettled(t, l, cfg, relayTopics...)
+	relaySettled(t, l, cfg, testkit.RelayTopics...)
 	cfg.ResetCounters()
 	versions := map[string]uint64{}
-	for _, tp := range relayTopics {
+	for _, tp := range testkit.RelayTopics {
 		versions[tp] = relayPublish(t, c, tp, `{"changed":"`+tp+`"}`)
 	}
 	start := time.Now()
 	for i, s := range sses {
-		tp := relayTopics[i%4]
+		tp := testkit.RelayTopics[i%4]
 		ev := s.waitVersion(t, versions[tp], 20*time.Second)
 		if snap := snapshotOf(t, []byte(ev.data)); snap.Version != versions[tp] || !strings.Contains(string(snap.Data), tp) {
 			t.Fatalf("SSE %d: got %+v, want %s version %d", i, snap, tp, versions[tp])
 		}
 	}
 	for i, ws := range wss {
-		tp := relayTopics[i%4]
+		tp := testkit.RelayTopics[i%4]
 		ch, raw, err := readRelayChange(ws, 20*time.Second)
 		if err != nil || ch.Topic != tp || ch.Version != versions[tp] {
 			t.Fatalf("WebSocket %d: %q %v; want the change of %s to version %d", i, raw, err, tp, versions[tp])
 		}
 	}
 	t.Logf("%d SSE and %d WebSocket subscribers got the change within %s", n, n, time.Since(start))
-	for _, tp := range relayTopics {
+	for _, tp := range testkit.RelayTopics {
 		if f := simFetches(cfg, tp); f != 1 {
 			t.Errorf("%s: %d snapshot fetches for one change, want 1", tp, f)
 		}
@@ -568,9 +501,9 @@ func TestRelaySnapshotsAreServedFromTheCacheWithAnETag(t *testing.T) {
 	cfg := c.Configs[0]
 	v := relayPublish(t, c, "inventory/dev", `{"cached":true}`)
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	// The session's first fetch (after it connects) may still be on its way: wait for it.
-	relaySettled(t, l, cfg, relayTopics...)
+	relaySettled(t, l, cfg, testkit.RelayTopics...)
 	cfg.ResetCounters()
 
 	var etag string
@@ -637,7 +570,7 @@ func TestRelayDropsASlowSubscriberWhileTheOthersKeepReceiving(t *testing.T) {
 	}
 	defer slowSSE.conn.Close()
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, NetDialContext: smallReceiveBuffer}
-	slowWS, _, err := d.Dial("ws://"+l.Addr()+path, http.Header{relayClientHeader: {relayClientKey}})
+	slowWS, _, err := d.Dial("ws://"+l.Addr()+path, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -719,14 +652,14 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), `failback_interval = "1s"`, "", ""))
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	testkit.Eventually(t, "the sessions on the primary", 5*time.Second, func() bool { return oneSessionPerTopic(primary, relayTopics...) })
+	testkit.Eventually(t, "the sessions on the primary", 5*time.Second, func() bool { return oneSessionPerTopic(primary, testkit.RelayTopics...) })
 	if n := simAllSessions(backup); n != 0 {
 		t.Fatalf("%d sessions on the backup while the primary is up", n)
 	}
 
 	primary.Stop()
 	stopped := time.Now()
-	if !testkit.Within(time.Second, func() bool { return oneSessionPerTopic(backup, relayTopics...) }) {
+	if !testkit.Within(time.Second, func() bool { return oneSessionPerTopic(backup, testkit.RelayTopics...) }) {
 		t.Fatalf("1s after the primary stopped, the backup holds %+v", backup.Stats().Topics)
 	}
 	t.Logf("sessions on the backup %s after the primary stopped", time.Since(stopped))
@@ -746,7 +679,7 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	started := time.Now()
 	// One failback interval, plus a margin for the probe and the reconnections.
 	if !testkit.Within(failback+time.Second, func() bool {
-		return oneSessionPerTopic(primary, relayTopics...) && simAllSessions(backup) == 0
+		return oneSessionPerTopic(primary, testkit.RelayTopics...) && simAllSessions(backup) == 0
 	}) {
 		t.Fatalf("%s after the primary returned: primary %+v, backup %+v", failback+time.Second,
 			primary.Stats().Topics, backup.Stats().Topics)
@@ -759,7 +692,7 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 	waitRelayChange(t, ws, topic, v, 5*time.Second)
 }
 
-// writeSeed writes a seed file in the format of relayroute.go's seedFile.
+// writeSeed writes a seed file in the format of relay.SeedFile.
 func writeRelaySeed(t testing.TB, path string, topics map[string]uint64) {
 	t.Helper()
 	sf := map[string]any{"relay": "appconfig", "written": time.Now().UTC()}
@@ -778,12 +711,12 @@ func writeRelaySeed(t testing.TB, path string, topics map[string]uint64) {
 }
 
 // readSeed reads a seed file; nil if it is missing or not whole.
-func readRelaySeed(path string) *seedFile {
+func readRelaySeed(path string) *relay.SeedFile {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	var sf seedFile
+	var sf relay.SeedFile
 	if json.Unmarshal(b, &sf) != nil {
 		return nil
 	}
@@ -866,7 +799,7 @@ func TestRelayFastStartServesTheSeedAtOnceThenPushesTheFreshSnapshotAndWritesThe
 		if sf == nil || sf.Relay != "appconfig" || sf.Topics["inventory/dev"].Version != v {
 			return false
 		}
-		for _, tp := range relayTopics {
+		for _, tp := range testkit.RelayTopics {
 			if len(sf.Topics[tp].JSON) == 0 {
 				return false
 			}
@@ -982,7 +915,7 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, logs := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", "[global]\naccess_log = true\n"))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	const topic = "inventory/dev"
 	var seen bytes.Buffer
 	dump := func(what string, h http.Header, body []byte) {
@@ -995,14 +928,14 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 		t.Fatalf("GET: %d %q", resp.StatusCode, body)
 	}
 	dump("GET", resp.Header, body)
-	resp, body = relayGet(t, l, http.MethodGet, "/relay/"+topic, relayClientHeader, "wrong")
+	resp, body = relayGet(t, l, http.MethodGet, "/relay/"+topic, testkit.RelayClientHeader, "wrong")
 	dump("GET with a wrong key", resp.Header, body)
 	resp, body = relayGet(t, l, http.MethodGet, "/relay/on/demand", relayKeyHdr...)
 	dump("GET of an on-demand topic", resp.Header, body)
 	sse := dialRelaySSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
 	sse.waitVersion(t, 1, 5*time.Second)
 	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	ws, wsResp, err := d.Dial("ws://"+l.Addr()+"/relay/"+topic, http.Header{relayClientHeader: {relayClientKey}})
+	ws, wsResp, err := d.Dial("ws://"+l.Addr()+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1023,10 +956,10 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	if st := cfg.Stats(); st.Unauthorized != 0 {
 		t.Errorf("the config server refused %d requests: the upstream key was not sent", st.Unauthorized)
 	}
-	if bytes.Contains(seen.Bytes(), []byte(relayUpKey)) {
+	if bytes.Contains(seen.Bytes(), []byte(testkit.RelayUpstreamKey)) {
 		t.Errorf("the upstream key reached a client:\n%s", seen.String())
 	}
-	if strings.Contains(logs.all(), relayUpKey) || strings.Contains(logs.all(), relayClientKey) {
+	if strings.Contains(logs.all(), testkit.RelayUpstreamKey) || strings.Contains(logs.all(), testkit.RelayClientKey) {
 		t.Errorf("the log holds a key:\n%s", logs.all())
 	}
 	if !strings.Contains(logs.all(), `relay`) {
@@ -1043,10 +976,10 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	dialRelayWS(t, l2.Addr(), "/relay/"+topic)
 	testkit.Eventually(t, "the recorder to see the sessions and fetches", 5*time.Second, func() bool { return len(hr.all()) >= 9 })
 	for i, h := range hr.all() {
-		if h.Get(relayClientHeader) != "" {
-			t.Errorf("upstream request %d carries the client key header %s", i, relayClientHeader)
+		if h.Get(testkit.RelayClientHeader) != "" {
+			t.Errorf("upstream request %d carries the client key header %s", i, testkit.RelayClientHeader)
 		}
-		if got := h.Get("Authorization"); got != "Bearer "+relayUpKey {
+		if got := h.Get("Authorization"); got != "Bearer "+testkit.RelayUpstreamKey {
 			t.Errorf("upstream request %d: Authorization %q, want the upstream key", i, got)
 		}
 	}
@@ -1057,7 +990,7 @@ func TestRelayOnDemandTopicsIdleTimeoutAndMaxTopics(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "max_topics = 5\ntopic_idle_timeout = \"300ms\"", ""))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 
 	// An on-demand topic is fetched at its first GET, then watched.
 	resp, body := relayGet(t, l, http.MethodGet, "/relay/extra/one", relayKeyHdr...)
@@ -1120,8 +1053,8 @@ func TestRelayRefusals(t *testing.T) {
 	c := startRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "on_demand = false", ""))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
-	relaySettled(t, l, cfg, relayTopics...)
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
+	relaySettled(t, l, cfg, testkit.RelayTopics...)
 	cfg.ResetCounters()
 
 	f := func(name, method, path string, want int, hdr ...string) {
@@ -1134,7 +1067,7 @@ func TestRelayRefusals(t *testing.T) {
 	f("unlisted topic with on_demand = false", http.MethodGet, "/relay/not/listed", 404, relayKeyHdr...)
 	f("POST", http.MethodPost, "/relay/inventory/dev", 405, relayKeyHdr...)
 	f("no client key", http.MethodGet, "/relay/inventory/dev", 401)
-	f("wrong client key", http.MethodGet, "/relay/inventory/dev", 401, relayClientHeader, "nope")
+	f("wrong client key", http.MethodGet, "/relay/inventory/dev", 401, testkit.RelayClientHeader, "nope")
 	f("no client key on an unlisted topic", http.MethodGet, "/relay/not/listed2", 401)
 	f("a path the template does not match, no [[routes]]", http.MethodGet, "/relay/a", 404, relayKeyHdr...)
 	f("a longer path", http.MethodGet, "/relay/a/b/c", 404, relayKeyHdr...)
@@ -1190,7 +1123,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	files := relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 8", "")
 	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	reload := func(more string) {
@@ -1222,7 +1155,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 		t.Errorf("a reload that did not touch the relay: the WebSocket got %+v %v, want version %d", ch, err, v)
 		ws = dialRelayWS(t, l.Addr(), "/relay/"+topic)
 	}
-	testkit.Eventually(t, "one session per topic", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "one session per topic", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	if st := cfg.Stats().Topics[topic]; st.SessionsTotal != 0 {
 		t.Errorf("a reload that did not touch the relay reopened its sessions: %+v", st)
 	}
@@ -1254,7 +1187,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	sse.waitVersion(t, v, 5*time.Second)
 	ws = dialRelayWS(t, l.Addr(), "/relay/"+topic)
 	testkit.Eventually(t, "one session per topic after the new relay started", 5*time.Second, func() bool {
-		return oneSessionPerTopic(cfg, relayTopics...)
+		return oneSessionPerTopic(cfg, testkit.RelayTopics...)
 	})
 	v = relayPublish(t, c, topic, `{"after":"changed reload"}`)
 	sse.waitVersion(t, v, 5*time.Second)
@@ -1268,7 +1201,7 @@ func TestRelaySSEHonoursLastEventID(t *testing.T) {
 	cfg := c.Configs[0]
 	v := relayPublish(t, c, "inventory/dev", `{"n":1}`)
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	path := "/relay/inventory/dev"
 
 	// A client that has the current version gets no event until the next one.
@@ -1297,7 +1230,7 @@ func TestRelayConcurrentFirstRequestsForAnOnDemandTopicFetchItOnce(t *testing.T)
 	for i := range n {
 		wg.Go(func() {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+l.Addr()+"/relay/ondemand/burst", nil)
-			req.Header.Set(relayClientHeader, relayClientKey)
+			req.Header.Set(testkit.RelayClientHeader, testkit.RelayClientKey)
 			resp, err := testClient.Do(req)
 			if err != nil {
 				return
@@ -1421,7 +1354,7 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "", ""))
 	const topic = "payments/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	cfg.Stop()
 	v := relayPublish(t, c, topic, `{"while":"down"}`) // no session hears it
 	if err := cfg.Start(); err != nil {
@@ -1435,7 +1368,7 @@ func TestRelayAChangePublishedWhileTheOnlyUpstreamIsDownReachesSubscribersWhenIt
 	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Version != v {
 		t.Errorf("GET after the upstream returned: %d %q", resp.StatusCode, body)
 	}
-	testkit.Eventually(t, "the sessions back", 10*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions back", 10*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	// The WebSocket subscriber missed the change message: it is told to resync.
 	ws.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 	var ce *websocket.CloseError
@@ -1467,7 +1400,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	}
 	f := func(what, key string, want int) {
 		t.Helper()
-		if resp, _ := relayGet(t, l, http.MethodGet, "/relay/inventory/dev", relayClientHeader, key); resp.StatusCode != want {
+		if resp, _ := relayGet(t, l, http.MethodGet, "/relay/inventory/dev", testkit.RelayClientHeader, key); resp.StatusCode != want {
 			t.Errorf("%s: %d, want %d", what, resp.StatusCode, want)
 		}
 	}
@@ -1478,7 +1411,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	reload()
-	f("the old key after the keys file was rotated", relayClientKey, 401)
+	f("the old key after the keys file was rotated", testkit.RelayClientKey, 401)
 	f("the new key after the keys file was rotated", "second-key", 200)
 
 	// Another keys file, the whole [relays.appconfig.auth] table set again in a later file.
@@ -1486,7 +1419,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	if err := os.WriteFile(newKeys, []byte("third-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\nheader = %q\n", newKeys, relayClientHeader)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\nheader = %q\n", newKeys, testkit.RelayClientHeader)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	reload()
@@ -1496,18 +1429,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 
 // relayHubHas reports whether the running relay name holds topic.
 func relayHubHas(l *LB, name, topic string) bool {
-	l.routesMu.Lock()
-	rr := l.relayRoutes[name]
-	l.routesMu.Unlock()
-	if rr == nil {
-		return false
-	}
-	for _, s := range rr.hub.Topics() {
-		if s.Topic == topic {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(runningTopics(l, name), func(s admin.TopicStatus) bool { return s.Topic == topic })
 }
 
 // seed_file_write notices new snapshots by the count of publishes over the topics held: when an
@@ -1525,7 +1447,7 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 	sse.waitVersion(t, 1, 5*time.Second)
 	od := dialRelaySSE(t, l.Addr(), "/relay/od/x", relayKeyHdr...) // keeps od/x until the seed file holds it
 	od.waitVersion(t, 1, 5*time.Second)
-	testkit.Eventually(t, "the seed file to hold od/x", 2*relaySeedInterval+3*time.Second, func() bool {
+	testkit.Eventually(t, "the seed file to hold od/x", 2*relay.SeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && len(sf.Topics["od/x"].JSON) > 0
 	})
@@ -1533,7 +1455,7 @@ func TestRelaySeedFileWriteFollowsChangesAfterAnOnDemandTopicIsForgotten(t *test
 	testkit.Eventually(t, "od/x forgotten when idle", 5*time.Second, func() bool { return !relayHubHas(l, "appconfig", "od/x") })
 	v := relayPublish(t, c, "inventory/dev", `{"after":"forget"}`)
 	sse.waitVersion(t, v, 5*time.Second)
-	if !testkit.Within(2*relaySeedInterval+3*time.Second, func() bool {
+	if !testkit.Within(2*relay.SeedInterval+3*time.Second, func() bool {
 		sf := readRelaySeed(seed)
 		return sf != nil && sf.Topics["inventory/dev"].Version == v
 	}) {
@@ -1553,13 +1475,13 @@ func TestRelayStartsOnTheBackupWhenThePrimaryIsDownAndFailsBackWhenItAppears(t *
 	backup := startRelaySim(t, 1)
 	primaryAddr := testkit.Addr(t)
 	l, _ := startLB(t, relayFiles(t, []string{primaryAddr, backup.Configs[0].Addr}, `failback_interval = "500ms"`, "", ""))
-	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return oneSessionPerTopic(backup.Configs[0], relayTopics...) })
+	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return oneSessionPerTopic(backup.Configs[0], testkit.RelayTopics...) })
 	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.waitVersion(t, 1, 5*time.Second)
 
 	primary := startRelaySim(t, 1, primaryAddr)
 	if !testkit.Within(500*time.Millisecond+time.Second, func() bool {
-		return oneSessionPerTopic(primary.Configs[0], relayTopics...) && simAllSessions(backup.Configs[0]) == 0
+		return oneSessionPerTopic(primary.Configs[0], testkit.RelayTopics...) && simAllSessions(backup.Configs[0]) == 0
 	}) {
 		t.Fatalf("1.5s after the primary appeared: primary %+v, backup %+v", primary.Configs[0].Stats().Topics, backup.Configs[0].Stats().Topics)
 	}
@@ -1613,7 +1535,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ccfg}}
 	defer hc.CloseIdleConnections()
 	req, _ := http.NewRequest(http.MethodGet, "https://"+tlsAddr+"/relay/"+topic, nil)
-	req.Header.Set(relayClientHeader, relayClientKey)
+	req.Header.Set(testkit.RelayClientHeader, testkit.RelayClientKey)
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -1630,7 +1552,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	}
 	defer sse.conn.Close()
 	sse.waitVersion(t, 1, 5*time.Second)
-	ws, _ := dialWSS(t, tlsAddr, ccfg, "/relay/"+topic, http.Header{relayClientHeader: {relayClientKey}})
+	ws, _ := dialWSS(t, tlsAddr, ccfg, "/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	defer ws.Close()
 	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
 
@@ -1648,9 +1570,9 @@ func TestRelayABurstOfChangesEndsWithTheLatestSnapshotEverywhere(t *testing.T) {
 	l, _ := startLB(t, relayFiles(t, relayConfigAddrs(c), "", "subscriber_buffer = 256", ""))
 	const topic = "payments/prod"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, relayTopics...) })
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
-	relaySettled(t, l, cfg, relayTopics...)
+	relaySettled(t, l, cfg, testkit.RelayTopics...)
 	cfg.ResetCounters()
 	const n = 50
 	var last uint64
@@ -1673,5 +1595,46 @@ func TestRelayABurstOfChangesEndsWithTheLatestSnapshotEverywhere(t *testing.T) {
 	}
 	if st := cfg.Stats().Topics[topic]; st.Sessions != 1 || st.SessionsTotal != 0 {
 		t.Errorf("the burst cost sessions: %+v", st)
+	}
+}
+
+func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
+	t.Parallel()
+	c := startRelaySim(t, 1)
+	cfg := c.Configs[0]
+	files := relayFiles(t, relayConfigAddrs(c), "", "", "")
+	dir := testkit.WriteFiles(t, files)
+	l, _ := startLBDir(t, dir)
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return oneSessionPerTopic(cfg, testkit.RelayTopics...) })
+	sse := dialRelaySSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
+	sse.waitVersion(t, 1, 5*time.Second)
+
+	// Load refuses it, so a reload never sees it.
+	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte("[relays.appconfig]\nsubscriber_buffer = 0\ntopics = [\"bad\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
+		t.Fatalf("Load of a bad relay: %v", err)
+	}
+	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
+	// reload, which keeps the running relay.
+	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(nc); err == nil || !strings.Contains(err.Error(), "relays.appconfig") {
+		t.Errorf("a reload to an unreachable upstream with start = \"normal\": %v, want an error naming the relay", err)
+	}
+	v := relayPublish(t, c, "inventory/dev", `{"after":"bad reload"}`)
+	sse.waitVersion(t, v, 5*time.Second)
+	resp, body := relayGet(t, l, http.MethodGet, "/relay/inventory/dev", relayKeyHdr...)
+	if s := snapshotOf(t, body); resp.StatusCode != 200 || s.Version != v {
+		t.Errorf("GET after the failed reload: %d %q", resp.StatusCode, body)
+	}
+	if st := cfg.Stats().Topics["inventory/dev"]; st.Sessions != 1 {
+		t.Errorf("after the failed reload: %d sessions, want 1", st.Sessions)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/relay/paths"
 	"github.com/fasthttp/websocket"
 )
 
@@ -62,14 +63,14 @@ type StatusError struct {
 
 func (e *StatusError) Error() string { return e.msg }
 
-// UpstreamOptions configures an Upstream.
-type UpstreamOptions struct {
+// OriginOptions configures an Upstream.
+type OriginOptions struct {
 	// Pool chooses the server of every fetch and session and hears how each ended. Required.
 	Pool Pool
 	// Snapshot is the upstream snapshot path, e.g. /config/{collection}/{environment}.
-	Snapshot *Template
+	Snapshot *paths.Template
 	// Events is the upstream events (WebSocket) path, e.g. /events/{collection}/{environment}.
-	Events *Template
+	Events *paths.Template
 	// Names are the path template's names, in topic-key order: a topic "a/b" gives the value
 	// "a" to Names[0] and "b" to Names[1].
 	Names []string
@@ -96,7 +97,7 @@ type UpstreamOptions struct {
 	Logf func(format string, args ...any)
 }
 
-// An Upstream manages the upstream side of a relay route: one events WebSocket per watched
+// An Origin manages the upstream side of a relay route: one events WebSocket per watched
 // topic, and the snapshot fetches, all going to the server its Pool chooses. Every attempt's end
 // is reported to the Pool; an attempt that failed by the server's fault goes at once to the
 // Pool's next choice (other than the servers that failed it). When the Pool's choice changes (the
@@ -105,9 +106,9 @@ type UpstreamOptions struct {
 // normally dials the same choice again. Each session calls Hub.PublishChange with each message it
 // receives and Hub.Refresh after it connects and after each message, so that the Hub holds the
 // latest snapshot. All methods are safe for concurrent use.
-type Upstream struct {
+type Origin struct {
 	hub    *Hub
-	opts   UpstreamOptions
+	opts   OriginOptions
 	scheme string // "http" or "https"
 	ws     string // "ws" or "wss"
 	client *http.Client
@@ -126,12 +127,12 @@ type Upstream struct {
 	cur      string // the pool's choice, as last seen: the server the sessions follow ("": none available)
 	last     string // the latest choice that was a server (Current)
 	gen      uint64 // bumped at each change of cur
-	sessions map[string]*upstreamSession
+	sessions map[string]*originSession
 	closed   bool
 }
 
-// upstreamSession is the events session of one watched topic.
-type upstreamSession struct {
+// originSession is the events session of one watched topic.
+type originSession struct {
 	topic  string
 	vals   [][]byte
 	ctx    context.Context // cancelled by Unwatch and Close
@@ -148,11 +149,11 @@ type upstreamSession struct {
 	moved  bool            // conn was closed to follow the pool's choice
 }
 
-// NewUpstream returns an Upstream that feeds h, with opts, defaults applied, and starts following
+// NewOrigin returns an Upstream that feeds h, with opts, defaults applied, and starts following
 // its pool. It panics without a pool or templates, which configuration validation rules out.
-func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
+func NewOrigin(h *Hub, opts OriginOptions) *Origin {
 	if opts.Pool == nil || opts.Snapshot == nil || opts.Events == nil {
-		panic("relay: NewUpstream needs a pool and the snapshot and events templates")
+		panic("relay: NewOrigin needs a pool and the snapshot and events templates")
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 250 * time.Millisecond
@@ -169,7 +170,7 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	u := &Upstream{hub: h, opts: opts, scheme: "http", ws: "ws", sessions: map[string]*upstreamSession{},
+	u := &Origin{hub: h, opts: opts, scheme: "http", ws: "ws", sessions: map[string]*originSession{},
 		kick: make(chan struct{}, 1)}
 	if opts.TLS != nil {
 		u.scheme, u.ws = "https", "wss"
@@ -202,7 +203,7 @@ func NewUpstream(h *Hub, opts UpstreamOptions) *Upstream {
 
 // Current returns the server the sessions follow: the pool's choice as last seen (while the pool
 // has none available, the one before; "" before the pool had any server available).
-func (u *Upstream) Current() string {
+func (u *Origin) Current() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.last
@@ -210,10 +211,10 @@ func (u *Upstream) Current() string {
 
 // Switches returns how many times the sessions moved to another server because the pool's choice
 // changed (failovers and failbacks).
-func (u *Upstream) Switches() uint64 { return u.switches.Load() }
+func (u *Origin) Switches() uint64 { return u.switches.Load() }
 
 // Recheck asks the Upstream to look at its pool's choice now, as a change of the pool would.
-func (u *Upstream) Recheck() {
+func (u *Origin) Recheck() {
 	select {
 	case u.kick <- struct{}{}:
 	default:
@@ -221,7 +222,7 @@ func (u *Upstream) Recheck() {
 }
 
 // Sessions returns the number of open upstream events sessions.
-func (u *Upstream) Sessions() int {
+func (u *Origin) Sessions() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := 0
@@ -234,7 +235,7 @@ func (u *Upstream) Sessions() int {
 }
 
 // follow moves the sessions whenever the pool's choice changes, until Close.
-func (u *Upstream) follow() {
+func (u *Origin) follow() {
 	defer u.wg.Done()
 	for {
 		changed := u.opts.Pool.Changed()
@@ -253,7 +254,7 @@ func (u *Upstream) follow() {
 // every session's server is down by its verdict: their connections are closed too (a server that
 // went away may leave a connection that says nothing until the keep-alive gives up), and the
 // sessions wait for the pool's next change.
-func (u *Upstream) recheck() {
+func (u *Origin) recheck() {
 	next := u.opts.Pool.Choose(nil)
 	u.mu.Lock()
 	if u.closed {
@@ -292,7 +293,7 @@ func (u *Upstream) recheck() {
 
 // choose returns the server for an attempt (the pool's choice, other than those in tried) and the
 // generation of the choice the attempt began in.
-func (u *Upstream) choose(tried []string) (string, uint64) {
+func (u *Origin) choose(tried []string) (string, uint64) {
 	u.mu.Lock()
 	gen := u.gen
 	u.mu.Unlock()
@@ -303,7 +304,7 @@ func (u *Upstream) choose(tried []string) (string, uint64) {
 // connection error, a timeout or a 5xx (each reported to the pool). The snapshot's Version is the "version" field of the JSON body
 // if it has one, else the number in the ETag, else a local counter; its Body is the upstream
 // body as it is and its ETag the quoted version.
-func (u *Upstream) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
+func (u *Origin) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 	vals, err := u.topicValues(topic)
 	if err != nil {
 		return nil, err
@@ -356,7 +357,7 @@ func (u *Upstream) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 
 // get GETs path from server and makes a snapshot of a 200 answer. status is the answer's
 // status, 0 if there was none (a connection error).
-func (u *Upstream) get(ctx context.Context, server, path string) (s *Snapshot, status int, err error) {
+func (u *Origin) get(ctx context.Context, server, path string) (s *Snapshot, status int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, u.opts.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+server+path, nil)
@@ -427,8 +428,8 @@ func etagVersion(etag string) (uint64, bool) {
 }
 
 // topicValues splits a topic key into the values of Names.
-func (u *Upstream) topicValues(topic string) ([][]byte, error) {
-	parts, err := SplitTopic(topic, len(u.opts.Names))
+func (u *Origin) topicValues(topic string) ([][]byte, error) {
+	parts, err := paths.Split(topic, len(u.opts.Names))
 	if err != nil {
 		return nil, err
 	}
@@ -440,13 +441,13 @@ func (u *Upstream) topicValues(topic string) ([][]byte, error) {
 }
 
 // fetcher returns the fetch function Refresh gets for topic.
-func (u *Upstream) fetcher(topic string) func(context.Context) (*Snapshot, error) {
+func (u *Origin) fetcher(topic string) func(context.Context) (*Snapshot, error) {
 	return func(ctx context.Context) (*Snapshot, error) { return u.Fetch(ctx, topic) }
 }
 
 // Watch makes sure the topic has an events session: it starts one unless there is one. An
 // invalid topic is logged and ignored. After Close it does nothing.
-func (u *Upstream) Watch(topic string) {
+func (u *Origin) Watch(topic string) {
 	vals, err := u.topicValues(topic)
 	if err != nil {
 		u.opts.Logf("relay upstream: not watching: %v", err)
@@ -457,7 +458,7 @@ func (u *Upstream) Watch(topic string) {
 	if u.closed || u.sessions[topic] != nil {
 		return
 	}
-	s := &upstreamSession{topic: topic, vals: vals, done: make(chan struct{}), connected: make(chan struct{})}
+	s := &originSession{topic: topic, vals: vals, done: make(chan struct{}), connected: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(u.ctx)
 	u.sessions[topic] = s
 	u.wg.Add(1)
@@ -467,7 +468,7 @@ func (u *Upstream) Watch(topic string) {
 // WaitSession waits until the topic's events session has connected once, so that a client
 // subscribing after it misses no change message; it returns ctx.Err() if ctx ends first, or
 // an error if the topic is not watched.
-func (u *Upstream) WaitSession(ctx context.Context, topic string) error {
+func (u *Origin) WaitSession(ctx context.Context, topic string) error {
 	u.mu.Lock()
 	s := u.sessions[topic]
 	u.mu.Unlock()
@@ -485,14 +486,14 @@ func (u *Upstream) WaitSession(ctx context.Context, topic string) error {
 }
 
 // markConnected records the session's first connection.
-func (s *upstreamSession) markConnected() { s.connectedOnce.Do(func() { close(s.connected) }) }
+func (s *originSession) markConnected() { s.connectedOnce.Do(func() { close(s.connected) }) }
 
 // resyncFetch wraps the session's fetch for the refresh that follows a (re)connection: when the
 // fetched snapshot differs from the one held before and no change message has arrived since the
 // connection opened, the change happened during the gap and its messages are lost, so the
 // snapshot is published and the topic's WebSocket subscribers are resynced. (A message on the
 // new connection already tells them to fetch the snapshot.)
-func (u *Upstream) resyncFetch(s *upstreamSession, fetch func(context.Context) (*Snapshot, error)) func(context.Context) (*Snapshot, error) {
+func (u *Origin) resyncFetch(s *originSession, fetch func(context.Context) (*Snapshot, error)) func(context.Context) (*Snapshot, error) {
 	before, seen := u.hub.Snapshot(s.topic), s.messages.Load()
 	return func(ctx context.Context) (*Snapshot, error) {
 		snap, err := fetch(ctx)
@@ -517,7 +518,7 @@ func sameContent(a, b *Snapshot) bool {
 }
 
 // Unwatch closes the topic's events session, if any, and waits for its goroutine to end.
-func (u *Upstream) Unwatch(topic string) {
+func (u *Origin) Unwatch(topic string) {
 	u.mu.Lock()
 	s := u.sessions[topic]
 	if s != nil {
@@ -531,7 +532,7 @@ func (u *Upstream) Unwatch(topic string) {
 
 // Close closes every session, stops following the pool and waits for every goroutine of the
 // Upstream and every running Fetch to end. Later Fetch calls fail with ErrUpstreamClosed.
-func (u *Upstream) Close() {
+func (u *Origin) Close() {
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
@@ -550,7 +551,7 @@ func (u *Upstream) Close() {
 
 // endLocked forgets session s, cancels it and closes its connection, so that its goroutine
 // ends; u.mu is held.
-func (u *Upstream) endLocked(s *upstreamSession) {
+func (u *Origin) endLocked(s *originSession) {
 	delete(u.sessions, s.topic)
 	s.cancel()
 	if s.conn != nil {
@@ -562,7 +563,7 @@ func (u *Upstream) endLocked(s *upstreamSession) {
 // setConn registers c as the session's open connection to server, dialed in generation gen of
 // the pool's choice. It fails, and the caller must close c, if the session ended, or if the
 // choice changed meanwhile to another server.
-func (u *Upstream) setConn(s *upstreamSession, c *websocket.Conn, server string, gen uint64) bool {
+func (u *Origin) setConn(s *originSession, c *websocket.Conn, server string, gen uint64) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if s.ctx.Err() != nil || u.gen != gen && server != u.cur {
@@ -574,7 +575,7 @@ func (u *Upstream) setConn(s *upstreamSession, c *websocket.Conn, server string,
 
 // clearConn unregisters the session's connection; it reports whether the connection was closed to
 // follow the pool's choice.
-func (u *Upstream) clearConn(s *upstreamSession) (moved bool) {
+func (u *Origin) clearConn(s *originSession) (moved bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	moved = s.moved
@@ -584,7 +585,7 @@ func (u *Upstream) clearConn(s *upstreamSession) (moved bool) {
 
 // dial opens an events session to server. On an error, status is the server's answer (0 for none:
 // a connection error or a timeout, the server's fault).
-func (u *Upstream) dial(s *upstreamSession, server string) (c *websocket.Conn, status int, err error) {
+func (u *Origin) dial(s *originSession, server string) (c *websocket.Conn, status int, err error) {
 	path := string(u.opts.Events.Expand(nil, u.opts.Names, s.vals))
 	ctx, cancel := context.WithTimeout(s.ctx, u.opts.Timeout)
 	defer cancel()
@@ -605,7 +606,7 @@ func (u *Upstream) dial(s *upstreamSession, server string) (c *websocket.Conn, s
 
 // run is the goroutine of a session: it connects to the pool's choice, relays the messages and
 // reconnects, until Unwatch or Close.
-func (u *Upstream) run(s *upstreamSession) {
+func (u *Origin) run(s *originSession) {
 	defer u.wg.Done()
 	defer close(s.done)
 	fetch := u.fetcher(s.topic)
@@ -719,13 +720,13 @@ func dropped(err error) bool {
 }
 
 // alive pushes the read deadline of an events session back: something arrived.
-func (u *Upstream) alive(c *websocket.Conn) {
+func (u *Origin) alive(c *websocket.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(2*u.opts.KeepAlive + u.opts.Timeout))
 }
 
 // keepAlive pings the session every KeepAlive and sets its read deadline, which each message
 // and pong pushes back; the returned function stops the pings.
-func (u *Upstream) keepAlive(c *websocket.Conn) (stop func()) {
+func (u *Origin) keepAlive(c *websocket.Conn) (stop func()) {
 	u.alive(c)
 	c.SetPongHandler(func(string) error { u.alive(c); return nil })
 	done := make(chan struct{})

@@ -1,4 +1,4 @@
-package relay
+package paths
 
 import (
 	"slices"
@@ -121,13 +121,13 @@ func TestMatchIntoDoesNotAllocate(t *testing.T) {
 		if !ok {
 			t.Fatal("no match")
 		}
-		key = AppendTopicKey(key[:0], vals)
+		key = AppendKey(key[:0], vals)
 		if m[string(key)] != 1 {
 			t.Fatal("lookup failed")
 		}
 	})
 	if n != 0 {
-		t.Errorf("MatchInto + AppendTopicKey + lookup: %v allocs, want 0", n)
+		t.Errorf("MatchInto + AppendKey + lookup: %v allocs, want 0", n)
 	}
 	// The values are subslices of path, not copies.
 	if &vals[0][0] != &path[len("/relay/")] {
@@ -185,8 +185,8 @@ func TestCheckExpandable(t *testing.T) {
 }
 
 func TestTopicKeyAndSplitTopic(t *testing.T) {
-	if got := TopicKey([][]byte{[]byte("inventory"), []byte("dev")}); got != "inventory/dev" {
-		t.Errorf("TopicKey = %q", got)
+	if got := Key([][]byte{[]byte("inventory"), []byte("dev")}); got != "inventory/dev" {
+		t.Errorf("Key = %q", got)
 	}
 	for _, tc := range []struct {
 		key  string
@@ -203,23 +203,23 @@ func TestTopicKeyAndSplitTopic(t *testing.T) {
 		{"inv entory/dev", 2, nil, `relay: topic "inv entory/dev": part "inv entory" is not [A-Za-z0-9._-]+`},
 		{"", 1, nil, `relay: topic "": part "" is not [A-Za-z0-9._-]+`},
 	} {
-		got, err := SplitTopic(tc.key, tc.n)
+		got, err := Split(tc.key, tc.n)
 		gotErr := ""
 		if err != nil {
 			gotErr = err.Error()
 		}
 		if gotErr != tc.err || !slices.Equal(got, tc.want) {
-			t.Errorf("SplitTopic(%q, %d) = %q, %q; want %q, %q", tc.key, tc.n, got, gotErr, tc.want, tc.err)
+			t.Errorf("Split(%q, %d) = %q, %q; want %q, %q", tc.key, tc.n, got, gotErr, tc.want, tc.err)
 		}
 	}
 	// A configured topic round-trips through a request path.
 	path := mustParse(t, "/relay/{collection}/{environment}")
-	parts, err := SplitTopic("payments/prod", len(path.Names()))
+	parts, err := Split("payments/prod", len(path.Names()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vals, ok := path.Match([]byte("/relay/" + strings.Join(parts, "/")))
-	if !ok || TopicKey(vals) != "payments/prod" {
+	if !ok || Key(vals) != "payments/prod" {
 		t.Errorf("round trip: %q %v", vals, ok)
 	}
 }
