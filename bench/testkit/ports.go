@@ -1,7 +1,7 @@
 // Package testkit holds what fairlead's tests, the bench and the fault suite share: free ports that no
 // other process will be handed, polling waits, building the binaries once, a TOML builder, the
-// simulated cluster's start, raw client and server sockets and the fuzz targets' seed corpus. It knows
-// nothing of fairlead's internals.
+// simulated cluster's start, the test relay's config, raw client and server sockets and the fuzz
+// targets' seed corpus. It knows nothing of fairlead's internals.
 package testkit
 
 import (
