@@ -63,30 +63,20 @@ func discoveryConfigError(t *testing.T, base map[string]string) func(table, want
 // ordinary requests), checked on "/" every 100 ms (rise 1), with the seed servers and the given
 // [pools.rr.discovery] table.
 func discoveredPool(seed []string, discovery string) map[string]string {
-	var q []string
-	for _, s := range seed {
-		q = append(q, fmt.Sprintf("%q", s))
-	}
-	return map[string]string{"10-rr.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.rr]
-balance = "roundrobin"
-servers = [%s]
-queue_timeout = "300ms"
-[pools.rr.check]
-path = "/"
-interval = "100ms"
-fast_interval = "50ms"
-timeout = "300ms"
-rise = 1
-[pools.rr.discovery]
-%s
-[[routes]]
-pool = "rr"
-`, strings.Join(q, ", "), discovery)}
+	return map[string]string{"10-rr.toml": discoveredPoolNamed("rr", seed, discovery)}
+}
+
+// discoveredPoolNamed is a config of one roundrobin pool over seed, probed on "/" with short intervals,
+// with discovery (the lines of its [pools.NAME.discovery] table), behind a catch-all route.
+func discoveredPoolNamed(pool string, seed []string, discovery string) string {
+	var c testkit.Config
+	listenAnywhere(&c)
+	c.Table("pools."+pool).Set("balance", "roundrobin").Set("servers", seed).Set("queue_timeout", 300*time.Millisecond)
+	c.Table("pools."+pool+".check").Set("path", "/").Set("interval", 100*time.Millisecond).
+		Set("fast_interval", 50*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("rise", 1)
+	c.Table("pools." + pool + ".discovery").Lines(discovery)
+	c.Array("routes").Set("pool", pool)
+	return c.String()
 }
 
 // discoveryOf returns pool rr's discovery status.

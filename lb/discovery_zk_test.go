@@ -205,29 +205,8 @@ func zkConfig(zkAddr, path string, lines ...string) map[string]string {
 	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "session_timeout") }) {
 		lines = append(lines, `session_timeout = "2s"`)
 	}
-	return map[string]string{"10-zk.toml": fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.platform]
-balance = "roundrobin"
-servers = []
-queue_timeout = "300ms"
-[pools.platform.check]
-path = "/"
-interval = "100ms"
-fast_interval = "50ms"
-timeout = "300ms"
-rise = 1
-[pools.platform.discovery]
-provider = "zookeeper"
-zookeeper = [%q]
-path = %q
-%s
-[[routes]]
-pool = "platform"
-`, zkAddr, path, strings.Join(lines, "\n"))}
+	lines = append([]string{"provider = \"zookeeper\"", "zookeeper = " + testkit.Strings(zkAddr), "path = " + testkit.Quote(path)}, lines...)
+	return map[string]string{"10-zk.toml": discoveredPoolNamed("platform", []string{}, strings.Join(lines, "\n"))}
 }
 
 // zkServed sends n requests through fairlead and counts the platforms that answered (the status for
