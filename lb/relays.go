@@ -16,7 +16,6 @@ import (
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/relay"
-	"github.com/fairlead/fairlead/lb/relay/paths"
 	"github.com/valyala/fasthttp"
 )
 
@@ -179,45 +178,44 @@ func (rp *relayPool) Changed() <-chan struct{} { return rp.lb.bus.Changed(rp.nam
 
 // serveRelay answers the request if its path matches a relay's; it reports whether one did.
 func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
-	var buf [8][]byte
 	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
-		vals, ok := b.spec.Path.MatchInto(ctx.Path(), buf[:0])
+		req, ok := b.rr.Match(ctx, kb[:0])
 		if !ok {
 			continue
 		}
-		lb.relayRequest(ctx, g, b, paths.AppendKey(kb[:0], vals))
+		lb.relayRequest(ctx, g, b, req)
 		lb.closeUnlessTunnel(ctx, upgradeHeader) // a refused upgrade, or one that was not a WebSocket
 		return true
 	}
 	return false
 }
 
-// relayRequest answers one request for the topic of key on relay b: route auth first (a refused key
-// is counted by the relay and answered 401 here), then the relay.
-func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, key []byte) {
+// relayRequest answers one request relay b matched: route auth first (a refused key is counted by the
+// relay and answered 401 here), then the relay.
+func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, req relay.Request) {
 	if a := b.spec.Auth; a != nil {
 		h := &ctx.Request.Header
 		if !a.Admits(h.Peek(a.Header)) {
 			b.rr.CountRefused(fasthttp.StatusUnauthorized)
 			unauthorized(ctx, a)
-			lb.logRelay(ctx, g, b.rr.Name(), string(key))
+			lb.logRelay(ctx, g, b.rr.Name(), string(req.Key), req.Kind(ctx))
 			return
 		}
 		h.Del(a.Header) // the relay answers itself: the key goes nowhere, but not even into a log
 	}
-	topic := b.rr.Serve(ctx, key)
-	lb.logRelay(ctx, g, b.rr.Name(), topic)
+	topic, kind := b.rr.Serve(ctx, req)
+	lb.logRelay(ctx, g, b.rr.Name(), topic, kind)
 }
 
 // logRelay writes the access log line of a relay request, when the access log is on. A stream's line
 // is written when its answer's head is ready, not when it ends.
-func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic string) {
+func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic, kind string) {
 	if !g.accessLog() {
 		return
 	}
-	status, kind := ctx.Response.StatusCode(), relay.RequestKind(ctx)
+	status := ctx.Response.StatusCode()
 	if ctx.Hijacked() && kind == "websocket" {
 		status = fasthttp.StatusSwitchingProtocols // an SSE stream, hijacked too, answered 200
 	}

@@ -112,8 +112,11 @@ type ServerStatus struct {
 // RelayStatus describes a running relay.
 type RelayStatus struct {
 	Name string `json:"name"` // the NAME of [relays.NAME]
-	Path string `json:"path"` // the client-facing path template
-	Pool string `json:"pool"` // the pool of upstream servers
+	// Protocol is "generic" or "appconfiguration"; GUID the App Configuration instance the SDKs name.
+	Protocol string `json:"protocol"`
+	GUID     string `json:"guid,omitempty"`
+	Path     string `json:"path,omitempty"` // the client-facing path template (protocol = "generic")
+	Pool     string `json:"pool"`           // the pool of upstream servers
 	// Start is the start mode; Seeded tells whether a fast start filled the cache from seed_file.
 	Start  string `json:"start"`
 	Seeded bool   `json:"seeded"`
@@ -128,15 +131,30 @@ type RelayStatus struct {
 	Sessions int `json:"sessions"`
 	// Subscribers is the open SSE and WebSocket subscribers of every topic.
 	Subscribers int64 `json:"subscribers"`
-	// Requests counts the requests served by kind ("snapshot", "sse", "websocket"); Refused counts the
-	// requests answered with an error, by status.
+	// Requests counts the requests served by kind ("snapshot", "sse", "websocket", and App
+	// Configuration's metering POSTs forwarded, "usage" and "analytics"); Refused counts the requests
+	// answered with an error, by status.
 	Requests map[string]uint64 `json:"requests"`
 	Refused  map[string]uint64 `json:"refused"`
 	// SeedWrites and SeedWriteErrors count the writes of seed_file (seed_file_write).
 	SeedWrites      uint64 `json:"seed_writes,omitempty"`
 	SeedWriteErrors uint64 `json:"seed_write_errors,omitempty"`
+	// IAM describes the IAM tokens of an App Configuration relay (never a token).
+	IAM *IAMStatus `json:"iam,omitempty"`
 	// Topics are the topics held, listed and on demand.
 	Topics []TopicStatus `json:"topics"`
+}
+
+// IAMStatus describes the IAM tokens of an App Configuration relay.
+type IAMStatus struct {
+	// URL is the IAM service (iam_url).
+	URL string `json:"url"`
+	// TokenExpires is when the current token expires (absent without one); it is renewed when 80% of
+	// its life has passed, and after the upstream refused it.
+	TokenExpires *time.Time `json:"token_expires,omitempty"`
+	// Tokens counts the tokens obtained; Failures the exchanges that failed.
+	Tokens   uint64 `json:"tokens"`
+	Failures uint64 `json:"failures"`
 }
 
 // TopicStatus describes one topic of a relay.

@@ -23,6 +23,7 @@ import (
 type Auth struct {
 	Header         string              // the request header carrying the client's key
 	Bearer         bool                // header is Authorization: the key comes as "Bearer <key>"
+	RawOrBearer    bool                // …or as it is (an App Configuration relay: its client SDKs send it raw)
 	keys           [][sha256.Size]byte // SHA-256 of every client key; the keys themselves are not kept
 	UpstreamHeader string              // set on admitted requests; "" = nothing injected
 	UpstreamValue  string              // its value: a credential, never logged
@@ -32,7 +33,9 @@ type Auth struct {
 // compared (constant time each, no early exit).
 func (a *Auth) Admits(v []byte) bool {
 	if a.Bearer {
-		v = bearerToken(v)
+		if t := bearerToken(v); t != nil || !a.RawOrBearer {
+			v = t
+		}
 	}
 	v = bytes.TrimSpace(v)
 	if len(v) == 0 {

@@ -553,16 +553,46 @@ type Relay struct {
 	// proxied requests use (such as queue_timeout, max_conns, the watermarks, multipart_* and tunnel_*)
 	// are refused on it. Required.
 	Pool string `toml:"pool"`
+	// What the relay speaks to its clients and its upstream. "generic": the paths of path, snapshot and
+	// events below; every message of a topic's events WebSocket signals a change; SSE events are named
+	// "snapshot". "appconfiguration": IBM Cloud App Configuration, so that its official SDKs work through
+	// the relay unmodified, pointed at fairlead (overrideServiceUrl): the SDKs' REST configuration
+	// fetches (GET /apprapp/feature/v1/instances/{guid}/config?action=sdkConfig&collection_id=&environment_id=,
+	// and the older …/collections/{c}/config?environment_id=), their wsfeature WebSocket
+	// (/apprapp/wsfeature?instance_id=&collection_id=&environment_id=: "test message" every keepalive and
+	// a change frame after each new configuration is cached) and the client SDKs' SSE
+	// (…/environments/{e}/sse/subscribe?collection_id=: event Registration at connect, SSEConfig_payload
+	// after each change) are answered from the cache; their usage and analytics POSTs are forwarded to
+	// the instance in use with the relay's IAM token. A topic is "collection/environment". path,
+	// snapshot and events are implied (giving them is an error); guid and apikey_file are required.
+	Protocol string `toml:"protocol"`
 	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name};
-	// unique among relays. A topic is the values joined with "/". Required.
+	// unique among relays. A topic is the values joined with "/". Required with protocol = "generic".
 	Path string `toml:"path"`
-	// The upstream path of a topic's snapshot (GET), using only path's names. Required.
+	// The upstream path of a topic's snapshot (GET), using only path's names. Required with protocol =
+	// "generic".
 	Snapshot string `toml:"snapshot"`
 	// The upstream path of a topic's events WebSocket, whose every message signals a change, using only
-	// path's names. Required.
+	// path's names. Required with protocol = "generic".
 	Events string `toml:"events"`
-	// Topics (path's values joined by "/", such as "inventory/dev") fetched at start and always
-	// accepted.
+	// protocol = "appconfiguration": the App Configuration instance (its GUID) the SDKs name and the
+	// relay's upstream serves; a request naming another gets 404. Required with that protocol.
+	GUID string `toml:"guid"`
+	// protocol = "appconfiguration": the instance GUID of a server of the pool whose instance is not
+	// guid (a backup instance in another region), by server address: "eu-gb.apprapp.cloud.ibm.com:443"
+	// = "9z8y…". The upstream requests to that server name its GUID; the SDKs keep naming guid.
+	GUIDs map[string]string `toml:"guids"`
+	// protocol = "appconfiguration": a file holding the IBM Cloud API key (one line), exchanged at
+	// iam_url for IAM access tokens, which the relay sends upstream as "Authorization: Bearer …" and
+	// renews before they expire and after a 401. The key and the tokens are never logged nor shown; the
+	// SDKs hold only the keys of [relays.NAME.auth]. Read at load and at every reload. Required with that
+	// protocol.
+	APIKeyFile string `toml:"apikey_file"`
+	// protocol = "appconfiguration": the IAM service: POST {iam_url}/identity/token exchanges the API key
+	// for a token.
+	IAMURL string `toml:"iam_url"`
+	// Topics (path's values joined by "/", such as "inventory/dev"; with protocol = "appconfiguration",
+	// "collection/environment") fetched at start and always accepted.
 	Topics []string `toml:"topics"`
 	// Accepts topics not listed: the first request fetches the snapshot and opens the topic's session.
 	// false answers 404 for them and fetches nothing.
@@ -607,7 +637,9 @@ type Relay struct {
 	WaitTimeout Duration `toml:"wait_timeout"`
 	// The relay's single-point auth ([relays.NAME.auth]), the keys of [routes.auth]: a request without
 	// one of keys_file's keys gets 401 and touches nothing; upstream_header and upstream_value_file add
-	// one more upstream header, as upstream_headers_file does.
+	// one more upstream header, as upstream_headers_file does. With protocol = "appconfiguration" the key
+	// is the one the SDKs are given as their API key: it comes in Authorization, raw (the client SDKs) or
+	// as "Bearer <key>", and header can only be Authorization.
 	Auth *RouteAuth `toml:"auth"`
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -19,11 +20,23 @@ import (
 
 // RelaySpec is a [relays.NAME] table compiled at load. It is part of an immutable Config.
 type RelaySpec struct {
-	Name                   string
+	Name     string
+	Protocol string // "generic" or "appconfiguration"
+	// Path, Snapshot and Events are the templates of protocol = "generic" (nil for "appconfiguration").
 	Path, Snapshot, Events *paths.Template
-	Topics                 []string        // the listed topics, validated, in config order
-	Listed                 map[string]bool // the same, as a set
-	OnDemand               bool
+	// Names are the names of a topic's values, in topic-key order: path's, or collection and
+	// environment.
+	Names []string
+	// The App Configuration instance (protocol = "appconfiguration"): GUID, the GUID of each server
+	// whose instance is another (GUIDs, by address), the IBM Cloud API key (a credential: never logged)
+	// and the IAM service it is exchanged at.
+	GUID     string
+	GUIDs    map[string]string
+	APIKey   string
+	IAMURL   string
+	Topics   []string        // the listed topics, validated, in config order
+	Listed   map[string]bool // the same, as a set
+	OnDemand bool
 	// Header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
 	// upstream_header. A credential: never logged.
 	Header http.Header
@@ -40,6 +53,8 @@ func (c *Config) relayDefaults() {
 			t := true
 			r.OnDemand = &t
 		}
+		def(c, &r.Protocol, "generic")
+		def(c, &r.IAMURL, "https://iam.cloud.ibm.com")
 		def(c, &r.MaxTopics, 1000)
 		def(c, &r.Start, "normal")
 		def(c, &r.MaxSubscribers, 10000)
@@ -76,6 +91,7 @@ func (c *Config) validateRelays() []string {
 	var p []string
 	c.RelaySpecs = map[string]*RelaySpec{}
 	byPath := map[string]string{} // path template → relay
+	byGUID := map[string]string{} // App Configuration instance → relay
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
 		r := c.Relays[name]
@@ -124,22 +140,39 @@ func (c *Config) validateRelays() []string {
 			}
 			return t
 		}
-		spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
-		if spec.Path != nil {
-			if other := byPath[r.Path]; other != "" {
-				add("path", "%q is already the path of relays.%s", r.Path, other)
+		spec.Protocol = r.Protocol
+		switch r.Protocol {
+		case "generic":
+			for _, key := range []string{"guid", "guids", "apikey_file", "iam_url"} {
+				if c.isSet(k + key) {
+					add(key, "only with protocol = \"appconfiguration\"")
+				}
 			}
-			byPath[r.Path] = name
-			for key, t := range map[string]*paths.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
-				if t != nil {
-					if err := t.CheckExpandable(spec.Path); err != nil {
-						add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
+			spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
+			if spec.Path != nil {
+				spec.Names = spec.Path.Names()
+				if other := byPath[r.Path]; other != "" {
+					add("path", "%q is already the path of relays.%s", r.Path, other)
+				}
+				byPath[r.Path] = name
+				for key, t := range map[string]*paths.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
+					if t != nil {
+						if err := t.CheckExpandable(spec.Path); err != nil {
+							add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
+						}
 					}
 				}
 			}
+		case "appconfiguration":
+			spec.Names = []string{"collection", "environment"}
+			p = append(p, c.validateAppConfiguration(k, r, pc, spec, byGUID)...)
+		default:
+			add("protocol", "unknown protocol %q: \"generic\" or \"appconfiguration\"", r.Protocol)
+		}
+		if spec.Names != nil {
 			for i, t := range r.Topics {
 				key := fmt.Sprintf("topics.%d", i)
-				if _, err := paths.Split(t, len(spec.Path.Names())); err != nil {
+				if _, err := paths.Split(t, len(spec.Names)); err != nil {
 					add(key, "%s", strings.TrimPrefix(err.Error(), "relay: "))
 				} else if spec.Listed[t] {
 					add(key, "topic %q listed twice", t)
@@ -184,12 +217,21 @@ func (c *Config) validateRelays() []string {
 				for _, problem := range parseUpstreamHeaders(f, data, spec.Header) {
 					add("upstream_headers_file", "%s", problem)
 				}
+				if r.Protocol == "appconfiguration" && spec.Header.Get("Authorization") != "" {
+					add("upstream_headers_file", "%s sets Authorization, which carries the relay's IAM token with protocol = \"appconfiguration\"", f)
+				}
 			}
 		}
 		if r.Auth != nil {
+			if r.Protocol == "appconfiguration" && !strings.EqualFold(r.Auth.Header, "Authorization") {
+				add("auth.header", "%q: the App Configuration SDKs send their key in Authorization", r.Auth.Header)
+			}
 			a, ap := c.loadAuth(k+"auth.", r.Auth)
 			p = append(p, ap...)
 			spec.Auth = a
+			if a != nil && r.Protocol == "appconfiguration" {
+				a.RawOrBearer = true // the client SDKs send the key raw, the server SDKs as a bearer token
+			}
 			if a != nil && a.UpstreamHeader != "" {
 				if spec.Header.Get(a.UpstreamHeader) != "" {
 					add("auth.upstream_header", "%q is also set by upstream_headers_file", a.UpstreamHeader)
@@ -207,12 +249,77 @@ func (c *Config) validateRelays() []string {
 		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
 		// (The pool's failback_interval and checks are not: they are the pool's, which a reload
 		// updates in place.)
-		spec.Fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s",
+		spec.Fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s|apikey=%x",
 			rc, *r.OnDemand, pc.Servers, pc.Backups, pc.TLS.Enabled, pc.TLS.sum, pc.ConnectTimeout.D,
-			pc.ResponseTimeout.D, headersSum)
+			pc.ResponseTimeout.D, headersSum, sha256Sum(spec.APIKey))
 		c.RelaySpecs[name] = spec
 	}
 	return p
+}
+
+// validateAppConfiguration checks the keys of a relay with protocol = "appconfiguration" (k is its
+// table's prefix, pc its pool, nil when missing) and reads its API key into spec. byGUID holds the
+// instances of the relays checked before: two relays cannot answer for one instance.
+func (c *Config) validateAppConfiguration(k string, r *Relay, pc *Pool, spec *RelaySpec, byGUID map[string]string) []string {
+	var p []string
+	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
+	for _, key := range []string{"path", "snapshot", "events"} {
+		if c.isSet(k + key) {
+			add(key, "implied by protocol = \"appconfiguration\": remove it")
+		}
+	}
+	switch {
+	case r.GUID == "":
+		add("guid", "required with protocol = \"appconfiguration\"")
+	case !validGUID(r.GUID):
+		add("guid", "%q is not an instance GUID ([A-Za-z0-9-]+)", r.GUID)
+	case byGUID[r.GUID] != "":
+		add("guid", "%q is already the instance of relays.%s", r.GUID, byGUID[r.GUID])
+	default:
+		byGUID[r.GUID] = strings.TrimSuffix(strings.TrimPrefix(k, "relays."), ".")
+		spec.GUID = r.GUID
+	}
+	spec.GUIDs = map[string]string{}
+	for _, server := range slices.Sorted(maps.Keys(r.GUIDs)) {
+		guid := r.GUIDs[server]
+		switch {
+		case pc != nil && !slices.Contains(pc.Servers, server) && !slices.Contains(pc.Backups, server):
+			add("guids", "%q is not a server of pool %q", server, r.Pool)
+		case !validGUID(guid):
+			add("guids", "%q: %q is not an instance GUID ([A-Za-z0-9-]+)", server, guid)
+		default:
+			spec.GUIDs[server] = guid
+		}
+	}
+	if r.APIKeyFile == "" {
+		add("apikey_file", "required with protocol = \"appconfiguration\"")
+	} else if data, err := c.readFile(k+"apikey_file", r.APIKeyFile); err != nil {
+		add("apikey_file", "%v", err)
+	} else {
+		key := strings.TrimSpace(string(data))
+		switch {
+		case key == "":
+			add("apikey_file", "%s is empty", r.APIKeyFile)
+		case strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			add("apikey_file", "%s must hold one API key (one line without spaces or control characters)", r.APIKeyFile)
+		default:
+			spec.APIKey = key
+		}
+	}
+	if u, err := url.Parse(r.IAMURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" ||
+		u.RawQuery != "" || u.Fragment != "" {
+		add("iam_url", "%q is not an http(s) URL without query", r.IAMURL)
+	} else {
+		spec.IAMURL = strings.TrimSuffix(r.IAMURL, "/")
+	}
+	return p
+}
+
+// validGUID reports whether s can be an App Configuration instance GUID: letters, digits and dashes.
+func validGUID(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r == '-' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	})
 }
 
 // relayIgnoredPoolKeys are the keys of a pool that only proxied requests use: set on a pool named by

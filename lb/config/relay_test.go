@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +164,90 @@ func TestRelayConfigAuthTableMergesKeyByKeyAcrossFiles(t *testing.T) {
 	if a.Header != "X-Client-Key" {
 		t.Errorf("header = %q after a later file set only keys_file: the earlier file's \"X-Client-Key\" was dropped", a.Header)
 	}
+}
+
+// appConfigBase is a valid config of an App Configuration relay over two servers (the second a backup
+// instance with a guid of its own), and the directory of its secret files.
+func appConfigBase(t *testing.T) (base, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var c testkit.Config
+	c.Table("frontend").Set("listen", "127.0.0.1:0")
+	c.Table("admin").Set("listen", "127.0.0.1:0")
+	c.Table("pools.ibm").Set("servers", []string{"127.0.0.1:19443"}).Set("backups", []string{"127.0.0.1:19444"})
+	c.Table("relays.ibm").Set("pool", "ibm").Set("protocol", "appconfiguration").Set("guid", "g-primary").
+		Set("topics", []string{"inventory/dev", "payments/prod"}).
+		Set("apikey_file", write("apikey", "ibm-api-key-7f3e\n"))
+	c.Table("relays.ibm.guids").Set("127.0.0.1:19444", "g-backup")
+	c.Table("relays.ibm.auth").Set("keys_file", write("keys", "sdk-key-1\n"))
+	return c.String(), dir
+}
+
+func TestAnAppConfigurationRelayLoadsWithItsInstanceAndKey(t *testing.T) {
+	base, _ := appConfigBase(t)
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"10-ibm.toml": base}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := cfg.RelaySpecs["ibm"]
+	if spec.Protocol != "appconfiguration" || spec.GUID != "g-primary" || spec.GUIDs["127.0.0.1:19444"] != "g-backup" ||
+		spec.APIKey != "ibm-api-key-7f3e" || spec.IAMURL != "https://iam.cloud.ibm.com" ||
+		!slices.Equal(spec.Names, []string{"collection", "environment"}) || spec.Path != nil {
+		t.Errorf("spec: %+v", spec)
+	}
+	if !spec.Listed["payments/prod"] {
+		t.Errorf("topics: %v", spec.Topics)
+	}
+	if strings.Contains(spec.Fingerprint, "ibm-api-key-7f3e") {
+		t.Error("the fingerprint holds the API key")
+	}
+	// The SDKs send their key raw (client SDKs) or as a bearer token (server SDKs).
+	a := spec.Auth
+	for _, v := range []string{"sdk-key-1", "Bearer sdk-key-1", "bearer sdk-key-1"} {
+		if !a.Admits([]byte(v)) {
+			t.Errorf("Authorization %q refused", v)
+		}
+	}
+	for _, v := range []string{"", "Bearer ", "sdk-key-2", "Basic sdk-key-1"} {
+		if a.Admits([]byte(v)) {
+			t.Errorf("Authorization %q admitted", v)
+		}
+	}
+}
+
+func TestAppConfigurationRelayErrorsNameTheFileAndTheKey(t *testing.T) {
+	base, dir := appConfigBase(t)
+	hdr := filepath.Join(dir, "up.hdr")
+	if err := os.WriteFile(hdr, []byte("Authorization: Bearer x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := func(name, bad string, want ...string) {
+		t.Helper()
+		if err := loadFails(t, name, base, bad, want...); err != nil && strings.Contains(err.Error(), "ibm-api-key-7f3e") {
+			t.Errorf("%s: the error holds the API key: %q", name, err)
+		}
+	}
+	r := "[relays.ibm]\n"
+	f("a path with the protocol", r+`path = "/x/{a}/{b}"`, `20-bad.toml: relays.ibm.path: implied by protocol = "appconfiguration"`)
+	f("an unknown protocol", r+`protocol = "graphql"`, `20-bad.toml: relays.ibm.protocol: unknown protocol "graphql"`)
+	f("no guid", r+`guid = ""`, "20-bad.toml: relays.ibm.guid: required")
+	f("a bad guid", r+`guid = "a b"`, `relays.ibm.guid: "a b" is not an instance GUID`)
+	f("no API key file", r+`apikey_file = ""`, "20-bad.toml: relays.ibm.apikey_file: required")
+	f("a missing API key file", r+`apikey_file = "/nonexistent/apikey"`, "20-bad.toml: relays.ibm.apikey_file: ")
+	f("a bad IAM URL", r+`iam_url = "ftp://iam"`, `20-bad.toml: relays.ibm.iam_url: "ftp://iam" is not an http(s) URL`)
+	f("a guid for another server", "[relays.ibm.guids]\n\"127.0.0.1:1\" = \"g\"\n", `20-bad.toml: relays.ibm.guids: "127.0.0.1:1" is not a server of pool "ibm"`)
+	f("a topic of three parts", r+`topics = ["a/b/c"]`, "20-bad.toml: relays.ibm.topics.0: ")
+	f("the key in another header", "[relays.ibm.auth]\nheader = \"X-Key\"\n", `20-bad.toml: relays.ibm.auth.header: "X-Key": the App Configuration SDKs send their key in Authorization`)
+	f("Authorization in the headers file", r+fmt.Sprintf("upstream_headers_file = %q\n", hdr), "20-bad.toml: relays.ibm.upstream_headers_file: ", "sets Authorization")
+	f("two relays for one instance", "[relays.again]\npool = \"ibm\"\nprotocol = \"appconfiguration\"\nguid = \"g-primary\"\n"+
+		fmt.Sprintf("apikey_file = %q\n", filepath.Join(dir, "apikey")), `10-base.toml: relays.ibm.guid: "g-primary" is already the instance of relays.again`)
+	f("App Configuration keys on a generic relay", "[relays.other]\npool = \"ibm\"\npath = \"/o/{a}\"\nsnapshot = \"/s/{a}\"\nevents = \"/e/{a}\"\nguid = \"g\"\n",
+		`20-bad.toml: relays.other.guid: only with protocol = "appconfiguration"`)
 }

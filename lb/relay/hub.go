@@ -31,8 +31,16 @@ type Snapshot struct {
 	// localVersion: Version is the fetcher's count, the upstream gave none (origin.go).
 	localVersion bool
 
-	sseOnce sync.Once
-	sse     []byte // the snapshot as an SSE event (serve.go), encoded once for every stream
+	// sse holds the snapshot as an SSE event of each name (serve.go), encoded once for every stream.
+	sse [numSSENames]struct {
+		once sync.Once
+		b    []byte
+	}
+	// change is App Configuration's change frame for this snapshot (appconfig.go), framed once for
+	// every WebSocket subscriber.
+	change encoding
+	// flatForm is the snapshot in the older REST form of App Configuration (appconfig.go), made once.
+	flatForm encoding
 }
 
 // A Message is what a subscriber receives: exactly one of its fields is set.

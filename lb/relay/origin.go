@@ -74,9 +74,20 @@ type OriginOptions struct {
 	// Names are the path template's names, in topic-key order: a topic "a/b" gives the value
 	// "a" to Names[0] and "b" to Names[1].
 	Names []string
+	// SnapshotPath and EventsPath, if set, append the upstream path (and query) of a topic's snapshot
+	// and events session on server to dst, in place of the Snapshot and Events templates (App
+	// Configuration's, which name the server's instance).
+	SnapshotPath, EventsPath func(dst []byte, server string, vals [][]byte) []byte
 	// Header is sent on every snapshot request and events upgrade (typically the upstream
 	// API key). It is never logged nor put into an error.
 	Header http.Header
+	// Tokens, if set, gives the bearer token sent as Authorization on every fetch, events upgrade
+	// and forwarded POST (App Configuration's IAM tokens); an answer 401 tells it the token was
+	// refused, and the attempt is made once more with a new one.
+	Tokens *TokenSource
+	// Heartbeat, if set, is an events message that only says the session is alive (App
+	// Configuration's "test message"): it neither signals a change nor causes a fetch.
+	Heartbeat []byte
 	// TLS, if set, makes the upstream requests use HTTPS and WSS with this config; nil is
 	// plain HTTP.
 	TLS *tls.Config
@@ -152,8 +163,13 @@ type originSession struct {
 // NewOrigin returns an Upstream that feeds h, with opts, defaults applied, and starts following
 // its pool. It panics without a pool or templates, which configuration validation rules out.
 func NewOrigin(h *Hub, opts OriginOptions) *Origin {
-	if opts.Pool == nil || opts.Snapshot == nil || opts.Events == nil {
-		panic("relay: NewOrigin needs a pool and the snapshot and events templates")
+	if opts.Pool == nil || (opts.Snapshot == nil || opts.Events == nil) && (opts.SnapshotPath == nil || opts.EventsPath == nil) {
+		panic("relay: NewOrigin needs a pool and the snapshot and events paths")
+	}
+	if opts.SnapshotPath == nil {
+		snapshot, events, names := opts.Snapshot, opts.Events, opts.Names
+		opts.SnapshotPath = func(dst []byte, _ string, vals [][]byte) []byte { return snapshot.Expand(dst, names, vals) }
+		opts.EventsPath = func(dst []byte, _ string, vals [][]byte) []byte { return events.Expand(dst, names, vals) }
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 250 * time.Millisecond
@@ -322,7 +338,6 @@ func (u *Origin) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 	stop := context.AfterFunc(u.ctx, cancel)
 	defer stop()
 
-	path := string(u.opts.Snapshot.Expand(nil, u.opts.Names, vals))
 	var tried []string
 	lastErr := ErrNoServer
 	for {
@@ -330,7 +345,7 @@ func (u *Origin) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 		if server == "" {
 			return nil, lastErr
 		}
-		s, status, err := u.get(ctx, server, path)
+		s, status, err := u.get(ctx, server, string(u.opts.SnapshotPath(nil, server, vals)), topic)
 		if err == nil {
 			u.opts.Pool.Report(server, nil)
 			return s, nil
@@ -340,6 +355,9 @@ func (u *Origin) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 				return nil, ErrUpstreamClosed
 			}
 			return nil, ctx.Err()
+		}
+		if noToken(err) {
+			return nil, err // no server can be asked without a token
 		}
 		switch {
 		case status != 0 && status < 500:
@@ -355,21 +373,14 @@ func (u *Origin) Fetch(ctx context.Context, topic string) (*Snapshot, error) {
 	}
 }
 
-// get GETs path from server and makes a snapshot of a 200 answer. status is the answer's
-// status, 0 if there was none (a connection error).
-func (u *Origin) get(ctx context.Context, server, path string) (s *Snapshot, status int, err error) {
+// get GETs path from server and makes a snapshot of topic from a 200 answer. status is the answer's
+// status, 0 if there was none (a connection error, or no IAM token).
+func (u *Origin) get(ctx context.Context, server, path, topic string) (s *Snapshot, status int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, u.opts.FetchTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.scheme+"://"+server+path, nil)
+	resp, err := u.do(ctx, server, http.MethodGet, path, nil, "")
 	if err != nil {
-		return nil, 0, fmt.Errorf("relay upstream %s: %s: bad request: %v", server, path, err)
-	}
-	if u.opts.Header != nil {
-		req.Header = u.opts.Header.Clone()
-	}
-	resp, err := u.client.Do(req)
-	if err != nil {
-		return nil, 0, fmt.Errorf("relay upstream %s: GET %s: %w", server, path, unwrapURLError(err))
+		return nil, 0, fmt.Errorf("relay upstream %s: GET %s: %w", server, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, upstreamMaxBody+1))
@@ -389,10 +400,115 @@ func (u *Origin) get(ctx context.Context, server, path string) (s *Snapshot, sta
 	}
 	local := !ok
 	if local {
-		v = u.counter.Add(1)
+		// Versions are counted here: the same content is the same snapshot (not a new version to push;
+		// over a seed, it replaces it silently), other content a version above the one held.
+		cur := u.hub.Snapshot(topic)
+		switch {
+		case cur != nil && (cur.localVersion || cur.Seed) && bytes.Equal(cur.Body, body):
+			v = cur.Version
+		case cur != nil:
+			v = max(u.counter.Add(1), cur.Version+1)
+		default:
+			v = u.counter.Add(1)
+		}
 	}
 	return &Snapshot{Version: v, ETag: `"` + strconv.FormatUint(v, 10) + `"`, Body: body, Fetched: time.Now(), localVersion: local},
 		resp.StatusCode, nil
+}
+
+// do sends one request to server, with the relay's headers and, with Tokens, its bearer token: once
+// more with a new token when the answer is 401. The caller closes the answer's body.
+func (u *Origin) do(ctx context.Context, server, method, path string, body []byte, contentType string) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, method, u.scheme+"://"+server+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("bad request: %v", err)
+		}
+		if body == nil {
+			req.Body, req.ContentLength = http.NoBody, 0
+		}
+		if u.opts.Header != nil {
+			req.Header = u.opts.Header.Clone()
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		token, err := u.bearer(ctx, req.Header)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := u.client.Do(req)
+		if err != nil {
+			return nil, unwrapURLError(err)
+		}
+		if resp.StatusCode == http.StatusUnauthorized && token != "" && attempt == 0 {
+			_ = resp.Body.Close()
+			u.opts.Tokens.Rejected(token)
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// bearer sets h's Authorization to the current IAM token, with Tokens, and returns the token.
+func (u *Origin) bearer(ctx context.Context, h http.Header) (string, error) {
+	if u.opts.Tokens == nil {
+		return "", nil
+	}
+	token, err := u.opts.Tokens.Token(ctx)
+	if err != nil {
+		return "", &tokenError{err}
+	}
+	h.Set("Authorization", "Bearer "+token)
+	return token, nil
+}
+
+// A tokenError is an attempt that could not start for want of an IAM token: not its server's fault.
+type tokenError struct{ err error }
+
+func (e *tokenError) Error() string { return e.err.Error() }
+func (e *tokenError) Unwrap() error { return e.err }
+
+// noToken reports whether err is a tokenError.
+func noToken(err error) bool {
+	var te *tokenError
+	return errors.As(err, &te)
+}
+
+// Forward sends a client's request (App Configuration's usage and analytics POSTs) to the pool's
+// choice at path(server), with the relay's headers and token in place of the client's credential, and
+// returns the answer's status, body and content type. A server that cannot be reached is reported to
+// the pool and the next choice tried; one that answered is not.
+func (u *Origin) Forward(ctx context.Context, method string, path func(server string) string, body []byte, contentType string) (status int, answer []byte, answerType string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, u.opts.FetchTimeout)
+	defer cancel()
+	var tried []string
+	err = ErrNoServer
+	for {
+		server := u.opts.Pool.Choose(tried)
+		if server == "" {
+			return 0, nil, "", err
+		}
+		p := path(server)
+		resp, derr := u.do(ctx, server, method, p, body, contentType)
+		if derr != nil {
+			err = fmt.Errorf("relay upstream %s: %s %s: %w", server, method, p, derr)
+			var op *net.OpError
+			if ctx.Err() != nil || noToken(derr) || !errors.As(derr, &op) || op.Op != "dial" {
+				return 0, nil, "", err // it may have reached the server: not sent twice
+			}
+			u.opts.Pool.Report(server, derr)
+			tried = append(tried, server)
+			continue
+		}
+		answer, rerr := io.ReadAll(io.LimitReader(resp.Body, iamMaxBody))
+		_ = resp.Body.Close()
+		if rerr != nil {
+			return 0, nil, "", fmt.Errorf("relay upstream %s: %s %s: reading the answer: %w", server, method, p, rerr)
+		}
+		u.opts.Pool.Report(server, nil)
+		return resp.StatusCode, answer, resp.Header.Get("Content-Type"), nil
+	}
 }
 
 // unwrapURLError drops the *url.Error wrapper, whose message repeats the method and URL.
@@ -586,22 +702,39 @@ func (u *Origin) clearConn(s *originSession) (moved bool) {
 // dial opens an events session to server. On an error, status is the server's answer (0 for none:
 // a connection error or a timeout, the server's fault).
 func (u *Origin) dial(s *originSession, server string) (c *websocket.Conn, status int, err error) {
-	path := string(u.opts.Events.Expand(nil, u.opts.Names, s.vals))
+	path := string(u.opts.EventsPath(nil, server, s.vals))
 	ctx, cancel := context.WithTimeout(s.ctx, u.opts.Timeout)
 	defer cancel()
-	c, resp, err := u.dialer.DialContext(ctx, u.ws+"://"+server+path, u.opts.Header)
-	if err == nil {
-		return c, 0, nil
-	}
-	if resp != nil {
-		if resp.Body != nil {
-			_ = resp.Body.Close()
+	for attempt := 0; ; attempt++ {
+		h := u.opts.Header
+		var token string
+		if u.opts.Tokens != nil {
+			h = h.Clone()
+			if h == nil {
+				h = http.Header{}
+			}
+			if token, err = u.bearer(ctx, h); err != nil {
+				return nil, 0, fmt.Errorf("relay upstream %s: events %s: %w", server, path, err)
+			}
 		}
-		if resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
-			return nil, resp.StatusCode, fmt.Errorf("relay upstream %s: events %s: status %d", server, path, resp.StatusCode)
+		c, resp, err := u.dialer.DialContext(ctx, u.ws+"://"+server+path, h)
+		if err == nil {
+			return c, 0, nil
 		}
+		if resp != nil {
+			if resp.Body != nil {
+				_ = resp.Body.Close()
+			}
+			if resp.StatusCode == http.StatusUnauthorized && token != "" && attempt == 0 {
+				u.opts.Tokens.Rejected(token)
+				continue
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode != 0 {
+				return nil, resp.StatusCode, fmt.Errorf("relay upstream %s: events %s: status %d", server, path, resp.StatusCode)
+			}
+		}
+		return nil, 0, fmt.Errorf("relay upstream %s: events %s: %w", server, path, err)
 	}
-	return nil, 0, fmt.Errorf("relay upstream %s: events %s: %w", server, path, err)
 }
 
 // run is the goroutine of a session: it connects to the pool's choice, relays the messages and
@@ -645,8 +778,10 @@ func (u *Origin) run(s *originSession) {
 			}
 			u.opts.Logf("relay upstream: topic %s: %v", s.topic, err)
 			switch {
-			case status != 0 && status < 500:
-				u.opts.Pool.Report(server, nil) // it answered (a 4xx): another would answer the same
+			case noToken(err) || status != 0 && status < 500:
+				if !noToken(err) { // (without a token the server was not asked)
+					u.opts.Pool.Report(server, nil) // it answered (a 4xx): another would answer the same
+				}
 				if !backoff(nil) {
 					return
 				}
@@ -679,6 +814,9 @@ func (u *Origin) run(s *originSession) {
 				break
 			}
 			u.alive(c)
+			if u.opts.Heartbeat != nil && bytes.Equal(msg, u.opts.Heartbeat) {
+				continue // alive, nothing changed
+			}
 			s.messages.Add(1)
 			u.hub.PublishChange(s.topic, msg)
 			u.hub.Refresh(s.topic, fetch)

@@ -28,8 +28,9 @@ import (
 // SeedInterval is how often a relay with seed_file_write checks for new snapshots to write.
 const SeedInterval = 2 * time.Second
 
-// kinds are the kinds of relay requests counted, as RequestKind names them.
-var kinds = [...]string{"snapshot", "sse", "websocket"}
+// kinds are the kinds of relay requests counted: RequestKind's, and App Configuration's metering
+// POSTs.
+var kinds = [...]string{"snapshot", "sse", "websocket", "usage", "analytics"}
 
 // refusals are the statuses of relay requests refused or failed, counted by status.
 var refusals = [...]int{401, 404, 405, 502, 503}
@@ -41,7 +42,8 @@ type Route struct {
 	cfg     config.Relay
 	hub     *Hub
 	origin  *Origin
-	backups []string // the servers of its pool that are backups (Status: serving a backup)
+	tokens  *TokenSource // protocol = "appconfiguration": the IAM tokens of its upstream requests
+	backups []string     // the servers of its pool that are backups (Status: serving a backup)
 	opts    ServeOptions
 	logf    func(string, ...any)
 
@@ -85,11 +87,16 @@ func NewRoute(spec *config.RelaySpec, rc *config.Relay, pc *config.Pool, pool Po
 	rr.hub = NewHub(Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
 		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})
 	uo := OriginOptions{Pool: pool, Snapshot: spec.Snapshot, Events: spec.Events,
-		Names: spec.Path.Names(), Header: spec.Header,
+		Names: spec.Names, Header: spec.Header,
 		Timeout: pc.ConnectTimeout.D, FetchTimeout: pc.ResponseTimeout.D, KeepAlive: rc.KeepAlive.D,
 		Logf: func(format string, args ...any) { logf(prefix+format, args...) }}
 	if pc.TLS.Enabled {
 		uo.TLS = pc.TLS.Client
+	}
+	if spec.Protocol == "appconfiguration" {
+		uo.SnapshotPath, uo.EventsPath = rr.appConfigPaths()
+		rr.tokens = NewTokenSource(spec.IAMURL, spec.APIKey, pc.ConnectTimeout.D+pc.ResponseTimeout.D, nil)
+		uo.Tokens, uo.Heartbeat = rr.tokens, appConfigHeartbeat
 	}
 	rr.origin = NewOrigin(rr.hub, uo)
 	return rr
@@ -200,6 +207,9 @@ func (rr *Route) Close() {
 	}
 	rr.hub.Close()
 	rr.origin.Close()
+	if rr.tokens != nil {
+		rr.tokens.Close()
+	}
 }
 
 // idleLoop closes the upstream sessions of idle topics and forgets idle on-demand topics.
@@ -366,36 +376,66 @@ func fetchStatus(err error) (int, string) {
 	return fasthttp.StatusServiceUnavailable, "upstream unavailable"
 }
 
-// Serve answers one request for the topic of key, whose auth the caller checked, and returns the topic
-// (for the access log). A GET of a topic that is ready (ready) allocates nothing.
-func (rr *Route) Serve(ctx *fasthttp.RequestCtx, key []byte) (topic string) {
+// Serve answers one request the relay matched (Match), whose auth the caller checked, and returns its
+// topic and kind (for the access log). A GET of a topic that is ready (ready) allocates nothing.
+func (rr *Route) Serve(ctx *fasthttp.RequestCtx, req Request) (topic, kind string) {
+	if req.kind != reqGeneric {
+		return rr.serveAppConfig(ctx, req)
+	}
 	if !ctx.IsGet() && !ctx.IsHead() {
 		rr.CountRefused(fasthttp.StatusMethodNotAllowed)
 		Serve(ctx, context.Background(), rr.hub, "", rr.opts) // 405 with Allow
-		return string(key)
+		return string(req.Key), RequestKind(ctx)
 	}
-	wait := context.Background() // a ready topic is served without waiting
-	topic, ok := rr.ready(key)
+	wait, topic, ok := rr.admit(ctx, req.Key)
+	kind = RequestKind(ctx)
 	if !ok {
-		var cancel context.CancelFunc
-		wait, cancel = context.WithTimeout(wait, rr.cfg.WaitTimeout.D)
-		defer cancel()
-		if status, reason := rr.activate(wait, topic); status != 0 {
-			rr.refuse(ctx, status, reason)
-			return topic
-		}
+		return topic, kind
 	}
-	kind := RequestKind(ctx)
+	if wait.cancel != nil {
+		defer wait.cancel()
+	}
 	if kind != "snapshot" && ctx.IsGet() && rr.hub.Subscribers() >= int64(rr.cfg.MaxSubscribers) {
 		rr.refuse(ctx, fasthttp.StatusServiceUnavailable, "too many subscribers (max_subscribers)")
-		return topic
+		return topic, kind
 	}
-	rr.requests[slices.Index(kinds[:], kind)].Add(1)
-	Serve(ctx, wait, rr.hub, topic, rr.opts)
+	rr.count(kind)
+	Serve(ctx, wait.ctx, rr.hub, topic, rr.opts)
 	if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable {
 		rr.CountRefused(fasthttp.StatusServiceUnavailable) // no snapshot within wait_timeout
 	}
-	return topic
+	return topic, kind
+}
+
+// waitCtx bounds a request's wait for its topic's first snapshot: none for a topic that is ready,
+// wait_timeout for one that was not (cancel then releases it).
+type waitCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// admit makes the topic of key servable (ready, else activate) and returns it with the request's
+// wait; a topic that cannot be served is refused here (ok false).
+func (rr *Route) admit(ctx *fasthttp.RequestCtx, key []byte) (wait waitCtx, topic string, ok bool) {
+	wait.ctx = context.Background() // a ready topic is served without waiting
+	topic, ready := rr.ready(key)
+	if ready {
+		return wait, topic, true
+	}
+	wait.ctx, wait.cancel = context.WithTimeout(wait.ctx, rr.cfg.WaitTimeout.D)
+	if status, reason := rr.activate(wait.ctx, topic); status != 0 {
+		wait.cancel()
+		rr.refuse(ctx, status, reason)
+		return waitCtx{}, topic, false
+	}
+	return wait, topic, true
+}
+
+// count counts a request of kind.
+func (rr *Route) count(kind string) {
+	if i := slices.Index(kinds[:], kind); i >= 0 {
+		rr.requests[i].Add(1)
+	}
 }
 
 // refuse answers status with reason and counts it.

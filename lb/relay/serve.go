@@ -149,17 +149,30 @@ func unavailable(ctx *fasthttp.RequestCtx) {
 }
 
 func serveSnapshot(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic string) {
+	serveSnapshotAs(ctx, reqCtx, hub, topic, nil)
+}
+
+// serveSnapshotAs answers the topic's snapshot, as it is or, with as, in the representation as
+// makes of it (with its own entity tag); as failing is a 502.
+func serveSnapshotAs(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic string, as func(*Snapshot) (body []byte, etag string, err error)) {
 	s, err := hub.WaitSnapshot(reqCtx, topic)
 	if err != nil {
 		unavailable(ctx)
 		return
 	}
 	hub.Touch(topic) // a topic read by GETs alone is not idle
+	body, etag := s.Body, s.ETag
+	if as != nil {
+		if body, etag, err = as(s); err != nil {
+			ctx.Error("502 Bad Gateway: the upstream's configuration cannot be served in this form\n", fasthttp.StatusBadGateway)
+			return
+		}
+	}
 	h := &ctx.Response.Header
 	h.Set("Cache-Control", "no-cache")
-	if s.ETag != "" {
-		h.Set("ETag", s.ETag)
-		if inm := ctx.Request.Header.Peek("If-None-Match"); len(inm) > 0 && etagMatches(inm, s.ETag) {
+	if etag != "" {
+		h.Set("ETag", etag)
+		if inm := ctx.Request.Header.Peek("If-None-Match"); len(inm) > 0 && etagMatches(inm, etag) {
 			ctx.SetStatusCode(fasthttp.StatusNotModified)
 			return
 		}
@@ -167,7 +180,7 @@ func serveSnapshot(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, t
 	h.SetContentType("application/json")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	// Published snapshots are immutable, so the body is served without a copy.
-	ctx.Response.SetBodyRaw(s.Body)
+	ctx.Response.SetBodyRaw(body)
 }
 
 // etagMatches reports whether an If-None-Match value matches etag, with the weak comparison
@@ -243,7 +256,7 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 	// connection (no chunked framing), as a stream that only ends when the connection does.
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, opts, func(c net.Conn, _ []byte) func() {
-		st := &sseStream{conn: c, sub: sub, opts: opts}
+		st := &sseStream{conn: c, sub: sub, opts: opts, first: sseSnapshot, next: sseSnapshot}
 		return func() { st.run(cur, resend) }
 	})
 }
@@ -358,24 +371,33 @@ func headerHasToken(v []byte, token string) bool {
 
 // sseStream is the state of one SSE stream, used by its goroutine only.
 type sseStream struct {
-	conn net.Conn
-	sub  *Subscriber
-	opts ServeOptions
+	conn        net.Conn
+	sub         *Subscriber
+	opts        ServeOptions
+	first, next sseName // how the current snapshot is sent at the start, and each one after it
 }
 
+// run writes the stream: cur first (none when resend is false: the client has it; or when cur is
+// nil: the first snapshot published is sent as cur would have been), then each newer snapshot.
 func (st *sseStream) run(cur *Snapshot, resend bool) {
 	st.deadline()
 	head := sseHead
-	if !resend {
-		// The client already has this version: open the stream with a comment.
+	if !resend || cur == nil {
+		// The client already has this version, or there is none yet: open the stream with a comment.
 		head = append(append([]byte(nil), sseHead...), sseOpen...)
 	} else {
-		head = append(append([]byte(nil), sseHead...), cur.sseEvent()...)
+		head = append(append([]byte(nil), sseHead...), cur.sseEvent(st.first)...)
 	}
 	if _, err := st.conn.Write(head); err != nil {
 		return
 	}
-	last, seed := cur.Version, cur.Seed
+	var last uint64
+	seed, name := false, st.next
+	if cur != nil {
+		last, seed = cur.Version, cur.Seed
+	} else {
+		name = st.first
+	}
 	idle := time.NewTimer(st.opts.KeepAlive)
 	defer idle.Stop()
 	for {
@@ -396,10 +418,10 @@ func (st *sseStream) run(cur *Snapshot, resend bool) {
 				continue
 			}
 			st.deadline()
-			if _, err := st.conn.Write(m.Snapshot.sseEvent()); err != nil {
+			if _, err := st.conn.Write(m.Snapshot.sseEvent(name)); err != nil {
 				return
 			}
-			last, seed = m.Snapshot.Version, m.Snapshot.Seed
+			last, seed, name = m.Snapshot.Version, m.Snapshot.Seed, st.next
 		case <-idle.C:
 			st.deadline()
 			if _, err := st.conn.Write(sseKeepAlive); err != nil {
@@ -418,14 +440,34 @@ func (st *sseStream) deadline() {
 	}
 }
 
-// sseEvent returns the snapshot as one SSE event, "id: <version>", "event: snapshot" and a
-// "data:" line per line of the body, encoded once and shared by every stream that sends it.
-func (s *Snapshot) sseEvent() []byte {
-	s.sseOnce.Do(func() {
+// An sseName is how an SSE event carrying a snapshot is written.
+type sseName uint8
+
+const (
+	// sseSnapshot: "id: <version>" and "event: snapshot" (the generic protocol).
+	sseSnapshot sseName = iota
+	// sseRegistration: "event: Registration", the whole configuration a client SDK of App
+	// Configuration gets when it connects, without an id.
+	sseRegistration
+	// sseConfigPayload: "event: SSEConfig_payload", the whole configuration after a change.
+	sseConfigPayload
+	numSSENames
+)
+
+var sseEventLines = [numSSENames]string{"event: snapshot\n", "event: Registration\n", "event: SSEConfig_payload\n"}
+
+// sseEvent returns the snapshot as one SSE event named as n says, a "data:" line per line of the
+// body, encoded once and shared by every stream that sends it.
+func (s *Snapshot) sseEvent(n sseName) []byte {
+	e := &s.sse[n]
+	e.once.Do(func() {
 		b := make([]byte, 0, len(s.Body)+64)
-		b = append(b, "id: "...)
-		b = strconv.AppendUint(b, s.Version, 10)
-		b = append(b, "\nevent: snapshot\n"...)
+		if n == sseSnapshot {
+			b = append(b, "id: "...)
+			b = strconv.AppendUint(b, s.Version, 10)
+			b = append(b, '\n')
+		}
+		b = append(b, sseEventLines[n]...)
 		body := s.Body
 		for {
 			// One data: line per line of the body; SSE lines end with CRLF, LF or CR.
@@ -444,9 +486,9 @@ func (s *Snapshot) sseEvent() []byte {
 				break
 			}
 		}
-		s.sse = append(b, '\n')
+		e.b = append(b, '\n')
 	})
-	return s.sse
+	return e.b
 }
 
 // Stream handoff states: the hijack handler and a guard timer race to own the subscriber.
@@ -484,13 +526,15 @@ func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts Serve
 		}
 		return func() {
 			defer wc.Close()
-			serveWebSocketConn(wc, sub, opts)
+			serveWebSocketConn(wc, sub, opts, nil)
 		}
 	})
 }
 
-// serveWebSocketConn relays sub's change messages to c until either ends.
-func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions) {
+// serveWebSocketConn relays sub's change messages to c until either ends; with ac (an App
+// Configuration subscriber, whose sub wants Snapshots), the change frame of each new snapshot instead,
+// and "test message" with each keep-alive ping.
+func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions, ac *appConfigWS) {
 	// A client that answers no ping nor sends anything for this long is gone.
 	readTimeout := 2*opts.KeepAlive + opts.WriteTimeout
 	// The hijacked connection's Close is a no-op (fasthttp closes it once this handler
@@ -568,14 +612,26 @@ func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions) {
 				closeWith(websocket.CloseGoingAway, "")
 				return
 			}
-			if m.Change == nil {
+			var frame *websocket.PreparedMessage
+			switch {
+			case ac != nil && m.Snapshot != nil && m.Snapshot.Version > ac.since:
+				frame, ac.since = m.Snapshot.changeFrame(ac.topic), m.Snapshot.Version
+			case ac == nil && m.Change != nil:
+				frame = m.prepared()
+			default:
 				continue
 			}
 			_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
-			if err := c.WritePreparedMessage(m.prepared()); err != nil {
+			if err := c.WritePreparedMessage(frame); err != nil {
 				return
 			}
 		case <-ping.C:
+			if ac != nil {
+				_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
+				if err := c.WritePreparedMessage(appConfigHeartbeatFrame); err != nil {
+					return
+				}
+			}
 			if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(opts.WriteTimeout)); err != nil {
 				return
 			}

@@ -15,12 +15,20 @@ import (
 // Status describes the relay.
 func (rr *Route) Status() admin.RelayStatus {
 	up := rr.origin.Current()
-	st := admin.RelayStatus{Name: rr.name, Path: rr.cfg.Path, Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
+	st := admin.RelayStatus{Name: rr.name, Protocol: rr.spec.Protocol, GUID: rr.spec.GUID, Path: rr.cfg.Path,
+		Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
 		Upstream: up, ServingBackup: slices.Contains(rr.backups, up), Switches: rr.origin.Switches(), Sessions: rr.origin.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
 		SeedWrites: rr.seedWrites.Load(), SeedWriteErrors: rr.seedErrors.Load()}
 	for i, k := range kinds {
 		st.Requests[k] = rr.requests[i].Load()
+	}
+	if rr.tokens != nil {
+		ts := rr.tokens.Status()
+		st.IAM = &admin.IAMStatus{URL: rr.spec.IAMURL, Tokens: ts.Issued, Failures: ts.Failures}
+		if !ts.Expires.IsZero() {
+			st.IAM.TokenExpires = &ts.Expires
+		}
 	}
 	for i, code := range refusals {
 		st.Refused[strconv.Itoa(code)] = rr.refused[i].Load()
@@ -62,6 +70,10 @@ func WriteMetrics(w io.Writer, relays []admin.RelayStatus) {
 		for _, code := range refusals {
 			c := strconv.Itoa(code)
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_relay_refused_total{%s,code=%q}`, l, c), st.Refused[c])
+		}
+		if st.IAM != nil {
+			metrics.WriteCounterUint64(w, "fairlead_relay_iam_tokens_total{"+l+"}", st.IAM.Tokens)
+			metrics.WriteCounterUint64(w, "fairlead_relay_iam_failures_total{"+l+"}", st.IAM.Failures)
 		}
 		metrics.WriteCounterUint64(w, "fairlead_relay_seed_writes_total{"+l+"}", st.SeedWrites)
 		metrics.WriteCounterUint64(w, "fairlead_relay_seed_write_errors_total{"+l+"}", st.SeedWriteErrors)

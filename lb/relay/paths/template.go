@@ -5,6 +5,7 @@
 package paths
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strconv"
@@ -227,4 +228,20 @@ func validValue(b []byte) bool {
 		return false
 	}
 	return true
+}
+
+// ValidKey reports whether key is a topic key of n values ("inventory/dev" for n = 2), each a valid
+// value, as Split would accept it; it does not allocate.
+func ValidKey(key []byte, n int) bool {
+	for i := 0; i < n; i++ {
+		j := bytes.IndexByte(key, '/')
+		if i == n-1 {
+			return j < 0 && validValue(key)
+		}
+		if j < 0 || !validValue(key[:j]) {
+			return false
+		}
+		key = key[j+1:]
+	}
+	return false
 }
