@@ -32,8 +32,12 @@ bench-2core: build
 	$(GO) run ./bench/cmd/fairlead-bench -threads 2 -scenarios http-small,http-16k,ws-echo
 
 # All tests under the race detector, plus the allocation guards of the hot paths, which run without it
-# (the race detector allocates on its own).
+# (the race detector allocates on its own). First, if bench/appconfig/node_modules is missing and npm is
+# there, the official App Configuration JS client SDK the tests run is installed from its lock file
+# (without Node those tests skip, saying so).
 test:
+	@if [ ! -d bench/appconfig/node_modules ] && command -v npm >/dev/null; then \
+		npm ci --prefix bench/appconfig --no-audit --no-fund; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./lb/... ./stickiness/
 	$(GO) test -race -count=1 -timeout 8m ./...

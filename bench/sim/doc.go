@@ -55,6 +55,18 @@
 // and revive one as a process. A subscriber that stops reading is closed
 // after a second without delaying the others.
 //
+// StartAppConfig and StartIAM run a simulated IBM Cloud App Configuration
+// instance and IAM token service (AppConfig, IAM; issue #23), on their own,
+// outside a Cluster: per topic ("collection/environment") an export
+// document (AppConfig.Set, or AppConfig.Bump's generated one), served as the
+// server SDKs fetch it (REST, two forms, with an IAM bearer token), pushed
+// to their wsfeature WebSockets ("test message" heartbeats, one frame per
+// change) and to the client SDKs' server-sent events (Registration, then
+// SSEConfig_payload per change, with a client key), with the metering POSTs
+// answered 202. Their counters (fetches, sessions and subscribers per topic,
+// tokens issued, unauthorized requests, client keys where only tokens
+// belong) let a test prove what a relay in front of them sent upstream.
+//
 // Options.TLS serves every platform server, connection server (its main
 // port and its separate health port, if any) and config server over TLS
 // with the given config, so that fairlead's upstream TLS ([pools.NAME.tls])
