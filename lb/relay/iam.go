@@ -181,12 +181,15 @@ func (ts *TokenSource) exchange(ctx context.Context) (token string, expires time
 		return fail("the answer has no usable access_token")
 	}
 	now := ts.now()
-	switch { // expires_in first: it does not depend on IAM's clock agreeing with this one
-	case ans.ExpiresIn > 0:
+	// The earlier of expires_in and expiration (IAM counts whole seconds from a truncated issue time);
+	// an expiration already past by this clock is IAM's clock disagreeing, and expires_in decides.
+	if ans.ExpiresIn > 0 {
 		expires = now.Add(time.Duration(ans.ExpiresIn) * time.Second)
-	case ans.Expiration > 0:
-		expires = time.Unix(ans.Expiration, 0)
-	default:
+	}
+	if exp := time.Unix(ans.Expiration, 0); ans.Expiration > 0 && exp.After(now) && (expires.IsZero() || exp.Before(expires)) {
+		expires = exp
+	}
+	if expires.IsZero() {
 		return fail("the answer says neither expiration nor expires_in")
 	}
 	if !expires.After(now) {
