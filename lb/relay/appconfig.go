@@ -431,7 +431,9 @@ func cutPrefix(b []byte, prefix string) ([]byte, bool) {
 	return b[len(prefix):], true
 }
 
-func hasPrefix(b []byte, prefix string) bool { return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix }
+func hasPrefix(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}
 
 // cutSegment splits b at its first "/": the segment before it and what follows it.
 func cutSegment(b []byte) (seg, rest []byte) {
