@@ -444,3 +444,40 @@ func loadConfig(t *testing.T, files map[string]string) (*config.Config, error) {
 	t.Helper()
 	return config.Load(testkit.WriteFiles(t, files))
 }
+
+func TestAnAppConfigurationSessionWithoutHeartbeatsIsDialledAgain(t *testing.T) {
+	iam, err := sim.StartIAM("127.0.0.1:0", sim.IAMOptions{APIKeys: []string{acAPIKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iam.Close)
+	// An instance whose heartbeats never come: its sessions look dead after 2 x keepalive + connect_timeout.
+	a, err := sim.StartAppConfig("silent", "127.0.0.1:0", sim.AppConfigOptions{GUID: acGUID, IAM: iam, Heartbeat: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	a.Bump("inventory/dev")
+	dir := t.TempDir()
+	apikey := filepath.Join(dir, "apikey")
+	if err := os.WriteFile(apikey, []byte(acAPIKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var c testkit.Config
+	listenAnywhere(&c)
+	c.Table("pools.ibm").Set("servers", []string{a.Addr}).Set("connect_timeout", 300*time.Millisecond)
+	c.Table("relays.ibm").Set("pool", "ibm").Set("protocol", "appconfiguration").Set("guid", acGUID).
+		Set("topics", []string{"inventory/dev"}).Set("apikey_file", apikey).Set("iam_url", iam.URL()).
+		Set("keepalive", 200*time.Millisecond)
+	l, logs := startLB(t, map[string]string{"10-ibm.toml": c.String()})
+	testkit.Eventually(t, "the silent session dialled again", 10*time.Second, func() bool {
+		return a.Stats().Topics["inventory/dev"].WSSessionsTotal >= 3
+	})
+	if !strings.Contains(logs.all(), "i/o timeout") {
+		t.Errorf("the log does not say the session timed out:\n%s", logs.all())
+	}
+	// The cache still serves.
+	if code, body := acGet(t, l, acConfigPath(acGUID, "inventory/dev"), "Bearer unchecked"); code != 200 || acVersion(t, body) != 1 {
+		t.Errorf("GET: %d %q", code, body)
+	}
+}

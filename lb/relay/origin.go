@@ -102,7 +102,8 @@ type OriginOptions struct {
 	FetchTimeout time.Duration
 	// KeepAlive is the interval of the pings sent on each events session; a session on which
 	// nothing (no message, no pong) arrives for 2*KeepAlive+Timeout is taken for dead and
-	// redialled, so that an upstream that hangs without closing is noticed. Default 25s.
+	// redialled, so that an upstream that hangs without closing is noticed. With a Heartbeat no ping
+	// is sent: a session without a message (a heartbeat) for that long is dead. Default 25s.
 	KeepAlive time.Duration
 	// Logf receives the session failures and the moves between servers. Default: discarded.
 	Logf func(format string, args ...any)
@@ -863,9 +864,15 @@ func (u *Origin) alive(c *websocket.Conn) {
 }
 
 // keepAlive pings the session every KeepAlive and sets its read deadline, which each message
-// and pong pushes back; the returned function stops the pings.
+// and pong pushes back; the returned function stops the pings. With a Heartbeat, only the messages
+// push the deadline back (no ping is sent).
 func (u *Origin) keepAlive(c *websocket.Conn) (stop func()) {
 	u.alive(c)
+	if u.opts.Heartbeat != nil {
+		// The upstream's heartbeats say the session is alive; a pong would not tell a service that
+		// stopped sending them from one that works, so none is asked for.
+		return func() {}
+	}
 	c.SetPongHandler(func(string) error { u.alive(c); return nil })
 	done := make(chan struct{})
 	finished := make(chan struct{})
