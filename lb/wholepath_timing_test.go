@@ -261,3 +261,28 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 		t.Errorf("%.3f allocations per relay snapshot GET, want 0", n)
 	}
 }
+
+func TestAnAppConfigurationConfigGETOfAReadyTopicAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own; make test runs this without -race")
+	}
+	e := startAppConfigRelay(t, time.Hour, "")
+	conn, err := net.Dial("tcp", e.l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rc := &rawClient{c: conn, buf: make([]byte, 64<<10)}
+	req := []byte("GET " + acConfigPath(acGUID, "inventory/dev") + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acClientKey + "\r\n\r\n")
+	do := func() {
+		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
+			t.Fatalf("status line %q", status)
+		}
+	}
+	for range 200 {
+		do()
+	}
+	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
+		t.Errorf("%.3f allocations per App Configuration GET, want 0", n)
+	}
+}
