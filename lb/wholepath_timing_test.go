@@ -262,7 +262,7 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestAnAppConfigurationConfigGETOfAReadyTopicAllocatesNothing(t *testing.T) {
+func TestAnAppConfigurationConfigGETOfAReadyTopicDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
 	}
