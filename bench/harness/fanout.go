@@ -81,6 +81,18 @@ func fanOutScenario() *scenario {
 	}
 }
 
+// fanOutKind is what a fan-out scenario's upstream and subscribers speak.
+type fanOutKind int
+
+const (
+	// fanOutGeneric (fan-out): a relay route with protocol "generic" in front of the simulated config
+	// server; half the subscribers SSE, half WebSocket.
+	fanOutGeneric fanOutKind = iota
+	// fanOutAppConfig (fan-out-appconfig): a relay route with protocol "appconfiguration" in front of a
+	// simulated App Configuration instance and IAM; every subscriber the client SDK's SSE shape.
+	fanOutAppConfig
+)
+
 // fanOutPeers keeps the peers that can fan out: fairlead and nginx (with nchan).
 func fanOutPeers(base []string) []string {
 	var out []string
@@ -95,7 +107,10 @@ func fanOutPeers(base []string) []string {
 // sizedKey is the key of metric key measured at size n.
 func sizedKey(key string, n int) string { return key + "@" + strconv.Itoa(n) }
 
-func runFanOut(rc *runCtx) (*Result, error) {
+func runFanOut(rc *runCtx) (*Result, error) { return runFanOutSizes(rc, fanOutGeneric) }
+
+// runFanOutSizes runs a fan-out scenario of kind at each of the plan's sizes.
+func runFanOutSizes(rc *runCtx, kind fanOutKind) (*Result, error) {
 	res := &Result{Metrics: map[string]float64{}}
 	for _, target := range rc.plan.FanOutSizes {
 		if target <= 0 || rc.ctx.Err() != nil {
@@ -105,7 +120,7 @@ func runFanOut(rc *runCtx) (*Result, error) {
 		// sessions and nginx's listeners are in the fixed part.
 		n := rc.fitFDLimits(fmt.Sprintf("N %d", target), target,
 			fdCost{unit: "subscriber", benchPer: 1, benchFixed: 1000, proxyPer: 1, proxyFixed: 300})
-		m, err := runFanOutN(rc, n, filepath.Join(rc.dir, fmt.Sprintf("n%d", target)))
+		m, err := runFanOutN(rc, kind, n, filepath.Join(rc.dir, fmt.Sprintf("n%d", target)))
 		if err != nil {
 			return nil, fmt.Errorf("N = %d: %w", target, err)
 		}
@@ -122,9 +137,15 @@ func runFanOut(rc *runCtx) (*Result, error) {
 // fanOutRun is one size's run: the proxy, its feeder and the subscribers' records.
 type fanOutRun struct {
 	rc   *runCtx
+	kind fanOutKind
 	in   *Instance
-	c    *sim.Cluster
-	base time.Time // receipts and publishes are durations since base
+	c    *sim.Cluster // fanOutGeneric's upstream
+	base time.Time    // receipts and publishes are durations since base
+
+	// fanOutAppConfig: ac is fairlead's upstream instance, or, for nchan, the generator of the
+	// configurations the feeder POSTs (nobody connects to it); iam is fairlead's token service.
+	ac  *sim.AppConfig
+	iam *sim.IAM
 
 	// publish makes change k (0 is the warm-up) of topic t and returns the version it carries; pubAt
 	// holds when each version of each topic was published (written by the publisher goroutine only).
@@ -143,6 +164,12 @@ type fanOutSub struct {
 	last  atomic.Uint64 // the highest version received
 	recv  []fanOutRecv
 	done  chan struct{}
+	// App Configuration's SSE (written by the reader, read after done): the name of the first event,
+	// whether it carried a configuration, and how many events had a name other than Registration
+	// first and SSEConfig_payload after it.
+	firstEvent  string
+	firstConfig bool
+	badEvents   int
 }
 
 type fanOutRecv struct {
@@ -165,33 +192,44 @@ func (s *fanOutSub) got(v uint64, base time.Time) {
 	}
 }
 
-// runFanOutN runs fan-out with n subscribers against a fresh cluster and proxy, in dir.
-func runFanOutN(rc *runCtx, n int, dir string) (map[string]float64, error) {
+// runFanOutN runs a fan-out scenario of kind with n subscribers against a fresh upstream and proxy,
+// in dir.
+func runFanOutN(rc *runCtx, kind fanOutKind, n int, dir string) (map[string]float64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c, err := sim.Start(sim.Options{ConfigServers: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	fr := &fanOutRun{rc: rc, c: c, base: time.Now()}
+	fr := &fanOutRun{rc: rc, kind: kind, base: time.Now()}
 	for range fanOutTopics {
 		fr.pubAt = append(fr.pubAt, map[uint64]time.Duration{})
 	}
-	fr.in, err = startFanOutPeer(rc, c, n, dir)
-	if err != nil {
-		return nil, err
-	}
-	defer fr.in.Stop()
-	switch rc.peer.Base {
-	case "fairlead":
-		fr.publish = fr.publishSim
-	case "nginx":
+	if rc.peer.Base == "nginx" {
 		fr.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: len(fanOutTopics)}}
 		defer fr.client.CloseIdleConnections()
-		fr.nchanV = make([]uint64, len(fanOutTopics))
-		fr.publish = fr.publishNchan
+	}
+	if kind == fanOutAppConfig {
+		stop, err := fr.startAppConfig(n, dir)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	} else {
+		c, err := sim.Start(sim.Options{ConfigServers: 1})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		fr.c = c
+		if fr.in, err = startFanOutPeer(rc, fanOutConfig{ConfigAddr: c.Configs[0].Addr, Topics: fanOutTopics}, n, dir); err != nil {
+			return nil, err
+		}
+		defer fr.in.Stop()
+		switch rc.peer.Base {
+		case "fairlead":
+			fr.publish = fr.publishSim
+		case "nginx":
+			fr.nchanV = make([]uint64, len(fanOutTopics))
+			fr.publish = fr.publishNchan
+		}
 	}
 
 	time.Sleep(300 * time.Millisecond)
@@ -209,7 +247,8 @@ func runFanOutN(rc *runCtx, n int, dir string) (map[string]float64, error) {
 
 	// The warm-up change proves every subscription end to end before anything is measured (a
 	// WebSocket subscriber of fairlead gets nothing before the first change, and nchan's none before
-	// the first message published after it subscribed).
+	// the first message published after it subscribed; App Configuration's subscribers got the
+	// current configuration at connect, and the warm-up proves the change path).
 	want, err := fr.change(0)
 	if err != nil {
 		return nil, err
@@ -220,9 +259,9 @@ func runFanOutN(rc *runCtx, n int, dir string) (map[string]float64, error) {
 	time.Sleep(500 * time.Millisecond)
 	after := medianRSS(fr.in, 3, 200*time.Millisecond)
 
-	var st0 sim.ConfigStats
+	var up0 fanOutUpstream
 	if rc.peer.Base == "fairlead" {
-		st0 = c.Configs[0].Stats()
+		up0 = fr.upstream()
 	}
 	cpu0 := fr.in.CPU()
 	measured := make([][]uint64, len(fanOutTopics)) // per topic, the versions measured
@@ -242,9 +281,9 @@ func runFanOutN(rc *runCtx, n int, dir string) (map[string]float64, error) {
 		rc.note("N %d: %d subscribers still lacked the last change %s after it was published", n, late, fanOutSettle)
 	}
 	cpu := fr.in.CPU() - cpu0
-	var st1 sim.ConfigStats
+	var up1 fanOutUpstream
 	if rc.peer.Base == "fairlead" {
-		st1 = c.Configs[0].Stats()
+		up1 = fr.upstream()
 	}
 	for _, s := range subs {
 		s.close()
@@ -286,29 +325,86 @@ func runFanOutN(rc *runCtx, n int, dir string) (map[string]float64, error) {
 		"cpu_us":         cpuPerOp(cpu, float64(delivered)),
 		"rss_before_mib": float64(before) / (1 << 20),
 		"rss_after_mib":  float64(after) / (1 << 20),
+	}
+	if kind == fanOutGeneric {
 		// By kind (JSON only): fairlead relays a change message to its WebSocket subscribers as it
 		// arrives, and sends its SSE subscribers the snapshot it fetches on that change.
-		"p50_sse_ms": ms(hSSE.Quantile(0.5)),
-		"p99_sse_ms": ms(hSSE.Quantile(0.99)),
-		"p50_ws_ms":  ms(hWS.Quantile(0.5)),
-		"p99_ws_ms":  ms(hWS.Quantile(0.99)),
+		m["p50_sse_ms"], m["p99_sse_ms"] = ms(hSSE.Quantile(0.5)), ms(hSSE.Quantile(0.99))
+		m["p50_ws_ms"], m["p99_ws_ms"] = ms(hWS.Quantile(0.5)), ms(hWS.Quantile(0.99))
+	} else {
+		// The client SDK's shape: Registration first (setContext resolves on it), SSEConfig_payload
+		// after.
+		var noReg, noConfig, bad int
+		for _, s := range subs {
+			if s.firstEvent != "Registration" {
+				noReg++
+			}
+			if !s.firstConfig {
+				noConfig++
+			}
+			bad += s.badEvents
+		}
+		if noConfig > 0 {
+			rc.note("N %d: %d of %d subscribers got no configuration in their first event", n, noConfig, len(subs))
+		}
+		if noReg > 0 {
+			first := subs[0].firstEvent
+			rc.note("N %d: %d of %d subscribers got no Registration first (subscriber 0's first event: %q)", n, noReg, len(subs), first)
+		}
+		if bad > 0 {
+			rc.note("N %d: %d events neither Registration first nor SSEConfig_payload after it", n, bad)
+		}
+		m["no_registration"] = float64(noReg)
+		m["no_config_first"] = float64(noConfig)
+		m["bad_events"] = float64(bad)
 	}
 	if rc.peer.Base == "fairlead" {
-		var open, opened, fetches int64
-		for _, t := range fanOutTopics {
-			open += int64(st1.Topics[t].Sessions)
-			opened += st1.Topics[t].SessionsTotal
-			fetches += st1.Topics[t].Fetches - st0.Topics[t].Fetches
+		if up1.open != up1.opened {
+			rc.note("N %d: %d upstream sessions opened, %d open at the end", n, up1.opened, up1.open)
 		}
-		if open != opened {
-			rc.note("N %d: %d upstream sessions opened, %d open at the end", n, opened, open)
+		if up1.other > 0 {
+			rc.note("N %d: %d upstream connections of another kind (App Configuration: SSE subscribers of the instance)", n, up1.other)
 		}
-		m["upstream_sessions"] = float64(opened)
+		m["upstream_sessions"] = float64(up1.opened)
 		if changes := len(measured[0]); changes > 0 {
-			m["fetches_per_change"] = float64(fetches) / float64(changes*len(fanOutTopics))
+			m["fetches_per_change"] = float64(up1.fetches-up0.fetches) / float64(changes*len(fanOutTopics))
+		}
+		if kind == fanOutAppConfig {
+			m["iam_tokens"] = float64(up1.tokens)
 		}
 	}
 	return m, nil
+}
+
+// fanOutUpstream is what fairlead's upstream counted, summed over fanOutTopics: the sessions open
+// now and opened since the start, the configuration fetches since the start, the IAM tokens issued
+// (App Configuration) and the connections of another kind than the relay's sessions (App
+// Configuration: SSE subscribers of the instance itself, which a relay never is).
+type fanOutUpstream struct {
+	open, opened, fetches, tokens, other int64
+}
+
+func (fr *fanOutRun) upstream() fanOutUpstream {
+	var u fanOutUpstream
+	if fr.kind == fanOutAppConfig {
+		st := fr.ac.Stats()
+		for _, t := range fanOutTopics {
+			ts := st.Topics[t]
+			u.open += int64(ts.WSSessions)
+			u.opened += ts.WSSessionsTotal
+			u.fetches += ts.Fetches + ts.FetchesOld
+			u.other += ts.SSESubscribersTotal
+		}
+		u.tokens = fr.iam.Stats().Issued
+		return u
+	}
+	st := fr.c.Configs[0].Stats()
+	for _, t := range fanOutTopics {
+		u.open += int64(st.Topics[t].Sessions)
+		u.opened += st.Topics[t].SessionsTotal
+		u.fetches += st.Topics[t].Fetches
+	}
+	return u
 }
 
 // receipt is when s got version v.
@@ -389,14 +485,15 @@ func (fr *fanOutRun) waitDelivered(subs []*fanOutSub, want []uint64, timeout tim
 	}
 }
 
-// subscribe opens n subscribers: the i-th on topic i mod 4, a WebSocket when i/4 is odd and an SSE
-// stream otherwise. It returns those opened (a failure is noted; none opened is an error).
+// subscribe opens n subscribers: the i-th on topic i mod 4; in fan-out a WebSocket when i/4 is odd
+// and an SSE stream otherwise, in fan-out-appconfig always the client SDK's SSE stream. It returns those opened (a failure is noted; none opened is an error).
 func (fr *fanOutRun) subscribe(n int) ([]*fanOutSub, error) {
 	rc := fr.rc
 	subs := make([]*fanOutSub, n)
 	deadline := time.Now().Add(max(rc.plan.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
 	failed, firstErr := openAll(rc.ctx, n, 64, deadline, 50, func(i int) error {
-		s := &fanOutSub{topic: i % len(fanOutTopics), ws: (i/len(fanOutTopics))%2 == 1, done: make(chan struct{})}
+		s := &fanOutSub{topic: i % len(fanOutTopics), done: make(chan struct{})}
+		s.ws = fr.kind == fanOutGeneric && (i/len(fanOutTopics))%2 == 1
 		if err := fr.open(s); err != nil {
 			return err
 		}
@@ -423,6 +520,9 @@ func (fr *fanOutRun) subscribe(n int) ([]*fanOutSub, error) {
 
 // open subscribes s and starts its reader.
 func (fr *fanOutRun) open(s *fanOutSub) error {
+	if fr.kind == fanOutAppConfig {
+		return fr.openAppConfig(s)
+	}
 	path := "/relay/" + fanOutTopics[s.topic]
 	if s.ws {
 		d := websocket.Dialer{
@@ -454,12 +554,24 @@ func (fr *fanOutRun) open(s *fanOutSub) error {
 		}()
 		return nil
 	}
+	return fr.openSSE(s, path, "", func(line []byte) {
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			if v, ok := parseVersion(data); ok {
+				s.got(v, fr.base)
+			}
+		}
+	})
+}
+
+// openSSE subscribes s with a GET of path carrying the extra header lines header ("Name: value\r\n"
+// each) and starts its reader, which hands each line of the stream to line (the reader alone calls it).
+func (fr *fanOutRun) openSSE(s *fanOutSub, path, header string, line func([]byte)) error {
 	conn, err := net.DialTimeout("tcp", fr.in.Addr(), 10*time.Second)
 	if err != nil {
 		return err
 	}
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n\r\n", path, fr.in.Addr()); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n%s\r\n", path, fr.in.Addr(), header); err != nil {
 		conn.Close()
 		return err
 	}
@@ -480,15 +592,11 @@ func (fr *fanOutRun) open(s *fanOutSub) error {
 		// resp.Body undoes a chunked encoding; the events' lines are read from it.
 		lines := bufio.NewReaderSize(resp.Body, 2048)
 		for {
-			line, err := lines.ReadBytes('\n')
+			l, err := lines.ReadBytes('\n')
 			if err != nil {
 				return
 			}
-			if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-				if v, ok := parseVersion(data); ok {
-					s.got(v, fr.base)
-				}
-			}
+			line(l)
 		}
 	}()
 	return nil
@@ -512,13 +620,23 @@ func parseVersion(b []byte) (uint64, bool) {
 // fanOutConfig is what the fan-out configurations are generated from.
 type fanOutConfig struct {
 	Setup
-	// ConfigAddr is the simulated config server (fairlead's relay upstream).
+	// ConfigAddr is fairlead's relay upstream: the simulated config server, or the simulated App
+	// Configuration instance.
 	ConfigAddr string
 	Topics     []string
 	// Module is nchan's module file (nginx).
 	Module string
 	// Conns is nginx's worker_connections.
 	Conns int
+	// AppConfig generates fan-out-appconfig's configurations, with the App Configuration instance's
+	// GUID, fairlead's API key file, IAM's URL, and the client key the subscribers present (fairlead's
+	// keys file holds it; nginx compares it).
+	AppConfig  bool
+	GUID       string
+	APIKeyFile string
+	IAMURL     string
+	KeysFile   string
+	ClientKey  string
 }
 
 // fairleadRelayTmpl is fairlead's fan-out configuration: a relay route and its pool, nothing else.
@@ -593,8 +711,14 @@ func writeFanOutConfig(base string, cfg fanOutConfig) (string, error) {
 	switch base {
 	case "fairlead":
 		t, name = fairleadRelayTmpl, "fairlead.toml"
+		if cfg.AppConfig {
+			t = fairleadAppConfigTmpl
+		}
 	case "nginx":
 		t, name = nchanTmpl, "nginx.conf"
+		if cfg.AppConfig {
+			t = nchanAppConfigTmpl
+		}
 		for _, d := range []string{"tmp-body", "tmp-proxy", "tmp-fastcgi", "tmp-uwsgi", "tmp-scgi"} {
 			if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
 				return "", err
@@ -611,20 +735,17 @@ func writeFanOutConfig(base string, cfg fanOutConfig) (string, error) {
 	return path, os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-// startFanOutPeer starts the peer with its fan-out configuration for n subscribers in front of c's
-// config server and waits until its relay path (fairlead) or publisher (nchan) answers.
-func startFanOutPeer(rc *runCtx, c *sim.Cluster, n int, dir string) (*Instance, error) {
+// startFanOutPeer starts the peer with its fan-out configuration (cfg: the upstream's fields) for n
+// subscribers and waits until its relay path (fairlead) or publisher (nchan) answers.
+func startFanOutPeer(rc *runCtx, cfg fanOutConfig, n int, dir string) (*Instance, error) {
 	port, admin, err := peerPorts()
 	if err != nil {
 		return nil, err
 	}
 	_, hard := raiseNoFile()
-	cfg := fanOutConfig{
-		Setup: Setup{Dir: dir, Port: port, AdminPort: admin, MaxClients: n + 100, FDLimit: int(min(hard, 1<<20)),
-			Threads: rc.threads, ConnectTimeout: "3s"},
-		ConfigAddr: c.Configs[0].Addr, Topics: fanOutTopics,
-		Conns: min(n+1000, int(min(hard, 1<<20))-100),
-	}
+	cfg.Setup = Setup{Dir: dir, Port: port, AdminPort: admin, MaxClients: n + 100, FDLimit: int(min(hard, 1<<20)),
+		Threads: rc.threads, ConnectTimeout: "3s"}
+	cfg.Conns = min(n+1000, int(min(hard, 1<<20))-100)
 	if rc.peer.Base == "nginx" {
 		if cfg.Module = nchanModule(); cfg.Module == "" {
 			return nil, errors.New("nginx's nchan module is not installed (Debian: libnginx-mod-nchan, see bench/install-peers.sh)")
@@ -663,11 +784,18 @@ func startFanOutPeer(rc *runCtx, c *sim.Cluster, n int, dir string) (*Instance, 
 		}
 		var resp *http.Response
 		var err error
-		if rc.peer.Base == "nginx" {
-			// A message published before any subscriber: nchan's subscribers never get it (first
-			// message "newest").
+		switch {
+		case rc.peer.Base == "nginx":
+			// A message published before any subscriber: fan-out's never get it (first message
+			// "newest"); in fan-out-appconfig (first message "oldest", one kept) the feeder publishes
+			// the current configurations right after this, replacing it.
 			resp, err = cl.Post("http://"+in.Addr()+"/pub/"+fanOutTopics[0], "application/json", strings.NewReader(`{"ready":true}`))
-		} else {
+		case cfg.AppConfig:
+			// The server SDKs' REST path, with the client key.
+			req, _ := http.NewRequest(http.MethodGet, "http://"+in.Addr()+appConfigRESTPath(cfg.GUID, fanOutTopics[0]), nil)
+			req.Header.Set("Authorization", cfg.ClientKey)
+			resp, err = cl.Do(req)
+		default:
 			resp, err = cl.Get("http://" + in.Addr() + "/relay/" + fanOutTopics[0])
 		}
 		if err != nil {
@@ -683,7 +811,11 @@ func startFanOutPeer(rc *runCtx, c *sim.Cluster, n int, dir string) (*Instance, 
 			return fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(body))
 		}
 		if rc.peer.Base == "fairlead" {
-			if _, ok := parseVersion(body); !ok {
+			parse := parseVersion
+			if cfg.AppConfig {
+				parse = parseAppConfigVersion
+			}
+			if _, ok := parse(body); !ok {
 				return fmt.Errorf("snapshot without a version: %.200s", body)
 			}
 		}

@@ -109,7 +109,7 @@ func scenarios() []*scenario {
 	return []*scenario{
 		httpSmallScenario(), http16kScenario(), uploadScenario(), httpRRScenario(),
 		wsEchoScenario(), wsIdleScenario(),
-		failoverScenario(), reloadScenario(), fanInScenario(), fanOutScenario(),
+		failoverScenario(), reloadScenario(), fanInScenario(), fanOutScenario(), fanOutAppConfigScenario(),
 		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(),
 	}
 }
@@ -431,7 +431,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(prog, "[%2d/%d %s] %-11s round %d/%d  %-14s ", i+1, len(steps), fmtElapsed(time.Since(start)),
+		fmt.Fprintf(prog, "[%2d/%d %s] %-17s round %d/%d  %-14s ", i+1, len(steps), fmtElapsed(time.Since(start)),
 			st.sc.name, st.round, o.Plan.Rounds, st.peer.Name)
 		dir := filepath.Join(root, fmt.Sprintf("%03d-%s-%s-r%d", i+1, st.sc.name, st.peer.Name, st.round))
 		res := runStep(ctx, o, st, dir, certs)

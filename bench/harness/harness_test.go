@@ -182,6 +182,46 @@ func TestHarnessTiny(t *testing.T) {
 		}
 	})
 
+	t.Run("fan-out-appconfig", func(t *testing.T) {
+		n := TinyPlan().FanOutSizes[0]
+		get := func(key string) float64 {
+			t.Helper()
+			v, ok := rep.result("fan-out-appconfig", "fairlead", 1).Metrics[sizedKey(key, n)]
+			if !ok {
+				t.Errorf("fan-out-appconfig N %d: no metric %s", n, key)
+			}
+			return v
+		}
+		// Every subscriber got a Registration with the configuration at connect and every change, over
+		// one wsfeature session per topic and one IAM token, and each change was fetched once per topic.
+		if v := get("subscribers"); v != float64(n) {
+			t.Errorf("%v subscribers, want %d", v, n)
+		}
+		if v := get("missed"); v != 0 {
+			t.Errorf("%v deliveries missed", v)
+		}
+		if v, want := get("delivered"), float64(n*TinyPlan().FanOutChanges); v != want {
+			t.Errorf("%v deliveries, want %v", v, want)
+		}
+		for _, k := range []string{"no_registration", "no_config_first", "bad_events"} {
+			if v := get(k); v != 0 {
+				t.Errorf("%s = %v, want 0", k, v)
+			}
+		}
+		if v := get("upstream_sessions"); v != 4 {
+			t.Errorf("%v upstream sessions, want 4 (one per topic)", v)
+		}
+		if v := get("fetches_per_change"); v != 1 {
+			t.Errorf("%v fetches per topic per change, want 1", v)
+		}
+		if v := get("iam_tokens"); v != 1 {
+			t.Errorf("%v IAM tokens, want 1", v)
+		}
+		if v := get("p99_ms"); !(v > 0) {
+			t.Errorf("p99 %v ms", v)
+		}
+	})
+
 	// Outputs.
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)

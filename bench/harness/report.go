@@ -320,31 +320,48 @@ func (rep *Report) targets() []Target {
 		ts = append(ts, t)
 	}
 	if ran("fan-out") {
-		t := Target{Name: "fan-out deliveries", Goal: "0 missed; 4 upstream sessions; 1 snapshot fetch per topic per change"}
-		if f := rep.peerSummary("fan-out", "fairlead"); f != nil {
-			met := true
-			var parts []string
-			vals := map[string]float64{}
-			for k, v := range f.Values {
-				vals[k] = v.Median
-			}
-			for _, n := range resultSizes(vals) {
-				missed := f.Values[sizedKey("missed", n)].Max
-				sess := f.Values[sizedKey("upstream_sessions", n)]
-				fetches := f.Values[sizedKey("fetches_per_change", n)]
-				parts = append(parts, fmt.Sprintf("N %s: %s missed, %s sessions, %.2f fetches, p99 %.2f ms",
-					fmtNum(f.Values[sizedKey("subscribers", n)].Min, ""), fmtNum(missed, ""), fmtNum(sess.Max, ""),
-					fetches.Max, f.Values[sizedKey("p99_ms", n)].Median))
-				met = met && missed == 0 && sess.Min == 4 && sess.Max == 4 && fetches.Min == 1 && fetches.Max == 1
-			}
-			if len(parts) > 0 {
-				t.Value = strings.Join(parts, "; ")
-				t.Met = boolp(met)
-			}
-		}
-		ts = append(ts, t)
+		ts = append(ts, rep.fanOutTarget("fan-out", Target{Name: "fan-out deliveries", Goal: "0 missed; 4 upstream sessions; 1 snapshot fetch per topic per change"}))
+	}
+	if ran("fan-out-appconfig") {
+		ts = append(ts, rep.fanOutTarget("fan-out-appconfig", Target{Name: "fan-out-appconfig deliveries",
+			Goal: "0 missed; Registration first at every subscriber; 4 upstream sessions; 1 fetch per topic per change; 1 IAM token"}))
 	}
 	return ts
+}
+
+// fanOutTarget fills t from fairlead's results of a fan-out scenario (fan-out, fan-out-appconfig): met
+// when, at every N, no delivery was missed, the upstream had 4 sessions and 1 fetch per topic per
+// change and, for fan-out-appconfig, every subscriber got a Registration first and IAM issued 1 token.
+func (rep *Report) fanOutTarget(scenario string, t Target) Target {
+	f := rep.peerSummary(scenario, "fairlead")
+	if f == nil {
+		return t
+	}
+	met := true
+	var parts []string
+	vals := map[string]float64{}
+	for k, v := range f.Values {
+		vals[k] = v.Median
+	}
+	for _, n := range resultSizes(vals) {
+		missed := f.Values[sizedKey("missed", n)].Max
+		sess := f.Values[sizedKey("upstream_sessions", n)]
+		fetches := f.Values[sizedKey("fetches_per_change", n)]
+		part := fmt.Sprintf("N %s: %s missed, %s sessions, %.2f fetches", fmtNum(f.Values[sizedKey("subscribers", n)].Min, ""),
+			fmtNum(missed, ""), fmtNum(sess.Max, ""), fetches.Max)
+		met = met && missed == 0 && sess.Min == 4 && sess.Max == 4 && fetches.Min == 1 && fetches.Max == 1
+		if scenario == "fan-out-appconfig" {
+			noReg, tokens := f.Values[sizedKey("no_registration", n)].Max, f.Values[sizedKey("iam_tokens", n)]
+			part += fmt.Sprintf(", %s tokens, %s without Registration first", fmtNum(tokens.Max, ""), fmtNum(noReg, ""))
+			met = met && noReg == 0 && tokens.Min == 1 && tokens.Max == 1
+		}
+		parts = append(parts, part+fmt.Sprintf(", p99 %.2f ms", f.Values[sizedKey("p99_ms", n)].Median))
+	}
+	if len(parts) > 0 {
+		t.Value = strings.Join(parts, "; ")
+		t.Met = boolp(met)
+	}
+	return t
 }
 
 func (rep *Report) summaryOf(scenario string) *ScenarioSummary {
