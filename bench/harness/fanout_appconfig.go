@@ -34,7 +34,7 @@ import (
 // fairlead: a [relays.NAME] route with protocol = "appconfiguration" in front of one simulated
 // instance and IAM. nginx: nchan, fed each change by a POST of the same configuration document to its
 // publisher location (named SSEConfig_payload there), one message kept per channel and sent first to a
-// new subscriber; nchan cannot name that first message Registration (see fanOutAppConfigLimits).
+// new subscriber; nchan cannot name that first message Registration (fanOutAppConfigLimits).
 // HAProxy and Caddy: not applicable.
 
 const (
@@ -46,8 +46,8 @@ const (
 	fanOutACClientKey = "bench-client-key"
 )
 
-// fanOutAppConfigLimits is what nchan cannot do of the client SDK's shape (the scenario summary and
-// bench/README.md say it too).
+// fanOutAppConfigLimits is what nchan cannot do of the client SDK's shape (one of nginx's Limits;
+// bench/README.md says it too).
 const fanOutAppConfigLimits = "nchan cannot name the message a new subscriber gets first Registration and the later ones SSEConfig_payload " +
 	"(an event name belongs to a message, set when it is published, or to a whole subscriber location), so its subscribers get the current " +
 	"configuration at connect as an SSEConfig_payload: the official client SDK's setContext would never resolve through it"
@@ -61,7 +61,7 @@ func fanOutAppConfigScenario() *scenario {
 			"proxy memory per idle subscriber, proxy CPU per delivery, subscribers without a Registration first; fairlead's upstream wsfeature sessions, REST fetches per topic per change " +
 			"and IAM tokens as counted by the simulated instance and IAM (expected: 4, 1 and 1). fairlead: a [relays] route with protocol = \"appconfiguration\"; " +
 			"nginx: nchan, fed every change (the same document) by a POST to its publisher location, one message kept per channel and sent first to a new subscriber " +
-			"(no upstream: sessions, fetches and tokens n/a; " + fanOutAppConfigLimits + "); HAProxy and Caddy: not applicable, not run",
+			"(no upstream: sessions, fetches and tokens n/a; no Registration: see what the peers cannot express); HAProxy and Caddy: not applicable, not run",
 		metrics: []metric{
 			{key: "subscribers", label: "subscribers"},
 			{key: "p50_ms", label: "p50 ms", better: "lower", format: "%.2f"},

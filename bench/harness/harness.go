@@ -31,9 +31,9 @@ type Options struct {
 	// Scenarios to run, by name; nil means all, in the standard order.
 	Scenarios []string
 	// Peers to compare, by base name (fairlead, haproxy, nginx, caddy); nil means PeerNames. The failover
-	// scenario adds the tuned variants of fairlead and HAProxy; fan-out runs only fairlead and nginx (with
-	// nchan), the others having no pub/sub fan-out. A peer that is not installed is skipped (and listed as
-	// such), except fairlead, which must exist.
+	// scenario adds the tuned variants of fairlead and HAProxy; fan-out and fan-out-appconfig run only
+	// fairlead and nginx (with nchan), the others having no pub/sub fan-out. A peer that is not installed
+	// is skipped (and listed as such), except fairlead, which must exist.
 	Peers []string
 	// FairleadBin is the fairlead binary.
 	FairleadBin string

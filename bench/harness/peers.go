@@ -67,6 +67,8 @@ var peerLimits = map[string][]string{
 		"no queueing at a connection cap (max_conns queue is NGINX Plus): the fan-in cap is not set, only `keepalive 64` idle connections are kept",
 		"stickiness by `hash $http_x_asset_id consistent`; connection servers are taken out only by failed connects (no /health check)",
 		"http-rr: `max_conns=N` (nginx OSS ≥ 1.11.5) skips a server with N active connections, but with every server at N a request fails at once with 502 (no queue); /Thingworx/ready is never probed (a server is taken out only by failed requests: max_fails, fail_timeout)",
+		"fan-out, fan-out-appconfig: nchan is a pub/sub server, not a relay: it has no upstream to watch or fetch from (no session, fetch or IAM token; the harness POSTs every change to its publisher location), so its delay lacks the upstream's change message and the fetch it triggers",
+		"fan-out-appconfig: " + fanOutAppConfigLimits,
 	},
 	"caddy": {
 		"no fall/rise counting (health_fails/health_passes are not in Caddy 2.6): one failed LeaderCheck drops a server, one pass restores it",
