@@ -259,12 +259,17 @@ type appConfigWS struct {
 }
 
 // changeFrame returns App Configuration's change frame for the snapshot of topic, framed once for
-// every subscriber.
+// every subscriber: the upstream's change message that led to the snapshot, or one of the same form
+// ("collection_id:…;environment_id:…;action:update") for a snapshot no message led to (a change found
+// when a session reconnected, a failover).
 func (s *Snapshot) changeFrame(topic string) *websocket.PreparedMessage {
 	return s.change.get(func() any {
-		c, e, _ := cutString(topic, '/')
-		pm, err := websocket.NewPreparedMessage(websocket.TextMessage,
-			[]byte("collection_id:"+c+";environment_id:"+e+";action:update"))
+		msg := s.upstreamChange
+		if msg == nil {
+			c, e, _ := cutString(topic, '/')
+			msg = []byte("collection_id:" + c + ";environment_id:" + e + ";action:update")
+		}
+		pm, err := websocket.NewPreparedMessage(websocket.TextMessage, msg)
 		if err != nil {
 			panic(err)
 		}
