@@ -367,7 +367,7 @@ func TestAppConfigurationRelayRenewsItsTokenBeforeItExpiresAndAfterA401(t *testi
 			t.Errorf("a secret in the log or the status: %q", where)
 		}
 	}
-	if s := relayStatus(t, e.l); s.IAM == nil || s.IAM.Tokens < 2 || s.IAM.TokenExpires == nil {
+	if s := relayStatus(t, e.l); s.IAM == nil || s.IAM.Tokens < 2 || s.IAM.TokenExpires.IsZero() {
 		t.Errorf("IAM status: %+v", s.IAM)
 	}
 }
