@@ -33,58 +33,26 @@ const (
 
 var acTopics = []string{"inventory/dev", "payments/prod"}
 
-// acEnv is a simulated IAM, a primary and a backup App Configuration instance holding acTopics, and a
-// relay in front of them.
+// acEnv is testkit's App Configuration environment (a simulated IAM, a primary and a backup
+// instance holding acTopics) and a relay in front of it.
 type acEnv struct {
+	*testkit.AppConfigEnv
 	iam             *sim.IAM
 	primary, backup *sim.AppConfig
 	l               *LB
 	logs            *logSink
-	apikeyFile      string
 }
 
 // startAppConfigRelay starts the environment; expiresIn is the life of IAM's tokens, relayExtra more
 // lines of [relays.ibm].
 func startAppConfigRelay(t *testing.T, expiresIn time.Duration, relayExtra string) *acEnv {
 	t.Helper()
-	e := &acEnv{}
-	var err error
-	if e.iam, err = sim.StartIAM("127.0.0.1:0", sim.IAMOptions{APIKeys: []string{acAPIKey}, ExpiresIn: expiresIn}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.iam.Close)
-	start := func(name, guid string) *sim.AppConfig {
-		a, err := sim.StartAppConfig(name, "127.0.0.1:0", sim.AppConfigOptions{GUID: guid, IAM: e.iam,
-			ClientKeys: []string{"a-key-only-the-instance-knows"}, Heartbeat: 300 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(a.Close)
-		for _, tp := range acTopics {
-			a.Bump(tp)
-		}
-		return a
-	}
-	e.primary, e.backup = start("primary", acGUID), start("backup", acBackupID)
-	dir := t.TempDir()
-	e.apikeyFile = filepath.Join(dir, "apikey")
-	keys := filepath.Join(dir, "keys")
-	if err := os.WriteFile(e.apikeyFile, []byte(acAPIKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keys, []byte(acClientKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	env := testkit.StartAppConfigEnv(t, testkit.AppConfigEnvOptions{APIKey: acAPIKey, ClientKey: acClientKey,
+		GUID: acGUID, BackupGUID: acBackupID, Topics: acTopics, ExpiresIn: expiresIn})
+	e := &acEnv{AppConfigEnv: env, iam: env.IAM, primary: env.Primary, backup: env.Backup}
 	var c testkit.Config
 	listenAnywhere(&c)
-	c.Table("pools.ibm").Set("servers", []string{e.primary.Addr}).Set("backups", []string{e.backup.Addr}).
-		Set("failback_interval", time.Second).Set("connect_timeout", time.Second).Set("response_timeout", 2*time.Second)
-	fastChecks(c.Table("pools.ibm.check")).Set("rise", 1)
-	c.Table("relays.ibm").Set("pool", "ibm").Set("protocol", "appconfiguration").Set("guid", acGUID).
-		Set("topics", acTopics).Set("apikey_file", e.apikeyFile).Set("iam_url", e.iam.URL()).
-		Set("keepalive", 400*time.Millisecond).Lines(relayExtra)
-	c.Table("relays.ibm.guids").Set(e.backup.Addr, acBackupID)
-	c.Table("relays.ibm.auth").Set("keys_file", keys)
+	env.Relay(&c, `response_timeout = "2s"`, `keepalive = "400ms"`+"\n"+relayExtra)
 	e.l, e.logs = startLB(t, map[string]string{"10-ibm.toml": c.String()})
 	// Settled: each topic fetched at start and again once its session connected.
 	testkit.Eventually(t, "the relay's sessions and fetches", 10*time.Second, func() bool {
@@ -399,7 +367,7 @@ func TestAppConfigurationRelayRenewsItsTokenBeforeItExpiresAndAfterA401(t *testi
 			t.Errorf("a secret in the log or the status: %q", where)
 		}
 	}
-	if s := relayStatus(t, e.l); s.IAM == nil || s.IAM.Tokens < 2 || s.IAM.TokenExpires == nil {
+	if s := relayStatus(t, e.l); s.IAM == nil || s.IAM.Tokens < 2 || s.IAM.TokenExpires.IsZero() {
 		t.Errorf("IAM status: %+v", s.IAM)
 	}
 }
@@ -412,7 +380,7 @@ func TestAppConfigurationRelayNormalStartFailsNamingIAMWhenItCannotGetAToken(t *
 	listenAnywhere(&c)
 	c.Table("pools.ibm").Set("servers", []string{e.primary.Addr})
 	c.Table("relays.ibm").Set("pool", "ibm").Set("protocol", "appconfiguration").Set("guid", acGUID).
-		Set("topics", acTopics).Set("apikey_file", e.apikeyFile).Set("iam_url", e.iam.URL())
+		Set("topics", acTopics).Set("apikey_file", e.APIKeyFile).Set("iam_url", e.iam.URL())
 	cfg, err := loadConfig(t, map[string]string{"10-ibm.toml": c.String()})
 	if err != nil {
 		t.Fatal(err)

@@ -232,3 +232,16 @@ func TestTheStatusPageShowsARelayAndFollowsItsFailover(t *testing.T) {
 	b.waitFor(5*time.Second, "the relay on its backup", fmt.Sprintf(
 		`%s?.dataset.upstream === %q && %s.textContent.includes("serving backup")`, relay, backup.Addr, relay))
 }
+
+// An App Configuration relay shows its instance and its IAM tokens.
+func TestTheStatusPageShowsAnAppConfigurationRelaysInstanceAndTokens(t *testing.T) {
+	e := startAppConfigRelay(t, time.Hour, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	relay := `document.querySelector('[data-relay="ibm"]')`
+	b.do("open the status page", chromedp.Navigate("http://"+e.l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "the relay's instance and its token", fmt.Sprintf(
+		`%s?.textContent.includes("App Configuration %s") && %s.querySelector('[data-stat="iam"] dd')?.textContent === "1"`,
+		relay, acGUID, relay))
+}

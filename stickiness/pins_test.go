@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func TestPinSendsAKeyToItsServerUntilUnpinned(t *testing.T) {
@@ -45,7 +47,7 @@ func TestPinSendsAKeyToItsServerUntilUnpinned(t *testing.T) {
 }
 
 func TestPinsExpireExactlyTheirTTLAfterTheLastUse(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: 5 * time.Minute, Now: clock.Now})
 	p := newPool(threeServers...)
 	tb.Pin([]byte("a"), p, 1)
@@ -76,7 +78,7 @@ func TestPinsExpireExactlyTheirTTLAfterTheLastUse(t *testing.T) {
 }
 
 func TestPinsAreBoundedLongestUnusedFirstOut(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 3, IdleTimeout: time.Hour, Now: clock.Now})
 	p := newPool(threeServers...)
 	for i := 0; i < 3; i++ {

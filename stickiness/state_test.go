@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // exported returns tb's entries as key → entry.
@@ -49,7 +51,7 @@ func TestExportedKeysImportedIntoANewTableStayOnTheirServersWhereHashingWouldMov
 }
 
 func TestExportGivesEachKeysIdleTimeAndZeroForAKeyWithOpenTunnels(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{Now: clock.Now})
 	p := newPool(threeServers...)
 	tb.Place([]byte("h:old"), p)
@@ -73,7 +75,7 @@ func TestExportGivesEachKeysIdleTimeAndZeroForAKeyWithOpenTunnels(t *testing.T) 
 }
 
 func TestImportedKeysExpireWhenTheirIdleTimeReachesIdleTimeout(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: time.Minute, Now: clock.Now})
 	n := tb.Import([]Entry{
 		{Key: "h:fresh", Server: threeServers[0]},
@@ -103,7 +105,7 @@ func TestImportedKeysExpireWhenTheirIdleTimeReachesIdleTimeout(t *testing.T) {
 }
 
 func TestImportKeepsTheLivePlacementOfAKnownKeyAndOrdersEntriesAmongLiveOnes(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: time.Hour, Now: clock.Now})
 	p := newPool(threeServers...)
 	live := []byte("h:live")

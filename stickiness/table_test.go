@@ -7,31 +7,11 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func unsafeStringData(s string) *byte { return unsafe.StringData(s) }
-
-// fakeClock is a settable clock for TableOptions.Now.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // checkInvariants verifies the table's internal bookkeeping: every entry is
 // in its map and in the right list, lists are ordered by activity, the
@@ -253,7 +233,7 @@ func TestPlaceReturnsMinusOneAndRemembersNothingWhenNothingIsUp(t *testing.T) {
 }
 
 func TestIdleEntriesExpireUnlessATunnelIsOpen(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: time.Minute, Now: clock.Now})
 	p := newPool(threeServers...)
 	idle, open, unknown := []byte("h:idle"), []byte("h:open"), []byte("h:unknown")
@@ -296,7 +276,7 @@ func TestIdleEntriesExpireUnlessATunnelIsOpen(t *testing.T) {
 }
 
 func TestActivityPostponesExpiry(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: time.Minute, Now: clock.Now})
 	p := newPool(threeServers...)
 	key := []byte("h:busy")
@@ -321,7 +301,7 @@ func TestActivityPostponesExpiry(t *testing.T) {
 }
 
 func TestMaxEntriesEvictsTheLongestIdleFirst(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 3, IdleTimeout: time.Hour, Now: clock.Now})
 	p := newPool(threeServers...)
 	step := func(op func(key []byte), key string) {
@@ -368,7 +348,7 @@ func TestMaxEntriesEvictsTheLongestIdleFirst(t *testing.T) {
 }
 
 func TestEvictionTakesEntriesWithTunnelsLongestIdleFirstWhenNothingElseIsLeft(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 10, Now: clock.Now})
 	p := newPool(threeServers...)
 	for _, k := range []string{"a", "b", "c", "d"} {
@@ -389,7 +369,7 @@ func TestEvictionTakesEntriesWithTunnelsLongestIdleFirstWhenNothingElseIsLeft(t 
 }
 
 func TestMaxEntriesBoundsTheTable(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 1000, Now: clock.Now})
 	p := newPool(threeServers...)
 	for k := 0; k < 10_000; k++ {
@@ -444,7 +424,7 @@ func TestForgetRemovesEveryEntryOfAServer(t *testing.T) {
 }
 
 func TestTableIsSafeForConcurrentUse(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 500, IdleTimeout: time.Minute, Now: clock.Now})
 	p := newPool(threeServers...)
 	var wg sync.WaitGroup
@@ -586,7 +566,7 @@ func TestPlaceExceptOfTheOnlyUpServerPlacesNothing(t *testing.T) {
 }
 
 func TestSetLimitsLowersMaxEntriesAtTheNextNewKey(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{MaxEntries: 10, IdleTimeout: time.Hour, Now: clock.Now})
 	p := newPool(threeServers...)
 	place := func(key string) {
@@ -637,7 +617,7 @@ func TestSetLimitsLowersMaxEntriesAtTheNextNewKey(t *testing.T) {
 }
 
 func TestSetLimitsShorterIdleTimeoutAppliesAtTheNextExpire(t *testing.T) {
-	clock := newFakeClock()
+	clock := &testkit.Clock{}
 	tb := NewTable(TableOptions{IdleTimeout: 10 * time.Minute, Now: clock.Now})
 	p := newPool(threeServers...)
 	old, open, recent := []byte("h:old"), []byte("h:open"), []byte("h:recent")

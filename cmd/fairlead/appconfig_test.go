@@ -33,55 +33,25 @@ const (
 
 var sdkTopics = []string{"inventory/dev", "payments/prod"}
 
-// sdkEnv is an IAM, a primary and a backup instance holding sdkTopics, and the config of a relay in
-// front of them.
+// sdkEnv is testkit's App Configuration environment: an IAM, a primary and a backup instance holding
+// sdkTopics.
 type sdkEnv struct {
+	*testkit.AppConfigEnv
 	iam             *sim.IAM
 	primary, backup *sim.AppConfig
-	dir             string // the secrets
 }
 
 func startSDKEnv(t *testing.T) *sdkEnv {
 	t.Helper()
-	e := &sdkEnv{dir: t.TempDir()}
-	var err error
-	if e.iam, err = sim.StartIAM(testkit.Addr(t), sim.IAMOptions{APIKeys: []string{sdkAPIKey}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.iam.Close)
-	start := func(name, guid string) *sim.AppConfig {
-		a, err := sim.StartAppConfig(name, testkit.Addr(t), sim.AppConfigOptions{GUID: guid, IAM: e.iam,
-			Heartbeat: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(a.Close)
-		for _, tp := range sdkTopics {
-			a.Bump(tp)
-		}
-		return a
-	}
-	e.primary, e.backup = start("us-south", sdkGUID), start("eu-gb", sdkBackupID)
-	for name, body := range map[string]string{"apikey": sdkAPIKey, "keys": sdkClientKey} {
-		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(body+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return e
+	env := testkit.StartAppConfigEnv(t, testkit.AppConfigEnvOptions{APIKey: sdkAPIKey, ClientKey: sdkClientKey,
+		GUID: sdkGUID, BackupGUID: sdkBackupID, Topics: sdkTopics, Heartbeat: 500 * time.Millisecond})
+	return &sdkEnv{AppConfigEnv: env, iam: env.IAM, primary: env.Primary, backup: env.Backup}
 }
 
 // relayConfig is the relay's config; relayExtra holds more lines of [relays.ibm].
 func (e *sdkEnv) relayConfig(relayExtra string) string {
 	var c testkit.Config
-	c.Table("pools.ibm").Set("servers", []string{e.primary.Addr}).Set("backups", []string{e.backup.Addr}).
-		Set("failback_interval", 2*time.Second).Set("connect_timeout", time.Second)
-	c.Table("pools.ibm.check").Set("interval", 200*time.Millisecond).Set("fast_interval", 100*time.Millisecond).
-		Set("timeout", 300*time.Millisecond).Set("fall", 2).Set("rise", 1)
-	c.Table("relays.ibm").Set("pool", "ibm").Set("protocol", "appconfiguration").Set("guid", sdkGUID).
-		Set("topics", sdkTopics).Set("apikey_file", filepath.Join(e.dir, "apikey")).Set("iam_url", e.iam.URL()).
-		Set("keepalive", time.Second).Lines(relayExtra)
-	c.Table("relays.ibm.guids").Set(e.backup.Addr, sdkBackupID)
-	c.Table("relays.ibm.auth").Set("keys_file", filepath.Join(e.dir, "keys"))
+	e.Relay(&c, "", `keepalive = "1s"`+"\n"+relayExtra)
 	return c.String()
 }
 

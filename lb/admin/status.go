@@ -139,7 +139,7 @@ type RelayStatus struct {
 	// SeedWrites and SeedWriteErrors count the writes of seed_file (seed_file_write).
 	SeedWrites      uint64 `json:"seed_writes,omitempty"`
 	SeedWriteErrors uint64 `json:"seed_write_errors,omitempty"`
-	// IAM describes the IAM tokens of an App Configuration relay (never a token).
+	// IAM, for an App Configuration relay, describes its tokens (never a token).
 	IAM *IAMStatus `json:"iam,omitempty"`
 	// Topics are the topics held, listed and on demand.
 	Topics []TopicStatus `json:"topics"`
@@ -151,7 +151,7 @@ type IAMStatus struct {
 	URL string `json:"url"`
 	// TokenExpires is when the current token expires (absent without one); it is renewed when 80% of
 	// its life has passed, and after the upstream refused it.
-	TokenExpires *time.Time `json:"token_expires,omitempty"`
+	TokenExpires time.Time `json:"token_expires,omitzero"`
 	// Tokens counts the tokens obtained; Failures the exchanges that failed.
 	Tokens   uint64 `json:"tokens"`
 	Failures uint64 `json:"failures"`

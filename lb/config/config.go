@@ -564,7 +564,10 @@ type Relay struct {
 	// (…/environments/{e}/sse/subscribe?collection_id=: event Registration at connect, SSEConfig_payload
 	// after each change) are answered from the cache; their usage and analytics POSTs are forwarded to
 	// the instance in use with the relay's IAM token. A topic is "collection/environment". path,
-	// snapshot and events are implied (giving them is an error); guid and apikey_file are required.
+	// snapshot and events are implied (giving them is an error); guid and apikey_file are required. A
+	// client SDK whose stream is answered anything but 200 never tries again: a listed topic's stream
+	// opens even before its first configuration (sent as Registration when it comes), and
+	// max_subscribers should leave room for every device.
 	Protocol string `toml:"protocol"`
 	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name};
 	// unique among relays. A topic is the values joined with "/". Required with protocol = "generic".

@@ -197,7 +197,7 @@ func (rr *Route) serveAppConfig(ctx *fasthttp.RequestCtx, req Request) (topic, k
 	case reqSSE:
 		rr.serveAppConfigSSE(ctx, topic)
 	case reqWebSocket:
-		rr.serveAppConfigWebSocket(ctx, topic)
+		serveWebSocketAs(ctx, rr.hub, topic, rr.opts, true) // "test message" every keepalive, a change frame per new configuration
 	}
 	if ctx.Response.StatusCode() == fasthttp.StatusServiceUnavailable {
 		rr.CountRefused(fasthttp.StatusServiceUnavailable) // no snapshot within wait_timeout
@@ -218,39 +218,6 @@ func (rr *Route) serveAppConfigSSE(ctx *fasthttp.RequestCtx, topic string) {
 	})
 }
 
-// serveAppConfigWebSocket answers a server SDK's wsfeature WebSocket: "test message" every keepalive,
-// and a change frame once each configuration newer than the one cached at connect is in the cache.
-func (rr *Route) serveAppConfigWebSocket(ctx *fasthttp.RequestCtx, topic string) {
-	if reason := badWebSocketHandshake(&ctx.Request.Header); reason != "" {
-		ctx.Error("400 Bad Request: websocket: "+reason+"\n", fasthttp.StatusBadRequest)
-		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
-		ctx.SetConnectionClose()
-		return
-	}
-	req := &http.Request{Method: http.MethodGet, Host: string(ctx.Host()), Header: http.Header{}}
-	for k, v := range ctx.Request.Header.All() {
-		req.Header.Add(string(k), string(v))
-	}
-	sub := rr.hub.Subscribe(topic, Snapshots)
-	var since uint64
-	if s := rr.hub.Snapshot(topic); s != nil {
-		since = s.Version
-	}
-	opts := rr.opts
-	ctx.HijackSetNoResponse(true)
-	hijacked(ctx, sub, opts, func(c net.Conn, pending []byte) func() {
-		w := &hijackWriter{conn: c, pending: pending}
-		wc, err := wsUpgrader.Upgrade(w, req, nil)
-		if err != nil {
-			return nil
-		}
-		return func() {
-			defer wc.Close()
-			serveWebSocketConn(wc, sub, opts, &appConfigWS{topic: topic, since: since})
-		}
-	})
-}
-
 // appConfigWS is what a wsfeature subscriber is sent: the change frame of each snapshot of topic newer
 // than since, and "test message" as its keep-alive.
 type appConfigWS struct {
@@ -259,12 +226,17 @@ type appConfigWS struct {
 }
 
 // changeFrame returns App Configuration's change frame for the snapshot of topic, framed once for
-// every subscriber.
+// every subscriber: the upstream's change message that led to the snapshot, or one of the same form
+// ("collection_id:…;environment_id:…;action:update") for a snapshot no message led to (a change found
+// when a session reconnected, a failover).
 func (s *Snapshot) changeFrame(topic string) *websocket.PreparedMessage {
 	return s.change.get(func() any {
-		c, e, _ := cutString(topic, '/')
-		pm, err := websocket.NewPreparedMessage(websocket.TextMessage,
-			[]byte("collection_id:"+c+";environment_id:"+e+";action:update"))
+		msg := s.upstreamChange
+		if msg == nil {
+			c, e, _ := cutString(topic, '/')
+			msg = []byte("collection_id:" + c + ";environment_id:" + e + ";action:update")
+		}
+		pm, err := websocket.NewPreparedMessage(websocket.TextMessage, msg)
 		if err != nil {
 			panic(err)
 		}

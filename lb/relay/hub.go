@@ -36,9 +36,11 @@ type Snapshot struct {
 		once sync.Once
 		b    []byte
 	}
-	// change is App Configuration's change frame for this snapshot (appconfig.go), framed once for
-	// every WebSocket subscriber.
-	change encoding
+	// upstreamChange is the upstream's latest change message when the snapshot was fetched, which App
+	// Configuration's WebSocket subscribers get once the snapshot is cached; change is that frame
+	// (appconfig.go), framed once for every subscriber.
+	upstreamChange []byte
+	change         encoding
 	// flatForm is the snapshot in the older REST form of App Configuration (appconfig.go), made once.
 	flatForm encoding
 }

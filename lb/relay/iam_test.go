@@ -8,28 +8,11 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// clock is a settable clock shared by the simulated IAM and the token source.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func TestATokenIsRenewedAtFourFifthsOfItsLifeAfterA401AndKeptThroughAnIAMOutage(t *testing.T) {
-	clk := &clock{now: time.Unix(1_800_000_000, 0)}
+	clk := &testkit.Clock{}
 	const key = "api-key-3b9e"
 	iam, err := sim.StartIAM("127.0.0.1:0", sim.IAMOptions{APIKeys: []string{key}, ExpiresIn: 100 * time.Second, Now: clk.Now})
 	if err != nil {
@@ -53,11 +36,11 @@ func TestATokenIsRenewedAtFourFifthsOfItsLifeAfterA401AndKeptThroughAnIAMOutage(
 	}
 
 	first := token()
-	clk.advance(79 * time.Second)
+	clk.Advance(79 * time.Second)
 	if token() != first || ts.Status().Issued != 1 {
 		t.Fatal("renewed before 80% of its life")
 	}
-	clk.advance(2 * time.Second) // 81%
+	clk.Advance(2 * time.Second) // 81%
 	second := token()
 	if second == first || ts.Status().Issued != 2 {
 		t.Fatal("not renewed past 80% of its life")
@@ -76,11 +59,11 @@ func TestATokenIsRenewedAtFourFifthsOfItsLifeAfterA401AndKeptThroughAnIAMOutage(
 	// IAM down at renewal time: the current token serves until it expires, then the error names IAM
 	// and never the key.
 	iam.Stop()
-	clk.advance(85 * time.Second)
+	clk.Advance(85 * time.Second)
 	if tok, err := ts.Token(ctx); err != nil || tok != third {
 		t.Fatalf("during an IAM outage, a still-valid token: %v", err)
 	}
-	clk.advance(20 * time.Second)
+	clk.Advance(20 * time.Second)
 	_, err = ts.Token(ctx)
 	if err == nil || !strings.Contains(err.Error(), "IAM "+iam.URL()+"/identity/token") || strings.Contains(err.Error(), key) {
 		t.Fatalf("after expiry with IAM down: %v", err)

@@ -153,7 +153,8 @@ type originSession struct {
 
 	connected     chan struct{} // closed at the first connection (WaitSession)
 	connectedOnce sync.Once
-	messages      atomic.Uint64 // change messages received
+	messages      atomic.Uint64          // change messages received
+	lastChange    atomic.Pointer[[]byte] // the latest change message, which the next snapshot carries
 
 	// Under Upstream.mu:
 	conn   *websocket.Conn // the open connection, nil between connections
@@ -413,8 +414,15 @@ func (u *Origin) get(ctx context.Context, server, path, topic string) (s *Snapsh
 			v = u.counter.Add(1)
 		}
 	}
-	return &Snapshot{Version: v, ETag: `"` + strconv.FormatUint(v, 10) + `"`, Body: body, Fetched: time.Now(), localVersion: local},
-		resp.StatusCode, nil
+	snap := &Snapshot{Version: v, ETag: `"` + strconv.FormatUint(v, 10) + `"`, Body: body, Fetched: time.Now(), localVersion: local}
+	u.mu.Lock()
+	if ss := u.sessions[topic]; ss != nil {
+		if m := ss.lastChange.Load(); m != nil {
+			snap.upstreamChange = *m
+		}
+	}
+	u.mu.Unlock()
+	return snap, resp.StatusCode, nil
 }
 
 // do sends one request to server, with the relay's headers and, with Tokens, its bearer token: once
@@ -819,6 +827,9 @@ func (u *Origin) run(s *originSession) {
 				continue // alive, nothing changed
 			}
 			s.messages.Add(1)
+			if u.opts.Heartbeat != nil { // App Configuration: the next snapshot carries it (changeFrame)
+				s.lastChange.Store(&msg)
+			}
 			u.hub.PublishChange(s.topic, msg)
 			u.hub.Refresh(s.topic, fetch)
 		}

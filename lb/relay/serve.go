@@ -499,6 +499,12 @@ const (
 )
 
 func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts ServeOptions) {
+	serveWebSocketAs(ctx, hub, topic, opts, false)
+}
+
+// serveWebSocketAs answers a WebSocket subscriber of topic: the upstream's change messages, or with
+// appConfig App Configuration's wsfeature frames (serveWebSocketConn).
+func serveWebSocketAs(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts ServeOptions, appConfig bool) {
 	if reason := badWebSocketHandshake(&ctx.Request.Header); reason != "" {
 		ctx.Error("400 Bad Request: websocket: "+reason+"\n", fasthttp.StatusBadRequest)
 		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
@@ -514,7 +520,18 @@ func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts Serve
 	}
 	// Subscribe before the handshake completes, so that a client that GETs the snapshot
 	// right after its dial returns misses no change message.
-	sub := hub.Subscribe(topic, WebSocket)
+	var ac *appConfigWS
+	kind := WebSocket
+	if appConfig {
+		kind = Snapshots // of which those newer than the one cached now are told as changes
+	}
+	sub := hub.Subscribe(topic, kind)
+	if appConfig {
+		ac = &appConfigWS{topic: topic}
+		if s := hub.Snapshot(topic); s != nil {
+			ac.since = s.Version
+		}
+	}
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, opts, func(c net.Conn, pending []byte) func() {
 		// The handshake runs in fasthttp's hijack goroutine, so that the stream's own goroutine
@@ -526,7 +543,7 @@ func serveWebSocket(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts Serve
 		}
 		return func() {
 			defer wc.Close()
-			serveWebSocketConn(wc, sub, opts, nil)
+			serveWebSocketConn(wc, sub, opts, ac)
 		}
 	})
 }

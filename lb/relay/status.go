@@ -25,10 +25,7 @@ func (rr *Route) Status() admin.RelayStatus {
 	}
 	if rr.tokens != nil {
 		ts := rr.tokens.Status()
-		st.IAM = &admin.IAMStatus{URL: rr.spec.IAMURL, Tokens: ts.Issued, Failures: ts.Failures}
-		if !ts.Expires.IsZero() {
-			st.IAM.TokenExpires = &ts.Expires
-		}
+		st.IAM = &admin.IAMStatus{URL: rr.spec.IAMURL, TokenExpires: ts.Expires, Tokens: ts.Issued, Failures: ts.Failures}
 	}
 	for i, code := range refusals {
 		st.Refused[strconv.Itoa(code)] = rr.refused[i].Load()
