@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: a simulated ThingWorx cluster (2 platform servers, 2 connection servers, 2
-# configuration servers behind a relay route) with fairlead in
-# front of it, using the shipped conf.d/. Ctrl-C stops everything this script started.
+# configuration servers behind a relay route) and 2 simulated IBM Cloud App Configuration instances
+# with their IAM (behind an App Configuration relay route) with fairlead in front of them, using the
+# shipped conf.d/. Ctrl-C stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +16,7 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 ./bin/fairlead-sim -platforms 2 -connections 2 -configs 2 -platform-port 9081 -connection-port 9181 \
-	-config-port 9281 -control 127.0.0.1:9000 &
+	-config-port 9281 -appconfigs 2 -appconfig-port 9291 -iam-port 9290 -control 127.0.0.1:9000 &
 pids+=($!)
 # wait for the simulator's control API
 for _ in $(seq 50); do curl -fs http://127.0.0.1:9000/status >/dev/null 2>&1 && break; sleep 0.1; done
@@ -62,6 +63,28 @@ pushed to every subscriber. Subscribe (SSE), fetch the cached snapshot, publish 
   curl -s -XPOST http://127.0.0.1:9000/config/config1/down    # sessions move to config2 at once
   curl -s -XPOST http://127.0.0.1:9000/config/config1/up      # ...and back within failback_interval
   curl -s http://127.0.0.1:8404/api/status | grep -A3 '"relays"'
+
+IBM Cloud App Configuration (conf.d/45-appconfig.toml): the SDKs, pointed at fairlead, hold the demo
+key "demo-sdk-key"; fairlead holds the API key and follows instance appconfig1 (127.0.0.1:9291, guid
+demo-us-south), its backup appconfig2 (:9292, guid demo-eu-gb) and IAM (:9290). A client SDK's SSE
+stream (raw key), a server SDK's REST fetch (Bearer key), a change published, a fail-over and back:
+  curl -sN -H 'Authorization: demo-sdk-key' 'http://127.0.0.1:8080/apprapp/feature/v1/instances/demo-us-south/environments/dev/sse/subscribe?collection_id=inventory'
+  curl -s -H 'Authorization: Bearer demo-sdk-key' 'http://127.0.0.1:8080/apprapp/feature/v1/instances/demo-us-south/config?action=sdkConfig&collection_id=inventory&environment_id=dev'
+  curl -s -XPOST http://127.0.0.1:9000/appconfig/publish/inventory/dev      # every instance: version +1
+  curl -s -XPOST http://127.0.0.1:9000/appconfig/appconfig1/down   # the session moves to appconfig2 at once
+  curl -s -XPOST http://127.0.0.1:9000/appconfig/appconfig1/up     # ...and back within failback_interval
+  curl -s http://127.0.0.1:9000/status | grep -o '"appconfigs".*'  # per topic: fetches, sessions; IAM tokens
+TXT
+if command -v node >/dev/null && [ -d bench/appconfig/node_modules ]; then cat <<'TXT'
+The official JS client SDK, unmodified, through fairlead (one JSON line per configuration it gets):
+  node bench/appconfig/appconfig-client.js --url http://127.0.0.1:8080 --guid demo-us-south --apikey demo-sdk-key --collection inventory --environment dev --property version
+TXT
+else cat <<'TXT'
+(With Node and `npm ci --prefix bench/appconfig --no-audit --no-fund`, this prints how to run the official
+JS client SDK through fairlead.)
+TXT
+fi
+cat <<'TXT'
 
 Drain a connection server (no new devices, its tunnels stay), put it in maintenance, bring it back:
   curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/drain

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -66,6 +67,9 @@ func FuzzLoadConfig(f *testing.F) {
 	over := f.TempDir()
 	var files []string
 	for name, b := range base {
+		// The shipped files name their demo files relative to the repository's root (`make run` runs
+		// fairlead there); the copies name them from here, the package's directory.
+		b = bytes.ReplaceAll(b, []byte(`"conf.d/`), []byte(`"../conf.d/`))
 		if err := os.WriteFile(filepath.Join(over, name), b, 0o600); err != nil {
 			f.Fatal(err)
 		}

@@ -17,7 +17,15 @@ const (
 	DefaultConnections     = 2
 	DefaultCredentials     = "YWRtaW46YWRtaW4=" // admin:admin
 	DefaultLeaderCheckPath = "/Thingworx/Admin/HA/LeaderCheck"
+	// DefaultIAMAPIKey is the IBM Cloud API key the simulated IAM exchanges for tokens when
+	// Options.IAMAPIKey is empty: a demo value (conf.d/demo-ibmcloud-apikey holds it), not a secret.
+	DefaultIAMAPIKey = "fairlead-demo-ibmcloud-apikey"
 )
+
+// DefaultAppConfigGUIDs are the instance GUIDs of the first App Configuration instances when
+// Options.AppConfigGUIDs names none: a primary and a backup instance with a guid of its own, as in two
+// regions. A further instance i (from 1) is "demo-instance<i>".
+var DefaultAppConfigGUIDs = []string{"demo-us-south", "demo-eu-gb"}
 
 // Options configures Start. The zero value starts two platforms and two
 // connection servers on free 127.0.0.1 ports, without a control API.
@@ -55,6 +63,29 @@ type Options struct {
 	// "Authorization: Bearer <ConfigAPIKey>" (ConfigOptions.APIKey).
 	ConfigAPIKey string
 
+	// AppConfigs is the number of simulated IBM Cloud App Configuration instances (see AppConfig),
+	// the upstream of a relay route with protocol = "appconfiguration", named "appconfig1",
+	// "appconfig2", ...; 0 means len(AppConfigAddrs), by default none. With at least one, an IAM token
+	// service (see IAM) starts too, whose tokens the instances require on their REST and wsfeature
+	// paths.
+	AppConfigs int
+	// AppConfigAddrs are optional fixed listen addresses of the instances, by index; missing or empty
+	// entries mean "127.0.0.1:0".
+	AppConfigAddrs []string
+	// AppConfigGUIDs are the instances' GUIDs, by index; a missing or empty entry means
+	// DefaultAppConfigGUIDs[i] (or "demo-instance<i+1>" past its end). GUIDs must be unique.
+	AppConfigGUIDs []string
+	// AppConfigTopics are topics ("collection/environment") bumped once on every instance at start
+	// (AppConfig.Bump: version 1), so that they exist; others appear with a publish.
+	AppConfigTopics []string
+	// AppConfigClientKeys, if any, are the keys the instances require on their SSE path (the client
+	// SDKs pointed at them directly; AppConfigOptions.ClientKeys); none leaves it unchecked.
+	AppConfigClientKeys []string
+	// IAMAddr is the IAM service's listen address; "" means "127.0.0.1:0". Unused without AppConfigs.
+	IAMAddr string
+	// IAMAPIKey is the API key the IAM service exchanges for tokens; default DefaultIAMAPIKey.
+	IAMAPIKey string
+
 	// PlatformNames are optional names of the platform servers, by index;
 	// a missing or empty entry means "platform<i+1>". Names must be unique.
 	PlatformNames []string
@@ -88,8 +119,8 @@ type Options struct {
 	Body []byte
 
 	// TLS, if set, makes every platform server, connection server (its
-	// main port and its separate health port, if any) and config server
-	// serve over TLS with this config, e.g. a certificate from NewCA and
+	// main port and its separate health port, if any), config server, App
+	// Configuration instance and the IAM service serve over TLS with this config, e.g. a certificate from NewCA and
 	// CA.Issue, and ClientAuth to ask fairlead for a client certificate. The
 	// control API stays plain HTTP. nil serves plain HTTP.
 	TLS *tls.Config
@@ -106,7 +137,9 @@ type Options struct {
 // named "platform1", "platform2", ...; initially platform1 is Leader and the
 // others are Backup. Connection servers are named "cx1", "cx2", ... and start
 // healthy. Config servers, if any, are named "config1", "config2", ... and
-// start up, with no topic known.
+// start up, with no topic known. App Configuration instances, if any, are named "appconfig1",
+// "appconfig2", ... (appconfig1 the one a relay would call primary), start up with the
+// Options.AppConfigTopics at version 1, and accept the tokens of IAM.
 type Cluster struct {
 	// Platforms are the platform servers, in name order.
 	Platforms []*Platform
@@ -114,6 +147,10 @@ type Cluster struct {
 	Connections []*ConnServer
 	// Configs are the config servers, in name order.
 	Configs []*ConfigServer
+	// AppConfigs are the App Configuration instances, in name order.
+	AppConfigs []*AppConfig
+	// IAM is the IAM token service of the instances, nil without AppConfigs.
+	IAM *IAM
 	// ControlAddr is the actual address of the control API, "" if none.
 	ControlAddr string
 
@@ -182,6 +219,11 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		c.Configs = append(c.Configs, s)
 	}
+	if opts.AppConfigs > 0 {
+		if err := c.startAppConfigs(&opts); err != nil {
+			return nil, err
+		}
+	}
 	if opts.ControlAddr != "" {
 		if err := c.startControl(opts.ControlAddr, opts.Logf); err != nil {
 			return nil, err
@@ -225,6 +267,23 @@ func (o *Options) setDefaults() error {
 	if len(o.ConfigAddrs) > o.ConfigServers {
 		return fmt.Errorf("sim: %d config server addresses for %d config servers", len(o.ConfigAddrs), o.ConfigServers)
 	}
+	if o.AppConfigs < 0 {
+		return errors.New("sim: negative App Configuration instance count")
+	}
+	if o.AppConfigs == 0 {
+		o.AppConfigs = len(o.AppConfigAddrs)
+	}
+	if n := max(len(o.AppConfigAddrs), len(o.AppConfigGUIDs)); n > o.AppConfigs {
+		return fmt.Errorf("sim: %d App Configuration addresses or GUIDs for %d instances", n, o.AppConfigs)
+	}
+	for _, topic := range o.AppConfigTopics {
+		if _, _, ok := splitTopic(topic); !ok {
+			return fmt.Errorf("sim: bad App Configuration topic %q (want collection/environment, each [A-Za-z0-9._-]+)", topic)
+		}
+	}
+	if o.IAMAPIKey == "" {
+		o.IAMAPIKey = DefaultIAMAPIKey
+	}
 	if o.Credentials == "" {
 		o.Credentials = DefaultCredentials
 	}
@@ -258,9 +317,43 @@ func PortRange(host string, firstPort, n int) []string {
 	return addrs
 }
 
+// startAppConfigs starts the IAM service and the App Configuration instances of opts, and bumps
+// opts.AppConfigTopics on each.
+func (c *Cluster) startAppConfigs(opts *Options) error {
+	iam, err := StartIAM(addrAt([]string{opts.IAMAddr}, 0, "127.0.0.1:0"),
+		IAMOptions{APIKeys: []string{opts.IAMAPIKey}, TLS: opts.TLS, Logf: opts.Logf})
+	if err != nil {
+		return err
+	}
+	c.IAM = iam
+	guids := map[string]bool{}
+	for i := range opts.AppConfigs {
+		guid := "demo-instance" + strconv.Itoa(i+1)
+		if i < len(DefaultAppConfigGUIDs) {
+			guid = DefaultAppConfigGUIDs[i]
+		}
+		guid = addrAt(opts.AppConfigGUIDs, i, guid)
+		if guids[guid] {
+			return fmt.Errorf("sim: two App Configuration instances with GUID %q", guid)
+		}
+		guids[guid] = true
+		a, err := StartAppConfig("appconfig"+strconv.Itoa(i+1), addrAt(opts.AppConfigAddrs, i, "127.0.0.1:0"),
+			AppConfigOptions{GUID: guid, IAM: iam, ClientKeys: opts.AppConfigClientKeys, TLS: opts.TLS, Logf: opts.Logf})
+		if err != nil {
+			return err
+		}
+		c.AppConfigs = append(c.AppConfigs, a)
+		for _, topic := range opts.AppConfigTopics {
+			a.Bump(topic)
+		}
+	}
+	return nil
+}
+
 // Close stops the control API and every server and closes every open
 // connection. It is idempotent. Afterwards the servers stay down: leaving
-// Dead, ConnServer.Restart and ConfigServer.Start fail.
+// Dead, ConnServer.Restart, ConfigServer.Start, AppConfig.Start and
+// IAM.Start fail.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		if c.control != nil {
@@ -275,6 +368,12 @@ func (c *Cluster) Close() {
 		}
 		for _, s := range c.Configs {
 			s.Close()
+		}
+		for _, a := range c.AppConfigs {
+			a.Close()
+		}
+		if c.IAM != nil {
+			c.IAM.Close()
 		}
 	})
 }
@@ -310,6 +409,16 @@ func (c *Cluster) Config(name string) *ConfigServer {
 	return nil
 }
 
+// AppConfig returns the App Configuration instance with the given name, nil if unknown.
+func (c *Cluster) AppConfig(name string) *AppConfig {
+	for _, a := range c.AppConfigs {
+		if a.Name == name {
+			return a
+		}
+	}
+	return nil
+}
+
 // Leader returns the first platform in state Leader, nil if none.
 func (c *Cluster) Leader() *Platform {
 	for _, p := range c.Platforms {
@@ -320,8 +429,9 @@ func (c *Cluster) Leader() *Platform {
 	return nil
 }
 
-// WriteSummary writes one line per server (name, role, address, state) and
-// one for the control API, if any, last.
+// WriteSummary writes one line per server (name, role, address, and its
+// state, health address or guid), the IAM service's before the App
+// Configuration instances', and one for the control API, if any, last.
 func (c *Cluster) WriteSummary(w io.Writer) {
 	for _, p := range c.Platforms {
 		fmt.Fprintf(w, "%s platform %s state=%s\n", p.Name, p.Addr, p.State())
@@ -331,6 +441,12 @@ func (c *Cluster) WriteSummary(w io.Writer) {
 	}
 	for _, s := range c.Configs {
 		fmt.Fprintf(w, "%s config %s\n", s.Name, s.Addr)
+	}
+	if c.IAM != nil {
+		fmt.Fprintf(w, "iam iam %s\n", c.IAM.Addr)
+	}
+	for _, a := range c.AppConfigs {
+		fmt.Fprintf(w, "%s appconfiguration %s guid=%s\n", a.Name, a.Addr, a.GUID)
 	}
 	if c.ControlAddr != "" {
 		fmt.Fprintf(w, "control %s\n", c.ControlAddr)

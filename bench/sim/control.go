@@ -18,6 +18,10 @@ type Status struct {
 	Connections []ConnStatus     `json:"connections"`
 	// Configs are the config servers' ConfigServer.Stats.
 	Configs []ConfigStats `json:"configs"`
+	// AppConfigs are the App Configuration instances' AppConfig.Stats.
+	AppConfigs []AppConfigStats `json:"appconfigs"`
+	// IAM is the IAM service's IAM.Stats, absent without App Configuration instances.
+	IAM *IAMStats `json:"iam,omitempty"`
 }
 
 // PlatformStatus is a snapshot of one platform server.
@@ -83,6 +87,11 @@ func (c *Cluster) Status() Status {
 		Platforms:   make([]PlatformStatus, 0, len(c.Platforms)),
 		Connections: make([]ConnStatus, 0, len(c.Connections)),
 		Configs:     c.configStats(),
+		AppConfigs:  c.appConfigStats(),
+	}
+	if c.IAM != nil {
+		iam := c.IAM.Stats()
+		st.IAM = &iam
 	}
 	for _, p := range c.Platforms {
 		st.Platforms = append(st.Platforms, p.Status())
@@ -102,6 +111,15 @@ func (c *Cluster) configStats() []ConfigStats {
 	return st
 }
 
+// appConfigStats returns the Stats of every App Configuration instance, in name order.
+func (c *Cluster) appConfigStats() []AppConfigStats {
+	st := make([]AppConfigStats, 0, len(c.AppConfigs))
+	for _, a := range c.AppConfigs {
+		st = append(st, a.Stats())
+	}
+	return st
+}
+
 // startControl serves the control API on addr:
 //
 //	GET  /status                              Status as JSON
@@ -117,10 +135,21 @@ func (c *Cluster) configStats() []ConfigStats {
 //	POST /config/<name>/<up|down>             ConfigServer.Start / ConfigServer.Stop
 //	POST /config/reset                        ConfigServer.ResetCounters on every config server;
 //	                                          answers their ConfigStats
+//	POST /appconfig/publish/<collection>/<environment>
+//	                                          a change on every App Configuration instance: AppConfig.Bump,
+//	                                          or with a body (a JSON export document) AppConfig.Set;
+//	                                          answers {"topic":...,"versions":{"appconfig1":N,...}}
+//	POST /appconfig/<name>/publish/<collection>/<environment>
+//	                                          the same on one instance
+//	POST /appconfig/<name>/<up|down>          AppConfig.Start / AppConfig.Stop; answers its AppConfigStats
+//	POST /appconfig/reset                     AppConfig.ResetCounters on every instance and
+//	                                          IAM.ResetCounters; answers the instances' AppConfigStats
+//	POST /iam/<up|down>                       IAM.Start / IAM.Stop; answers its IAMStats
 //
 // GET is accepted wherever POST is. Changes answer 200 with the server's new
 // status as one line of JSON, 404 for an unknown server (or a publish without
-// config servers) and 400 for a bad state, code, action, topic or document.
+// config servers or App Configuration instances) and 400 for a bad state, code,
+// action, topic or document.
 func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -138,6 +167,11 @@ func (c *Cluster) startControl(addr string, logf func(string, ...any)) error {
 	mux.HandleFunc("/config/publish/{collection}/{environment}", c.handleConfigPublish)
 	mux.HandleFunc("/config/reset", c.handleConfigReset)
 	mux.HandleFunc("/config/{name}/{action}", c.handleConfigServer)
+	mux.HandleFunc("/appconfig/publish/{collection}/{environment}", c.handleAppConfigPublish)
+	mux.HandleFunc("/appconfig/{name}/publish/{collection}/{environment}", c.handleAppConfigPublish)
+	mux.HandleFunc("/appconfig/reset", c.handleAppConfigReset)
+	mux.HandleFunc("/appconfig/{name}/{action}", c.handleAppConfigInstance)
+	mux.HandleFunc("/iam/{action}", c.handleIAM)
 	c.control = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -353,4 +387,120 @@ func (c *Cluster) handleConfigReset(w http.ResponseWriter, r *http.Request) {
 		s.ResetCounters()
 	}
 	writeJSON(w, c.configStats())
+}
+
+// appConfigPublished is the answer to an App Configuration publish on the control API.
+type appConfigPublished struct {
+	Topic string `json:"topic"`
+	// Versions holds each instance's new version of the topic (AppConfigTopicStats.Version), by name.
+	Versions map[string]int `json:"versions"`
+}
+
+// handleAppConfigPublish publishes a change of a topic on one App Configuration instance (the path
+// names it) or on every one: the next generated configuration (Bump), or the request's body (Set).
+func (c *Cluster) handleAppConfigPublish(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	targets := c.AppConfigs
+	if name := r.PathValue("name"); name != "" {
+		a := c.AppConfig(name)
+		if a == nil {
+			http.Error(w, "unknown App Configuration instance", http.StatusNotFound)
+			return
+		}
+		targets = []*AppConfig{a}
+	}
+	if len(targets) == 0 {
+		http.Error(w, "no App Configuration instances", http.StatusNotFound)
+		return
+	}
+	doc, err := io.ReadAll(http.MaxBytesReader(w, r.Body, appConfigMaxBody))
+	if err != nil {
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "cannot read the document: "+err.Error(), code)
+		return
+	}
+	topic := r.PathValue("collection") + "/" + r.PathValue("environment")
+	if _, _, ok := splitTopic(topic); !ok {
+		http.Error(w, fmt.Sprintf("bad topic %q (want collection/environment, each [A-Za-z0-9._-]+)", topic), http.StatusBadRequest)
+		return
+	}
+	ans := appConfigPublished{Topic: topic, Versions: map[string]int{}}
+	for _, a := range targets {
+		if len(doc) == 0 {
+			ans.Versions[a.Name] = a.Bump(topic)
+			continue
+		}
+		// Every instance derives the same answers from doc: the first refuses it or none does.
+		if err := a.Set(topic, doc); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ans.Versions[a.Name] = a.Stats().Topics[topic].Version
+	}
+	writeJSON(w, ans)
+}
+
+func (c *Cluster) handleAppConfigInstance(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	a := c.AppConfig(r.PathValue("name"))
+	if a == nil {
+		http.Error(w, "unknown App Configuration instance", http.StatusNotFound)
+		return
+	}
+	switch r.PathValue("action") {
+	case "up":
+		if err := a.Start(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	case "down":
+		a.Stop()
+	default:
+		http.Error(w, "unknown action (want up or down)", http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, a.Stats())
+}
+
+func (c *Cluster) handleAppConfigReset(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	for _, a := range c.AppConfigs {
+		a.ResetCounters()
+	}
+	if c.IAM != nil {
+		c.IAM.ResetCounters()
+	}
+	writeJSON(w, c.appConfigStats())
+}
+
+func (c *Cluster) handleIAM(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	if c.IAM == nil {
+		http.Error(w, "no IAM service (no App Configuration instances)", http.StatusNotFound)
+		return
+	}
+	switch r.PathValue("action") {
+	case "up":
+		if err := c.IAM.Start(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+	case "down":
+		c.IAM.Stop()
+	default:
+		http.Error(w, "unknown action (want up or down)", http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, c.IAM.Stats())
 }

@@ -7,7 +7,12 @@
 // well. With -configs N it also runs N simulated configuration services (the
 // upstream of a relay route; none by default) on consecutive ports from
 // -config-port, requiring "Authorization: Bearer KEY" with -config-api-key
-// KEY. A port of 0 gives every server of that kind a free port. The servers
+// KEY. With -appconfigs N it runs N simulated IBM Cloud App Configuration
+// instances (the upstream of a relay route with protocol = "appconfiguration")
+// on consecutive ports from -appconfig-port, with the GUIDs of -appconfig-guids
+// (default demo-us-south, demo-eu-gb, ...) and the topics of -appconfig-topics
+// at version 1, and their IAM token service on -iam-port, which exchanges
+// -iam-api-key for tokens. A port of 0 gives every server of that kind a free port. The servers
 // are driven through the control API on -control (empty disables it).
 //
 // One process can run a single platform server under a chosen name and
@@ -51,6 +56,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configs := fs.Int("configs", 0, "number of simulated configuration services (relay upstreams)")
 	configPort := fs.Int("config-port", 9281, "first config server port (0: free ports)")
 	configAPIKey := fs.String("config-api-key", "", `if set, the config servers require "Authorization: Bearer <key>"`)
+	appconfigs := fs.Int("appconfigs", 0, "number of simulated IBM Cloud App Configuration instances (with an IAM token service)")
+	appconfigPort := fs.Int("appconfig-port", 9291, "first App Configuration instance port (0: free ports)")
+	appconfigGUIDs := fs.String("appconfig-guids", "", `comma-separated instance GUIDs (default "`+strings.Join(sim.DefaultAppConfigGUIDs, ",")+`", then demo-instance3, ...)`)
+	appconfigTopics := fs.String("appconfig-topics", "inventory/dev,inventory/prod", "comma-separated collection/environment topics every instance has at start")
+	iamPort := fs.Int("iam-port", 9290, "IAM token service port, with -appconfigs (0: a free port)")
+	iamAPIKey := fs.String("iam-api-key", sim.DefaultIAMAPIKey, "the IBM Cloud API key the IAM service exchanges for tokens (a demo value by default)")
 	control := fs.String("control", "127.0.0.1:9000", "control API address (empty: none)")
 	credentials := fs.String("credentials", sim.DefaultCredentials, `base64 "user:pass" expected on LeaderCheck`)
 	host := fs.String("host", "127.0.0.1", "host to listen on")
@@ -61,8 +72,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *platforms < 1 || *connections < 0 || *configs < 0 {
-		fmt.Fprintln(stderr, "fairlead-sim: -platforms must be at least 1, -connections and -configs at least 0")
+	if *platforms < 1 || *connections < 0 || *configs < 0 || *appconfigs < 0 {
+		fmt.Fprintln(stderr, "fairlead-sim: -platforms must be at least 1, -connections, -configs and -appconfigs at least 0")
+		return 2
+	}
+	guids, topics := splitList(*appconfigGUIDs), splitList(*appconfigTopics)
+	if len(guids) > *appconfigs {
+		fmt.Fprintln(stderr, "fairlead-sim: more -appconfig-guids than -appconfigs")
+		return 2
+	}
+	if *iamAPIKey == "" {
+		fmt.Fprintln(stderr, "fairlead-sim: -iam-api-key is empty")
 		return 2
 	}
 	if *deliveryLog != "" && *deliveryHeader == "" {
@@ -107,6 +127,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ConfigAPIKey:   *configAPIKey,
 		Logf:           logger.Printf,
 	}
+	if *appconfigs > 0 {
+		opts.AppConfigs = *appconfigs
+		opts.AppConfigAddrs = sim.PortRange(*host, *appconfigPort, *appconfigs)
+		opts.AppConfigGUIDs = guids
+		opts.AppConfigTopics = topics
+		opts.IAMAddr = sim.PortRange(*host, *iamPort, 1)[0]
+		opts.IAMAPIKey = *iamAPIKey
+	}
 	if *connections > 0 {
 		opts.ConnectionAddrs = sim.PortRange(*host, *connectionPort, *connections)
 		if *healthPort != 0 {
@@ -135,4 +163,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	c.Close()
 	logger.Printf("stopped")
 	return 0
+}
+
+// splitList splits a comma-separated flag value, dropping blanks around the items; "" is none.
+func splitList(s string) []string {
+	var items []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
 }

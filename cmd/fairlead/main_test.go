@@ -37,7 +37,8 @@ func runFairlead(t *testing.T, args ...string) (stdout, stderr string, code int)
 }
 
 func TestShippedConfDPassesCheck(t *testing.T) {
-	out, errOut, code := runFairlead(t, "-check", "-config", "../../conf.d")
+	t.Chdir("../..") // conf.d names its demo files relative to the repository's root, as `make run` runs fairlead
+	out, errOut, code := runFairlead(t, "-check", "-config", "conf.d")
 	if code != 0 || !strings.Contains(out, "config ok") {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}

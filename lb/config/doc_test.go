@@ -17,12 +17,17 @@ import (
 // table is an example: its keys show values to try, not defaults. (What each key means is in
 // conf.d/REFERENCE.md, which TestConfigReferenceIsFresh keeps fresh and complete.)
 
-// confdFiles returns the shipped *.toml files in the order fairlead merges them.
+// confdFiles returns the shipped *.toml files (absolute paths) in the order fairlead merges them.
 func confdFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob("../../conf.d/*.toml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no conf.d/*.toml: %v", err)
+	}
+	for i, f := range files {
+		if files[i], err = filepath.Abs(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return files // Glob sorts, as the merge does
 }
@@ -82,13 +87,17 @@ var (
 )
 
 func TestConfDShowsTheDefaultsTheCodeApplies(t *testing.T) {
-	c, err := Load("../../conf.d")
+	files := confdFiles(t)
+	// conf.d names its demo files (45-appconfig.toml) relative to the repository's root, where `make run`
+	// and `fairlead -config conf.d` run fairlead.
+	t.Chdir("../..")
+	c, err := Load("conf.d")
 	if err != nil {
 		t.Fatalf("the shipped conf.d does not load: %v", err)
 	}
 	arrays := map[string]int{} // [[table]] path → entries seen so far, across files as they merge
 	checked := 0
-	for _, file := range confdFiles(t) {
+	for _, file := range files {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
