@@ -353,7 +353,12 @@ func TestZooKeeperDiscoveryKeepsTheLastListWhileZooKeeperIsDownAndFollowsItAfter
 
 	// Restarted on its port and data: a znode added afterwards is followed.
 	zks.start()
-	zkPut(t, zc, "/services/thingworx/p3", p3.Addr) // the test's client reconnects by itself
+	// The test's client reconnects by itself, with a backoff: a write before it has a session again
+	// fails with "could not connect to a server".
+	testkit.Eventually(t, "the test's ZooKeeper client to have a session again", 15*time.Second, func() bool {
+		return zc.State() == zk.StateHasSession
+	})
+	zkPut(t, zc, "/services/thingworx/p3", p3.Addr)
 	testkit.Eventually(t, "platform3, added after the restart, to serve", 10*time.Second, func() bool {
 		return zkServed(t, l, 6)[p3.Name] > 0
 	})
