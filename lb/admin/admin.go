@@ -116,7 +116,7 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		enc.Encode(h.b.Status()) //nolint:errcheck
 	case path == "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4")
-		h.b.WriteMetrics(ctx)
+		writeMetrics(ctx, h.b) // exposition.go
 	case strings.HasPrefix(path, "/api/servers/"):
 		h.serveAction(ctx, strings.TrimPrefix(path, "/api/servers/"))
 	case strings.HasPrefix(path, "/debug/pprof/"):

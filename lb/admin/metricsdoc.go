@@ -72,7 +72,7 @@ var metricFamilies = []metricFamily{
 	{"fairlead_relay_serving_backup", "gauge", "relay", "1 while fetches and sessions go to a server other than the primary"},
 	{"fairlead_relay_upstream_switches_total", "counter", "relay", "moves of the relay's upstream between servers"},
 	{"fairlead_relay_topics", "gauge", "relay", "topics held (listed and on demand)"},
-	{"fairlead_relay_subscribers_total", "gauge", "relay", "open SSE and WebSocket subscribers of every topic"},
+	{"fairlead_relay_subscribers_all_topics", "gauge", "relay", "open SSE and WebSocket subscribers of every topic (named fairlead_relay_subscribers_total before 2026-12: a gauge must not end in _total)"},
 	{"fairlead_relay_requests_total", "counter", "relay, kind", "requests served, by kind: `snapshot`, `sse`, `websocket`, and App Configuration's metering POSTs forwarded, `usage` and `analytics`"},
 	{"fairlead_relay_iam_tokens_total", "counter", "relay", "IAM tokens obtained by an App Configuration relay"},
 	{"fairlead_relay_iam_failures_total", "counter", "relay", "failed exchanges of an App Configuration relay's API key for an IAM token"},
@@ -97,7 +97,7 @@ var adminEndpoints = []adminEndpoint{
 	{"GET", "/events", "Server-Sent Events: every event of the event stream (see Event kinds; probe answers only with `?checks=1`, since every snapshot carries each server's last answer) as `event: <kind>`, `id: <seq>`, `data: <JSON>` with fields `seq`, `time`, `kind`, `pool`, `server`, `old`, `status`, `latency_ms`, `detail`; a `snapshot` event (the /api/status document) at connect and every 2 s; `: ping` comments every 15 s. A subscriber that falls 512 events behind is dropped, never slowing fairlead"},
 	{"GET", "/healthz", "`200 ok` while the process serves (keepalived's check)"},
 	{"GET", "/api/status", "JSON: the config files, every pool, server and relay with their state and counters (fields below). `/status` is the same"},
-	{"GET", "/metrics", "Prometheus text format (families below) and the Go process metrics. Histograms are in seconds, with bounds 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 and +Inf, written once they have a first observation"},
+	{"GET", "/metrics", "Prometheus text format, each family with its `# HELP` and `# TYPE` (families below), and the Go process metrics. Histograms are in seconds, with bounds 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 and +Inf, written once they have a first observation"},
 	{"POST", "/api/servers/POOL/SERVER/ACTION", "SERVER is the address or the display name. `drain`: no new traffic, not even sticky clients' (open tunnels stay); `maint`: no traffic, its tunnels are closed; `ready`: back to normal; `probe`: probe it now (without active checks: try a server that live failures took down again now). Logged and published as an `admin_action` event; the answer is the server's status. The operator's state survives reloads that keep the server. Unknown pool or server: 404; unknown action: 400; another method: 405"},
 	{"GET", "/debug/pprof/", "Go profiles (`profile?seconds=10` for CPU, `heap`, `goroutine`)"},
 }

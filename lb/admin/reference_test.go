@@ -168,8 +168,12 @@ func adminReference(t *testing.T) string {
 		i = j
 	}
 
-	b.WriteString("\n## Metrics\n\nPrometheus text format. A series of a pool, server or relay disappears with it when a reload removes\n")
-	b.WriteString("it. Server series carry the labels `pool`, `server` (the address) and `name` (the display name).\n\n")
+	b.WriteString("\n## Metrics\n\nPrometheus text format: each family once, its series together after its `# HELP` (the text below) and\n")
+	b.WriteString("`# TYPE` lines; `promtool check metrics` accepts it (cmd/fairlead/metrics_test.go). A series of a pool, server\n")
+	b.WriteString("or relay disappears with it when a reload removes it. Server series carry the labels `pool`, `server` (the\n")
+	b.WriteString("address) and `name` (the display name). A Grafana dashboard over these families (leaders, failovers, requests\n")
+	b.WriteString("and errors by pool, tunnels, queue waits) ships as [conf.d/grafana-fairlead.json](../../conf.d/grafana-fairlead.json):\n")
+	b.WriteString("import it and pick the Prometheus data source.\n\n")
 	b.WriteString("| metric | type | labels | what |\n|---|---|---|---|\n")
 	for _, f := range metricFamilies {
 		labels := f.labels
@@ -178,7 +182,10 @@ func adminReference(t *testing.T) string {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", f.name, f.typ, labels, f.help)
 	}
-	b.WriteString("\nAnd the Go process metrics (`go_*`, `process_*`).\n")
+	b.WriteString("\nAnd the Go process metrics (`go_*`, `process_*`) of VictoriaMetrics/metrics, under a generic help text, with\n")
+	b.WriteString("three renamed for Prometheus's naming rules: `go_cgo_calls_total`, `go_gc_forced_total` (counters, not\n")
+	b.WriteString("`_count`) and `go_cpus` (`go_cpu_count`). Its Go runtime histograms (`go_sched_latencies_seconds`,\n")
+	b.WriteString("`go_gc_pauses_seconds`) have buckets only, no `_sum` or `_count`.\n")
 	return b.String()
 }
 

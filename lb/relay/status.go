@@ -60,7 +60,7 @@ func WriteMetrics(w io.Writer, relays []admin.RelayStatus) {
 		metrics.WriteGaugeUint64(w, "fairlead_relay_serving_backup{"+l+"}", backup)
 		metrics.WriteCounterUint64(w, "fairlead_relay_upstream_switches_total{"+l+"}", st.Switches)
 		metrics.WriteGaugeUint64(w, "fairlead_relay_topics{"+l+"}", uint64(len(st.Topics)))
-		metrics.WriteGaugeUint64(w, "fairlead_relay_subscribers_total{"+l+"}", uint64(max(st.Subscribers, 0)))
+		metrics.WriteGaugeUint64(w, "fairlead_relay_subscribers_all_topics{"+l+"}", uint64(max(st.Subscribers, 0)))
 		for _, k := range kinds {
 			metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_relay_requests_total{%s,kind=%q}`, l, k), st.Requests[k])
 		}
