@@ -1,8 +1,6 @@
 package lb
 
 import (
-	"sort"
-
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
@@ -81,11 +79,6 @@ func tierOf(s *Server) string {
 	return "primary"
 }
 
-func (g *generation) poolNames() []string {
-	names := make([]string, 0, len(g.pools))
-	for n := range g.pools {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+// poolNames lists g's pools as the status page shows them: leader pools first, then the others, in
+// the config files' order (config.PoolNames).
+func (g *generation) poolNames() []string { return g.cfg.PoolNames() }
