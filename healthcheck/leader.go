@@ -29,7 +29,7 @@ type Leader struct {
 	current     atomic.Pointer[Target]
 	splitBrains atomic.Uint64
 	changes     atomic.Uint64
-	elected     bool // a leader was known once (guarded by mu): the first election is not a change
+	elected     bool         // a leader was known once (guarded by mu): the first election is not a change
 	lastTrigger atomic.Int64 // unix nanos of the last round of probes a Trigger started
 	deferred    bool         // a round is due at the end of the current gap (guarded by mu)
 }
