@@ -3,6 +3,7 @@ package admin
 import (
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 )
@@ -22,6 +23,9 @@ const (
 	// RateStep is the step of the rate history; RateSlots the number of steps kept (one hour).
 	RateStep  = 10 * time.Second
 	RateSlots = 360
+	// EventDetailMax bounds the detail of a remembered event (the stream sends it whole): 500 events
+	// stay small enough for every snapshot of /api/status.
+	EventDetailMax = 512
 )
 
 // The server states: one vocabulary for /api/status (ServerStatus.State), /metrics
@@ -84,7 +88,9 @@ func (h *History) Record(e event.Event) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.events[h.nEvents%EventHistory] = streamEventOf(e)
+	se := streamEventOf(e)
+	se.Detail = shorten(se.Detail, EventDetailMax)
+	h.events[h.nEvents%EventHistory] = se
 	h.nEvents++
 	switch e.Kind {
 	case event.ReloadFailed:
@@ -244,4 +250,16 @@ func (st Status) recent(steps int) Status {
 	}
 	st.Pools = pools
 	return st
+}
+
+// shorten cuts s to at most n bytes, at a rune boundary, marking the cut with "…".
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -3,8 +3,10 @@ package admin
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 )
@@ -129,6 +131,12 @@ func TestTheEventHistoryKeepsTheLast500EventsAndTheLastFailedReloadWhileItIsTheL
 	h.Record(event.Event{Seq: 4, Time: t0, Kind: event.ReloadApplied})
 	if st := fill(); st.LastReloadFailed != nil {
 		t.Fatalf("after a reload applied the failure is still shown: %+v", st.LastReloadFailed)
+	}
+	h.Record(event.Event{Seq: 5, Time: t0, Kind: event.ReloadFailed, Detail: strings.Repeat("é", 1000)})
+	if st := fill(); len(st.Events[len(st.Events)-1].Detail) > EventDetailMax || !utf8.ValidString(st.Events[len(st.Events)-1].Detail) ||
+		len(st.LastReloadFailed.Detail) != 2000 {
+		t.Fatalf("a long detail is kept as %d bytes (valid UTF-8: %v); the reload failure's as %d", len(st.Events[len(st.Events)-1].Detail),
+			utf8.ValidString(st.Events[len(st.Events)-1].Detail), len(st.LastReloadFailed.Detail))
 	}
 	for i := range 600 {
 		h.Record(event.Event{Seq: uint64(5 + i), Time: t0, Kind: event.ServerDown, Pool: "p", Server: fmt.Sprint(i)})

@@ -25,7 +25,7 @@ type Status struct {
 	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
 	Relays []RelayStatus `json:"relays,omitempty"`
 	// Events are the last events (at most 500; all kinds but check_answered), oldest first, as
-	// /events sends them. /events' first snapshot carries them; its later snapshots have null here
+	// /events sends them but for a detail longer than 512 bytes, which is cut. /events' first snapshot carries them; its later snapshots have null here
 	// (the stream sends each event as it happens).
 	Events []StreamEvent `json:"events"`
 }
