@@ -29,6 +29,7 @@ type Leader struct {
 	current     atomic.Pointer[Target]
 	splitBrains atomic.Uint64
 	changes     atomic.Uint64
+	elected     bool         // a leader was known once (guarded by mu): the first election is not a change
 	lastTrigger atomic.Int64 // unix nanos of the last round of probes a Trigger started
 	deferred    bool         // a round is due at the end of the current gap (guarded by mu)
 }
@@ -159,7 +160,8 @@ func (l *Leader) Restore(leader *Target) bool {
 // server answers 200 or the leader changes.
 func (l *Leader) SplitBrains() uint64 { return l.splitBrains.Load() }
 
-// Changes returns how many times the leader changed (including to and from "none").
+// Changes returns how many times the leader changed (including to and from "none"), not counting the
+// first election: a freshly started pool that found its leader has seen no change.
 func (l *Leader) Changes() uint64 { return l.changes.Load() }
 
 // pace is FastInterval while the pool is unsettled (the leader failing or unknown, or another server
@@ -252,7 +254,10 @@ func (l *Leader) applyLocked(out outcome) []event.Event {
 			Detail: "more than one server answers 200; keeping the leader"})
 	}
 	if l.el.changed(out) {
-		l.changes.Add(1)
+		if l.elected {
+			l.changes.Add(1)
+		}
+		l.elected = l.elected || l.el.leader != nil
 		if out.old != nil {
 			out.old.up.Store(false)
 		}

@@ -1,8 +1,10 @@
 package lb
 
 import (
-	"sort"
+	"context"
+	"time"
 
+	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
@@ -23,19 +25,30 @@ func (lb *LB) Config() *config.Config { return lb.gen.Load().cfg }
 // Subscribe calls fn with every event published from now on, until cancel is called (Events().Subscribe).
 func (lb *LB) Subscribe(fn func(event.Event)) (cancel func()) { return lb.bus.Subscribe(fn) }
 
-// Status returns a snapshot of the running state.
+// Status returns a snapshot of the running state, with what the history remembers (history.go).
 func (lb *LB) Status() admin.Status {
+	st := lb.status()
+	lb.hist.Observe(time.Now(), &st)
+	lb.hist.Fill(&st)
+	return st
+}
+
+// status is the running state without the past: every pool, its servers and their states, the
+// alarms, the relays.
+func (lb *LB) status() admin.Status {
 	g := lb.gen.Load()
-	st := admin.Status{ConfigFiles: g.cfg.Files}
+	st := admin.Status{ConfigFiles: g.cfg.Files, Alarms: []admin.Alarm{}}
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
 		ps := p.view.Load()
 		out := admin.PoolStatus{Name: name, Balance: p.balance, Waiting: p.waiting.Load(),
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
-			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load()}
+			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load(),
+			Check: p.checkKind(ps)}
 		out.Discovery = lb.disc.status(name)
 		checks := p.health.Status()
+		available := false
 		for _, s := range ps.servers {
 			ss := serverStatusOf(s)
 			for i := range checks {
@@ -43,21 +56,117 @@ func (lb *LB) Status() admin.Status {
 					ss.Check = &checks[i]
 				}
 			}
+			ss.State = p.serverState(s, ss.Check)
+			available = available || ss.Available
 			out.Servers = append(out.Servers, ss)
 		}
 		ps.policy.describe(&out, ps)
+		switch {
+		case p.leader && out.Leader == "":
+			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoLeader, Pool: name})
+		case !available:
+			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoServer, Pool: name})
+		}
 		st.Pools = append(st.Pools, out)
 	}
 	st.Relays = g.relayStatuses() // relays.go
 	return st
 }
 
-// serverStatusOf is what /status says of s, without its check state.
+// serverState names s's state in the one vocabulary of /api/status, /metrics and the page
+// (admin.ServerStates); check is its health check state (nil if it has none).
+func (p *Pool) serverState(s *Server, check *healthcheck.ServerStatus) string {
+	switch {
+	case s.removed.Load():
+		return admin.StateRemoved
+	case s.admin.Load() != adminReady:
+		return adminStates[s.admin.Load()]
+	case p.leader:
+		if s.health.Up() {
+			return admin.StateUp
+		}
+		// Not the leader: a server that answers the leader check (503: a standby; 200: a candidate,
+		// or a split brain) is healthy; no answer, an error or another status is down.
+		if check != nil && check.Answered && check.LastError == "" && (check.LastStatus == 503 || check.LastStatus == 200) {
+			return admin.StateStandby
+		}
+		return admin.StateDown
+	case !s.health.Up():
+		return admin.StateDown
+	case s.Backup() != (p.tier.Load() == backups):
+		return admin.StateStandby // healthy, in the tier that does not serve (a backup at rest)
+	}
+	return admin.StateUp
+}
+
+// serverStates returns the states of ps's servers, in order (for /metrics).
+func (p *Pool) serverStates(ps *poolView) []string {
+	checks := p.health.Status()
+	states := make([]string, len(ps.servers))
+	for i, s := range ps.servers {
+		var c *healthcheck.ServerStatus
+		for j := range checks {
+			if checks[j].Addr == s.Addr {
+				c = &checks[j]
+			}
+		}
+		states[i] = p.serverState(s, c)
+	}
+	return states
+}
+
+// checkKind names the pool's active health check (admin.PoolStatus.Check).
+func (p *Pool) checkKind(ps *poolView) string {
+	switch {
+	case p.leader:
+		return "leader"
+	case ps.cfg.Check.Path != "":
+		return "http"
+	case ps.connect:
+		return "connect"
+	}
+	return "passive"
+}
+
+// serverStatusOf is what /status says of s, without its check state; its State is its own (its pool
+// refines it, serverState).
 func serverStatusOf(s *Server) admin.ServerStatus {
 	return admin.ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
 		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
 		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
 		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
+}
+
+// historyEvery is how often the history samples the pools' counters and the servers' states.
+const historyEvery = time.Second
+
+// startHistory samples the running state into lb.hist every historyEvery until ctx ends.
+func (lb *LB) startHistory(ctx context.Context) {
+	lb.wg.Add(1)
+	go func() {
+		defer lb.wg.Done()
+		tick := time.NewTicker(historyEvery)
+		defer tick.Stop()
+		for {
+			lb.sampleHistory(time.Now())
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// sampleHistory records the state at now: the servers' states, the alarms and the pools' counters.
+func (lb *LB) sampleHistory(now time.Time) {
+	st := lb.status()
+	lb.hist.Observe(now, &st)
+	counts := make([]admin.PoolCount, len(st.Pools))
+	for i, p := range st.Pools {
+		counts[i] = admin.PoolCount{Pool: p.Name, Requests: p.Requests, Errors: p.Errors}
+	}
+	lb.hist.Sample(now, counts)
 }
 
 // serverStatus is what /status says of s of pool p, with its check state and what its policy adds.
@@ -81,11 +190,6 @@ func tierOf(s *Server) string {
 	return "primary"
 }
 
-func (g *generation) poolNames() []string {
-	names := make([]string, 0, len(g.pools))
-	for n := range g.pools {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+// poolNames lists g's pools as the status page shows them: leader pools first, then the others, in
+// the config files' order (config.PoolNames).
+func (g *generation) poolNames() []string { return g.cfg.PoolNames() }

@@ -67,6 +67,8 @@ type LB struct {
 	// closer, the log and the event counters subscribe.
 	bus    *event.Bus
 	events [event.NumKinds]atomic.Uint64 // published events by kind
+	// hist is what the status document remembers: the last events, rates, state changes (admin.go).
+	hist *admin.History
 
 	// tunnels carry the WebSocket tunnels (tunnels.go). They belong to the LB, not to a generation, so
 	// that tunnels outlive config reloads.
@@ -128,6 +130,8 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.bus.Subscribe(lb.closeTunnels)
 	lb.bus.Subscribe(lb.failbackTunnels)
 	lb.bus.Subscribe(lb.leaderChanged) // leaderwatch.go
+	lb.hist = admin.NewHistory()
+	lb.bus.Subscribe(lb.hist.Record)
 	lb.relays.running, _ = lb.relays.prepare(lb, cfg)
 	g, _ := lb.newGeneration(cfg, nil, lb.relays.running)
 	lb.gen.Store(g)
@@ -201,6 +205,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	}
 	lb.startStateWriter(ctx, g) // state_file: written every few seconds and once more at stop
 	lb.disc.sync(g)             // service discovery providers (discovery.go)
+	lb.startHistory(ctx)        // the status document's memory (admin.go)
 
 	fe := g.cfg.Frontend
 	var fls []net.Listener // the plain and the HTTPS listener, as configured

@@ -13,6 +13,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fairlead/fairlead/lb/tunnel"
@@ -193,8 +194,12 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		st.policy.writeMetrics(w, l, st)
 		p.m.duration.write(w, "fairlead_request_duration_seconds", l)
 		p.m.queueWait.write(w, "fairlead_queue_wait_seconds", l)
-		for _, s := range st.servers {
+		states := p.serverStates(st) // admin.go: the vocabulary of /api/status and the page
+		for i, s := range st.servers {
 			sl := l + "," + serverLabels(s)
+			for _, state := range admin.ServerStates {
+				metrics.WriteGaugeUint64(w, "fairlead_server_state{"+sl+`,state="`+state+`"}`, boolGauge(states[i] == state))
+			}
 			metrics.WriteCounterUint64(w, "fairlead_server_requests_total{"+sl+"}", s.requests.Load())
 			metrics.WriteCounterUint64(w, "fairlead_server_failures_total{"+sl+"}", s.failures.Load())
 			metrics.WriteGaugeUint64(w, "fairlead_server_in_flight{"+sl+"}", uint64(max(s.inflight.Load(), 0)))

@@ -259,8 +259,7 @@ func (p *Pool) availabilityChanged(st *poolView, down bool) {
 		if n := len(st.servers); n > 0 {
 			var states []string
 			count := map[string]int{}
-			for _, s := range st.servers {
-				state := s.state()
+			for _, state := range p.serverStates(st) {
 				if count[state] == 0 {
 					states = append(states, state)
 				}

@@ -17,8 +17,9 @@ import (
 //
 //	retry: 2000                      once, first: how long an EventSource waits before reconnecting
 //
-//	event: snapshot                  at once, then every 2 s: the document of GET /api/status, on one line
-//	data: {"config_files":[...],"pools":[...]}
+//	event: snapshot                  at once, then every 2 s: the document of GET /api/status, on one line;
+//	data: {"config_files":[...],...}  the first whole, the later ones with "events": null and each
+//	                                 pool's last 3 rate steps (the past the first one carried)
 //
 //	event: leader_changed            each event of the stream (but check_answered), as it is published
 //	id: 42                           its seq
@@ -49,6 +50,8 @@ const (
 	// closeGrace is how long a stream that ends (dropped, or fairlead stopping) may still take to
 	// write what it has; a client that does not read it is cut then.
 	closeGrace = time.Second
+	// recentSteps is how many steps of each pool's rates the snapshots after a stream's first carry.
+	recentSteps = 3
 )
 
 // StreamEvent is an event as /events sends it: the data line of every message but snapshots.
@@ -151,7 +154,7 @@ func (st *stream) run(w *bufio.Writer) {
 
 	st.buf = strconv.AppendInt(append(st.buf[:0], "retry: "...), retryMs, 10)
 	st.buf = append(st.buf, "\n\n"...)
-	st.appendSnapshot()
+	st.appendSnapshot(true)
 	for {
 		if !st.flush(w) {
 			return
@@ -173,7 +176,7 @@ func (st *stream) run(w *bufio.Writer) {
 				st.appendEvent(<-st.sub.events)
 			}
 		case <-snapshots.C:
-			st.appendSnapshot()
+			st.appendSnapshot(false)
 		case <-pings.C:
 			st.buf = append(st.buf, ": ping\n\n"...)
 		case <-st.sub.dropped:
@@ -204,9 +207,15 @@ func (st *stream) appendEvent(e event.Event) {
 	st.buf = append(append(append(st.buf, "\ndata: "...), data...), "\n\n"...)
 }
 
-func (st *stream) appendSnapshot() {
+// appendSnapshot appends the status document: whole for the first snapshot of a stream, without the
+// past the stream has sent already for the later ones (no events, the last recentSteps of the rates).
+func (st *stream) appendSnapshot(first bool) {
+	s := st.h.b.Status()
+	if !first {
+		s = s.recent(recentSteps)
+	}
 	// One line: JSON without indentation has no newline, so one data field carries it.
-	data, _ := json.Marshal(st.h.b.Status())
+	data, _ := json.Marshal(s)
 	st.buf = append(append(append(st.buf, "event: snapshot\ndata: "...), data...), "\n\n"...)
 }
 

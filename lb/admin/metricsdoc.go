@@ -53,6 +53,7 @@ var metricFamilies = []metricFamily{
 
 	// Servers (labels pool, server = address, name = display name).
 	{"fairlead_server_up", "gauge", "pool, server, name", "1 while available (in a leader pool: the leader)"},
+	{"fairlead_server_state", "gauge", "pool, server, name, state", "1 for the server's state, 0 for the others: `up`, `standby`, `down`, `drain`, `maint`, `removed` (the words of /api/status and the status page; see ServerStatus.State)"},
 	{"fairlead_server_backup", "gauge", "pool, server, name", "1 for a backup"},
 	{"fairlead_server_requests_total", "counter", "pool, server, name", "requests sent to the server"},
 	{"fairlead_server_failures_total", "counter", "pool, server, name", "attempts and tunnel dials that failed by the server's fault (refused, reset, timed out, no HTTP answer)"},

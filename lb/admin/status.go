@@ -14,10 +14,55 @@ import (
 type Status struct {
 	// ConfigFiles are the files the running config was read from, in merge order.
 	ConfigFiles []string `json:"config_files"`
-	// Pools are every pool, by name.
+	// Alarms are the conditions that must not be missed, while they last: a leader pool without a
+	// leader ("no_leader"), a pool without an available server ("no_server"). Empty when all is well.
+	Alarms []Alarm `json:"alarms"`
+	// LastReloadFailed is the last reload when it failed and no reload was applied since (the
+	// running config stays); omitted otherwise.
+	LastReloadFailed *ReloadFailure `json:"last_reload_failed,omitempty"`
+	// Pools are every pool: leader pools first, then the others, in the config files' order.
 	Pools []PoolStatus `json:"pools"`
 	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
 	Relays []RelayStatus `json:"relays,omitempty"`
+	// Events are the last events (at most 500; all kinds but check_answered), oldest first, as
+	// /events sends them but for a detail longer than 512 bytes, which is cut. /events' first snapshot carries them; its later snapshots have null here
+	// (the stream sends each event as it happens).
+	Events []StreamEvent `json:"events"`
+}
+
+// Alarm is a condition an operator must not miss, present while it lasts.
+type Alarm struct {
+	// Kind is "no_leader" (a leader pool has no leader: its requests wait, then fail) or "no_server"
+	// (a pool has no available server).
+	Kind  string    `json:"kind"`
+	Pool  string    `json:"pool"`  // the pool
+	Since time.Time `json:"since"` // when fairlead first saw it (to the second)
+}
+
+// StateChange is a server's last change of State.
+type StateChange struct {
+	From string    `json:"from"` // the state before
+	To   string    `json:"to"`   // the state after (the current one)
+	Time time.Time `json:"time"` // when fairlead first saw the new state (to the second)
+}
+
+// ReloadFailure is a reload that kept the running configuration.
+type ReloadFailure struct {
+	Time   time.Time `json:"time"`   // when it failed
+	Detail string    `json:"detail"` // the config error
+}
+
+// RateHistory is a pool's requests and errors per step over the last hour, oldest first.
+type RateHistory struct {
+	// StepSeconds is the step (10); Start the beginning of the first step. Step i covers
+	// [Start + i*step, Start + (i+1)*step); the last step is the current one, counted up to Through.
+	StepSeconds int       `json:"step_seconds"`
+	Start       time.Time `json:"start"`
+	Through     time.Time `json:"through"`
+	// Requests and Errors are the pool's requests and errors (PoolStatus.Requests, Errors) counted in
+	// each step.
+	Requests []uint64 `json:"requests"`
+	Errors   []uint64 `json:"errors"`
 }
 
 // PoolStatus describes one pool.
@@ -56,6 +101,13 @@ type PoolStatus struct {
 	MultipartHeader string `json:"multipart_header,omitempty"`
 	Pins            int    `json:"pins,omitempty"`
 	PinFailures     uint64 `json:"pin_failures,omitempty"`
+	// Check is the pool's active health check: "leader" (LeaderCheck, balance = "leader"), "http"
+	// (check.path), "connect" (a relay's pool without a check path: a connection opened) or
+	// "passive" (none: live failures take a server down, servers[].check.passive_failures).
+	Check string `json:"check"`
+	// Rates are the pool's requests and errors per 10 s over the last hour (/events' later snapshots
+	// carry the last few steps only).
+	Rates *RateHistory `json:"rates,omitempty"`
 	// Discovery is the pool's service discovery (nil without a provider).
 	Discovery *DiscoveryStatus `json:"discovery,omitempty"`
 	// Servers are the pool's servers: primaries, then backups, then servers a reload removed that still
@@ -85,9 +137,17 @@ type ServerStatus struct {
 	Name string `json:"name"`
 	// Tier is "primary" or "backup".
 	Tier string `json:"tier"`
-	// State is "up" (available), "down" (failing its checks; in a leader pool: not the leader),
-	// "drain" or "maint" (put there by an operator) or "removed" (draining after a server set change).
+	// State is one of (the same words as fairlead_server_state and the status page):
+	// "up": takes traffic (passes its checks in the tier serving; in a leader pool: the leader);
+	// "standby": healthy but not serving (in a leader pool a server that answers its check but not
+	// 200, i.e. not the leader; elsewhere a backup that passes its checks while the primaries serve);
+	// "down": no answer, refused, or failing its checks (or fall live failures in a row);
+	// "drain" or "maint": put there by an operator; "removed": draining after a server set change.
 	State string `json:"state"`
+	// Since is when the server entered State, LastChange its last change of State (omitted before
+	// the first), both as fairlead saw them, to the second; a restart forgets them.
+	Since      time.Time    `json:"since,omitzero"`
+	LastChange *StateChange `json:"last_change,omitempty"`
 	// AdminState is the operator's state: "ready", "drain" or "maint" (admin actions).
 	AdminState string `json:"admin_state"`
 	// Available is the one predicate the policies read: passes its checks (in a leader pool: is the

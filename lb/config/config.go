@@ -35,6 +35,10 @@ type Config struct {
 
 	// Files are the files the config was read from, in the order they were merged.
 	Files []string `toml:"-"`
+	// PoolOrder names the pools in the order their [pools.NAME] tables first appear in Files (the
+	// status page and /api/status list them so, leader pools first). A Config built in code may leave
+	// it empty: PoolNames then sorts the names.
+	PoolOrder []string `toml:"-"`
 	// origin maps a dotted key ("pools.platform.check.interval", "routes.2.pool") to the file that set it.
 	origin map[string]string
 	// Digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
@@ -723,4 +727,33 @@ func (c *Config) SecretFiles() []string {
 		}
 	}
 	return files
+}
+
+// PoolNames lists the pools for display: leader pools first, then the others, each group in the
+// order of PoolOrder (the config files' order); pools PoolOrder does not name follow, by name.
+func (c *Config) PoolNames() []string {
+	names := make([]string, 0, len(c.Pools))
+	for _, n := range c.PoolOrder {
+		if _, ok := c.Pools[n]; ok && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	rest := len(names)
+	for n := range c.Pools {
+		if !slices.Contains(names[:rest], n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names[rest:])
+	slices.SortStableFunc(names, func(a, b string) int {
+		la, lb := c.Pools[a].Balance == "leader", c.Pools[b].Balance == "leader"
+		switch {
+		case la && !lb:
+			return -1
+		case lb && !la:
+			return 1
+		}
+		return 0
+	})
+	return names
 }

@@ -252,3 +252,45 @@ func TestAFieldsKeyIsItsTomlPath(t *testing.T) {
 	f(&c.Routes[1].Pool, "routes.1.pool")
 	f(&c.Relays["r"].KeepAlive, "relays.r.keepalive")
 }
+
+// The status page lists pools as the files do, leader pools first (not alphabetically).
+func TestPoolNamesFollowTheFilesWithLeaderPoolsFirst(t *testing.T) {
+	dir := testkit.WriteFiles(t, map[string]string{
+		"10-a.toml": `
+[pools.zeta]
+balance = "roundrobin"
+servers = ["127.0.0.1:9001"]
+[pools.alpha]
+balance = "roundrobin"
+servers = ["127.0.0.1:9002"]
+[pools.platform]
+servers = ["127.0.0.1:9003"]
+[[routes]]
+pool = "platform"
+paths = ["/Thingworx"]
+[[routes]]
+pool = "zeta"
+paths = ["/z"]
+[[routes]]
+pool = "alpha"
+paths = ["/a"]
+`,
+		"20-b.toml": `
+[pools.middle]
+balance = "roundrobin"
+servers = ["127.0.0.1:9004"]
+[pools.alpha.check]
+fall = 5
+[[routes]]
+pool = "middle"
+paths = ["/m"]
+`,
+	})
+	cfg, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(cfg.PoolNames(), " "), "platform zeta alpha middle"; got != want {
+		t.Fatalf("PoolNames() = %q, want %q", got, want)
+	}
+}

@@ -56,6 +56,11 @@ func (c *Config) mergeFile(file string) []string {
 		problems = append(problems, fmt.Sprintf("%s: %s: unknown key", file, k))
 	}
 	merge(reflect.ValueOf(c).Elem(), reflect.ValueOf(&fc).Elem(), nil, &md, file, c.origin)
+	for _, k := range md.Keys() {
+		if len(k) >= 2 && k[0] == "pools" && !slices.Contains(c.PoolOrder, k[1]) {
+			c.PoolOrder = append(c.PoolOrder, k[1])
+		}
+	}
 	return problems
 }
 
