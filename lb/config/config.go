@@ -10,7 +10,6 @@ package config
 import (
 	"crypto/tls"
 	"errors"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -43,6 +42,8 @@ type Config struct {
 	origin map[string]string
 	// Digest identifies the bytes of every file read, so that a reload of unchanged files is skipped.
 	Digest string `toml:"-"`
+	// filesRead are the files readFile read, in order (SecretFiles).
+	filesRead []string
 	// AdminToken and AdminPassword are the contents of [admin] token_file and password_file, read when
 	// the config is loaded (a reload reads them again). Never logged.
 	AdminToken, AdminPassword string `toml:"-"`
@@ -695,39 +696,11 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-// SecretFiles returns the files a config reads besides its *.toml files ([frontend] certificates, keys
-// and client CAs, [admin] token_file and password_file, [routes.auth] keys_file and
-// upstream_value_file, [pools.NAME.tls] ca_file, cert and key): a change to one of them is a config
-// change (the command watches them).
-func (c *Config) SecretFiles() []string {
-	files := c.Frontend.tlsFiles()
-	for _, f := range []string{c.Admin.TokenFile, c.Admin.PasswordFile} {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
-	for _, r := range c.Routes {
-		if r.Auth == nil {
-			continue
-		}
-		for _, f := range []string{r.Auth.KeysFile, r.Auth.UpstreamValueFile} {
-			if f != "" {
-				files = append(files, f)
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.Pools)) {
-		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery.go
-		if t := &c.Pools[name].TLS; t.Enabled {
-			for _, f := range []string{t.CAFile, t.Cert, t.Key} {
-				if f != "" {
-					files = append(files, f)
-				}
-			}
-		}
-	}
-	return files
-}
+// SecretFiles returns the files a config read besides its *.toml files, in the order it read them: every
+// file a key names (certificates, keys and client CAs, token and password files, keys files, upstream
+// value and header files, a relay's API key, discovery passwords), as readFile read them. A change to
+// one of them is a config change (the command watches them).
+func (c *Config) SecretFiles() []string { return slices.Clone(c.filesRead) }
 
 // PoolNames lists the pools for display: leader pools first, then the others, each group in the
 // order of PoolOrder (the config files' order); pools PoolOrder does not name follow, by name.

@@ -74,6 +74,9 @@ func (c *Config) readFile(key, file string) ([]byte, error) {
 	}
 	sum := sha256.Sum256(data)
 	c.Digest += key + "=" + file + ":" + hex.EncodeToString(sum[:]) + ";"
+	if !slices.Contains(c.filesRead, file) {
+		c.filesRead = append(c.filesRead, file)
+	}
 	return data, nil
 }
 

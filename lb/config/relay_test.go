@@ -251,3 +251,26 @@ func TestAppConfigurationRelayErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("App Configuration keys on a generic relay", "[relays.other]\npool = \"ibm\"\npath = \"/o/{a}\"\nsnapshot = \"/s/{a}\"\nevents = \"/e/{a}\"\nguid = \"g\"\n",
 		`20-bad.toml: relays.other.guid: only with protocol = "appconfiguration"`)
 }
+
+// A relay's files are watched like every other file the config reads: editing only one of them is a
+// config change.
+func TestARelaysAPIKeyAndKeysFilesAreAmongTheFilesWatched(t *testing.T) {
+	base, dir := appConfigBase(t)
+	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"10-ibm.toml": base}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(dir, "apikey"), filepath.Join(dir, "keys")} {
+		if !slices.Contains(cfg.SecretFiles(), f) {
+			t.Errorf("SecretFiles %v lacks %s", cfg.SecretFiles(), f)
+		}
+	}
+	hdr, keys := testkit.RelaySecrets(t, t.TempDir())
+	generic := testkit.Relay{Servers: []string{"127.0.0.1:19281"}, Dir: filepath.Dir(hdr)}.Config(t)
+	if cfg, err = Load(testkit.WriteFiles(t, map[string]string{"10-relay.toml": generic})); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.SecretFiles(), hdr) || !slices.Contains(cfg.SecretFiles(), keys) {
+		t.Errorf("SecretFiles %v lacks the upstream headers file or the keys file", cfg.SecretFiles())
+	}
+}
