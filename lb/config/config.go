@@ -389,8 +389,16 @@ type Check struct {
 	// a port of their own); 0: the server's port.
 	Port int `toml:"port"`
 	// Base64 of "user:password", sent as "Authorization: Basic <credentials>", as ThingWorx's
-	// LoadBalancerBase64EncodedCredentials. "": no Authorization field. Never logged.
+	// LoadBalancerBase64EncodedCredentials. "": no Authorization field. Never logged. Not with
+	// credentials_file.
 	Credentials string `toml:"credentials"`
+	// A file holding the credentials instead, so that the password is in no *.toml file: the same
+	// value as credentials (base64 of "user:password", the LoadBalancerBase64EncodedCredentials of
+	// ThingWorx's platform-settings.json, not the plain "user:password"), on one line; surrounding white
+	// space is ignored. Read at start and at every reload, and watched like the *.toml files: rewriting
+	// only this file applies the new credentials (the probes restart, the servers' state kept). "": none.
+	// Not with credentials. Never logged.
+	CredentialsFile string `toml:"credentials_file"`
 	// Lower bound of the random wait between two probes of one server in steady state.
 	Interval Duration `toml:"interval"`
 	// Upper bound of that wait (the default is interval × 4/3).
@@ -693,8 +701,8 @@ func Load(path string) (*Config, error) {
 
 // SecretFiles returns the files a config reads besides its *.toml files ([frontend] certificates, keys
 // and client CAs, [admin] token_file and password_file, [routes.auth] keys_file and
-// upstream_value_file, [pools.NAME.tls] ca_file, cert and key): a change to one of them is a config
-// change (the command watches them).
+// upstream_value_file, [pools.NAME.tls] ca_file, cert and key, [pools.NAME.check] credentials_file): a
+// change to one of them is a config change (the command watches them).
 func (c *Config) SecretFiles() []string {
 	files := c.Frontend.tlsFiles()
 	for _, f := range []string{c.Admin.TokenFile, c.Admin.PasswordFile} {
@@ -714,6 +722,9 @@ func (c *Config) SecretFiles() []string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Pools)) {
 		files = append(files, c.Pools[name].Discovery.secretFiles()...) // discovery.go
+		if f := c.Pools[name].Check.CredentialsFile; f != "" {
+			files = append(files, f)
+		}
 		if t := &c.Pools[name].TLS; t.Enabled {
 			for _, f := range []string{t.CAFile, t.Cert, t.Key} {
 				if f != "" {
