@@ -192,7 +192,11 @@ func (rr *Route) serveAppConfig(ctx *fasthttp.RequestCtx, req Request) (topic, k
 	case reqConfigLegacy:
 		serveSnapshotAs(ctx, wait.ctx, rr.hub, topic, func(s *Snapshot) ([]byte, string, error) {
 			b, err := s.flat(topic)
-			return b, s.ETag[:len(s.ETag)-1] + `-flat"`, err
+			etag := ""
+			if n := len(s.ETag); n >= 2 && s.ETag[n-1] == '"' {
+				etag = s.ETag[:n-1] + `-flat"` // another representation: another entity tag
+			}
+			return b, etag, err
 		})
 	case reqSSE:
 		rr.serveAppConfigSSE(ctx, topic)
