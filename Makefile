@@ -3,13 +3,39 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference
+.PHONY: all build install run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fairlead ./cmd/fairlead
 	$(GO) build -o bin/fairlead-sim ./cmd/fairlead-sim
+
+# Installs bin/fairlead into $(DESTDIR)$(PREFIX)/bin, the shipped config into $(SYSCONFDIR)/fairlead and
+# the systemd unit (conf.d/fairlead.service, its paths rewritten for PREFIX and SYSCONFDIR) into UNITDIR;
+# DESTDIR stages the tree for a package. The *.toml files go only into a config directory that has none:
+# a reinstall never overwrites an operator's config nor adds files to it (a file put back could add a
+# pool or a route). REFERENCE.md and keepalived.conf.example are always refreshed. 45-appconfig.toml, the
+# demo relay with its demo key files, is not installed. The service's user is not created (packages do
+# that; the unit says how).
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL_TOML := $(filter-out conf.d/45-appconfig.toml,$(wildcard conf.d/*.toml))
+
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/fairlead $(DESTDIR)$(UNITDIR)
+	install -m 0755 bin/fairlead $(DESTDIR)$(PREFIX)/bin/fairlead
+	@if ls $(DESTDIR)$(SYSCONFDIR)/fairlead/*.toml >/dev/null 2>&1; then \
+		echo "make install: $(DESTDIR)$(SYSCONFDIR)/fairlead already has *.toml files: left as they are"; \
+	else echo install -m 0644 $(INSTALL_TOML) $(DESTDIR)$(SYSCONFDIR)/fairlead/; \
+		install -m 0644 $(INSTALL_TOML) $(DESTDIR)$(SYSCONFDIR)/fairlead/; fi
+	install -m 0644 conf.d/REFERENCE.md conf.d/keepalived.conf.example $(DESTDIR)$(SYSCONFDIR)/fairlead/
+	sed -e 's|/usr/local/bin/fairlead|$(PREFIX)/bin/fairlead|g' -e 's|/etc/fairlead|$(SYSCONFDIR)/fairlead|g' \
+		conf.d/fairlead.service > $(DESTDIR)$(UNITDIR)/fairlead.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/fairlead.service
+	@if [ -z "$(DESTDIR)" ] && ! getent passwd fairlead >/dev/null; then \
+		echo "make install: create the service's user once: useradd --system --user-group --home-dir /var/lib/fairlead --shell /usr/sbin/nologin fairlead"; fi
 
 # Starts a simulated ThingWorx cluster and fairlead in front of it; Ctrl-C stops both.
 run: build

@@ -394,8 +394,16 @@ type Check struct {
 	// a port of their own); 0: the server's port.
 	Port int `toml:"port"`
 	// Base64 of "user:password", sent as "Authorization: Basic <credentials>", as ThingWorx's
-	// LoadBalancerBase64EncodedCredentials. "": no Authorization field. Never logged.
+	// LoadBalancerBase64EncodedCredentials. "": no Authorization field. Never logged. Not with
+	// credentials_file.
 	Credentials string `toml:"credentials"`
+	// A file holding the credentials instead, so that the password is in no *.toml file: the same
+	// value as credentials (base64 of "user:password", the LoadBalancerBase64EncodedCredentials of
+	// ThingWorx's platform-settings.json, not the plain "user:password"), on one line; surrounding white
+	// space is ignored. Read at start and at every reload, and watched like the *.toml files: rewriting
+	// only this file applies the new credentials (the probes restart, the servers' state kept). "": none.
+	// Not with credentials. Never logged.
+	CredentialsFile string `toml:"credentials_file"`
 	// Lower bound of the random wait between two probes of one server in steady state.
 	Interval Duration `toml:"interval"`
 	// Upper bound of that wait (the default is interval × 4/3).

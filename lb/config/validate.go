@@ -220,8 +220,20 @@ func (c *Config) validate() []string {
 			at(&ck.Port, "bad port %d", ck.Port)
 		}
 		checkPositive(&ck.Rise)
-		if ck.Credentials != "" {
-			// Never echo the credentials themselves: they are a password.
+		// Never echo the credentials themselves: they are a password.
+		if ck.CredentialsFile != "" {
+			// The file counts in the config digest (readFile): a reload after rotating it applies it,
+			// and its value, kept in Credentials, changes the check options, which restarts the probes.
+			if ck.Credentials != "" {
+				at(&ck.CredentialsFile, "set with credentials (in %s): set one of them", c.FileOf(c.keyOf(&ck.Credentials)))
+			} else if data, err := c.readFile(c.keyOf(&ck.CredentialsFile), ck.CredentialsFile); err != nil {
+				at(&ck.CredentialsFile, "%v", err)
+			} else if ck.Credentials = strings.TrimSpace(string(data)); ck.Credentials == "" {
+				at(&ck.CredentialsFile, "%s is empty", ck.CredentialsFile)
+			} else if raw, err := base64.StdEncoding.DecodeString(ck.Credentials); err != nil || !strings.Contains(string(raw), ":") {
+				at(&ck.CredentialsFile, "%s must hold base64 of user:password, as credentials would", ck.CredentialsFile)
+			}
+		} else if ck.Credentials != "" {
 			if raw, err := base64.StdEncoding.DecodeString(ck.Credentials); err != nil {
 				at(&ck.Credentials, "not valid base64")
 			} else if !strings.Contains(string(raw), ":") {
