@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // How it works on Linux.
@@ -21,16 +23,23 @@ import (
 // 2; the questions are numbered from 0, as in older editions of the page), and we never let Go
 // wait on a tunnel's reads, so the two do not interfere.
 //
-// Nobody blocks in epoll_wait. The epoll fd is itself pollable: it reads as ready while
-// events are pending (epoll(7), Q&A 3), so it is wrapped in an *os.File and waited for through
-// Go's netpoller like a socket. The poller goroutine parks there; once woken it collects up to
-// eventsPerWait events with epoll_wait(timeout 0), runs the first side's turn itself and hands
-// the others to idle workers (running them itself when none is idle). So an idle engine holds
-// no OS thread in a system call, a lone event (the usual case) costs no goroutine hand-off, and
-// a burst is spread over the workers. (Measured: a poller blocked in epoll_wait, handing every
-// event to a worker, took about twice as long per round trip as this, mostly in thread and
-// goroutine wake-ups.)
+// Loops. The engine runs Options.Loops event loops, each with an epoll instance of its own and
+// one goroutine; a tunnel is given to one loop when it is added (round robin) and both its
+// sockets stay registered there, so every turn of a tunnel runs on its loop's goroutine, which
+// reads, writes and goes back to waiting without handing anything to another goroutine. That is
+// HAProxy's and nginx's model (a thread or process per core, each connection owned by one) in
+// Go terms: with GOMAXPROCS loops, each Go worker thread normally runs one loop, and a ready
+// socket wakes exactly one goroutine. (Measured at GOMAXPROCS=2, ws-echo: a single poller handing
+// bursts to a pool of worker goroutines spent about 27 µs of CPU per round trip against nginx's
+// 22, mostly in goroutine hand-offs and thread wake-ups; one loop per core, each running its own
+// turns, about 22.)
 //
+// Nobody blocks in epoll_wait. A loop's epoll fd is itself pollable: it reads as ready while
+// events are pending (epoll(7), Q&A 3), so it is wrapped in an *os.File and waited for through
+// Go's netpoller like a socket. The loop goroutine parks there; once woken it collects up to
+// eventsPerWait events with epoll_wait(timeout 0) and runs their turns. So an idle engine holds
+// no OS thread in a system call, and a busy loop keeps collecting events without parking.
+
 // Edge-triggered (epoll(7), "Level-triggered and edge-triggered"): the socket is put on the
 // ready list each time something new happens to it (a chunk of data arrives, the peer shuts
 // down or resets), and taken off when epoll_wait returns it; what happens before epoll_wait
@@ -38,12 +47,13 @@ import (
 // again. Who owns a side is therefore decided in user space, by side.state:
 //
 //	sideIdle     nobody: the next event starts a turn.
-//	sideRunning  one goroutine: the poller or worker running the side's turn, or the goroutine
+//	sideRunning  one goroutine: the loop running the side's turn, or the goroutine
 //	             finishing a blocked write of its bytes (below); after EOF, nobody, for good.
 //	sidePending  running, and an event came meanwhile.
 //
-// For each event the poller either claims the side, idle -> running by compare-and-swap, and
-// runs its turn (or hands it to a worker); or sets running -> pending (CAS), and the owner will
+// For each event the loop either claims the side, idle -> running by compare-and-swap, and
+// runs its turn; or sets running -> pending (CAS), and the owner (a goroutine finishing a
+// blocked write, below) will
 // read again; or finds it pending, and has nothing to do. A turn reads and writes to the peer
 // until the socket is drained: read returned EAGAIN, or fewer bytes than asked while the event
 // reported no EOF (for a stream socket that means the receive queue is empty: epoll(7), Q&A 9,
@@ -51,13 +61,13 @@ import (
 // (CAS); if that fails, the state is pending: it sets running and reads again. No wake-up is
 // lost: data that the last read did not see arrived after it, and its arrival put the socket
 // on the ready list (or found it there still), so epoll_wait returns an event after it. The
-// poller, taking that event, either finds the side running and makes the owner's CAS fail, or
+// loop, taking that event, either finds the side running and makes the owner's CAS fail, or
 // finds it idle (the owner let go) and claims it. (An event for data that the turn had read
 // already costs one read that returns EAGAIN.) So a message turn makes no epoll_ctl call and
 // takes no lock: its system calls are its reads and writes, and its share of an epoll_wait.
 //
 // Yielding. A turn that has read readsPerTurn buffers without draining the socket stops, so
-// that one busy tunnel does not keep a worker (or the poller) from the others (epoll(7),
+// that one busy tunnel does not keep its loop from the others (epoll(7),
 // "Starvation (edge-triggered)"). The data it leaves will not be reported again by itself, so
 // the turn yields: it sets idle, then re-registers the socket with EPOLL_CTL_MOD and the same
 // events. MOD re-reads the socket's readiness (Q&A 8: "Modify will reread available I/O";
@@ -76,7 +86,7 @@ import (
 // inside the peer's RawConn.Write; if the peer's socket buffer is full, the rest is written by a
 // goroutine of its own with the ordinary, parking net.Conn.Write. The side stays running
 // meanwhile, so the sender is not read (backpressure: its events only set pending), and no
-// worker ever waits for a slow receiver. When the write is done, that goroutine yields the
+// loop ever waits for a slow receiver. When the write is done, that goroutine yields the
 // side as above, so whatever arrived meanwhile is reported again. Add's pending bytes that the
 // peer cannot take at once are written the same way, their side registered as running.
 //
@@ -92,7 +102,7 @@ const epollEngine = true
 
 const (
 	readsPerTurn  = 4  // buffers read from one side before it yields to the others
-	eventsPerWait = 64 // events the poller takes per epoll_wait
+	eventsPerWait = 64 // events a loop takes per epoll_wait
 	watchEvents   = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET
 	eofEvents     = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 )
@@ -105,15 +115,21 @@ const (
 )
 
 type sysEngine struct {
-	epfd    int             // the epoll instance, for epoll_ctl
-	ep      *os.File        // the same fd, registered in Go's netpoller; Close releases it
-	epRaw   syscall.RawConn // of ep
-	bufs    sync.Pool       // *[]byte of BufferSize, for the worker that gave its own to a blocked write
-	work    chan job        // from the poller to the workers; unbuffered: only idle workers take jobs
-	closing atomic.Bool     // set by Close before it closes ep
-	idsMu   sync.RWMutex
-	ids     map[uint64]*side
-	nextID  uint64
+	loops   []*loop
+	next    atomic.Uint32 // round robin over loops for new tunnels
+	bufs    sync.Pool     // *[]byte of BufferSize, for the loop that gave its own to a blocked write
+	closing atomic.Bool   // set by Close before it closes the loops' epoll files
+}
+
+// loop is one event loop: an epoll instance and the goroutine that runs its tunnels' turns.
+type loop struct {
+	epfd   int             // the epoll instance, for epoll_ctl
+	ep     *os.File        // the same fd, registered in Go's netpoller; Close releases it
+	epRaw  syscall.RawConn // of ep
+	idsMu  sync.RWMutex
+	ids    map[uint64]*side
+	nextID uint64
+	w      *worker // the loop's goroutine state: its buffer and events
 }
 
 // side is one direction of a tunnel, named by the socket it reads from; it writes to its peer.
@@ -123,12 +139,13 @@ type side struct {
 	raw   syscall.RawConn // of conns[i], obtained once
 	fd    int             // of conns[i]; valid while the tunnel is not closed
 	id    uint64          // epoll data
+	lp    *loop           // the loop the tunnel belongs to; set by sysAdd before any event
 	reg   bool            // added to epoll; guarded by t.mu
 	state atomic.Uint32   // sideIdle, sideRunning or sidePending; next to reg, in its padding
 	peer  *side
 }
 
-// claim is the poller's answer to an event for s: true if the caller now owns s and must run
+// claim is the loop's answer to an event for s: true if the caller now owns s and must run
 // its turn; false if s is owned already, whose owner is then told to read again.
 func (s *side) claim() bool {
 	for {
@@ -159,58 +176,60 @@ func (s *side) release() bool {
 	return false
 }
 
-type job struct {
-	s      *side
-	events uint32
+func (r *Engine) sysStart() error {
+	size := r.opts.BufferSize
+	r.sys.bufs.New = func() any {
+		b := make([]byte, size)
+		return &b
+	}
+	for range r.opts.Loops {
+		lp, err := newLoop(r)
+		if err != nil {
+			for _, lp := range r.sys.loops {
+				lp.ep.Close()
+			}
+			r.sys.loops = nil
+			return err
+		}
+		r.sys.loops = append(r.sys.loops, lp)
+	}
+	r.wg.Add(len(r.sys.loops))
+	for _, lp := range r.sys.loops {
+		go lp.run(r)
+	}
+	return nil
 }
 
-func (r *Engine) sysStart() error {
+func newLoop(r *Engine) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("tunnel: epoll_create1: %w", err)
+		return nil, fmt.Errorf("tunnel: epoll_create1: %w", err)
 	}
 	// Non-blocking, so that os.NewFile registers it in Go's netpoller.
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
-		return fmt.Errorf("tunnel: epoll fd: %w", err)
+		return nil, fmt.Errorf("tunnel: epoll fd: %w", err)
 	}
 	ep := os.NewFile(uintptr(epfd), "tunnel-epoll")
 	epRaw, err := ep.SyscallConn()
 	if err != nil {
 		ep.Close()
-		return fmt.Errorf("tunnel: epoll fd: %w", err)
+		return nil, fmt.Errorf("tunnel: epoll fd: %w", err)
 	}
-	size := r.opts.BufferSize
-	r.sys = sysEngine{
-		epfd:   epfd,
-		ep:     ep,
-		epRaw:  epRaw,
-		work:   make(chan job),
-		ids:    make(map[uint64]*side),
-		nextID: 1,
-	}
-	r.sys.bufs.New = func() any {
-		b := make([]byte, size)
-		return &b
-	}
-	p := newWorker(r)
-	p.events = make([]unix.EpollEvent, eventsPerWait)
-	p.jobs = make([]job, 0, eventsPerWait)
-	p.pollFn = p.rawPoll
-	r.wg.Add(1 + r.opts.Workers)
-	go p.poll()
-	for range r.opts.Workers {
-		go newWorker(r).work()
-	}
-	return nil
+	w := newWorker(r)
+	w.events = make([]unix.EpollEvent, eventsPerWait)
+	w.pollFn = w.rawPoll
+	return &loop{epfd: epfd, ep: ep, epRaw: epRaw, ids: make(map[uint64]*side), nextID: 1, w: w}, nil
 }
 
-// sysClose runs after every tunnel is closed: closing the epoll File wakes the parked poller
-// (its RawConn.Read fails; the fd itself is closed once it has let go of it), which stops the
-// workers as it exits. It then waits for every goroutine of the engine.
+// sysClose runs after every tunnel is closed: closing the epoll Files wakes the parked loops
+// (their RawConn.Read fails; each fd itself is closed once its loop has let go of it), which then
+// exit. It waits for every goroutine of the engine.
 func (r *Engine) sysClose() {
 	r.sys.closing.Store(true)
-	r.sys.ep.Close()
+	for _, lp := range r.sys.loops {
+		lp.ep.Close()
+	}
 	r.wg.Wait()
 }
 
@@ -232,20 +251,23 @@ func (r *Engine) sysPrepare(t *Tunnel) error {
 	return nil
 }
 
-// sysAdd runs under t.mu with t registered but not yet watched: it assigns the epoll ids, writes
+// sysAdd runs under t.mu with t registered but not yet watched: it gives t to the next loop and
+// assigns the epoll ids there, writes
 // the pending bytes as far as the sockets take them without blocking, and adds both sockets to
 // epoll. The rest of a pending write goes to a goroutine that owns the side (registered as
 // running, so its events are held back) and yields it when done. err means Add fails and gives
 // the conns back; ioErr that writing the pending bytes failed (the tunnel is then closed by Add).
 func (r *Engine) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err error) {
-	r.sys.idsMu.Lock()
+	lp := r.sys.loops[int(r.sys.next.Add(1)-1)%len(r.sys.loops)]
+	lp.idsMu.Lock()
 	for i := range t.sides {
 		s := &t.sides[i]
-		s.id = r.sys.nextID
-		r.sys.nextID++
-		r.sys.ids[s.id] = s
+		s.lp = lp
+		s.id = lp.nextID
+		lp.nextID++
+		lp.ids[s.id] = s
 	}
-	r.sys.idsMu.Unlock()
+	lp.idsMu.Unlock()
 
 	// pending[i]: bytes to write to conns[1-i] before side i may be read.
 	pending := [2][]byte{toServer, toClient}
@@ -332,7 +354,7 @@ func (r *Engine) sysDetachLocked(t *Tunnel) {
 
 func (r *Engine) detachLocked(s *side) {
 	if s.reg {
-		if err := unix.EpollCtl(r.sys.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
+		if err := unix.EpollCtl(s.lp.epfd, unix.EPOLL_CTL_DEL, s.fd, nil); err != nil {
 			r.opts.Logf("tunnel: epoll_ctl DEL fd %d: %v", s.fd, err)
 		}
 		s.reg = false
@@ -341,11 +363,13 @@ func (r *Engine) detachLocked(s *side) {
 
 // sysForget drops t's epoll ids, so that events already fetched for it are ignored.
 func (r *Engine) sysForget(t *Tunnel) {
-	r.sys.idsMu.Lock()
-	for i := range t.sides {
-		delete(r.sys.ids, t.sides[i].id)
+	if lp := t.sides[0].lp; lp != nil {
+		lp.idsMu.Lock()
+		for i := range t.sides {
+			delete(lp.ids, t.sides[i].id)
+		}
+		lp.idsMu.Unlock()
 	}
-	r.sys.idsMu.Unlock()
 }
 
 // yield lets s go while its socket may still hold data that no event will report (a turn
@@ -371,15 +395,15 @@ func (r *Engine) watchLocked(s *side, op int) error {
 		return nil
 	}
 	ev := unix.EpollEvent{Events: watchEvents, Fd: int32(uint32(s.id)), Pad: int32(uint32(s.id >> 32))}
-	if err := unix.EpollCtl(r.sys.epfd, op, s.fd, &ev); err != nil {
+	if err := unix.EpollCtl(s.lp.epfd, op, s.fd, &ev); err != nil {
 		return fmt.Errorf("tunnel: epoll_ctl fd %d: %w", s.fd, err)
 	}
 	s.reg = true
 	return nil
 }
 
-// worker moves bytes for the sides it is given. Its callbacks are method values made once, and
-// the syscall results go through its fields, so a turn allocates nothing.
+// worker is a loop's goroutine state. Its callbacks are method values made once, and the
+// syscall results go through its fields, so a turn allocates nothing.
 type worker struct {
 	r   *Engine
 	buf *[]byte
@@ -393,7 +417,6 @@ type worker struct {
 
 	readFn, writeFn func(fd uintptr) bool
 
-	// The poller's only.
 	events []unix.EpollEvent
 	pn     int
 	perr   error
@@ -401,51 +424,44 @@ type worker struct {
 	pollFn func(fd uintptr) bool
 }
 
+// job is a side claimed by the loop, with the events that claimed it.
+type job struct {
+	s      *side
+	events uint32
+}
+
 func newWorker(r *Engine) *worker {
-	w := &worker{r: r, buf: r.sys.bufs.Get().(*[]byte)}
+	w := &worker{r: r, buf: r.sys.bufs.Get().(*[]byte), jobs: make([]job, 0, eventsPerWait)}
 	w.readFn, w.writeFn = w.rawRead, w.rawWrite
 	return w
 }
 
 func (w *worker) rawRead(fd uintptr) bool {
-	w.rn, w.rerr = unix.Read(int(fd), w.rb)
+	w.rn, w.rerr = nbio.Read(fd, w.rb)
 	return true // never let Go park: EAGAIN ends the turn and epoll tells us when to come back
 }
 
 func (w *worker) rawWrite(fd uintptr) bool {
-	w.wn, w.werr = unix.Write(int(fd), w.wb)
+	w.wn, w.werr = nbio.Write(fd, w.wb)
 	return true
 }
 
 // rawPoll collects ready events without blocking; returning false (none) lets Go park the
-// poller until the epoll fd is readable again.
+// loop until the epoll fd is readable again.
 func (w *worker) rawPoll(fd uintptr) bool {
-	for {
-		w.pn, w.perr = unix.EpollWait(int(fd), w.events, 0)
-		if w.perr != unix.EINTR {
-			return w.pn > 0 || w.perr != nil
-		}
-	}
+	w.pn, w.perr = nbio.EpollWait(fd, w.events)
+	return w.pn > 0 || w.perr != nil
 }
 
-func (w *worker) work() {
-	defer w.r.wg.Done()
-	for j := range w.r.sys.work {
-		w.turn(j.s, j.events)
-	}
-}
-
-// poll waits (parked in Go's netpoller) for the epoll fd to be readable, collects the ready
-// events, claims their sides, runs the first turn itself and hands the others to idle workers
-// (or runs them too when none is idle). A lone event, the usual case at low load, thus costs no
-// goroutine hand-off; a burst is spread over the workers. An event for a side that is owned
-// already only tells its owner to read again.
-func (w *worker) poll() {
-	r := w.r
+// run is the loop: it waits (parked in Go's netpoller) for the epoll fd to be readable,
+// collects the ready events, claims their sides and runs their turns, one after the other. An
+// event for a side that is owned already (by a goroutine finishing a blocked write) only tells
+// its owner to read again.
+func (lp *loop) run(r *Engine) {
 	defer r.wg.Done()
-	defer close(r.sys.work) // the workers end when the poller does
+	w := lp.w
 	for {
-		err := r.sys.epRaw.Read(w.pollFn)
+		err := lp.epRaw.Read(w.pollFn)
 		if err == nil {
 			err = w.perr
 		}
@@ -457,22 +473,15 @@ func (w *worker) poll() {
 			}
 			return
 		}
-		r.sys.idsMu.RLock()
+		lp.idsMu.RLock()
 		for _, ev := range w.events[:w.pn] {
-			if s := r.sys.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
+			if s := lp.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
 				w.jobs = append(w.jobs, job{s, ev.Events})
 			}
 		}
-		r.sys.idsMu.RUnlock()
-		for i := len(w.jobs) - 1; i >= 1; i-- {
-			select {
-			case r.sys.work <- w.jobs[i]:
-			default:
-				w.turn(w.jobs[i].s, w.jobs[i].events)
-			}
-		}
-		if len(w.jobs) > 0 {
-			w.turn(w.jobs[0].s, w.jobs[0].events)
+		lp.idsMu.RUnlock()
+		for _, j := range w.jobs { // outside idsMu: a turn may close its tunnel (sysForget)
+			w.turn(j.s, j.events)
 		}
 		clear(w.jobs)
 		w.jobs = w.jobs[:0]

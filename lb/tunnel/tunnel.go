@@ -5,10 +5,10 @@
 // client connection and the upstream connection to an Engine, which copies bytes both ways
 // without parsing frames, like HAProxy's tunnel mode.
 //
-// On Linux one epoll instance per Engine watches every tunnel's two sockets. A poller goroutine
-// waits for it through Go's netpoller (no thread blocked in epoll_wait) and moves the bytes of
-// a socket that became readable itself, or hands the socket to one of a fixed pool of workers
-// when several are ready at once; each uses its own buffer for the turn. An idle tunnel
+// On Linux an Engine runs one event loop per core (Options.Loops): an epoll instance watching
+// the two sockets of each tunnel it was given, and a goroutine that waits for it through Go's
+// netpoller (no thread blocked in epoll_wait) and moves the bytes of each socket that became
+// readable, with the loop's one buffer, without handing them to another goroutine. An idle tunnel
 // therefore costs its two file descriptors and about a kilobyte of Go structures (its two
 // net.TCPConn included), and no goroutine and no buffer. A write that would block (the
 // receiver is slower than the sender) is finished by a goroutine of its own, which holds that
@@ -30,7 +30,7 @@ import (
 )
 
 // Options configure an Engine. The zero value is usable: no idle timeout, 32 KiB buffers,
-// 4*GOMAXPROCS workers.
+// GOMAXPROCS loops.
 type Options struct {
 	// IdleTimeout closes a tunnel with no bytes either way for this long; 0 = never.
 	IdleTimeout time.Duration
@@ -38,11 +38,11 @@ type Options struct {
 	// Default IdleTimeout/4, at least 100ms, at most 5s. Unused when IdleTimeout is 0.
 	IdleCheck time.Duration
 	// BufferSize is the size of the buffer one read uses, default 32 KiB. Buffers are owned by
-	// the workers (and by the rare blocked write), never by a tunnel.
+	// the loops (and by the rare blocked write), never by a tunnel.
 	BufferSize int
-	// Workers is the number of goroutines that help the poller move bytes when several sockets
-	// are ready at once, default 4*GOMAXPROCS. Each owns one buffer.
-	Workers int
+	// Loops is the number of event loops, default GOMAXPROCS: each an epoll instance and a
+	// goroutine owning one buffer; a tunnel belongs to one loop, which moves all of its bytes.
+	Loops int
 	// Logf reports unexpected failures (of epoll itself, not of tunnels); default log.Printf.
 	Logf func(format string, args ...any)
 }
@@ -63,8 +63,8 @@ func (o *Options) setDefaults() {
 	if o.BufferSize <= 0 {
 		o.BufferSize = defaultBufferSize
 	}
-	if o.Workers <= 0 {
-		o.Workers = 4 * runtime.GOMAXPROCS(0)
+	if o.Loops <= 0 {
+		o.Loops = runtime.GOMAXPROCS(0)
 	}
 	if o.Logf == nil {
 		o.Logf = log.Printf
@@ -142,7 +142,7 @@ type Engine struct {
 	streamBufs sync.Pool // large buffers of streamed tunnels while busy (stream.go)
 
 	stop      chan struct{}  // closed by Close: stops the janitor
-	wg        sync.WaitGroup // janitor, workers, blocked writes
+	wg        sync.WaitGroup // janitor, loops, blocked writes
 	closeOnce sync.Once
 
 	sys sysEngine // the platform's machinery (epoll on Linux)
@@ -167,8 +167,8 @@ type Tunnel struct {
 	sides [2]side // platform-specific per-side state
 }
 
-// NewEngine starts an engine: on Linux an epoll instance, its poller goroutine, Options.Workers
-// workers and, with an idle timeout, a janitor. Close releases them.
+// NewEngine starts an engine: on Linux Options.Loops event loops (each an epoll instance and
+// its goroutine) and, with an idle timeout, a janitor. Close releases them.
 func NewEngine(o Options) (*Engine, error) {
 	o.setDefaults()
 	r := &Engine{
@@ -356,8 +356,8 @@ func (r *Engine) Stats() Stats {
 	return s
 }
 
-// Close closes every tunnel (reason Closed), then stops the poller, the janitor and the
-// workers, and returns when all of the engine's goroutines have exited. Add fails afterwards.
+// Close closes every tunnel (reason Closed), then stops the loops and the janitor,
+// and returns when all of the engine's goroutines have exited. Add fails afterwards.
 // Idempotent; concurrent callers all return once it is done.
 func (r *Engine) Close() {
 	r.closeOnce.Do(func() {

@@ -486,7 +486,7 @@ func TestNoAllocsPerMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 100 { // warm up: worker buffers, goroutine stacks
+	for range 100 { // warm up: loop buffers, goroutine stacks
 		roundTrip()
 	}
 	const n = 10000
@@ -506,10 +506,10 @@ func TestNoAllocsPerMessage(t *testing.T) {
 	}
 }
 
-// A receiver that does not read holds one buffer and no worker: with a single worker, another
+// A receiver that does not read holds one buffer and not its loop: with a single loop, another
 // tunnel keeps relaying, and the stalled one completes once its receiver reads.
 func TestSlowReceiverDoesNotBlockOthers(t *testing.T) {
-	e := newEnv(t, Options{Workers: 1, BufferSize: 16 << 10})
+	e := newEnv(t, Options{Loops: 1, BufferSize: 16 << 10})
 	slowC, slowUp, _ := e.open("g", nil, nil, nil)
 	fastC, fastUp, _ := e.open("g", nil, nil, nil)
 
@@ -638,7 +638,7 @@ func TestTunnelCloseAndReasonString(t *testing.T) {
 	expectEOF(t, client, hang)
 	expectEOF(t, up, hang)
 	stopIfFailed(t)
-	// Engine.Close returns once every engine goroutine has exited: a second onClose (say, a worker
+	// Engine.Close returns once every engine goroutine has exited: a second onClose (say, a loop
 	// seeing the closed conns) would have run by then.
 	e.r.Close()
 	if got := rs.list(); !slices.Equal(got, []Reason{Closed}) {
@@ -655,7 +655,7 @@ func TestTunnelCloseAndReasonString(t *testing.T) {
 // Many tunnels moving data at once, in both directions, with tunnels opening and closing
 // around them: for the race detector, and to check that nothing is lost or crossed.
 func TestConcurrentTunnels(t *testing.T) {
-	e := newEnv(t, Options{Workers: 3, BufferSize: 4096, IdleTimeout: 5 * time.Second})
+	e := newEnv(t, Options{Loops: 3, BufferSize: 4096, IdleTimeout: 5 * time.Second})
 	const tunnels, size = 16, 1 << 20
 	var wg sync.WaitGroup
 	for i := range tunnels {
@@ -690,7 +690,7 @@ func TestConcurrentTunnels(t *testing.T) {
 // then one that finds nothing), a turn's worth, one byte more, and many turns.
 func TestBurstLongerThanATurnArrivesWhole(t *testing.T) {
 	const buf = 1024
-	e := newEnv(t, Options{Workers: 1, BufferSize: buf})
+	e := newEnv(t, Options{Loops: 1, BufferSize: buf})
 	client, up, _ := e.open("g", nil, nil, nil)
 	go echo(up)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -727,7 +727,7 @@ func TestBurstLongerThanATurnArrivesWhole(t *testing.T) {
 // relay is reading the same socket: every byte comes back, in order, on its own tunnel.
 func TestPipelinedEchoOnManyTunnelsIsByteExact(t *testing.T) {
 	const buf = 512
-	e := newEnv(t, Options{Workers: 2, BufferSize: buf})
+	e := newEnv(t, Options{Loops: 2, BufferSize: buf})
 	const tunnels, msgs = 32, 200
 	var wg sync.WaitGroup
 	for i := range tunnels {

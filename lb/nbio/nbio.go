@@ -1,0 +1,213 @@
+// Package nbio reads and writes non-blocking sockets without telling Go's scheduler about each
+// system call.
+//
+// Go makes every read(2) and write(2) of a net.Conn through syscall.Syscall, which calls
+// entersyscall before and exitsyscall after, so that a thread blocked in the kernel gives its P
+// (the right to run Go code) to another thread. A socket that Go has made non-blocking never
+// blocks, but a loopback write still runs for several microseconds (it runs the receiver's TCP
+// input too), long enough for sysmon, polling every 20 µs under load, to find the P "in a system
+// call" and retake it, waking another thread to run it, only for the writer to find its P gone
+// on return and park. Measured on this project's proxy at GOMAXPROCS=2 (ws-echo, http-small):
+// entersyscall/exitsyscall, sysmon's retakes and the futex wake-ups they start were 8–10% of the
+// proxy's CPU. Read and Write here are RawSyscall: the thread keeps its P through the call.
+//
+// They are only for file descriptors in non-blocking mode (every fd of a net.Conn, os.File
+// pipes and epoll fds that Go polls). Conn wraps a *net.TCPConn with them, parking in Go's
+// netpoller (and so honouring deadlines) only when the socket would block.
+package nbio
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read is read(2) on the non-blocking fd, made with RawSyscall. EAGAIN is returned as is.
+func Read(fd uintptr, b []byte) (int, error) { return call(unix.SYS_READ, fd, b) }
+
+// Write is write(2) on the non-blocking fd, made with RawSyscall. EAGAIN is returned as is.
+func Write(fd uintptr, b []byte) (int, error) { return call(unix.SYS_WRITE, fd, b) }
+
+func call(trap, fd uintptr, b []byte) (int, error) {
+	var p unsafe.Pointer
+	if len(b) > 0 {
+		p = unsafe.Pointer(unsafe.SliceData(b))
+	}
+	for {
+		n, _, e := unix.RawSyscall(trap, fd, uintptr(p), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// EpollWait is epoll_wait(2) with a zero timeout (it never blocks), made with RawSyscall.
+func EpollWait(epfd uintptr, events []unix.EpollEvent) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, epfd, uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// Conn is a *net.TCPConn read and written with Read and Write. Its zero value is unusable: Init it.
+// Like a net.Conn it may be read by one goroutine while another writes, but not read (or written)
+// by two at once. Reads and writes allocate nothing but their errors.
+type Conn struct {
+	tc  *net.TCPConn
+	raw syscall.RawConn
+
+	// The reading goroutine's: the buffer, the results, and bytes to write first (WriteThenRead).
+	rb     []byte
+	rn     int
+	rerr   error
+	first  []byte
+	ferr   error
+	readFn func(fd uintptr) bool
+
+	// The writing goroutine's.
+	wb      []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
+}
+
+// Init makes c read and write tc.
+func (c *Conn) Init(tc *net.TCPConn) error {
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	c.tc, c.raw = tc, raw
+	c.readFn, c.writeFn = c.doRead, c.doWrite
+	return nil
+}
+
+// TCP is the connection c reads and writes.
+func (c *Conn) TCP() *net.TCPConn { return c.tc }
+
+func (c *Conn) doRead(fd uintptr) bool {
+	if c.first != nil {
+		// Written in the callback, after Go reset the socket's readiness for this read and
+		// before it waits: the answer to these bytes cannot come before the reset and be missed.
+		for len(c.first) > 0 {
+			n, err := Write(fd, c.first)
+			if err != nil { // EAGAIN (the socket is full: the rest goes the ordinary way) or a failure
+				c.ferr = err
+				return true
+			}
+			c.first = c.first[n:]
+		}
+		c.first = nil
+		return false // wait for the answer
+	}
+	c.rn, c.rerr = Read(fd, c.rb)
+	return c.rerr != unix.EAGAIN
+}
+
+func (c *Conn) doWrite(fd uintptr) bool {
+	for len(c.wb) > 0 {
+		n, err := Write(fd, c.wb)
+		if err == unix.EAGAIN {
+			return false // Go waits until the socket is writable, then calls again
+		}
+		if err != nil {
+			c.werr = err
+			return true
+		}
+		c.wn += n
+		c.wb = c.wb[n:]
+	}
+	return true
+}
+
+// Read reads as net.Conn.Read does.
+func (c *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rb, c.rn, c.rerr = b, 0, nil
+	err := c.raw.Read(c.readFn)
+	c.rb = nil
+	if err != nil { // closed, or the deadline passed, as net.Conn reports it
+		return 0, err
+	}
+	if c.rerr != nil {
+		return 0, c.opError("read", c.rerr)
+	}
+	if c.rn == 0 {
+		return 0, io.EOF
+	}
+	return c.rn, nil
+}
+
+// WriteThenRead writes first, then reads into b, without the read that usually follows a write in
+// a request-response exchange and finds nothing yet (EAGAIN) before it waits: the write is made
+// inside the read's callback, after Go has reset the socket's readiness and before it waits for
+// it. werr is the write's error (nothing is read then), rerr the read's; a deadline that has passed
+// before the call is rerr, with nothing written.
+func (c *Conn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {
+	if len(first) == 0 {
+		n, rerr = c.Read(b)
+		return n, nil, rerr
+	}
+	c.first, c.ferr = first, nil
+	c.rb, c.rn, c.rerr = b, 0, nil
+	err := c.raw.Read(c.readFn)
+	rest, ferr := c.first, c.ferr
+	c.first, c.ferr, c.rb = nil, nil, nil
+	switch {
+	case err != nil && ferr == nil && rest != nil:
+		// The deadline had passed (or c was closed) before anything was written: a read error, as
+		// the caller was waiting for an answer.
+		return 0, nil, err
+	case ferr == unix.EAGAIN: // the socket took part of it: the rest the ordinary way, then read
+		if _, werr = c.Write(rest); werr != nil {
+			return 0, werr, nil
+		}
+		n, rerr = c.Read(b)
+		return n, nil, rerr
+	case ferr != nil:
+		return 0, c.opError("write", ferr), nil
+	case err != nil:
+		return 0, nil, err
+	case c.rerr != nil:
+		return 0, nil, c.opError("read", c.rerr)
+	case c.rn == 0:
+		return 0, nil, io.EOF
+	}
+	return c.rn, nil, nil
+}
+
+// Write writes as net.Conn.Write does: all of b, or an error.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wb, c.wn, c.werr = b, 0, nil
+	err := c.raw.Write(c.writeFn)
+	n, werr := c.wn, c.werr
+	c.wb = nil
+	if err != nil {
+		return n, err
+	}
+	if werr != nil {
+		return n, c.opError("write", werr)
+	}
+	return n, nil
+}
+
+// opError wraps a system call's error as the net package does.
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+}
