@@ -159,10 +159,19 @@ func (c *Conn) Read(b []byte) (int, error) {
 // inside the read's callback, after Go has reset the socket's readiness and before it waits for
 // it. werr is the write's error (nothing is read then), rerr the read's; a deadline that has passed
 // before the call is rerr, with nothing written.
+//
+// The caller must know that nothing is waiting unread in the socket when it calls (a request on a
+// connection whose previous answer was read whole): bytes that arrived before the call and whose
+// readiness Go had already consumed are not looked for, and the read waits for more (or for its
+// deadline; a peer that closes or resets wakes it).
 func (c *Conn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {
 	if len(first) == 0 {
 		n, rerr = c.Read(b)
 		return n, nil, rerr
+	}
+	if len(b) == 0 {
+		_, werr = c.Write(first)
+		return 0, werr, nil
 	}
 	c.first, c.ferr = first, nil
 	c.rb, c.rn, c.rerr = b, 0, nil
@@ -211,3 +220,22 @@ func (c *Conn) Write(b []byte) (int, error) {
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: os.NewSyscallError(op, err)}
 }
+
+// TCPConn is a *net.TCPConn whose Read and Write are a Conn's, for a layer that takes a net.Conn
+// and reads and writes it (TLS); everything else (deadlines, addresses, close) is the TCPConn's.
+type TCPConn struct {
+	*net.TCPConn
+	nb Conn
+}
+
+// NewTCPConn wraps tc.
+func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
+	c := &TCPConn{TCPConn: tc}
+	if err := c.nb.Init(tc); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *TCPConn) Read(b []byte) (int, error)  { return c.nb.Read(b) }
+func (c *TCPConn) Write(b []byte) (int, error) { return c.nb.Write(b) }

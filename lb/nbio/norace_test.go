@@ -1,0 +1,5 @@
+//go:build !race
+
+package nbio
+
+const raceEnabled = false
