@@ -178,24 +178,25 @@ func (u *Client) exchange(c *upConn, out *Request, resp *fasthttp.Response) erro
 	resp.SkipBody = false
 	resp.Header.DisableNormalizing()
 
-	bw := upWriters.Get().(*bufio.Writer)
-	bw.Reset(c)
-	_, err := bw.Write(out.Head)
-	if err == nil {
-		err = writeBody(bw, out)
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	bw.Reset(nil)
-	upWriters.Put(bw)
-	if err != nil {
-		u.discard(c)
-		var ce *ClientError
-		if !errors.As(err, &ce) && c.reused && isClosedConn(err) {
-			return errUpstreamClosed
+	var err error
+	if out.Framing == BodyNone && c.ic != nil && c.ic.plain && c.Conn == c.ic {
+		// The head alone, on a plain socket: written by the first read of the answer (idleConn).
+		c.ic.writeFirst(out.Head)
+	} else {
+		bw := upWriters.Get().(*bufio.Writer)
+		bw.Reset(c)
+		_, err = bw.Write(out.Head)
+		if err == nil {
+			err = writeBody(bw, out)
 		}
-		return err
+		if err == nil {
+			err = bw.Flush()
+		}
+		bw.Reset(nil)
+		upWriters.Put(bw)
+	}
+	if err != nil {
+		return u.writeFailed(c, err)
 	}
 
 	br := upReaders.Get().(*bufio.Reader)
@@ -220,6 +221,10 @@ func (u *Client) exchange(c *upConn, out *Request, resp *fasthttp.Response) erro
 		if err != nil {
 			err = readAnswerHead(br, resp)
 		}
+	}
+	if err != nil && c.ic != nil && c.ic.firstErr != nil { // the head's write failed
+		putReader(br)
+		return u.writeFailed(c, c.ic.firstErr)
 	}
 	if err != nil {
 		putReader(br)
@@ -265,6 +270,17 @@ func (u *Client) exchange(c *upConn, out *Request, resp *fasthttp.Response) erro
 	*b = upBody{u: u, c: c, br: br, keep: keep, left: int64(size), chunked: size == -1, toClose: size == -2}
 	resp.SetBodyStream(b, size)
 	return nil
+}
+
+// writeFailed discards c, whose request could not be written: errUpstreamClosed if it was a reused
+// connection the server had closed (nothing of the request was taken), else err.
+func (u *Client) writeFailed(c *upConn, err error) error {
+	u.discard(c)
+	var ce *ClientError
+	if !errors.As(err, &ce) && c.reused && isClosedConn(err) {
+		return errUpstreamClosed
+	}
+	return err
 }
 
 // readAnswerHead reads the head of an answer into resp, skipping interim (1xx) answers but 101.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // Dialer makes the connections to one server: those of its Client, and those the proxy makes outside
@@ -36,6 +38,9 @@ func (d *Dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
 		tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
 	}
 	if under != nil {
+		if tc, ok := c.(*net.TCPConn); ok && under.nb.Init(tc) == nil {
+			under.plain = true
+		}
 		under.Conn, c = c, under
 	}
 	if d.TLS == nil {
@@ -79,11 +84,20 @@ func (e *DialError) Unwrap() error { return e.err }
 // deadline costs a runtime timer update, so a deadline is pushed only once it has fallen a quarter of
 // the timeout behind: the effective limit of silence is between 3/4 of the timeout and all of it. Under
 // TLS it is the layer under the *tls.Conn, so that it times the socket itself.
+//
+// Over a TCP socket (plain, or under TLS) its reads and writes are nbio's, without the scheduler's
+// system call hooks; and the bytes of a request without a body can be written by the read that waits
+// for the answer (first), which saves the read that would find nothing yet.
 type idleConn struct {
 	net.Conn
 	timeout   time.Duration // 0 while a TLS handshake runs under its own deadline
 	rDeadline time.Time     // the read deadline currently set
 	wDeadline time.Time     // the write deadline currently set
+	plain     bool          // nb reads and writes Conn, a *net.TCPConn
+	nb        nbio.Conn
+	// first: bytes the next Read writes before it reads (plain only); firstErr: its write failed.
+	first    []byte
+	firstErr error
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
@@ -95,17 +109,47 @@ func (c *idleConn) Read(b []byte) (int, error) {
 			c.rDeadline = want
 		}
 	}
-	return c.Conn.Read(b)
+	if !c.plain {
+		return c.Conn.Read(b)
+	}
+	if c.first != nil {
+		c.pushWrite()
+		first := c.first
+		c.first = nil
+		n, werr, rerr := c.nb.WriteThenRead(first, b)
+		if werr != nil {
+			c.firstErr = werr
+			return 0, werr
+		}
+		return n, rerr
+	}
+	return c.nb.Read(b)
+}
+
+// writeFirst has the next Read write b before it reads. The caller keeps b until then.
+func (c *idleConn) writeFirst(b []byte) {
+	c.first, c.firstErr = b, nil
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
+	if err := c.pushWrite(); err != nil {
+		return 0, err
+	}
+	if c.plain {
+		return c.nb.Write(b)
+	}
+	return c.Conn.Write(b)
+}
+
+// pushWrite moves the write deadline when it has fallen behind (see the type).
+func (c *idleConn) pushWrite() error {
 	if c.timeout > 0 {
 		if want := time.Now().Add(c.timeout); want.Sub(c.wDeadline) > c.timeout/4 {
 			if err := c.Conn.SetWriteDeadline(want); err != nil {
-				return 0, err
+				return err
 			}
 			c.wDeadline = want
 		}
 	}
-	return c.Conn.Write(b)
+	return nil
 }
