@@ -93,6 +93,32 @@ func readN(r io.Reader, n, chunk int) ([]byte, error) {
 	return got, nil
 }
 
+// expectRead reads len(want) bytes from r in reads of at most chunk bytes, failing t unless they are want.
+func expectRead(t *testing.T, r io.Reader, want []byte, chunk int) {
+	t.Helper()
+	got, err := readN(r, len(want), chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes that differ from the %d expected", len(got), len(want))
+	}
+}
+
+// expectAnswer calls WriteThenRead(first) with a buffer of size bytes, failing t unless it returns
+// want with no error, then waits for the peer's goroutine to report on done.
+func expectAnswer(t *testing.T, c *Conn, first []byte, want string, size int, done <-chan error) {
+	t.Helper()
+	b := make([]byte, size)
+	n, werr, rerr := c.WriteThenRead(first, b)
+	if werr != nil || rerr != nil || string(b[:n]) != want {
+		t.Fatalf("WriteThenRead: %q, %v, %v; want %q, nil, nil", b[:n], werr, rerr, want)
+	}
+	if err := await(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // await returns what ch delivers, failing the test if nothing comes within testTimeout.
 func await[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()
@@ -217,13 +243,7 @@ func TestConnWriteParksUntilThePeerReads(t *testing.T) {
 	if err := waitParked("(*Conn).Write", "waitWrite"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readN(peer, len(data), 4<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, data) {
-		t.Fatal("the peer read other bytes than were written")
-	}
+	expectRead(t, peer, data, 4<<10)
 	if err := await(t, done); err != nil {
 		t.Fatal(err)
 	}
@@ -265,13 +285,7 @@ func TestConnFullDuplex(t *testing.T) {
 		_, err := c.Write(data)
 		done <- err
 	}()
-	got, err := readN(c, len(data), 8<<10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, data) {
-		t.Fatal("the echo differs from what was written")
-	}
+	expectRead(t, c, data, 8<<10)
 	if err := await(t, done); err != nil {
 		t.Fatal(err)
 	}
@@ -527,14 +541,7 @@ func TestConnWriteThenReadWaitsForTheAnswer(t *testing.T) {
 		_, err := peer.Write([]byte("answer"))
 		done <- err
 	}()
-	b := make([]byte, 16)
-	n, werr, rerr := c.WriteThenRead([]byte("req"), b)
-	if werr != nil || rerr != nil || string(b[:n]) != "answer" {
-		t.Fatalf("WriteThenRead: %q, %v, %v; want \"answer\", nil, nil", b[:n], werr, rerr)
-	}
-	if err := await(t, done); err != nil {
-		t.Fatal(err)
-	}
+	expectAnswer(t, c, []byte("req"), "answer", 16, done)
 }
 
 // TestConnWriteThenReadWithNothingToWriteIsRead proves WriteThenRead with an empty first behaves as
@@ -616,14 +623,7 @@ func TestConnWriteThenReadOfMoreThanTheSocketHolds(t *testing.T) {
 		_, err = peer.Write([]byte("got it all"))
 		done <- err
 	}()
-	b := make([]byte, 64)
-	n, werr, rerr := c.WriteThenRead(first, b)
-	if werr != nil || rerr != nil || string(b[:n]) != "got it all" {
-		t.Fatalf("WriteThenRead: %q, %v, %v; want \"got it all\", nil, nil", b[:n], werr, rerr)
-	}
-	if err := await(t, done); err != nil {
-		t.Fatal(err)
-	}
+	expectAnswer(t, c, first, "got it all", 64, done)
 }
 
 // TestConnWriteThenReadPastDeadlineWritesNothing proves WriteThenRead under a deadline already passed
