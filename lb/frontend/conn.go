@@ -48,12 +48,12 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l.tls != nil {
-		if tcp, ok := c.(*net.TCPConn); ok {
-			if nc, err := nbio.NewTCPConn(tcp); err == nil {
-				c = nc // TLS reads and writes the socket without the scheduler's hooks too
-			}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		if nc, err := nbio.NewTCPConn(tcp); err == nil {
+			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
 		}
+	}
+	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
 		fc := &frontConn{Conn: tc, front: l.front, tc: tc}
 		fc.f.lim = &l.front.lim
@@ -61,9 +61,6 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	fc := &frontConn{Conn: c, front: l.front}
 	fc.f.lim = &l.front.lim
-	if tc, ok := c.(*net.TCPConn); ok && fc.nb.Init(tc) == nil {
-		fc.plain = true
-	}
 	return fc, nil
 }
 
@@ -84,9 +81,7 @@ type frontConn struct {
 	net.Conn
 	front   *Front
 	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
-	plain   bool      // Conn is a *net.TCPConn, read and written by nb (without the scheduler's hooks)
-	nb      nbio.Conn
-	shook   bool // its handshake ran (tls.go), with this result:
+	shook   bool      // its handshake ran (tls.go), with this result:
 	hsErr   error
 	f       framer
 	pending *Refusal // found, returned by the next Read
@@ -109,7 +104,7 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	if c.pending != nil {
 		return 0, c.fail(c.pending)
 	}
-	n, err := c.sockRead(p)
+	n, err := c.Conn.Read(p)
 	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
 		// The socket's deadline may be earlier than the one in force (armRead).
 		t := c.wanted()
@@ -120,7 +115,7 @@ func (c *frontConn) Read(p []byte) (int, error) {
 		if c.Conn.SetReadDeadline(t) != nil {
 			break
 		}
-		n, err = c.sockRead(p)
+		n, err = c.Conn.Read(p)
 	}
 	if n > 0 && c.f.state != stOpaque {
 		start, ferr := c.f.scan(p[:n])
@@ -146,14 +141,6 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sockRead reads the socket (TLS: the TLS connection).
-func (c *frontConn) sockRead(p []byte) (int, error) {
-	if c.plain {
-		return c.nb.Read(p)
-	}
-	return c.Conn.Read(p)
-}
-
 func (c *frontConn) fail(e *Refusal) error {
 	c.failed.Store(e)
 	k, _ := connKindOf(e)
@@ -164,13 +151,7 @@ func (c *frontConn) fail(e *Refusal) error {
 // Write notes a failed write (the client went away while its answer was written) as the
 // connection's error.
 func (c *frontConn) Write(p []byte) (int, error) {
-	var n int
-	var err error
-	if c.plain {
-		n, err = c.nb.Write(p)
-	} else {
-		n, err = c.Conn.Write(p)
-	}
+	n, err := c.Conn.Write(p)
 	if err != nil {
 		if k, ok := connKindOf(err); ok {
 			c.noteError(k)

@@ -3,6 +3,8 @@ package frontend
 import (
 	"net"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // UnwrapHijacked returns the connection under fasthttp's hijack wrapper, which holds the server's read
@@ -46,7 +48,7 @@ func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 // connection is returned as it is.
 func Socket(c net.Conn) net.Conn {
 	if fc := frontOf(c); fc != nil {
-		return fc.Conn
+		return nbio.Unwrap(fc.Conn)
 	}
 	return c
 }

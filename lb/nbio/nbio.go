@@ -26,10 +26,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Read is read(2) on the non-blocking fd, made with RawSyscall. EAGAIN is returned as is.
+// Read is read(2) on the non-blocking fd, made with RawSyscall; EINTR is retried, EAGAIN returned.
 func Read(fd uintptr, b []byte) (int, error) { return call(unix.SYS_READ, fd, b) }
 
-// Write is write(2) on the non-blocking fd, made with RawSyscall. EAGAIN is returned as is.
+// Write is write(2) on the non-blocking fd, made with RawSyscall; EINTR is retried, EAGAIN returned.
 func Write(fd uintptr, b []byte) (int, error) { return call(unix.SYS_WRITE, fd, b) }
 
 func call(trap, fd uintptr, b []byte) (int, error) {
@@ -239,3 +239,17 @@ func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
 
 func (c *TCPConn) Read(b []byte) (int, error)  { return c.nb.Read(b) }
 func (c *TCPConn) Write(b []byte) (int, error) { return c.nb.Write(b) }
+
+// WriteThenRead is Conn.WriteThenRead.
+func (c *TCPConn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {
+	return c.nb.WriteThenRead(first, b)
+}
+
+// Unwrap returns the *net.TCPConn under a *TCPConn (the socket itself, for epoll), and any other
+// connection as it is.
+func Unwrap(c net.Conn) net.Conn {
+	if nc, ok := c.(*TCPConn); ok {
+		return nc.TCPConn
+	}
+	return c
+}

@@ -311,10 +311,7 @@ func writeNow(raw syscall.RawConn, b []byte) (n int, err error) {
 	var werr error
 	err = raw.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, e := unix.Write(int(fd), b[n:])
-			if e == unix.EINTR {
-				continue
-			}
+			m, e := nbio.Write(fd, b[n:])
 			if e != nil {
 				if e != unix.EAGAIN {
 					werr = e
@@ -513,9 +510,6 @@ func (w *worker) turn(s *side, events uint32) {
 		}
 		m, rerr := w.rn, w.rerr
 		if rerr != nil {
-			if rerr == unix.EINTR {
-				continue
-			}
 			if rerr == unix.EAGAIN {
 				r.relayed(s, moved)
 				moved = 0
@@ -541,9 +535,6 @@ func (w *worker) turn(s *side, events uint32) {
 				return
 			}
 			if w.werr != nil {
-				if w.werr == unix.EINTR {
-					continue
-				}
 				if w.werr == unix.EAGAIN {
 					// The receiver is behind. Hand this buffer, and s, to a goroutine that
 					// waits for it (and yields s afterwards), take another one, and move on.

@@ -179,7 +179,7 @@ func (u *Client) exchange(c *upConn, out *Request, resp *fasthttp.Response) erro
 	resp.Header.DisableNormalizing()
 
 	var err error
-	if out.Framing == BodyNone && c.ic != nil && c.ic.plain && c.Conn == c.ic {
+	if out.Framing == BodyNone && c.ic != nil && c.ic.nb != nil && c.Conn == c.ic {
 		// The head alone, on a plain socket: written by the first read of the answer (idleConn).
 		c.ic.writeFirst(out.Head)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1364,7 +1365,7 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 // unreadBytes is how many bytes wait in c's socket receive queue (SIOCINQ).
 func unreadBytes(t *testing.T, c net.Conn) int {
 	t.Helper()
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	rc, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,10 @@ func (d *Dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
 		tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
 	}
 	if under != nil {
-		if tc, ok := c.(*net.TCPConn); ok && under.nb.Init(tc) == nil {
-			under.plain = true
+		if tc, ok := c.(*net.TCPConn); ok {
+			if nc, err := nbio.NewTCPConn(tc); err == nil {
+				c, under.nb = nc, nc
+			}
 		}
 		under.Conn, c = c, under
 	}
@@ -93,9 +95,8 @@ type idleConn struct {
 	timeout   time.Duration // 0 while a TLS handshake runs under its own deadline
 	rDeadline time.Time     // the read deadline currently set
 	wDeadline time.Time     // the write deadline currently set
-	plain     bool          // nb reads and writes Conn, a *net.TCPConn
-	nb        nbio.Conn
-	// first: bytes the next Read writes before it reads (plain only); firstErr: its write failed.
+	nb        *nbio.TCPConn // Conn, when it is a TCP socket; nil otherwise
+	// first: bytes the next Read writes before it reads (nb only); firstErr: its write failed.
 	first    []byte
 	firstErr error
 }
@@ -109,11 +110,8 @@ func (c *idleConn) Read(b []byte) (int, error) {
 			c.rDeadline = want
 		}
 	}
-	if !c.plain {
-		return c.Conn.Read(b)
-	}
 	if c.first != nil {
-		c.pushWrite()
+		c.pushWrite() //nolint:errcheck // a failed write reports it
 		first := c.first
 		c.first = nil
 		n, werr, rerr := c.nb.WriteThenRead(first, b)
@@ -123,7 +121,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		}
 		return n, rerr
 	}
-	return c.nb.Read(b)
+	return c.Conn.Read(b)
 }
 
 // writeFirst has the next Read write b before it reads. The caller keeps b until then.
@@ -134,9 +132,6 @@ func (c *idleConn) writeFirst(b []byte) {
 func (c *idleConn) Write(b []byte) (int, error) {
 	if err := c.pushWrite(); err != nil {
 		return 0, err
-	}
-	if c.plain {
-		return c.nb.Write(b)
 	}
 	return c.Conn.Write(b)
 }
