@@ -20,6 +20,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -71,18 +73,20 @@ type Conn struct {
 	raw syscall.RawConn
 
 	// The reading goroutine's: the buffer, the results, and bytes to write first (WriteThenRead).
-	rb     []byte
-	rn     int
-	rerr   error
-	first  []byte
-	ferr   error
-	readFn func(fd uintptr) bool
+	rb        []byte
+	rn        int
+	rerr      error
+	first     []byte
+	ferr      error
+	readFn    func(fd uintptr) bool
+	readNowFn func(fd uintptr) bool
 
 	// The writing goroutine's.
-	wb      []byte
-	wn      int
-	werr    error
-	writeFn func(fd uintptr) bool
+	wb         []byte
+	wn         int
+	werr       error
+	writeFn    func(fd uintptr) bool
+	writeNowFn func(fd uintptr) bool
 }
 
 // Init makes c read and write tc.
@@ -93,6 +97,7 @@ func (c *Conn) Init(tc *net.TCPConn) error {
 	}
 	c.tc, c.raw = tc, raw
 	c.readFn, c.writeFn = c.doRead, c.doWrite
+	c.readNowFn, c.writeNowFn = c.doReadNow, c.doWriteNow
 	return nil
 }
 
@@ -126,6 +131,63 @@ func (c *Conn) doWrite(fd uintptr) bool {
 		}
 		if err != nil {
 			c.werr = err
+			return true
+		}
+		c.wn += n
+		c.wb = c.wb[n:]
+	}
+	return true
+}
+
+// readNow reads once without parking: ErrWouldBlock when the socket holds nothing.
+func (c *Conn) readNow(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c.rb, c.rn, c.rerr = b, 0, nil
+	err := c.raw.Read(c.readNowFn)
+	c.rb = nil
+	switch {
+	case err != nil:
+		return 0, err
+	case c.rerr == unix.EAGAIN:
+		return 0, ErrWouldBlock
+	case c.rerr != nil:
+		return 0, c.opError("read", c.rerr)
+	case c.rn == 0:
+		return 0, io.EOF
+	}
+	return c.rn, nil
+}
+
+func (c *Conn) doReadNow(fd uintptr) bool {
+	c.rn, c.rerr = Read(fd, c.rb)
+	return true
+}
+
+// writeNow writes as much of b as the socket takes without parking: n < len(b) with no error when
+// it is full.
+func (c *Conn) writeNow(b []byte) (int, error) {
+	c.wb, c.wn, c.werr = b, 0, nil
+	err := c.raw.Write(c.writeNowFn)
+	n, werr := c.wn, c.werr
+	c.wb = nil
+	if err != nil {
+		return n, err
+	}
+	if werr != nil {
+		return n, c.opError("write", werr)
+	}
+	return n, nil
+}
+
+func (c *Conn) doWriteNow(fd uintptr) bool {
+	for len(c.wb) > 0 {
+		n, err := Write(fd, c.wb)
+		if err != nil {
+			if err != unix.EAGAIN {
+				c.werr = err
+			}
 			return true
 		}
 		c.wn += n
@@ -223,10 +285,38 @@ func (c *Conn) opError(op string, err error) error {
 
 // TCPConn is a *net.TCPConn whose Read and Write are a Conn's, for a layer that takes a net.Conn
 // and reads and writes it (TLS); everything else (deadlines, addresses, close) is the TCPConn's.
+//
+// Evented mode (SetEvented) is for an event loop that owns the socket once the layer above has done
+// its blocking part (a TLS handshake) and must never park on it: Read then makes one read and answers
+// ErrWouldBlock when the socket is drained, and Write never waits: what the socket does not take is
+// kept, in order, until Flush (in another goroutine) writes it.
 type TCPConn struct {
 	*net.TCPConn
 	nb Conn
+	ev evented
 }
+
+// evented is a TCPConn's state in evented mode.
+type evented struct {
+	on      atomic.Bool
+	mu      sync.Mutex // guards the socket's writes in evented mode, and pending
+	pending []byte     // written, not yet taken by the socket; nil when nothing is
+	blocked atomic.Bool
+	fwerr   error // the failure Flush's callback met; guarded by mu
+	flushFn func(fd uintptr) bool
+}
+
+// ErrWouldBlock is what an evented TCPConn's Read answers when the socket holds nothing more to read.
+// It is a net.Error whose Temporary is true, so a TLS connection over the TCPConn keeps the part of a
+// record it has and reads on at the next call, rather than failing for good.
+var ErrWouldBlock net.Error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "nbio: the socket would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+func (wouldBlock) Unwrap() error   { return unix.EAGAIN }
 
 // NewTCPConn wraps tc.
 func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
@@ -237,8 +327,94 @@ func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
 	return c, nil
 }
 
-func (c *TCPConn) Read(b []byte) (int, error)  { return c.nb.Read(b) }
-func (c *TCPConn) Write(b []byte) (int, error) { return c.nb.Write(b) }
+// Read reads as net.Conn.Read does; in evented mode it makes one read that never parks, and answers
+// ErrWouldBlock when nothing is there.
+func (c *TCPConn) Read(b []byte) (int, error) {
+	if c.ev.on.Load() {
+		return c.nb.readNow(b)
+	}
+	return c.nb.Read(b)
+}
+
+// Write writes as net.Conn.Write does; in evented mode it never parks: what the socket does not take
+// at once is kept for Flush (Blocked reports it), and it answers len(b) unless the socket failed.
+func (c *TCPConn) Write(b []byte) (int, error) {
+	if c.ev.on.Load() {
+		return c.writeEvented(b)
+	}
+	return c.nb.Write(b)
+}
+
+// SetEvented switches evented mode on or off. The caller makes sure that no Read or Write is under way
+// meanwhile. Switching it off with bytes still pending is the caller's mistake: Flush them first.
+func (c *TCPConn) SetEvented(on bool) {
+	if c.ev.flushFn == nil {
+		c.ev.flushFn = c.flushNow
+	}
+	c.ev.on.Store(on)
+}
+
+// Blocked reports whether evented writes left bytes that the socket has not taken yet.
+func (c *TCPConn) Blocked() bool { return c.ev.blocked.Load() }
+
+func (c *TCPConn) writeEvented(b []byte) (int, error) {
+	c.ev.mu.Lock()
+	defer c.ev.mu.Unlock()
+	rest := b
+	if c.ev.pending == nil {
+		n, err := c.nb.writeNow(b)
+		if err != nil {
+			return n, err
+		}
+		rest = b[n:]
+		if len(rest) == 0 {
+			return len(b), nil
+		}
+	}
+	c.ev.pending = append(c.ev.pending, rest...)
+	c.ev.blocked.Store(true)
+	return len(b), nil
+}
+
+// Flush writes what evented writes left pending, parked in Go's netpoller until the socket takes it
+// all (honouring the write deadline, and woken by Close). Writes made meanwhile are flushed too.
+func (c *TCPConn) Flush() error {
+	if !c.ev.blocked.Load() {
+		return nil
+	}
+	err := c.nb.raw.Write(c.ev.flushFn)
+	c.ev.mu.Lock()
+	werr := c.ev.fwerr
+	c.ev.fwerr = nil
+	c.ev.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return c.nb.opError("write", werr)
+	}
+	return nil
+}
+
+// flushNow is Flush's callback: false (wait until writable, then call again) while bytes remain.
+func (c *TCPConn) flushNow(fd uintptr) bool {
+	c.ev.mu.Lock()
+	defer c.ev.mu.Unlock()
+	for len(c.ev.pending) > 0 {
+		n, err := Write(fd, c.ev.pending)
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err != nil {
+			c.ev.fwerr = err
+			return true
+		}
+		c.ev.pending = c.ev.pending[n:]
+	}
+	c.ev.pending = nil // the buffer was the rare blocked write's: let it go
+	c.ev.blocked.Store(false)
+	return true
+}
 
 // WriteThenRead is Conn.WriteThenRead.
 func (c *TCPConn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {

@@ -3,11 +3,15 @@
 package tunnel
 
 import (
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -130,6 +134,13 @@ type loop struct {
 	ids    map[uint64]*side
 	nextID uint64
 	w      *worker // the loop's goroutine state: its buffer and events
+
+	// The run queue: sides owned (running) that the loop must turn again although their socket may
+	// report nothing (a TLS side whose connection may hold records already read). The eventfd,
+	// watched by the loop's epoll with id 0, is written when the queue gets its first side.
+	efd   int
+	runMu sync.Mutex
+	runq  []*side
 }
 
 // side is one direction of a tunnel, named by the socket it reads from; it writes to its peer.
@@ -143,6 +154,8 @@ type side struct {
 	reg   bool            // added to epoll; guarded by t.mu
 	state atomic.Uint32   // sideIdle, sideRunning or sidePending; next to reg, in its padding
 	peer  *side
+	tls   *tls.Conn     // read (and written) instead of the socket, when the side is TLS
+	nb    *nbio.TCPConn // under tls, in evented mode while the tunnel lives
 }
 
 // claim is the loop's answer to an event for s: true if the caller now owns s and must run
@@ -187,6 +200,7 @@ func (r *Engine) sysStart() error {
 		if err != nil {
 			for _, lp := range r.sys.loops {
 				lp.ep.Close()
+				unix.Close(lp.efd)
 			}
 			r.sys.loops = nil
 			return err
@@ -216,10 +230,46 @@ func newLoop(r *Engine) (*loop, error) {
 		ep.Close()
 		return nil, fmt.Errorf("tunnel: epoll fd: %w", err)
 	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("tunnel: eventfd: %w", err)
+	}
+	// Level-triggered: the loop reads it back to zero each time it takes the queue.
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+		unix.Close(efd)
+		ep.Close()
+		return nil, fmt.Errorf("tunnel: epoll_ctl eventfd: %w", err)
+	}
 	w := newWorker(r)
 	w.events = make([]unix.EpollEvent, eventsPerWait)
 	w.pollFn = w.rawPoll
-	return &loop{epfd: epfd, ep: ep, epRaw: epRaw, ids: make(map[uint64]*side), nextID: 1, w: w}, nil
+	return &loop{epfd: epfd, ep: ep, epRaw: epRaw, ids: make(map[uint64]*side), nextID: 1, w: w, efd: efd}, nil
+}
+
+// eventfdOne is what requeue writes to a loop's eventfd (1, as a native 64-bit integer; any value
+// other than 0 wakes it).
+var eventfdOne = []byte{1, 0, 0, 0, 0, 0, 0, 0}
+
+// requeue puts s, which the caller owns and gives up, on its loop's run queue: the loop runs its turn
+// soon, from any goroutine, without an event of its socket.
+func (lp *loop) requeue(s *side) {
+	lp.runMu.Lock()
+	first := len(lp.runq) == 0
+	lp.runq = append(lp.runq, s)
+	lp.runMu.Unlock()
+	if first {
+		nbio.Write(uintptr(lp.efd), eventfdOne) //nolint:errcheck // EAGAIN: the counter is far from empty, so the loop wakes anyway
+	}
+}
+
+// takeQueue empties the run queue into w.queued (the loop's goroutine only).
+func (lp *loop) takeQueue(w *worker) {
+	var cnt [8]byte
+	nbio.Read(uintptr(lp.efd), cnt[:]) //nolint:errcheck // EAGAIN: read back already
+	lp.runMu.Lock()
+	w.queued, lp.runq = lp.runq, w.queued[:0]
+	lp.runMu.Unlock()
 }
 
 // sysClose runs after every tunnel is closed: closing the epoll Files wakes the parked loops
@@ -231,6 +281,9 @@ func (r *Engine) sysClose() {
 		lp.ep.Close()
 	}
 	r.wg.Wait()
+	for _, lp := range r.sys.loops {
+		unix.Close(lp.efd)
+	}
 }
 
 // sysPrepare fetches each conn's fd and RawConn, before t is visible to anyone.
@@ -242,6 +295,9 @@ func (r *Engine) sysPrepare(t *Tunnel) error {
 		}
 		s := &t.sides[i]
 		s.t, s.i, s.raw, s.peer = t, i, raw, &t.sides[1-i]
+		if tc := t.tlsConns[i]; tc != nil {
+			s.tls, s.nb = tc, tc.NetConn().(*nbio.TCPConn)
+		}
 		var fd int
 		if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
 			return err
@@ -269,14 +325,31 @@ func (r *Engine) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err e
 	}
 	lp.idsMu.Unlock()
 
+	// From here the TLS sides' connections never park: the loop reads and writes them.
+	for i := range t.sides {
+		if nb := t.sides[i].nb; nb != nil {
+			nb.SetEvented(true)
+		}
+	}
+
 	// pending[i]: bytes to write to conns[1-i] before side i may be read.
 	pending := [2][]byte{toServer, toClient}
 	var rest [2][]byte
+	var flush [2]bool // side i's pending bytes are in its TLS peer's evented buffer, not yet sent
 	for i, p := range pending {
 		if len(p) == 0 {
 			continue
 		}
-		n, werr := writeNow(t.sides[1-i].raw, p)
+		peer := &t.sides[1-i]
+		if peer.tls != nil {
+			if _, werr := peer.tls.Write(p); werr != nil {
+				return true, nil
+			}
+			r.count(t, i, len(p))
+			flush[i] = peer.nb.Blocked()
+			continue
+		}
+		n, werr := writeNow(peer.raw, p)
 		r.count(t, i, n)
 		if werr != nil {
 			return true, nil
@@ -285,22 +358,35 @@ func (r *Engine) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err e
 			rest[i] = append([]byte(nil), p[n:]...) // the caller may reuse p once Add returns
 		}
 	}
+	// A side that is TLS gets a first turn from the run queue: its connection may hold records read
+	// before the tunnel (with the upgrade's answer) that no event of the socket will announce.
+	var first [2]bool
 	for i := range t.sides {
 		s := &t.sides[i]
-		if rest[i] != nil {
+		first[i] = s.tls != nil && rest[i] == nil && !flush[i]
+		if rest[i] != nil || flush[i] || first[i] {
 			s.state.Store(sideRunning) // before ADD: an event may be taken at once
 		}
 		if err := r.watchLocked(s, unix.EPOLL_CTL_ADD); err != nil {
 			for j := range t.sides {
 				r.detachLocked(&t.sides[j])
+				if nb := t.sides[j].nb; nb != nil {
+					nb.SetEvented(false) // the caller gets its connections back as they were
+				}
 			}
 			return false, err
 		}
 	}
-	for i, p := range rest {
-		if p != nil {
+	for i := range t.sides {
+		switch s := &t.sides[i]; {
+		case rest[i] != nil:
 			r.wg.Add(1) // before Close's Wait: Close cannot get past t.mu, held here
-			go r.writePending(&t.sides[i], p)
+			go r.writePending(s, rest[i])
+		case flush[i]:
+			r.wg.Add(1)
+			go r.finishFlush(s)
+		case first[i]:
+			lp.requeue(s)
 		}
 	}
 	return false, nil
@@ -371,9 +457,15 @@ func (r *Engine) sysForget(t *Tunnel) {
 
 // yield lets s go while its socket may still hold data that no event will report (a turn
 // stopped for fairness; a blocked write finished): it sets s idle, then re-registers the
-// socket (EPOLL_CTL_MOD), which queues an event if the socket is readable. The slow path: the
+// socket (EPOLL_CTL_MOD), which queues an event if the socket is readable. A TLS side, whose
+// connection may hold whole records already read, goes to its loop's run queue instead. The slow path: the
 // only epoll_ctl and Tunnel.mu after Add, besides closing. An epoll failure closes the tunnel.
 func (r *Engine) yield(s *side) {
+	if s.tls != nil {
+		// Its connection may hold records read already, which no event would announce.
+		s.lp.requeue(s)
+		return
+	}
 	t := s.t
 	s.state.Store(sideIdle)
 	t.mu.Lock()
@@ -419,6 +511,7 @@ type worker struct {
 	perr   error
 	jobs   []job
 	pollFn func(fd uintptr) bool
+	queued []*side // the run queue, taken
 }
 
 // job is a side claimed by the loop, with the events that claimed it.
@@ -470,9 +563,13 @@ func (lp *loop) run(r *Engine) {
 			}
 			return
 		}
+		queue := false
 		lp.idsMu.RLock()
 		for _, ev := range w.events[:w.pn] {
-			if s := lp.ids[uint64(uint32(ev.Fd))|uint64(uint32(ev.Pad))<<32]; s != nil && s.claim() {
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if id == 0 {
+				queue = true
+			} else if s := lp.ids[id]; s != nil && s.claim() {
 				w.jobs = append(w.jobs, job{s, ev.Events})
 			}
 		}
@@ -482,16 +579,22 @@ func (lp *loop) run(r *Engine) {
 		}
 		clear(w.jobs)
 		w.jobs = w.jobs[:0]
+		if queue {
+			lp.takeQueue(w)
+			for _, s := range w.queued {
+				w.turn(s, 0)
+			}
+			clear(w.queued)
+		}
 	}
 }
 
 // turn moves s's bytes to its peer; the caller has claimed s, and events is what the claiming
 // event reported. It reads until the socket is drained and lets s go (release), or reads
-// readsPerTurn buffers and yields s, or hands s with the data the peer would not take to
-// finishWrite, or ends at EOF or an error keeping s for good.
+// readsPerTurn buffers and yields s, or hands s with the data the peer would not take to a
+// goroutine that finishes the write, or ends at EOF or an error keeping s for good.
 func (w *worker) turn(s *side, events uint32) {
 	r, t := w.r, s.t
-	peer := s.peer
 	moved := 0 // not yet counted
 	for n := 0; ; {
 		if n == readsPerTurn {
@@ -501,58 +604,33 @@ func (w *worker) turn(s *side, events uint32) {
 			return
 		}
 		b := *w.buf
-		w.rb = b
-		err := s.raw.Read(w.readFn)
-		w.rb = nil
-		if err != nil { // the conn was closed: the tunnel is closing
-			r.closeTunnel(t, Error)
-			return
-		}
-		m, rerr := w.rn, w.rerr
-		if rerr != nil {
-			if rerr == unix.EAGAIN {
-				r.relayed(s, moved)
-				moved = 0
-				if s.release() {
-					return
-				}
-				continue // an event came meanwhile
+		m, rerr := w.read(s, b)
+		if m > 0 {
+			if !w.write(s, b[:m], moved) {
+				return
 			}
-			r.closeTunnel(t, Error)
-			return
+			moved += m
+			n++
 		}
-		if m == 0 {
+		switch {
+		case rerr == errDrained:
+			r.relayed(s, moved)
+			moved = 0
+			if s.release() {
+				return
+			}
+			continue // an event came meanwhile
+		case rerr == io.EOF:
 			r.relayed(s, moved)
 			r.sideEOF(t, s.i) // s stays running: nothing more to read from it
 			return
+		case rerr != nil:
+			r.closeTunnel(t, Error)
+			return
 		}
-		for off := 0; off < m; {
-			w.wb = b[off:m]
-			err := peer.raw.Write(w.writeFn)
-			w.wb = nil
-			if err != nil {
-				r.closeTunnel(t, Error)
-				return
-			}
-			if w.werr != nil {
-				if w.werr == unix.EAGAIN {
-					// The receiver is behind. Hand this buffer, and s, to a goroutine that
-					// waits for it (and yields s afterwards), take another one, and move on.
-					r.relayed(s, moved)
-					r.wg.Add(1)
-					go r.finishWrite(s, w.buf, off, m)
-					w.buf = r.sys.bufs.Get().(*[]byte)
-					return
-				}
-				r.writeFailed(t, s.i)
-				return
-			}
-			off += w.wn
-		}
-		moved += m
-		n++
-		if m < len(b) && events&eofEvents == 0 {
-			// Drained (a short read of a stream socket): any later data queues a new event.
+		if s.tls == nil && m < len(b) && events&eofEvents == 0 {
+			// Drained (a short read of a stream socket): any later data queues a new event. (A TLS
+			// side reads on until its connection says so: it may hold whole records already.)
 			r.relayed(s, moved)
 			moved = 0
 			if s.release() {
@@ -560,6 +638,93 @@ func (w *worker) turn(s *side, events uint32) {
 			}
 		}
 	}
+}
+
+// errDrained is w.read's answer when the socket has nothing more for now.
+var errDrained = errors.New("tunnel: drained")
+
+// read reads what s's socket holds next into b (for a TLS side, the plaintext of its next record):
+// n > 0 bytes, and maybe an error too (a TLS close_notify after the data); or errDrained when there
+// is nothing for now; io.EOF at the end; another error when the read failed or the conn was closed.
+func (w *worker) read(s *side, b []byte) (int, error) {
+	if s.tls != nil {
+		n, err := s.tls.Read(b)
+		if err == nbio.ErrWouldBlock {
+			err = errDrained
+		}
+		return n, err
+	}
+	w.rb = b
+	err := s.raw.Read(w.readFn)
+	w.rb = nil
+	switch {
+	case err != nil: // the conn was closed: the tunnel is closing
+		return 0, err
+	case w.rerr == unix.EAGAIN:
+		return 0, errDrained
+	case w.rerr != nil:
+		return 0, w.rerr
+	case w.rn == 0:
+		return 0, io.EOF
+	}
+	return w.rn, nil
+}
+
+// write writes b, read from s, to s's peer; moved is what the turn moved before, not yet counted.
+// True means the turn goes on; false that it ends: the tunnel failed, or a goroutine finishes the
+// write, owning s meanwhile (the sender is not read while the receiver is behind: backpressure).
+func (w *worker) write(s *side, b []byte, moved int) bool {
+	r, t, peer := w.r, s.t, s.peer
+	if peer.tls == nil {
+		return w.writeSocket(s, b, moved)
+	}
+	if _, err := peer.tls.Write(b); err != nil {
+		r.writeFailed(t, s.i)
+		return false
+	}
+	// Evented connections never park: what the socket did not take waits in the connection.
+	if peer.nb.Blocked() || s.tls != nil && s.nb.Blocked() { // (a TLS read may write: an alert, a key update)
+		r.relayed(s, moved+len(b))
+		r.wg.Add(1)
+		go r.finishFlush(s)
+		return false
+	}
+	return true
+}
+
+// writeSocket is write to a plain socket.
+func (w *worker) writeSocket(s *side, b []byte, moved int) bool {
+	r, t, peer := w.r, s.t, s.peer
+	for off := 0; off < len(b); {
+		w.wb = b[off:]
+		err := peer.raw.Write(w.writeFn)
+		w.wb = nil
+		if err != nil {
+			r.closeTunnel(t, Error)
+			return false
+		}
+		if w.werr != nil {
+			if w.werr == unix.EAGAIN {
+				// The receiver is behind. Hand this buffer, and s, to a goroutine that waits for it
+				// (and yields s afterwards), take another one, and move on.
+				r.relayed(s, moved)
+				r.wg.Add(1)
+				go r.finishWrite(s, w.buf, off, len(b))
+				w.buf = r.sys.bufs.Get().(*[]byte)
+				return false
+			}
+			r.writeFailed(t, s.i)
+			return false
+		}
+		off += w.wn
+	}
+	if s.tls != nil && s.nb.Blocked() { // its TLS read wrote (an alert, a key update) more than the socket took
+		r.relayed(s, moved+len(b))
+		r.wg.Add(1)
+		go r.finishFlush(s)
+		return false
+	}
+	return true
 }
 
 // relayed records n bytes moved from s to its peer (nothing if n is 0). It is called before s
@@ -583,6 +748,52 @@ func (r *Engine) finishWrite(s *side, bp *[]byte, off, m int) {
 		return
 	}
 	r.count(t, s.i, m)
+	if s.tls != nil && !r.flush(s) { // its TLS read may have written too
+		return
+	}
 	t.touch()
 	r.yield(s)
+}
+
+// finishFlush waits until the sockets of s's tunnel have taken what their evented TLS connections
+// still hold (written by s's turn), then yields s, which it owned meanwhile.
+func (r *Engine) finishFlush(s *side) {
+	defer r.wg.Done()
+	if !r.flush(s) {
+		return
+	}
+	s.t.touch()
+	r.yield(s)
+}
+
+// flush waits until the sockets of s's tunnel have taken what their evented TLS connections hold.
+// False means a write failed, and the tunnel is closed.
+func (r *Engine) flush(s *side) bool {
+	for _, x := range [2]*side{s.peer, s} {
+		if x.nb != nil {
+			if err := x.nb.Flush(); err != nil {
+				r.writeFailed(s.t, s.i)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sysClosedWrite runs after a TLS close_notify was written to side i's connection (closeWrite),
+// which tls.Conn follows with a write deadline of now: the alert, if the socket did not take it at
+// once, is flushed without one (the connection refuses anything after it anyway).
+func (r *Engine) sysClosedWrite(t *Tunnel, i int) {
+	nb := t.sides[i].nb
+	if nb == nil || !nb.Blocked() {
+		return
+	}
+	nb.SetWriteDeadline(time.Time{}) //nolint:errcheck // Flush reports a closed connection
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if nb.Flush() != nil {
+			r.closeTunnel(t, Error)
+		}
+	}()
 }

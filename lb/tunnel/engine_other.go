@@ -29,3 +29,5 @@ func (r *Engine) sysAdd(t *Tunnel, toServer, toClient []byte) (ioErr bool, err e
 func (r *Engine) sysDetachLocked(*Tunnel) {}
 
 func (r *Engine) sysForget(*Tunnel) {}
+
+func (r *Engine) sysClosedWrite(*Tunnel, int) {}

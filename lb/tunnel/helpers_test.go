@@ -176,7 +176,7 @@ func waitGoroutines(tb testing.TB, want int, d time.Duration) {
 
 // writeBlocked reports whether an engine goroutine is parked in the netpoller writing to a
 // receiver whose socket buffers are full: with the epoll engine the goroutine that a blocked
-// write is handed to (finishWrite), with the portable one a tunnel's pump stuck in its Write.
+// write is handed to (finishWrite, or finishFlush for a TLS receiver), with the portable one a tunnel's pump stuck in its Write.
 // It reads the goroutines' stacks, as the engine has no hook for it.
 func writeBlocked() bool {
 	buf := make([]byte, 1<<20)
@@ -193,7 +193,7 @@ func writeBlocked() bool {
 		if !strings.Contains(header, "[IO wait") {
 			continue
 		}
-		if strings.Contains(g, "tunnel.(*Engine).finishWrite(") ||
+		if strings.Contains(g, "tunnel.(*Engine).finishWrite(") || strings.Contains(g, "tunnel.(*Engine).finishFlush(") ||
 			strings.Contains(g, "tunnel.(*Engine).pump(") && strings.Contains(g, "net.(*conn).Write(") {
 			return true
 		}

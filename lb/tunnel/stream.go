@@ -26,6 +26,9 @@ func (t *Tunnel) conn(i int) net.Conn {
 	if t.streams[i] != nil {
 		return t.streams[i]
 	}
+	if t.tlsConns[i] != nil {
+		return t.tlsConns[i]
+	}
 	return t.conns[i]
 }
 

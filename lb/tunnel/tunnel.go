@@ -19,6 +19,7 @@
 package tunnel
 
 import (
+	"crypto/tls"
 	"errors"
 	"log"
 	"net"
@@ -27,6 +28,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // Options configure an Engine. The zero value is usable: no idle timeout, 32 KiB buffers,
@@ -150,11 +153,12 @@ type Engine struct {
 
 // Tunnel is one relayed client/server pair. Its methods are safe for concurrent use.
 type Tunnel struct {
-	r       *Engine
-	group   string
-	onClose func(Reason)
-	conns   [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the engine
-	streams [2]net.Conn     // instead, for a streamed tunnel (stream.go)
+	r        *Engine
+	group    string
+	onClose  func(Reason)
+	conns    [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the engine
+	tlsConns [2]*tls.Conn    // the TLS connection over conns[i], read and written instead of it; or nil
+	streams  [2]net.Conn     // instead, for a streamed tunnel (stream.go)
 
 	lastActive atomic.Int64     // Engine.now() after the last relayed bytes
 	bytes      [2]atomic.Uint64 // relayed, indexed by the reading side: [clientSide] = to the server
@@ -198,8 +202,8 @@ func NewEngine(o Options) (*Engine, error) {
 // the reason; it runs on an engine goroutine (or the one calling a Close method), must not block,
 // and must not call Engine.Close (which waits for the engine's goroutines).
 //
-// Two *net.TCPConn are relayed by epoll (on Linux); any other pair (a *tls.Conn on either side) is a
-// streamed tunnel carried by two goroutines (stream.go). A connection hijacked from fasthttp wraps
+// A *net.TCPConn, or a *tls.Conn over an *nbio.TCPConn whose handshake is done, is relayed by epoll (on
+// Linux); a pair with any other connection is a streamed tunnel carried by two goroutines (stream.go). A connection hijacked from fasthttp wraps
 // the client's (its UnsafeConn method returns it), and the bytes its reader had buffered past the
 // request belong in toServer. Add clears both conns' deadlines.
 //
@@ -211,9 +215,9 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 	if client == nil || server == nil {
 		return nil, ErrNilConn
 	}
-	cc, ok1 := client.(*net.TCPConn)
-	sc, ok2 := server.(*net.TCPConn)
-	streamed := !ok1 || !ok2 || cc == nil || sc == nil
+	cc, ctls := socketOf(client)
+	sc, stls := socketOf(server)
+	streamed := cc == nil || sc == nil
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
@@ -232,6 +236,7 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 		t.streams = [2]net.Conn{client, server}
 	} else {
 		t.conns = [2]*net.TCPConn{cc, sc}
+		t.tlsConns = [2]*tls.Conn{ctls, stls}
 	}
 	t.touch()
 	if !streamed {
@@ -277,6 +282,21 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 		r.closeTunnel(t, Error)
 	}
 	return t, nil
+}
+
+// socketOf returns the TCP socket that carries c's bytes, if the engine can watch it: c itself, or the
+// socket under a TLS connection whose handshake is done, over an *nbio.TCPConn (the front end's and the
+// upstream dialer's), returned as well. Otherwise nil: c is streamed.
+func socketOf(c net.Conn) (*net.TCPConn, *tls.Conn) {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c, nil
+	case *tls.Conn:
+		if nc, ok := c.NetConn().(*nbio.TCPConn); ok && nc.TCPConn != nil && c.ConnectionState().HandshakeComplete {
+			return nc.TCPConn, c
+		}
+	}
+	return nil, nil
 }
 
 // Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
@@ -439,6 +459,10 @@ func (r *Engine) sideEOF(t *Tunnel, i int) {
 	}
 	if err := closeWrite(t.conn(1 - i)); err != nil {
 		r.closeTunnel(t, Error)
+		return
+	}
+	if t.tlsConns[1-i] != nil {
+		r.sysClosedWrite(t, 1-i)
 	}
 }
 

@@ -24,7 +24,8 @@ type Dialer struct {
 	TLS *tls.Config
 }
 
-// Dial returns a connection of its own: a *net.TCPConn with TCP_NODELAY, or a *tls.Conn over one.
+// Dial returns a connection of its own: a *net.TCPConn with TCP_NODELAY, or a *tls.Conn over one (an
+// *nbio.TCPConn, which the tunnel engine can put in evented mode).
 func (d *Dialer) Dial() (net.Conn, error) { return d.dial(nil, true) }
 
 // dial connects, with TCP_NODELAY or Nagle's algorithm. under, if not nil, is put over the socket (under
@@ -44,6 +45,11 @@ func (d *Dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
 			}
 		}
 		under.Conn, c = c, under
+	} else if tc, ok := c.(*net.TCPConn); ok && d.TLS != nil {
+		// A connection for a tunnel: under TLS, the tunnel engine reads and writes it in evented mode.
+		if nc, err := nbio.NewTCPConn(tc); err == nil {
+			c = nc
+		}
 	}
 	if d.TLS == nil {
 		return c, nil

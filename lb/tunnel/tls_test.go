@@ -1,0 +1,307 @@
+package tunnel
+
+import (
+	"bytes"
+	"crypto/tls"
+	"io"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/nbio"
+)
+
+// TLS tunnels on the event loops: the engine's side of a TLS connection is a *tls.Conn over an
+// *nbio.TCPConn, as the front end's HTTPS listener and the upstream dialer make them. Its handshake
+// is done before Add; then the loop reads its records only when the socket is readable, and writes
+// never park it.
+
+// evented returns the TLS end the engine gets, over tc, once both handshakes are done (the test's
+// end, over peer, is returned as well).
+func (e *tlsEnv) evented(tc, peer *net.TCPConn, engineIsServer bool) (engineEnd, testEnd *tls.Conn) {
+	e.tb.Helper()
+	nc, err := nbio.NewTCPConn(tc)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	if engineIsServer {
+		engineEnd, testEnd = tls.Server(nc, e.server), tls.Client(peer, e.client)
+	} else {
+		engineEnd, testEnd = tls.Client(nc, e.client), tls.Server(peer, e.server)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- engineEnd.Handshake() }()
+	if err := testEnd.Handshake(); err != nil {
+		e.tb.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		e.tb.Fatal(err)
+	}
+	return engineEnd, testEnd
+}
+
+// openTLS opens a tunnel whose client side is TLS on the loops, and whose server side is too when
+// tlsUp; up is the test's upstream end (a *tls.Conn or a *net.TCPConn).
+func (e *tlsEnv) openTLS(group string, tlsUp bool, toServer []byte, onClose func(Reason)) (client *tls.Conn, up net.Conn, tun *Tunnel) {
+	e.tb.Helper()
+	c := e.conns()
+	relayClient, client := e.evented(c.relayClient, c.client, true)
+	var relayServer net.Conn = c.relayServer
+	up = c.up
+	if tlsUp {
+		relayServer, up = e.evented(c.relayServer, c.up, false)
+	}
+	tun, err := e.r.Add(relayClient, relayServer, toServer, nil, group, onClose)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	if epollEngine && (tun.streams[clientSide] != nil || tun.tlsConns[clientSide] == nil) {
+		e.tb.Fatal("a TLS connection over an nbio.TCPConn is streamed, not carried by a loop")
+	}
+	e.tb.Cleanup(func() {
+		client.Close()
+		up.Close()
+	})
+	return client, up, tun
+}
+
+func TestTLSTunnelsOnTheLoopsRelayBothWaysByteExact(t *testing.T) {
+	for _, tlsUp := range []bool{false, true} {
+		t.Run(map[bool]string{false: "to a plain server", true: "to a TLS server"}[tlsUp], func(t *testing.T) {
+			e := newTLSEnv(t, Options{Loops: 1})
+			client, up, tun := e.openTLS("g", tlsUp, nil, nil)
+			// Small messages, one at a time.
+			for i := range 20 {
+				msg := []byte{byte(i), 'a', 'b'}
+				client.Write(msg) //nolint:errcheck
+				if got := readN(t, up, len(msg), hang); !bytes.Equal(got, msg) {
+					t.Fatalf("client → server: %q, want %q", got, msg)
+				}
+				up.Write(msg) //nolint:errcheck
+				if got := readN(t, client, len(msg), hang); !bytes.Equal(got, msg) {
+					t.Fatalf("server → client: %q, want %q", got, msg)
+				}
+			}
+			// 1 MiB each way: many records, more than a turn reads, the sockets' buffers filled.
+			msg := make([]byte, 1<<20)
+			for i := range msg {
+				msg[i] = byte(i * 13)
+			}
+			go client.Write(msg) //nolint:errcheck
+			if got := readN(t, up, len(msg), hang); !bytes.Equal(got, msg) {
+				t.Fatal("client → server: 1 MiB differs")
+			}
+			go up.Write(msg) //nolint:errcheck
+			if got := readN(t, client, len(msg), hang); !bytes.Equal(got, msg) {
+				t.Fatal("server → client: 1 MiB differs")
+			}
+			want := uint64(len(msg) + 20*3)
+			if !testkit.Within(hang, func() bool { ts, tc := tun.Bytes(); return ts == want && tc == want }) {
+				ts, tc := tun.Bytes()
+				t.Fatalf("bytes counted %d/%d, want %d each way", ts, tc, want)
+			}
+		})
+	}
+}
+
+// heldWrites is a connection whose writes are kept until flush writes them in one go.
+type heldWrites struct {
+	net.Conn
+	hold bool
+	buf  []byte
+}
+
+func (h *heldWrites) Write(b []byte) (int, error) {
+	if h.hold {
+		h.buf = append(h.buf, b...)
+		return len(b), nil
+	}
+	return h.Conn.Write(b)
+}
+
+func (h *heldWrites) flush() error {
+	h.hold = false
+	_, err := h.Conn.Write(h.buf)
+	return err
+}
+
+// Bytes that the engine's TLS connection read before Add (records that came with the upgrade) are
+// relayed at once, though the socket announces nothing more.
+func TestATLSTunnelRelaysTheRecordsItsConnectionHadAlreadyRead(t *testing.T) {
+	e := newTLSEnv(t, Options{Loops: 1})
+	c := e.conns()
+	defer c.up.Close()
+	nc, err := nbio.NewTCPConn(c.relayClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayClient := tls.Server(nc, e.server)
+	held := &heldWrites{Conn: c.client}
+	client := tls.Client(held, e.client)
+	defer client.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- relayClient.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	// Two records in one TCP segment; the first byte is read before Add, as the upgrade's reader
+	// would: the rest of the first record and all of the second are left in the TLS connection, and
+	// the socket is empty.
+	held.hold = true
+	client.Write([]byte("first record")) //nolint:errcheck
+	client.Write([]byte("+second"))      //nolint:errcheck
+	if err := held.flush(); err != nil {
+		t.Fatal(err)
+	}
+	one := make([]byte, 1)
+	relayClient.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+	if _, err := io.ReadFull(relayClient, one); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.Add(relayClient, c.relayServer, one, nil, "g", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, c.up, len("first record+second"), hang); string(got) != "first record+second" {
+		t.Fatalf("server got %q", got)
+	}
+}
+
+func TestIdleTLSTunnelsHoldNoGoroutine(t *testing.T) {
+	skipPortable(t)
+	e := newTLSEnv(t, Options{IdleTimeout: time.Minute})
+	base := runtime.NumGoroutine()
+	const n = 200
+	for range n {
+		e.openTLS("g", false, nil, nil)
+	}
+	got := runtime.NumGoroutine() - base
+	t.Logf("%d idle TLS tunnels: %+d goroutines", n, got)
+	if got >= 20 {
+		t.Fatalf("%d goroutines for %d idle TLS tunnels", got, n)
+	}
+	client, up, _ := e.openTLS("g", false, nil, nil)
+	client.Write([]byte("x")) //nolint:errcheck
+	if string(readN(t, up, 1, hang)) != "x" {
+		t.Fatal("relay broken")
+	}
+}
+
+// The Go memory of an idle TLS tunnel (client side TLS, server side plain, as a wss:// device to a
+// connection server): the engine's structures, the TLS connection's state after its handshake, and
+// the two sockets. Budget: HAProxy's figure for the same tunnel in the bench (18.6 KiB, its whole
+// process per tunnel), less the kernel's share, which is the same for both.
+func TestMemoryPerIdleTLSTunnel(t *testing.T) {
+	skipPortable(t)
+	e := newTLSEnv(t, Options{IdleTimeout: time.Minute})
+	const n = 300
+	type ends struct {
+		relay, test *tls.Conn
+		c           conns
+	}
+	es := make([]ends, n)
+	for i := range es {
+		es[i].c = e.conns()
+		es[i].relay, es[i].test = e.evented(es[i].c.relayClient, es[i].c.client, true)
+		es[i].relay.Write([]byte("hello")) //nolint:errcheck // a first message each way, as after an upgrade
+		readN(t, es[i].test, 5, hang)
+	}
+	m1 := heapInuse()
+	for i := range es {
+		if _, err := e.r.Add(es[i].relay, es[i].c.relayServer, []byte("hi"), nil, "g", nil); err != nil {
+			t.Fatal(err)
+		}
+		readN(t, es[i].c.up, 2, hang)
+	}
+	m2 := heapInuse()
+	per := float64(int64(m2)-int64(m1)) / n
+	t.Logf("per idle TLS tunnel, added to the engine: %.0f B (heap+stack in use)", per)
+	if per >= 2048 {
+		t.Fatalf("adding an idle TLS tunnel costs %.0f B, budget 2048 (no goroutine, no buffer)", per)
+	}
+	runtime.KeepAlive(es)
+	for _, x := range es {
+		x.test.Close()
+		x.c.up.Close()
+	}
+}
+
+// A TLS receiver that does not read holds its loop no more than a plain one: with one loop, another
+// tunnel keeps relaying, and the stalled one completes once its receiver reads.
+func TestSlowTLSReceiverDoesNotBlockOthers(t *testing.T) {
+	e := newTLSEnv(t, Options{Loops: 1, BufferSize: 16 << 10})
+	slowC, slowUp, _ := e.openTLS("g", false, nil, nil)
+	fastC, fastUp, _ := e.openTLS("g", false, nil, nil)
+
+	const big = 8 << 20
+	data := make([]byte, big)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	wrote := make(chan error, 1)
+	go func() { // server → TLS client, which does not read yet
+		_, err := slowUp.Write(data)
+		wrote <- err
+	}()
+	waitWriteBlocked(t)
+
+	go echo(fastUp)
+	for i := range 50 {
+		fastC.Write([]byte{byte(i)}) //nolint:errcheck
+		if got := readN(t, fastC, 1, hang); !bytes.Equal(got, []byte{byte(i)}) {
+			t.Fatal("fast tunnel corrupted")
+		}
+	}
+	if got := readN(t, slowC, big, 2*hang); !bytes.Equal(got, data) {
+		t.Fatal("slow tunnel corrupted")
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTLSTunnelOnTheLoopsHalfClosesWithCloseNotify(t *testing.T) {
+	e := newTLSEnv(t, Options{})
+	rs := newReasons()
+	client, up, _ := e.openTLS("g", false, nil, rs.onClose)
+	if err := up.(*net.TCPConn).CloseWrite(); err != nil { // the server is done sending
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+	if _, err := client.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("client read after the server's half-close: %v, want EOF (close_notify)", err)
+	}
+	client.Write([]byte("late")) //nolint:errcheck // the client can still send
+	if got := readN(t, up, 4, hang); string(got) != "late" {
+		t.Fatalf("got %q after the half-close", got)
+	}
+	client.CloseWrite() //nolint:errcheck
+	rs.wait(t, hang)
+	if rs.got[0] != ClosedByServer {
+		t.Fatalf("reason %v, want %v", rs.got[0], ClosedByServer)
+	}
+}
+
+func TestTLSTunnelOnTheLoopsIdleTimeoutAndCloseGroup(t *testing.T) {
+	e := newTLSEnv(t, Options{IdleTimeout: 200 * time.Millisecond})
+	rs := newReasons()
+	client, _, _ := e.openTLS("idle", false, nil, rs.onClose)
+	rs.wait(t, hang)
+	if rs.got[0] != IdleTimeout {
+		t.Fatalf("reason %v, want %v", rs.got[0], IdleTimeout)
+	}
+	expectEOF(t, client, hang)
+
+	e2 := newTLSEnv(t, Options{})
+	rs2 := newReasons()
+	c2, _, _ := e2.openTLS("down", true, nil, rs2.onClose)
+	if n := e2.r.CloseGroup("down"); n != 1 {
+		t.Fatalf("CloseGroup closed %d", n)
+	}
+	rs2.wait(t, hang)
+	expectEOF(t, c2, hang)
+}
