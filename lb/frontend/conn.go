@@ -51,6 +51,9 @@ func (l *listener) Accept() (net.Conn, error) {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		if nc, err := nbio.NewTCPConn(tcp); err == nil {
 			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
+			if l.tls != nil {
+				nc.CountTLSRecords() // for the tunnel engine, if it becomes a wss:// tunnel
+			}
 		}
 	}
 	if l.tls != nil {

@@ -292,8 +292,42 @@ func (c *Conn) opError(op string, err error) error {
 // kept, in order, until Flush (in another goroutine) writes it.
 type TCPConn struct {
 	*net.TCPConn
-	nb Conn
-	ev evented
+	nb  Conn
+	ev  evented
+	rec *records // the TLS framing of what was read, when counted (CountTLSRecords)
+}
+
+// records follows the TLS record framing (RFC 8446 5.1: a 5-byte header whose last two bytes are the
+// length of the fragment that follows; the same from SSL 3.0 to TLS 1.3) of a byte stream read from
+// its first byte, and counts the records whose last byte went by.
+type records struct {
+	complete uint64
+	hdr      [5]byte
+	hn       int // header bytes seen of the record under way
+	body     int // fragment bytes still to come
+}
+
+func (r *records) observe(b []byte) {
+	for len(b) > 0 {
+		if r.body > 0 {
+			k := min(r.body, len(b))
+			r.body -= k
+			b = b[k:]
+			if r.body == 0 {
+				r.complete++
+			}
+			continue
+		}
+		k := copy(r.hdr[r.hn:], b)
+		r.hn += k
+		b = b[k:]
+		if r.hn == len(r.hdr) {
+			r.hn = 0
+			if r.body = int(r.hdr[3])<<8 | int(r.hdr[4]); r.body == 0 {
+				r.complete++
+			}
+		}
+	}
 }
 
 // evented is a TCPConn's state in evented mode.
@@ -302,6 +336,7 @@ type evented struct {
 	mu      sync.Mutex // guards the socket's writes in evented mode, and pending
 	pending []byte     // written, not yet taken by the socket; nil when nothing is
 	blocked atomic.Bool
+	drained bool  // the last evented read found the socket empty; the reading goroutine's
 	fwerr   error // the failure Flush's callback met; guarded by mu
 	flushFn func(fd uintptr) bool
 }
@@ -329,12 +364,37 @@ func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
 
 // Read reads as net.Conn.Read does; in evented mode it makes one read that never parks, and answers
 // ErrWouldBlock when nothing is there.
-func (c *TCPConn) Read(b []byte) (int, error) {
+func (c *TCPConn) Read(b []byte) (n int, err error) {
 	if c.ev.on.Load() {
-		return c.nb.readNow(b)
+		n, err = c.nb.readNow(b)
+		c.ev.drained = err == ErrWouldBlock || n > 0 && n < len(b)
+	} else {
+		n, err = c.nb.Read(b)
 	}
-	return c.nb.Read(b)
+	if c.rec != nil && n > 0 {
+		c.rec.observe(b[:n])
+	}
+	return n, err
 }
+
+// CountTLSRecords makes c count the TLS records whose last byte it has read (TLSRecords): an event
+// loop reading a TLS connection over c can then tell, without reading the socket again, whether the
+// connection holds whole records it has not decrypted yet. Call it before c's first read: the count
+// follows the record framing from the connection's first byte.
+func (c *TCPConn) CountTLSRecords() { c.rec = new(records) }
+
+// TLSRecords is the number of whole TLS records read so far (CountTLSRecords), 0 if not counted.
+func (c *TCPConn) TLSRecords() uint64 {
+	if c.rec == nil {
+		return 0
+	}
+	return c.rec.complete
+}
+
+// Drained reports whether the last read in evented mode found the socket empty: it answered
+// ErrWouldBlock, or fewer bytes than asked (a stream socket's receive queue is then empty: epoll(7),
+// Q&A 9). For the reading goroutine.
+func (c *TCPConn) Drained() bool { return c.ev.drained }
 
 // Write writes as net.Conn.Write does; in evented mode it never parks: what the socket does not take
 // at once is kept for Flush (Blocked reports it), and it answers len(b) unless the socket failed.
@@ -351,6 +411,7 @@ func (c *TCPConn) SetEvented(on bool) {
 	if c.ev.flushFn == nil {
 		c.ev.flushFn = c.flushNow
 	}
+	c.ev.drained = false
 	c.ev.on.Store(on)
 }
 

@@ -156,7 +156,19 @@ type side struct {
 	peer  *side
 	tls   *tls.Conn     // read (and written) instead of the socket, when the side is TLS
 	nb    *nbio.TCPConn // under tls, in evented mode while the tunnel lives
+
+	// A TLS side's owner's: whether nb's record count is known to match what tls consumed (synced,
+	// from the first read that found nothing), the records tls has returned data from since (each
+	// read of at least a record's largest plaintext takes one whole), and whether the socket
+	// reported its peer's end (hup: the socket must then be read until EOF).
+	synced bool
+	hup    bool
+	apps   uint64
 }
+
+// maxTLSPlaintext is the largest plaintext of a TLS record (RFC 8446 5.1): a read of at least this
+// much returns the whole of the next record's.
+const maxTLSPlaintext = 1 << 14
 
 // claim is the loop's answer to an event for s: true if the caller now owns s and must run
 // its turn; false if s is owned already, whose owner is then told to read again.
@@ -596,6 +608,9 @@ func (lp *loop) run(r *Engine) {
 func (w *worker) turn(s *side, events uint32) {
 	r, t := w.r, s.t
 	moved := 0 // not yet counted
+	if events&eofEvents != 0 {
+		s.hup = true
+	}
 	for n := 0; ; {
 		if n == readsPerTurn {
 			// Maybe not drained: let the other ready sides go first.
@@ -614,6 +629,9 @@ func (w *worker) turn(s *side, events uint32) {
 		}
 		switch {
 		case rerr == errDrained:
+			if s.tls != nil { // tls has taken every whole record: the count is exact from here
+				s.synced, s.apps = true, s.nb.TLSRecords()
+			}
 			r.relayed(s, moved)
 			moved = 0
 			if s.release() {
@@ -628,9 +646,8 @@ func (w *worker) turn(s *side, events uint32) {
 			r.closeTunnel(t, Error)
 			return
 		}
-		if s.tls == nil && m < len(b) && events&eofEvents == 0 {
-			// Drained (a short read of a stream socket): any later data queues a new event. (A TLS
-			// side reads on until its connection says so: it may hold whole records already.)
+		if s.drained(m, len(b), events) {
+			// Drained: any later data queues a new event.
 			r.relayed(s, moved)
 			moved = 0
 			if s.release() {
@@ -638,6 +655,22 @@ func (w *worker) turn(s *side, events uint32) {
 			}
 		}
 	}
+}
+
+// drained tells, after a read of m bytes into a buffer of size bytes, that the socket is drained
+// without reading it again. A plain side: a short read of a stream socket (epoll(7), Q&A 9), unless
+// the claiming event reported the peer's end. A TLS side: its connection's last read from the socket
+// was short too, and it has returned data from every whole record read (none waits decrypted or not);
+// a partial record waits for bytes whose arrival is an event.
+func (s *side) drained(m, size int, events uint32) bool {
+	if s.tls == nil {
+		return m < size && events&eofEvents == 0
+	}
+	if m == 0 || !s.synced || s.hup || size < maxTLSPlaintext {
+		return false
+	}
+	s.apps++
+	return s.nb.Drained() && s.nb.TLSRecords() == s.apps
 }
 
 // errDrained is w.read's answer when the socket has nothing more for now.

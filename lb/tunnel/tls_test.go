@@ -18,14 +18,15 @@ import (
 // is done before Add; then the loop reads its records only when the socket is readable, and writes
 // never park it.
 
-// evented returns the TLS end the engine gets, over tc, once both handshakes are done (the test's
-// end, over peer, is returned as well).
+// evented returns the TLS end the engine gets, over tc (an nbio.TCPConn counting TLS records), once
+// both handshakes are done (the test's end, over peer, is returned as well).
 func (e *tlsEnv) evented(tc, peer *net.TCPConn, engineIsServer bool) (engineEnd, testEnd *tls.Conn) {
 	e.tb.Helper()
 	nc, err := nbio.NewTCPConn(tc)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
+	nc.CountTLSRecords() // as the front end and the dialer do
 	if engineIsServer {
 		engineEnd, testEnd = tls.Server(nc, e.server), tls.Client(peer, e.client)
 	} else {
@@ -304,4 +305,21 @@ func TestTLSTunnelOnTheLoopsIdleTimeoutAndCloseGroup(t *testing.T) {
 	}
 	rs2.wait(t, hang)
 	expectEOF(t, c2, hang)
+}
+
+// A TLS side that stops after a turn's reads for fairness, with the rest of a record already read
+// from the socket into its connection, is turned again though the socket announces nothing.
+func TestATLSSideThatYieldsWithARecordInHandIsTurnedAgain(t *testing.T) {
+	e := newTLSEnv(t, Options{Loops: 1, BufferSize: 1024}) // a 16 KiB record takes 16 reads: 4 turns
+	client, up, _ := e.openTLS("g", false, nil, nil)
+	msg := make([]byte, 16<<10) // one record, the largest TLS has
+	for i := range msg {
+		msg[i] = byte(i * 5)
+	}
+	if _, err := client.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if got := readN(t, up, len(msg), hang); !bytes.Equal(got, msg) {
+		t.Fatal("the record arrived changed")
+	}
 }

@@ -48,6 +48,7 @@ func (d *Dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
 	} else if tc, ok := c.(*net.TCPConn); ok && d.TLS != nil {
 		// A connection for a tunnel: under TLS, the tunnel engine reads and writes it in evented mode.
 		if nc, err := nbio.NewTCPConn(tc); err == nil {
+			nc.CountTLSRecords()
 			c = nc
 		}
 	}
