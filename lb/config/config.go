@@ -146,8 +146,8 @@ type Frontend struct {
 	// default cipher suites, ALPN http/1.1; the handshake runs before the first read, bounded by
 	// header_timeout, and one that fails closes the connection without an answer. Needs a certificate:
 	// tls_cert and tls_key, or [[frontend.certs]]. WebSocket upgrades over TLS are tunnelled like plain
-	// ones, but streamed by two goroutines with small buffers (512 bytes while waiting, a pooled 32 KiB
-	// one during a burst) instead of the epoll relay.
+	// ones, by the same epoll relay: their records are read only when the socket is readable, and an
+	// idle one holds no goroutine and no buffer.
 	TLSListen string `toml:"tls_listen"`
 	// PEM file of the default certificate, chain first, with tls_key. Certificates, keys and client_ca
 	// are read when the config is loaded and watched: a new one applies at the next handshake without

@@ -94,6 +94,24 @@ import (
 // side as above, so whatever arrived meanwhile is reported again. Add's pending bytes that the
 // peer cannot take at once are written the same way, their side registered as running.
 //
+// TLS sides. A side whose connection is a *tls.Conn (its handshake done) over an *nbio.TCPConn is
+// registered like a plain one, by its socket, and read with tls.Conn.Read once the TCPConn is in
+// evented mode: every read of the socket under it is one non-blocking read, and an empty socket
+// answers nbio.ErrWouldBlock, a temporary net.Error, which crypto/tls returns without failing the
+// connection (it keeps the part of a record it has). Writes to it (tls.Conn.Write) never park either:
+// what the socket does not take waits in the TCPConn, and the turn hands its side to a goroutine that
+// flushes it (finishFlush), as a blocked plain write is handed to finishWrite.
+//
+// A TLS connection may hold whole records already read from the socket, which no event will announce
+// again. So a TLS side is let go only when it is known to hold none: after a read that found nothing,
+// or after a short read of the socket when every whole record read so far has given its data (the
+// TCPConn counts the records whose last byte it read; each tls.Conn.Read with a buffer of at least
+// a record's largest plaintext returns one whole record's data: so the count tells, without another
+// read that would find nothing). And a TLS side is never yielded with EPOLL_CTL_MOD, whose event only
+// reports the socket: it goes to its loop's run queue, which an eventfd in the loop's epoll announces,
+// and the loop turns it again. A new TLS side's first turn comes from the run queue too: its
+// connection may have read frames with the upgrade.
+//
 // Lifecycle and fd reuse: Tunnel.mu guards closed and each side's registration. Every
 // epoll_ctl on a tunnel's socket (ADD in Add, MOD in a yield) is done under it and only while
 // !closed; closeTunnel sets closed and removes both fds from epoll (EPOLL_CTL_DEL) under it,

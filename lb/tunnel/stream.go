@@ -6,10 +6,9 @@ import (
 	"net"
 )
 
-// Streamed tunnels: a connection that is not a plain TCP socket (a TLS connection, whose bytes must
-// be decrypted by Go before they can be relayed) cannot be watched by epoll, so its tunnel is
-// carried by two goroutines, one per direction, with blocking reads and writes; the portable
-// fallback carries every tunnel so. Same registry, groups, idle timeout, half-close and reasons as
+// Streamed tunnels: a connection that the loops cannot watch (neither a TCP socket nor a TLS
+// connection over an *nbio.TCPConn) has its tunnel carried by two goroutines, one per direction, with
+// blocking reads and writes; the portable fallback carries every tunnel so. Same registry, groups, idle timeout, half-close and reasons as
 // the epoll tunnels.
 //
 // Memory while idle: each goroutine reads into a small buffer of its own (pumpSmall); only once a

@@ -14,7 +14,10 @@
 // receiver is slower than the sender) is finished by a goroutine of its own, which holds that
 // one buffer until the receiver catches up; meanwhile the sending side is not read
 // (backpressure), so no other tunnel waits for it. Relaying allocates nothing per message.
-// A tunnel with a connection that is not plain TCP (TLS) is streamed by two goroutines
+// A TLS connection (a wss:// client on the HTTPS listener, a pool's TLS upstream) is relayed the same
+// way once its handshake is done, when it runs over an *nbio.TCPConn in evented mode: its records are
+// read only when the socket is readable, its writes never park the loop, and an idle one holds no
+// goroutine either. A tunnel with any other kind of connection is streamed by two goroutines
 // (stream.go); elsewhere than Linux every tunnel is, keeping the same API.
 package tunnel
 
