@@ -34,13 +34,24 @@ func Read(fd uintptr, b []byte) (int, error) { return call(unix.SYS_READ, fd, b)
 // Write is write(2) on the non-blocking fd, made with RawSyscall; EINTR is retried, EAGAIN returned.
 func Write(fd uintptr, b []byte) (int, error) { return call(unix.SYS_WRITE, fd, b) }
 
+// Recv is recv(2) (recvfrom with no address) on the non-blocking socket fd, made with RawSyscall;
+// EINTR is retried, EAGAIN returned. For a socket it is read(2) without the file layer's part (no
+// file position to take: fdget_pos, vfs_read), as nginx and HAProxy read theirs.
+func Recv(fd uintptr, b []byte) (int, error) { return call(unix.SYS_RECVFROM, fd, b) }
+
+// Send is send(2) (sendto with no address) on the non-blocking socket fd, made with RawSyscall; EINTR
+// is retried, EAGAIN returned. For a socket it is write(2) without the file layer's part.
+func Send(fd uintptr, b []byte) (int, error) { return call(unix.SYS_SENDTO, fd, b) }
+
 func call(trap, fd uintptr, b []byte) (int, error) {
 	var p unsafe.Pointer
 	if len(b) > 0 {
 		p = unsafe.Pointer(unsafe.SliceData(b))
 	}
 	for {
-		n, _, e := unix.RawSyscall(trap, fd, uintptr(p), uintptr(len(b)))
+		// recvfrom and sendto take three more arguments: flags 0 and no address (0, 0); read and
+		// write ignore them.
+		n, _, e := unix.RawSyscall6(trap, fd, uintptr(p), uintptr(len(b)), 0, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
@@ -109,7 +120,7 @@ func (c *Conn) doRead(fd uintptr) bool {
 		// Written in the callback, after Go reset the socket's readiness for this read and
 		// before it waits: the answer to these bytes cannot come before the reset and be missed.
 		for len(c.first) > 0 {
-			n, err := Write(fd, c.first)
+			n, err := Send(fd, c.first)
 			if err != nil { // EAGAIN (the socket is full: the rest goes the ordinary way) or a failure
 				c.ferr = err
 				return true
@@ -119,13 +130,13 @@ func (c *Conn) doRead(fd uintptr) bool {
 		c.first = nil
 		return false // wait for the answer
 	}
-	c.rn, c.rerr = Read(fd, c.rb)
+	c.rn, c.rerr = Recv(fd, c.rb)
 	return c.rerr != unix.EAGAIN
 }
 
 func (c *Conn) doWrite(fd uintptr) bool {
 	for len(c.wb) > 0 {
-		n, err := Write(fd, c.wb)
+		n, err := Send(fd, c.wb)
 		if err == unix.EAGAIN {
 			return false // Go waits until the socket is writable, then calls again
 		}
@@ -161,7 +172,7 @@ func (c *Conn) readNow(b []byte) (int, error) {
 }
 
 func (c *Conn) doReadNow(fd uintptr) bool {
-	c.rn, c.rerr = Read(fd, c.rb)
+	c.rn, c.rerr = Recv(fd, c.rb)
 	return true
 }
 
@@ -183,7 +194,7 @@ func (c *Conn) writeNow(b []byte) (int, error) {
 
 func (c *Conn) doWriteNow(fd uintptr) bool {
 	for len(c.wb) > 0 {
-		n, err := Write(fd, c.wb)
+		n, err := Send(fd, c.wb)
 		if err != nil {
 			if err != unix.EAGAIN {
 				c.werr = err
@@ -462,7 +473,7 @@ func (c *TCPConn) flushNow(fd uintptr) bool {
 	c.ev.mu.Lock()
 	defer c.ev.mu.Unlock()
 	for len(c.ev.pending) > 0 {
-		n, err := Write(fd, c.ev.pending)
+		n, err := Send(fd, c.ev.pending)
 		if err == unix.EAGAIN {
 			return false
 		}

@@ -427,7 +427,7 @@ func writeNow(raw syscall.RawConn, b []byte) (n int, err error) {
 	var werr error
 	err = raw.Write(func(fd uintptr) bool {
 		for n < len(b) {
-			m, e := nbio.Write(fd, b[n:])
+			m, e := nbio.Send(fd, b[n:])
 			if e != nil {
 				if e != unix.EAGAIN {
 					werr = e
@@ -557,12 +557,12 @@ func newWorker(r *Engine) *worker {
 }
 
 func (w *worker) rawRead(fd uintptr) bool {
-	w.rn, w.rerr = nbio.Read(fd, w.rb)
+	w.rn, w.rerr = nbio.Recv(fd, w.rb)
 	return true // never let Go park: EAGAIN ends the turn and epoll tells us when to come back
 }
 
 func (w *worker) rawWrite(fd uintptr) bool {
-	w.wn, w.werr = nbio.Write(fd, w.wb)
+	w.wn, w.werr = nbio.Send(fd, w.wb)
 	return true
 }
 
