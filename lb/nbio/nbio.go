@@ -9,11 +9,14 @@
 // call" and retake it, waking another thread to run it, only for the writer to find its P gone
 // on return and park. Measured on this project's proxy at GOMAXPROCS=2 (ws-echo, http-small):
 // entersyscall/exitsyscall, sysmon's retakes and the futex wake-ups they start were 8–10% of the
-// proxy's CPU. Read and Write here are RawSyscall: the thread keeps its P through the call.
+// proxy's CPU. Read, Write, Recv and Send here are RawSyscall: the thread keeps its P through
+// the call. Recv and Send (recvfrom and sendto with no address) are for sockets: they skip the
+// file layer that read and write go through, as nginx and HAProxy do.
 //
 // They are only for file descriptors in non-blocking mode (every fd of a net.Conn, os.File
-// pipes and epoll fds that Go polls). Conn wraps a *net.TCPConn with them, parking in Go's
-// netpoller (and so honouring deadlines) only when the socket would block.
+// pipes, eventfds and epoll fds that Go polls). Conn wraps a *net.TCPConn with Recv and Send,
+// parking in Go's netpoller (and so honouring deadlines) only when the socket would block; TCPConn
+// adds the evented mode of an event loop that must never park.
 package nbio
 
 import (

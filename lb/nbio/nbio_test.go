@@ -758,6 +758,28 @@ func TestConnIODoesNotAllocate(t *testing.T) {
 // TestReadWriteOnASocketpair proves the free Read and Write: EAGAIN (exactly unix.EAGAIN) when nothing
 // is there, the bytes when they are, (0, nil) for empty buffers and at EOF, and EBADF for a bad fd.
 func TestReadWriteOnASocketpair(t *testing.T) {
+	testReadWrite(t, Read, Write)
+}
+
+// Recv and Send are Read and Write for sockets (recvfrom and sendto with no address): the same
+// answers on a stream socket, and ENOTSOCK on a file that is not one (the eventfd that Read serves).
+func TestRecvSendOnASocketpairAndNotOnAnEventfd(t *testing.T) {
+	testReadWrite(t, Recv, Send)
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	if _, err := Send(uintptr(efd), one); err != unix.ENOTSOCK {
+		t.Fatalf("Send to an eventfd: %v, want ENOTSOCK", err)
+	}
+	if n, err := Write(uintptr(efd), one); n != 8 || err != nil {
+		t.Fatalf("Write to an eventfd: %d, %v", n, err)
+	}
+}
+
+func testReadWrite(t *testing.T, Read, Write func(uintptr, []byte) (int, error)) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
