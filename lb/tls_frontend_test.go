@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,6 +443,41 @@ func TestTLSWebSocketTunnelsEchoOneMiBMessagesAndStick(t *testing.T) {
 	}
 	if n := c.Platforms[0].Requests() + c.Platforms[1].Requests(); n != 0 {
 		t.Errorf("the platforms got %d requests from WebSocket tunnels", n)
+	}
+}
+
+// pumpGoroutines counts the goroutines of streamed tunnels (tunnel's pump, two per streamed tunnel):
+// none when every tunnel is on the event loops.
+func pumpGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "tunnel.(*Engine).pump(")
+}
+
+// wss:// tunnels are carried by the tunnel engine's event loops like plain ones: with 40 of them open
+// and idle, no goroutine relays any of them, and each still echoes.
+func TestTLSWebSocketTunnelsAreCarriedByTheEventLoopsWithoutAGoroutineEach(t *testing.T) {
+	_, _, env, tlsAddr, _ := tlsCxLB(t, 2, "")
+	cfg := env.clientConfig(tlsName)
+	var conns []*websocket.Conn
+	for i := range 40 {
+		conn, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
+		defer conn.Close()
+		wsEcho(t, conn, websocket.TextMessage, []byte("first"))
+		conns = append(conns, conn)
+	}
+	if n := pumpGoroutines(); n != 0 {
+		t.Fatalf("%d goroutines relay the 40 idle wss tunnels, want 0", n)
+	}
+	for i, conn := range conns {
+		wsEcho(t, conn, websocket.BinaryMessage, bytes.Repeat([]byte{byte(i)}, 100<<10))
 	}
 }
 

@@ -384,8 +384,10 @@ fall = 100
 	l, logs := startLB(t, cxConfig(c, extra))
 
 	const assets = 8
+	var open []*websocket.Conn
 	for i := 0; i < assets; i++ {
 		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
+		defer conn.Close()
 		msg := []byte(fmt.Sprintf("hello over TLS %d", i))
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
@@ -395,6 +397,13 @@ fall = 100
 		if err != nil || mt != websocket.TextMessage || string(got) != string(msg) {
 			t.Fatalf("asset %d: echo %q (type %d), %v; want %q", i, got, mt, err, msg)
 		}
+		open = append(open, conn)
+	}
+	// The tunnels' TLS sides are on the event loops: no goroutine relays them while they are idle.
+	if n := pumpGoroutines(); n != 0 {
+		t.Errorf("%d goroutines relay %d idle tunnels to a TLS connection server, want 0", n, assets)
+	}
+	for _, conn := range open {
 		conn.Close()
 	}
 	if n := c.Connections[0].Upgrades(); n != assets {
