@@ -181,19 +181,7 @@ func (c *Conn) doReadNow(fd uintptr) bool {
 
 // writeNow writes as much of b as the socket takes without parking: n < len(b) with no error when
 // it is full.
-func (c *Conn) writeNow(b []byte) (int, error) {
-	c.wb, c.wn, c.werr = b, 0, nil
-	err := c.raw.Write(c.writeNowFn)
-	n, werr := c.wn, c.werr
-	c.wb = nil
-	if err != nil {
-		return n, err
-	}
-	if werr != nil {
-		return n, c.opError("write", werr)
-	}
-	return n, nil
-}
+func (c *Conn) writeNow(b []byte) (int, error) { return c.write(c.writeNowFn, b) }
 
 func (c *Conn) doWriteNow(fd uintptr) bool {
 	for len(c.wb) > 0 {
@@ -278,9 +266,12 @@ func (c *Conn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {
 }
 
 // Write writes as net.Conn.Write does: all of b, or an error.
-func (c *Conn) Write(b []byte) (int, error) {
+func (c *Conn) Write(b []byte) (int, error) { return c.write(c.writeFn, b) }
+
+// write writes b with fn, one of c's write callbacks (made once: passing one allocates nothing).
+func (c *Conn) write(fn func(fd uintptr) bool, b []byte) (int, error) {
 	c.wb, c.wn, c.werr = b, 0, nil
-	err := c.raw.Write(c.writeFn)
+	err := c.raw.Write(fn)
 	n, werr := c.wn, c.werr
 	c.wb = nil
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -395,17 +394,8 @@ func upstreamGoroutines() string {
 // stops (its date updater, its worker pools' cleaners, which end within 10s): they belong to the
 // simulated upstream, not to the code under test.
 func ownGoroutines() (int, string) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	var own []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testkit.Goroutines() {
 		if !strings.Contains(g, "created by github.com/valyala/fasthttp.") {
 			own = append(own, g)
 		}

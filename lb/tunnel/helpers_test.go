@@ -179,16 +179,7 @@ func waitGoroutines(tb testing.TB, want int, d time.Duration) {
 // write is handed to (finishWrite, or finishFlush for a TLS receiver), with the portable one a tunnel's pump stuck in its Write.
 // It reads the goroutines' stacks, as the engine has no hook for it.
 func writeBlocked() bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range testkit.Goroutines() {
 		header, _, _ := strings.Cut(g, "\n")
 		if !strings.Contains(header, "[IO wait") {
 			continue

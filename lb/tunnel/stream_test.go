@@ -87,10 +87,33 @@ func TestStreamedTunnelRelaysLargeMessagesBothWays(t *testing.T) {
 	}
 }
 
-func TestStreamedTunnelHalfClosesAndEndsWithTheReasonOfWhoClosedFirst(t *testing.T) {
+// tlsCarriers are the two ways a TLS tunnel is carried, with the same semantics: streamed (the engine's
+// TLS connection over a plain *net.TCPConn) and on the loops (over an *nbio.TCPConn, tls_test.go). The
+// test's upstream end is plain.
+var tlsCarriers = []struct {
+	name string
+	open func(e *tlsEnv, group string, onClose func(Reason)) (*tls.Conn, *net.TCPConn)
+}{
+	{"streamed", func(e *tlsEnv, group string, onClose func(Reason)) (*tls.Conn, *net.TCPConn) {
+		client, up, _ := e.open(group, onClose)
+		return client, up
+	}},
+	{"on the loops", func(e *tlsEnv, group string, onClose func(Reason)) (*tls.Conn, *net.TCPConn) {
+		client, up, _ := e.openTLS(group, false, nil, onClose)
+		return client, up.(*net.TCPConn)
+	}},
+}
+
+func TestTLSTunnelHalfClosesAndEndsWithTheReasonOfWhoClosedFirst(t *testing.T) {
+	for _, carrier := range tlsCarriers {
+		t.Run(carrier.name, func(t *testing.T) { testTLSHalfClose(t, carrier.open) })
+	}
+}
+
+func testTLSHalfClose(t *testing.T, open func(e *tlsEnv, group string, onClose func(Reason)) (*tls.Conn, *net.TCPConn)) {
 	e := newTLSEnv(t, Options{})
 	rs := newReasons()
-	client, up, _ := e.open("g", rs.onClose)
+	client, up := open(e, "g", rs.onClose)
 	if err := up.CloseWrite(); err != nil { // the server is done sending
 		t.Fatal(err)
 	}
@@ -109,10 +132,16 @@ func TestStreamedTunnelHalfClosesAndEndsWithTheReasonOfWhoClosedFirst(t *testing
 	}
 }
 
-func TestStreamedTunnelIdleTimeoutAndCloseGroup(t *testing.T) {
+func TestTLSTunnelIdleTimeoutAndCloseGroup(t *testing.T) {
+	for _, carrier := range tlsCarriers {
+		t.Run(carrier.name, func(t *testing.T) { testTLSIdleTimeoutAndCloseGroup(t, carrier.open) })
+	}
+}
+
+func testTLSIdleTimeoutAndCloseGroup(t *testing.T, open func(e *tlsEnv, group string, onClose func(Reason)) (*tls.Conn, *net.TCPConn)) {
 	e := newTLSEnv(t, Options{IdleTimeout: 200 * time.Millisecond})
 	rs := newReasons()
-	client, _, _ := e.open("idle", rs.onClose)
+	client, _ := open(e, "idle", rs.onClose)
 	rs.wait(t, hang)
 	if rs.got[0] != IdleTimeout {
 		t.Fatalf("reason %v, want %v", rs.got[0], IdleTimeout)
@@ -121,7 +150,7 @@ func TestStreamedTunnelIdleTimeoutAndCloseGroup(t *testing.T) {
 
 	e2 := newTLSEnv(t, Options{})
 	rs2 := newReasons()
-	c2, _, _ := e2.open("down", rs2.onClose)
+	c2, _ := open(e2, "down", rs2.onClose)
 	if n := e2.r.CloseGroup("down"); n != 1 {
 		t.Fatalf("CloseGroup closed %d", n)
 	}

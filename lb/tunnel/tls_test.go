@@ -265,48 +265,6 @@ func TestSlowTLSReceiverDoesNotBlockOthers(t *testing.T) {
 	}
 }
 
-func TestTLSTunnelOnTheLoopsHalfClosesWithCloseNotify(t *testing.T) {
-	e := newTLSEnv(t, Options{})
-	rs := newReasons()
-	client, up, _ := e.openTLS("g", false, nil, rs.onClose)
-	if err := up.(*net.TCPConn).CloseWrite(); err != nil { // the server is done sending
-		t.Fatal(err)
-	}
-	client.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
-	if _, err := client.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("client read after the server's half-close: %v, want EOF (close_notify)", err)
-	}
-	client.Write([]byte("late")) //nolint:errcheck // the client can still send
-	if got := readN(t, up, 4, hang); string(got) != "late" {
-		t.Fatalf("got %q after the half-close", got)
-	}
-	client.CloseWrite() //nolint:errcheck
-	rs.wait(t, hang)
-	if rs.got[0] != ClosedByServer {
-		t.Fatalf("reason %v, want %v", rs.got[0], ClosedByServer)
-	}
-}
-
-func TestTLSTunnelOnTheLoopsIdleTimeoutAndCloseGroup(t *testing.T) {
-	e := newTLSEnv(t, Options{IdleTimeout: 200 * time.Millisecond})
-	rs := newReasons()
-	client, _, _ := e.openTLS("idle", false, nil, rs.onClose)
-	rs.wait(t, hang)
-	if rs.got[0] != IdleTimeout {
-		t.Fatalf("reason %v, want %v", rs.got[0], IdleTimeout)
-	}
-	expectEOF(t, client, hang)
-
-	e2 := newTLSEnv(t, Options{})
-	rs2 := newReasons()
-	c2, _, _ := e2.openTLS("down", true, nil, rs2.onClose)
-	if n := e2.r.CloseGroup("down"); n != 1 {
-		t.Fatalf("CloseGroup closed %d", n)
-	}
-	rs2.wait(t, hang)
-	expectEOF(t, c2, hang)
-}
-
 // A TLS side that stops after a turn's reads for fairness, with the rest of a record already read
 // from the socket into its connection, is turned again though the socket announces nothing.
 func TestATLSSideThatYieldsWithARecordInHandIsTurnedAgain(t *testing.T) {
