@@ -96,11 +96,10 @@ type Conn struct {
 	readNowFn func(fd uintptr) bool
 
 	// The writing goroutine's.
-	wb         []byte
-	wn         int
-	werr       error
-	writeFn    func(fd uintptr) bool
-	writeNowFn func(fd uintptr) bool
+	wb      []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
 }
 
 // Init makes c read and write tc.
@@ -111,7 +110,7 @@ func (c *Conn) Init(tc *net.TCPConn) error {
 	}
 	c.tc, c.raw = tc, raw
 	c.readFn, c.writeFn = c.doRead, c.doWrite
-	c.readNowFn, c.writeNowFn = c.doReadNow, c.doWriteNow
+	c.readNowFn = c.doReadNow
 	return nil
 }
 
@@ -176,25 +175,6 @@ func (c *Conn) readNow(b []byte) (int, error) {
 
 func (c *Conn) doReadNow(fd uintptr) bool {
 	c.rn, c.rerr = Recv(fd, c.rb)
-	return true
-}
-
-// writeNow writes as much of b as the socket takes without parking: n < len(b) with no error when
-// it is full.
-func (c *Conn) writeNow(b []byte) (int, error) { return c.write(c.writeNowFn, b) }
-
-func (c *Conn) doWriteNow(fd uintptr) bool {
-	for len(c.wb) > 0 {
-		n, err := Send(fd, c.wb)
-		if err != nil {
-			if err != unix.EAGAIN {
-				c.werr = err
-			}
-			return true
-		}
-		c.wn += n
-		c.wb = c.wb[n:]
-	}
 	return true
 }
 
@@ -344,6 +324,13 @@ type evented struct {
 	drained bool  // the last evented read found the socket empty; the reading goroutine's
 	fwerr   error // the failure Flush's callback met; guarded by mu
 	flushFn func(fd uintptr) bool
+
+	// The writing goroutine's (writes are not concurrent, as for a net.Conn: a TLS connection over the
+	// TCPConn makes them under its own lock).
+	wb      []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
 }
 
 // ErrWouldBlock is what an evented TCPConn's Read answers when the socket holds nothing more to read.
@@ -414,7 +401,7 @@ func (c *TCPConn) Write(b []byte) (int, error) {
 // meanwhile. Switching it off with bytes still pending is the caller's mistake: Flush them first.
 func (c *TCPConn) SetEvented(on bool) {
 	if c.ev.flushFn == nil {
-		c.ev.flushFn = c.flushNow
+		c.ev.flushFn, c.ev.writeFn = c.flushNow, c.writeNow
 	}
 	c.ev.drained = false
 	c.ev.on.Store(on)
@@ -424,22 +411,47 @@ func (c *TCPConn) SetEvented(on bool) {
 func (c *TCPConn) Blocked() bool { return c.ev.blocked.Load() }
 
 func (c *TCPConn) writeEvented(b []byte) (int, error) {
+	c.ev.wb, c.ev.wn, c.ev.werr = b, 0, nil
+	err := c.nb.raw.Write(c.ev.writeFn)
+	n, werr := c.ev.wn, c.ev.werr
+	c.ev.wb = nil
+	if err != nil { // closed, or the write deadline passed: nothing taken
+		return 0, err
+	}
+	if werr != nil {
+		return n, c.nb.opError("write", werr)
+	}
+	return len(b), nil
+}
+
+// writeNow is writeEvented's callback: it writes what the socket takes, unless bytes are pending
+// already, and keeps the rest. Like Flush's callback it runs under the socket's write lock (taken by
+// RawConn.Write) and then takes mu: one lock order, so a Flush and a Write never wait for each other
+// in a circle.
+func (c *TCPConn) writeNow(fd uintptr) bool {
 	c.ev.mu.Lock()
 	defer c.ev.mu.Unlock()
-	rest := b
+	b := c.ev.wb
 	if c.ev.pending == nil {
-		n, err := c.nb.writeNow(b)
-		if err != nil {
-			return n, err
+		for len(b) > 0 {
+			n, err := Send(fd, b)
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil {
+				c.ev.werr = err
+				return true
+			}
+			c.ev.wn += n
+			b = b[n:]
 		}
-		rest = b[n:]
-		if len(rest) == 0 {
-			return len(b), nil
+		if len(b) == 0 {
+			return true
 		}
 	}
-	c.ev.pending = append(c.ev.pending, rest...)
+	c.ev.pending = append(c.ev.pending, b...)
 	c.ev.blocked.Store(true)
-	return len(b), nil
+	return true
 }
 
 // Flush writes what evented writes left pending, parked in Go's netpoller until the socket takes it
