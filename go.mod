@@ -12,6 +12,7 @@ require (
 	github.com/google/renameio/v2 v2.0.2
 	github.com/miekg/dns v1.1.73
 	github.com/valyala/fasthttp v1.79.0
+	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 )
 
@@ -24,5 +25,5 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
-	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )

@@ -51,6 +51,7 @@ type LB struct {
 	version string               // fairlead_build_info
 
 	frontend *fasthttp.Server
+	h2       *frontend.H2 // the front end's HTTP/2 streams
 	admin    *fasthttp.Server
 	lns      listeners // the front end's and the admin's (listeners.go)
 
@@ -251,6 +252,13 @@ func (lb *LB) Start(ctx context.Context) error {
 		Logger:                lb.front.Logger(),
 		SecureErrorLogMessage: true,
 	}
+	// HTTP/2 on the TLS listener: a connection whose handshake chose h2 (offered with http2 = true)
+	// is served stream by stream into the same handler (lb/frontend/h2.go).
+	lb.h2 = lb.front.NewH2(lb.handle, func() frontend.H2Config {
+		fe := &lb.gen.Load().cfg.Frontend
+		return frontend.H2Config{MaxStreams: 100, MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
+	})
+	lb.frontend.NextProto("h2", lb.h2.Serve)
 	for _, ln := range fls {
 		lb.serve(lb.frontend, ln, "frontend")
 	}

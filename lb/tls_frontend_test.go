@@ -372,10 +372,11 @@ func TestTLSOnlyVersions12And13AreAccepted(t *testing.T) {
 	}
 }
 
-func TestTLSALPNNegotiatesHTTP11(t *testing.T) {
+// With http2 = false, a client offering h2 is answered http/1.1 (h2_test.go: with the default, h2).
+func TestTLSALPNNegotiatesHTTP11WithoutHTTP2(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
 	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "http2 = false")
 	for _, offer := range [][]string{{"http/1.1"}, {"h2", "http/1.1"}} {
 		cfg := env.clientConfig(tlsName)
 		cfg.NextProtos = offer

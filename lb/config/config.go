@@ -143,7 +143,7 @@ type Frontend struct {
 	DrainTimeout Duration `toml:"drain_timeout"`
 	// The address of the HTTPS listener, beside listen or alone, served by the same front end (framer,
 	// routes, stickiness, retries, access log) with X-Forwarded-Proto: https. TLS 1.2 and 1.3, Go's
-	// default cipher suites, ALPN http/1.1; the handshake runs before the first read, bounded by
+	// default cipher suites, ALPN h2 (with http2) then http/1.1; the handshake runs before the first read, bounded by
 	// header_timeout, and one that fails closes the connection without an answer. Needs a certificate:
 	// tls_cert and tls_key, or [[frontend.certs]]. WebSocket upgrades over TLS are tunnelled like plain
 	// ones, by the same epoll relay: their records are read only when the socket is readable, and an
@@ -164,6 +164,12 @@ type Frontend struct {
 	// "require": a client without a valid certificate fails the handshake; "verify_if_given": a
 	// certificate is checked if one is sent. Goes with client_ca.
 	ClientAuth string `toml:"client_auth"`
+	// Offers HTTP/2 on tls_listen (ALPN h2 before http/1.1). Each stream is one request through the same
+	// path as HTTP/1.1 (routes, auth, pools, retries, access log, metrics), forwarded as HTTP/1.1 from
+	// the validated fields only; WebSocket upgrades stay HTTP/1.1 (no extended CONNECT is offered).
+	// max_header_size bounds a stream's header list, read_timeout its body, idle_timeout the idle
+	// connection. false answers ALPN with http/1.1 only. A reload applies it to new connections.
+	HTTP2 bool `toml:"http2"`
 	// Answers every plain HTTP request with a 308 to the same URI over HTTPS (on tls_listen's port,
 	// none for 443); nothing is forwarded.
 	RedirectHTTPS bool `toml:"redirect_https"`

@@ -31,7 +31,7 @@ func (c *Config) loadFrontTLS() []string {
 	if fe.TLSListen == "" {
 		for key, set := range map[string]bool{"tls_cert": fe.TLSCert != "", "tls_key": fe.TLSKey != "",
 			"certs": len(fe.Certs) > 0, "client_ca": fe.ClientCA != "", "client_auth": fe.ClientAuth != "",
-			"redirect_https": fe.RedirectHTTPS} {
+			"redirect_https": fe.RedirectHTTPS, "http2": c.set(&fe.HTTP2) && fe.HTTP2} {
 			if set {
 				add(key, "needs tls_listen (the HTTPS listener)")
 			}
@@ -106,6 +106,9 @@ func (c *Config) loadFrontTLS() []string {
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     []string{"http/1.1"},
 		GetCertificate: ft.certificate,
+	}
+	if fe.HTTP2 {
+		ft.Config.NextProtos = []string{"h2", "http/1.1"}
 	}
 	switch fe.ClientAuth {
 	case "":

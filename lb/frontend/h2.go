@@ -1,0 +1,382 @@
+package frontend
+
+// HTTP/2 on the TLS listener (RFC 9113). A connection whose handshake chose ALPN "h2" is served by
+// golang.org/x/net/http2 (framing, HPACK, flow control, stream states, and the checks RFC 9113 section
+// 8 asks of a server: no connection-specific fields, TE only "trailers", pseudo-header fields once each
+// and first, lowercase names, no CR, LF or NUL, content-length equal to the DATA received; a stream
+// that breaks one is reset, and its handler never runs). Each stream that passes becomes one
+// HTTP/1.1 request for the front end's handler, the same as a request read from an HTTP/1.1
+// connection: its head is written from the validated fields only (request line in origin form, Host
+// from :authority, then the fields in a fixed order, Content-Length or chunked framing for a body),
+// run through this package's framer like any request, and parsed by fasthttp; its body streams from
+// the stream's DATA. The answer goes back as the stream's HEADERS and DATA, less the HTTP/1.1
+// connection-specific fields.
+//
+// Limits: concurrent streams per connection (MaxStreams), the header list size (max_header_size,
+// advertised as SETTINGS_MAX_HEADER_LIST_SIZE; x/net closes a connection whose CONTINUATION frames go
+// past it), the flow-control windows (x/net's 1 MiB per stream and per connection: what a client may
+// send ahead is bounded), read_timeout and idle_timeout as for HTTP/1.1, and rapid reset
+// (CVE-2023-44487): a connection whose client has reset at least rapidResetMin streams, more than half
+// of those it opened, is closed. Each refusal is counted (H2Counts).
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+)
+
+// H2Config are the limits of the HTTP/2 connections, read at each connection's start (a reload applies
+// to new connections).
+type H2Config struct {
+	MaxStreams  uint32        // concurrent streams per connection
+	MaxHeader   int           // max_header_size: the header list size
+	ReadTimeout time.Duration // read_timeout: a request body's silence
+	IdleTimeout time.Duration // idle_timeout: a connection without streams
+}
+
+// rapidResetMin is the number of streams a client must have reset before its connection may be closed
+// for rapid reset: a browser cancels some requests (a page left, a fetch aborted), never most.
+const rapidResetMin = 100
+
+// H2 serves the front end's HTTP/2 connections: Serve is fasthttp's NextProto handler for "h2".
+type H2 struct {
+	front   *Front
+	handler fasthttp.RequestHandler
+	config  func() H2Config
+	srv     http2.Server
+
+	ctxs sync.Pool // *h2Stream
+
+	streams     atomic.Uint64 // streams handed to the handler
+	conns       atomic.Uint64 // connections served
+	rapidResets atomic.Uint64 // connections closed for rapid reset
+	badHeads    atomic.Uint64 // streams whose request the framer refused (400)
+	errMu       sync.Mutex
+	errs        map[string]uint64 // x/net's own refusals by kind (CountError)
+}
+
+// NewH2 returns the HTTP/2 server of the front end f, handing each stream to handler.
+func (f *Front) NewH2(handler fasthttp.RequestHandler, config func() H2Config) *H2 {
+	h := &H2{front: f, handler: handler, config: config, errs: map[string]uint64{}}
+	h.srv.CountError = h.countError
+	h.ctxs.New = func() any { return new(h2Stream) }
+	return h
+}
+
+func (h *H2) countError(kind string) {
+	h.errMu.Lock()
+	h.errs[kind]++
+	h.errMu.Unlock()
+}
+
+// H2Counts are the counters of an H2.
+type H2Counts struct {
+	Conns, Streams uint64
+	// Refused counts what was refused, by kind: "rapid_reset" (connections closed), "bad_request"
+	// (streams answered 400 by the framer) and x/net's own kinds (streams reset or connections closed
+	// for a protocol error, e.g. "recv_rststream_…", "headers_…").
+	Refused map[string]uint64
+}
+
+// Counts returns the counters.
+func (h *H2) Counts() H2Counts {
+	c := H2Counts{Conns: h.conns.Load(), Streams: h.streams.Load(), Refused: map[string]uint64{}}
+	h.errMu.Lock()
+	for k, v := range h.errs {
+		c.Refused[k] = v
+	}
+	h.errMu.Unlock()
+	c.Refused["rapid_reset"] = h.rapidResets.Load()
+	c.Refused["bad_request"] = h.badHeads.Load()
+	return c
+}
+
+// Serve serves one connection that negotiated h2 (c is the TLS listener's), until it ends.
+func (h *H2) Serve(c net.Conn) error {
+	fc := frontOf(c)
+	if fc == nil || fc.tc == nil {
+		return errors.New("h2: not a connection of the TLS listener")
+	}
+	fc.handOver() // from here its ends are HTTP/2's: counted by kind in H2Counts
+	h.conns.Add(1)
+	conf := h.config()
+	tc := fc.tc
+	tc.SetDeadline(time.Time{}) //nolint:errcheck // x/net sets its own
+	rc := &resetCounter{Conn: tc, tc: tc, h: h}
+	srv := &h.srv
+	if conf.MaxStreams != srv.MaxConcurrentStreams || conf.IdleTimeout != srv.IdleTimeout {
+		// Limits changed by a reload: a server of their own for the connections from now on.
+		srv = &http2.Server{MaxConcurrentStreams: conf.MaxStreams, IdleTimeout: conf.IdleTimeout, CountError: h.countError}
+	}
+	srv.ServeConn(rc, &http2.ServeConnOpts{
+		BaseConfig: &http.Server{MaxHeaderBytes: conf.MaxHeader, ReadTimeout: conf.ReadTimeout, IdleTimeout: conf.IdleTimeout},
+		Handler:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveStream(tc, conf, w, r) }),
+	})
+	return nil
+}
+
+// resetCounter reads the client's side of an HTTP/2 connection for x/net and counts, from the frame
+// headers going by, the streams the client opened (HEADERS of a new stream) and reset (RST_STREAM): a
+// client that resets most of what it opens, past rapidResetMin, has its connection closed.
+type resetCounter struct {
+	net.Conn
+	tc *tls.Conn
+	h  *H2
+
+	preface int // bytes of the client preface still to skip
+	hdr     [9]byte
+	hn      int // frame header bytes seen of the frame under way
+	skip    int // payload bytes of the frame under way still to skip
+
+	opened, resets uint64
+	lastStream     uint32
+	closed         bool
+}
+
+var errRapidReset = errors.New("h2: closed for rapid reset (CVE-2023-44487)")
+
+func (rc *resetCounter) Read(p []byte) (int, error) {
+	if rc.closed {
+		return 0, errRapidReset
+	}
+	n, err := rc.Conn.Read(p)
+	rc.observe(p[:n])
+	if rc.resets >= rapidResetMin && 2*rc.resets > rc.opened {
+		rc.closed = true
+		rc.h.rapidResets.Add(1)
+		return 0, errRapidReset
+	}
+	return n, err
+}
+
+func (rc *resetCounter) observe(b []byte) {
+	if rc.preface < len(http2.ClientPreface) {
+		k := min(len(http2.ClientPreface)-rc.preface, len(b))
+		rc.preface += k
+		b = b[k:]
+	}
+	for len(b) > 0 {
+		if rc.skip > 0 {
+			k := min(rc.skip, len(b))
+			rc.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(rc.hdr[rc.hn:], b)
+		rc.hn += k
+		b = b[k:]
+		if rc.hn < len(rc.hdr) {
+			return
+		}
+		rc.hn = 0
+		rc.skip = int(rc.hdr[0])<<16 | int(rc.hdr[1])<<8 | int(rc.hdr[2])
+		stream := (uint32(rc.hdr[5])<<24 | uint32(rc.hdr[6])<<16 | uint32(rc.hdr[7])<<8 | uint32(rc.hdr[8])) & (1<<31 - 1)
+		switch http2.FrameType(rc.hdr[3]) {
+		case http2.FrameHeaders:
+			if stream > rc.lastStream {
+				rc.lastStream = stream
+				rc.opened++
+			}
+		case http2.FrameRSTStream:
+			rc.resets++
+		}
+	}
+}
+
+// h2Stream is what a stream's handling reuses: the fasthttp context, the head written for the framer
+// and fasthttp, and its reader.
+type h2Stream struct {
+	ctx  fasthttp.RequestCtx
+	conn streamConn
+	head []byte
+	br   *bufio.Reader
+	rd   bytes.Reader
+	keys []string
+	buf  []byte
+	body onlyReader
+}
+
+// onlyReader is an io.Reader and nothing else (no Close).
+type onlyReader struct{ r io.Reader }
+
+func (o *onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+// streamConn is the net.Conn a stream's fasthttp context sees: the connection's addresses and TLS
+// state; its deadlines are the stream's (http.ResponseController), not the connection's.
+type streamConn struct {
+	*tls.Conn
+	rc *http.ResponseController
+}
+
+func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.rc.SetReadDeadline(t) }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.rc.SetWriteDeadline(t) }
+func (c *streamConn) SetDeadline(t time.Time) error {
+	if err := c.rc.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.rc.SetWriteDeadline(t)
+}
+
+// Read, Write and Close are not the stream's to use: the handler reads the body through the request
+// and answers through the response.
+func (c *streamConn) Read([]byte) (int, error)  { return 0, errStreamConn }
+func (c *streamConn) Write([]byte) (int, error) { return 0, errStreamConn }
+func (c *streamConn) Close() error              { return nil }
+
+var errStreamConn = errors.New("h2: a stream has no connection of its own")
+
+// serveStream hands one stream to the handler as an HTTP/1.1 request and writes its answer.
+func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *http.Request) {
+	st := h.ctxs.Get().(*h2Stream)
+	defer h.ctxs.Put(st)
+	st.conn = streamConn{Conn: tc, rc: http.NewResponseController(w)}
+	ctx := &st.ctx
+	ctx.Init2(&st.conn, h.front.Errors.Logger(), true)
+	defer func() {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		st.body.r = nil
+	}()
+
+	body := r.Body != nil && r.Body != http.NoBody
+	st.head = st.appendHead(st.head[:0], r, body)
+	lim := h.front.lim
+	lim.MaxHeader = max(lim.MaxHeader, conf.MaxHeader)
+	if _, err := Check(lim, st.head); err != nil {
+		h.badHeads.Add(1)
+		refuse(w, http.StatusBadRequest)
+		return
+	}
+	if st.br == nil {
+		st.br = bufio.NewReaderSize(nil, 4096)
+	}
+	st.rd.Reset(st.head)
+	st.br.Reset(&st.rd)
+	if err := ctx.Request.Header.Read(st.br); err != nil {
+		h.badHeads.Add(1)
+		refuse(w, http.StatusBadRequest)
+		return
+	}
+	if body {
+		// Not r.Body itself: fasthttp closes the stream it replaces (SetBodyStream), and x/net's body
+		// once closed reads no more; x/net closes it when the stream ends.
+		st.body.r = r.Body
+		ctx.Request.SetBodyStream(&st.body, int(r.ContentLength))
+	}
+	h.streams.Add(1)
+	h.handler(ctx)
+	h.writeAnswer(st, w, r)
+}
+
+// refuse answers a stream whose request cannot be forwarded.
+func refuse(w http.ResponseWriter, code int) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	io.WriteString(w, http.StatusText(code)+"\n") //nolint:errcheck // the client went away
+}
+
+// appendHead writes the HTTP/1.1 head of r from its validated fields: the request line, Host from
+// :authority, the fields in the order of their names (a name's values in the order sent), and the body's
+// framing.
+func (st *h2Stream) appendHead(dst []byte, r *http.Request, body bool) []byte {
+	dst = append(dst, r.Method...)
+	dst = append(dst, ' ')
+	dst = append(dst, r.RequestURI...)
+	dst = append(dst, " HTTP/1.1\r\n"...)
+	if r.Host != "" {
+		dst = append(dst, "Host: "...)
+		dst = append(dst, r.Host...)
+		dst = append(dst, "\r\n"...)
+	}
+	st.keys = st.keys[:0]
+	for k := range r.Header {
+		switch k {
+		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+			continue // written here from what x/net decoded (and x/net refuses the last two)
+		}
+		st.keys = append(st.keys, k)
+	}
+	slices.Sort(st.keys)
+	for _, k := range st.keys {
+		for _, v := range r.Header[k] {
+			dst = append(dst, k...)
+			dst = append(dst, ": "...)
+			dst = append(dst, v...)
+			dst = append(dst, "\r\n"...)
+		}
+	}
+	switch {
+	case body && r.ContentLength >= 0:
+		dst = append(dst, "Content-Length: "...)
+		dst = strconv.AppendInt(dst, r.ContentLength, 10)
+		dst = append(dst, "\r\n"...)
+	case body:
+		dst = append(dst, "Transfer-Encoding: chunked\r\n"...)
+	case r.ContentLength == 0 && r.Header["Content-Length"] != nil:
+		dst = append(dst, "Content-Length: 0\r\n"...)
+	}
+	return append(dst, "\r\n"...)
+}
+
+// writeAnswer writes the handler's answer to the stream: its status and fields less the HTTP/1.1
+// connection-specific ones, and its body, streamed as it comes when it is a stream.
+func (h *H2) writeAnswer(st *h2Stream, w http.ResponseWriter, r *http.Request) {
+	resp := &st.ctx.Response
+	defer resp.CloseBodyStream() //nolint:errcheck // gives back the upstream connection it holds
+	hdr := w.Header()
+	for k, v := range resp.Header.All() {
+		if connectionSpecific(k) {
+			continue
+		}
+		key := http.CanonicalHeaderKey(string(k))
+		hdr[key] = append(hdr[key], string(v))
+	}
+	w.WriteHeader(resp.StatusCode())
+	if r.Method == http.MethodHead {
+		return
+	}
+	if !resp.IsBodyStream() {
+		w.Write(resp.Body()) //nolint:errcheck // the client went away
+		return
+	}
+	if st.buf == nil {
+		st.buf = make([]byte, 32<<10)
+	}
+	fl, _ := w.(http.Flusher)
+	src := resp.BodyStream()
+	for {
+		n, err := src.Read(st.buf)
+		if n > 0 {
+			if _, werr := w.Write(st.buf[:n]); werr != nil {
+				return
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// connectionSpecific reports the fields an HTTP/2 message must not carry (RFC 9113 section 8.2.2).
+func connectionSpecific(k []byte) bool {
+	switch string(bytes.ToLower(k)) { // short names; ToLower allocates only if one is not lowercase
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te":
+		return true
+	}
+	return false
+}
