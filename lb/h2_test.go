@@ -142,4 +142,3 @@ func h2Exchange(client *http.Client, addr string, i int, leader string) error {
 	}
 	return nil
 }
-
