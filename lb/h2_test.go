@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // HTTP/2 on the TLS listener (lb/frontend/h2.go).
@@ -66,12 +68,15 @@ func TestH2AGoClientOfferingH2GetsHTTP2ThroughTLSListenToTheLeader(t *testing.T)
 	}
 }
 
-// 200 concurrent streams on one connection, GETs of answers of various sizes and POSTs of bodies with
-// and without a length, all reach the leader and come back intact.
+// 200 concurrent streams on one connection (http2_max_streams raised to let them all open at once),
+// GETs of answers of various sizes and POSTs of bodies with and without a length, all reach the leader
+// and come back intact. (x/net's client waits for stream slots, StrictMaxConcurrentStreams, only up to a
+// point: it stalls once more requests wait than the server allows streams, golang/go#70809; so the
+// server's limit is what lets 200 run at once here, as a browser's would need.)
 func TestH2TwoHundredConcurrentStreamsOnOneConnectionReachTheLeaderIntact(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
 	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "http2_max_streams = 250")
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 
@@ -141,4 +146,246 @@ func h2Exchange(client *http.Client, addr string, i int, leader string) error {
 		return fmt.Errorf("request %d: the leader read %s bytes (sha256 %.8s…), want %d (%.8s…)", i, resp.Header.Get("X-Body-Bytes"), resp.Header.Get("X-Body-Sha256"), size, sum)
 	}
 	return nil
+}
+
+// rawH2 is a client connection that writes HTTP/2 frames as a test wants them, valid or not.
+type rawH2 struct {
+	t    *testing.T
+	conn *tls.Conn
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+}
+
+func dialRawH2(t *testing.T, env *tlsEnv, addr string) *rawH2 {
+	t.Helper()
+	cfg := env.clientConfig(tlsName)
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tlsDial(addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q, want h2", p)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	r := &rawH2{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
+	r.enc = hpack.NewEncoder(&r.hbuf)
+	if err := r.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// headers sends one HEADERS frame on stream with the fields as given (pairs of name, value), in order.
+func (r *rawH2) headers(stream uint32, endStream bool, fields ...string) {
+	r.t.Helper()
+	r.hbuf.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
+	}
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.hbuf.Bytes(), EndStream: endStream, EndHeaders: true}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
+// ended), or the status of the answer's HEADERS.
+func (r *rawH2) outcome(stream uint32) string {
+	r.t.Helper()
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			return "closed"
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			if f.StreamID == stream {
+				return "reset"
+			}
+		case *http2.GoAwayFrame:
+			return "closed"
+		case *http2.HeadersFrame:
+			if f.StreamID != stream {
+				continue
+			}
+			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				return "closed"
+			}
+			for _, hf := range fields {
+				if hf.Name == ":status" {
+					return hf.Value
+				}
+			}
+		}
+	}
+}
+
+// RFC 9113 section 8: each malformed request is refused (the stream reset, or a 400) and nothing reaches
+// the leader; the well-formed ones around them are forwarded.
+func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	leader := c.Platforms[0]
+	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things"}
+	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
+	cases := []struct {
+		name   string
+		fields []string
+	}{
+		{"Connection", with("connection", "keep-alive")},
+		{"Transfer-Encoding", with("transfer-encoding", "chunked")},
+		{"Keep-Alive", with("keep-alive", "timeout=5")},
+		{"Upgrade", with("upgrade", "websocket")},
+		{"Proxy-Connection", with("proxy-connection", "keep-alive")},
+		{"TE other than trailers", with("te", "gzip")},
+		{"a pseudo-header twice", with(":path", "/other")},
+		{"a pseudo-header after a field", append(append([]string{":method", "GET", ":scheme", "https", ":authority", tlsAddr}, "x-a", "b"), ":path", "/x")},
+		{"an unknown pseudo-header", with(":foo", "bar")},
+		{"no :path", []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr}},
+		{"no :method", []string{":scheme", "https", ":authority", tlsAddr, ":path", "/x"}},
+		{"an uppercase name", with("X-Upper", "v")},
+		{"CR in a value", with("x-a", "a\rb")},
+		{"LF in a value", with("x-a", "a\nb")},
+		{"NUL in a value", with("x-a", "a\x00b")},
+		{"a space in a name", with("x a", "b")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := leader.Requests()
+			r := dialRawH2(t, env, tlsAddr)
+			r.headers(1, true, tc.fields...)
+			got := r.outcome(1)
+			if got != "reset" && got != "closed" && got != "400" {
+				t.Errorf("answered %s, want the stream reset or a 400", got)
+			}
+			// A good request on a new connection afterwards is forwarded: the leader is reachable and
+			// counts it, so an unchanged count before it means nothing else came.
+			r2 := dialRawH2(t, env, tlsAddr)
+			r2.headers(1, true, base...)
+			if got := r2.outcome(1); got != "200" {
+				t.Fatalf("a well-formed request afterwards: %s, want 200", got)
+			}
+			if n := leader.Requests() - before; n != 1 {
+				t.Errorf("the leader got %d requests, want only the well-formed one", n)
+			}
+		})
+	}
+	// TE: trailers is allowed.
+	r := dialRawH2(t, env, tlsAddr)
+	r.headers(1, true, with("te", "trailers")...)
+	if got := r.outcome(1); got != "200" {
+		t.Errorf("TE: trailers: %s, want 200", got)
+	}
+}
+
+// A body whose DATA does not add up to its content-length is refused, and nothing reaches the leader.
+func TestH2AContentLengthThatTheDataDoesNotMatchIsRefused(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	leader := c.Platforms[0]
+	for _, data := range []string{"short", "longer than declared"} {
+		before := leader.Requests()
+		r := dialRawH2(t, env, tlsAddr)
+		r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up", "content-length", "10")
+		if err := r.fr.WriteData(1, true, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.outcome(1); got != "reset" && got != "closed" && got != "400" {
+			t.Errorf("content-length 10 with %d bytes of DATA: %s, want the stream reset or a 400", len(data), got)
+		}
+		if n := leader.Requests() - before; n != 0 {
+			t.Errorf("content-length 10 with %d bytes of DATA: the leader got %d requests", len(data), n)
+		}
+	}
+}
+
+// Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once, again and again,
+// has its connection closed, and it is counted.
+func TestH2RapidResetClosesTheConnection(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	_, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	r := dialRawH2(t, env, tlsAddr)
+	closed := make(chan struct{})
+	go func() { // the server's frames, until it closes
+		defer close(closed)
+		for {
+			if _, err := r.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	sent := 0
+	for stream := uint32(1); stream < 2*1000; stream += 2 {
+		r.hbuf.Reset()
+		r.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})             //nolint:errcheck
+		r.enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})           //nolint:errcheck
+		r.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: tlsAddr})        //nolint:errcheck
+		r.enc.WriteField(hpack.HeaderField{Name: ":path", Value: "/Thingworx/Things"}) //nolint:errcheck
+		if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.hbuf.Bytes(), EndStream: true, EndHeaders: true}) != nil ||
+			r.fr.WriteRSTStream(stream, http2.ErrCodeCancel) != nil {
+			break // closed under our feet: what we want
+		}
+		sent++
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection is still open after %d streams opened and reset at once", sent)
+	}
+	if n := l.h2.Counts().Refused["rapid_reset"]; n != 1 {
+		t.Errorf("rapid_reset counted %d, want 1 (after %d streams opened and reset)", n, sent)
+	}
+}
+
+// A CONTINUATION flood (CVE-2024-27316 and kin): header block fragments that never end, past the header
+// list size, close the connection; nothing reaches the leader.
+func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	before := c.Platforms[0].Requests()
+	r := dialRawH2(t, env, tlsAddr)
+	r.hbuf.Reset()
+	r.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})             //nolint:errcheck
+	r.enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})           //nolint:errcheck
+	r.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: tlsAddr})        //nolint:errcheck
+	r.enc.WriteField(hpack.HeaderField{Name: ":path", Value: "/Thingworx/Things"}) //nolint:errcheck
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.hbuf.Bytes(), EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for {
+			if _, err := r.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	sent := 0
+	for ; sent < 4096; sent++ { // 4 MiB of fragments, against a header list of 8 KiB
+		r.hbuf.Reset()
+		r.enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-%d", sent), Value: string(bytes.Repeat([]byte("v"), 1000))}) //nolint:errcheck
+		if r.fr.WriteContinuation(1, false, r.hbuf.Bytes()) != nil {
+			break
+		}
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection is still open after %d CONTINUATION frames", sent)
+	}
+	if n := c.Platforms[0].Requests() - before; n != 0 {
+		t.Errorf("the leader got %d requests", n)
+	}
 }

@@ -256,7 +256,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	// is served stream by stream into the same handler (lb/frontend/h2.go).
 	lb.h2 = lb.front.NewH2(lb.handle, func() frontend.H2Config {
 		fe := &lb.gen.Load().cfg.Frontend
-		return frontend.H2Config{MaxStreams: 100, MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
+		return frontend.H2Config{MaxStreams: uint32(fe.HTTP2MaxStreams), MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
 	})
 	lb.frontend.NextProto("h2", lb.h2.Serve)
 	for _, ln := range fls {

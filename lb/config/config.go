@@ -170,6 +170,10 @@ type Frontend struct {
 	// max_header_size bounds a stream's header list, read_timeout its body, idle_timeout the idle
 	// connection. false answers ALPN with http/1.1 only. A reload applies it to new connections.
 	HTTP2 bool `toml:"http2"`
+	// The streams an HTTP/2 client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS),
+	// 1 to 1000. More are refused (REFUSED_STREAM, counted); a client that opens and resets streams
+	// faster than it lets them finish is closed whatever this is (rapid reset, CVE-2023-44487).
+	HTTP2MaxStreams int `toml:"http2_max_streams"`
 	// Answers every plain HTTP request with a 308 to the same URI over HTTPS (on tls_listen's port,
 	// none for 443); nothing is forwarded.
 	RedirectHTTPS bool `toml:"redirect_https"`

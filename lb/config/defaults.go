@@ -26,6 +26,7 @@ func (c *Config) applyDefaults() {
 	defDuration(c, &fe.HeaderTimeout, 10*time.Second)
 	def(c, &fe.RetryBuffer, 64<<10)
 	def(c, &fe.HTTP2, true)
+	def(c, &fe.HTTP2MaxStreams, 100)
 	def(c, &c.Admin.Listen, "127.0.0.1:8404")
 	for name, p := range c.Pools {
 		if !c.set(&p.Balance) {

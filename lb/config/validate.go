@@ -72,6 +72,9 @@ func (c *Config) validate() []string {
 	}
 	checkDur(&c.Frontend.DrainTimeout, false)
 	checkDur(&c.Frontend.HeaderTimeout, false)
+	if n := c.Frontend.HTTP2MaxStreams; n < 1 || n > 1000 {
+		at(&c.Frontend.HTTP2MaxStreams, "must be between 1 and 1000, got %d", n)
+	}
 	if n := c.Frontend.MaxHeaderSize; n < 1024 || n > 1<<20 {
 		at(&c.Frontend.MaxHeaderSize, "must be between 1024 and 1048576 bytes, got %d", n)
 	}
