@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
@@ -10,12 +11,17 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // HTTP/2 on the TLS listener (lb/frontend/h2.go).
@@ -387,5 +393,98 @@ func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
 	}
 	if n := c.Platforms[0].Requests() - before; n != 0 {
 		t.Errorf("the leader got %d requests", n)
+	}
+}
+
+// Streams on an HTTP/2 connection that stays open follow a leader change: every request is answered
+// 200, first by the old leader, then by the new one, on the one connection.
+func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	client, tr := h2Client(env)
+	defer tr.CloseIdleConnections()
+	get := func() string {
+		t.Helper()
+		resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" {
+			t.Fatalf("%d over %s during the leader change, want 200 over HTTP/2.0", resp.StatusCode, resp.Proto)
+		}
+		return resp.Header.Get("X-Served-By")
+	}
+	if by := get(); by != c.Platforms[0].Name {
+		t.Fatalf("served by %s, want the leader %s", by, c.Platforms[0].Name)
+	}
+	mustSetState(t, c.Platforms[0], sim.Backup)
+	mustSetState(t, c.Platforms[1], sim.Leader)
+	testkit.Eventually(t, "a stream served by the new leader", 10*time.Second, func() bool { return get() == c.Platforms[1].Name })
+	if n := l.h2.Counts().Conns; n != 1 {
+		t.Errorf("%d HTTP/2 connections, want the one that stayed open", n)
+	}
+}
+
+// Chromium loads a page through fairlead over HTTP/2.
+func TestH2ChromiumLoadsAProxiedPageOverH2(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := openBrowser(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
+	p.do("open the page", chromedp.Navigate("https://"+tlsAddr+"/Thingworx/Composer/index.html"))
+	if got := p.eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
+		t.Errorf("nextHopProtocol %q, want h2", got)
+	}
+	if got := p.eval(`document.body.innerText`); !strings.Contains(got, c.Platforms[0].Name) {
+		t.Errorf("the page says %q, want the leader's answer", got)
+	}
+}
+
+// The access log says which protocol a request came over, and the metrics count requests by protocol.
+func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c := startCluster(t, 2, 0)
+	tlsAddr := testkit.Addr(t)
+	files := platformConfig(c, "", "")
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "")
+	files["30-access.toml"] = "[global]\naccess_log = true\n"
+	l, logs := startLBDir(t, testkit.WriteFiles(t, files))
+	client, tr := h2Client(env)
+	defer tr.CloseIdleConnections()
+	for _, path := range []string{"/h2-one", "/h2-two"} {
+		resp, err := client.Get("https://" + tlsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	cfg := env.clientConfig(tlsName)
+	cfg.NextProtos = []string{"http/1.1"}
+	if r := tlsRequest(tlsAddr, cfg, "/h1-one", nil); r.status != 200 {
+		t.Fatal(r)
+	}
+	testkit.Eventually(t, "three access lines", 5*time.Second, func() bool {
+		return strings.Contains(logs.all(), "path=/h1-one") && strings.Contains(logs.all(), "path=/h2-two")
+	})
+	for _, ln := range strings.Split(logs.all(), "\n") {
+		switch {
+		case strings.Contains(ln, "path=/h2-") && !strings.Contains(ln, "proto=h2"):
+			t.Errorf("an HTTP/2 request's line: %s", ln)
+		case strings.Contains(ln, "path=/h1-") && !strings.Contains(ln, "proto=http/1.1"):
+			t.Errorf("an HTTP/1.1 request's line: %s", ln)
+		}
+	}
+	var m bytes.Buffer
+	l.WriteMetrics(&m)
+	for _, want := range []string{`fairlead_frontend_requests_total{protocol="h2"} 2`, `fairlead_http2_connections_total 1`} {
+		if !strings.Contains(m.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -88,6 +88,7 @@ type LB struct {
 
 	reloadMu       sync.Mutex
 	reloads        atomic.Uint64
+	http1Requests  atomic.Uint64 // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
 	reloadFailures atomic.Uint64
 	lastReloadOK   atomic.Bool
 }

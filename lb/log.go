@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -118,6 +119,7 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 		slog.String("client", ctx.RemoteIP().String()),
 		slog.String("method", string(ctx.Method())),
 		slog.String("path", string(ctx.Path())),
+		slog.String("proto", frontend.Protocol(ctx.Conn())),
 		slog.Int("route", route),
 		slog.String("pool", pool),
 		slog.String("server", server),

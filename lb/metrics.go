@@ -138,6 +138,15 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
+	metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="http/1.1"}`, lb.http1Requests.Load())
+	if lb.h2 != nil {
+		h2 := lb.h2.Counts()
+		metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="h2"}`, h2.Streams)
+		metrics.WriteCounterUint64(w, "fairlead_http2_connections_total", h2.Conns)
+		for _, kind := range slices.Sorted(maps.Keys(h2.Refused)) {
+			metrics.WriteCounterUint64(w, `fairlead_http2_refused_total{kind="`+kind+`"}`, h2.Refused[kind])
+		}
+	}
 	if ft := g.cfg.Frontend.TLS; ft != nil {
 		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.front.Errors.Count(frontend.ConnTLS))
 		for i, c := range ft.Certs {

@@ -43,6 +43,9 @@ var headBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return
 func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	g := lb.gen.Load()
 	req := &ctx.Request
+	if !frontend.IsStream(ctx.Conn()) { // HTTP/2 streams are counted by lb.h2
+		lb.http1Requests.Add(1)
+	}
 	if req.Header.IsConnect() {
 		refuseConnect(ctx) // fairlead is no forward proxy
 		lb.front.Refused(fasthttp.StatusMethodNotAllowed)

@@ -44,10 +44,11 @@ type page struct {
 	problems []string
 }
 
-func openBrowser(t *testing.T, ctx context.Context) *page {
+func openBrowser(t *testing.T, ctx context.Context, more ...chromedp.ExecAllocatorOption) *page {
 	t.Helper()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(findChromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000))...)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(findChromium(t)), chromedp.NoSandbox, chromedp.WindowSize(1400, 1000))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(opts, more...)...)
 	bctx, cancelTab := chromedp.NewContext(actx)
 	p := &page{t: t, ctx: bctx}
 	// Console starts the browser: here, before any other call on bctx.

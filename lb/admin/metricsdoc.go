@@ -8,6 +8,9 @@ package admin
 var metricFamilies = []metricFamily{
 	// Process-wide.
 	{"fairlead_build_info", "gauge", "version, goversion", "always 1; the labels tell the build"},
+	{"fairlead_frontend_requests_total", "counter", "protocol", "requests handed to routing, by the protocol they came over: `http/1.1` (HTTP/1.0 included) or `h2` (one per HTTP/2 stream)"},
+	{"fairlead_http2_connections_total", "counter", "", "HTTP/2 connections served on tls_listen (ALPN h2)"},
+	{"fairlead_http2_refused_total", "counter", "kind", "what HTTP/2 refused, by kind: `rapid_reset` (connections closed for resetting most of the streams they open, CVE-2023-44487), `bad_request` (streams answered 400 by the framer), and golang.org/x/net/http2's own kinds (a malformed request's stream reset, a protocol error closing the connection)"},
 	{"fairlead_bad_requests_total", "counter", "code", "requests the front end refused before any route, or whose body failed: 400 malformed or ambiguous, 405 CONNECT, 408 head or body too slow, 413 body too large, 431 head too large, 505 HTTP version"},
 	{"fairlead_frontend_connection_errors_total", "counter", "kind", "client connections that ended with an error, once each: `closed` (the client closed mid-request), `reset` (reset mid-request, or broke while the answer was written), `timeout` (read_timeout or header_timeout mid-request), `tls` (the handshake failed), `refused` (the front end refused a request: 400, 413, 431, 505), `limit` (over [frontend] max_conns: answered 503 at accept and closed), `accept` (accepting failed, e.g. out of file descriptors), `other`. A keep-alive connection closed, reset or idle between requests, one that sent nothing, and one handed to a tunnel or relay stream are not errors"},
 	{"fairlead_tls_handshake_failures_total", "counter", "", "with tls_listen: TLS handshakes that failed (no or a bad client certificate when required, an old protocol version, plain HTTP; a client gone before its hello is not one)"},

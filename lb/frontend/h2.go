@@ -237,6 +237,21 @@ func (c *streamConn) Close() error              { return nil }
 
 var errStreamConn = errors.New("h2: a stream has no connection of its own")
 
+// IsStream reports whether c, a request's connection as its handler sees it, is an HTTP/2 stream.
+func IsStream(c net.Conn) bool {
+	_, ok := c.(*streamConn)
+	return ok
+}
+
+// Protocol names the protocol of a request whose handler sees the connection c: "h2" or "http/1.1"
+// (HTTP/1.0 included).
+func Protocol(c net.Conn) string {
+	if IsStream(c) {
+		return "h2"
+	}
+	return "http/1.1"
+}
+
 // serveStream hands one stream to the handler as an HTTP/1.1 request and writes its answer.
 func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *http.Request) {
 	st := h.ctxs.Get().(*h2Stream)
