@@ -148,6 +148,8 @@ type Setup struct {
 	// in Go's order (TLS13Suites); upstreams stay plain.
 	TLSPort                 int
 	TLSCert, TLSKey, TLSPEM string
+	// H2 offers HTTP/2 on the TLS listener too (ALPN h2, then http/1.1): https-small-h2.
+	H2 bool
 }
 
 // TLS13Suites is the TLS 1.3 cipher suite preference of the OpenSSL-based peers (HAProxy, nginx): Go's
@@ -233,6 +235,7 @@ max_conns = {{.FairleadMaxConns}}
 tls_listen = "{{.TLSListen}}"
 tls_cert = "{{.TLSCert}}"
 tls_key = "{{.TLSKey}}"
+http2 = {{.H2}}
 {{- end}}
 
 [admin]
@@ -318,7 +321,7 @@ defaults
 frontend fe
 	bind {{.Listen}}
 {{- if .TLSPort}}
-	bind {{.TLSListen}} ssl crt {{.TLSPEM}} alpn http/1.1
+	bind {{.TLSListen}} ssl crt {{.TLSPEM}} alpn {{if .H2}}h2,{{end}}http/1.1
 {{- end}}
 	acl ws_path path_beg {{join .WSPaths " "}}
 	acl ws_upgrade hdr(Upgrade) -i websocket
@@ -426,7 +429,7 @@ http {
 	server {
 		listen {{.Listen}} backlog=4096;
 {{- if .TLSPort}}
-		listen {{.TLSListen}} ssl backlog=4096;
+		listen {{.TLSListen}} ssl{{if .H2}} http2{{end}} backlog=4096;
 		ssl_certificate {{.TLSCert}};
 		ssl_certificate_key {{.TLSKey}};
 		ssl_protocols TLSv1.2 TLSv1.3;
@@ -478,7 +481,7 @@ http://{{.Listen}} {
 https://{{.TLSListen}} {
 	tls {{.TLSCert}} {{.TLSKey}} {
 		protocols tls1.2 tls1.3
-		alpn http/1.1
+		alpn {{if .H2}}h2 {{end}}http/1.1
 	}
 {{- template "site" .}}
 }

@@ -55,7 +55,7 @@ type H2 struct {
 	front   *Front
 	handler fasthttp.RequestHandler
 	config  func() H2Config
-	srv     http2.Server
+	srv     atomic.Pointer[h2Server] // the x/net server of the latest limits
 
 	ctxs sync.Pool // *h2Stream
 
@@ -70,9 +70,25 @@ type H2 struct {
 // NewH2 returns the HTTP/2 server of the front end f, handing each stream to handler.
 func (f *Front) NewH2(handler fasthttp.RequestHandler, config func() H2Config) *H2 {
 	h := &H2{front: f, handler: handler, config: config, errs: map[string]uint64{}}
-	h.srv.CountError = h.countError
 	h.ctxs.New = func() any { return new(h2Stream) }
 	return h
+}
+
+// h2Server is an x/net server and the limits it was made with.
+type h2Server struct {
+	conf H2Config
+	srv  *http2.Server
+}
+
+// server returns the x/net server for the limits conf: the one made for them last, or a new one (after
+// a reload changed them; connections served already keep theirs).
+func (h *H2) server(conf H2Config) *http2.Server {
+	if s := h.srv.Load(); s != nil && s.conf == conf {
+		return s.srv
+	}
+	s := &h2Server{conf: conf, srv: &http2.Server{MaxConcurrentStreams: conf.MaxStreams, IdleTimeout: conf.IdleTimeout, CountError: h.countError}}
+	h.srv.Store(s)
+	return s.srv
 }
 
 func (h *H2) countError(kind string) {
@@ -115,12 +131,7 @@ func (h *H2) Serve(c net.Conn) error {
 	tc := fc.tc
 	tc.SetDeadline(time.Time{}) //nolint:errcheck // x/net sets its own
 	rc := &resetCounter{Conn: tc, tc: tc, h: h}
-	srv := &h.srv
-	if conf.MaxStreams != srv.MaxConcurrentStreams || conf.IdleTimeout != srv.IdleTimeout {
-		// Limits changed by a reload: a server of their own for the connections from now on.
-		srv = &http2.Server{MaxConcurrentStreams: conf.MaxStreams, IdleTimeout: conf.IdleTimeout, CountError: h.countError}
-	}
-	srv.ServeConn(rc, &http2.ServeConnOpts{
+	h.server(conf).ServeConn(rc, &http2.ServeConnOpts{
 		BaseConfig: &http.Server{MaxHeaderBytes: conf.MaxHeader, ReadTimeout: conf.ReadTimeout, IdleTimeout: conf.IdleTimeout},
 		Handler:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveStream(tc, conf, w, r) }),
 	})
