@@ -488,3 +488,30 @@ func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
 		}
 	}
 }
+
+// idle_timeout closes an HTTP/2 connection without streams (x/net sends GOAWAY, then closes), as it
+// closes an idle HTTP/1.1 keep-alive connection.
+func TestH2AnIdleConnectionIsClosedAfterIdleTimeout(t *testing.T) {
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "idle_timeout = \"300ms\"")
+	r := dialRawH2(t, env, tlsAddr)
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
+	if got := r.outcome(1); got != "200" {
+		t.Fatalf("first request: %s", got)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for {
+			if _, err := r.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second): // a hang guard: idle_timeout is 300ms
+		t.Fatal("the idle HTTP/2 connection is still open")
+	}
+}
