@@ -26,6 +26,15 @@ import (
 
 // HTTP/2 on the TLS listener (lb/frontend/h2.go).
 
+// h2LB starts the platform cluster and fairlead with a TLS listener (more: extra [frontend] keys).
+func h2LB(t *testing.T, more string) (*sim.Cluster, *LB, *tlsEnv, string) {
+	t.Helper()
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, more)
+	return c, l, env, tlsAddr
+}
+
 // h2Client is a client that speaks HTTP/2 only, over one connection (StrictMaxConcurrentStreams: it
 // waits for a stream rather than open another connection).
 func h2Client(env *tlsEnv) (*http.Client, *http2.Transport) {
@@ -34,9 +43,7 @@ func h2Client(env *tlsEnv) (*http.Client, *http2.Transport) {
 }
 
 func TestH2AGoClientOfferingH2GetsHTTP2ThroughTLSListenToTheLeader(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, l, env, tlsAddr := h2LB(t, "")
 
 	// net/http's own client, told to try HTTP/2, as browsers do by default.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: env.clientConfig(tlsName), ForceAttemptHTTP2: true}}
@@ -80,9 +87,7 @@ func TestH2AGoClientOfferingH2GetsHTTP2ThroughTLSListenToTheLeader(t *testing.T)
 // point: it stalls once more requests wait than the server allows streams, golang/go#70809; so the
 // server's limit is what lets 200 run at once here, as a browser's would need.)
 func TestH2TwoHundredConcurrentStreamsOnOneConnectionReachTheLeaderIntact(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "http2_max_streams = 250")
+	c, l, env, tlsAddr := h2LB(t, "http2_max_streams = 250")
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 
@@ -199,6 +204,40 @@ func (r *rawH2) headers(stream uint32, endStream bool, fields ...string) {
 	}
 }
 
+// watchClose reads the server's frames, from now on, until it closes the connection: the channel is
+// closed then.
+func (r *rawH2) watchClose() <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for {
+			if _, err := r.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	return closed
+}
+
+// waitClosed waits for watchClose's channel; what is what the test did to deserve the close.
+func (r *rawH2) waitClosed(closed <-chan struct{}, what string) {
+	r.t.Helper()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // a hang guard
+		r.t.Fatalf("the connection is still open after %s", what)
+	}
+}
+
+// getBlock leaves in r.hbuf the header block of a GET of /Thingworx/Things at authority.
+func (r *rawH2) getBlock(authority string) []byte {
+	r.hbuf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", authority}, {":path", "/Thingworx/Things"}} {
+		r.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}) //nolint:errcheck
+	}
+	return r.hbuf.Bytes()
+}
+
 // outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
 // ended), or the status of the answer's HEADERS.
 func (r *rawH2) outcome(stream uint32) string {
@@ -236,9 +275,7 @@ func (r *rawH2) outcome(stream uint32) string {
 // RFC 9113 section 8: each malformed request is refused (the stream reset, or a 400) and nothing reaches
 // the leader; the well-formed ones around them are forwarded.
 func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, _, env, tlsAddr := h2LB(t, "")
 	leader := c.Platforms[0]
 	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things"}
 	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
@@ -294,9 +331,7 @@ func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
 
 // A body whose DATA does not add up to its content-length is refused, and nothing reaches the leader.
 func TestH2AContentLengthThatTheDataDoesNotMatchIsRefused(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, _, env, tlsAddr := h2LB(t, "")
 	leader := c.Platforms[0]
 	for _, data := range []string{"short", "longer than declared"} {
 		before := leader.Requests()
@@ -317,37 +352,18 @@ func TestH2AContentLengthThatTheDataDoesNotMatchIsRefused(t *testing.T) {
 // Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once, again and again,
 // has its connection closed, and it is counted.
 func TestH2RapidResetClosesTheConnection(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	_, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	_, l, env, tlsAddr := h2LB(t, "")
 	r := dialRawH2(t, env, tlsAddr)
-	closed := make(chan struct{})
-	go func() { // the server's frames, until it closes
-		defer close(closed)
-		for {
-			if _, err := r.fr.ReadFrame(); err != nil {
-				return
-			}
-		}
-	}()
+	closed := r.watchClose()
 	sent := 0
 	for stream := uint32(1); stream < 2*1000; stream += 2 {
-		r.hbuf.Reset()
-		r.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})             //nolint:errcheck
-		r.enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})           //nolint:errcheck
-		r.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: tlsAddr})        //nolint:errcheck
-		r.enc.WriteField(hpack.HeaderField{Name: ":path", Value: "/Thingworx/Things"}) //nolint:errcheck
-		if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.hbuf.Bytes(), EndStream: true, EndHeaders: true}) != nil ||
+		if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.getBlock(tlsAddr), EndStream: true, EndHeaders: true}) != nil ||
 			r.fr.WriteRSTStream(stream, http2.ErrCodeCancel) != nil {
 			break // closed under our feet: what we want
 		}
 		sent++
 	}
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the connection is still open after %d streams opened and reset at once", sent)
-	}
+	r.waitClosed(closed, fmt.Sprintf("%d streams opened and reset at once", sent))
 	if n := l.h2.Counts().Refused["rapid_reset"]; n != 1 {
 		t.Errorf("rapid_reset counted %d, want 1 (after %d streams opened and reset)", n, sent)
 	}
@@ -356,28 +372,13 @@ func TestH2RapidResetClosesTheConnection(t *testing.T) {
 // A CONTINUATION flood (CVE-2024-27316 and kin): header block fragments that never end, past the header
 // list size, close the connection; nothing reaches the leader.
 func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, _, env, tlsAddr := h2LB(t, "")
 	before := c.Platforms[0].Requests()
 	r := dialRawH2(t, env, tlsAddr)
-	r.hbuf.Reset()
-	r.enc.WriteField(hpack.HeaderField{Name: ":method", Value: "GET"})             //nolint:errcheck
-	r.enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})           //nolint:errcheck
-	r.enc.WriteField(hpack.HeaderField{Name: ":authority", Value: tlsAddr})        //nolint:errcheck
-	r.enc.WriteField(hpack.HeaderField{Name: ":path", Value: "/Thingworx/Things"}) //nolint:errcheck
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.hbuf.Bytes(), EndStream: true}); err != nil {
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.getBlock(tlsAddr), EndStream: true}); err != nil {
 		t.Fatal(err)
 	}
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for {
-			if _, err := r.fr.ReadFrame(); err != nil {
-				return
-			}
-		}
-	}()
+	closed := r.watchClose()
 	sent := 0
 	for ; sent < 4096; sent++ { // 4 MiB of fragments, against a header list of 8 KiB
 		r.hbuf.Reset()
@@ -386,11 +387,7 @@ func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
 			break
 		}
 	}
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the connection is still open after %d CONTINUATION frames", sent)
-	}
+	r.waitClosed(closed, fmt.Sprintf("%d CONTINUATION frames", sent))
 	if n := c.Platforms[0].Requests() - before; n != 0 {
 		t.Errorf("the leader got %d requests", n)
 	}
@@ -399,9 +396,7 @@ func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
 // Streams on an HTTP/2 connection that stays open follow a leader change: every request is answered
 // 200, first by the old leader, then by the new one, on the one connection.
 func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, l, env, tlsAddr := h2LB(t, "")
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 	get := func() string {
@@ -430,9 +425,7 @@ func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
 
 // Chromium loads a page through fairlead over HTTP/2.
 func TestH2ChromiumLoadsAProxiedPageOverH2(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
+	c, _, _, tlsAddr := h2LB(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := openBrowser(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
@@ -492,26 +485,11 @@ func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
 // idle_timeout closes an HTTP/2 connection without streams (x/net sends GOAWAY, then closes), as it
 // closes an idle HTTP/1.1 keep-alive connection.
 func TestH2AnIdleConnectionIsClosedAfterIdleTimeout(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "idle_timeout = \"300ms\"")
+	_, _, env, tlsAddr := h2LB(t, "idle_timeout = \"300ms\"")
 	r := dialRawH2(t, env, tlsAddr)
 	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
 	if got := r.outcome(1); got != "200" {
 		t.Fatalf("first request: %s", got)
 	}
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for {
-			if _, err := r.fr.ReadFrame(); err != nil {
-				return
-			}
-		}
-	}()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second): // a hang guard: idle_timeout is 300ms
-		t.Fatal("the idle HTTP/2 connection is still open")
-	}
+	r.waitClosed(r.watchClose(), "idle_timeout (300ms) with no stream open")
 }

@@ -422,6 +422,35 @@ Transfer/sec:      2.00MB
 	}
 }
 
+func TestParseH2load(t *testing.T) {
+	out := `starting benchmark...
+spawning thread #0: 16 total client(s). 10 timing-based test with 0s of warm-up time and 5s of main duration for each client
+Application protocol: h2
+finished in 5.00s, 16989.40 req/s, 1.23MB/s
+requests: 84947 total, 84950 started, 84947 done, 84940 succeeded, 5 failed, 2 errored, 0 timeout
+status codes: 84940 2xx, 0 3xx, 0 4xx, 5 5xx
+traffic: 6.15MB (6449282) total, 1.01MB (1062050) headers (space savings 93.49%), 5.19MB (5436608) data
+                     min         max         mean         sd        +/- sd
+time for request:      340us     40.28ms      8.64ms      3.16ms    70.93%
+time for connect:     2.11ms      9.32ms      5.68ms      2.46ms    62.50%
+time to 1st byte:     9.08ms     17.45ms     12.89ms      2.83ms    56.25%
+req/s           :    1045.54     1078.47     1061.77        9.12    62.50%
+`
+	r, err := parseH2load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.reqPerSec != 16989.40 || r.succeeded != 84940 || r.failed != 7 || r.meanMS != 8.64 || r.proto != "h2" {
+		t.Errorf("%+v", r)
+	}
+	if _, err := parseH2load(strings.Replace(out, "Application protocol: h2", "Application protocol: http/1.1", 1)); err == nil {
+		t.Error("a run over http/1.1 parsed as an h2 run")
+	}
+	if _, err := parseH2load("h2load: no connection\n"); err == nil {
+		t.Error("output without a summary parsed")
+	}
+}
+
 func TestHist(t *testing.T) {
 	var h Hist
 	for i := 1; i <= 100; i++ {

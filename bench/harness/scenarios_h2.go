@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"time"
@@ -87,15 +86,12 @@ var (
 // runH2load runs h2load against url for dur and parses its summary. A run that did not speak h2 fails.
 func runH2load(ctx context.Context, h2load string, core int, url string, dur time.Duration) (*h2loadResult, error) {
 	secs := max(1, int(math.Ceil(dur.Seconds())))
-	args := pinned(core, []string{h2load, "-t1", "-c" + strconv.Itoa(h2Conns), "-m" + strconv.Itoa(h2Streams),
-		"-D" + strconv.Itoa(secs), url})
-	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	out, err := runLoad(ctx, "h2load", pinned(core, []string{h2load, "-t1", "-c" + strconv.Itoa(h2Conns),
+		"-m" + strconv.Itoa(h2Streams), "-D" + strconv.Itoa(secs), url}), dur)
 	if err != nil {
-		return nil, fmt.Errorf("h2load: %v: %s", err, out)
+		return nil, err
 	}
-	return parseH2load(string(out))
+	return parseH2load(out)
 }
 
 func parseH2load(out string) (*h2loadResult, error) {

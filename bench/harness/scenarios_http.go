@@ -299,14 +299,22 @@ func runWrk(ctx context.Context, wrk string, core int, dir, url string, conns in
 		args = append(args, "-s", script)
 	}
 	args = append(args, url)
-	args = pinned(core, args)
+	out, err := runLoad(ctx, "wrk", pinned(core, args), dur)
+	if err != nil {
+		return nil, err
+	}
+	return parseWrk(out)
+}
+
+// runLoad runs a load generator (argv, pinned already) for a measurement of dur, and returns its output.
+func runLoad(ctx context.Context, name string, argv []string, dur time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("wrk: %v: %s", err, out)
+		return "", fmt.Errorf("%s: %v: %s", name, err, out)
 	}
-	return parseWrk(string(out))
+	return string(out), nil
 }
 
 var (
