@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the peers fairlead is benchmarked against (HAProxy, nginx, Caddy), nginx's nchan module (the
-# fan-out scenario's pub/sub peer), the wrk load generator and taskset (util-linux) when any of them is
+# fan-out scenario's pub/sub peer), the wrk and h2load (https-small-h2) load generators and taskset (util-linux) when any of them is
 # missing: one `apt-get update`, one `apt-get install`. Debian or Ubuntu, as root (or with sudo). Nothing
 # is downloaded when everything is already there.
 set -euo pipefail
@@ -11,11 +11,12 @@ command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 [ -e /usr/lib/nginx/modules/ngx_nchan_module.so ] || [ -e /usr/share/nginx/modules/ngx_nchan_module.so ] || need+=(libnginx-mod-nchan)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v taskset >/dev/null 2>&1 || need+=(util-linux)
 command -v ss >/dev/null 2>&1 || need+=(iproute2)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "install-peers: haproxy, nginx (with nchan), caddy, wrk, taskset and ss are installed"
+	echo "install-peers: haproxy, nginx (with nchan), caddy, wrk, h2load, taskset and ss are installed"
 	exit 0
 fi
 
