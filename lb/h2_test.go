@@ -493,3 +493,23 @@ func TestH2AnIdleConnectionIsClosedAfterIdleTimeout(t *testing.T) {
 	}
 	r.waitClosed(r.watchClose(), "idle_timeout (300ms) with no stream open")
 }
+
+// read_timeout cuts an HTTP/2 request body that stops arriving, as it cuts an HTTP/1.1 one: the stream
+// is answered 408 (or reset) and nothing reaches the leader.
+func TestH2ARequestBodyThatStopsArrivingIsCutByReadTimeout(t *testing.T) {
+	c, _, env, tlsAddr := h2LB(t, "read_timeout = \"500ms\"")
+	before := c.Platforms[0].Requests()
+	r := dialRawH2(t, env, tlsAddr)
+	r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up", "content-length", "100")
+	if err := r.fr.WriteData(1, false, []byte("ten bytes.")); err != nil {
+		t.Fatal(err)
+	}
+	// Then nothing: the rest of the body never comes. (outcome's reads are bounded by the connection's
+	// 10 s deadline, a hang guard.)
+	if got := r.outcome(1); got != "408" && got != "reset" {
+		t.Errorf("a body that stopped arriving: %s, want 408 or the stream reset", got)
+	}
+	if n := c.Platforms[0].Requests() - before; n != 0 {
+		t.Errorf("the leader got %d requests", n)
+	}
+}
