@@ -275,7 +275,7 @@ func (r *rawH2) outcome(stream uint32) string {
 // RFC 9113 section 8: each malformed request is refused (the stream reset, or a 400) and nothing reaches
 // the leader; the well-formed ones around them are forwarded.
 func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
-	c, _, env, tlsAddr := h2LB(t, "")
+	c, l, env, tlsAddr := h2LB(t, "")
 	leader := c.Platforms[0]
 	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things"}
 	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
@@ -300,12 +300,16 @@ func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
 		{"NUL in a value", with("x-a", "a\x00b")},
 		{"a space in a name", with("x a", "b")},
 	}
+	resets := 0 // the refusals x/net makes by resetting the stream (the connection-specific fields get its 400)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := leader.Requests()
 			r := dialRawH2(t, env, tlsAddr)
 			r.headers(1, true, tc.fields...)
 			got := r.outcome(1)
+			if got == "reset" {
+				resets++
+			}
 			if got != "reset" && got != "closed" && got != "400" {
 				t.Errorf("answered %s, want the stream reset or a 400", got)
 			}
@@ -320,6 +324,10 @@ func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
 				t.Errorf("the leader got %d requests, want only the well-formed one", n)
 			}
 		})
+	}
+	// Each stream x/net reset is counted, by its error code.
+	if n := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"]; n != uint64(resets) || resets == 0 {
+		t.Errorf("stream_PROTOCOL_ERROR counted %d for %d streams reset: %v", n, resets, l.h2.Counts().Refused)
 	}
 	// TE: trailers is allowed.
 	r := dialRawH2(t, env, tlsAddr)

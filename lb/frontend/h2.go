@@ -17,12 +17,15 @@ package frontend
 // past it), the flow-control windows (x/net's 1 MiB per stream and per connection: what a client may
 // send ahead is bounded), read_timeout and idle_timeout as for HTTP/1.1, and rapid reset
 // (CVE-2023-44487): a connection whose client has reset at least rapidResetMin streams, more than half
-// of those it opened, is closed. Each refusal is counted (H2Counts).
+// of those it opened, is closed. Refusals are counted (H2Counts) from the frames x/net sends (a stream
+// reset or a GOAWAY with an error code), plus rapid resets and the framer's 400s; the 400 x/net answers
+// by itself to a request with a connection-specific field, and its 431, are not seen.
 
 import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -64,7 +67,7 @@ type H2 struct {
 	rapidResets atomic.Uint64 // connections closed for rapid reset
 	badHeads    atomic.Uint64 // streams whose request the framer refused (400)
 	errMu       sync.Mutex
-	errs        map[string]uint64 // x/net's own refusals by kind (CountError)
+	errs        map[string]uint64 // refusals sent by x/net, by kind (sentFrames)
 }
 
 // NewH2 returns the HTTP/2 server of the front end f, handing each stream to handler.
@@ -86,7 +89,7 @@ func (h *H2) server(conf H2Config) *http2.Server {
 	if s := h.srv.Load(); s != nil && s.conf == conf {
 		return s.srv
 	}
-	s := &h2Server{conf: conf, srv: &http2.Server{MaxConcurrentStreams: conf.MaxStreams, IdleTimeout: conf.IdleTimeout, CountError: h.countError}}
+	s := &h2Server{conf: conf, srv: &http2.Server{MaxConcurrentStreams: conf.MaxStreams, IdleTimeout: conf.IdleTimeout}}
 	h.srv.Store(s)
 	return s.srv
 }
@@ -101,8 +104,9 @@ func (h *H2) countError(kind string) {
 type H2Counts struct {
 	Conns, Streams uint64
 	// Refused counts what was refused, by kind: "rapid_reset" (connections closed), "bad_request"
-	// (streams answered 400 by the framer) and x/net's own kinds (streams reset or connections closed
-	// for a protocol error, e.g. "recv_rststream_…", "headers_…").
+	// (streams answered 400 by the framer), "stream_CODE" (streams x/net reset with the error CODE, a
+	// malformed request's PROTOCOL_ERROR, a stream over the limit's REFUSED_STREAM…) and "conn_CODE"
+	// (connections x/net closed with a GOAWAY of error CODE).
 	Refused map[string]uint64
 }
 
@@ -154,9 +158,71 @@ type resetCounter struct {
 	opened, resets uint64
 	lastStream     uint32
 	closed         bool
+
+	sent sentFrames // the server's side, for the refusals it sends
+}
+
+// sentFrames follows the frames x/net writes (frame headers, and the payload's first 8 bytes: a
+// RST_STREAM's error code, a GOAWAY's last stream and error code) and counts the refusals.
+type sentFrames struct {
+	hdr  [9]byte
+	hn   int
+	head [8]byte // the payload's first bytes
+	got  int     // payload bytes seen
+	size int     // payload length
+	typ  http2.FrameType
+}
+
+func (sf *sentFrames) observe(b []byte, h *H2) {
+	for len(b) > 0 {
+		if sf.hn < len(sf.hdr) {
+			k := copy(sf.hdr[sf.hn:], b)
+			sf.hn += k
+			b = b[k:]
+			if sf.hn == len(sf.hdr) {
+				sf.size = int(sf.hdr[0])<<16 | int(sf.hdr[1])<<8 | int(sf.hdr[2])
+				sf.typ, sf.got = http2.FrameType(sf.hdr[3]), 0
+				sf.payloadDone(h)
+			}
+			continue
+		}
+		k := min(sf.size-sf.got, len(b))
+		if sf.got < len(sf.head) {
+			copy(sf.head[sf.got:], b[:min(k, len(sf.head)-sf.got)])
+		}
+		sf.got += k
+		b = b[k:]
+		sf.payloadDone(h)
+	}
+}
+
+// payloadDone counts the frame once its payload is in, and starts the next one.
+func (sf *sentFrames) payloadDone(h *H2) {
+	if sf.got < sf.size {
+		return
+	}
+	var code http2.ErrCode
+	var kind string
+	switch {
+	case sf.typ == http2.FrameRSTStream && sf.size >= 4:
+		code, kind = http2.ErrCode(binary.BigEndian.Uint32(sf.head[:4])), "stream_"
+	case sf.typ == http2.FrameGoAway && sf.size >= 8:
+		code, kind = http2.ErrCode(binary.BigEndian.Uint32(sf.head[4:8])), "conn_"
+	}
+	if kind != "" && code != http2.ErrCodeNo && code != http2.ErrCodeCancel {
+		h.countError(kind + code.String())
+	}
+	sf.hn = 0
 }
 
 var errRapidReset = errors.New("h2: closed for rapid reset (CVE-2023-44487)")
+
+// Write counts, from the frames x/net sends, what it refused: a RST_STREAM or a GOAWAY with an error
+// code (not NO_ERROR, nor CANCEL, which ends a stream the client gave up).
+func (rc *resetCounter) Write(p []byte) (int, error) {
+	rc.sent.observe(p, rc.h)
+	return rc.Conn.Write(p)
+}
 
 func (rc *resetCounter) Read(p []byte) (int, error) {
 	if rc.closed {
