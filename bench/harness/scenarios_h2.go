@@ -108,14 +108,7 @@ func parseH2load(out string) (*h2loadResult, error) {
 		r.failed += n
 	}
 	if m := reH2Mean.FindStringSubmatch(out); m != nil {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		switch m[2] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
-		r.meanMS = v
+		r.meanMS = toMS(m[1], m[2])
 	}
 	if m := reH2Proto.FindStringSubmatch(out); m != nil {
 		r.proto = m[1]

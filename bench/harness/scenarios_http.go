@@ -306,6 +306,20 @@ func runWrk(ctx context.Context, wrk string, core int, dir, url string, conns in
 	return parseWrk(out)
 }
 
+// toMS converts a load generator's duration, a number and its unit (us, ms, s, m), to milliseconds.
+func toMS(num, unit string) float64 {
+	v, _ := strconv.ParseFloat(num, 64)
+	switch unit {
+	case "us":
+		v /= 1000
+	case "s":
+		v *= 1000
+	case "m":
+		v *= 60000
+	}
+	return v
+}
+
 // runLoad runs a load generator (argv, pinned already) for a measurement of dur, and returns its output.
 func runLoad(ctx context.Context, name string, argv []string, dur time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, dur+30*time.Second)
@@ -337,16 +351,7 @@ func parseWrk(out string) (*wrkResult, error) {
 		r.requests, _ = strconv.ParseFloat(m[1], 64)
 	}
 	if m := reWrkP99.FindStringSubmatch(out); m != nil {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		switch m[2] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		case "m":
-			v *= 60000
-		}
-		r.p99ms = v
+		r.p99ms = toMS(m[1], m[2])
 	}
 	if m := reWrkNon2xx.FindStringSubmatch(out); m != nil {
 		n, _ := strconv.ParseInt(m[1], 10, 64)

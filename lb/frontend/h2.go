@@ -28,6 +28,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -60,7 +62,8 @@ type H2 struct {
 	config  func() H2Config
 	srv     atomic.Pointer[h2Server] // the x/net server of the latest limits
 
-	ctxs sync.Pool // *h2Stream
+	ctxs   sync.Pool   // *h2Stream
+	errLog *log.Logger // x/net's log (h2Log)
 
 	streams     atomic.Uint64 // streams handed to the handler
 	conns       atomic.Uint64 // connections served
@@ -74,7 +77,20 @@ type H2 struct {
 func (f *Front) NewH2(handler fasthttp.RequestHandler, config func() H2Config) *H2 {
 	h := &H2{front: f, handler: handler, config: config, errs: map[string]uint64{}}
 	h.ctxs.New = func() any { return new(h2Stream) }
+	h.errLog = log.New(h2Log{f.Errors.log}, "", 0)
 	return h
+}
+
+// h2Log takes x/net's own log lines: a panic of a stream's handler goes to the front end's log, as an
+// error; the others are dropped. They are the client's doing (protocol errors, counted in H2Counts), and
+// one of them (a GOAWAY received) quotes bytes the client chose.
+type h2Log struct{ log *slog.Logger }
+
+func (l h2Log) Write(p []byte) (int, error) {
+	if l.log != nil && bytes.HasPrefix(p, []byte("http2: panic serving ")) {
+		l.log.Error(string(bytes.TrimSpace(p)))
+	}
+	return len(p), nil
 }
 
 // h2Server is an x/net server and the limits it was made with.
@@ -134,102 +150,53 @@ func (h *H2) Serve(c net.Conn) error {
 	conf := h.config()
 	tc := fc.tc
 	tc.SetDeadline(time.Time{}) //nolint:errcheck // x/net sets its own
-	rc := &resetCounter{Conn: tc, tc: tc, h: h}
+	rc := newResetCounter(tc, h)
 	h.server(conf).ServeConn(rc, &http2.ServeConnOpts{
-		BaseConfig: &http.Server{MaxHeaderBytes: conf.MaxHeader, ReadTimeout: conf.ReadTimeout, IdleTimeout: conf.IdleTimeout},
-		Handler:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveStream(tc, conf, w, r) }),
+		BaseConfig: &http.Server{MaxHeaderBytes: conf.MaxHeader, ReadTimeout: conf.ReadTimeout, IdleTimeout: conf.IdleTimeout,
+			ErrorLog: h.errLog},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveStream(tc, conf, w, r) }),
 	})
 	return nil
 }
 
-// resetCounter reads the client's side of an HTTP/2 connection for x/net and counts, from the frame
-// headers going by, the streams the client opened (HEADERS of a new stream) and reset (RST_STREAM): a
-// client that resets most of what it opens, past rapidResetMin, has its connection closed.
+// resetCounter reads the client's side of an HTTP/2 connection for x/net and counts, from the frames
+// going by, the streams the client opened (HEADERS of a new stream) and reset (RST_STREAM): a client
+// that resets most of what it opens, past rapidResetMin, has its connection closed. From the frames x/net
+// writes it counts the refusals: a RST_STREAM or a GOAWAY with an error code (not NO_ERROR, nor CANCEL,
+// which ends a stream the client gave up).
 type resetCounter struct {
 	net.Conn
-	tc *tls.Conn
-	h  *H2
+	h *H2
 
-	preface int // bytes of the client preface still to skip
-	hdr     [9]byte
-	hn      int // frame header bytes seen of the frame under way
-	skip    int // payload bytes of the frame under way still to skip
+	preface  int // bytes of the client preface still to skip
+	in, out  frameWalker
+	inFrame  func(*frameWalker) // rc.clientFrame and rc.serverFrame, made once
+	outFrame func(*frameWalker)
 
 	opened, resets uint64
 	lastStream     uint32
 	closed         bool
-
-	sent sentFrames // the server's side, for the refusals it sends
 }
 
-// sentFrames follows the frames x/net writes (frame headers, and the payload's first 8 bytes: a
-// RST_STREAM's error code, a GOAWAY's last stream and error code) and counts the refusals.
-type sentFrames struct {
-	hdr  [9]byte
-	hn   int
-	head [8]byte // the payload's first bytes
-	got  int     // payload bytes seen
-	size int     // payload length
-	typ  http2.FrameType
-}
-
-func (sf *sentFrames) observe(b []byte, h *H2) {
-	for len(b) > 0 {
-		if sf.hn < len(sf.hdr) {
-			k := copy(sf.hdr[sf.hn:], b)
-			sf.hn += k
-			b = b[k:]
-			if sf.hn == len(sf.hdr) {
-				sf.size = int(sf.hdr[0])<<16 | int(sf.hdr[1])<<8 | int(sf.hdr[2])
-				sf.typ, sf.got = http2.FrameType(sf.hdr[3]), 0
-				sf.payloadDone(h)
-			}
-			continue
-		}
-		k := min(sf.size-sf.got, len(b))
-		if sf.got < len(sf.head) {
-			copy(sf.head[sf.got:], b[:min(k, len(sf.head)-sf.got)])
-		}
-		sf.got += k
-		b = b[k:]
-		sf.payloadDone(h)
-	}
-}
-
-// payloadDone counts the frame once its payload is in, and starts the next one.
-func (sf *sentFrames) payloadDone(h *H2) {
-	if sf.got < sf.size {
-		return
-	}
-	var code http2.ErrCode
-	var kind string
-	switch {
-	case sf.typ == http2.FrameRSTStream && sf.size >= 4:
-		code, kind = http2.ErrCode(binary.BigEndian.Uint32(sf.head[:4])), "stream_"
-	case sf.typ == http2.FrameGoAway && sf.size >= 8:
-		code, kind = http2.ErrCode(binary.BigEndian.Uint32(sf.head[4:8])), "conn_"
-	}
-	if kind != "" && code != http2.ErrCodeNo && code != http2.ErrCodeCancel {
-		h.countError(kind + code.String())
-	}
-	sf.hn = 0
+func newResetCounter(c net.Conn, h *H2) *resetCounter {
+	rc := &resetCounter{Conn: c, h: h}
+	rc.inFrame, rc.outFrame = rc.clientFrame, rc.serverFrame
+	return rc
 }
 
 var errRapidReset = errors.New("h2: closed for rapid reset (CVE-2023-44487)")
-
-// Write counts, from the frames x/net sends, what it refused: a RST_STREAM or a GOAWAY with an error
-// code (not NO_ERROR, nor CANCEL, which ends a stream the client gave up).
-func (rc *resetCounter) Write(p []byte) (int, error) {
-	rc.sent.observe(p, rc.h)
-	return rc.Conn.Write(p)
-}
 
 func (rc *resetCounter) Read(p []byte) (int, error) {
 	if rc.closed {
 		return 0, errRapidReset
 	}
 	n, err := rc.Conn.Read(p)
-	rc.observe(p[:n])
+	b := p[:n]
+	if skip := min(len(http2.ClientPreface)-rc.preface, len(b)); skip > 0 {
+		rc.preface += skip
+		b = b[skip:]
+	}
+	rc.in.walk(b, rc.inFrame)
 	if rc.resets >= rapidResetMin && 2*rc.resets > rc.opened {
 		rc.closed = true
 		rc.h.rapidResets.Add(1)
@@ -238,36 +205,73 @@ func (rc *resetCounter) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (rc *resetCounter) observe(b []byte) {
-	if rc.preface < len(http2.ClientPreface) {
-		k := min(len(http2.ClientPreface)-rc.preface, len(b))
-		rc.preface += k
-		b = b[k:]
+func (rc *resetCounter) Write(p []byte) (int, error) {
+	rc.out.walk(p, rc.outFrame)
+	return rc.Conn.Write(p)
+}
+
+func (rc *resetCounter) clientFrame(f *frameWalker) {
+	switch f.typ() {
+	case http2.FrameHeaders:
+		if s := f.stream(); s > rc.lastStream {
+			rc.lastStream = s
+			rc.opened++
+		}
+	case http2.FrameRSTStream:
+		rc.resets++
 	}
+}
+
+func (rc *resetCounter) serverFrame(f *frameWalker) {
+	var code http2.ErrCode
+	var kind string
+	switch {
+	case f.typ() == http2.FrameRSTStream && f.size >= 4:
+		code, kind = http2.ErrCode(binary.BigEndian.Uint32(f.head[:4])), "stream_"
+	case f.typ() == http2.FrameGoAway && f.size >= 8:
+		code, kind = http2.ErrCode(binary.BigEndian.Uint32(f.head[4:8])), "conn_"
+	}
+	if kind != "" && code != http2.ErrCodeNo && code != http2.ErrCodeCancel {
+		rc.h.countError(kind + code.String())
+	}
+}
+
+// frameWalker follows HTTP/2 frames (RFC 9113 section 4.1: a 9-byte header whose first 3 bytes are the
+// payload's length) through the bytes of one direction, and keeps each payload's first 8 bytes (a
+// RST_STREAM's error code, a GOAWAY's last stream and error code).
+type frameWalker struct {
+	hdr  [9]byte
+	hn   int // header bytes seen of the frame under way
+	size int // its payload's length
+	got  int // payload bytes seen
+	head [8]byte
+}
+
+func (f *frameWalker) typ() http2.FrameType { return http2.FrameType(f.hdr[3]) }
+func (f *frameWalker) stream() uint32       { return binary.BigEndian.Uint32(f.hdr[5:9]) & (1<<31 - 1) }
+
+// walk goes through b, calling done for each frame whose last byte it holds.
+func (f *frameWalker) walk(b []byte, done func(*frameWalker)) {
 	for len(b) > 0 {
-		if rc.skip > 0 {
-			k := min(rc.skip, len(b))
-			rc.skip -= k
+		if f.hn < len(f.hdr) {
+			k := copy(f.hdr[f.hn:], b)
+			f.hn += k
 			b = b[k:]
-			continue
-		}
-		k := copy(rc.hdr[rc.hn:], b)
-		rc.hn += k
-		b = b[k:]
-		if rc.hn < len(rc.hdr) {
-			return
-		}
-		rc.hn = 0
-		rc.skip = int(rc.hdr[0])<<16 | int(rc.hdr[1])<<8 | int(rc.hdr[2])
-		stream := (uint32(rc.hdr[5])<<24 | uint32(rc.hdr[6])<<16 | uint32(rc.hdr[7])<<8 | uint32(rc.hdr[8])) & (1<<31 - 1)
-		switch http2.FrameType(rc.hdr[3]) {
-		case http2.FrameHeaders:
-			if stream > rc.lastStream {
-				rc.lastStream = stream
-				rc.opened++
+			if f.hn < len(f.hdr) {
+				return
 			}
-		case http2.FrameRSTStream:
-			rc.resets++
+			f.size, f.got = int(f.hdr[0])<<16|int(f.hdr[1])<<8|int(f.hdr[2]), 0
+		} else {
+			k := min(f.size-f.got, len(b))
+			if f.got < len(f.head) {
+				copy(f.head[f.got:], b[:k])
+			}
+			f.got += k
+			b = b[k:]
+		}
+		if f.got == f.size {
+			done(f)
+			f.hn = 0
 		}
 	}
 }
@@ -470,9 +474,12 @@ func (h *H2) writeAnswer(st *h2Stream, w http.ResponseWriter, r *http.Request) {
 
 // connectionSpecific reports the fields an HTTP/2 message must not carry (RFC 9113 section 8.2.2).
 func connectionSpecific(k []byte) bool {
-	switch string(bytes.ToLower(k)) { // short names; ToLower allocates only if one is not lowercase
-	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te":
-		return true
+	for _, name := range connectionFields {
+		if len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
+			return true
+		}
 	}
 	return false
 }
+
+var connectionFields = [...]string{"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"}

@@ -31,6 +31,27 @@ func eventedPair(t *testing.T) (*TCPConn, *net.TCPConn) {
 	return c, peer
 }
 
+// smallEventedPair is eventedPair with small socket buffers, in evented mode: a few writes fill it.
+func smallEventedPair(t *testing.T) (*TCPConn, *net.TCPConn) {
+	t.Helper()
+	c, peer := eventedPair(t)
+	smallBuffers(t, c.TCPConn, peer)
+	c.SetEvented(true)
+	return c, peer
+}
+
+// parkedFlush starts c.Flush in a goroutine and returns once it is parked waiting for the socket; the
+// channel gets its result.
+func parkedFlush(t *testing.T, c *TCPConn) chan error {
+	t.Helper()
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.Flush() }()
+	if err := waitParked("(*TCPConn).Flush", "waitWrite"); err != nil {
+		t.Fatal(err)
+	}
+	return flushed
+}
+
 // queued is the number of bytes waiting unread in tc's receive queue (SIOCINQ).
 func queued(t *testing.T, tc *net.TCPConn) int {
 	t.Helper()
@@ -289,9 +310,7 @@ func TestAnEventedReadOfAClosedConnFailsWithErrClosed(t *testing.T) {
 }
 
 func TestAnEventedWriteToAPeerThatDoesNotReadNeverWaitsAndFlushDeliversEverythingInOrder(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, peer := smallEventedPair(t)
 	data := random(16 << 20)
 	off := fillUntilBlocked(t, c, data)
 	if pendingLen(c) == 0 {
@@ -368,9 +387,7 @@ func TestFlushWithNothingPendingReturnsNilAtOnce(t *testing.T) {
 }
 
 func TestAFlushRunningWhileEventedWritesGoOnDeliversThemAllInOrder(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, peer := smallEventedPair(t)
 	data := random(8 << 20)
 	received := make(chan error, 1)
 	go func() {
@@ -438,15 +455,9 @@ func TestAFlushRunningWhileEventedWritesGoOnDeliversThemAllInOrder(t *testing.T)
 }
 
 func TestAFlushParkedOnAFullSocketFailsWithErrClosedWhenTheConnIsClosed(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, _ := smallEventedPair(t)
 	fillUntilBlocked(t, c, random(16<<20))
-	flushed := make(chan error, 1)
-	go func() { flushed <- c.Flush() }()
-	if err := waitParked("(*TCPConn).Flush", "waitWrite"); err != nil {
-		t.Fatal(err)
-	}
+	flushed := parkedFlush(t, c)
 	c.Close()
 	if err := await(t, flushed); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Flush: %v, want net.ErrClosed", err)
@@ -460,16 +471,10 @@ func TestAFlushParkedOnAFullSocketFailsWithErrClosedWhenTheConnIsClosed(t *testi
 }
 
 func TestAFlushParkedOnAFullSocketTimesOutAtItsWriteDeadlineAndLosesNothing(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, peer := smallEventedPair(t)
 	data := random(16 << 20)
 	off := fillUntilBlocked(t, c, data)
-	flushed := make(chan error, 1)
-	go func() { flushed <- c.Flush() }()
-	if err := waitParked("(*TCPConn).Flush", "waitWrite"); err != nil {
-		t.Fatal(err)
-	}
+	flushed := parkedFlush(t, c)
 	if err := c.SetWriteDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -810,9 +815,7 @@ func TestTLSRecordsOverATLS13ConnectionIsTheNumberOfRecordsThePeerSent(t *testin
 }
 
 func TestSetEventedFalseMakesReadAndWriteParkAgain(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, peer := smallEventedPair(t)
 	n, err := c.Read(make([]byte, 8))
 	checkWouldBlock(t, n, err)
 	c.SetEvented(false)
@@ -864,9 +867,7 @@ func TestSetEventedFalseMakesReadAndWriteParkAgain(t *testing.T) {
 // and then the pending buffer's lock in the same order, so none waits for another in a circle, and the
 // peer gets every byte in order.
 func TestConcurrentFlushesAndEventedWritesNeverDeadlockAndKeepTheOrder(t *testing.T) {
-	c, peer := eventedPair(t)
-	smallBuffers(t, c.TCPConn, peer)
-	c.SetEvented(true)
+	c, peer := smallEventedPair(t)
 	data := random(8 << 20)
 	stop := make(chan struct{})
 	flushers := make(chan error, 4)
