@@ -521,3 +521,74 @@ func TestH2ARequestBodyThatStopsArrivingIsCutByReadTimeout(t *testing.T) {
 		t.Errorf("the leader got %d requests", n)
 	}
 }
+
+// Trailers pass both ways over HTTP/2: a chunked answer's trailer fields reach the client as the
+// stream's trailers; a request's declared trailer fields reach the leader after its body, which goes
+// chunked (HTTP/1.1 carries trailers only there), with or without a content-length. An HTTP/1.1 client
+// gets the same answer's body without them.
+func TestH2TrailersPassBothWays(t *testing.T) {
+	c, _, env, tlsAddr := h2LB(t, "")
+	client, tr := h2Client(env)
+	defer tr.CloseIdleConnections()
+	leader := c.Platforms[0].Name
+
+	const size = 70000 // more than one read of the answer and one DATA frame
+	url := "https://" + tlsAddr + "/Thingworx/Things?bytes=" + strconv.Itoa(size) + "&chunked=1&trailers=1"
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sum := sha256.Sum256(got)
+	if err != nil || resp.Proto != "HTTP/2.0" || resp.StatusCode != 200 || len(got) != size || resp.Header.Get("X-Served-By") != leader {
+		t.Fatalf("%s %d from %q, %d bytes (%v); want HTTP/2.0 200 from %s, %d bytes", resp.Proto, resp.StatusCode, resp.Header.Get("X-Served-By"), len(got), err, leader, size)
+	}
+	if want := hex.EncodeToString(sum[:]); resp.Trailer.Get("X-Checksum") != want {
+		t.Errorf("trailers %v, want X-Checksum %s", resp.Trailer, want)
+	}
+
+	for _, known := range []bool{false, true} {
+		body := []byte(strings.Repeat("trailer test ", 5000))
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest("POST", "https://"+tlsAddr+"/Thingworx/Services/Upload", pr)
+		req.Trailer = http.Header{"X-Sum": nil, "X-Parts": nil}
+		if known {
+			req.ContentLength = int64(len(body))
+		}
+		go func() {
+			pw.Write(body[:1000]) //nolint:errcheck
+			pw.Write(body[1000:]) //nolint:errcheck
+			req.Trailer.Set("X-Sum", "65000")
+			req.Trailer.Add("X-Parts", "1")
+			req.Trailer.Add("X-Parts", "2")
+			pw.Close()
+		}()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		resp.Body.Close()
+		h := sha256.Sum256(body)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Body-Bytes") != strconv.Itoa(len(body)) || resp.Header.Get("X-Body-Sha256") != hex.EncodeToString(h[:]) {
+			t.Errorf("content-length %v: %d, the leader read %s bytes, want 200 and %d", known, resp.StatusCode, resp.Header.Get("X-Body-Bytes"), len(body))
+		}
+		if got, want := resp.Header.Get("X-Echo-Trailers"), "X-Parts: 1; X-Parts: 2; X-Sum: 65000"; got != want {
+			t.Errorf("content-length %v: the leader saw the trailers %q, want %q", known, got, want)
+		}
+	}
+
+	// HTTP/1.1 over the same listener: the body, no trailers (fasthttp does not relay them).
+	h1 := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: env.clientConfig(tlsName)}}
+	defer h1.CloseIdleConnections()
+	resp, err = h1.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.Proto != "HTTP/1.1" || len(got) != size || sha256.Sum256(got) != sum {
+		t.Fatalf("HTTP/1.1: %s, %d bytes (%v), want HTTP/1.1 and the same %d bytes", resp.Proto, len(got), err, size)
+	}
+}

@@ -555,5 +555,13 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Trailers passes on the trailer fields of the body it reads (an HTTP/2 request's), if any.
+func (c *countingReader) Trailers() []byte {
+	if t, ok := c.r.(upstream.Trailered); ok {
+		return t.Trailers()
+	}
+	return nil
+}
+
 // WriteTo implements io.WriterTo, which fasthttp prefers when it copies a request body upstream.
 func (c *countingReader) WriteTo(w io.Writer) (int64, error) { return upstream.CopyThrough(w, c) }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +47,13 @@ type Probe struct {
 //	delay=D      sleep D (a Go duration, e.g. 250ms) before answering
 //	bytes=N      answer with an N-byte body, byte i being 'a'+i%26, streamed
 //	             with a Content-Length (add chunked=1 for chunked encoding)
+//	trailers=1   with bytes=N&chunked=1: end the chunked body with the trailer
+//	             field "X-Checksum: <hex SHA-256 of the body>"
 //
 // A request body of any size is read as a stream; the answer then carries
-// "X-Body-Bytes: <count>" and "X-Body-Sha256: <hex>". The path /echo-headers
+// "X-Body-Bytes: <count>" and "X-Body-Sha256: <hex>", and when the body was
+// chunked and ended with trailer fields, "X-Echo-Trailers: <fields>", each
+// "name: value" as received, separated by "; ". The path /echo-headers
 // answers with the request headers as the body, one "Name: value" per line in
 // the order received, plus an "X-Echo-Host: <Host>" header.
 //
@@ -267,6 +272,8 @@ var (
 	hdrBodyBytes      = []byte("X-Body-Bytes")
 	hdrBodySha256     = []byte("X-Body-Sha256")
 	hdrEchoHost       = []byte("X-Echo-Host")
+	hdrEchoTrailers   = []byte("X-Echo-Trailers")
+	hdrChecksum       = []byte("X-Checksum")
 	hdrWWWAuth        = []byte("WWW-Authenticate")
 	valWWWAuth        = []byte(`Basic realm="ThingWorx"`)
 	pathEchoHeaders   = []byte("/echo-headers")
@@ -352,6 +359,14 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 	switch {
 	case bytes.Equal(ctx.Path(), pathEchoHeaders):
 		echoHeaders(ctx)
+	case nbytes >= 0 && chunked && ctx.QueryArgs().Has("trailers"):
+		ctx.Response.Header.AddTrailerBytes(hdrChecksum) //nolint:errcheck // a valid name
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			h := sha256.New()
+			writePattern(io.MultiWriter(w, h), nbytes)
+			_ = w.Flush()
+			ctx.Response.Header.SetBytesK(hdrChecksum, hex.EncodeToString(h.Sum(nil)))
+		})
 	case nbytes >= 0 && chunked:
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 			writePattern(w, nbytes)
@@ -494,6 +509,10 @@ func (p *Platform) readBody(ctx *fasthttp.RequestCtx) bool {
 	var sum [sha256.Size]byte
 	ctx.Response.Header.SetBytesK(hdrBodyBytes, strconv.FormatInt(n, 10))
 	ctx.Response.Header.SetBytesK(hdrBodySha256, hex.EncodeToString(h.Sum(sum[:0])))
+	if t := ctx.Request.Header.TrailerHeader(); len(t) > 2 {
+		fields := strings.ReplaceAll(strings.TrimSuffix(string(t), "\r\n\r\n"), "\r\n", "; ")
+		ctx.Response.Header.SetBytesK(hdrEchoTrailers, fields)
+	}
 	return true
 }
 
@@ -554,7 +573,7 @@ func (r *patternReader) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-func writePattern(w *bufio.Writer, n int64) {
+func writePattern(w io.Writer, n int64) {
 	for n > 0 {
 		chunk := bytesPatternBlock
 		if int64(len(chunk)) > n {
@@ -565,5 +584,7 @@ func writePattern(w *bufio.Writer, n int64) {
 		}
 		n -= int64(len(chunk))
 	}
-	_ = w.Flush()
+	if f, ok := w.(interface{ Flush() error }); ok {
+		_ = f.Flush()
+	}
 }

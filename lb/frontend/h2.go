@@ -12,6 +12,11 @@ package frontend
 // the stream's DATA. The answer goes back as the stream's HEADERS and DATA, less the HTTP/1.1
 // connection-specific fields.
 //
+// Trailers pass both ways. A request's trailer fields (those it declared in a trailer field: x/net
+// keeps no others) follow its body upstream, which then goes chunked, the only HTTP/1.1 framing that
+// carries them; a chunked answer's trailer section (lb/upstream keeps its well-formed fields) goes to
+// the client as the stream's trailers, but for the fields a trailer may not carry.
+//
 // Limits: concurrent streams per connection (MaxStreams), the header list size (max_header_size,
 // advertised as SETTINGS_MAX_HEADER_LIST_SIZE; x/net closes a connection whose CONTINUATION frames go
 // past it), the flow-control windows (x/net's 1 MiB per stream and per connection: what a client may
@@ -39,6 +44,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 )
 
@@ -289,10 +295,43 @@ type h2Stream struct {
 	body onlyReader
 }
 
-// onlyReader is an io.Reader and nothing else (no Close).
-type onlyReader struct{ r io.Reader }
+// onlyReader is a stream's request body: an io.Reader without Close, and its trailer fields.
+type onlyReader struct {
+	req      *http.Request
+	trailers []byte
+	keys     []string
+}
 
-func (o *onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+func (o *onlyReader) Read(p []byte) (int, error) { return o.req.Body.Read(p) }
+
+// Trailers returns the request's trailer fields as HTTP/1.1 field lines, once its body was read to the
+// end: those it declared in a trailer field and sent (x/net keeps only those, with names a trailer may
+// have), in name order.
+func (o *onlyReader) Trailers() []byte {
+	o.trailers = appendFields(o.trailers[:0], &o.keys, o.req.Trailer, nil)
+	return o.trailers
+}
+
+// appendFields appends the fields of h with a value, in name order, as HTTP/1.1 field lines, but for
+// those skip names (nil: none); keys is the scratch space for the sorted names.
+func appendFields(dst []byte, keys *[]string, h http.Header, skip func(string) bool) []byte {
+	*keys = (*keys)[:0]
+	for k, vv := range h {
+		if len(vv) > 0 && (skip == nil || !skip(k)) {
+			*keys = append(*keys, k)
+		}
+	}
+	slices.Sort(*keys)
+	for _, k := range *keys {
+		for _, v := range h[k] {
+			dst = append(dst, k...)
+			dst = append(dst, ": "...)
+			dst = append(dst, v...)
+			dst = append(dst, "\r\n"...)
+		}
+	}
+	return dst
+}
 
 // streamConn is the net.Conn a stream's fasthttp context sees: the connection's addresses and TLS
 // state; its deadlines are the stream's (http.ResponseController), not the connection's.
@@ -343,7 +382,7 @@ func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *
 	defer func() {
 		ctx.Request.Reset()
 		ctx.Response.Reset()
-		st.body.r = nil
+		st.body.req = nil
 	}()
 
 	body := r.Body != nil && r.Body != http.NoBody
@@ -352,7 +391,11 @@ func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *
 	lim.MaxHeader = max(lim.MaxHeader, conf.MaxHeader)
 	if _, err := Check(lim, st.head); err != nil {
 		h.badHeads.Add(1)
-		refuse(w, http.StatusBadRequest)
+		status := http.StatusBadRequest
+		if r, ok := err.(*Refusal); ok {
+			status = r.Status // 431 for a head over max_header_size
+		}
+		refuse(w, status)
 		return
 	}
 	if st.br == nil {
@@ -368,8 +411,8 @@ func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *
 	if body {
 		// Not r.Body itself: fasthttp closes the stream it replaces (SetBodyStream), and x/net's body
 		// once closed reads no more; x/net closes it when the stream ends.
-		st.body.r = r.Body
-		ctx.Request.SetBodyStream(&st.body, int(r.ContentLength))
+		st.body.req = r
+		ctx.Request.SetBodyStream(&st.body, int(bodySize(r)))
 	}
 	h.streams.Add(1)
 	h.handler(ctx)
@@ -381,6 +424,25 @@ func refuse(w http.ResponseWriter, code int) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	io.WriteString(w, http.StatusText(code)+"\n") //nolint:errcheck // the client went away
+}
+
+// headFieldsOwn reports the fields appendHead writes itself, from what x/net decoded (x/net refuses
+// the last two).
+func headFieldsOwn(k string) bool {
+	switch k {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+		return true
+	}
+	return false
+}
+
+// bodySize is the length of r's body as it goes upstream: its content-length, or -1 (chunked) when it
+// has none or declares trailer fields, which HTTP/1.1 carries only after a chunked body.
+func bodySize(r *http.Request) int64 {
+	if len(r.Trailer) > 0 {
+		return -1
+	}
+	return r.ContentLength
 }
 
 // appendHead writes the HTTP/1.1 head of r from its validated fields: the request line, Host from
@@ -396,27 +458,11 @@ func (st *h2Stream) appendHead(dst []byte, r *http.Request, body bool) []byte {
 		dst = append(dst, r.Host...)
 		dst = append(dst, "\r\n"...)
 	}
-	st.keys = st.keys[:0]
-	for k := range r.Header {
-		switch k {
-		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
-			continue // written here from what x/net decoded (and x/net refuses the last two)
-		}
-		st.keys = append(st.keys, k)
-	}
-	slices.Sort(st.keys)
-	for _, k := range st.keys {
-		for _, v := range r.Header[k] {
-			dst = append(dst, k...)
-			dst = append(dst, ": "...)
-			dst = append(dst, v...)
-			dst = append(dst, "\r\n"...)
-		}
-	}
-	switch {
-	case body && r.ContentLength >= 0:
+	dst = appendFields(dst, &st.keys, r.Header, headFieldsOwn)
+	switch size := bodySize(r); {
+	case body && size >= 0:
 		dst = append(dst, "Content-Length: "...)
-		dst = strconv.AppendInt(dst, r.ContentLength, 10)
+		dst = strconv.AppendInt(dst, size, 10)
 		dst = append(dst, "\r\n"...)
 	case body:
 		dst = append(dst, "Transfer-Encoding: chunked\r\n"...)
@@ -463,11 +509,36 @@ func (h *H2) writeAnswer(st *h2Stream, w http.ResponseWriter, r *http.Request) {
 			}
 			sent += n
 		}
+		if err == io.EOF {
+			if t, ok := src.(trailered); ok {
+				addTrailers(hdr, t.Trailers())
+			}
+		}
 		if err != nil || size >= 0 && sent >= size {
 			return
 		}
 		if fl != nil {
 			fl.Flush()
+		}
+	}
+}
+
+// trailered is an answer's body stream that may end with trailer fields (lb/upstream's Trailered).
+type trailered interface{ Trailers() []byte }
+
+// addTrailers sets the trailer fields of an answer (HTTP/1.1 field lines, read from a chunked answer)
+// for x/net to send after its body: those an HTTP/2 message may carry in its trailers.
+func addTrailers(hdr http.Header, lines []byte) {
+	for len(lines) > 0 {
+		var line []byte
+		line, lines, _ = bytes.Cut(lines, []byte("\r\n"))
+		name, value, ok := bytes.Cut(line, []byte(": "))
+		if !ok || connectionSpecific(name) {
+			continue
+		}
+		key := http.CanonicalHeaderKey(string(name))
+		if httpguts.ValidTrailerHeader(key) {
+			hdr[http.TrailerPrefix+key] = append(hdr[http.TrailerPrefix+key], string(value))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 )
 
 // bufferedBody is the largest answer read whole instead of streamed: the size of the read buffer.
@@ -344,6 +346,9 @@ func writeBody(bw *bufio.Writer, out *Request) error {
 		}
 	}
 	if chunked {
+		if t, ok := r.(Trailered); ok {
+			return writeLastChunk(bw, t.Trailers())
+		}
 		return writeChunks(bw, nil, true)
 	}
 	if want := int64(req.Header.ContentLength()); sent != want {
@@ -363,8 +368,21 @@ func writeChunks(bw *bufio.Writer, p []byte, last bool) (err error) {
 		_, err = bw.WriteString("\r\n")
 	}
 	if last {
-		_, err = bw.WriteString("0\r\n\r\n")
+		err = writeLastChunk(bw, nil)
 	}
+	return err
+}
+
+// Trailered is a body stream that may end with trailer fields (an HTTP/2 request's, an answer's chunked
+// trailer section): Trailers returns them once the body was read to its end, as HTTP/1.1 field lines
+// ("Name: value\r\n" each), or nothing.
+type Trailered interface{ Trailers() []byte }
+
+// writeLastChunk ends a chunked body: the last chunk, the trailer fields, the empty line.
+func writeLastChunk(bw *bufio.Writer, trailers []byte) error {
+	bw.WriteString("0\r\n") //nolint:errcheck // a bufio.Writer's error sticks
+	bw.Write(trailers)      //nolint:errcheck
+	_, err := bw.WriteString("\r\n")
 	return err
 }
 
@@ -591,7 +609,12 @@ type upBody struct {
 	inChunk bool // chunked: inside a chunk's data (left counts it); its CRLF follows
 	done    bool // read to its end
 	err     error
+
+	trailers []byte // a chunked answer's trailer fields, once read (Trailers)
 }
+
+// Trailers returns the trailer fields of a chunked answer read to its end (well-formed lines only).
+func (b *upBody) Trailers() []byte { return b.trailers }
 
 func (b *upBody) Read(p []byte) (int, error) {
 	if b.held != nil {
@@ -651,7 +674,7 @@ func (b *upBody) readChunked(p []byte) (int, error) {
 			return 0, err
 		}
 		if size == 0 {
-			if err := b.skipTrailers(); err != nil {
+			if err := b.readTrailers(); err != nil {
 				return 0, err
 			}
 			b.done = true
@@ -709,8 +732,10 @@ func (b *upBody) chunkSize() (int64, error) {
 	return 0, errors.New("malformed chunked answer: bad chunk size")
 }
 
-// skipTrailers reads the trailer fields after the last chunk, up to the empty line; they are dropped.
-func (b *upBody) skipTrailers() error {
+// readTrailers reads the trailer fields after the last chunk, up to the empty line, and keeps those
+// that are well formed (a token, a colon, a value without control bytes but tab), ended by CRLF; the
+// others are dropped. They reach an HTTP/2 client (Trailers); an HTTP/1.1 client gets none.
+func (b *upBody) readTrailers() error {
 	for range 100 {
 		line, err := b.br.ReadSlice('\n')
 		if err != nil {
@@ -719,8 +744,36 @@ func (b *upBody) skipTrailers() error {
 		if string(line) == "\r\n" || string(line) == "\n" {
 			return nil
 		}
+		if name, value, ok := fieldLine(line); ok {
+			b.trailers = append(b.trailers, name...)
+			b.trailers = append(b.trailers, ": "...)
+			b.trailers = append(b.trailers, value...)
+			b.trailers = append(b.trailers, "\r\n"...)
+		}
 	}
 	return errors.New("malformed chunked answer: too many trailer fields")
+}
+
+// fieldLine splits a header field line (its CRLF or LF included) into a token name and its value,
+// without the whitespace around it; ok is false for a line that is not one.
+func fieldLine(line []byte) (name, value []byte, ok bool) {
+	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+	name, value, ok = bytes.Cut(line, []byte(":"))
+	if !ok || len(name) == 0 {
+		return nil, nil, false
+	}
+	for _, c := range name {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return nil, nil, false
+		}
+	}
+	value = bytes.Trim(value, " \t")
+	for _, c := range value {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return nil, nil, false
+		}
+	}
+	return name, value, true
 }
 
 func unexpected(err error) error {

@@ -735,6 +735,40 @@ func TestUpstreamStreamsLargeChunkedAndCloseDelimitedBodiesByteExact(t *testing.
 	f("/close-empty", "HTTP/1.1 200 OK\r\n\r\n", nil, false)
 }
 
+// A chunked answer's trailer section is kept for Trailers (an HTTP/2 client gets it): its well-formed
+// fields, as "Name: value" lines; a line that is not a field, a name that is not a token and a value
+// with a control byte are dropped. The connection is reused after it.
+func TestUpstreamChunkedAnswerKeepsItsWellFormedTrailerFields(t *testing.T) {
+	answer := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" +
+		"X-Sum: 1234\r\nno colon here\r\nX Bad: 1\r\nX-Ctl: a\x01b\r\nX-Other:  two \r\nX-Lf: 3\n\r\n"
+	s := usStart(t, func(p *usPeer) {
+		for p.next() {
+			if p.path() == "/trailers" {
+				p.write(answer)
+			} else {
+				p.write(usOK)
+			}
+		}
+	})
+	u := usClient(t, s, 4, time.Second)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	if err := usDo(u, fasthttp.MethodGet, "/trailers", "", resp); err != nil {
+		t.Fatal(err)
+	}
+	src := resp.BodyStream()
+	body, err := io.ReadAll(src)
+	if err != nil || string(body) != "hello" {
+		t.Fatalf("body %q (%v), want hello", body, err)
+	}
+	if got, want := string(src.(Trailered).Trailers()), "X-Sum: 1234\r\nX-Other: two\r\nX-Lf: 3\r\n"; got != want {
+		t.Errorf("trailers %q, want %q", got, want)
+	}
+	resp.CloseBodyStream() //nolint:errcheck
+	usGet(t, u, "/after", "ok")
+	s.wantAccepts(t, 1)
+}
+
 func usFirstDiff(a, b []byte) int {
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
