@@ -165,6 +165,7 @@ type rawH2 struct {
 	conn *tls.Conn
 	fr   *http2.Framer
 	enc  *hpack.Encoder
+	dec  *hpack.Decoder
 	hbuf bytes.Buffer
 }
 
@@ -242,7 +243,9 @@ func (r *rawH2) getBlock(authority string) []byte {
 // ended), or the status of the answer's HEADERS.
 func (r *rawH2) outcome(stream uint32) string {
 	r.t.Helper()
-	dec := hpack.NewDecoder(4096, nil)
+	if r.dec == nil { // one for the connection: the server's header blocks refer to its dynamic table
+		r.dec = hpack.NewDecoder(4096, nil)
+	}
 	for {
 		f, err := r.fr.ReadFrame()
 		if err != nil {
@@ -256,12 +259,12 @@ func (r *rawH2) outcome(stream uint32) string {
 		case *http2.GoAwayFrame:
 			return "closed"
 		case *http2.HeadersFrame:
-			if f.StreamID != stream {
-				continue
-			}
-			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			fields, err := r.dec.DecodeFull(f.HeaderBlockFragment()) // every block, to follow the table
 			if err != nil {
 				return "closed"
+			}
+			if f.StreamID != stream {
+				continue
 			}
 			for _, hf := range fields {
 				if hf.Name == ":status" {
@@ -300,15 +303,18 @@ func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
 		{"NUL in a value", with("x-a", "a\x00b")},
 		{"a space in a name", with("x a", "b")},
 	}
-	resets := 0 // the refusals x/net makes by resetting the stream (the connection-specific fields get its 400)
+	resets, answered := 0, 0 // the refusals x/net makes by resetting the stream, and by its own 400 (the connection-specific fields)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := leader.Requests()
 			r := dialRawH2(t, env, tlsAddr)
 			r.headers(1, true, tc.fields...)
 			got := r.outcome(1)
-			if got == "reset" {
+			switch got {
+			case "reset":
 				resets++
+			case "400":
+				answered++
 			}
 			if got != "reset" && got != "closed" && got != "400" {
 				t.Errorf("answered %s, want the stream reset or a 400", got)
@@ -329,11 +335,58 @@ func TestH2MalformedRequestsAreRefusedAndNothingIsForwarded(t *testing.T) {
 	if n := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"]; n != uint64(resets) || resets == 0 {
 		t.Errorf("stream_PROTOCOL_ERROR counted %d for %d streams reset: %v", n, resets, l.h2.Counts().Refused)
 	}
+	// And each one x/net answered 400 itself (the five connection-specific fields and TE: gzip).
+	if n := l.h2.Counts().Refused["connection_field"]; n != uint64(answered) || answered != 6 {
+		t.Errorf("connection_field counted %d for %d streams answered 400 (want 6): %v", n, answered, l.h2.Counts().Refused)
+	}
 	// TE: trailers is allowed.
 	r := dialRawH2(t, env, tlsAddr)
 	r.headers(1, true, with("te", "trailers")...)
 	if got := r.outcome(1); got != "200" {
 		t.Errorf("TE: trailers: %s, want 200", got)
+	}
+}
+
+// A header list over max_header_size is answered 431 and counted, whether x/net refuses it (its list,
+// as HPACK counts it, is over the limit it was given) or the framer does (the HTTP/1.1 head written
+// from it is); nothing reaches the leader, and the connection serves on.
+func TestH2AHeaderListOverMaxHeaderSizeIs431AndCounted(t *testing.T) {
+	c, l, env, tlsAddr := h2LB(t, "max_header_size = 2048")
+	leader := c.Platforms[0]
+	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things"}
+	before := leader.Requests()
+	r := dialRawH2(t, env, tlsAddr)
+	// One field a little over the limit: x/net takes it (it allows for ten fields' overhead), the framer
+	// does not. Three fields of 1,000 bytes: x/net stops there (one field over x/net's limit is a
+	// COMPRESSION_ERROR that closes the connection, counted as conn_COMPRESSION_ERROR).
+	for i, n := range []int{1, 3, 1, 3} {
+		stream := uint32(2*i + 1)
+		fields := append([]string(nil), base...)
+		for k := range n {
+			fields = append(fields, "x-big"+strconv.Itoa(k), strings.Repeat("b", 2068/n+(n-1)*400))
+		}
+		r.headers(stream, true, fields...)
+		if got := r.outcome(stream); got != "431" {
+			t.Fatalf("%d large fields: %s, want 431 (%v)", n, got, l.h2.Counts().Refused)
+		}
+	}
+	r.headers(9, true, base...)
+	if got := r.outcome(9); got != "200" {
+		t.Fatalf("a well-formed request after them: %s, want 200", got)
+	}
+	if n := leader.Requests() - before; n != 1 {
+		t.Errorf("the leader got %d requests, want only the well-formed one", n)
+	}
+	if n := l.h2.Counts().Refused["header_too_large"]; n != 4 {
+		t.Errorf("header_too_large counted %d, want 4: %v", n, l.h2.Counts().Refused)
+	}
+	// One field longer than the whole list may be: the connection is closed, and that is counted.
+	r.headers(11, true, append(append([]string(nil), base...), "x-big", strings.Repeat("b", 4096))...)
+	if got := r.outcome(11); got != "closed" {
+		t.Fatalf("a 4096-byte field: %s, want the connection closed", got)
+	}
+	if n := l.h2.Counts().Refused["conn_COMPRESSION_ERROR"]; n != 1 {
+		t.Errorf("conn_COMPRESSION_ERROR counted %d, want 1: %v", n, l.h2.Counts().Refused)
 	}
 }
 

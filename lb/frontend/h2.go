@@ -23,8 +23,9 @@ package frontend
 // send ahead is bounded), read_timeout and idle_timeout as for HTTP/1.1, and rapid reset
 // (CVE-2023-44487): a connection whose client has reset at least rapidResetMin streams, more than half
 // of those it opened, is closed. Refusals are counted (H2Counts) from the frames x/net sends (a stream
-// reset or a GOAWAY with an error code), plus rapid resets and the framer's 400s; the 400 x/net answers
-// by itself to a request with a connection-specific field, and its 431, are not seen.
+// reset or a GOAWAY with an error code, and the answers x/net makes itself: the 400 to a request with a
+// connection-specific field and the 431 to a header list over the limit, told by their bodies), plus
+// rapid resets and the framer's refusals.
 
 import (
 	"bufio"
@@ -74,7 +75,8 @@ type H2 struct {
 	streams     atomic.Uint64 // streams handed to the handler
 	conns       atomic.Uint64 // connections served
 	rapidResets atomic.Uint64 // connections closed for rapid reset
-	badHeads    atomic.Uint64 // streams whose request the framer refused (400)
+	badHeads    atomic.Uint64 // streams whose request the framer refused with a 400
+	bigHeads    atomic.Uint64 // and with a 431 (head over max_header_size)
 	errMu       sync.Mutex
 	errs        map[string]uint64 // refusals sent by x/net, by kind (sentFrames)
 }
@@ -126,9 +128,11 @@ func (h *H2) countError(kind string) {
 type H2Counts struct {
 	Conns, Streams uint64
 	// Refused counts what was refused, by kind: "rapid_reset" (connections closed), "bad_request"
-	// (streams answered 400 by the framer), "stream_CODE" (streams x/net reset with the error CODE, a
-	// malformed request's PROTOCOL_ERROR, a stream over the limit's REFUSED_STREAM…) and "conn_CODE"
-	// (connections x/net closed with a GOAWAY of error CODE).
+	// (streams answered 400 by the framer), "connection_field" (400: a connection-specific field, or TE
+	// other than trailers), "header_too_large" (431: a header list over max_header_size),
+	// "stream_CODE" (streams x/net reset with the error CODE, a malformed request's PROTOCOL_ERROR, a
+	// stream over the limit's REFUSED_STREAM…) and "conn_CODE" (connections x/net closed with a GOAWAY
+	// of error CODE).
 	Refused map[string]uint64
 }
 
@@ -142,6 +146,7 @@ func (h *H2) Counts() H2Counts {
 	h.errMu.Unlock()
 	c.Refused["rapid_reset"] = h.rapidResets.Load()
 	c.Refused["bad_request"] = h.badHeads.Load()
+	c.Refused["header_too_large"] += h.bigHeads.Load()
 	return c
 }
 
@@ -169,7 +174,10 @@ func (h *H2) Serve(c net.Conn) error {
 // going by, the streams the client opened (HEADERS of a new stream) and reset (RST_STREAM): a client
 // that resets most of what it opens, past rapidResetMin, has its connection closed. From the frames x/net
 // writes it counts the refusals: a RST_STREAM or a GOAWAY with an error code (not NO_ERROR, nor CANCEL,
-// which ends a stream the client gave up).
+// which ends a stream the client gave up), and the answers x/net makes without asking the handler — a
+// 400 for a connection-specific field, a 431 for a header list too large — each one DATA frame that
+// ends its stream with a body of x/net's own (xnet400, xnet431; nothing else starts so: fairlead's own
+// answers do not, and an upstream's would have to start with the same words).
 type resetCounter struct {
 	net.Conn
 	h *H2
@@ -240,17 +248,32 @@ func (rc *resetCounter) serverFrame(f *frameWalker) {
 	if kind != "" && code != http2.ErrCodeNo && code != http2.ErrCodeCancel {
 		rc.h.countError(kind + code.String())
 	}
+	if f.typ() == http2.FrameData && f.hdr[4]&byte(http2.FlagDataEndStream) != 0 {
+		switch head := f.head[:min(f.size, len(f.head))]; {
+		case bytes.HasPrefix(head, xnet400):
+			rc.h.countError("connection_field")
+		case bytes.HasPrefix(head, xnet431):
+			rc.h.countError("header_too_large")
+		}
+	}
 }
 
+// The beginnings of the bodies of x/net's own answers (golang.org/x/net/http2 server.go: new400Handler
+// via checkValidHTTP2RequestHeaders, whose errors all start so; handleHeaderListTooLong).
+var (
+	xnet400 = []byte(`request header "`)
+	xnet431 = []byte("<h1>HTTP Error 431</h1>")
+)
+
 // frameWalker follows HTTP/2 frames (RFC 9113 section 4.1: a 9-byte header whose first 3 bytes are the
-// payload's length) through the bytes of one direction, and keeps each payload's first 8 bytes (a
-// RST_STREAM's error code, a GOAWAY's last stream and error code).
+// payload's length) through the bytes of one direction, and keeps each payload's first 24 bytes (a
+// RST_STREAM's error code, a GOAWAY's last stream and error code, the beginning of a DATA frame).
 type frameWalker struct {
 	hdr  [9]byte
 	hn   int // header bytes seen of the frame under way
 	size int // its payload's length
 	got  int // payload bytes seen
-	head [8]byte
+	head [24]byte
 }
 
 func (f *frameWalker) typ() http2.FrameType { return http2.FrameType(f.hdr[3]) }
@@ -390,10 +413,14 @@ func (h *H2) serveStream(tc *tls.Conn, conf H2Config, w http.ResponseWriter, r *
 	lim := h.front.lim
 	lim.MaxHeader = max(lim.MaxHeader, conf.MaxHeader)
 	if _, err := Check(lim, st.head); err != nil {
-		h.badHeads.Add(1)
 		status := http.StatusBadRequest
 		if r, ok := err.(*Refusal); ok {
 			status = r.Status // 431 for a head over max_header_size
+		}
+		if status == http.StatusRequestHeaderFieldsTooLarge {
+			h.bigHeads.Add(1)
+		} else {
+			h.badHeads.Add(1)
 		}
 		refuse(w, status)
 		return
