@@ -360,12 +360,13 @@ func (p *Platform) handle(ctx *fasthttp.RequestCtx) {
 	case bytes.Equal(ctx.Path(), pathEchoHeaders):
 		echoHeaders(ctx)
 	case nbytes >= 0 && chunked && ctx.QueryArgs().Has("trailers"):
+		// Set before the body is written (fasthttp writes the head meanwhile): the pattern is known.
+		h := sha256.New()
+		writePattern(h, nbytes)
 		ctx.Response.Header.AddTrailerBytes(hdrChecksum) //nolint:errcheck // a valid name
+		ctx.Response.Header.SetBytesK(hdrChecksum, hex.EncodeToString(h.Sum(nil)))
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-			h := sha256.New()
-			writePattern(io.MultiWriter(w, h), nbytes)
-			_ = w.Flush()
-			ctx.Response.Header.SetBytesK(hdrChecksum, hex.EncodeToString(h.Sum(nil)))
+			writePattern(w, nbytes)
 		})
 	case nbytes >= 0 && chunked:
 		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
