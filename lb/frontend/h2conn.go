@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,10 @@ type h2conn struct {
 	names     map[string]string // answer field names, in lowercase
 	peerFrame atomic.Int64      // the client's SETTINGS_MAX_FRAME_SIZE
 	lastSeen  atomic.Uint32     // lastID, for a GOAWAY from any goroutine
-	writers   atomic.Int32      // goroutines that hold or wait for wmu (the last one out flushes)
+	writers   atomic.Int32      // goroutines that hold or wait for wmu (the last one out has it flushed)
+	flushing  bool              // a flush is due: the flusher's
+	flushCh   chan struct{}     // wakes the flusher
+	done      chan struct{}     // closed when the connection ends
 	werr      error
 	wdeadline time.Time
 
@@ -80,6 +84,7 @@ func newH2Conn(h *H2, tc *tls.Conn, conf H2Config) *h2conn {
 	c := &h2conn{h: h, conf: conf, lim: h.front.lim, tc: tc, streams: map[uint32]*h2stream{}, names: map[string]string{},
 		sendConn: h2DefaultWindow, peerWindow: h2DefaultWindow, recvConn: h2ConnWindow}
 	c.peerFrame.Store(h2DefaultFrame)
+	c.flushCh, c.done = make(chan struct{}, 1), make(chan struct{})
 	c.lim.MaxHeader = conf.MaxHeader
 	c.br = bufio.NewReaderSize(tc, 16<<10)
 	c.bw = bufio.NewWriterSize(tc, 16<<10)
@@ -116,6 +121,7 @@ func (c *h2conn) serve() {
 	if c.conf.IdleTimeout > 0 {
 		c.idle = time.AfterFunc(c.conf.IdleTimeout, c.onIdle)
 	}
+	go c.flusher()
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -528,6 +534,7 @@ func (c *h2conn) shutdown() {
 		c.idle.Stop()
 	}
 	c.mu.Unlock()
+	close(c.done)
 	c.tc.Close() //nolint:errcheck
 }
 
@@ -576,20 +583,56 @@ func (c *h2conn) lockWrite() {
 }
 
 func (c *h2conn) unlockWrite(flush bool) error {
-	if (c.writers.Add(-1) == 0 || flush) && c.werr == nil && c.bw.Buffered() > 0 {
-		if t := c.conf.IdleTimeout; t > 0 { // a client that stops reading is gone after idle_timeout
-			if now := time.Now(); c.wdeadline.Sub(now) < t*3/4 {
-				c.wdeadline = now.Add(t)
-				c.tc.SetWriteDeadline(c.wdeadline) //nolint:errcheck // a failed write reports it
-			}
-		}
-		if c.werr = c.bw.Flush(); c.werr != nil {
-			c.tc.Close() //nolint:errcheck // the serving goroutine's read ends
+	last := c.writers.Add(-1) == 0
+	switch {
+	case flush:
+		c.flushLocked()
+	case last && c.werr == nil && c.bw.Buffered() > 0 && !c.flushing:
+		c.flushing = true // the flusher's, after the goroutines ready to run had their turn
+		select {
+		case c.flushCh <- struct{}{}:
+		default:
 		}
 	}
 	err := c.werr
 	c.wmu.Unlock()
 	return err
+}
+
+// flushLocked sends what is buffered (wmu held).
+func (c *h2conn) flushLocked() {
+	c.flushing = false
+	if c.werr != nil || c.bw.Buffered() == 0 {
+		return
+	}
+	if t := c.conf.IdleTimeout; t > 0 { // a client that stops reading is gone after idle_timeout
+		if now := time.Now(); c.wdeadline.Sub(now) < t*3/4 {
+			c.wdeadline = now.Add(t)
+			c.tc.SetWriteDeadline(c.wdeadline) //nolint:errcheck // a failed write reports it
+		}
+	}
+	if c.werr = c.bw.Flush(); c.werr != nil {
+		c.tc.Close() //nolint:errcheck // the serving goroutine's read ends
+	}
+}
+
+// flusher sends what the writers left buffered. It yields first: the answers of other streams that are
+// ready (their upstream answered in the same moment) are written meanwhile and go out in the same
+// TLS record and system call, as an event loop writes what one turn produced.
+func (c *h2conn) flusher() {
+	for {
+		select {
+		case <-c.flushCh:
+		case <-c.done:
+			return
+		}
+		runtime.Gosched()
+		c.wmu.Lock()
+		if c.flushing {
+			c.flushLocked()
+		}
+		c.wmu.Unlock()
+	}
 }
 
 // lower returns a field name in lowercase (HTTP/2 names are), remembered per connection.
