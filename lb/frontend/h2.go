@@ -77,7 +77,6 @@ type H2 struct {
 	rapidResets atomic.Uint64 // connections closed for rapid reset
 	badHeads    atomic.Uint64 // streams whose request the framer refused with a 400
 	bigHeads    atomic.Uint64 // with a 431 (a header list or head over max_header_size)
-	connFields  atomic.Uint64 // with a 400 for a connection-specific field
 	errMu       sync.Mutex
 	errs        map[string]uint64 // stream resets and GOAWAYs sent with an error, by kind
 }
@@ -100,8 +99,8 @@ func (h *H2) countError(kind string) {
 type H2Counts struct {
 	Conns, Streams uint64
 	// Refused counts what was refused, by kind: "rapid_reset" (connections closed), "bad_request"
-	// (streams answered 400 by the framer), "connection_field" (400: a connection-specific field, or TE
-	// other than trailers), "header_too_large" (431: a header list over max_header_size),
+	// (streams answered 400 by the framer), "connection_field" (streams reset: a connection-specific
+	// field, or TE other than trailers), "header_too_large" (431: a header list over max_header_size),
 	// "stream_CODE" (streams reset with the error CODE: a malformed request's PROTOCOL_ERROR, a stream
 	// over the limit's REFUSED_STREAM…) and "conn_CODE" (connections closed with a GOAWAY of error CODE).
 	Refused map[string]uint64
@@ -118,7 +117,6 @@ func (h *H2) Counts() H2Counts {
 	c.Refused["rapid_reset"] = h.rapidResets.Load()
 	c.Refused["bad_request"] = h.badHeads.Load()
 	c.Refused["header_too_large"] = h.bigHeads.Load()
-	c.Refused["connection_field"] = h.connFields.Load()
 	return c
 }
 

@@ -34,6 +34,9 @@ const (
 	h2CopyBuffer    = 16 << 10         // the piece of a streamed answer read at once
 )
 
+// errConnectionField is readRequest's PROTOCOL_ERROR for a connection-specific field (counted apart).
+const errConnectionField = http2.ErrCode(1<<32 - 1)
+
 var (
 	errStreamGone = errors.New("h2: stream reset or connection closed")
 	errH2Closed   = errors.New("h2: connection closed")
@@ -73,6 +76,8 @@ type h2conn struct {
 	recvConn    int64 // what the client may still send on the connection
 	recvUnacked int64 // bytes consumed (or dropped) not yet given back by a WINDOW_UPDATE
 	idle        *time.Timer
+	ended       [128]uint32 // the streams that ended lately (id<<1, | 1 if we reset it): see endedAs
+	endedN      int
 
 	// The serving goroutine's own.
 	lastID         uint32 // the highest stream the client opened
@@ -92,6 +97,7 @@ func newH2Conn(h *H2, tc *tls.Conn, conf H2Config) *h2conn {
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = uint32(conf.MaxHeader + 10*32) // x/net's allowance for ten fields' overhead
 	c.fr.SetReuseFrames()
+	c.fr.SetMaxReadFrameSize(h2DefaultFrame) // SETTINGS_MAX_FRAME_SIZE is not raised: larger is a FRAME_SIZE_ERROR
 	c.enc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
@@ -282,7 +288,7 @@ func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
 	}
 	c.mu.Lock()
 	if s := c.streams[f.StreamID]; s != nil && !s.reset {
-		s.reset = true // the client's: nothing to send back
+		s.reset, s.byClient = true, true // the client's: nothing to send back
 		s.cond.Broadcast()
 	}
 	c.mu.Unlock()
@@ -296,18 +302,31 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if id <= c.lastID {
 		c.mu.Lock()
-		s := c.streams[id]
-		if s == nil || s.reset {
-			c.mu.Unlock()
-			return nil // a stream that ended or was reset: its frames are ignored
+		defer c.mu.Unlock()
+		switch s := c.streams[id]; {
+		case s != nil && s.byClient:
+			c.resetAgainLocked(id, http2.ErrCodeStreamClosed)
+		case s != nil && s.reset:
+			// ours: ignored
+		case s != nil:
+			return c.trailersLocked(s, f)
+		default:
+			switch found, weReset := c.endedAs(id); {
+			case !found:
+				return http2.ConnectionError(http2.ErrCodeProtocol) // an identifier it skipped
+			case !weReset:
+				return http2.ConnectionError(http2.ErrCodeStreamClosed)
+			}
 		}
-		err := c.trailersLocked(s, f)
-		c.mu.Unlock()
-		return err
+		return nil
 	}
 	c.lastID = id
 	c.lastSeen.Store(id)
 	c.opened++
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.resetID(id, http2.ErrCodeProtocol) // a stream cannot depend on itself
+		return nil
+	}
 	c.mu.Lock()
 	full, gone := c.active >= int(c.conf.MaxStreams), c.goneAway || c.closed
 	c.mu.Unlock()
@@ -335,7 +354,11 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	default:
 		var code http2.ErrCode
 		if status, code = s.readRequest(f); code != http2.ErrCodeNo {
-			c.resetID(id, code)
+			kind := ""
+			if code == errConnectionField {
+				code, kind = http2.ErrCodeProtocol, "connection_field"
+			}
+			c.resetIDAs(id, code, kind)
 			c.finish(s)
 			return nil
 		}
@@ -390,8 +413,14 @@ func (c *h2conn) onData(f *http2.DataFrame) error {
 		case id > c.lastID:
 			c.mu.Unlock()
 			return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
-		case s != nil && s.ended && !s.reset:
+		case s != nil && s.byClient:
+			c.resetAgainLocked(id, http2.ErrCodeStreamClosed)
+		case s != nil && !s.reset:
 			c.resetLocked(s, http2.ErrCodeStreamClosed) // DATA after END_STREAM
+		case s == nil:
+			if _, weReset := c.endedAs(id); !weReset {
+				c.resetAgainLocked(id, http2.ErrCodeStreamClosed)
+			}
 		}
 		c.mu.Unlock()
 		c.giveBack(0)
@@ -458,6 +487,11 @@ func (c *h2conn) resetLocked(s *h2stream, code http2.ErrCode) {
 	go c.writeReset(s.id, code) // not under c.mu: a write may wait for the client
 }
 
+// resetAgainLocked answers a frame on a stream that is closed to the client (c.mu held).
+func (c *h2conn) resetAgainLocked(id uint32, code http2.ErrCode) {
+	go c.writeReset(id, code) // not under c.mu: a write may wait for the client
+}
+
 // resetStream resets s if it is still the stream it was.
 func (c *h2conn) resetStream(s *h2stream, id uint32, code http2.ErrCode) {
 	c.mu.Lock()
@@ -471,8 +505,34 @@ func (c *h2conn) resetStream(s *h2stream, id uint32, code http2.ErrCode) {
 	c.mu.Unlock()
 }
 
+// endedLocked notes that stream id ended, reset by us or not (c.mu held).
+func (c *h2conn) endedLocked(id uint32, weReset bool) {
+	v := id << 1
+	if weReset {
+		v |= 1
+	}
+	c.ended[c.endedN%len(c.ended)] = v
+	c.endedN++
+}
+
+// endedAs tells how a stream not open any more ended (c.mu held): found if it is among those that
+// ended lately, weReset if we reset it. Frames on a stream we reset are ignored (the client may have
+// sent them before it saw the RST_STREAM, RFC 9113 section 5.1); on one closed otherwise they are an
+// error of type STREAM_CLOSED; on one never opened (an identifier the client skipped), a PROTOCOL_ERROR.
+func (c *h2conn) endedAs(id uint32) (found, weReset bool) {
+	for _, v := range c.ended[:min(c.endedN, len(c.ended))] {
+		if v>>1 == id {
+			found, weReset = true, weReset || v&1 == 1
+		}
+	}
+	return found, weReset
+}
+
 // resetID resets the stream id, open or not.
-func (c *h2conn) resetID(id uint32, code http2.ErrCode) {
+func (c *h2conn) resetID(id uint32, code http2.ErrCode) { c.resetIDAs(id, code, "") }
+
+// resetIDAs resets the stream id, counted as a refusal of kind (if not "": of its code).
+func (c *h2conn) resetIDAs(id uint32, code http2.ErrCode, kind string) {
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		if s.reset {
@@ -483,14 +543,23 @@ func (c *h2conn) resetID(id uint32, code http2.ErrCode) {
 		s.cond.Broadcast()
 	}
 	c.mu.Unlock()
-	c.writeReset(id, code)
+	c.writeResetAs(id, code, kind)
 }
 
-// writeReset sends RST_STREAM; one with an error code counts as a refusal.
-func (c *h2conn) writeReset(id uint32, code http2.ErrCode) {
-	if code != http2.ErrCodeNo && code != http2.ErrCodeCancel {
+// writeReset sends RST_STREAM; one with an error code counts as a refusal (of kind "stream_CODE").
+func (c *h2conn) writeReset(id uint32, code http2.ErrCode) { c.writeResetAs(id, code, "") }
+
+// writeResetAs sends RST_STREAM, counted as a refusal of kind if it is not "".
+func (c *h2conn) writeResetAs(id uint32, code http2.ErrCode, kind string) {
+	switch {
+	case kind != "":
+		c.h.countError(kind)
+	case code != http2.ErrCodeNo && code != http2.ErrCodeCancel:
 		c.h.countError("stream_" + code.String())
 	}
+	c.mu.Lock()
+	c.endedLocked(id, true)
+	c.mu.Unlock()
 	c.lockWrite()
 	c.fr.WriteRSTStream(id, code) //nolint:errcheck // c.werr
 	c.unlockWrite(false)          //nolint:errcheck
@@ -549,6 +618,9 @@ func (c *h2conn) finish(s *h2stream) {
 	}
 	c.recvUnacked += int64(len(s.buf) - s.off)
 	cancel := !s.ended && !s.reset
+	if !cancel {
+		c.endedLocked(id, s.reset && !s.byClient)
+	}
 	s.reset = true
 	idle := c.active == 0 && !c.closed && c.idle != nil
 	s.ctx.Request.Reset()
@@ -727,6 +799,7 @@ type h2stream struct {
 	got      int64 // DATA bytes received
 	ended    bool  // END_STREAM received: the request is whole
 	reset    bool  // reset by either side, or finished: nothing more is sent or taken
+	byClient bool  // reset by the client
 	recvWin  int64 // what the client may still send on the stream
 	unacked  int64 // bytes read (or padding) not yet given back
 	sendWin  int64
@@ -741,7 +814,7 @@ func (s *h2stream) open(c *h2conn, id uint32, ended bool) {
 	s.conn = h2StreamConn{Conn: c.tc, s: s}
 	s.body.s = s
 	s.headOnly, s.declLen, s.chunked = false, -1, false
-	s.buf, s.off, s.got, s.ended, s.reset = s.buf[:0], 0, 0, ended, false
+	s.buf, s.off, s.got, s.ended, s.reset, s.byClient = s.buf[:0], 0, 0, ended, false, false
 	s.recvWin, s.unacked, s.trailers, s.deadline = h2StreamWindow, 0, s.trailers[:0], time.Time{}
 	c.mu.Lock()
 	s.sendWin = c.peerWindow
@@ -1001,12 +1074,10 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			c.h.connFields.Add(1)
-			return fasthttp.StatusBadRequest, http2.ErrCodeNo
+			return 0, errConnectionField
 		case "te":
 			if hf.Value != "trailers" {
-				c.h.connFields.Add(1)
-				return fasthttp.StatusBadRequest, http2.ErrCodeNo
+				return 0, errConnectionField
 			}
 		case "host":
 			if host == "" {
