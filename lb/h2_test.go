@@ -643,3 +643,212 @@ func TestH2TrailersPassBothWays(t *testing.T) {
 		t.Fatalf("HTTP/1.1: %s, %d bytes (%v), want HTTP/1.1 and the same %d bytes", resp.Proto, len(got), err, size)
 	}
 }
+
+// next reads the server's frames until want says a frame is the one: it returns it, or nil once the
+// connection ended (GOAWAY frames are passed to want too).
+func (r *rawH2) next(want func(http2.Frame) bool) http2.Frame {
+	r.t.Helper()
+	if r.dec == nil {
+		r.dec = hpack.NewDecoder(4096, nil)
+	}
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			return nil
+		}
+		if h, ok := f.(*http2.HeadersFrame); ok {
+			if _, err := r.dec.DecodeFull(h.HeaderBlockFragment()); err != nil {
+				r.t.Fatalf("the server's header block: %v", err)
+			}
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+// goAwayCode reads until the server's GOAWAY and returns its code ("closed" if none came before the end).
+func (r *rawH2) goAwayCode() string {
+	r.t.Helper()
+	f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if f == nil {
+		return "closed"
+	}
+	return f.(*http2.GoAwayFrame).ErrCode.String()
+}
+
+// resetCode reads until the server resets stream and returns the code ("closed" if the connection ended).
+func (r *rawH2) resetCode(stream uint32) string {
+	r.t.Helper()
+	f := r.next(func(f http2.Frame) bool {
+		rst, ok := f.(*http2.RSTStreamFrame)
+		_, away := f.(*http2.GoAwayFrame)
+		return ok && rst.StreamID == stream || away
+	})
+	if rst, ok := f.(*http2.RSTStreamFrame); ok {
+		return rst.ErrCode.String()
+	}
+	return "closed"
+}
+
+// The connection's own rules (RFC 9113 sections 5 and 6), each on a fresh connection: what the server
+// answers, and that it serves on (or not) afterwards.
+func TestH2ConnectionRules(t *testing.T) {
+	_, l, env, tlsAddr := h2LB(t, "http2_max_streams = 2")
+	get := func(r *rawH2, stream uint32) { r.headers(stream, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things") }
+	post := func(r *rawH2, stream uint32) { // a request whose body never ends: its stream stays open
+		r.headers(stream, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up")
+	}
+
+	t.Run("PING is answered with its data", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		data := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
+		r.fr.WritePing(false, data) //nolint:errcheck
+		f := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+		if f == nil || f.(*http2.PingFrame).Data != data {
+			t.Fatalf("got %v, want a PING ack with the same data", f)
+		}
+	})
+	t.Run("SETTINGS are acknowledged", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		if f := r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() }); f == nil {
+			t.Fatal("no SETTINGS ack")
+		}
+	})
+	t.Run("streams over http2_max_streams are refused", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		post(r, 1)
+		post(r, 3)
+		post(r, 5)
+		if got := r.resetCode(5); got != "REFUSED_STREAM" {
+			t.Fatalf("the third stream: %s, want REFUSED_STREAM", got)
+		}
+	})
+	t.Run("a stream identifier lower than the last is a connection error", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		get(r, 5)
+		if got := r.outcome(5); got != "200" {
+			t.Fatalf("stream 5: %s", got)
+		}
+		get(r, 3)
+		if got := r.goAwayCode(); got != "PROTOCOL_ERROR" {
+			t.Fatalf("stream 3 after 5: %s, want GOAWAY PROTOCOL_ERROR", got)
+		}
+	})
+	t.Run("DATA on a closed stream is a STREAM_CLOSED error", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		get(r, 1)
+		if got := r.outcome(1); got != "200" {
+			t.Fatalf("stream 1: %s", got)
+		}
+		r.fr.WriteData(1, true, []byte("late")) //nolint:errcheck
+		if got := r.resetCode(1); got != "STREAM_CLOSED" {
+			t.Fatalf("DATA after the stream closed: %s, want RST_STREAM STREAM_CLOSED", got)
+		}
+		get(r, 3) // and the connection serves on
+		if got := r.outcome(3); got != "200" {
+			t.Fatalf("stream 3 after: %s", got)
+		}
+	})
+	t.Run("a frame over SETTINGS_MAX_FRAME_SIZE is a connection error", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		post(r, 1)
+		r.fr.WriteData(1, false, make([]byte, 16385)) //nolint:errcheck
+		if got := r.goAwayCode(); got != "FRAME_SIZE_ERROR" {
+			t.Fatalf("a 16385-byte DATA frame: %s, want GOAWAY FRAME_SIZE_ERROR", got)
+		}
+	})
+	t.Run("after the client's GOAWAY its open stream is answered, then the connection ends", func(t *testing.T) {
+		r := dialRawH2(t, env, tlsAddr)
+		r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up", "content-length", "4")
+		r.fr.WriteGoAway(0, http2.ErrCodeNo, nil) //nolint:errcheck
+		r.fr.WriteData(1, true, []byte("body"))  //nolint:errcheck
+		if got := r.outcome(1); got != "200" {
+			t.Fatalf("the open stream: %s, want 200", got)
+		}
+		r.waitClosed(r.watchClose(), "the client's GOAWAY and its last stream's answer")
+	})
+	got := l.h2.Counts().Refused
+	for kind, want := range map[string]uint64{"stream_REFUSED_STREAM": 1, "conn_PROTOCOL_ERROR": 1, "stream_STREAM_CLOSED": 1, "conn_FRAME_SIZE_ERROR": 1} {
+		if got[kind] != want {
+			t.Errorf("%s counted %d, want %d: %v", kind, got[kind], want, got)
+		}
+	}
+}
+
+// An answer larger than the client's window waits for its WINDOW_UPDATE, then comes whole; an upload
+// larger than the server's windows is taken as the server gives them back.
+func TestH2FlowControlBothWays(t *testing.T) {
+	c, _, env, tlsAddr := h2LB(t, "")
+	r := dialRawH2(t, env, tlsAddr)
+	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100}) //nolint:errcheck
+	const size = 5000
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things?bytes="+strconv.Itoa(size))
+	var body []byte
+	data := func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 1 }
+	for len(body) < 100 {
+		f := r.next(data)
+		if f == nil {
+			t.Fatal("the connection ended")
+		}
+		body = append(body, f.(*http2.DataFrame).Data()...)
+	}
+	if len(body) != 100 {
+		t.Fatalf("%d bytes before the window opened, want the 100 it allows", len(body))
+	}
+	r.fr.WriteWindowUpdate(1, size) //nolint:errcheck
+	for {
+		f := r.next(data)
+		if f == nil {
+			t.Fatal("the connection ended")
+		}
+		body = append(body, f.(*http2.DataFrame).Data()...)
+		if f.(*http2.DataFrame).StreamEnded() {
+			break
+		}
+	}
+	if len(body) != size || body[0] != 'a' || body[size-1] != byte('a'+(size-1)%26) {
+		t.Fatalf("%d bytes, want %d of the pattern", len(body), size)
+	}
+
+	client, tr := h2Client(env)
+	defer tr.CloseIdleConnections()
+	up := make([]byte, 3<<20) // 12 stream windows, 3 connection windows
+	rand.Read(up)             //nolint:errcheck
+	resp, err := client.Post("https://"+tlsAddr+"/Thingworx/Services/Upload", "application/octet-stream", bytes.NewReader(up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	sum := sha256.Sum256(up)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Body-Sha256") != hex.EncodeToString(sum[:]) || resp.Header.Get("X-Served-By") != c.Platforms[0].Name {
+		t.Fatalf("%d, the leader read %s bytes, want 200 and all %d", resp.StatusCode, resp.Header.Get("X-Body-Bytes"), len(up))
+	}
+}
+
+// A client that stops reading its answers does not hold the connection (nor a worker) past
+// idle_timeout: the write that cannot go out ends it.
+func TestH2AClientThatStopsReadingIsClosedAfterIdleTimeout(t *testing.T) {
+	_, l, env, tlsAddr := h2LB(t, `idle_timeout = "500ms"`)
+	r := dialRawH2(t, env, tlsAddr)
+	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1}) //nolint:errcheck
+	r.fr.WriteWindowUpdate(0, 1<<31-1-65535)                                                //nolint:errcheck
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things?bytes=50000000")
+	// Read nothing: the answer fills the socket's buffers, then the server's flush waits for idle_timeout.
+	writing := func() (n int) {
+		for _, g := range testkit.Goroutines() {
+			if strings.Contains(g, "frontend.(*h2stream).writeAnswer") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second) // a hang guard
+	for l.h2.Counts().Streams == 0 || writing() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's worker still writes to a client that reads nothing")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
