@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,9 +17,9 @@ import (
 	"time"
 )
 
-// Costs per request (Options.Costs, fairlead-bench -costs): for http-small only, after the ordinary
-// measurement of each peer, two extra load phases of costsPhase each, with the same load (wrk, or the Go
-// generator where wrk is not used):
+// Costs per request (Options.Costs, fairlead-bench -costs): for http-small and https-small-h2, after the
+// ordinary measurement of each peer, two extra load phases of costsPhase each, with the same load (wrk,
+// or the Go generator where wrk is not used; h2load):
 //
 //  1. CPU, context switches and TCP segments: the proxy's user+system CPU time (/proc/PID/stat, the
 //     whole process tree), its threads' voluntary and nonvoluntary context switches
@@ -29,14 +30,14 @@ import (
 //     SIGINT), calls per system call divided by the requests completed. strace slows the proxy down a
 //     lot, which is why this is a phase of its own; only the counts are used, never the times.
 //
-// All figures go into the http-small result as cost_* metrics (so into the JSON) and into a Markdown
-// table of their own (Report.writeCosts). A run without -costs does none of this.
+// All figures go into the scenario's result as cost_* metrics (so into the JSON) and into a Markdown
+// table of their own per scenario (Report.writeCosts). A run without -costs does none of this.
 
 // costsPhase is the length of each extra phase.
 const costsPhase = 3 * time.Second
 
-// costsScenario is the only scenario measured with -costs.
-const costsScenario = "http-small"
+// costsScenarios are the scenarios measured with -costs.
+var costsScenarios = []string{"http-small", "https-small-h2"}
 
 // Metric keys of the costs (values per request unless noted).
 const (
@@ -352,11 +353,19 @@ var costRows = []costRow{
 	{costEpollWait, "epoll waits / request", "%.3f", "epoll_wait + epoll_pwait (+ epoll_pwait2) calls / request: how often the event loop went back to the kernel for events"},
 }
 
-// writeCosts writes the costs table (peers side by side) when the run measured costs.
+// writeCosts writes a costs table (peers side by side) for each scenario whose costs the run measured.
 func (rep *Report) writeCosts(w io.Writer) {
 	if !rep.Costs {
 		return
 	}
+	for _, sc := range costsScenarios {
+		if slices.Contains(rep.Scenarios, sc) {
+			rep.writeScenarioCosts(w, sc)
+		}
+	}
+}
+
+func (rep *Report) writeScenarioCosts(w io.Writer, costsScenario string) {
 	ss := rep.summaryOf(costsScenario)
 	fmt.Fprintf(w, "## Costs per request (%s, -costs)\n\n", costsScenario)
 	var peers []PeerSummary
@@ -435,4 +444,4 @@ func (rep *Report) writeCosts(w io.Writer) {
 }
 
 // costsWanted reports whether rc should measure costs for the scenario named sc.
-func (rc *runCtx) costsWanted(sc string) bool { return rc.costs && sc == costsScenario }
+func (rc *runCtx) costsWanted(sc string) bool { return rc.costs && slices.Contains(costsScenarios, sc) }

@@ -49,6 +49,7 @@ func TestCtxSwitchesSumsEveryThread(t *testing.T) {
 }
 
 func TestCostsTableShowsContextSwitchesForEveryPeer(t *testing.T) {
+	costsScenario := costsScenarios[0]
 	rep := &Report{Plan: QuickPlan(), Scenarios: []string{costsScenario}, Costs: true, Strace: "/usr/bin/strace"}
 	for _, p := range []struct {
 		peer      string

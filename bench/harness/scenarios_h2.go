@@ -64,10 +64,20 @@ func runHTTPSmallH2(rc *runCtx) (*Result, error) {
 	}
 	el, cpu := time.Since(t0), in.CPU()-cpu0
 	rc.note("h2load negotiated %s", r.proto)
-	return &Result{Metrics: map[string]float64{
+	res := &Result{Metrics: map[string]float64{
 		"req_s": r.reqPerSec, "mean_ms": r.meanMS, "errors": float64(r.failed),
 		"proxy_cpu": cpu.Seconds() / el.Seconds(), "cpu_us": cpuPerOp(cpu, float64(r.succeeded)),
-	}}, nil
+	}}
+	if rc.costsWanted("https-small-h2") {
+		load := func(d time.Duration) (float64, error) {
+			r, err := runH2load(rc.ctx, h2load, rc.genCore(), url, d)
+			return float64(r.succeeded), err
+		}
+		if err := measureCosts(rc, in, load, res.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 type h2loadResult struct {

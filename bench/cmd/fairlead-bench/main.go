@@ -44,7 +44,7 @@ func run() int {
 	tunnels := fs.Int("tunnels", 0, "ws-idle: number of idle tunnels N (default 8000, 300 with -quick)")
 	keep := fs.Bool("keep", false, "keep the generated configs and proxy logs (their directory is printed)")
 	threads := fs.Int("threads", 1, "workers per proxy (HAProxy nbthread, nginx worker_processes, fairlead and Caddy GOMAXPROCS); above 1 nothing is pinned, so proxies and load share every core")
-	costs := fs.Bool("costs", false, "http-small: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs and context switches, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
+	costs := fs.Bool("costs", false, "http-small and https-small-h2: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs and context switches, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
