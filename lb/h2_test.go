@@ -695,7 +695,9 @@ func (r *rawH2) resetCode(stream uint32) string {
 // answers, and that it serves on (or not) afterwards.
 func TestH2ConnectionRules(t *testing.T) {
 	_, l, env, tlsAddr := h2LB(t, "http2_max_streams = 2")
-	get := func(r *rawH2, stream uint32) { r.headers(stream, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things") }
+	get := func(r *rawH2, stream uint32) {
+		r.headers(stream, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
+	}
 	post := func(r *rawH2, stream uint32) { // a request whose body never ends: its stream stays open
 		r.headers(stream, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up")
 	}
@@ -762,7 +764,7 @@ func TestH2ConnectionRules(t *testing.T) {
 		r := dialRawH2(t, env, tlsAddr)
 		r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/up", "content-length", "4")
 		r.fr.WriteGoAway(0, http2.ErrCodeNo, nil) //nolint:errcheck
-		r.fr.WriteData(1, true, []byte("body"))  //nolint:errcheck
+		r.fr.WriteData(1, true, []byte("body"))   //nolint:errcheck
 		if got := r.outcome(1); got != "200" {
 			t.Fatalf("the open stream: %s, want 200", got)
 		}
@@ -833,7 +835,7 @@ func TestH2AClientThatStopsReadingIsClosedAfterIdleTimeout(t *testing.T) {
 	_, l, env, tlsAddr := h2LB(t, `idle_timeout = "500ms"`)
 	r := dialRawH2(t, env, tlsAddr)
 	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1}) //nolint:errcheck
-	r.fr.WriteWindowUpdate(0, 1<<31-1-65535)                                                //nolint:errcheck
+	r.fr.WriteWindowUpdate(0, 1<<31-1-65535)                                              //nolint:errcheck
 	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things?bytes=50000000")
 	// Read nothing: the answer fills the socket's buffers, then the server's flush waits for idle_timeout.
 	writing := func() (n int) {
@@ -844,11 +846,37 @@ func TestH2AClientThatStopsReadingIsClosedAfterIdleTimeout(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(20 * time.Second) // a hang guard
-	for l.h2.Counts().Streams == 0 || writing() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's worker still writes to a client that reads nothing")
-		}
-		time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, "the stream's worker to give up on a client that reads nothing", 20*time.Second,
+		func() bool { return l.h2.Counts().Streams > 0 && writing() == 0 })
+}
+
+// At Close (SIGTERM) an HTTP/2 client is told GOAWAY: its stream in flight is answered, an idle
+// connection closes at once, and neither holds Close until drain_timeout.
+func TestH2CloseDrainsHTTP2Connections(t *testing.T) {
+	_, l, env, tlsAddr := h2LB(t, `drain_timeout = "60s"`)
+	idle := dialRawH2(t, env, tlsAddr)
+	busy := dialRawH2(t, env, tlsAddr)
+	busy.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/slow?delay=1s")
+	testkit.Eventually(t, "the slow stream to reach the handler", 5*time.Second, func() bool { return l.h2.Counts().Streams == 1 })
+	closed := make(chan struct{})
+	go func() {
+		l.Close()
+		close(closed)
+	}()
+	if got := idle.goAwayCode(); got != "NO_ERROR" {
+		t.Errorf("the idle connection: %s, want GOAWAY NO_ERROR", got)
+	}
+	idle.waitClosed(idle.watchClose(), "Close, with no stream open")
+	if got := busy.goAwayCode(); got != "NO_ERROR" {
+		t.Errorf("the connection with a stream in flight: %s, want GOAWAY NO_ERROR", got)
+	}
+	if got := busy.outcome(1); got != "200" {
+		t.Errorf("the stream in flight at Close: %s, want 200", got)
+	}
+	busy.waitClosed(busy.watchClose(), "Close, once its last stream was answered")
+	select {
+	case <-closed:
+	case <-time.After(hang):
+		t.Fatal("Close waits for drain_timeout although every HTTP/2 connection closed")
 	}
 }

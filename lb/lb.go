@@ -329,8 +329,14 @@ func (lb *LB) Close() {
 	// Relay streams never end by themselves: closing the relays ends them (SSE streams end, WebSockets
 	// close with 1001), so that the shutdown below does not wait for them.
 	lb.relays.swap(nil)
+	if lb.h2 != nil {
+		lb.h2.Shutdown() // HTTP/2 clients are told GOAWAY; their connections close with their last stream
+	}
 	if lb.frontend != nil {
 		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
+	}
+	if lb.h2 != nil {
+		lb.h2.Close() // those still streaming when drain_timeout ran out
 	}
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {

@@ -79,12 +79,16 @@ type H2 struct {
 	bigHeads    atomic.Uint64 // with a 431 (a header list or head over max_header_size)
 	errMu       sync.Mutex
 	errs        map[string]uint64 // stream resets and GOAWAYs sent with an error, by kind
+
+	liveMu   sync.Mutex
+	live     map[*h2conn]struct{} // the connections being served
+	draining bool                 // Shutdown was called: every connection, new ones too, is drained
 }
 
 // NewH2 returns the HTTP/2 server of the front end f, handing each stream to handler.
 func (f *Front) NewH2(handler fasthttp.RequestHandler, config func() H2Config) *H2 {
 	h := &H2{front: f, handler: handler, config: config, errs: map[string]uint64{}, log: f.Errors.log,
-		work: make(chan *h2stream)}
+		work: make(chan *h2stream), live: map[*h2conn]struct{}{}}
 	h.streamPool.New = func() any { return new(h2stream) }
 	return h
 }
@@ -128,8 +132,42 @@ func (h *H2) Serve(c net.Conn) error {
 	}
 	fc.handOver() // from here its ends are HTTP/2's: counted by kind in H2Counts
 	h.conns.Add(1)
-	newH2Conn(h, fc.tc, h.config()).serve()
+	hc := newH2Conn(h, fc.tc, h.config())
+	h.liveMu.Lock()
+	draining := h.draining
+	if !draining {
+		h.live[hc] = struct{}{}
+	}
+	h.liveMu.Unlock()
+	if draining { // accepted as the listener closed: not served
+		return fc.tc.Close()
+	}
+	hc.serve()
+	h.liveMu.Lock()
+	delete(h.live, hc)
+	h.liveMu.Unlock()
 	return nil
+}
+
+// Shutdown drains every HTTP/2 connection (one that comes now is closed): the client is told GOAWAY
+// (NO_ERROR), the streams it has open are served, no new one is taken, and the connection closes when
+// the last one ends (at once for an idle one).
+func (h *H2) Shutdown() {
+	h.liveMu.Lock()
+	defer h.liveMu.Unlock()
+	h.draining = true
+	for c := range h.live {
+		go c.drain()
+	}
+}
+
+// Close closes every HTTP/2 connection at once (after Shutdown's drain had its time).
+func (h *H2) Close() {
+	h.liveMu.Lock()
+	defer h.liveMu.Unlock()
+	for c := range h.live {
+		c.tc.Close() //nolint:errcheck // its serving goroutine ends
+	}
 }
 
 // workerIdle is how long a worker waits for another stream before it ends.

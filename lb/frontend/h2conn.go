@@ -70,7 +70,7 @@ type h2conn struct {
 	streams     map[uint32]*h2stream
 	active      int
 	closed      bool
-	goneAway    bool  // the client sent GOAWAY: no new streams; close once none is left
+	goneAway    bool  // the client sent GOAWAY, or we drain: no new streams; close once none is left
 	sendConn    int64 // what the client's connection window lets us send
 	peerWindow  int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	recvConn    int64 // what the client may still send on the connection
@@ -577,6 +577,20 @@ func (c *h2conn) writeGoAway(code http2.ErrCode) {
 	c.lockWrite()
 	c.fr.WriteGoAway(c.lastSeen.Load(), code, nil) //nolint:errcheck // c.werr
 	c.unlockWrite(true)                            //nolint:errcheck
+}
+
+// drain tells the client the connection goes away (GOAWAY NO_ERROR): its open streams are served, no
+// new one is taken, and the connection closes with the last one (now, if none is open).
+func (c *h2conn) drain() {
+	c.mu.Lock()
+	c.goneAway = true
+	idle := c.active == 0
+	c.mu.Unlock()
+	if idle {
+		c.onIdle()
+		return
+	}
+	c.writeGoAway(http2.ErrCodeNo)
 }
 
 // onIdle ends a connection that had no stream for idle_timeout (or whose client said GOAWAY and has
