@@ -166,9 +166,11 @@ type Frontend struct {
 	ClientAuth string `toml:"client_auth"`
 	// Offers HTTP/2 on tls_listen (ALPN h2 before http/1.1). Each stream is one request through the same
 	// path as HTTP/1.1 (routes, auth, pools, retries, access log, metrics), forwarded as HTTP/1.1 from
-	// the validated fields only; WebSocket upgrades stay HTTP/1.1 (no extended CONNECT is offered).
-	// max_header_size bounds a stream's header list, read_timeout its body, idle_timeout the idle
-	// connection. false answers ALPN with http/1.1 only. A reload applies it to new connections.
+	// the validated fields only; trailers pass both ways; WebSocket upgrades stay HTTP/1.1 (no extended
+	// CONNECT is offered). max_header_size bounds a stream's header list, read_timeout its body's
+	// silence, idle_timeout a connection without streams (and one whose client stops reading); frames are
+	// at most 16 KiB; at exit (drain_timeout) clients are told GOAWAY and their streams in flight
+	// answered. false answers ALPN with http/1.1 only. A reload applies it to new connections.
 	HTTP2 bool `toml:"http2"`
 	// The streams an HTTP/2 client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS),
 	// 1 to 1000. More are refused (REFUSED_STREAM, counted); a client that opens and resets streams
