@@ -28,7 +28,7 @@ import (
 // HTTP/2 on the TLS listener (lb/frontend/h2.go).
 
 // h2LB starts the platform cluster and fairlead with a TLS listener (more: extra [frontend] keys).
-func h2LB(t *testing.T, more string) (*sim.Cluster, *LB, *tlsEnv, string) {
+func h2LB(t testing.TB, more string) (*sim.Cluster, *LB, *tlsEnv, string) {
 	t.Helper()
 	env := newTLSEnv(t, "fairlead test CA")
 	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")

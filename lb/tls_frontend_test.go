@@ -122,7 +122,7 @@ func certsToml(certs ...*tlsCert) string {
 // tlsPlatformLB starts a cluster of two platforms (platform1 leader) and fairlead with a TLS front end
 // on a free address, its certificate cert; more is added to the [frontend] of the TLS file. It returns
 // the cluster, fairlead, the TLS address and the config directory.
-func tlsPlatformLB(t *testing.T, cert *tlsCert, more string) (*sim.Cluster, *LB, string, string) {
+func tlsPlatformLB(t testing.TB, cert *tlsCert, more string) (*sim.Cluster, *LB, string, string) {
 	t.Helper()
 	c := startCluster(t, 2, 0)
 	tlsAddr := testkit.Addr(t)
