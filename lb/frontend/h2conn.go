@@ -423,7 +423,7 @@ func (c *h2conn) onData(f *http2.DataFrame) error {
 			}
 		}
 		c.mu.Unlock()
-		c.giveBack(0)
+		c.giveBack(0, 0)
 		return nil
 	}
 	if s.recvWin -= size; s.recvWin < 0 {
@@ -454,9 +454,9 @@ func (c *h2conn) onData(f *http2.DataFrame) error {
 	return nil
 }
 
-// giveBack sends the WINDOW_UPDATEs due: for stream id (its unacked bytes, passed in inc) and for the
-// connection once a quarter of its window waits to be given back.
-func (c *h2conn) giveBack(id uint32, inc ...int64) {
+// giveBack sends the WINDOW_UPDATEs due: inc bytes to stream id (none if 0), and the connection's once
+// a quarter of its window waits to be given back.
+func (c *h2conn) giveBack(id uint32, inc int64) {
 	c.mu.Lock()
 	var conn int64
 	if c.recvUnacked >= h2ConnWindow/4 {
@@ -464,12 +464,12 @@ func (c *h2conn) giveBack(id uint32, inc ...int64) {
 		c.recvConn += conn
 	}
 	c.mu.Unlock()
-	if conn == 0 && (len(inc) == 0 || inc[0] == 0) {
+	if conn == 0 && inc == 0 {
 		return
 	}
 	c.lockWrite()
-	if len(inc) > 0 && inc[0] > 0 {
-		c.fr.WriteWindowUpdate(id, uint32(inc[0])) //nolint:errcheck // c.werr
+	if inc > 0 {
+		c.fr.WriteWindowUpdate(id, uint32(inc)) //nolint:errcheck // c.werr
 	}
 	if conn > 0 {
 		c.fr.WriteWindowUpdate(0, uint32(conn)) //nolint:errcheck
@@ -646,7 +646,7 @@ func (c *h2conn) finish(s *h2stream) {
 	if cancel {
 		c.writeReset(id, http2.ErrCodeNo)
 	}
-	c.giveBack(0)
+	c.giveBack(0, 0)
 	switch {
 	case closeNow:
 		c.onIdle()

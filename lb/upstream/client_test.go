@@ -230,6 +230,21 @@ func usTwoAtOnce(t *testing.T, u *Client, s *usServer, release chan struct{}) {
 
 // usClient returns a client of the server, dialling within 5s, with reads and writes bounded by a 5s
 // response timeout; it is retired at the end of the test.
+// usAnswering starts a server that answers path with answer (raw bytes) and anything else usOK, and a
+// client of it (4 connections, 1 s queue).
+func usAnswering(t *testing.T, path, answer string) (*usServer, *Client) {
+	s := usStart(t, func(p *usPeer) {
+		for p.next() {
+			if p.path() == path {
+				p.write(answer)
+			} else {
+				p.write(usOK)
+			}
+		}
+	})
+	return s, usClient(t, s, 4, time.Second)
+}
+
 func usClient(t *testing.T, s *usServer, maxConns int, queueTimeout time.Duration) *Client {
 	t.Helper()
 	return usClientOpts(t, s.addr, Options{MaxConns: maxConns, QueueTimeout: queueTimeout, ResponseTimeout: 5 * time.Second})
@@ -741,16 +756,7 @@ func TestUpstreamStreamsLargeChunkedAndCloseDelimitedBodiesByteExact(t *testing.
 func TestUpstreamChunkedAnswerKeepsItsWellFormedTrailerFields(t *testing.T) {
 	answer := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" +
 		"X-Sum: 1234\r\nno colon here\r\nX Bad: 1\r\nX-Ctl: a\x01b\r\nX-Other:  two \r\nX-Lf: 3\n\r\n"
-	s := usStart(t, func(p *usPeer) {
-		for p.next() {
-			if p.path() == "/trailers" {
-				p.write(answer)
-			} else {
-				p.write(usOK)
-			}
-		}
-	})
-	u := usClient(t, s, 4, time.Second)
+	s, u := usAnswering(t, "/trailers", answer)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	if err := usDo(u, fasthttp.MethodGet, "/trailers", "", resp); err != nil {
@@ -899,16 +905,7 @@ func TestUpstreamStreamedBodyClosedBeforeItsEndClosesTheConnection(t *testing.T)
 	chunked := fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(data), data)
 	f := func(answer string) {
 		t.Helper()
-		s := usStart(t, func(p *usPeer) {
-			for p.next() {
-				if p.path() == "/big" {
-					p.write(answer)
-				} else {
-					p.write(usOK)
-				}
-			}
-		})
-		u := usClient(t, s, 4, time.Second)
+		s, u := usAnswering(t, "/big", answer)
 		resp := fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseResponse(resp)
 		if err := usDo(u, fasthttp.MethodGet, "/big", "", resp); err != nil {
