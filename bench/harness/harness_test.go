@@ -480,3 +480,22 @@ func TestPlanJSON(t *testing.T) {
 		t.Errorf("round trip: %+v", back)
 	}
 }
+
+// The HTTP/2 target compares fairlead's CPU per request with the lowest of the peers', same run.
+func TestTheHTTP2TargetIsCPUPerRequestAgainstTheBestPeer(t *testing.T) {
+	for _, tc := range []struct {
+		fairlead float64
+		value    string
+		met      bool
+	}{{30, "1.20× haproxy (30.0 vs 25.0 µs)", false}, {24, "0.96× haproxy (24.0 vs 25.0 µs)", true}} {
+		rep := &Report{Started: time.Now(), Plan: QuickPlan(), Scenarios: []string{"https-small-h2"}}
+		for peer, cpu := range map[string]float64{"fairlead": tc.fairlead, "haproxy": 25, "nginx": 40} {
+			rep.Results = append(rep.Results, &Result{Scenario: "https-small-h2", Peer: peer, Round: 1,
+				Metrics: map[string]float64{"req_s": 1000, "cpu_us": cpu}})
+		}
+		rep.summarize([]*scenario{httpsSmallH2Scenario()})
+		if len(rep.Targets) != 1 || rep.Targets[0].Value != tc.value || rep.Targets[0].Met == nil || *rep.Targets[0].Met != tc.met {
+			t.Errorf("fairlead at %.0f µs: targets %+v, want %q met=%v", tc.fairlead, rep.Targets, tc.value, tc.met)
+		}
+	}
+}

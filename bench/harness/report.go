@@ -264,6 +264,22 @@ func (rep *Report) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	if sc := "https-small-h2"; ran(sc) { // #26: CPU per request at most the best peer's
+		t := Target{Name: sc + " CPU per request", Goal: "≤ the best peer's"}
+		if f := rep.peerSummary(sc, "fairlead"); f != nil {
+			best, bestPeer := 0.0, ""
+			for _, p := range rep.summaryOf(sc).Peers {
+				if v := p.Values["cpu_us"].Median; p.Peer != "fairlead" && p.Runs > len(p.Errors) && v > 0 && (bestPeer == "" || v < best) {
+					best, bestPeer = v, p.Peer
+				}
+			}
+			if v := f.Values["cpu_us"].Median; bestPeer != "" && v > 0 {
+				t.Value = fmt.Sprintf("%.2f× %s (%.1f vs %.1f µs)", v/best, bestPeer, v, best)
+				t.Met = boolp(v <= best)
+			}
+		}
+		ts = append(ts, t)
+	}
 	for _, sc := range []string{"ws-idle", "ws-idle-tls"} {
 		if !ran(sc) {
 			continue
