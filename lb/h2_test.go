@@ -880,3 +880,38 @@ func TestH2CloseDrainsHTTP2Connections(t *testing.T) {
 		t.Fatal("Close waits for drain_timeout although every HTTP/2 connection closed")
 	}
 }
+
+// rate_per_source counts each HTTP/2 stream as a request: streams over it are answered 429 with
+// Retry-After, on the same connection, which serves on.
+func TestH2StreamsCountAgainstRatePerSource(t *testing.T) {
+	c, _, env, tlsAddr := h2LB(t, "rate_per_source = 5")
+	client, tr := h2Client(env)
+	defer tr.CloseIdleConnections()
+	before := c.Platforms[0].Requests()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Error("429 without Retry-After")
+			}
+		})
+	}
+	wg.Wait()
+	if codes[200] < 5 || codes[429] == 0 || codes[200]+codes[429] != 40 {
+		t.Fatalf("40 streams at once: %v; want the 5 of the burst (and what refilled meanwhile) served, the rest 429", codes)
+	}
+	if n := c.Platforms[0].Requests() - before; n != int64(codes[200]) {
+		t.Errorf("the leader got %d requests, want the %d served", n, codes[200])
+	}
+}

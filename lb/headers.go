@@ -391,16 +391,7 @@ func isTrusted(remote net.IP, trusted []netip.Prefix) bool {
 		return false
 	}
 	a, ok := netip.AddrFromSlice(remote)
-	if !ok {
-		return false
-	}
-	a = a.Unmap()
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return ok && inTrusted(a.Unmap(), trusted)
 }
 
 // eqFold reports whether b equals lower, an ASCII lower-case string, in any case.

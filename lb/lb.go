@@ -88,7 +88,8 @@ type LB struct {
 
 	reloadMu       sync.Mutex
 	reloads        atomic.Uint64
-	http1Requests  atomic.Uint64 // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
+	http1Requests  atomic.Uint64    // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
+	now            func() time.Time // Options.Now
 	reloadFailures atomic.Uint64
 	lastReloadOK   atomic.Bool
 }
@@ -115,6 +116,9 @@ type Options struct {
 	Level *slog.LevelVar
 	// Version is the version fairlead_build_info reports. Default "dev".
 	Version string
+	// Now is the clock of the limits per client address (rate_per_source's buckets); time.Now if nil.
+	// Tests inject one.
+	Now func() time.Time
 }
 
 // New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
@@ -123,6 +127,8 @@ func New(cfg *config.Config, o Options) *LB {
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, bus: event.NewBus()}
 	lb.tunnels.logf = o.Logf
 	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
+	lb.now = o.Now
+	lb.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
@@ -442,6 +448,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 		}
 	}
 	lb.gen.Store(g)
+	lb.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
 	lb.level.Set(config.LogLevels[cfg.Global.LogLevel])
 	lb.relays.swap(rrs)
 	lb.disc.sync(g)
@@ -474,8 +481,11 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	for _, f := range []*config.Frontend{&fe, &ofe} {
 		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
 	}
-	// trusted_proxies applies at once (read from the generation of each request).
+	// trusted_proxies applies at once (read from the generation of each request), and so do the limits
+	// per source (frontend.Sources).
 	fe.TrustedProxies, ofe.TrustedProxies, fe.Trusted, ofe.Trusted = nil, nil, nil, nil
+	fe.RatePerSource, ofe.RatePerSource, fe.BurstPerSource, ofe.BurstPerSource = 0, 0, 0, 0
+	fe.MaxConnsPerSource, ofe.MaxConnsPerSource = 0, 0
 	if !reflect.DeepEqual(fe, ofe) {
 		restart = append(restart, "[frontend] (but its listeners and TLS)")
 	}

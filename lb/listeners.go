@@ -90,6 +90,12 @@ func frontLimits(fe *config.Frontend) frontend.Limits {
 	return frontend.Limits{MaxHeader: fe.MaxHeaderSize, MaxBody: fe.MaxBodySize, HeaderTimeout: fe.HeaderTimeout.D}
 }
 
+// sourceLimits are the limits per client address of fe.
+func (lb *LB) sourceLimits(fe *config.Frontend) frontend.SourceLimits {
+	return frontend.SourceLimits{Rate: float64(fe.RatePerSource), Burst: float64(fe.BurstPerSource),
+		MaxConns: fe.MaxConnsPerSource, Trusted: fe.Trusted, Now: lb.now}
+}
+
 // frontendError is the front end's fasthttp error handler: lb/frontend answers a request that could
 // not be read, and its access log line is written.
 func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {

@@ -139,6 +139,9 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
 	metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="http/1.1"}`, lb.http1Requests.Load())
+	srcs := lb.front.Sources()
+	metrics.WriteCounterUint64(w, `fairlead_frontend_limited_total{reason="rate_per_source"}`, srcs.RateLimited.Load())
+	metrics.WriteCounterUint64(w, `fairlead_frontend_limited_total{reason="max_conns_per_source"}`, srcs.ConnLimited.Load())
 	if lb.h2 != nil {
 		h2 := lb.h2.Counts()
 		metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="h2"}`, h2.Streams)

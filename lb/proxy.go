@@ -46,6 +46,9 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	if !frontend.IsStream(ctx.Conn()) { // HTTP/2 streams are counted by lb.h2
 		lb.http1Requests.Add(1)
 	}
+	if !lb.admitSource(ctx, g) {
+		return // over rate_per_source: answered 429 (sources.go)
+	}
 	if req.Header.IsConnect() {
 		refuseConnect(ctx) // fairlead is no forward proxy
 		lb.front.Refused(fasthttp.StatusMethodNotAllowed)

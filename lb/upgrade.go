@@ -129,6 +129,7 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the
 		// bytes the server had already buffered from it (a client may send frames before the 101).
 		client, pending, err := frontend.UnwrapHijacked(c)
+		uncount := frontend.TakeRelease(client) // max_conns_per_source: the tunnel's connection counts until it ends
 		client = frontend.Socket(client)
 		if err == nil {
 			_, err = client.Write(out)
@@ -142,6 +143,9 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 				if release != nil {
 					release()
 				}
+				if uncount != nil {
+					uncount()
+				}
 				end.closed(why)
 			})
 			if err != nil {
@@ -154,6 +158,9 @@ func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 			lb.logf("tunnel: %s: %v", s.label(), err)
 			c.Close()
 			conn.Close()
+			if uncount != nil {
+				uncount()
+			}
 			if release != nil {
 				release()
 			}

@@ -103,7 +103,8 @@ type Global struct {
 
 // Where clients connect, and what the front end accepts from them. A new listen or tls_listen address
 // applies at a reload (it is bound before anything else applies, a bind failure fails the reload, and
-// the old listener closes without cutting its connections); trusted_proxies, redirect_https, the
+// the old listener closes without cutting its connections); trusted_proxies, redirect_https, the limits
+// per source (rate_per_source, burst_per_source, max_conns_per_source), the
 // certificates and the client CAs (tls_cert, tls_key, [[frontend.certs]], client_ca, client_auth) apply
 // at once; the other keys, and adding or removing a listener, need a restart.
 //
@@ -134,6 +135,21 @@ type Frontend struct {
 	// stream no longer counts). Over it a new connection gets 503 from the accept loop and is closed at
 	// once, holding no goroutine (logged at WARN, rate-limited, and counted as kind limit).
 	MaxConns int `toml:"max_conns"`
+	// Requests per second each client address may make (0: no limit), an HTTP/2 stream and a WebSocket
+	// upgrade each one: over it a request is answered 429 with Retry-After (the whole seconds until the
+	// address may make one again) and nothing is forwarded. The address is the connection's, or, from a
+	// client in trusted_proxies, the last X-Forwarded-For address that is not one. Devices behind one NAT
+	// share an address: size it for the devices behind the largest NAT (e.g. 2,000 devices reconnecting
+	// over about a minute need about 35) or leave it off for such networks. Applies at once on a reload.
+	RatePerSource int `toml:"rate_per_source"`
+	// The requests an address may make at once before rate_per_source paces it (its bucket); 0: as many
+	// as rate_per_source. Applies at once on a reload.
+	BurstPerSource int `toml:"burst_per_source"`
+	// Connections each client address may have open at once (0: no limit), tunnels included: over it a
+	// new connection is closed at accept, before any byte is read (counted). The address is the
+	// connection's (X-Forwarded-For is not read yet); a proxy in trusted_proxies is exempt. Applies at
+	// once on a reload to new connections (those open before it was set are not counted).
+	MaxConnsPerSource int `toml:"max_conns_per_source"`
 	// Request body limit in bytes; 0: none. Over it 413: a Content-Length is refused before anything is
 	// forwarded, a chunked body as its chunk sizes add up past the limit (its upstream request is cut
 	// before its end).

@@ -72,6 +72,14 @@ func (c *Config) validate() []string {
 	}
 	checkDur(&c.Frontend.DrainTimeout, false)
 	checkDur(&c.Frontend.HeaderTimeout, false)
+	for _, n := range []*int{&c.Frontend.RatePerSource, &c.Frontend.BurstPerSource, &c.Frontend.MaxConnsPerSource} {
+		if *n < 0 {
+			at(n, "must not be negative, got %d", *n)
+		}
+	}
+	if c.Frontend.BurstPerSource > 0 && c.Frontend.RatePerSource == 0 {
+		at(&c.Frontend.BurstPerSource, "needs rate_per_source")
+	}
 	if n := c.Frontend.HTTP2MaxStreams; n < 1 || n > 1000 {
 		at(&c.Frontend.HTTP2MaxStreams, "must be between 1 and 1000, got %d", n)
 	}

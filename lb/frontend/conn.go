@@ -18,6 +18,7 @@ import (
 // it refused (by status) and of its connections' errors (by kind). Safe for concurrent use.
 type Front struct {
 	lim     Limits
+	sources *Sources // per client address limits, nil without any
 	refused [len(RefusedCodes)]atomic.Uint64
 	// Errors counts and logs the connection errors of the front end's clients, as "frontend".
 	Errors *ConnErrors
@@ -25,8 +26,11 @@ type Front struct {
 
 // New returns a front end checking requests against lim; its connection errors are logged to log.
 func New(lim Limits, log *slog.Logger) *Front {
-	return &Front{lim: lim, Errors: NewConnErrors("frontend", log)}
+	return &Front{lim: lim, Errors: NewConnErrors("frontend", log), sources: NewSources(SourceLimits{})}
 }
+
+// Sources returns the front end's limits per client address.
+func (f *Front) Sources() *Sources { return f.sources }
 
 // Limits returns the limits the front end's framers enforce.
 func (f *Front) Limits() Limits { return f.lim }
@@ -45,9 +49,23 @@ type listener struct {
 
 func (l *listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
+	for err == nil && l.front.sources != nil {
+		release, ok := l.front.sources.accept(c)
+		if ok {
+			return l.wrap(c, release), nil
+		}
+		c.Close() //nolint:errcheck // over max_conns_per_source: closed at accept
+		c, err = l.Listener.Accept()
+	}
 	if err != nil {
 		return nil, err
 	}
+	return l.wrap(c, nil), nil
+}
+
+// wrap makes an accepted connection the front end's; release (if not nil) uncounts it from its
+// address's connections when it closes.
+func (l *listener) wrap(c net.Conn, release func()) net.Conn {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		if nc, err := nbio.NewTCPConn(tcp); err == nil {
 			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
@@ -58,13 +76,13 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	if l.tls != nil {
 		tc := tls.Server(c, l.tls)
-		fc := &frontConn{Conn: tc, front: l.front, tc: tc}
+		fc := &frontConn{Conn: tc, front: l.front, tc: tc, release: release}
 		fc.f.lim = &l.front.lim
-		return tlsFrontConn{fc}, nil
+		return tlsFrontConn{fc}
 	}
-	fc := &frontConn{Conn: c, front: l.front}
+	fc := &frontConn{Conn: c, front: l.front, release: release}
 	fc.f.lim = &l.front.lim
-	return fc, nil
+	return fc
 }
 
 // frontOf returns the frontConn under a connection fasthttp hands to the handler, or nil.
@@ -98,6 +116,9 @@ type frontConn struct {
 	// errNoted is set once the connection's error was counted (noteError), or once it was handed to
 	// a tunnel or a relay stream (handOver), whose ends are theirs to account for.
 	errNoted atomic.Bool
+	// release uncounts the connection from its address's (max_conns_per_source), once: at Close, or
+	// when the tunnel that took its socket ends (TakeRelease). nil when not counted.
+	release func()
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -237,6 +258,9 @@ func (c *frontConn) claim() *Refusal {
 // a moment after the answer (a lingering close), so that closing does not reset the connection before
 // the client read the answer.
 func (c *frontConn) Close() error {
+	if c.release != nil {
+		c.release()
+	}
 	if e := c.claim(); e != nil {
 		c.front.Refused(e.Status)
 		c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck

@@ -43,6 +43,16 @@ func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 	return raw, pending, nil
 }
 
+// TakeRelease returns what uncounts a front end connection from its client address's connections
+// (max_conns_per_source) when it ends, for the tunnel that takes its socket (Socket) and closes it
+// without the front end's Close; nil when it is not counted. c is what UnwrapHijacked returned.
+func TakeRelease(c net.Conn) func() {
+	if fc := frontOf(c); fc != nil {
+		return fc.release // still run by the connection's Close, if it comes: it runs once
+	}
+	return nil
+}
+
 // Socket returns the connection under a front end connection: a *net.TCPConn, or the *tls.Conn of an
 // HTTPS client. A tunnel's bytes are not HTTP, and the tunnel engine needs the socket itself. Any other
 // connection is returned as it is.

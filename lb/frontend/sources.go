@@ -1,0 +1,216 @@
+package frontend
+
+import (
+	"hash/maphash"
+	"math"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SourceLimits are the limits per client address ([frontend] rate_per_source, burst_per_source,
+// max_conns_per_source); zero values are off.
+type SourceLimits struct {
+	Rate     float64 // requests per second, refilling a bucket of Burst
+	Burst    float64
+	MaxConns int              // connections open at once, counted from accept to close
+	Trusted  []netip.Prefix   // trusted_proxies: exempt from MaxConns (they carry many clients)
+	Now      func() time.Time // the clock (tests inject one); time.Now if nil
+}
+
+// Sources keeps, per client address, the connections it has open and its request bucket. An address
+// has an entry while it has a connection open or its bucket is not full; the table is bounded
+// (sourceShardMax per shard): when a shard is full of addresses that are all busy, a new address is
+// not tracked (its requests pass; it could not have spent a full bucket yet). Safe for concurrent use.
+type Sources struct {
+	lim    atomic.Pointer[SourceLimits]
+	seed   maphash.Seed
+	shards [64]sourceShard
+
+	// RateLimited and ConnLimited count the requests answered 429 and the connections closed at accept.
+	RateLimited, ConnLimited atomic.Uint64
+}
+
+const sourceShardMax = 4096 // addresses per shard: 262,144 in all, about 20 MiB at most
+
+type sourceShard struct {
+	mu    sync.Mutex
+	m     map[netip.Addr]*source
+	swept time.Time // the last sweep: a full shard is swept at most once a second
+}
+
+type source struct {
+	conns  int
+	tokens float64
+	last   time.Time // when tokens was last brought up to date
+}
+
+// NewSources returns a table with the limits lim.
+func NewSources(lim SourceLimits) *Sources {
+	s := &Sources{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].m = map[netip.Addr]*source{}
+	}
+	s.SetLimits(lim)
+	return s
+}
+
+// SetLimits applies new limits (a reload); the addresses' counts and buckets stay.
+func (s *Sources) SetLimits(lim SourceLimits) {
+	if lim.Now == nil {
+		lim.Now = time.Now
+	}
+	if lim.Burst <= 0 {
+		lim.Burst = lim.Rate
+	}
+	s.lim.Store(&lim)
+}
+
+// Limits returns the limits in force.
+func (s *Sources) Limits() SourceLimits { return *s.lim.Load() }
+
+func (s *Sources) shard(a netip.Addr) *sourceShard {
+	b := a.As16()
+	return &s.shards[maphash.Bytes(s.seed, b[:])%uint64(len(s.shards))]
+}
+
+// entry returns a's entry (sh.mu held), made if need be; nil when the shard is full of busy addresses.
+func (sh *sourceShard) entry(a netip.Addr, lim *SourceLimits, now time.Time) *source {
+	if e := sh.m[a]; e != nil {
+		return e
+	}
+	if len(sh.m) >= sourceShardMax {
+		if now.Sub(sh.swept) < time.Second { // a stream of new addresses does not sweep at each one
+			return nil
+		}
+		sh.swept = now
+		sh.sweep(lim, now)
+		if len(sh.m) >= sourceShardMax {
+			return nil
+		}
+	}
+	e := &source{tokens: lim.Burst, last: now}
+	sh.m[a] = e
+	return e
+}
+
+// sweep drops the entries of addresses with no connection open and a full bucket (sh.mu held).
+func (sh *sourceShard) sweep(lim *SourceLimits, now time.Time) {
+	for a, e := range sh.m {
+		if e.conns == 0 && e.refill(lim, now) >= lim.Burst {
+			delete(sh.m, a)
+		}
+	}
+}
+
+// refill brings e's bucket up to date and returns its tokens.
+func (e *source) refill(lim *SourceLimits, now time.Time) float64 {
+	if lim.Rate > 0 {
+		e.tokens = min(lim.Burst, e.tokens+now.Sub(e.last).Seconds()*lim.Rate)
+	} else {
+		e.tokens = lim.Burst
+	}
+	e.last = now
+	return e.tokens
+}
+
+// Admit takes one request of address a from its bucket: ok, or not and the whole seconds after which
+// one will be there again (Retry-After).
+func (s *Sources) Admit(a netip.Addr) (ok bool, retryAfter int) {
+	lim := s.lim.Load()
+	if lim.Rate <= 0 || !a.IsValid() {
+		return true, 0
+	}
+	a = a.Unmap()
+	now := lim.Now()
+	sh := s.shard(a)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entry(a, lim, now)
+	if e == nil {
+		return true, 0
+	}
+	if e.refill(lim, now) >= 1 {
+		e.tokens--
+		return true, 0
+	}
+	s.RateLimited.Add(1)
+	return false, max(1, int(math.Ceil((1-e.tokens)/lim.Rate)))
+}
+
+// open counts a connection of a (counted); ok is false (nothing counted) when a has
+// max_conns_per_source open. A connection not counted (the shard is full of busy addresses) passes.
+func (s *Sources) open(a netip.Addr) (counted, ok bool) {
+	lim := s.lim.Load()
+	sh := s.shard(a)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.entry(a, lim, lim.Now())
+	switch {
+	case e == nil:
+		return false, true
+	case lim.MaxConns > 0 && e.conns >= lim.MaxConns:
+		return false, false
+	}
+	e.conns++
+	return true, true
+}
+
+// close uncounts a connection of a.
+func (s *Sources) close(a netip.Addr) {
+	lim := s.lim.Load()
+	sh := s.shard(a)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[a]; e != nil {
+		if e.conns--; e.conns <= 0 && e.refill(lim, lim.Now()) >= lim.Burst {
+			delete(sh.m, a)
+		}
+	}
+}
+
+// Conns returns how many connections a has open (counted while max_conns_per_source is set).
+func (s *Sources) Conns(a netip.Addr) int {
+	sh := s.shard(a.Unmap())
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[a.Unmap()]; e != nil {
+		return e.conns
+	}
+	return 0
+}
+
+// accept counts a new connection c of the front end: nil, or the function that uncounts it (once)
+// when it closes; ok is false when it is over max_conns_per_source (counted; the caller closes it).
+func (s *Sources) accept(c net.Conn) (release func(), ok bool) {
+	lim := s.lim.Load()
+	if lim.MaxConns <= 0 {
+		return nil, true
+	}
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return nil, true
+	}
+	a := ap.Addr().Unmap()
+	for _, p := range lim.Trusted {
+		if p.Contains(a) {
+			return nil, true
+		}
+	}
+	counted, ok := s.open(a)
+	switch {
+	case !ok:
+		s.ConnLimited.Add(1)
+		return nil, false
+	case !counted:
+		return nil, true
+	}
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			s.close(a)
+		}
+	}, true
+}
