@@ -45,7 +45,7 @@ func (lb *LB) status() admin.Status {
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load(),
-			Check: p.checkKind(ps)}
+			Check: p.checkKind(ps), NewTunnelsPerSecond: ps.cfg.NewTunnelsPerSecond}
 		out.Discovery = lb.disc.status(name)
 		checks := p.health.Status()
 		available := false
@@ -134,7 +134,8 @@ func serverStatusOf(s *Server) admin.ServerStatus {
 	return admin.ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
 		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
 		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
-		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load()}
+		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load(),
+		TunnelsDelayed: s.tunnelsDelayed.Load(), TunnelsLimited: s.tunnelsLimited.Load()}
 }
 
 // historyEvery is how often the history samples the pools' counters and the servers' states.

@@ -219,6 +219,8 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 			metrics.WriteGaugeUint64(w, "fairlead_server_backup{"+sl+"}", boolGauge(s.Backup()))
 			metrics.WriteGaugeUint64(w, "fairlead_server_upstream_conns{"+sl+"}", uint64(s.client.Load().ConnsCount()))
 			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
+			metrics.WriteCounterUint64(w, "fairlead_server_new_tunnels_delayed_total{"+sl+"}", s.tunnelsDelayed.Load())
+			metrics.WriteCounterUint64(w, "fairlead_server_new_tunnels_limited_total{"+sl+"}", s.tunnelsLimited.Load())
 			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
 			if h := p.checkHistogram(s.Addr); h != nil {
 				h.write(w, "fairlead_check_duration_seconds", sl)

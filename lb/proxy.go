@@ -257,6 +257,10 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 			return
 		}
 		s := c.s
+		if upgrade && !lb.admitTunnel(ctx, p, st, s, &deadline) {
+			p.end(s, n) // over new_tunnels_per_second past the queue: answered (admission.go)
+			return
+		}
 		last = s
 		s.requests.Add(1)
 

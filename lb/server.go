@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"golang.org/x/time/rate"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -35,6 +36,11 @@ type Server struct {
 	tunnels       atomic.Int64  // open tunnels
 	requests      atomic.Uint64 // requests forwarded (each attempt), upgrades included
 	failures      atomic.Uint64 // attempts that ended in a transport error
+
+	// new_tunnels_per_second (admission.go): the server's limiter of new tunnels, and the upgrades it
+	// made wait and refused.
+	admit                          atomic.Pointer[rate.Limiter]
+	tunnelsDelayed, tunnelsLimited atomic.Uint64
 }
 
 func newServer(addr string, cfg *config.Pool) *Server {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,11 @@ type ConnServer struct {
 
 	hdrMu   sync.Mutex
 	lastHdr http.Header
+	times   []time.Time // when each upgrade was answered (UpgradeTimes), the last maxUpgradeTimes
 }
+
+// maxUpgradeTimes bounds the upgrade times a connection server keeps.
+const maxUpgradeTimes = 100_000
 
 func newConnServer(name, addr, healthAddr string, opts *Options) (*ConnServer, error) {
 	s := &ConnServer{
@@ -210,6 +215,14 @@ func (s *ConnServer) Upgrades() int64 {
 	return s.upgrades.Load()
 }
 
+// UpgradeTimes returns when the server received each upgrade it answered, oldest first (the last
+// 100,000): how a test sees the rate at which a proxy admits new tunnels to it.
+func (s *ConnServer) UpgradeTimes() []time.Time {
+	s.hdrMu.Lock()
+	defer s.hdrMu.Unlock()
+	return slices.Clone(s.times)
+}
+
 // OpenTunnels returns the number of currently open WebSocket connections.
 // A tunnel counts from just after the 101 is written until its connection
 // closes.
@@ -282,6 +295,10 @@ func (s *ConnServer) upgrade(ctx *fasthttp.RequestCtx) {
 	}
 	s.hdrMu.Lock()
 	s.lastHdr = h
+	if len(s.times) == maxUpgradeTimes {
+		s.times = s.times[:copy(s.times, s.times[maxUpgradeTimes/2:])]
+	}
+	s.times = append(s.times, time.Now())
 	s.hdrMu.Unlock()
 	if err := s.upgrader.Upgrade(ctx, func(c *websocket.Conn) { echoMessages(c, &s.tunnels) }); err != nil {
 		s.logf("%s: upgrade failed: %s", s.Name, err)

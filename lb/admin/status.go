@@ -101,6 +101,10 @@ type PoolStatus struct {
 	MultipartHeader string `json:"multipart_header,omitempty"`
 	Pins            int    `json:"pins,omitempty"`
 	PinFailures     uint64 `json:"pin_failures,omitempty"`
+	// NewTunnelsPerSecond is the pool's new_tunnels_per_second (omitted when 0: no limit): the new
+	// tunnels each server admits per second; servers[].tunnels_delayed and tunnels_limited say what it
+	// made wait and refused.
+	NewTunnelsPerSecond int `json:"new_tunnels_per_second,omitempty"`
 	// Check is the pool's active health check: "leader" (LeaderCheck, balance = "leader"), "http"
 	// (check.path), "connect" (a relay's pool without a check path: a connection opened) or
 	// "passive" (none: live failures take a server down, servers[].check.passive_failures).
@@ -165,6 +169,10 @@ type ServerStatus struct {
 	Pins          int   `json:"pins,omitempty"` // multi-part pins on the server (roundrobin pools)
 	Conns         int   `json:"conns"`          // open upstream connections
 	Tunnels       int64 `json:"tunnels"`        // open tunnels
+	// TunnelsDelayed and TunnelsLimited count the upgrades new_tunnels_per_second made wait for the
+	// server's next slot, and refused (unavailable_status).
+	TunnelsDelayed uint64 `json:"tunnels_delayed,omitempty"`
+	TunnelsLimited uint64 `json:"tunnels_limited,omitempty"`
 	// Check is the server's health check state.
 	Check *healthcheck.ServerStatus `json:"check,omitempty"`
 }

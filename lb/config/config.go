@@ -310,6 +310,14 @@ type Pool struct {
 	MultipartMaxPins int `toml:"multipart_max_pins"`
 	// Requests waiting at once in this pool; more get unavailable_status at once.
 	MaxQueue int `toml:"max_queue"`
+	// New tunnels (WebSocket upgrades) each server of the pool admits per second; 0: no limit. A burst
+	// of one second's worth passes at once; past it an upgrade waits in the pool's queue (queue_timeout,
+	// max_queue), first come first served per server, until the rate admits it. One that would wait past
+	// queue_timeout, or finds max_queue full, gets unavailable_status at once, its Retry-After spread over
+	// the wait it would have had (devices refused together do not come back in the same second).
+	// Protects connection servers from reconnect storms (a server that died, and its devices all
+	// reconnecting to the others); plain requests are not counted. Applies at once on a reload.
+	NewTunnelsPerSecond int `toml:"new_tunnels_per_second"`
 	// Upstream connections fairlead opens to each server: keep-alive connections, reused most recent
 	// first and closed after 10 s unused; requests over the cap wait, first come first served, for up to
 	// queue_timeout.

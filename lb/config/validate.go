@@ -206,6 +206,9 @@ func (c *Config) validate() []string {
 		checkDur(&pc.QueueTimeout, false)
 		checkPositive(&pc.MaxQueue)
 		checkPositive(&pc.MaxConns)
+		if pc.NewTunnelsPerSecond < 0 {
+			at(&pc.NewTunnelsPerSecond, "must not be negative, got %d", pc.NewTunnelsPerSecond)
+		}
 		checkDur(&pc.ConnectTimeout, true)
 		checkDur(&pc.ResponseTimeout, true)
 		checkDur(&pc.TunnelIdleTimeout, false)

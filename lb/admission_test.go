@@ -1,0 +1,201 @@
+package lb
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+
+	"github.com/fairlead/fairlead/bench/sim"
+)
+
+// device is an edge device that keeps one tunnel open: it connects, and after a drop reconnects at
+// once; refused (503 or 429), it comes back after Retry-After. Anything else is a failure.
+type device struct {
+	id        string
+	mu        sync.Mutex
+	conn      *websocket.Conn
+	connected time.Time // when its current tunnel opened
+	refusals  int
+	bad       []string
+}
+
+func (d *device) run(addr string, stop <-chan struct{}) {
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second}
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		conn, resp, err := dialer.Dial("ws://"+addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {d.id}})
+		if err != nil {
+			if resp == nil || (resp.StatusCode != 503 && resp.StatusCode != 429) {
+				d.note("dial: %v", err)
+				return
+			}
+			retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if retry < 1 {
+				d.note("%d without Retry-After", resp.StatusCode)
+				return
+			}
+			d.mu.Lock()
+			d.refusals++
+			d.mu.Unlock()
+			select {
+			case <-time.After(time.Duration(retry) * time.Second): // as told
+			case <-stop:
+				return
+			}
+			continue
+		}
+		d.mu.Lock()
+		d.conn, d.connected = conn, time.Now()
+		d.mu.Unlock()
+		for { // until the tunnel drops
+			if _, _, err := conn.ReadMessage(); err != nil {
+				break
+			}
+		}
+		conn.Close()
+		d.mu.Lock()
+		d.conn = nil
+		d.mu.Unlock()
+	}
+}
+
+func (d *device) note(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.bad = append(d.bad, fmt.Sprintf(format, args...))
+}
+
+// maxPerSecond is the most upgrades times holds in any one-second window.
+func maxPerSecond(times []time.Time) int {
+	most := 0
+	for i, j := 0, 0; j < len(times); j++ {
+		for times[j].Sub(times[i]) >= time.Second {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
+}
+
+// A reconnect storm (#27): 300 devices on two connection servers with new_tunnels_per_second = 40.
+// At first connect, and when one server dies and its devices all reconnect to the other, no server
+// admits more than the rate plus its burst (40 + 40) in any one-second window, every device is
+// connected again within about its server's devices / rate, and no device sees anything but a wait or
+// 503 with Retry-After (queue_timeout is short enough that some are refused and come back).
+func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
+	const devices, rate, burst = 300, 40, 40
+	// The simulator stamps an upgrade when it arrives, after fairlead's dial and head: up to about 150 ms
+	// after fairlead admitted it under the race detector, which lets a window catch up to rate × 0.15 more.
+	const slack = rate * 15 / 100
+	c := startCluster(t, 1, 2)
+	files := cxConfig(c, "")
+	files["40-storm.toml"] = fmt.Sprintf("[pools.cxserver]\nnew_tunnels_per_second = %d\nqueue_timeout = \"2s\"\n", rate)
+	l, _ := startLB(t, files)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	ds := make([]*device, devices)
+	for i := range ds {
+		ds[i] = &device{id: "storm-" + strconv.Itoa(i)}
+		wg.Go(func() { ds[i].run(l.Addr(), stop) })
+	}
+	defer func() {
+		close(stop)
+		for _, d := range ds {
+			d.mu.Lock()
+			if d.conn != nil {
+				d.conn.Close()
+			}
+			d.mu.Unlock()
+		}
+		wg.Wait()
+	}()
+	connected := func() (n int, last time.Time) {
+		for _, d := range ds {
+			d.mu.Lock()
+			if d.conn != nil {
+				n++
+				if d.connected.After(last) {
+					last = d.connected
+				}
+			}
+			d.mu.Unlock()
+		}
+		return n, last
+	}
+	waitAll := func(what string, on *sim.ConnServer, since time.Time, within time.Duration) time.Duration {
+		t.Helper()
+		for time.Since(since) < within {
+			if n, last := connected(); n == devices && (on == nil || on.OpenTunnels() == devices) {
+				return last.Sub(since)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		n, _ := connected()
+		t.Fatalf("%s: %d of %d devices connected after %s", what, n, devices, within)
+		return 0
+	}
+
+	start := time.Now()
+	took := waitAll("first connect", nil, start, 20*time.Second)
+	cx := c.Connections
+	for _, s := range cx {
+		if most := maxPerSecond(s.UpgradeTimes()); most > rate+burst+slack {
+			t.Errorf("first connect: %s admitted %d new tunnels in one second, want at most %d", s.Name, most, rate+burst)
+		}
+	}
+	// Each server holds about half the devices: (half - burst) / rate seconds, and a little more.
+	if limit := time.Duration(float64(devices/2+30-burst)/rate*float64(time.Second)) + 2*time.Second; took > limit {
+		t.Errorf("first connect took %s, want about devices/rate (at most %s)", took, limit)
+	}
+	t.Logf("first connect: every device connected in %s; upgrades per second at most %d and %d", took,
+		maxPerSecond(cx[0].UpgradeTimes()), maxPerSecond(cx[1].UpgradeTimes()))
+
+	// cx[0] dies: its devices all reconnect at once, to cx[1].
+	survivor := cx[1]
+	before := len(survivor.UpgradeTimes())
+	killed := time.Now()
+	if err := cx[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	took = waitAll("after a server died", survivor, killed, 30*time.Second)
+	after := survivor.UpgradeTimes()[before:]
+	moved := len(after)
+	if most := maxPerSecond(after); most > rate+burst+slack {
+		t.Errorf("after %s died, %s admitted %d new tunnels in one second, want at most %d", cx[0].Name, survivor.Name, most, rate+burst)
+	}
+	if limit := time.Duration(float64(moved-burst)/rate*float64(time.Second)) + 3*time.Second; took > limit {
+		t.Errorf("%d devices moved in %s, want about moved/rate (at most %s)", moved, took, limit)
+	}
+	refused := 0
+	for _, d := range ds {
+		d.mu.Lock()
+		refused += d.refusals
+		for _, b := range d.bad {
+			t.Errorf("device %s: %s", d.id, b)
+		}
+		d.mu.Unlock()
+	}
+	if refused == 0 {
+		t.Error("no device was refused: queue_timeout = 2s should have turned some away with Retry-After")
+	}
+	var limited uint64
+	for _, p := range l.gen.Load().pools {
+		for _, s := range p.view.Load().servers {
+			limited += s.tunnelsLimited.Load()
+		}
+	}
+	if limited != uint64(refused) {
+		t.Errorf("%d counted in fairlead_server_new_tunnels_limited_total, want the %d refusals the devices saw", limited, refused)
+	}
+	t.Logf("after the kill: %d devices moved in %s (%d refusals), upgrades per second at most %d",
+		moved, took, refused, maxPerSecond(after))
+}
