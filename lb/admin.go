@@ -57,6 +57,9 @@ func (lb *LB) status() admin.Status {
 				}
 			}
 			ss.State = p.serverState(s, ss.Check)
+			if w := s.weight(time.Now().UnixNano(), ps.cfg.SlowStart.D); w < 1 {
+				ss.Ramp = w
+			}
 			available = available || ss.Available
 			out.Servers = append(out.Servers, ss)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // device is an edge device that keeps one tunnel open: it connects, and after a drop reconnects at
@@ -198,4 +199,65 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 	}
 	t.Logf("after the kill: %d devices moved in %s (%d refusals), upgrades per second at most %d",
 		moved, took, refused, maxPerSecond(after))
+}
+
+// slow_start = "4s": a connection server that comes back gets few of the new devices in its first
+// second and its fair share after five; devices already placed are not moved.
+func TestASlowStartServerTakesFewNewKeysAtFirstAndItsShareLater(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	files := cxConfig(c, "")
+	files["40-slow.toml"] = "[pools.cxserver]\nslow_start = \"4s\"\n"
+	l, _ := startLB(t, files)
+	back := c.Connections[0]
+	server := func() *Server {
+		for _, s := range l.gen.Load().pools["cxserver"].view.Load().servers {
+			if s.Addr == back.Addr {
+				return s
+			}
+		}
+		t.Fatal("no such server")
+		return nil
+	}()
+	// Servers up at fairlead's start do not ramp.
+	if w := server.weight(time.Now().UnixNano(), 4*time.Second); w != 1 {
+		t.Fatalf("at start: weight %.2f, want 1", w)
+	}
+	if err := back.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, back.Name+" to be down", 10*time.Second, func() bool { return !server.Available() })
+	if err := back.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, back.Name+" to be up again", 10*time.Second, func() bool { return server.Available() })
+	upAt := time.Now()
+	share := func(prefix string, n int) int {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		on := 0
+		for i := range n {
+			wg.Go(func() {
+				if landsOn(t, l, prefix+strconv.Itoa(i)) == back.Name {
+					mu.Lock()
+					on++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return on
+	}
+	first := share("ramp-early-", 100)
+	if d := time.Since(upAt); d > 1500*time.Millisecond {
+		t.Logf("the first devices took %s to place (the test machine is slow): the bound below still holds at weight %.2f", d, float64(d)/float64(4*time.Second))
+	}
+	if first >= 25 {
+		t.Errorf("in its first second back, %s got %d of 100 new devices, want few (its fair share is 50)", back.Name, first)
+	}
+	time.Sleep(time.Until(upAt.Add(5 * time.Second))) // the ramp is real time: slow_start is 4 s
+	later := share("ramp-late-", 200)
+	if later < 80 || later > 120 {
+		t.Errorf("5 s after it came back, %s got %d of 200 new devices, want its fair share (about 100)", back.Name, later)
+	}
+	t.Logf("%s back: %d of 100 new devices in its first second, %d of 200 after 5 s", back.Name, first, later)
 }

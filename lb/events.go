@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 )
@@ -42,6 +43,37 @@ func (lb *LB) countEvent(e event.Event) {
 // where a pool's requests can be served by no server, are errors: a leader pool without a leader, a
 // pool with no server available. Events that need an operator's eye (a server down, a split brain, a
 // failover, a failed reload) are warnings; the rest is INFO.
+// rampOnReturn starts a server's slow_start ramp when it becomes available again: up after it was down
+// (or added, then up), or back from maintenance or drain by an operator. The servers coming up in a
+// pool's first round of checks (fairlead's start, a new pool) do not ramp.
+func (lb *LB) rampOnReturn(e event.Event) {
+	if e.Kind != event.ServerUp && (e.Kind != event.AdminAction || e.Admin != event.AdminReady) {
+		return
+	}
+	g := lb.gen.Load()
+	if g == nil {
+		return
+	}
+	p := g.pools[e.Pool]
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.ready():
+	default:
+		return // its first round
+	}
+	st := p.view.Load()
+	if st.cfg.SlowStart.D <= 0 {
+		return
+	}
+	for _, s := range st.servers {
+		if s.Addr == e.Server {
+			s.rampFrom.Store(time.Now().UnixNano())
+		}
+	}
+}
+
 func (lb *LB) logEvent(e event.Event) {
 	var msg string
 	level := slog.LevelInfo

@@ -138,6 +138,7 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.bus.Subscribe(lb.closeTunnels)
 	lb.bus.Subscribe(lb.failbackTunnels)
 	lb.bus.Subscribe(lb.leaderChanged) // leaderwatch.go
+	lb.bus.Subscribe(lb.rampOnReturn)  // slow_start
 	lb.hist = admin.NewHistory()
 	lb.bus.Subscribe(lb.hist.Record)
 	lb.relays.running, _ = lb.relays.prepare(lb, cfg)

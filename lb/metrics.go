@@ -221,6 +221,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 			metrics.WriteGaugeUint64(w, "fairlead_server_tunnels{"+sl+"}", uint64(max(s.tunnels.Load(), 0)))
 			metrics.WriteCounterUint64(w, "fairlead_server_new_tunnels_delayed_total{"+sl+"}", s.tunnelsDelayed.Load())
 			metrics.WriteCounterUint64(w, "fairlead_server_new_tunnels_limited_total{"+sl+"}", s.tunnelsLimited.Load())
+			metrics.WriteGaugeFloat64(w, "fairlead_server_slow_start_weight{"+sl+"}", s.weight(time.Now().UnixNano(), st.cfg.SlowStart.D))
 			metrics.WriteGaugeUint64(w, "fairlead_server_up{"+sl+"}", boolGauge(s.Available()))
 			if h := p.checkHistogram(s.Addr); h != nil {
 				h.write(w, "fairlead_check_duration_seconds", sl)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
@@ -221,26 +223,36 @@ func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolView) {
 // a key).
 type roundRobin struct{ n atomic.Uint32 }
 
-// next returns the next available server of t other than except, or nil.
+// next returns the next available server of t other than except, or nil. Under slow_start a server
+// ramping up takes its turn with a probability of its weight, and passes it on otherwise (to the next
+// server, or to itself when it is the only one).
 func (rr *roundRobin) next(t *tier, except *Server) *Server {
 	n := len(t.servers)
 	if n == 0 {
 		return nil
 	}
 	start := int(rr.n.Add(1))
+	var passed *Server
 	for k := 0; k < n; k++ {
 		if s := t.servers[(start+k)%n]; s != except && s.Available() {
+			if t.slowStart > 0 && passed == nil {
+				if w := t.Weight((start + k) % n); w < 1 && rand.Float64() >= w {
+					passed = s
+					continue
+				}
+			}
 			return s
 		}
 	}
-	return nil
+	return passed
 }
 
 // tier is the primaries or the backups of a pool, in config order: the candidates of placement (or
 // all of a pool's servers, the candidates of its pins).
 type tier struct {
-	which   int // primaries, backups, or everyone
-	servers []*Server
+	which     int // primaries, backups, or everyone
+	servers   []*Server
+	slowStart time.Duration // the pool's slow_start (Weight)
 }
 
 const (
@@ -254,6 +266,14 @@ var tierNames = [2]string{"primaries", "backups"}
 func (t *tier) Len() int          { return len(t.servers) }
 func (t *tier) Name(i int) string { return t.servers[i].Addr }
 func (t *tier) Up(i int) bool     { return t.servers[i].Available() }
+
+// Weight is server i's share of new placements under slow_start (stickiness.Weighted).
+func (t *tier) Weight(i int) float64 {
+	if t.slowStart <= 0 {
+		return 1
+	}
+	return t.servers[i].weight(time.Now().UnixNano(), t.slowStart)
+}
 
 // index returns the position of s in t, or -1 (s nil or not in t).
 func (t *tier) index(s *Server) int {

@@ -99,9 +99,9 @@ func targetsOf(servers []*Server) []*healthcheck.Target {
 func (p *Pool) newView(cfg *config.Pool, servers []*Server) *poolView {
 	np := len(cfg.Servers)
 	st := &poolView{cfg: cfg, servers: servers, connect: p.relayOnly.Load()}
-	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np]}
-	st.tiers[backups] = tier{which: backups, servers: servers[np:]}
-	st.all = tier{which: everyone, servers: servers}
+	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np], slowStart: cfg.SlowStart.D}
+	st.tiers[backups] = tier{which: backups, servers: servers[np:], slowStart: cfg.SlowStart.D}
+	st.all = tier{which: everyone, servers: servers, slowStart: cfg.SlowStart.D}
 	st.policy = balances[cfg.Balance].newPolicy(p, cfg)
 	return st
 }

@@ -3,6 +3,7 @@ package lb
 import (
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -92,13 +93,25 @@ func (rp *roundRobinPolicy) next(t *tier, except *Server, n int64) *Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	start := c.next[t.which] % k
+	passed := -1 // a server ramping up under slow_start that passed its turn (taken if no other can)
 	for j := 0; j < k; j++ {
 		i := (start + j) % k
 		if s := t.servers[i]; s != except && s.Available() && s.writable(rp.hw, rp.hwb) {
+			if passed < 0 && t.slowStart > 0 {
+				if w := t.Weight(i); w < 1 && rand.Float64() >= w {
+					passed = i
+					continue
+				}
+			}
 			s.begin(n)
 			c.next[t.which] = i + 1
 			return s
 		}
+	}
+	if passed >= 0 {
+		t.servers[passed].begin(n)
+		c.next[t.which] = passed + 1
+		return t.servers[passed]
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/lb/config"
@@ -41,6 +42,20 @@ type Server struct {
 	// made wait and refused.
 	admit                          atomic.Pointer[rate.Limiter]
 	tunnelsDelayed, tunnelsLimited atomic.Uint64
+
+	// rampFrom is when the server last became available (unix nanoseconds; 0: at start, or never):
+	// slow_start ramps its share of new placements from then (weight).
+	rampFrom atomic.Int64
+}
+
+// weight is s's share of new placements at now (unix nanoseconds) under slow_start: from 0 when it
+// became available to 1 after slowStart; 1 without a ramp.
+func (s *Server) weight(now int64, slowStart time.Duration) float64 {
+	from := s.rampFrom.Load()
+	if slowStart <= 0 || from == 0 || now-from >= int64(slowStart) {
+		return 1
+	}
+	return max(float64(now-from)/float64(slowStart), 0.001)
 }
 
 func newServer(addr string, cfg *config.Pool) *Server {

@@ -3,6 +3,8 @@ package stickiness
 import (
 	"fmt"
 	"hash/fnv"
+	"math"
+	"strconv"
 	"testing"
 )
 
@@ -173,5 +175,57 @@ func TestRendezvousSkipsDownServers(t *testing.T) {
 		if got := rendezvous([]byte(fmt.Sprintf("h:%d", k)), p, -1); got != 1 {
 			t.Fatalf("rendezvous with only server 1 up = %d", got)
 		}
+	}
+}
+
+// weightedTier is a set of up candidates with weights.
+type weightedTier struct {
+	names   []string
+	weights []float64
+}
+
+func (w weightedTier) Len() int             { return len(w.names) }
+func (w weightedTier) Name(i int) string    { return w.names[i] }
+func (w weightedTier) Up(int) bool          { return true }
+func (w weightedTier) Weight(i int) float64 { return w.weights[i] }
+
+// A candidate of weight w wins about w / (w + 1) of the keys against one of full weight, only keys it
+// would win at full weight, and more of them as w grows (slow_start).
+func TestWeightedRendezvousGivesARampingServerItsShare(t *testing.T) {
+	const keys = 20000
+	names := []string{"10.0.0.1:80", "10.0.0.2:80"}
+	won := func(w float64) (n int, set map[int]bool) {
+		set = map[int]bool{}
+		c := weightedTier{names: names, weights: []float64{1, w}}
+		for k := range keys {
+			if rendezvous([]byte("asset-"+strconv.Itoa(k)), c, -1) == 1 {
+				n++
+				set[k] = true
+			}
+		}
+		return n, set
+	}
+	full, fullSet := won(1)
+	prev := map[int]bool{}
+	for _, w := range []float64{0.05, 0.25, 0.5, 0.75, 1} {
+		n, set := won(w)
+		want := w / (w + 1) * keys
+		if math.Abs(float64(n)-want) > 0.03*keys {
+			t.Errorf("weight %.2f: %d of %d keys, want about %.0f", w, n, keys, want)
+		}
+		for k := range set {
+			if !fullSet[k] && w < 1 {
+				t.Fatalf("weight %.2f: key %d won, which full weight does not win", w, k)
+			}
+		}
+		for k := range prev {
+			if !set[k] {
+				t.Fatalf("weight %.2f: key %d, won at a lower weight, is lost", w, k)
+			}
+		}
+		prev = set
+	}
+	if full != len(fullSet) {
+		t.Fatal("inconsistent")
 	}
 }

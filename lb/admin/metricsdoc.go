@@ -67,6 +67,7 @@ var metricFamilies = []metricFamily{
 	{"fairlead_server_tunnels", "gauge", "pool, server, name", "open tunnels"},
 	{"fairlead_server_new_tunnels_delayed_total", "counter", "pool, server, name", "upgrades new_tunnels_per_second made wait for the server's next slot before they went on (their wait is in fairlead_queue_wait_seconds)"},
 	{"fairlead_server_new_tunnels_limited_total", "counter", "pool, server, name", "upgrades new_tunnels_per_second refused (their slot was past queue_timeout, or max_queue was full): answered unavailable_status with a Retry-After spread over the wait they would have had"},
+	{"fairlead_server_slow_start_weight", "gauge", "pool, server, name", "the server's share of new placements under slow_start, from 0 when it became available again to 1 (its full share)"},
 	{"fairlead_server_writable", "gauge", "pool, server, name", "roundrobin pools: 1 while below the watermarks"},
 	{"fairlead_server_pins", "gauge", "pool, server, name", "roundrobin pools with multipart_header: pins on the server"},
 	{"fairlead_check_duration_seconds", "histogram", "pool, server, name", "each probe's latency, failures and timeouts included"},

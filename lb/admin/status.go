@@ -173,6 +173,9 @@ type ServerStatus struct {
 	// server's next slot, and refused (unavailable_status).
 	TunnelsDelayed uint64 `json:"tunnels_delayed,omitempty"`
 	TunnelsLimited uint64 `json:"tunnels_limited,omitempty"`
+	// Ramp is the server's share of new placements while slow_start ramps it up after it became
+	// available, from 0 to 1 (omitted once it has its full share).
+	Ramp float64 `json:"ramp,omitempty"`
 	// Check is the server's health check state.
 	Check *healthcheck.ServerStatus `json:"check,omitempty"`
 }

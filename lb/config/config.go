@@ -318,6 +318,13 @@ type Pool struct {
 	// Protects connection servers from reconnect storms (a server that died, and its devices all
 	// reconnecting to the others); plain requests are not counted. Applies at once on a reload.
 	NewTunnelsPerSecond int `toml:"new_tunnels_per_second"`
+	// A server that becomes available — up again after it was down, added by a reload or by discovery,
+	// back from maintenance or drain — gets a share of the new placements (new sticky keys, round-robin
+	// turns, requests without a key) that grows linearly from nothing to its full share over this time;
+	// keys already placed on it, and the leader of a leader pool, are not affected. Not applied to the
+	// servers at fairlead's own start. "0s": a server takes its full share at once. Two fairleads may
+	// see a server come back a moment apart: during the ramp they may place a new key differently.
+	SlowStart Duration `toml:"slow_start"`
 	// Upstream connections fairlead opens to each server: keep-alive connections, reused most recent
 	// first and closed after 10 s unused; requests over the cap wait, first come first served, for up to
 	// queue_timeout.

@@ -206,6 +206,10 @@ func (c *Config) validate() []string {
 		checkDur(&pc.QueueTimeout, false)
 		checkPositive(&pc.MaxQueue)
 		checkPositive(&pc.MaxConns)
+		checkDur(&pc.SlowStart, false)
+		if pc.SlowStart.D < 0 {
+			at(&pc.SlowStart, "must not be negative")
+		}
 		if pc.NewTunnelsPerSecond < 0 {
 			at(&pc.NewTunnelsPerSecond, "must not be negative, got %d", pc.NewTunnelsPerSecond)
 		}
