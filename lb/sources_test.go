@@ -166,17 +166,20 @@ func TestMaxConnsPerSourceClosesTheConnectionsOverItAtAcceptTunnelsIncluded(t *t
 	testkit.Eventually(t, "a connection to be served once a tunnel ended", 5*time.Second, func() bool { return !refused() })
 }
 
-// The limits apply at once on a reload, and the reload drops no tunnel.
+// The limits apply at once on a reload (per source, and new_tunnels_per_second), and the reload drops
+// no tunnel.
 func TestLimitsPerSourceApplyOnReloadWithoutDroppingTunnels(t *testing.T) {
 	c := startCluster(t, 1, 2)
 	files := cxConfig(c, "")
-	l := startLBClock(t, files, &testkit.Clock{})
+	clock := &testkit.Clock{}
+	l := startLBClock(t, files, clock)
 	tun, _ := dialAsset(t, l, "reload-1")
 	mustEcho(t, tun, "before")
 	if ok, _, _ := burst(t, l.Addr(), "/x", "", 30); ok != 30 {
 		t.Fatalf("without limits: %d of 30 served", ok)
 	}
-	cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-limits.toml", "[frontend]\nrate_per_source = 10\n")))
+	cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-limits.toml",
+		"[frontend]\nrate_per_source = 10\n[pools.cxserver]\nnew_tunnels_per_second = 1\nslow_start = \"10s\"\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,4 +190,18 @@ func TestLimitsPerSourceApplyOnReloadWithoutDroppingTunnels(t *testing.T) {
 		t.Fatalf("after the reload: %d of 30 served, %d 429; want 10 and 20", ok, limited)
 	}
 	mustEcho(t, tun, "after")
+	// new_tunnels_per_second applies at once too: two more tunnels to the same server, the second waits.
+	clock.Advance(10 * time.Second) // rate_per_source's bucket full again
+	_, by := dialAsset(t, l, "reload-1") // the same asset, the same server
+	dialAsset(t, l, "reload-1")
+	var delayed uint64
+	for _, s := range l.gen.Load().pools["cxserver"].view.Load().servers {
+		if s.Addr == c.Connection(by).Addr {
+			delayed = s.tunnelsDelayed.Load()
+		}
+	}
+	if delayed == 0 {
+		t.Errorf("after the reload set new_tunnels_per_second = 1, no upgrade to %s waited", by)
+	}
+	mustEcho(t, tun, "still")
 }

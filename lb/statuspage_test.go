@@ -246,3 +246,27 @@ func TestTheStatusPageShowsAnAppConfigurationRelaysInstanceAndTokens(t *testing.
 		`%s?.textContent.includes("App Configuration %s") && %s.querySelector('[data-stat="iam"] dd')?.textContent === "1"`,
 		relay, acGUID, relay))
 }
+
+// A pool with new_tunnels_per_second shows its admission rate; a server back under slow_start shows
+// its ramp.
+func TestTheStatusPageShowsAPoolsAdmissionRateAndAServerRampingUp(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	cx1 := c.Connections[0]
+	l, _ := startLB(t, cxConfig(c, "[pools.cxserver]\nnew_tunnels_per_second = 5\nslow_start = \"30s\"\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	pool := `document.querySelector('[data-pool="cxserver"]')`
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "the pool's admission rate", fmt.Sprintf(
+		`%s?.querySelector('[data-stat="admission"] dd')?.textContent.startsWith("5/s per server")`, pool))
+	if err := cx1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	row := fmt.Sprintf(`%s?.querySelector('tr[data-addr=%q]')`, pool, cx1.Addr)
+	b.waitFor(10*time.Second, "cx1 down", row+`?.dataset.state === "down"`)
+	if err := cx1.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(10*time.Second, "cx1 up and ramping", row+`?.dataset.state === "up" && `+row+`.textContent.includes("(ramping ")`)
+}
