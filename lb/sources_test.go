@@ -191,7 +191,7 @@ func TestLimitsPerSourceApplyOnReloadWithoutDroppingTunnels(t *testing.T) {
 	}
 	mustEcho(t, tun, "after")
 	// new_tunnels_per_second applies at once too: two more tunnels to the same server, the second waits.
-	clock.Advance(10 * time.Second) // rate_per_source's bucket full again
+	clock.Advance(10 * time.Second)      // rate_per_source's bucket full again
 	_, by := dialAsset(t, l, "reload-1") // the same asset, the same server
 	dialAsset(t, l, "reload-1")
 	var delayed uint64
