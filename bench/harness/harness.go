@@ -110,7 +110,7 @@ func scenarios() []*scenario {
 		httpSmallScenario(), http16kScenario(), uploadScenario(), httpRRScenario(),
 		wsEchoScenario(), wsIdleScenario(),
 		failoverScenario(), reloadScenario(), fanInScenario(), fanOutScenario(), fanOutAppConfigScenario(),
-		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(), httpsSmallH2Scenario(),
+		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(), httpsSmallH2Scenario(), stormScenario(),
 	}
 }
 

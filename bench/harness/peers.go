@@ -60,6 +60,7 @@ var peerLimits = map[string][]string{
 		"plain variant (inter 15s fall 3): a node that stepped down keeps getting requests, answered 503, until 3 checks failed (up to 45 s); a dead node's requests fail until then",
 		"stickiness by consistent hash of X-Asset-Id (balance hdr), not a table: a key moves when a server goes down and comes back",
 		"http-rr: `server … maxconn N` counts a request until its response has been forwarded (fairlead's high_watermark only until the response head arrives); above it on every server requests wait in the backend queue (`timeout queue 5s`, as fairlead's queue_timeout)",
+		"storm: no rate of new connections per server: `server … maxconn N` with a queue counts connections open, which tunnels hold, so set at what a server may hold it paces nothing (`rate-limit sessions` is per frontend, not per server)",
 	},
 	"nginx": {
 		"no active health checks in nginx OSS (NGINX Plus only): LeaderCheck is never sent; the first platform server is primary, the other `backup`, and a 503 or a refused connection moves the request to the backup (proxy_next_upstream error timeout http_503, idempotent requests only)",
@@ -69,6 +70,7 @@ var peerLimits = map[string][]string{
 		"http-rr: `max_conns=N` (nginx OSS ≥ 1.11.5) skips a server with N active connections, but with every server at N a request fails at once with 502 (no queue); /Thingworx/ready is never probed (a server is taken out only by failed requests: max_fails, fail_timeout)",
 		"fan-out, fan-out-appconfig: nchan is a pub/sub server, not a relay: it has no upstream to watch or fetch from (no session, fetch or IAM token; the harness POSTs every change to its publisher location), so its delay lacks the upstream's change message and the fetch it triggers",
 		"fan-out-appconfig: " + fanOutAppConfigLimits,
+		"storm: no rate of new connections per server: `limit_conn` counts connections open, which tunnels hold, so set at what a server may hold it paces nothing; `limit_req` paces requests per key (an address, a header), not per upstream server, and refuses with 503 without Retry-After",
 	},
 	"caddy": {
 		"no fall/rise counting (health_fails/health_passes are not in Caddy 2.6): one failed LeaderCheck drops a server, one pass restores it",
@@ -150,6 +152,11 @@ type Setup struct {
 	TLSCert, TLSKey, TLSPEM string
 	// H2 offers HTTP/2 on the TLS listener too (ALPN h2, then http/1.1): https-small-h2.
 	H2 bool
+	// TunnelRate, if non-zero, is fairlead's new_tunnels_per_second on the connection servers (storm).
+	TunnelRate int
+	// TunnelCap, if non-zero, caps each connection server's connections: HAProxy server maxconn with
+	// a backend queue (timeout queue 5s), nginx limit_conn (storm).
+	TunnelCap int
 }
 
 // TLS13Suites is the TLS 1.3 cipher suite preference of the OpenSSL-based peers (HAProxy, nginx): Go's
@@ -274,6 +281,9 @@ balance = "sticky"
 servers = [{{quote .Connections}}]
 tunnel_idle_timeout = "10m"
 connect_timeout = "{{.ConnectTimeout}}"
+{{- if .TunnelRate}}
+new_tunnels_per_second = {{.TunnelRate}}
+{{- end}}
 
 [pools.cxserver.sticky]
 keys = ["header:X-Asset-Id", "source"]
@@ -359,8 +369,11 @@ backend cxserver
 	hash-type consistent
 	option httpchk GET /health
 	default-server inter 1s fall 2 rise 2
+{{- if .TunnelCap}}
+	timeout queue 5s
+{{- end}}
 {{- range $i, $a := .Connections}}
-	server cx{{inc $i}} {{$a}} check
+	server cx{{inc $i}} {{$a}} check{{if $.TunnelCap}} maxconn {{$.TunnelCap}}{{end}}
 {{- end}}
 `))
 
@@ -419,6 +432,9 @@ http {
 	}
 {{- end}}
 
+{{- if .TunnelCap}}
+	limit_conn_zone $server_addr zone=tunnels:1m;
+{{- end}}
 	upstream cxserver {
 		hash $http_x_asset_id consistent;
 {{- range .Connections}}
@@ -438,6 +454,9 @@ http {
 {{- end}}
 
 		location ~ ^/Thingworx/(WS|WSTunnelServer|WSTunnelClient|VWS)(/|$) {
+{{- if .TunnelCap}}
+			limit_conn tunnels {{.TunnelCap}};
+{{- end}}
 			proxy_pass http://cxserver;
 			proxy_http_version 1.1;
 			proxy_set_header Upgrade $http_upgrade;

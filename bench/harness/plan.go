@@ -65,6 +65,13 @@ type Plan struct {
 	// FanOutInterval.
 	FanOutChanges  int           `json:"fanout_changes"`
 	FanOutInterval time.Duration `json:"fanout_interval"`
+
+	// StormDevices is the storm scenario's devices (lowered to what the descriptor limits allow);
+	// StormRate the new tunnels per second each connection server admits in its limited variant;
+	// StormWindow bounds the wait for every device to be back.
+	StormDevices int           `json:"storm_devices"`
+	StormRate    int           `json:"storm_rate"`
+	StormWindow  time.Duration `json:"storm_window"`
 }
 
 // FullPlan is the real run: 3 rounds, 10 s measurements, 8,000 idle tunnels, failovers waited for up
@@ -80,6 +87,7 @@ func FullPlan() Plan {
 		ReloadTunnels: 200, ReloadRate: 400, ReloadBefore: 2 * time.Second, ReloadAfter: 8 * time.Second,
 		FanInClients: 20000, FanInRequests: 3, FanInCap: 64,
 		FanOutSizes: [2]int{1000, 10000}, FanOutChanges: 10, FanOutInterval: time.Second,
+		StormDevices: 5000, StormRate: 200, StormWindow: 90 * time.Second,
 	}
 }
 
@@ -97,6 +105,7 @@ func QuickPlan() Plan {
 		ReloadTunnels: 100, ReloadRate: 400, ReloadBefore: 500 * time.Millisecond, ReloadAfter: time.Second,
 		FanInClients: 1000, FanInRequests: 3, FanInCap: 64,
 		FanOutSizes: [2]int{200, 1000}, FanOutChanges: 3, FanOutInterval: time.Second,
+		StormDevices: 1000, StormRate: 200, StormWindow: 30 * time.Second,
 	}
 }
 
@@ -112,6 +121,7 @@ func TinyPlan() Plan {
 		ReloadTunnels: 20, ReloadRate: 200, ReloadBefore: 300 * time.Millisecond, ReloadAfter: 700 * time.Millisecond,
 		FanInClients: 200, FanInRequests: 2, FanInCap: 16,
 		FanOutSizes: [2]int{20, 0}, FanOutChanges: 3, FanOutInterval: 200 * time.Millisecond,
+		StormDevices: 60, StormRate: 20, StormWindow: 10 * time.Second,
 	}
 }
 
