@@ -75,18 +75,6 @@ func (d *device) note(format string, args ...any) {
 	d.bad = append(d.bad, fmt.Sprintf(format, args...))
 }
 
-// maxPerSecond is the most upgrades times holds in any one-second window.
-func maxPerSecond(times []time.Time) int {
-	most := 0
-	for i, j := 0, 0; j < len(times); j++ {
-		for times[j].Sub(times[i]) >= time.Second {
-			i++
-		}
-		most = max(most, j-i+1)
-	}
-	return most
-}
-
 // A reconnect storm (#27): 300 devices on two connection servers with new_tunnels_per_second = 40.
 // At first connect, and when one server dies and its devices all reconnect to the other, no server
 // admits more than the rate plus its burst (40 + 40) in any one-second window, every device is
@@ -149,7 +137,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 	took := waitAll("first connect", nil, start, 20*time.Second)
 	cx := c.Connections
 	for _, s := range cx {
-		if most := maxPerSecond(s.UpgradeTimes()); most > rate+burst+slack {
+		if most := sim.MaxInOneSecond(s.UpgradeTimes()); most > rate+burst+slack {
 			t.Errorf("first connect: %s admitted %d new tunnels in one second, want at most %d", s.Name, most, rate+burst)
 		}
 	}
@@ -158,7 +146,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 		t.Errorf("first connect took %s, want about devices/rate (at most %s)", took, limit)
 	}
 	t.Logf("first connect: every device connected in %s; upgrades per second at most %d and %d", took,
-		maxPerSecond(cx[0].UpgradeTimes()), maxPerSecond(cx[1].UpgradeTimes()))
+		sim.MaxInOneSecond(cx[0].UpgradeTimes()), sim.MaxInOneSecond(cx[1].UpgradeTimes()))
 
 	// cx[0] dies: its devices all reconnect at once, to cx[1].
 	survivor := cx[1]
@@ -170,7 +158,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 	took = waitAll("after a server died", survivor, killed, 30*time.Second)
 	after := survivor.UpgradeTimes()[before:]
 	moved := len(after)
-	if most := maxPerSecond(after); most > rate+burst+slack {
+	if most := sim.MaxInOneSecond(after); most > rate+burst+slack {
 		t.Errorf("after %s died, %s admitted %d new tunnels in one second, want at most %d", cx[0].Name, survivor.Name, most, rate+burst)
 	}
 	if limit := time.Duration(float64(moved-burst)/rate*float64(time.Second)) + 3*time.Second; took > limit {
@@ -198,7 +186,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 		t.Errorf("%d counted in fairlead_server_new_tunnels_limited_total, want the %d refusals the devices saw", limited, refused)
 	}
 	t.Logf("after the kill: %d devices moved in %s (%d refusals), upgrades per second at most %d",
-		moved, took, refused, maxPerSecond(after))
+		moved, took, refused, sim.MaxInOneSecond(after))
 }
 
 // slow_start = "4s": a connection server that comes back gets few of the new devices in its first

@@ -12,6 +12,14 @@ import (
 // Subscribers of the event stream that the LB itself runs: the event counters and probe latencies (for
 // /metrics), the log, and the tunnel closer (tunnels.go).
 
+// poolNamed is the running pool called name, nil if none (or before the first generation).
+func (lb *LB) poolNamed(name string) *Pool {
+	if g := lb.gen.Load(); g != nil {
+		return g.pools[name]
+	}
+	return nil
+}
+
 // countEvent counts events by kind and records each probe's latency in its server's histogram.
 func (lb *LB) countEvent(e event.Event) {
 	if e.Kind < event.NumKinds {
@@ -22,11 +30,7 @@ func (lb *LB) countEvent(e event.Event) {
 	default:
 		return
 	}
-	g := lb.gen.Load()
-	if g == nil {
-		return
-	}
-	p := g.pools[e.Pool]
+	p := lb.poolNamed(e.Pool)
 	if p == nil {
 		return
 	}
@@ -50,11 +54,7 @@ func (lb *LB) rampOnReturn(e event.Event) {
 	if e.Kind != event.ServerUp && (e.Kind != event.AdminAction || e.Admin != event.AdminReady) {
 		return
 	}
-	g := lb.gen.Load()
-	if g == nil {
-		return
-	}
-	p := g.pools[e.Pool]
+	p := lb.poolNamed(e.Pool)
 	if p == nil {
 		return
 	}

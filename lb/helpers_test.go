@@ -84,12 +84,19 @@ func startLB(t testing.TB, files map[string]string) (*LB, *logSink) {
 // startLBDir is startLB on a config directory the test keeps (to edit it and reload).
 func startLBDir(t testing.TB, dir string) (*LB, *logSink) {
 	t.Helper()
+	return startLBOpts(t, dir, Options{})
+}
+
+// startLBOpts is startLBDir with options (the log is the test's).
+func startLBOpts(t testing.TB, dir string, o Options) (*LB, *logSink) {
+	t.Helper()
 	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &logSink{}
-	l := New(cfg, Options{Logf: logs.logf})
+	o.Logf = logs.logf
+	l := New(cfg, o)
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

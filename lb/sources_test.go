@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -61,21 +60,7 @@ func burst(t *testing.T, addr, path, xff string, n int) (ok, limited, retryAfter
 // startLBClock starts fairlead on files with clock as the limits' clock.
 func startLBClock(t *testing.T, files map[string]string, clock *testkit.Clock) *LB {
 	t.Helper()
-	cfg, err := config.Load(testkit.WriteFiles(t, files))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logSink{}
-	l := New(cfg, Options{Logf: logs.logf, Now: clock.Now})
-	if err := l.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		if t.Failed() {
-			t.Logf("fairlead log:\n%s", logs.all())
-		}
-	})
+	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), Options{Now: clock.Now})
 	return l
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	"github.com/fairlead/fairlead/bench/sim"
 )
 
 // storm: a reconnect storm. N devices (Plan.StormDevices: 5,000; quick 1,000) each hold a tunnel on the
@@ -117,18 +119,6 @@ func retryAfter(resp *http.Response) (time.Duration, error) {
 	return time.Duration(s) * time.Second, nil
 }
 
-// maxInOneSecond is the most of times (sorted) in any one-second window.
-func maxInOneSecond(times []time.Time) int {
-	most := 0
-	for i, j := 0, 0; j < len(times); j++ {
-		for times[j].Sub(times[i]) >= time.Second {
-			i++
-		}
-		most = max(most, j-i+1)
-	}
-	return most
-}
-
 func runStorm(rc *runCtx) (*Result, error) {
 	p := rc.plan
 	// Each device costs the bench two descriptors (its end and the connection server's) and the proxy two.
@@ -221,7 +211,7 @@ func runStorm(rc *runCtx) (*Result, error) {
 	}
 	after := slices.Clone(survivor.UpgradeTimes()[before:])
 	res := &Result{Metrics: map[string]float64{
-		"peak_per_s": float64(maxInOneSecond(after)),
+		"peak_per_s": float64(sim.MaxInOneSecond(after)),
 		"failed":     float64(counts.failed.Load()),
 		"refused":    float64(counts.refused.Load()),
 		"moved":      float64(len(after)),

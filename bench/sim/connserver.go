@@ -223,6 +223,19 @@ func (s *ConnServer) UpgradeTimes() []time.Time {
 	return slices.Clone(s.times)
 }
 
+// MaxInOneSecond is the most of times (oldest first, as UpgradeTimes) that fall in any one-second
+// window: the peak rate at which a server received new tunnels.
+func MaxInOneSecond(times []time.Time) int {
+	most := 0
+	for i, j := 0, 0; j < len(times); j++ {
+		for times[j].Sub(times[i]) >= time.Second {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
+}
+
 // OpenTunnels returns the number of currently open WebSocket connections.
 // A tunnel counts from just after the 101 is written until its connection
 // closes.
