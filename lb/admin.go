@@ -45,7 +45,7 @@ func (lb *LB) status() admin.Status {
 			Requests: p.requests.Load(), Retries: p.retries.Load(), InflightFailovers: p.inflightMoves.Load(),
 			Errors: p.bad502.Load() + p.timeout.Load() + p.noServer.Load(), Serving: tierNames[p.tier.Load()],
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load(),
-			Check: p.checkKind(ps), NewTunnelsPerSecond: ps.cfg.NewTunnelsPerSecond}
+			Check: p.checkKind(ps), NewTunnelsPerSecond: ps.cfg.NewTunnelsPerSecond, TunnelsOpened: p.tunnelsOpened.Load()}
 		out.Discovery = lb.disc.status(name)
 		checks := p.health.Status()
 		available := false

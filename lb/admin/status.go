@@ -105,6 +105,9 @@ type PoolStatus struct {
 	// tunnels each server admits per second; servers[].tunnels_delayed and tunnels_limited say what it
 	// made wait and refused.
 	NewTunnelsPerSecond int `json:"new_tunnels_per_second,omitempty"`
+	// TunnelsOpened counts the tunnels the pool opened (fairlead_pool_tunnels_opened_total): the page
+	// shows the rate at which it admits them.
+	TunnelsOpened uint64 `json:"tunnels_opened"`
 	// Check is the pool's active health check: "leader" (LeaderCheck, balance = "leader"), "http"
 	// (check.path), "connect" (a relay's pool without a check path: a connection opened) or
 	// "passive" (none: live failures take a server down, servers[].check.passive_failures).
