@@ -49,6 +49,7 @@ func (lb *LB) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	res := s.admitter(r).ReserveN(now, 1)
 	wait := res.DelayFrom(now)
 	if wait == 0 {
+		lb.noteAdmitted(s, now)
 		return true
 	}
 	if deadline.IsZero() {
@@ -69,7 +70,16 @@ func (lb *LB) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	t := time.NewTimer(wait)
 	<-t.C
 	p.m.queueWait.UpdateDuration(now)
+	lb.noteAdmitted(s, now.Add(wait))
 	return true
+}
+
+// noteAdmitted tells the admission hook (tests: LB.admitted) that an upgrade to s was admitted in the
+// slot of time at.
+func (lb *LB) noteAdmitted(s *Server, at time.Time) {
+	if f := lb.admitted.Load(); f != nil {
+		(*f)(s, at)
+	}
 }
 
 // spreadRetry is a Retry-After, in whole seconds, drawn evenly over the wait an upgrade would have had

@@ -86,10 +86,13 @@ type LB struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	reloadMu       sync.Mutex
-	reloads        atomic.Uint64
-	http1Requests  atomic.Uint64    // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
-	now            func() time.Time // Options.Now
+	reloadMu      sync.Mutex
+	reloads       atomic.Uint64
+	http1Requests atomic.Uint64    // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
+	now           func() time.Time // Options.Now
+	// admitted, if set (tests, before traffic), is told each upgrade new_tunnels_per_second admitted:
+	// the server and the time of its slot.
+	admitted       atomic.Pointer[func(s *Server, at time.Time)]
 	reloadFailures atomic.Uint64
 	lastReloadOK   atomic.Bool
 }
