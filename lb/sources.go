@@ -20,11 +20,10 @@ var (
 // admitSource takes the request from its client address's bucket; false when it is over
 // rate_per_source, once the 429 is answered and logged.
 func (lb *LB) admitSource(ctx *fasthttp.RequestCtx, g *generation) bool {
-	srcs := lb.front.Sources()
 	if g.cfg.Frontend.RatePerSource <= 0 {
-		return true
+		return true // off: the request path pays one config read
 	}
-	ok, retry := srcs.Admit(sourceAddr(ctx, g.cfg.Frontend.Trusted))
+	ok, retry := lb.front.Sources().Admit(sourceAddr(ctx, g.cfg.Frontend.Trusted))
 	if ok {
 		return true
 	}
