@@ -5,12 +5,15 @@ package frontend
 // checks of each field's name and value, pseudo-header fields once each and first) and HPACK
 // (golang.org/x/net/http2/hpack); the connection's state — streams, flow control, settings, limits —
 // is this file's (h2conn.go). Each stream that passes RFC 9113 section 8's checks (no
-// connection-specific fields, TE only "trailers", the pseudo-header fields a request needs,
+// connection-specific fields, TE only "trailers", the pseudo-header fields a request needs, :path in
+// origin form or "*" for OPTIONS, :authority and Host a valid host[:port] without userinfo,
 // content-length equal to the DATA received) becomes one HTTP/1.1 request for the front end's handler,
 // the same as a request read from an HTTP/1.1 connection: its head is written from the validated fields
 // only (request line in origin form, Host from :authority, the fields in the order sent, Content-Length
 // or chunked framing for a body), run through this package's framer like any request, and parsed by
-// fasthttp; its body streams from the stream's DATA. The answer goes back as the stream's HEADERS and
+// fasthttp; its body streams from the stream's DATA, and no server gets a complete request before it is
+// known well formed (a content-length's last byte waits for END_STREAM: see h2stream.read). The
+// answer goes back as the stream's HEADERS and
 // DATA, less the HTTP/1.1 connection-specific fields.
 //
 // Trailers pass both ways. A request's trailer fields follow its body upstream when it declared them
@@ -19,9 +22,11 @@ package frontend
 // the stream's trailers, but for the fields a trailer may not carry.
 //
 // Limits: concurrent streams per connection (MaxStreams; more are refused with REFUSED_STREAM), the
-// header list size (max_header_size, advertised as SETTINGS_MAX_HEADER_LIST_SIZE, with x/net's
-// allowance for ten fields' overhead: a list over it is answered 431, a CONTINUATION flood closes the
-// connection), the flow-control windows (what a client may send ahead: h2StreamWindow per stream,
+// head's size (max_header_size, counted as the HTTP/1.1 head written from the fields would be, so that
+// a head passes over HTTP/2 exactly when it would over HTTP/1.1; advertised as
+// SETTINGS_MAX_HEADER_LIST_SIZE with x/net's allowance for ten fields' overhead; a head over it is
+// answered 431 and the connection serves on: HPACK decodes up to h2DecodeLimit, well past it, and only
+// a header list past that, or a CONTINUATION flood, closes the connection), the flow-control windows (what a client may send ahead: h2StreamWindow per stream,
 // h2ConnWindow per connection), read_timeout (a request body's silence: 408) and idle_timeout (a
 // connection without streams, or one whose client stops reading), and rapid reset (CVE-2023-44487): a
 // connection whose client has reset at least rapidResetMin streams, more than half of those it opened,
@@ -39,6 +44,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -211,6 +217,16 @@ func (h *H2) serveStream(s *h2stream) (ok bool) {
 		}
 		c.finish(s)
 	}()
+	if s.declLen == 0 && s.ctx.Request.IsBodyStream() {
+		// content-length: 0 without END_STREAM: forwarded once the stream ends with no DATA (whole).
+		switch err := s.whole(); {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.refuseAs(fasthttp.StatusRequestTimeout, "the request body stopped arriving")
+			return true
+		case err != nil:
+			return true // reset (the DATA did not agree with the content-length): nothing to answer
+		}
+	}
 	h.streams.Add(1)
 	h.handler(&s.ctx)
 	s.writeAnswer()

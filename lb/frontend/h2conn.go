@@ -34,6 +34,14 @@ const (
 	h2CopyBuffer    = 16 << 10         // the piece of a streamed answer read at once
 )
 
+// h2DecodeLimit is the header list size x/net's Framer decodes for one stream, and the longest field its
+// HPACK decoder takes, for max_header_size maxHeader. It is well over max_header_size, so that a head
+// over the limit, even one made of a single field, is decoded whole (the connection's HPACK state stays
+// in step with the client's) and answered 431, as over HTTP/1.1, while the connection serves on. Only a
+// header list past it (a flood, or a field of a size no browser sends) ends the connection: x/net
+// closes it with COMPRESSION_ERROR for a field that long, PROTOCOL_ERROR for CONTINUATION frames past it.
+func h2DecodeLimit(maxHeader int) uint32 { return uint32(max(4*(maxHeader+10*32), 64<<10)) }
+
 // errConnectionField is readRequest's PROTOCOL_ERROR for a connection-specific field (counted apart).
 const errConnectionField = http2.ErrCode(1<<32 - 1)
 
@@ -95,7 +103,7 @@ func newH2Conn(h *H2, tc *tls.Conn, conf H2Config) *h2conn {
 	c.bw = bufio.NewWriterSize(tc, 16<<10)
 	c.fr = http2.NewFramer(c.bw, c.br)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = uint32(conf.MaxHeader + 10*32) // x/net's allowance for ten fields' overhead
+	c.fr.MaxHeaderListSize = h2DecodeLimit(conf.MaxHeader)
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(h2DefaultFrame) // SETTINGS_MAX_FRAME_SIZE is not raised: larger is a FRAME_SIZE_ERROR
 	c.enc = hpack.NewEncoder(&c.hbuf)
@@ -118,7 +126,7 @@ func (c *h2conn) serve() {
 	c.fr.WriteSettings( //nolint:errcheck // a failed write is c.werr
 		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.conf.MaxStreams},
 		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
-		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.fr.MaxHeaderListSize},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(c.conf.MaxHeader + 10*32)}, // x/net's allowance for ten fields' overhead
 	)
 	c.fr.WriteWindowUpdate(0, h2ConnWindow-h2DefaultWindow) //nolint:errcheck
 	if c.unlockWrite(true) != nil {
@@ -788,6 +796,14 @@ func (c *h2conn) refuse(s *h2stream, status int) {
 	c.unlockWrite(false) //nolint:errcheck
 }
 
+// refuseAs answers stream s, from its worker, with the front end's refusal of status, counted as the
+// front end counts its refusals.
+func (s *h2stream) refuseAs(status int, reason string) {
+	s.c.h.front.Refused(status)
+	s.ctx.Error(RefusalBody(status, reason), status)
+	s.writeAnswer()
+}
+
 // h2stream is one stream: its request (the fasthttp context the handler gets, the head written for the
 // framer and fasthttp, the body's DATA as it arrives) and what its answer may send.
 type h2stream struct {
@@ -855,11 +871,16 @@ func (b *h2body) Trailers() []byte {
 
 // read gives the handler the DATA received, waiting for more while the stream is open (until the
 // deadline of read_timeout), and gives the window back as it is read.
+//
+// A request is forwarded only once it is known well formed (RFC 9113 section 8.1.1): a body with a
+// content-length gives its last byte only after the END_STREAM that shows the DATA added up to it, so a
+// stream reset for a length that did not agree leaves the upstream request cut, one byte short, never
+// complete; a body without one ends (EOF, and the last chunk upstream) only at END_STREAM.
 func (s *h2stream) read(p []byte) (int, error) {
 	c := s.c
 	c.mu.Lock()
 	var silent time.Time // read_timeout: a wait without a deadline of the handler's ends then
-	for s.off == len(s.buf) && !s.ended && !s.reset && !c.closed {
+	for s.readableLocked() == 0 && !s.ended && !s.reset && !c.closed {
 		deadline, now := s.deadline, time.Now()
 		if deadline.IsZero() && c.conf.ReadTimeout > 0 {
 			if silent.IsZero() {
@@ -874,15 +895,15 @@ func (s *h2stream) read(p []byte) (int, error) {
 		}
 		s.cond.Wait()
 	}
-	if s.off == len(s.buf) {
-		ended := s.ended && !s.reset
+	if s.reset || c.closed || s.off == len(s.buf) {
+		ended := s.ended && !s.reset && !c.closed
 		c.mu.Unlock()
 		if ended {
 			return 0, io.EOF
 		}
 		return 0, errStreamGone
 	}
-	n := copy(p, s.buf[s.off:])
+	n := copy(p, s.buf[s.off:s.off+s.readableLocked()])
 	if s.off += n; s.off == len(s.buf) {
 		s.buf, s.off = s.buf[:0], 0
 	}
@@ -896,6 +917,28 @@ func (s *h2stream) read(p []byte) (int, error) {
 	c.mu.Unlock()
 	c.giveBack(s.id, inc)
 	return n, nil
+}
+
+// readableLocked is how many of the buffered DATA bytes the handler may read now (c.mu held): all of
+// them once the stream ended, else all but a content-length's last byte (see read).
+func (s *h2stream) readableLocked() int {
+	n := len(s.buf) - s.off
+	if s.declLen >= 0 && !s.ended {
+		taken := s.got - int64(n)
+		n = int(max(min(int64(n), s.declLen-1-taken), 0))
+	}
+	return n
+}
+
+// whole waits until the request of a stream that declared an empty body ended (its END_STREAM came
+// alone, or with trailers): a head that announces no body completes the upstream request as soon as it
+// is sent, so it waits for the proof that no DATA comes (read_timeout at most). The error is read's.
+func (s *h2stream) whole() error {
+	_, err := s.read(nil)
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 func (s *h2stream) setReadDeadline(t time.Time) {
@@ -971,7 +1014,8 @@ func (s *h2stream) gone() bool {
 // truncated body for a whole one.
 func (s *h2stream) writeAnswer() {
 	c, resp := s.c, &s.ctx.Response
-	defer resp.CloseBodyStream() //nolint:errcheck // gives back the upstream connection it holds
+	defer resp.CloseBodyStream()              //nolint:errcheck // gives back the upstream connection it holds
+	resp.Header.SetNoDefaultContentType(true) // again: a handler's Reset of the answer cleared it (see readRequest)
 	status := resp.StatusCode()
 	noBody := s.headOnly || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified || status < 200
 	if !resp.IsBodyStream() || noBody {
@@ -1057,6 +1101,7 @@ func (s *h2stream) send(status int, hdr *fasthttp.ResponseHeader, data []byte, e
 func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	c := s.c
 	var method, scheme, path, authority string
+	hasAuthority := false
 	for _, hf := range f.PseudoFields() { // x/net's Framer let each through once, first, and known
 		switch hf.Name {
 		case ":method":
@@ -1066,7 +1111,7 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 		case ":path":
 			path = hf.Value
 		case ":authority":
-			authority = hf.Value
+			authority, hasAuthority = hf.Value, true
 		default: // :protocol: extended CONNECT is not offered (RFC 8441)
 			return 0, http2.ErrCodeProtocol
 		}
@@ -1081,6 +1126,13 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 		path = authority
 	case path == "" || scheme == "":
 		return 0, http2.ErrCodeProtocol
+	case path[0] != '/' && (path != "*" || method != "OPTIONS"):
+		// Origin form only (RFC 9113 section 8.3.1): an absolute form would name a second authority,
+		// which the HTTP/1.1 request line would carry past :authority to the server.
+		return 0, http2.ErrCodeProtocol
+	}
+	if hasAuthority && !ValidAuthority(authority) {
+		return 0, http2.ErrCodeProtocol
 	}
 	host := authority
 	s.cbuf = s.cbuf[:0]
@@ -1094,6 +1146,9 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 				return 0, errConnectionField
 			}
 		case "host":
+			if !ValidAuthority(hf.Value) {
+				return 0, http2.ErrCodeProtocol
+			}
 			if host == "" {
 				host = hf.Value
 			} else if hf.Value != host {
@@ -1120,6 +1175,17 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	}
 	s.chunked = body && (s.declLen < 0 || declared)
 	s.headOnly = method == "HEAD"
+
+	// A head over max_header_size as HTTP/1.1 would count it (the request line, "Name: value" lines) is
+	// refused before it is written out (the framer would refuse it too, see below).
+	size := len(method) + len(path) + len(" HTTP/1.1\r\n\r\n") + len("Host: \r\n") + len(host)
+	for _, hf := range f.RegularFields() {
+		size += len(hf.Name) + len(": \r\n") + len(hf.Value)
+	}
+	if size > c.lim.MaxHeader {
+		c.h.bigHeads.Add(1)
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, http2.ErrCodeNo
+	}
 
 	// The HTTP/1.1 head, from the validated fields only.
 	h := append(s.head[:0], method...)
@@ -1163,8 +1229,12 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	}
 	ctx := &s.ctx
 	ctx.Init2(&s.conn, c.h.front.Errors.Logger(), true)
-	if s.br == nil {
-		s.br = bufio.NewReaderSize(nil, 4096)
+	// No Content-Type of fasthttp's own on a relayed answer, as on the front end's HTTP/1.1 server (lb
+	// sets NoDefaultContentType): its default would be serialized into the answer's head as a field
+	// (addDate in lb reads the head back; writeHeaders walks the fields).
+	ctx.Response.Header.SetNoDefaultContentType(true)
+	if s.br == nil || s.br.Size() < len(h) { // fasthttp reads a head only whole in its buffer
+		s.br = bufio.NewReaderSize(nil, max(4096, len(h)))
 	}
 	s.rd.Reset(h)
 	s.br.Reset(&s.rd)

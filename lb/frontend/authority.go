@@ -1,0 +1,86 @@
+package frontend
+
+import "net/netip"
+
+// ValidAuthority reports whether a is an authority an "http" or "https" URI may carry: host [":" port]
+// (RFC 3986 section 3.2, RFC 9110 section 4.2), without userinfo (RFC 9110 section 4.2.4 forbids it, and
+// "user@evil.example" read as a host by one server and as userinfo by another is a confusion to avoid).
+// The host is a bracketed IPv6 address, or a non-empty reg-name of unreserved and sub-delims characters
+// (which an IPv4 address is too); the port is decimal, at most 65535, and may be empty (RFC 3986 allows
+// "host:"). Percent-encodings, which RFC 3986 allows in a reg-name, are refused: no DNS name holds one,
+// and fasthttp decodes them where a server behind might not. It is the check of HTTP/2's :authority and Host (RFC 9113 section
+// 8.3.1): anything else is a malformed request.
+func ValidAuthority(a string) bool {
+	host, port := a, ""
+	if len(a) > 0 && a[0] == '[' {
+		end := -1
+		for i := 1; i < len(a); i++ {
+			if a[i] == ']' {
+				end = i
+				break
+			}
+		}
+		if end < 0 {
+			return false
+		}
+		ip, err := netip.ParseAddr(a[1:end])
+		if err != nil || !ip.Is6() || ip.Zone() != "" {
+			return false // IPvFuture and zone identifiers are not offered
+		}
+		host, port = "", a[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return false
+			}
+			port = port[1:]
+		}
+	} else {
+		for i := 0; i < len(a); i++ {
+			if a[i] == ':' {
+				host, port = a[:i], a[i+1:]
+				break
+			}
+		}
+		if host == "" || !validRegName(host) {
+			return false
+		}
+		if host == a {
+			return true
+		}
+	}
+	if len(port) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(port); i++ {
+		if port[i] < '0' || port[i] > '9' {
+			return false
+		}
+		n = n*10 + int(port[i]-'0')
+	}
+	return n <= 65535
+}
+
+// validRegName reports whether h is a reg-name without percent-encodings: unreserved and sub-delims.
+func validRegName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		if !regNameByte[h[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// regNameByte marks the unreserved and sub-delims characters of RFC 3986.
+var regNameByte = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~!$&'()*+,;=" {
+		t[c] = true
+	}
+	return t
+}()

@@ -1,0 +1,374 @@
+package lb
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/fairlead/fairlead/bench/testkit"
+)
+
+// An HTTP/2 request is rewritten as HTTP/1.1 for the server behind, and its answer back (issue 35): what
+// the client sent and the server answered passes, nothing more, and a malformed request reaches no server.
+
+// h2RawLB starts fairlead with a TLS listener (more: extra [frontend] keys) in front of a raw upstream,
+// the leader of pool "raw", that gets every request under /raw and answers with handler. It returns the
+// upstream, fairlead, the TLS environment and address, and fairlead's log.
+func h2RawLB(t *testing.T, handler func(*hostileUpstream, net.Conn, *bufio.Reader, string) bool, more string) (*hostileUpstream, *LB, *tlsEnv, string, *logSink) {
+	t.Helper()
+	env := newTLSEnv(t, "fairlead test CA")
+	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
+	u := startHostileUpstream(t, handler)
+	c := startCluster(t, 2, 0)
+	tlsAddr := testkit.Addr(t)
+	files := hostileFiles(platformConfig(c, "", ""), hostileRawPool("raw", u.addr, []string{"/raw"}, "", ""))
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, more)
+	files["30-access.toml"] = "[global]\naccess_log = true\n"
+	l, logs := startLB(t, files)
+	return u, l, env, tlsAddr, logs
+}
+
+// h2Result is how a stream ended: the answer's status and fields (decoded in order, :status first), or
+// the code of the stream's reset, or closed when the connection ended first.
+type h2Result struct {
+	status string
+	fields []hpack.HeaderField
+	body   string
+	reset  string
+	closed bool
+}
+
+func (r h2Result) String() string {
+	switch {
+	case r.closed:
+		return "connection closed"
+	case r.reset != "":
+		return "RST_STREAM " + r.reset
+	}
+	return fmt.Sprintf("%s %v %q", r.status, r.fields, r.body)
+}
+
+// field returns the value of the answer's field name ("" if none).
+func (r h2Result) field(name string) string {
+	for _, f := range r.fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// result reads frames until stream ended (its answer whole, or reset) or the connection ended.
+func (r *rawH2) result(stream uint32) h2Result {
+	r.t.Helper()
+	if r.dec == nil {
+		r.dec = hpack.NewDecoder(4096, nil)
+	}
+	var res h2Result
+	var body bytes.Buffer
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			res.closed = true
+			return res
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			res.closed = true
+			return res
+		case *http2.RSTStreamFrame:
+			if f.StreamID == stream {
+				res.reset = f.ErrCode.String()
+				return res
+			}
+		case *http2.HeadersFrame:
+			fields, err := r.dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				r.t.Fatalf("the server's header block: %v", err)
+			}
+			if f.StreamID != stream {
+				continue
+			}
+			if res.status == "" {
+				res.fields = fields
+				res.status = res.field(":status")
+			}
+			if f.StreamEnded() {
+				res.body = body.String()
+				return res
+			}
+		case *http2.DataFrame:
+			if f.StreamID != stream {
+				continue
+			}
+			body.Write(f.Data())
+			if f.StreamEnded() {
+				res.body = body.String()
+				return res
+			}
+		}
+	}
+}
+
+// block encodes fields (pairs of name, value) as one header block, with the connection's encoder.
+func (r *rawH2) block(fields ...string) []byte {
+	r.hbuf.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
+	}
+	return append([]byte(nil), r.hbuf.Bytes()...)
+}
+
+// headersSplit sends a header block as HEADERS and as many CONTINUATION frames as 16 KiB frames need.
+func (r *rawH2) headersSplit(stream uint32, endStream bool, block []byte) {
+	r.t.Helper()
+	const frame = 16384
+	n := min(len(block), frame)
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block[:n], EndStream: endStream, EndHeaders: n == len(block)}); err != nil {
+		r.t.Fatal(err)
+	}
+	for block = block[n:]; len(block) > 0; block = block[n:] {
+		n = min(len(block), frame)
+		if err := r.fr.WriteContinuation(stream, n == len(block), block[:n]); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// inOneWrite runs frames with a framer writing to a buffer, then sends the buffer in one write: the
+// server gets the frames together, as a client that pipelines them sends them.
+func (r *rawH2) inOneWrite(frames func(fr *http2.Framer)) {
+	r.t.Helper()
+	var b bytes.Buffer
+	frames(http2.NewFramer(&b, nil))
+	if _, err := r.conn.Write(b.Bytes()); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// A server's answer reaches an HTTP/2 client with the fields the server sent, and those RFC 9110
+// requires a proxy to add (a Date when it had none), as it reaches an HTTP/1.1 client: fasthttp's
+// default Content-Type is not among them.
+func TestH2AnAnswerCarriesWhatItsServerSentNothingMore(t *testing.T) {
+	const answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-App: one\r\n\r\nok"
+	u, l, env, tlsAddr, _ := h2RawLB(t, hostileAnswerWith(answer, false), "")
+	_ = u
+	r := dialRawH2(t, env, tlsAddr)
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/x")
+	got := r.result(1)
+	var names []string
+	for _, f := range got.fields {
+		names = append(names, f.Name)
+	}
+	slices.Sort(names)
+	if got.status != "200" || got.body != "ok" || strings.Join(names, ",") != ":status,content-length,date,x-app" {
+		t.Errorf("HTTP/2: %s; want 200 \"ok\" with the fields content-length, x-app and a date (added: the server sent none), nothing else", got)
+	}
+	// The same answer over HTTP/1.1: the same fields.
+	h1 := rawRequest(t, l.Addr(), "GET /raw/x HTTP/1.1\r\nHost: a\r\n\r\n")
+	if h1.status != 200 || h1.header.Get("Content-Type") != "" || h1.header.Get("X-App") != "one" || h1.header.Get("Date") == "" {
+		t.Errorf("HTTP/1.1: %s; want 200 with X-App and Date and no Content-Type", h1)
+	}
+}
+
+// A head up to max_header_size is forwarded over HTTP/2 as over HTTP/1.1, whatever its fields' sizes
+// (one 4,100-byte field, a 5,000-byte cookie); one over it is answered 431 on its stream, the
+// connection serving on, even when a single field is over the limit (HPACK decodes it whole).
+func TestH2AHeadUpToMaxHeaderSizeIsServedAsOverHTTP1(t *testing.T) {
+	u, l, env, tlsAddr, _ := h2RawLB(t, hostileRecordBody, "max_header_size = 8192")
+	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/big"}
+	r := dialRawH2(t, env, tlsAddr)
+	stream := uint32(1)
+	f := func(name string, fields []string, h1 string, want string) {
+		t.Helper()
+		before := u.requests.Load()
+		r.headersSplit(stream, true, r.block(append(append([]string(nil), base...), fields...)...))
+		got := r.result(stream)
+		stream += 2
+		if got.status != want {
+			t.Errorf("%s over HTTP/2: %s, want %s", name, got, want)
+		}
+		if n := u.requests.Load() - before; (want == "200") != (n == 1) {
+			t.Errorf("%s over HTTP/2: the server got %d requests", name, n)
+		}
+		if h1 == "" {
+			return
+		}
+		if res := rawRequest(t, l.Addr(), "GET /raw/big HTTP/1.1\r\nHost: a\r\n"+h1+"\r\n"); fmt.Sprint(res.status) != want {
+			t.Errorf("%s over HTTP/1.1: %s, want %s", name, res, want)
+		}
+	}
+	big := strings.Repeat("b", 4100)
+	f("one 4,100-byte field", []string{"x-big", big}, "X-Big: "+big+"\r\n", "200")
+	cookie := "c=" + strings.Repeat("k", 4998)
+	f("a 5,000-byte cookie", []string{"cookie", cookie}, "Cookie: "+cookie+"\r\n", "200")
+	huge := strings.Repeat("h", 8700)
+	f("one 8,700-byte field", []string{"x-huge", huge}, "X-Huge: "+huge+"\r\n", "431")
+	var many []string
+	var manyH1 string
+	for i := range 20 {
+		v := strings.Repeat("m", 500)
+		many = append(many, fmt.Sprintf("x-f%d", i), v)
+		manyH1 += fmt.Sprintf("X-F%d: %s\r\n", i, v)
+	}
+	f("twenty 500-byte fields", many, manyH1, "431")
+	split := strings.Repeat("s", 40000) // over a frame: HEADERS and CONTINUATION frames, decoded whole
+	f("one 40,000-byte field", []string{"x-split", split}, "", "431")
+	// The connection lives on: a request after them is served.
+	r.headers(stream, true, base...)
+	if got := r.result(stream); got.status != "200" {
+		t.Fatalf("a request after them on the same connection: %s, want 200", got)
+	}
+}
+
+// RFC 9113 section 8.1.1: a request is forwarded only once it is known well formed. A content-length
+// that the DATA does not agree with is a malformed request: reset, and no server receives a complete
+// request (not even the bodiless one its head alone would make), however the frames arrive.
+func TestH2AMalformedRequestReachesNoServer(t *testing.T) {
+	u, _, env, tlsAddr, _ := h2RawLB(t, hostileRecordBody, "")
+	post := func(cl string) []string {
+		f := []string{":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/up"}
+		if cl != "" {
+			f = append(f, "content-length", cl)
+		}
+		return f
+	}
+	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+	var seen int64 // the server's reports read so far: one per request whose head it received
+	complete := func() int {
+		t.Helper()
+		// A marker after the case, then every report of a head the server got: each request it
+		// received is judged (complete, or cut) by then.
+		m := dialRawH2(t, env, tlsAddr)
+		m.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/marker")
+		if got := m.result(1); got.status != "200" {
+			t.Fatalf("the marker: %s", got)
+		}
+		n := 0
+		for seen < u.requests.Load() {
+			select {
+			case b := <-u.bodies:
+				seen++
+				if b.complete && !strings.Contains(b.head, "/raw/marker") {
+					n++
+				}
+			case <-time.After(10 * time.Second): // a hang guard
+				t.Fatalf("the server's report of a request it received did not come")
+			}
+		}
+		return n
+	}
+	f := func(name, cl string, frames func(fr *http2.Framer), want string) {
+		t.Helper()
+		r := dialRawH2(t, env, tlsAddr)
+		block := r.block(post(cl)...)
+		r.inOneWrite(func(fr *http2.Framer) {
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
+			frames(fr)
+		})
+		if want == "cancelled" { // by the client: nothing comes back
+			if n := complete(); n != 0 {
+				t.Errorf("%s: the server received %d complete requests, want none", name, n)
+			}
+			return
+		}
+		got := r.result(1)
+		switch want {
+		case "reset":
+			if got.reset != "PROTOCOL_ERROR" && got.reset != "STREAM_CLOSED" {
+				t.Errorf("%s: %s, want the stream reset", name, got)
+			}
+			if n := complete(); n != 0 {
+				t.Errorf("%s: the server received %d complete requests, want none", name, n)
+			}
+		default:
+			if got.status != want {
+				t.Errorf("%s: %s, want %s", name, got, want)
+			}
+			if n := complete(); n != 1 {
+				t.Errorf("%s: the server received %d complete requests, want 1", name, n)
+			}
+		}
+	}
+	data := func(parts ...string) func(fr *http2.Framer) {
+		return func(fr *http2.Framer) {
+			for i, p := range parts {
+				fr.WriteData(1, i == len(parts)-1, []byte(p)) //nolint:errcheck
+			}
+		}
+	}
+	f("content-length 0, then DATA with a request in it", "0", data(smuggled), "reset")
+	f("content-length 5, then 5 bytes and 5 more", "5", data("hello", "world"), "reset")
+	f("content-length 5, then 4 bytes and END_STREAM", "5", data("hell", ""), "reset")
+	f("content-length 40, then 5 bytes and END_STREAM", "40", data("hello"), "reset")
+	// Well formed, however split: forwarded whole.
+	f("content-length 0, END_STREAM on an empty DATA", "0", data(""), "200")
+	f("content-length 5, its bytes, END_STREAM apart", "5", data("hel", "lo", ""), "200")
+	f("no content-length, a body", "", data("hello", " world"), "200")
+	// A body without a content-length goes upstream chunked; a client's reset before END_STREAM leaves
+	// it without its last chunk.
+	f("no content-length, reset by the client", "", func(fr *http2.Framer) {
+		fr.WriteData(1, false, []byte("hello"))   //nolint:errcheck
+		fr.WriteRSTStream(1, http2.ErrCodeCancel) //nolint:errcheck
+	}, "cancelled")
+}
+
+// :authority and Host are checked like an HTTP/1.1 Host (RFC 3986 host[:port], no userinfo), :path like a
+// request target (origin form, or "*" for OPTIONS): anything else is malformed, reset with PROTOCOL_ERROR,
+// and reaches no server.
+func TestH2AuthorityAndPathAreCheckedLikeHostAndTarget(t *testing.T) {
+	u, l, env, tlsAddr, _ := h2RawLB(t, hostileAnswerWith("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false), "")
+	f := func(method, authority, path string, extra []string, want string) {
+		t.Helper()
+		before := u.requests.Load()
+		r := dialRawH2(t, env, tlsAddr)
+		fields := []string{":method", method, ":scheme", "https"}
+		if authority != "-" {
+			fields = append(fields, ":authority", authority)
+		}
+		fields = append(append(fields, ":path", path), extra...)
+		r.headers(1, true, fields...)
+		got := r.result(1)
+		n := u.requests.Load() - before
+		switch want {
+		case "reset":
+			if got.reset != "PROTOCOL_ERROR" || n != 0 {
+				t.Errorf("%s %s at %q: %s, and the server got %d requests; want the stream reset and none", method, path, authority, got, n)
+			}
+		case "200 elsewhere": // another route's
+			if got.status != "200" || n != 0 {
+				t.Errorf("%s %s at %q: %s, and the server got %d requests; want 200 from another pool", method, path, authority, got, n)
+			}
+		default:
+			if got.status != want || n != 1 {
+				t.Errorf("%s %s at %q: %s, and the server got %d requests; want %s and one", method, path, authority, got, n, want)
+			}
+		}
+	}
+	before := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"]
+	bad := []string{"a b", "a/b?c", "user@evil.example", "[::1", "a:b:c", "", "a:99999", "[fe80::1%25eth0]", "exa mple:80", "a\\b", "x%41y"}
+	for _, a := range bad {
+		f("GET", a, "/raw/x", nil, "reset")
+		f("GET", "-", "/raw/x", []string{"host", a}, "reset")
+	}
+	f("GET", "127.0.0.1", "http://evil.example/x", nil, "reset")
+	f("GET", "127.0.0.1", "evil.example:80", nil, "reset")
+	f("GET", "127.0.0.1", "*", nil, "reset")
+	f("GET", "127.0.0.1", "raw/x", nil, "reset")
+	if n := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"] - before; n != uint64(2*len(bad)+4) {
+		t.Errorf("stream_PROTOCOL_ERROR counted %d, want %d", n, 2*len(bad)+4)
+	}
+	for _, a := range []string{"example.com", "example.com:8443", "[::1]:443", "[::1]", "127.0.0.1", "a-b.c_d~e", "host:"} {
+		f("GET", a, "/raw/x", nil, "200")
+	}
+	f("GET", "-", "/raw/x", []string{"host", "example.com:80"}, "200")
+	f("OPTIONS", "127.0.0.1", "*", nil, "200 elsewhere") // routed by path: "*" is the platform pool's
+}
