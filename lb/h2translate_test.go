@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -371,4 +372,79 @@ func TestH2AuthorityAndPathAreCheckedLikeHostAndTarget(t *testing.T) {
 	}
 	f("GET", "-", "/raw/x", []string{"host", "example.com:80"}, "200")
 	f("OPTIONS", "127.0.0.1", "*", nil, "200 elsewhere") // routed by path: "*" is the platform pool's
+}
+
+// Every refusal is logged as it was: the method and path the client sent (never the query string),
+// the status (or, for an HTTP/2 stream reset without an answer, its code), the real duration and the
+// protocol: HTTP/1.1 refused by the framer in the read that brought it or in a later one, and each
+// refused HTTP/2 stream.
+func TestRefusalsAreLoggedAsTheyWere(t *testing.T) {
+	u, l, env, tlsAddr, logs := h2RawLB(t, hostileRecordBody, "header_timeout = \"300ms\"\nmax_header_size = 2048")
+	find := func(path, proto string) map[string]string {
+		t.Helper()
+		var line map[string]string
+		testkit.Eventually(t, "the access log line of "+path, 5*time.Second, func() bool {
+			for _, m := range accessLines(t, logs, "request") {
+				if m["path"] == path && m["proto"] == proto {
+					line = m
+					return true
+				}
+			}
+			return false
+		})
+		return line
+	}
+	check := func(line map[string]string, want map[string]string, minMS, maxMS float64) {
+		t.Helper()
+		for k, v := range want {
+			if line[k] != v {
+				t.Errorf("%s=%q, want %q: %v", k, line[k], v, line)
+			}
+		}
+		if d, err := strconv.ParseFloat(line["duration_ms"], 64); err != nil || d < minMS || d > maxMS {
+			t.Errorf("duration_ms=%s, want between %g and %g: %v", line["duration_ms"], minMS, maxMS, line)
+		}
+	}
+	before := u.requests.Load()
+
+	// HTTP/1.1, refused in the read that brought it.
+	rawRequest(t, l.Addr(), "POST /abc?appKey=s3cret HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+	check(find("/abc", "http/1.1"), map[string]string{"method": "POST", "status": "400", "route": "-1", "refused": "Content-Length with Transfer-Encoding"}, 0, 1000)
+	// Refused in a later read than its request line's: a head that stops arriving (408).
+	c := hostileDial(t, l.Addr())
+	c.write("GET /slow HTTP/1.1\r\nHost: x\r\n") //nolint:errcheck
+	if r := c.answerAndClose(); r.status != 408 {
+		t.Fatalf("a head that stops arriving: %s, want 408", r)
+	}
+	check(find("/slow", "http/1.1"), map[string]string{"method": "GET", "status": "408"}, 300, 10000)
+
+	// HTTP/2: a malformed stream (reset), a head over max_header_size (431), a content-length the DATA
+	// does not agree with (reset after the request was read), each on its line.
+	r := dialRawH2(t, env, tlsAddr)
+	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/malformed?appKey=s3cret", "connection", "close")
+	if got := r.result(1); got.reset != "PROTOCOL_ERROR" {
+		t.Fatalf("a connection-specific field: %s", got)
+	}
+	check(find("/raw/malformed", "h2"), map[string]string{"method": "GET", "status": "0", "reset": "PROTOCOL_ERROR", "refused": "a connection-specific field"}, 0, 1000)
+	r.headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/big", "x-big", strings.Repeat("b", 3000))
+	if got := r.result(3); got.status != "431" {
+		t.Fatalf("a head over max_header_size: %s", got)
+	}
+	check(find("/raw/big", "h2"), map[string]string{"method": "GET", "status": "431"}, 0, 1000)
+	block := r.block(":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/cl", "content-length", "0")
+	r.inOneWrite(func(fr *http2.Framer) {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
+		fr.WriteData(5, true, []byte("GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"))                    //nolint:errcheck
+	})
+	if got := r.result(5); got.reset != "PROTOCOL_ERROR" {
+		t.Fatalf("content-length 0 and DATA: %s", got)
+	}
+	check(find("/raw/cl", "h2"), map[string]string{"method": "POST", "status": "0", "reset": "PROTOCOL_ERROR"}, 0, 1000)
+
+	if n := u.requests.Load() - before; n != 0 {
+		t.Errorf("the server got %d requests, want none", n)
+	}
+	if strings.Contains(logs.all(), "s3cret") {
+		t.Errorf("a query string reached the log:\n%s", logs.all())
+	}
 }

@@ -130,6 +130,7 @@ func New(cfg *config.Config, o Options) *LB {
 	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, bus: event.NewBus()}
 	lb.tunnels.logf = o.Logf
 	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
+	lb.front.OnRefused = lb.logRefused
 	lb.now = o.Now
 	lb.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)

@@ -97,8 +97,7 @@ func (lb *LB) sourceLimits(fe *config.Frontend) frontend.SourceLimits {
 }
 
 // frontendError is the front end's fasthttp error handler: lb/frontend answers a request that could
-// not be read, and its access log line is written.
+// not be read, counts it and has it logged (logRefused).
 func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
 	lb.front.ErrorHandler(ctx, err)
-	lb.logUnrouted(ctx, lb.gen.Load())
 }

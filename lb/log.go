@@ -25,7 +25,8 @@ import (
 //	                    outage (no leader, a pool with no server available), WARN for what needs an
 //	                    operator's eye, INFO otherwise (logEvent)
 //	the access log      [global] access_log: msg="access", one line per request (type=request) and
-//	                    one per tunnel close (type=tunnel); see logRequest and tunnelEnd.log
+//	                    one per tunnel close (type=tunnel); see logRequest, logRefused (a request the
+//	                    front end refused, HTTP/2 streams too) and tunnelEnd.log
 //	connection errors   what fasthttp would log about a client connection, as kind and client address
 //	                    only, rate-limited (lb/frontend): DEBUG, or WARN for accept errors and the
 //	                    connection limit
@@ -129,6 +130,41 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 		slog.Int64("resp_bytes", out),
 		slog.Int("retries", retries),
 	)
+}
+
+// logRefused writes the access log line of a request the front end refused before any handler read it
+// (lb/frontend: the framer's refusals, fasthttp's, HTTP/2's malformed streams), with the access log on:
+// the line of logRequest, its method and path as the client sent them ("" where they were not
+// readable), no route, pool or server, and for an HTTP/2 stream reset without an answer status 0 and
+// reset=CODE.
+func (lb *LB) logRefused(r *frontend.RefusedRequest) {
+	if !lb.gen.Load().accessLog() {
+		return
+	}
+	var client string
+	if a, ok := r.Client.(*net.TCPAddr); ok {
+		client = a.IP.String()
+	}
+	attrs := []slog.Attr{
+		slog.String("type", "request"),
+		slog.String("client", client),
+		slog.String("method", r.Method),
+		slog.String("path", r.Path),
+		slog.String("proto", r.Proto),
+		slog.Int("route", -1),
+		slog.String("pool", ""),
+		slog.String("server", ""),
+		slog.Int("status", r.Status),
+		slog.Float64("duration_ms", milliseconds(r.Took)),
+		slog.Int64("req_bytes", 0),
+		slog.Int64("resp_bytes", 0),
+		slog.Int("retries", 0),
+		slog.String("refused", r.Reason),
+	}
+	if r.Reset != "" {
+		attrs = append(attrs, slog.String("reset", r.Reset))
+	}
+	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
 // milliseconds is d in milliseconds, to the microsecond.

@@ -22,6 +22,9 @@ type Front struct {
 	refused [len(RefusedCodes)]atomic.Uint64
 	// Errors counts and logs the connection errors of the front end's clients, as "frontend".
 	Errors *ConnErrors
+	// OnRefused, if set (before the front end serves), is told of every request the front end refuses
+	// before a handler reads it, HTTP/1.1 and HTTP/2 (the access log's line of it).
+	OnRefused func(*RefusedRequest)
 }
 
 // New returns a front end checking requests against lim; its connection errors are logged to log.
@@ -119,6 +122,12 @@ type frontConn struct {
 	// release uncounts the connection from its address's (max_conns_per_source), once: at Close, or
 	// when the tunnel that took its socket ends (TakeRelease). nil when not counted.
 	release func()
+	// The start of the current request's line and when it was read, for the log of its refusal
+	// (keepLine): kept only at a refusal, or when the request spans reads.
+	line     []byte
+	lineAt   time.Time
+	lineOf   int64 // the framer's headStart for the message the line is of
+	lineDone bool  // the line is whole (or as long as kept)
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -142,13 +151,18 @@ func (c *frontConn) Read(p []byte) (int, error) {
 		n, err = c.Conn.Read(p)
 	}
 	if n > 0 && c.f.state != stOpaque {
+		base := c.f.base
 		start, ferr := c.f.scan(p[:n])
 		if ferr != nil {
+			c.keepLine(p[:n], base)
 			if start > 0 { // the complete messages before it first
 				c.pending = ferr
 				return start, nil
 			}
 			return 0, c.fail(ferr)
+		}
+		if c.f.inRequest() && (c.f.headStart >= base || !c.lineDone) { // a request line read here goes on in a later read
+			c.keepLine(p[:n], base)
 		}
 		c.headTimer()
 	}
@@ -263,6 +277,7 @@ func (c *frontConn) Close() error {
 	}
 	if e := c.claim(); e != nil {
 		c.front.Refused(e.Status)
+		c.logRefusal(e.Status, e.Reason)
 		c.Conn.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck
 		c.Conn.Write(errorAnswer(e))                         //nolint:errcheck // closing anyway
 	}

@@ -223,8 +223,14 @@ func (h *H2) serveStream(s *h2stream) (ok bool) {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.refuseAs(fasthttp.StatusRequestTimeout, "the request body stopped arriving")
 			return true
-		case err != nil:
-			return true // reset (the DATA did not agree with the content-length): nothing to answer
+		case err != nil: // reset (the DATA did not agree with the content-length), or gone: nothing to answer
+			c.mu.Lock()
+			code := s.resetCode
+			c.mu.Unlock()
+			if code != http2.ErrCodeNo {
+				c.logRefusedStream(s, 0, code, "content-length and DATA disagree")
+			}
+			return true
 		}
 	}
 	h.streams.Add(1)

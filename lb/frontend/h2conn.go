@@ -175,6 +175,9 @@ func (c *h2conn) readFailed(f http2.Frame, err error) bool {
 			c.opened++
 		}
 		c.resetID(se.StreamID, se.Code)
+		if mh, ok := f.(*http2.MetaHeadersFrame); ok || f == nil {
+			c.logRefused(mh, 0, se.Code, "malformed header field", time.Time{})
+		}
 		return true
 	case errors.As(err, &ce):
 		c.goAway(http2.ErrCode(ce))
@@ -333,6 +336,7 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.opened++
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		c.resetID(id, http2.ErrCodeProtocol) // a stream cannot depend on itself
+		c.logRefused(f, 0, http2.ErrCodeProtocol, "a stream depending on itself", time.Time{})
 		return nil
 	}
 	c.mu.Lock()
@@ -343,6 +347,7 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	case full:
 		c.writeReset(id, http2.ErrCodeRefusedStream)
+		c.logRefused(f, 0, http2.ErrCodeRefusedStream, "over http2_max_streams", time.Time{})
 		return nil
 	}
 	s := c.h.streamPool.Get().(*h2stream)
@@ -354,26 +359,28 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.mu.Unlock()
 
-	status := 0
+	status, reason := 0, ""
 	switch {
 	case f.Truncated: // the header list is over the limit
-		status = fasthttp.StatusRequestHeaderFieldsTooLarge
+		status, reason = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large"
 		c.h.bigHeads.Add(1)
 	default:
 		var code http2.ErrCode
-		if status, code = s.readRequest(f); code != http2.ErrCodeNo {
+		if status, reason, code = s.readRequest(f); code != http2.ErrCodeNo {
 			kind := ""
 			if code == errConnectionField {
 				code, kind = http2.ErrCodeProtocol, "connection_field"
 			}
 			c.resetIDAs(id, code, kind)
 			c.finish(s)
+			c.logRefused(f, 0, code, reason, time.Time{})
 			return nil
 		}
 	}
 	if status != 0 {
 		c.refuse(s, status)
 		c.finish(s)
+		c.logRefused(f, status, http2.ErrCodeNo, reason, time.Time{})
 		return nil
 	}
 	c.h.dispatch(s)
@@ -490,7 +497,7 @@ func (c *h2conn) resetLocked(s *h2stream, code http2.ErrCode) {
 	if s.reset {
 		return
 	}
-	s.reset = true
+	s.reset, s.resetCode = true, code
 	s.cond.Broadcast()
 	go c.writeReset(s.id, code) // not under c.mu: a write may wait for the client
 }
@@ -796,12 +803,48 @@ func (c *h2conn) refuse(s *h2stream, status int) {
 	c.unlockWrite(false) //nolint:errcheck
 }
 
-// refuseAs answers stream s, from its worker, with the front end's refusal of status, counted as the
-// front end counts its refusals.
+// refuseAs answers stream s, from its worker, with the front end's refusal of status, counted and
+// logged as the front end's refusals are.
 func (s *h2stream) refuseAs(status int, reason string) {
 	s.c.h.front.Refused(status)
+	s.c.logRefusedStream(s, status, http2.ErrCodeNo, reason)
 	s.ctx.Error(RefusalBody(status, reason), status)
 	s.writeAnswer()
+}
+
+// logRefused tells the front end's access log of a stream refused before its handler read it: its
+// method and path from f's pseudo-header fields (f may be nil: none known), status (0 when it was reset
+// without an answer) or code, since when (zero: refused as it was read).
+func (c *h2conn) logRefused(f *http2.MetaHeadersFrame, status int, code http2.ErrCode, reason string, since time.Time) {
+	if c.h.front.OnRefused == nil {
+		return
+	}
+	var method, path string
+	if f != nil {
+		method, path = f.PseudoValue("method"), f.PseudoValue("path")
+	}
+	r := &RefusedRequest{Client: c.tc.RemoteAddr(), Proto: "h2", Method: method, Path: LoggedPath(path), Status: status, Reason: reason}
+	if code != http2.ErrCodeNo {
+		r.Reset = code.String()
+	}
+	if !since.IsZero() {
+		r.Took = time.Since(since)
+	}
+	c.h.front.refusedLog(r)
+}
+
+// logRefusedStream is logRefused for a stream whose request was read (its method and path are the
+// fasthttp request's), from its worker.
+func (c *h2conn) logRefusedStream(s *h2stream, status int, code http2.ErrCode, reason string) {
+	if c.h.front.OnRefused == nil {
+		return
+	}
+	r := &RefusedRequest{Client: c.tc.RemoteAddr(), Proto: "h2", Method: string(s.ctx.Method()), Path: string(s.ctx.Path()),
+		Status: status, Reason: reason, Took: time.Since(s.ctx.Time())}
+	if code != http2.ErrCodeNo {
+		r.Reset = code.String()
+	}
+	c.h.front.refusedLog(r)
 }
 
 // h2stream is one stream: its request (the fasthttp context the handler gets, the head written for the
@@ -823,19 +866,20 @@ type h2stream struct {
 	chunked  bool  // the body goes upstream chunked (no content-length, or trailers declared)
 
 	// Guarded by c.mu.
-	cond     sync.Cond
-	buf      []byte // DATA received and not yet read
-	off      int
-	got      int64 // DATA bytes received
-	ended    bool  // END_STREAM received: the request is whole
-	reset    bool  // reset by either side, or finished: nothing more is sent or taken
-	byClient bool  // reset by the client
-	recvWin  int64 // what the client may still send on the stream
-	unacked  int64 // bytes read (or padding) not yet given back
-	sendWin  int64
-	trailers []byte // the request's trailer fields, as HTTP/1.1 lines
-	deadline time.Time
-	timer    *time.Timer
+	cond      sync.Cond
+	buf       []byte // DATA received and not yet read
+	off       int
+	got       int64         // DATA bytes received
+	ended     bool          // END_STREAM received: the request is whole
+	reset     bool          // reset by either side, or finished: nothing more is sent or taken
+	byClient  bool          // reset by the client
+	resetCode http2.ErrCode // the code of our reset (resetLocked)
+	recvWin   int64         // what the client may still send on the stream
+	unacked   int64         // bytes read (or padding) not yet given back
+	sendWin   int64
+	trailers  []byte // the request's trailer fields, as HTTP/1.1 lines
+	deadline  time.Time
+	timer     *time.Timer
 }
 
 func (s *h2stream) open(c *h2conn, id uint32, ended bool) {
@@ -844,7 +888,7 @@ func (s *h2stream) open(c *h2conn, id uint32, ended bool) {
 	s.conn = h2StreamConn{Conn: c.tc, s: s}
 	s.body.s = s
 	s.headOnly, s.declLen, s.chunked = false, -1, false
-	s.buf, s.off, s.got, s.ended, s.reset, s.byClient = s.buf[:0], 0, 0, ended, false, false
+	s.buf, s.off, s.got, s.ended, s.reset, s.byClient, s.resetCode = s.buf[:0], 0, 0, ended, false, false, http2.ErrCodeNo
 	s.recvWin, s.unacked, s.trailers, s.deadline = h2StreamWindow, 0, s.trailers[:0], time.Time{}
 	c.mu.Lock()
 	s.sendWin = c.peerWindow
@@ -1096,9 +1140,9 @@ func (s *h2stream) send(status int, hdr *fasthttp.ResponseHeader, data []byte, e
 }
 
 // readRequest checks the request of a new stream (RFC 9113 section 8) and makes it the fasthttp
-// request of s: a status to answer instead (a connection-specific field: 400; the framer's refusals),
-// or a stream error code (ErrCodeNo if none).
-func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
+// request of s: a status to answer instead (the framer's refusals, a head over max_header_size), or a
+// stream error code (ErrCodeNo if none), with the reason.
+func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (status int, reason string, code http2.ErrCode) {
 	c := s.c
 	var method, scheme, path, authority string
 	hasAuthority := false
@@ -1113,26 +1157,26 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 		case ":authority":
 			authority, hasAuthority = hf.Value, true
 		default: // :protocol: extended CONNECT is not offered (RFC 8441)
-			return 0, http2.ErrCodeProtocol
+			return 0, "an unknown pseudo-header field", http2.ErrCodeProtocol
 		}
 	}
 	switch {
 	case method == "":
-		return 0, http2.ErrCodeProtocol
+		return 0, "no :method", http2.ErrCodeProtocol
 	case method == "CONNECT": // refused by the framer (405), like an HTTP/1.1 CONNECT
 		if path != "" || scheme != "" || authority == "" {
-			return 0, http2.ErrCodeProtocol
+			return 0, "a CONNECT's pseudo-header fields", http2.ErrCodeProtocol
 		}
 		path = authority
 	case path == "" || scheme == "":
-		return 0, http2.ErrCodeProtocol
+		return 0, "no :path or :scheme", http2.ErrCodeProtocol
 	case path[0] != '/' && (path != "*" || method != "OPTIONS"):
 		// Origin form only (RFC 9113 section 8.3.1): an absolute form would name a second authority,
 		// which the HTTP/1.1 request line would carry past :authority to the server.
-		return 0, http2.ErrCodeProtocol
+		return 0, ":path not in origin form", http2.ErrCodeProtocol
 	}
 	if hasAuthority && !ValidAuthority(authority) {
-		return 0, http2.ErrCodeProtocol
+		return 0, "invalid :authority", http2.ErrCodeProtocol
 	}
 	host := authority
 	s.cbuf = s.cbuf[:0]
@@ -1140,24 +1184,24 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			return 0, errConnectionField
+			return 0, "a connection-specific field", errConnectionField
 		case "te":
 			if hf.Value != "trailers" {
-				return 0, errConnectionField
+				return 0, "TE other than trailers", errConnectionField
 			}
 		case "host":
 			if !ValidAuthority(hf.Value) {
-				return 0, http2.ErrCodeProtocol
+				return 0, "invalid Host", http2.ErrCodeProtocol
 			}
 			if host == "" {
 				host = hf.Value
 			} else if hf.Value != host {
-				return 0, http2.ErrCodeProtocol // two authorities (RFC 9113 section 8.3.1)
+				return 0, "two authorities", http2.ErrCodeProtocol // two authorities (RFC 9113 section 8.3.1)
 			}
 		case "content-length":
 			n, err := strconv.ParseInt(hf.Value, 10, 64)
 			if err != nil || n < 0 || hf.Value[0] == '+' || s.declLen >= 0 && n != s.declLen {
-				return 0, http2.ErrCodeProtocol
+				return 0, "invalid content-length", http2.ErrCodeProtocol
 			}
 			s.declLen = n
 		case "cookie":
@@ -1171,7 +1215,7 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	}
 	body := !f.StreamEnded()
 	if !body && s.declLen > 0 {
-		return 0, http2.ErrCodeProtocol // a content-length and no DATA
+		return 0, "a content-length and no DATA", http2.ErrCodeProtocol // a content-length and no DATA
 	}
 	s.chunked = body && (s.declLen < 0 || declared)
 	s.headOnly = method == "HEAD"
@@ -1184,7 +1228,7 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	}
 	if size > c.lim.MaxHeader {
 		c.h.bigHeads.Add(1)
-		return fasthttp.StatusRequestHeaderFieldsTooLarge, http2.ErrCodeNo
+		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request header fields too large", http2.ErrCodeNo
 	}
 
 	// The HTTP/1.1 head, from the validated fields only.
@@ -1216,16 +1260,16 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	h = append(h, "\r\n"...)
 	s.head = h
 	if _, err := Check(c.lim, h); err != nil {
-		status := fasthttp.StatusBadRequest
+		status, reason := fasthttp.StatusBadRequest, "malformed request"
 		if r, ok := err.(*Refusal); ok {
-			status = r.Status
+			status, reason = r.Status, r.Reason
 		}
 		if status == fasthttp.StatusRequestHeaderFieldsTooLarge {
 			c.h.bigHeads.Add(1)
 		} else {
 			c.h.badHeads.Add(1)
 		}
-		return status, http2.ErrCodeNo
+		return status, reason, http2.ErrCodeNo
 	}
 	ctx := &s.ctx
 	ctx.Init2(&s.conn, c.h.front.Errors.Logger(), true)
@@ -1240,7 +1284,7 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 	s.br.Reset(&s.rd)
 	if err := ctx.Request.Header.Read(s.br); err != nil {
 		c.h.badHeads.Add(1)
-		return fasthttp.StatusBadRequest, http2.ErrCodeNo
+		return fasthttp.StatusBadRequest, "malformed request", http2.ErrCodeNo
 	}
 	if body {
 		size := s.declLen
@@ -1249,7 +1293,7 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (int, http2.ErrCode) {
 		}
 		ctx.Request.SetBodyStream(&s.body, int(size))
 	}
-	return 0, http2.ErrCodeNo
+	return 0, "", http2.ErrCodeNo
 }
 
 // appendField appends the HTTP/1.1 field line "Name: value", the name in its usual case (an HTTP/2

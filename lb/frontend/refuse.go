@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"strconv"
@@ -65,6 +66,7 @@ func (f *Front) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	}
 	f.Refused(status)
 	if fc != nil {
+		fc.logRefusal(status, reason)
 		// fasthttp answers and closes: a connection error, of the error's kind when it is the
 		// connection's own (the read that failed was noted first, see Read), else refused.
 		k, ok := connKindOf(err)
@@ -115,4 +117,88 @@ func linger(c net.Conn) {
 			return
 		}
 	}
+}
+
+// RefusedRequest is the access log's account of a request the front end refused before any handler
+// read it (nothing of it reached a server): what the client sent, as far as it was readable, and how
+// the front end answered.
+type RefusedRequest struct {
+	Client net.Addr
+	Proto  string // "http/1.1" or "h2"
+	// Method and Path are the request's as the client sent them, Path without the query string (nor a
+	// scheme and authority, for an absolute-form target); "" when the request line (or HTTP/2's
+	// pseudo-header fields) could not be read that far.
+	Method, Path string
+	Status       int    // the answer's status; 0 for an HTTP/2 stream reset without an answer
+	Reset        string // an HTTP/2 stream's reset error code ("PROTOCOL_ERROR"); "" otherwise
+	Reason       string // why it was refused
+	// Took runs from the request's first byte read (an HTTP/2 stream's HEADERS) to the refusal: about
+	// nothing for a request refused in the read that brought it, header_timeout for a 408.
+	Took time.Duration
+}
+
+// refusedLog hands r to OnRefused, if set.
+func (f *Front) refusedLog(r *RefusedRequest) {
+	if f.OnRefused != nil {
+		f.OnRefused(r)
+	}
+}
+
+// maxLoggedLine bounds the bytes of a request line kept for the log of its refusal.
+const maxLoggedLine = 256
+
+// keepLine keeps the request line of the message the framer is in (up to maxLoggedLine bytes), and
+// when its first byte was read, for the log of its refusal: from p, the bytes of one read whose
+// first is the connection's byte base, if the message began in it, or if its line began in an earlier
+// one and goes on here. Read calls it at a refusal and when a request goes on past a read (a request
+// line read whole with its head costs nothing; fasthttp reads a keep-alive request's first byte alone,
+// which costs a clock reading and one byte kept).
+func (c *frontConn) keepLine(p []byte, base int64) {
+	switch {
+	case c.f.trailer:
+		return
+	case c.f.headStart >= base && c.f.headStart-base < int64(len(p)): // the message began in this read
+		p = p[c.f.headStart-base:]
+		c.line, c.lineAt, c.lineOf, c.lineDone = c.line[:0], time.Now(), c.f.headStart, false
+	case c.lineOf != c.f.headStart || c.lineDone:
+		return
+	}
+	if i := bytes.IndexAny(p, "\r\n"); i >= 0 {
+		p, c.lineDone = p[:i], true
+	}
+	c.line = append(c.line, p[:min(len(p), maxLoggedLine-len(c.line))]...)
+	c.lineDone = c.lineDone || len(c.line) == maxLoggedLine
+}
+
+// logRefusal logs the refusal of the connection's current request with status.
+func (c *frontConn) logRefusal(status int, reason string) {
+	if c.front.OnRefused == nil {
+		return
+	}
+	r := &RefusedRequest{Client: c.Conn.RemoteAddr(), Proto: "http/1.1", Status: status, Reason: reason}
+	if c.lineOf == c.f.headStart && !c.lineAt.IsZero() { // the line kept is the refused request's
+		method, target, _ := bytes.Cut(c.line, []byte{' '})
+		target, _, _ = bytes.Cut(target, []byte{' '})
+		r.Method, r.Path, r.Took = string(method), LoggedPath(target), time.Since(c.lineAt)
+	}
+	c.front.refusedLog(r)
+}
+
+// LoggedPath is the path of a request target as the access log shows it: without the query string or
+// fragment (ThingWorx accepts an appKey there), and of an absolute-form target only the path (its
+// authority may hold userinfo).
+func LoggedPath[T string | []byte](target T) string {
+	t := []byte(target)
+	if len(t) > 0 && t[0] != '/' && t[0] != '*' {
+		if _, rest, ok := bytes.Cut(t, []byte("://")); ok {
+			t = nil
+			if i := bytes.IndexByte(rest, '/'); i >= 0 {
+				t = rest[i:]
+			}
+		}
+	}
+	if i := bytes.IndexAny(t, "?#"); i >= 0 {
+		t = t[:i]
+	}
+	return string(t)
 }
