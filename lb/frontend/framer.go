@@ -12,7 +12,8 @@ import (
 // runs the bytes through a framer, a byte-level HTTP/1.1 state machine (RFC 9112) that knows where
 // every message starts and ends:
 //
-//	head     request line and header fields: token method, visible-ASCII target, HTTP/1.0 or 1.1, CRLF
+//	head     request line and header fields: token method, a target of the bytes RFC 3986 allows (see
+//	         targetByte), HTTP/1.0 or 1.1, CRLF
 //	         line ends only, header names of token characters right before the colon, values without
 //	         control bytes, no obs-fold, at most max_header_size bytes (431), received within
 //	         header_timeout of its first byte (408)
@@ -126,6 +127,38 @@ var tchar = func() (t [256]bool) {
 	return t
 }()
 
+// targetByte marks the bytes a request-target may hold: those RFC 3986 allows in the four forms of RFC
+// 9112 section 3.2 (origin, absolute, authority, asterisk), that is unreserved (ALPHA DIGIT - . _ ~),
+// sub-delims (! $ & ' ( ) * + , ; =), ':', '@', '/', '?', '%' of a pct-encoding, and '[' ']' of an
+// IP-literal. Refused with 400: control bytes, space (it ends the target), DEL, bytes over 0x7e, and
+// the visible bytes RFC 3986 has no place for: '"', '#', '<', '>', '\', '^', '`', '{', '|', '}'.
+//
+// '#' starts a fragment, which a client never sends (RFC 9112 section 3.2): a server that cuts the
+// target there reads another path than a proxy that does not (HAProxy refuses it, CVE-2023-45539). The
+// others have no place in a URI and servers differ on them: some refuse them, IIS reads '\' as '/',
+// others pass them unescaped into pages and logs. The set is exactly the one Tomcat, on which ThingWorx
+// runs, refuses by default (its HttpParser, unless relaxedPathChars or relaxedQueryChars allow them): a
+// default ThingWorx answers them 400 itself. HAProxy is more lenient: its HTTP/1 parser (2.6 to 3.x)
+// refuses only '#', control bytes and bytes over 0x7e in a target, and forwards '"' '<' '>' '\' '^' '`'
+// '{' '|' '}' as sent.
+//
+// Kept, as HAProxy keeps them: '[' ']' (browsers send them unencoded in queries, "a[]=1"; Tomcat
+// refuses them in a query unless relaxedQueryChars allows them), and a '%' that begins no pct-encoding
+// ("%zz", a trailing '%'), which HAProxy forwards and fasthttp and Tomcat leave to the decoding of the
+// path or the query.
+var targetByte = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~!$&'()*+,;=:@/?%[]" {
+		t[c] = true
+	}
+	return t
+}()
+
 // fieldByte marks the bytes allowed in a field value: visible ASCII, space, tab and obs-text.
 var fieldByte = func() (t [256]bool) {
 	for c := 0x20; c < 0x7f; c++ {
@@ -211,7 +244,7 @@ func (f *framer) scan(p []byte) (start int, err *Refusal) {
 			}
 		case stTarget0, stTarget:
 			j := i
-			for j < len(p) && p[j] > ' ' && p[j] < 0x7f {
+			for j < len(p) && targetByte[p[j]] {
 				j++
 			}
 			if j > i {

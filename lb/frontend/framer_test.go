@@ -242,3 +242,43 @@ func BenchmarkFramerHead(b *testing.B) {
 		}
 	}
 }
+
+// A request-target holds only the bytes RFC 3986 allows (targetByte): each other byte gets 400 in the
+// path, in the query and in an absolute-form target, whatever the reads; '[' ']' and a '%' that begins
+// no pct-encoding pass, as HAProxy passes them.
+func TestFramerRefusesTargetBytesRFC3986DoesNotAllow(t *testing.T) {
+	f := func(target string, want int) {
+		t.Helper()
+		checkFrame(t, strconv.Quote(target), "GET "+target+" HTTP/1.1\r\nHost: x\r\n\r\n", want)
+	}
+	for _, c := range "\"#<>\\^`{|}" {
+		f("/a"+string(c)+"b", 400)
+		f("/a?q="+string(c), 400)
+		f("http://x/a"+string(c), 400)
+	}
+	f("/a\x80", 400)
+	f("/caf\xc3\xa9", 400)
+	f("/a?q=\xff", 400)
+	f("/a\x7f", 400)
+	f("/a\x1f", 400)
+	f("/a\tb", 400)
+	// Every byte RFC 3986 allows, in each form.
+	f("/azAZ09-._~!$&'()*+,;=:@/%2F?q=/?:@", 0)
+	f("/a?b[]=1&c[x]=2", 0)
+	f("http://[::1]:8080/a?b", 0)
+	f("http://user@x/a", 0)
+	f("/a%zz?b=%", 0)
+	f("*", 0)
+	f("x.example:443", 0) // authority form (CONNECT's; lb answers a CONNECT 405)
+	// Byte by byte: the allowed set, spelled out apart from targetByte.
+	const allowed = "-._~!$&'()*+,;=:@/?%[]"
+	for c := 0; c < 256; c++ {
+		want := 400
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(allowed, byte(c)) >= 0 {
+			want = 0
+		}
+		if got, _ := frameVerdict("GET /" + string([]byte{byte(c)}) + " HTTP/1.1\r\nHost: x\r\n\r\n"); got != want {
+			t.Errorf("byte %#02x in the target: got %d, want %d", c, got, want)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package lb
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
+)
+
+// Targets, lengths and methods (issue 35, point 6): what a server could read otherwise is refused or
+// normalised, through a running fairlead in front of a raw server that records every head it gets.
+
+// recordHeads is a hostileUpstream handler that reads a request's Content-Length body, reports the head
+// and what it read on u.bodies, and answers 204 (no body, so a HEAD is answered right too).
+func recordHeads(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) bool {
+	b := upstreamBody{head: head}
+	cl, _ := strconv.ParseInt(hostileHeadValue(head, "Content-Length"), 10, 64)
+	b.n, b.err = io.CopyN(io.Discard, br, cl)
+	b.complete = b.err == nil && b.n == cl
+	u.bodies <- b
+	_, err := io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+	return b.complete && err == nil
+}
+
+// targetsLB starts fairlead with the pool "raw" over a recordHeads server, routed /raw.
+func targetsLB(t *testing.T) (*hostileUpstream, *LB) {
+	t.Helper()
+	u := startHostileUpstream(t, recordHeads)
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("raw", u.addr, []string{"/raw"}, "", "")))
+	return u, l
+}
+
+// sendRaw sends raw on a new connection and reads the answer; with closes, also whether fairlead then
+// closed the connection (else the wait for a close is spared).
+func sendRaw(t *testing.T, l *LB, raw string, closes bool) rawResult {
+	t.Helper()
+	if closes {
+		return rawRequest(t, l.Addr(), raw)
+	}
+	return rawAnswer(t, l.Addr(), raw, hostileAnswerWait)
+}
+
+// nextHead is the next head the server recorded (it fails the test if none comes).
+func nextHead(t *testing.T, u *hostileUpstream) upstreamBody {
+	t.Helper()
+	select {
+	case b := <-u.bodies:
+		return b
+	case <-time.After(hostileAnswerWait):
+		t.Fatal("the server received no request")
+		return upstreamBody{}
+	}
+}
+
+// badRequestsGrew waits for fairlead_bad_requests_total{code} to have grown by n since before.
+func badRequestsGrew(t *testing.T, l *LB, code string, before map[string]float64, n int) {
+	t.Helper()
+	if !testkit.Within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code]-before[code] == float64(n) }) {
+		after, _ := hostileBadRequests(t, l)
+		t.Errorf(`fairlead_bad_requests_total{code=%q} grew by %v, want %d`, code, after[code]-before[code], n)
+	}
+}
+
+// A request-target holds only the bytes RFC 3986 allows: '#', '"', '<', '>', '\', '^', '`', '{', '|',
+// '}' (and controls, DEL, bytes over 0x7e) get 400 from fairlead, the connection closes, no server gets
+// the request and each is counted. '[' ']' and a '%' that begins no pct-encoding go as sent (HAProxy
+// forwards them too). Before the fix fairlead forwarded every visible ASCII byte.
+func TestHostileTargetBytesRFC3986DoesNotAllowGet400AndReachNoServer(t *testing.T) {
+	u, l := targetsLB(t)
+	before, _ := hostileBadRequests(t, l)
+	refused := 0
+	f := func(target string, forwarded bool) {
+		t.Helper()
+		n := u.requests.Load()
+		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", !forwarded)
+		if !forwarded {
+			refused++
+			if r.status != 400 || !r.closed {
+				t.Errorf("%q: got %s; want 400 and the connection closed", target, r)
+			}
+			if d := u.requests.Load() - n; d != 0 {
+				t.Errorf("%q: the server received %d requests, want none", target, d)
+				nextHead(t, u)
+			}
+			return
+		}
+		if r.status != 204 {
+			t.Errorf("%q: got %s; want the server's 204", target, r)
+			return
+		}
+		want := target
+		if rest, ok := strings.CutPrefix(target, "http://a"); ok {
+			want = rest // absolute form goes in origin form
+		}
+		if line, _, _ := strings.Cut(nextHead(t, u).head, "\r\n"); line != "GET "+want+" HTTP/1.1" {
+			t.Errorf("%q: the server received %q", target, line)
+		}
+	}
+	for _, c := range []string{"#", `"`, "<", ">", `\`, "^", "`", "{", "|", "}"} {
+		f("/raw/a"+c+"b", false)
+		f("/raw/a?q="+c, false)
+		f("http://a/raw/a"+c, false)
+	}
+	f("/raw/a#", false) // a bare fragment
+	f("/raw/caf\xc3\xa9", false)
+	f("/raw/a\x7f", false)
+	// Allowed: every unreserved and sub-delims byte, ':' '@' '/' '?', pct-encodings, and as HAProxy
+	// '[' ']' and a stray '%'.
+	f("/raw/azAZ09-._~!$&'()*+,;=:@/%2F?q=/?:@", true)
+	f("/raw/a?b[]=1&c[x]=2", true)
+	f("/raw/a%zz?b=%", true)
+	f("http://a/raw/x?y", true)
+	badRequestsGrew(t, l, "400", before, refused)
+}
