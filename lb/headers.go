@@ -31,6 +31,7 @@ import (
 //     one, gets the address the client connected to (RFC 9112 section 3.3: an empty authority is
 //     replaced by a default consistent with the connection). An HTTP/1.1 request must carry a non-empty
 //     Host: without one it was refused with 400 before it got here (lb/frontend);
+//   - Content-Length goes as one decimal number, without whitespace or leading zeros (appendLength);
 //   - the body keeps the client's framing: Content-Length bytes as they came, a chunked body re-chunked
 //     (its chunk extensions and trailer fields are dropped).
 //
@@ -219,12 +220,13 @@ func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([
 
 	proxy := isTrusted(ctx.RemoteIP(), fs.trusted)
 	for {
-		name, _, line, rest, ok := nextField(raw)
+		name, value, line, rest, ok := nextField(raw)
 		if !ok {
 			break
 		}
 		raw = rest
-		switch classifyField(name) {
+		kind := classifyField(name)
+		switch kind {
 		case fieldHopByHop, fieldConnection, fieldXFF:
 			continue // X-Forwarded-For is written below, a trusted proxy's value first
 		case fieldUpgrade:
@@ -246,6 +248,10 @@ func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([
 		}
 		if fs.auth != nil && (eqFoldString(name, fs.auth.Header) || eqFoldString(name, fs.auth.UpstreamHeader)) {
 			continue // the client's key ends here; an upstream credential it sent is not passed on
+		}
+		if kind == fieldLength {
+			dst = appendLength(dst, name, value)
+			continue
 		}
 		dst = append(dst, line...)
 	}
@@ -306,6 +312,22 @@ func appendForwarded(dst []byte, ctx *fasthttp.RequestCtx, raw []byte, proxy boo
 		dst = appendField(dst, "X-Forwarded-Host", host)
 	}
 	return dst
+}
+
+// appendLength appends a Content-Length field line: the name as the client spelled it, and the value
+// as one decimal number (RFC 9110 section 8.6), without the whitespace around it or leading zeros: the
+// value " 005\t" goes as "5", "00" as "0". The framer let through only digits between optional
+// whitespace, in one Content-Length field (two, even equal, are refused): the server gets the number
+// the framer read, whatever it would make of whitespace or of a leading zero ("0200" read as octal is
+// 128). It allocates nothing: value is a slice of the client's header block.
+func appendLength(dst, name, value []byte) []byte {
+	for len(value) > 1 && value[0] == '0' {
+		value = value[1:]
+	}
+	dst = append(dst, name...)
+	dst = append(dst, ':', ' ')
+	dst = append(dst, value...)
+	return append(dst, '\r', '\n')
 }
 
 func appendField(dst []byte, name string, value []byte) []byte {
