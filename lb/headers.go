@@ -23,7 +23,10 @@ import (
 //   - hop-by-hop fields are removed (RFC 9110 section 7.6.1): Connection and every field it names,
 //     Keep-Alive, Proxy-Connection, Proxy-Authenticate, Proxy-Authorization, TE, Trailer, Upgrade (kept
 //     on a WebSocket upgrade, which is sent with "Connection: Upgrade"), and Expect (fasthttp already
-//     answered "100 Continue"; the body follows at once);
+//     answered "100 Continue"; the body follows at once). Content-Length and Transfer-Encoding stay
+//     even when Connection names them (a client must not, RFC 9110 section 7.6.1; HAProxy keeps them
+//     too): they frame the body that is sent, and without them the server would read the body as the
+//     next request;
 //   - X-Forwarded-For, -Proto and -Host are set (see appendForwarded);
 //   - [routes.auth]: the client's key field is removed, the upstream credential added (routeauth.go);
 //   - Host: a request in absolute form ("GET http://host/path") goes in origin form with Host set to the
@@ -243,8 +246,8 @@ func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([
 				continue // only a trusted proxy may tell another address or scheme
 			}
 		}
-		if f.namesFields && namedByConnection(h.RawHeaders(), name) {
-			continue
+		if f.namesFields && kind != fieldLength && kind != fieldChunked && namedByConnection(h.RawHeaders(), name) {
+			continue // but the body's framing stays: see the comment at the top of this file
 		}
 		if fs.auth != nil && (eqFoldString(name, fs.auth.Header) || eqFoldString(name, fs.auth.UpstreamHeader)) {
 			continue // the client's key ends here; an upstream credential it sent is not passed on

@@ -166,6 +166,40 @@ func TestHostileContentLengthGoesUpstreamAsItsDigits(t *testing.T) {
 	}
 }
 
+// A Connection field cannot take away the framing of the body fairlead sends: Content-Length and
+// Transfer-Encoding named by Connection still go upstream (RFC 9110 section 7.6.1 forbids a client to
+// name them; HAProxy keeps them too), else the server would read the body as the next request.
+func TestHostileConnectionNamingTheFramingFieldsDoesNotUnframeTheBody(t *testing.T) {
+	u := startHostileUpstream(t, hostileRecordBody)
+	c := startCluster(t, 2, 0)
+	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("raw", u.addr, []string{"/raw"}, "", "")))
+	smuggled := "GET /raw/smuggled HTTP/1.1\r\nHost: a\r\n\r\n"
+	f := func(name, raw string, wantField string) {
+		t.Helper()
+		n := u.requests.Load()
+		r := sendRaw(t, l, raw, false)
+		if r.status != 200 {
+			t.Errorf("%s: got %s; want the server's 200", name, r)
+		}
+		select {
+		case b := <-u.bodies:
+			if !strings.Contains(b.head, "\r\n"+wantField+"\r\n") || !b.complete {
+				t.Errorf("%s: the server received %q (body complete %v), want %q in it", name, b.head, b.complete, wantField)
+			}
+		case <-time.After(hostileAnswerWait):
+			t.Errorf("%s: the server read no body", name)
+		}
+		time.Sleep(100 * time.Millisecond) // a smuggled request would arrive right behind
+		if d := u.requests.Load() - n; d != 1 {
+			t.Errorf("%s: the server received %d requests, want 1", name, d)
+		}
+	}
+	f("Connection: content-length", "POST /raw/a HTTP/1.1\r\nHost: a\r\nConnection: content-length\r\nContent-Length: "+
+		strconv.Itoa(len(smuggled))+"\r\n\r\n"+smuggled, "Content-Length: "+strconv.Itoa(len(smuggled)))
+	f("Connection: Transfer-Encoding", "POST /raw/a HTTP/1.1\r\nHost: a\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		strconv.FormatInt(int64(len(smuggled)), 16)+"\r\n"+smuggled+"\r\n0\r\n\r\n", "Transfer-Encoding: chunked")
+}
+
 // appendUpstreamHead writes the canonical Content-Length without allocating (the proxy path allocates
 // nothing per request).
 func TestUpstreamContentLengthIsWrittenWithoutAllocating(t *testing.T) {
