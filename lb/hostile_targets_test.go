@@ -200,6 +200,78 @@ func TestHostileConnectionNamingTheFramingFieldsDoesNotUnframeTheBody(t *testing
 		strconv.FormatInt(int64(len(smuggled)), 16)+"\r\n"+smuggled+"\r\n0\r\n\r\n", "Transfer-Encoding: chunked")
 }
 
+// CONNECT and TRACE, in any case, get 405 with an Allow that lists the standard methods fairlead
+// forwards (GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH); the connection closes, nothing reaches a
+// server, each is counted. Every other method, extension methods included, is forwarded. Before the fix
+// TRACE was forwarded (and the server's echo relayed).
+func TestHostileTRACEIsRefusedWith405AndEveryOtherMethodIsForwarded(t *testing.T) {
+	u, l := targetsLB(t)
+	before, _ := hostileBadRequests(t, l)
+	refused := 0
+	f := func(method string, forwarded bool) {
+		t.Helper()
+		n := u.requests.Load()
+		target := "/raw/m"
+		if method == "CONNECT" {
+			target = "a:443"
+		}
+		r := sendRaw(t, l, method+" "+target+" HTTP/1.1\r\nHost: a\r\nCookie: session=secret\r\n\r\n", !forwarded)
+		if !forwarded {
+			refused++
+			if r.status != 405 || !r.closed {
+				t.Errorf("%s: got %s; want 405 and the connection closed", method, r)
+			}
+			if got := r.header.Get("Allow"); got != "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH" {
+				t.Errorf("%s: Allow %q", method, got)
+			}
+			if d := u.requests.Load() - n; d != 0 {
+				t.Errorf("%s: the server received %d requests, want none", method, d)
+				nextHead(t, u)
+			}
+			return
+		}
+		if r.status != 204 {
+			t.Errorf("%s: got %s; want the server's 204", method, r)
+			return
+		}
+		if line, _, _ := strings.Cut(nextHead(t, u).head, "\r\n"); line != method+" "+target+" HTTP/1.1" {
+			t.Errorf("%s: the server received %q", method, line)
+		}
+	}
+	for _, m := range []string{"TRACE", "trace", "Trace", "CONNECT", "connect"} {
+		f(m, false)
+	}
+	// Each method Allow lists is forwarded, and so are extension methods.
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "PROPFIND", "TRACEX", "M-SEARCH"} {
+		f(m, true)
+	}
+	badRequestsGrew(t, l, "405", before, refused)
+}
+
+// Over HTTP/2 the same rules hold: a :path with a byte RFC 3986 does not allow gets 400 and TRACE 405,
+// and nothing reaches the leader.
+func TestH2TargetBytesAndTRACEAreRefusedAsOverHTTP1(t *testing.T) {
+	c, _, env, tlsAddr := h2LB(t, "")
+	leader := c.Platforms[0]
+	f := func(method, path, want string) {
+		t.Helper()
+		n := leader.Requests()
+		r := dialRawH2(t, env, tlsAddr)
+		r.headers(1, true, ":method", method, ":scheme", "https", ":authority", tlsAddr, ":path", path)
+		if got := r.outcome(1); got != want {
+			t.Errorf("%s %s: answered %s, want %s", method, path, got, want)
+		}
+		if want != "200" && leader.Requests() != n {
+			t.Errorf("%s %s: the leader received it", method, path)
+		}
+	}
+	f("GET", "/Thingworx/a{b}", "400")
+	f("GET", "/Thingworx/a|b", "400")
+	f("GET", "/Thingworx/a#b", "400")
+	f("TRACE", "/Thingworx/Things", "405")
+	f("GET", "/Thingworx/Things?a[]=1", "200")
+}
+
 // appendUpstreamHead writes the canonical Content-Length without allocating (the proxy path allocates
 // nothing per request).
 func TestUpstreamContentLengthIsWrittenWithoutAllocating(t *testing.T) {

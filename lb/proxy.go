@@ -49,8 +49,8 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	if !lb.admitSource(ctx, g) {
 		return // over rate_per_source: answered 429 (sources.go)
 	}
-	if req.Header.IsConnect() {
-		refuseConnect(ctx) // fairlead is no forward proxy
+	if refusedMethod(req.Header.Method()) {
+		refuseMethod(ctx) // CONNECT or TRACE, in any case: never forwarded
 		lb.front.Refused(fasthttp.StatusMethodNotAllowed)
 		lb.logUnrouted(ctx, g)
 		return
@@ -114,18 +114,38 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// refuseConnect answers a CONNECT: 405 at once, and the connection closes (what the client sends next
-// may be the bytes of the tunnel it asked for). fairlead is an ingress, not a forward proxy: nothing is
-// forwarded (HAProxy would tunnel it; refusing is the safer choice in front of ThingWorx).
-func refuseConnect(ctx *fasthttp.RequestCtx) {
-	ctx.Error("405 Method Not Allowed: fairlead does not tunnel CONNECT\n", fasthttp.StatusMethodNotAllowed)
+// refuseMethod answers a CONNECT or a TRACE: 405 at once with Allow, and the connection closes. Neither
+// is forwarded, to any route:
+//
+//   - CONNECT asks for a tunnel to the authority it names: fairlead is an ingress, not a forward proxy
+//     (HAProxy would tunnel it; refusing is the safer choice in front of ThingWorx). What the client
+//     sends next may be the bytes of the tunnel it asked for, hence the close.
+//   - TRACE asks the server to echo the request back, every field included: the Cookie, Authorization
+//     or appKey of a user, which a script in a page cannot read, would come back in a body it can
+//     (cross-site tracing). ThingWorx has no use for it; nginx and Tomcat (allowTrace off by default)
+//     answer it 405 too, HAProxy forwards it. It is answered like CONNECT: one rule for the methods
+//     fairlead refuses.
+//
+// Methods are case-sensitive (RFC 9110 section 9.1), so "trace" is another method; but a server that
+// reads methods in any case would take it for TRACE, so CONNECT and TRACE are refused in any case.
+func refuseMethod(ctx *fasthttp.RequestCtx) {
+	ctx.Error("405 Method Not Allowed: fairlead forwards no CONNECT or TRACE\n", fasthttp.StatusMethodNotAllowed)
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
 	ctx.SetConnectionClose()
 }
 
-// allowedMethods is the Allow field of a refused CONNECT: the methods fairlead forwards (any other token
-// is forwarded too; these are the ones RFC 9110 and RFC 5789 define, CONNECT excepted).
-const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+// refusedMethod reports whether a request's method is one fairlead refuses: CONNECT or TRACE, in any case.
+func refusedMethod(m []byte) bool {
+	return eqFold(m, "connect") || eqFold(m, "trace")
+}
+
+// allowedMethods is the Allow field of the 405. RFC 9110 section 10.2.1 has Allow list the methods the
+// target resource supports; fairlead answers for every resource, so it can only say which methods it
+// forwards, and the server behind judges each. It forwards every method but CONNECT and TRACE: any
+// token, extension methods (WebDAV's PROPFIND, ...) included. That set has no end to list, so Allow
+// lists the methods RFC 9110 and RFC 5789 (PATCH) define that fairlead forwards, which is all of them but
+// CONNECT and TRACE: each listed method is forwarded, and no refused one is listed.
+const allowedMethods = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
 
 // closeUnlessTunnel closes the client connection after the answer to a request with an Upgrade header
 // that did not become a tunnel: the framer did not check the bytes after it.
