@@ -113,11 +113,16 @@ type Global struct {
 // Content-Length with Transfer-Encoding, two Content-Lengths, a Content-Length that is not digits, a
 // Transfer-Encoding other than exactly chunked (or two, or in HTTP/1.0), obs-fold, bare LF or CR,
 // whitespace before a colon, NUL and other control bytes, field names that are not tokens, HTTP/1.1
-// without exactly one non-empty Host, a malformed request line or target, bad chunk sizes (not hex,
-// empty, over 15 digits, whitespace before them or before the line's CRLF), chunk extensions outside
-// the chunk-ext grammar of RFC 9112 §7.1.1 (5;a=b and 5 ; a = "x y" pass, 5;a b c and 5;a="open do
-// not), a chunk-size line over 4096 bytes, chunk data not followed by CRLF. CONNECT gets 405 with Allow
-// (fairlead is no forward proxy); an HTTP version other than 1.0 and 1.1 gets 505. A violation holds
+// without exactly one non-empty Host, a malformed request line, a request target with a byte RFC 3986
+// does not allow (controls, space, DEL, bytes over 0x7e, and " # < > \ ^ ` { | }: what Tomcat refuses
+// by default; HAProxy refuses only # of these; [ ] and a % that begins no %XX pass), bad chunk sizes
+// (not hex, empty, over 15 digits, whitespace before them or before the line's CRLF), chunk extensions
+// outside the chunk-ext grammar of RFC 9112 §7.1.1 (5;a=b and 5 ; a = "x y" pass, 5;a b c and 5;a="open
+// do not), a chunk-size line over 4096 bytes, chunk data not followed by CRLF. A Content-Length goes
+// upstream as its number, without whitespace or leading zeros. CONNECT and TRACE, in any case, get 405
+// with Allow: GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH (fairlead is no forward proxy, and TRACE
+// would echo a user's credentials back; every other method, extension methods included, is forwarded,
+// and Allow lists the standard ones); an HTTP version other than 1.0 and 1.1 gets 505. A violation holds
 // back the whole message it is in: complete pipelined requests before it are served, then the answer
 // comes and the connection closes (the client's unsent bytes are drained for up to 0.5 s first, so that
 // the answer is not lost to a reset). After a request with an Upgrade field the framer stops (the bytes
