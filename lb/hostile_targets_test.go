@@ -249,7 +249,7 @@ func TestHostileTRACEIsRefusedWith405AndEveryOtherMethodIsForwarded(t *testing.T
 }
 
 // Over HTTP/2 the same rules hold: a :path with a byte RFC 3986 does not allow gets 400 and TRACE 405,
-// and nothing reaches the leader.
+// nothing reaches the leader, and the connection serves on.
 func TestH2TargetBytesAndTRACEAreRefusedAsOverHTTP1(t *testing.T) {
 	c, _, env, tlsAddr := h2LB(t, "")
 	leader := c.Platforms[0]
@@ -263,6 +263,11 @@ func TestH2TargetBytesAndTRACEAreRefusedAsOverHTTP1(t *testing.T) {
 		}
 		if want != "200" && leader.Requests() != n {
 			t.Errorf("%s %s: the leader received it", method, path)
+		}
+		// Only the stream was refused: the connection serves the next one.
+		r.headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
+		if got := r.outcome(3); got != "200" {
+			t.Errorf("%s %s: the next stream on the connection: %s, want 200", method, path, got)
 		}
 	}
 	f("GET", "/Thingworx/a{b}", "400")
