@@ -95,7 +95,10 @@ type Global struct {
 	// close with client pool server duration_ms bytes_to_server bytes_to_client reason; type=relay for
 	// each request of a relay route with client method path relay topic kind status duration_ms (kind
 	// snapshot, sse or websocket; a stream's line is written when it starts, status 101 for a
-	// WebSocket). Requests the front end refuses and 401s of single-point auth are logged too. Never the
+	// WebSocket). Requests the front end refuses are logged too, with the method and path the client sent
+	// ("" where the request line was not readable), the real duration, route -1, and refused=REASON; an
+	// HTTP/2 stream reset without an answer has status 0 and reset=CODE (PROTOCOL_ERROR, REFUSED_STREAM…).
+	// 401s of single-point auth are logged too. Never the
 	// query string, a header (Authorization, cookies), check credentials or a body. A reload turns it
 	// on or off at once.
 	AccessLog bool `toml:"access_log"`
@@ -188,9 +191,9 @@ type Frontend struct {
 	// Offers HTTP/2 on tls_listen (ALPN h2 before http/1.1). Each stream is one request through the same
 	// path as HTTP/1.1 (routes, auth, pools, retries, access log, metrics), forwarded as HTTP/1.1 from
 	// the validated fields only; trailers pass both ways; WebSocket upgrades stay HTTP/1.1 (no extended
-	// CONNECT is offered). max_header_size bounds a stream's header list, read_timeout its body's
-	// silence, idle_timeout a connection without streams (and one whose client stops reading); frames are
-	// at most 16 KiB; at exit (drain_timeout) clients are told GOAWAY and their streams in flight
+	// CONNECT is offered). max_header_size bounds a stream's head as it bounds an HTTP/1.1 head (431 over
+	// it, the connection serving on), read_timeout its body's silence, idle_timeout a connection without
+	// streams (and one whose client stops reading); frames are at most 16 KiB; at exit (drain_timeout) clients are told GOAWAY and their streams in flight
 	// answered. false answers ALPN with http/1.1 only. A reload applies it to new connections.
 	HTTP2 bool `toml:"http2"`
 	// The streams an HTTP/2 client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS),
