@@ -298,3 +298,30 @@ func TestUpstreamContentLengthIsWrittenWithoutAllocating(t *testing.T) {
 		t.Errorf("head %q", head)
 	}
 }
+
+// A request target is in one of RFC 9112's forms: origin ("/path"), absolute ("http://host/path"), or
+// asterisk ("*", for OPTIONS). Anything else ("a/b", "x:80", "raw/x", GET *) is read by each server its
+// own way: 400 from fairlead, nothing forwarded, counted (HAProxy refuses them too). Over HTTP/2, :path
+// holds the same rule (TestH2AuthorityAndPathAreCheckedLikeHostAndTarget).
+func TestHostileATargetInNoFormOfRFC9112Gets400(t *testing.T) {
+	u, l := targetsLB(t)
+	before, _ := hostileBadRequests(t, l)
+	refused := 0
+	for _, target := range []string{"a/b", "x:80", "raw/x", "*", "http:/raw/x", "1http://a/raw", "-:/"} {
+		n := u.requests.Load()
+		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", true)
+		refused++
+		if r.status != 400 || !r.closed {
+			t.Errorf("GET %s: got %s; want 400 and the connection closed", target, r)
+		}
+		if d := u.requests.Load() - n; d != 0 {
+			t.Errorf("GET %s: the server received %d requests, want none", target, d)
+		}
+	}
+	badRequestsGrew(t, l, "400", before, refused)
+	for _, raw := range []string{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "GET http://a/raw/x HTTP/1.1\r\nHost: a\r\n\r\n", "GET HTTPS://a/raw/y HTTP/1.1\r\nHost: a\r\n\r\n"} {
+		if r := sendRaw(t, l, raw, false); r.status == 400 {
+			t.Errorf("%q: got %s; want it forwarded", raw, r)
+		}
+	}
+}
