@@ -301,8 +301,9 @@ func TestUpstreamContentLengthIsWrittenWithoutAllocating(t *testing.T) {
 
 // A request target is in one of RFC 9112's forms: origin ("/path"), absolute ("http://host/path"), or
 // asterisk ("*", for OPTIONS). Anything else ("a/b", "x:80", "raw/x", GET *) is read by each server its
-// own way: 400 from fairlead, nothing forwarded, counted (HAProxy refuses them too). Over HTTP/2, :path
-// holds the same rule (TestH2AuthorityAndPathAreCheckedLikeHostAndTarget).
+// own way: 400 from fairlead, nothing forwarded, counted (HAProxy refuses them too). fasthttp's parser
+// refuses them (answered by the front end's ErrorHandler): this test guards that. Over HTTP/2, :path
+// holds the same rule, fairlead's own (TestH2AuthorityAndPathAreCheckedLikeHostAndTarget).
 func TestHostileATargetInNoFormOfRFC9112Gets400(t *testing.T) {
 	u, l := targetsLB(t)
 	before, _ := hostileBadRequests(t, l)

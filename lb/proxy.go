@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -55,15 +54,6 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.front.Refused(fasthttp.StatusMethodNotAllowed)
 		lb.logUnrouted(ctx, g)
 		return
-	}
-	if t := req.Header.RequestURI(); len(t) == 0 || t[0] != '/' { // the fast path: origin form
-		if !targetForm(req.Header.Method(), t) {
-			lb.front.Refused(fasthttp.StatusBadRequest)
-			ctx.Error(frontend.RefusalBody(fasthttp.StatusBadRequest, "a request target in no form of RFC 9112"), fasthttp.StatusBadRequest)
-			ctx.SetConnectionClose()
-			lb.logUnrouted(ctx, g)
-			return
-		}
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		frontend.RedirectHTTPS(ctx, ft.Port)
@@ -142,28 +132,6 @@ func refuseMethod(ctx *fasthttp.RequestCtx) {
 	ctx.Error("405 Method Not Allowed: fairlead forwards no CONNECT or TRACE\n", fasthttp.StatusMethodNotAllowed)
 	ctx.Response.Header.Set(fasthttp.HeaderAllow, allowedMethods)
 	ctx.SetConnectionClose()
-}
-
-// targetForm reports whether a request target that is not in origin form is in one of the other forms
-// of RFC 9112 section 3.2 that fairlead forwards: asterisk form ("*", of an OPTIONS only) or absolute
-// form ("scheme://authority..."; it goes upstream in origin form, headers.go). Anything else ("a/b",
-// "x:80", a "*" of another method) is read by each server its own way (HAProxy refuses it; some servers
-// take "a/b" for "/a/b"): refused with 400. CONNECT's authority form never gets here (refuseMethod).
-func targetForm(method, t []byte) bool {
-	if len(t) == 1 && t[0] == '*' {
-		return string(method) == fasthttp.MethodOptions
-	}
-	for i, c := range t {
-		switch {
-		case 'a' <= c|0x20 && c|0x20 <= 'z':
-		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
-		case i > 0 && c == ':':
-			return bytes.HasPrefix(t[i:], []byte("://"))
-		default:
-			return false
-		}
-	}
-	return false
 }
 
 // refusedMethod reports whether a request's method is one fairlead refuses: CONNECT or TRACE, in any case.
