@@ -72,15 +72,4 @@ func validRegName(h string) bool {
 }
 
 // regNameByte marks the unreserved and sub-delims characters of RFC 3986.
-var regNameByte = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "-._~!$&'()*+,;=" {
-		t[c] = true
-	}
-	return t
-}()
+var regNameByte = alnumAnd("-._~!$&'()*+,;=")

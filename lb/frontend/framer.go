@@ -113,19 +113,22 @@ const (
 	fDupContentLength // a second Content-Length
 )
 
-// tchar marks the token characters of RFC 9110 5.6.2.
-var tchar = func() (t [256]bool) {
+// alnumAnd returns the set of the ASCII letters and digits and the bytes of extra.
+func alnumAnd(extra string) (t [256]bool) {
 	for c := '0'; c <= '9'; c++ {
 		t[c] = true
 	}
 	for c := 'a'; c <= 'z'; c++ {
 		t[c], t[c-'a'+'A'] = true, true
 	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
+	for i := 0; i < len(extra); i++ {
+		t[extra[i]] = true
 	}
 	return t
-}()
+}
+
+// tchar marks the token characters of RFC 9110 5.6.2.
+var tchar = alnumAnd("!#$%&'*+-.^_`|~")
 
 // targetByte marks the bytes a request-target may hold: those RFC 3986 allows in the four forms of RFC
 // 9112 section 3.2 (origin, absolute, authority, asterisk), that is unreserved (ALPHA DIGIT - . _ ~),
@@ -146,18 +149,7 @@ var tchar = func() (t [256]bool) {
 // refuses them in a query unless relaxedQueryChars allows them), and a '%' that begins no pct-encoding
 // ("%zz", a trailing '%'), which HAProxy forwards and fasthttp and Tomcat leave to the decoding of the
 // path or the query.
-var targetByte = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range "-._~!$&'()*+,;=:@/?%[]" {
-		t[c] = true
-	}
-	return t
-}()
+var targetByte = alnumAnd("-._~!$&'()*+,;=:@/?%[]")
 
 // fieldByte marks the bytes allowed in a field value: visible ASCII, space, tab and obs-text.
 var fieldByte = func() (t [256]bool) {
