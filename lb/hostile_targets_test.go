@@ -326,3 +326,32 @@ func TestHostileATargetInNoFormOfRFC9112Gets400(t *testing.T) {
 		}
 	}
 }
+
+// An HTTP/1.1 Host is checked as HTTP/2's :authority is (host[:port], no userinfo, a port up to 65535,
+// no IPv6 zone): 400, nothing forwarded, counted. fasthttp refused most of these before; a port over
+// 65535 and a zone it let through.
+func TestHostileHostIsCheckedLikeAnHTTP2Authority(t *testing.T) {
+	u, l := targetsLB(t)
+	before, _ := hostileBadRequests(t, l)
+	bad := []string{"a b", "a/b?c", "user@evil.example", "[::1", "a:b:c", "a:99999", "[fe80::1%25eth0]", "x%41y", "a\\b"}
+	for _, h := range bad {
+		n := u.requests.Load()
+		if r := sendRaw(t, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", true); r.status != 400 || !r.closed {
+			t.Errorf("Host %q: got %s; want 400 and the connection closed", h, r)
+		}
+		if d := u.requests.Load() - n; d != 0 {
+			t.Errorf("Host %q: the server received %d requests, want none", h, d)
+		}
+	}
+	badRequestsGrew(t, l, "400", before, len(bad))
+	for _, h := range []string{"example.com", "example.com:8443", "[::1]:443", "127.0.0.1", "host:"} {
+		if r := sendRaw(t, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", false); r.status != 204 {
+			t.Errorf("Host %q: got %s; want the server's 204", h, r)
+		}
+		nextHead(t, u)
+	}
+	// HTTP/1.0 without a Host is still served (it goes with the address the client connected to).
+	if r := sendRaw(t, l, "GET /raw/x HTTP/1.0\r\n\r\n", false); r.status != 204 {
+		t.Errorf("HTTP/1.0 without Host: got %s; want the server's 204", r)
+	}
+}

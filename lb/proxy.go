@@ -55,6 +55,15 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 		lb.logUnrouted(ctx, g)
 		return
 	}
+	if h := req.Header.Host(); len(h) > 0 && !frontend.ValidAuthority(h) {
+		// host[:port] without userinfo, as HTTP/2's :authority (lb/frontend): fasthttp lets a port over
+		// 65535 and an IPv6 zone through. (An HTTP/1.0 request may have none: headers.go gives it one.)
+		lb.front.Refused(fasthttp.StatusBadRequest)
+		ctx.Error(frontend.RefusalBody(fasthttp.StatusBadRequest, "invalid Host"), fasthttp.StatusBadRequest)
+		ctx.SetConnectionClose()
+		lb.logUnrouted(ctx, g)
+		return
+	}
 	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		frontend.RedirectHTTPS(ctx, ft.Port)
 		lb.logUnrouted(ctx, g)

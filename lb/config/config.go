@@ -116,7 +116,8 @@ type Global struct {
 // Content-Length with Transfer-Encoding, two Content-Lengths, a Content-Length that is not digits, a
 // Transfer-Encoding other than exactly chunked (or two, or in HTTP/1.0), obs-fold, bare LF or CR,
 // whitespace before a colon, NUL and other control bytes, field names that are not tokens, HTTP/1.1
-// without exactly one non-empty Host, a malformed request line, a request target with a byte RFC 3986
+// without exactly one non-empty Host, a Host that is not host[:port] (no userinfo, a port up to 65535,
+// no IPv6 zone), a malformed request line, a request target with a byte RFC 3986
 // does not allow (controls, space, DEL, bytes over 0x7e, and " # < > \ ^ ` { | }: what Tomcat refuses
 // by default; HAProxy refuses only # of these; [ ] and a % that begins no %XX pass), bad chunk sizes
 // (not hex, empty, over 15 digits, whitespace before them or before the line's CRLF), chunk extensions

@@ -8,10 +8,10 @@ import "net/netip"
 // The host is a bracketed IPv6 address, or a non-empty reg-name of unreserved and sub-delims characters
 // (which an IPv4 address is too); the port is decimal, at most 65535, and may be empty (RFC 3986 allows
 // "host:"). Percent-encodings, which RFC 3986 allows in a reg-name, are refused: no DNS name holds one,
-// and fasthttp decodes them where a server behind might not. It is the check of HTTP/2's :authority and Host (RFC 9113 section
-// 8.3.1): anything else is a malformed request.
-func ValidAuthority(a string) bool {
-	host, port := a, ""
+// and fasthttp decodes them where a server behind might not. It is the check of HTTP/2's :authority and
+// Host (RFC 9113 section 8.3.1: anything else is a malformed request), and of an HTTP/1.1 Host (lb).
+func ValidAuthority[T string | []byte](a T) bool {
+	host, port := a, a[:0]
 	if len(a) > 0 && a[0] == '[' {
 		end := -1
 		for i := 1; i < len(a); i++ {
@@ -23,12 +23,12 @@ func ValidAuthority(a string) bool {
 		if end < 0 {
 			return false
 		}
-		ip, err := netip.ParseAddr(a[1:end])
+		ip, err := netip.ParseAddr(string(a[1:end])) // rare: an IPv6 literal
 		if err != nil || !ip.Is6() || ip.Zone() != "" {
 			return false // IPvFuture and zone identifiers are not offered
 		}
-		host, port = "", a[end+1:]
-		if port != "" {
+		host, port = a[:0], a[end+1:]
+		if len(port) > 0 {
 			if port[0] != ':' {
 				return false
 			}
@@ -41,10 +41,10 @@ func ValidAuthority(a string) bool {
 				break
 			}
 		}
-		if host == "" || !validRegName(host) {
+		if len(host) == 0 || !validRegName(host) {
 			return false
 		}
-		if host == a {
+		if len(host) == len(a) {
 			return true
 		}
 	}
@@ -62,7 +62,7 @@ func ValidAuthority(a string) bool {
 }
 
 // validRegName reports whether h is a reg-name without percent-encodings: unreserved and sub-delims.
-func validRegName(h string) bool {
+func validRegName[T string | []byte](h T) bool {
 	for i := 0; i < len(h); i++ {
 		if !regNameByte[h[i]] {
 			return false
