@@ -1,3 +1,5 @@
+//go:build linux && !nbio_portable
+
 package nbio
 
 import (

@@ -1,4 +1,4 @@
-//go:build linux && !tunnel_portable
+//go:build linux && !tunnel_portable && !nbio_portable
 
 package tunnel
 

@@ -1,11 +1,13 @@
-//go:build !linux || tunnel_portable
+//go:build !linux || tunnel_portable || nbio_portable
 
 package tunnel
 
 // The portable fallback: every tunnel is streamed (stream.go), two goroutines per tunnel copying
 // one direction each with blocking reads and writes. Same API and semantics (half-close, idle
-// timeout, groups, reasons) as the epoll engine, without its memory properties. Build with -tags
-// tunnel_portable to use (and test) it on Linux too.
+// timeout, groups, reasons) as the epoll engine, without its memory properties. It is the engine of
+// every platform but Linux (Windows, macOS, the BSDs), and of Linux built with -tags tunnel_portable
+// (to use and test it there) or -tags nbio_portable (the epoll engine needs lb/nbio's Linux half: its
+// free system calls and evented mode).
 
 const epollEngine = false
 
