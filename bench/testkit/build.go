@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -64,10 +63,10 @@ func Build(pkg string) (string, error) {
 		return "", fmt.Errorf("testkit: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	if err := lockFile(lock, true); err != nil {
 		return "", fmt.Errorf("testkit: locking %s: %w", built.dir, err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	defer unlockFile(lock) //nolint:errcheck
 	now := time.Now()
 	os.Chtimes(built.dir, now, now) //nolint:errcheck // marks it as in use for pruneBuilds
 	if _, err := os.Stat(bin); err != nil {

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 )
 
 // Ports are handed out from below the kernel's ephemeral range (32768-60999 by default), where ":0"
@@ -118,7 +117,7 @@ func reserve(port int) (*os.File, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	if lockFile(f, false) != nil {
 		f.Close()
 		return nil, false
 	}

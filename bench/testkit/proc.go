@@ -81,12 +81,6 @@ func RunFairlead(t T, dir, addr, admin string, args ...string) *Fairlead {
 	return f
 }
 
-// DieWithTest makes a child get SIGKILL if the test process dies first (a -timeout panic, a kill), so
-// that no child outlives the test run; t.Cleanup ends them in every other case.
-func DieWithTest() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
-
 // WaitServing waits until the config is loaded and the front end accepts connections; it fails the
 // test if fairlead exits meanwhile.
 func (f *Fairlead) WaitServing() {
