@@ -22,14 +22,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/atomicfile"
 	"github.com/fairlead/fairlead/stickiness"
-	"github.com/google/renameio/v2"
 )
 
 // stateWriteInterval is how often the state file is written while fairlead runs (and once more at
@@ -191,7 +190,7 @@ func writeStateFile(path string, st *savedState) error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(path, append(b, '\n'), 0o600, renameio.WithTempDir(filepath.Dir(path)))
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 }
 
 // readStateFile reads the state file at path; the error says why it cannot be used: missing,

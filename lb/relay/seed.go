@@ -7,13 +7,12 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/atomicfile"
 	"github.com/fairlead/fairlead/lb/relay/paths"
-	"github.com/google/renameio/v2"
 )
 
 // SeedFile is the seed file: the snapshots of a relay, written by seed_file_write and read by a fast start.
@@ -123,5 +122,5 @@ func (rr *Route) writeSeed() error {
 	if err != nil {
 		return err
 	}
-	return renameio.WriteFile(rr.cfg.SeedFile, append(data, '\n'), 0o600, renameio.WithTempDir(filepath.Dir(rr.cfg.SeedFile)))
+	return atomicfile.WriteFile(rr.cfg.SeedFile, append(data, '\n'), 0o600)
 }
