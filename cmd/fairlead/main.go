@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"syscall"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb"
@@ -58,7 +57,7 @@ func run(args []string) int {
 		return 0
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...) // SIGINT, SIGTERM (signals_*.go)
 	defer stop()
 	level := new(slog.LevelVar) // [global] log_level: New sets it, a reload changes it
 	logger := lb.NewLogger(cfg.Global.LogFormat, level, os.Stderr)
@@ -72,9 +71,9 @@ func run(args []string) int {
 	}
 	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
 
-	// SIGHUP, or a change to a config file, reloads the config; a bad config is reported (one WARN line
-	// naming every file and key: the reload_failed event's) and the running one stays. Reloads run one
-	// at a time.
+	// SIGHUP (not on Windows), or a change to a config file, reloads the config; a bad config is reported
+	// (one WARN line naming every file and key: the reload_failed event's) and the running one stays.
+	// Reloads run one at a time.
 	reloads := make(chan struct{}, 1)
 	reload := func() {
 		select {
@@ -92,13 +91,7 @@ func run(args []string) int {
 			l.Reload(cfg) //nolint:errcheck // Reload logs its outcome itself
 		}
 	}()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		for range hup {
-			reload()
-		}
-	}()
+	notifyReload(reload)
 	applied := make(chan struct{}, 1) // a reload applied: the watch follows the new config's secret files
 	l.Events().Subscribe(func(e event.Event) {
 		if e.Kind == event.ReloadApplied {

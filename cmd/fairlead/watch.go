@@ -17,12 +17,12 @@ const debounce = 300 * time.Millisecond
 // watchConfig calls reload after the config at path changes: a *.toml file of the directory (or the one
 // file) written, created, removed or renamed, or one of the files secrets returns (the running config's
 // keys and password files, asked again at each value of applied: a reload applied). It returns when ctx
-// ends. A watch that cannot be
-// set up is reported through logf; SIGHUP still reloads then.
+// ends. A watch that cannot be set up is reported through logf, with how to reload then (reloadHint:
+// SIGHUP, or on Windows, which has none, a restart).
 func watchConfig(ctx context.Context, path string, reload func(), secrets func() []string, applied <-chan struct{}, logf func(string, ...any)) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		logf("config watch: %v (reload with SIGHUP)", err)
+		logf("config watch: %v (%s)", err, reloadHint)
 		return
 	}
 	defer w.Close()
@@ -32,7 +32,7 @@ func watchConfig(ctx context.Context, path string, reload func(), secrets func()
 		dir, only = filepath.Dir(path), filepath.Base(path)
 	}
 	if err := w.Add(dir); err != nil {
-		logf("config watch: %s: %v (reload with SIGHUP)", dir, err)
+		logf("config watch: %s: %v (%s)", dir, err, reloadHint)
 		return
 	}
 	dirs := map[string]bool{abs(dir): true}
@@ -45,7 +45,7 @@ func watchConfig(ctx context.Context, path string, reload func(), secrets func()
 			watched[f] = true
 			if d := filepath.Dir(f); !dirs[d] {
 				if err := w.Add(d); err != nil {
-					logf("config watch: %s: %v (reload with SIGHUP after changing %s)", d, err, f)
+					logf("config watch: %s: %v (after changing %s, %s)", d, err, f, reloadHint)
 					continue
 				}
 				dirs[d] = true
