@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,7 +83,7 @@ func (z *zkServer) start() {
 	cmd := exec.Command(z.java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dzookeeper.forceSync=no",
 		"-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(z.dir, "zoo.cfg"))
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the test binary
+	cmd.SysProcAttr = testkit.DieWithTest() // never outlives the test binary (on Linux)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -541,7 +541,7 @@ func TestRelaySnapshotsAreServedFromTheCacheWithAnETag(t *testing.T) {
 func smallReceiveBuffer(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
-		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
+		err := rc.Control(func(fd uintptr) { serr = setRcvBuf(fd, 1024) })
 		if err != nil {
 			return err
 		}

@@ -10,12 +10,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/fairlead/fairlead/bench/testkit"
 )
@@ -1391,16 +1389,4 @@ func TestUpstreamAnAbandonedWaitEndsOnlyIfNoByteOfTheAnswerCame(t *testing.T) {
 	if err := <-begun; err != nil {
 		t.Fatalf("the GET whose answer had begun: %v, want its answer read on", err)
 	}
-}
-
-// unreadBytes is how many bytes wait in c's socket receive queue (SIOCINQ).
-func unreadBytes(t *testing.T, c net.Conn) int {
-	t.Helper()
-	rc, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := -1
-	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) //nolint:errcheck
-	return n
 }
