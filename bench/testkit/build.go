@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -34,10 +35,33 @@ var buildRoot = filepath.Join(os.TempDir(), "fairlead-test-bin")
 
 // Build returns the path of the main package pkg (a directory of the module: "cmd/fairlead",
 // "bench/ha/client") built from the module's current source, building it if no test process has yet.
-func Build(pkg string) (string, error) {
+func Build(pkg string) (string, error) { return BuildFor(pkg, Target{}) }
+
+// Target is what a binary is built for, when not for this machine as it is: another GOOS or GOARCH
+// (empty: this test's), build tags.
+type Target struct {
+	GOOS, GOARCH string
+	Tags         []string // -tags
+}
+
+// dir is the target's subdirectory of a package's builds: "" for the default, else "goos_goarch" with
+// "_tag" for each tag.
+func (tg Target) dir() string {
+	if tg.GOOS == "" && tg.GOARCH == "" && len(tg.Tags) == 0 {
+		return ""
+	}
+	goos, goarch := cmp.Or(tg.GOOS, runtime.GOOS), cmp.Or(tg.GOARCH, runtime.GOARCH)
+	return strings.Join(append([]string{goos, goarch}, tg.Tags...), "_")
+}
+
+// BuildFor is Build for a target: cross-compiled (GOOS, GOARCH) or with build tags. A binary for
+// another GOARCH runs here under an emulator (qemu-aarch64-static for arm64).
+func BuildFor(pkg string, tg Target) (string, error) {
 	built.Lock()
 	defer built.Unlock()
-	if bin, ok := built.bins[pkg]; ok {
+	pkg = filepath.Clean(pkg)
+	id := filepath.Join(pkg, tg.dir())
+	if bin, ok := built.bins[id]; ok {
 		return bin, nil
 	}
 	root, err := ModuleRoot()
@@ -56,8 +80,10 @@ func Build(pkg string) (string, error) {
 		}
 		built.bins = map[string]string{}
 	}
-	pkg = filepath.Clean(pkg)
-	bin := filepath.Join(built.dir, pkg, filepath.Base(pkg)) // named as go build names it
+	bin := filepath.Join(built.dir, id, filepath.Base(pkg)) // named as go build names it
+	if tg.GOOS == "windows" || tg.GOOS == "" && runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
 	lock, err := os.OpenFile(filepath.Join(built.dir, "lock"), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return "", fmt.Errorf("testkit: %w", err)
@@ -75,8 +101,19 @@ func Build(pkg string) (string, error) {
 		}
 		// Into a temporary name first: a build that fails or is killed leaves no binary to reuse.
 		tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-		cmd := exec.Command(goTool(), "build", "-o", tmp, "./"+filepath.ToSlash(pkg))
+		args := []string{"build", "-o", tmp}
+		if len(tg.Tags) > 0 {
+			args = append(args, "-tags", strings.Join(tg.Tags, ","))
+		}
+		cmd := exec.Command(goTool(), append(args, "./"+filepath.ToSlash(pkg))...)
 		cmd.Dir = root
+		cmd.Env = os.Environ()
+		if tg.GOOS != "" {
+			cmd.Env = append(cmd.Env, "GOOS="+tg.GOOS)
+		}
+		if tg.GOARCH != "" {
+			cmd.Env = append(cmd.Env, "GOARCH="+tg.GOARCH)
+		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.Remove(tmp)
 			return "", fmt.Errorf("testkit: go build %s: %v\n%s", pkg, err, out)
@@ -85,7 +122,7 @@ func Build(pkg string) (string, error) {
 			return "", fmt.Errorf("testkit: %w", err)
 		}
 	}
-	built.bins[pkg] = bin
+	built.bins[id] = bin
 	return bin, nil
 }
 

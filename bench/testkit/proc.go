@@ -35,12 +35,19 @@ type Fairlead struct {
 // after another merges over its tables.
 func StartFairlead(t T, files map[string]string) *Fairlead {
 	t.Helper()
+	return StartFairleadCommand(t, nil, files)
+}
+
+// StartFairleadCommand is StartFairlead with the command that runs fairlead: a binary that BuildFor
+// made, after an emulator if it needs one ("qemu-aarch64-static", bin); nil is StartFairlead's.
+func StartFairleadCommand(t T, command []string, files map[string]string) *Fairlead {
+	t.Helper()
 	addr, admin := Addr(t), Addr(t)
 	all := map[string]string{"00-listen.toml": ListenConfig(addr, admin)}
 	for name, body := range files {
 		all[name] = body
 	}
-	f := RunFairlead(t, WriteFiles(t, all), addr, admin)
+	f := runFairlead(t, command, WriteFiles(t, all), addr, admin)
 	f.WaitServing()
 	return f
 }
@@ -57,8 +64,18 @@ func ListenConfig(addr, admin string) string {
 // addr and admin. It is killed at the end of the test, which logs the end of its output if it failed.
 func RunFairlead(t T, dir, addr, admin string, args ...string) *Fairlead {
 	t.Helper()
+	return runFairlead(t, nil, dir, addr, admin, args...)
+}
+
+// runFairlead is RunFairlead with command (StartFairleadCommand's).
+func runFairlead(t T, command []string, dir, addr, admin string, args ...string) *Fairlead {
+	t.Helper()
+	if len(command) == 0 {
+		command = []string{Binary(t, "cmd/fairlead")}
+	}
 	f := &Fairlead{T: t, Dir: dir, Addr: addr, Admin: admin, Log: &SyncBuffer{}, exited: make(chan struct{})}
-	f.Cmd = exec.Command(Binary(t, "cmd/fairlead"), append([]string{"-config", dir}, args...)...)
+	args = append(append(command[1:len(command):len(command)], "-config", dir), args...)
+	f.Cmd = exec.Command(command[0], args...)
 	f.Cmd.Stdout, f.Cmd.Stderr = f.Log, f.Log
 	f.Cmd.SysProcAttr = DieWithTest()
 	if err := f.Cmd.Start(); err != nil {

@@ -116,6 +116,12 @@ func TestTwoProcessesWithTheSameConfigAgreeOnTheLeaderAndOnPlacementThroughAServ
 // over the cluster, with test-sized checks, and waits until it serves.
 func startHAProc(t *testing.T, c *sim.Cluster) *proc {
 	t.Helper()
+	return &proc{testkit.StartFairlead(t, haFiles(c))}
+}
+
+// haFiles is startHAProc's config: a sticky pool over c's connection servers, its WebSocket route first,
+// and a leader pool over its first two platforms (all of them, when fewer) with the catch-all route.
+func haFiles(c *sim.Cluster) map[string]string {
 	var cx testkit.Config
 	cx.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c))
 	names := cx.Table("pools.cxserver.names")
@@ -127,11 +133,11 @@ func startHAProc(t *testing.T, c *sim.Cluster) *proc {
 		Set("fast_interval", "100ms").Set("timeout", "300ms")
 	cx.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cxserver")
 	var platform testkit.Config
-	platform.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:2])
+	platform.Table("pools.platform").Set("servers", testkit.PlatformAddrs(c)[:min(2, len(c.Platforms))])
 	platform.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).Set("interval", "200ms").
 		Set("fast_interval", "100ms").Set("timeout", "300ms")
 	platform.Array("routes").Set("pool", "platform")
-	return &proc{testkit.StartFairlead(t, map[string]string{"10-cxserver.toml": cx.String(), "20-platform.toml": platform.String()})}
+	return map[string]string{"10-cxserver.toml": cx.String(), "20-platform.toml": platform.String()}
 }
 
 // haStatus is the part of /api/status these tests read.
