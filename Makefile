@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build install run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference
+.PHONY: all build install run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference cross cross-build platform-tests
 
 all: build
 
@@ -58,15 +58,53 @@ bench-2core: build
 	$(GO) run ./bench/cmd/fairlead-bench -threads 2 -scenarios http-small,http-16k,ws-echo
 
 # All tests under the race detector, plus the allocation guards of the hot paths, which run without it
-# (the race detector allocates on its own). First, if bench/appconfig/node_modules is missing and npm is
-# there, the official App Configuration JS client SDK the tests run is installed from its lock file
-# (without Node those tests skip, saying so).
+# (the race detector allocates on its own), the cross builds and the platform tests (below). First, if
+# bench/appconfig/node_modules is missing and npm is there, the official App Configuration JS client SDK
+# the tests run is installed from its lock file (without Node those tests skip, saying so).
 test:
 	@if [ ! -d bench/appconfig/node_modules ] && command -v npm >/dev/null; then \
 		npm ci --prefix bench/appconfig --no-audit --no-fund; fi
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory cross
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./lb/... ./stickiness/
+	@$(MAKE) --no-print-directory platform-tests
 	$(GO) test -race -count=1 -timeout 8m ./...
+
+# The platforms fairlead is built for besides this machine's (README: Where fairlead runs). make cross
+# (in make test) type-checks fairlead's packages, their tests and the test kits they use, with all they
+# import, the standard library included, for each of them from source (bench/cmd/fairlead-crosscheck:
+# what go vet would find wrong there, in seconds, where a cold cross build takes a minute per platform);
+# the linux/arm64 binary and tests are built for real by platform-tests and cmd/fairlead's tests. make
+# cross-build builds fairlead for each and vets for each of CROSS_VET, for real (make -j2 cross-build
+# runs two at once; minutes on a cold build cache). The bench, the fault suite and the HA test are
+# Linux tooling.
+CROSS      := linux/arm64 windows/amd64 windows/arm64 darwin/arm64 darwin/amd64 freebsd/amd64 freebsd/arm64
+CROSS_VET  := windows/amd64 darwin/arm64
+CROSS_PKGS := ./cmd/fairlead/... ./lb/... ./healthcheck/... ./stickiness/... ./bench/testkit/... ./bench/sim/...
+
+comma := ,
+space := $(subst ,, )
+
+cross:
+	$(GO) run ./bench/cmd/fairlead-crosscheck -platforms $(subst $(space),$(comma),$(strip $(CROSS))) $(CROSS_PKGS)
+
+cross-build: $(addprefix cross-build-,$(subst /,-,$(CROSS)))
+
+cross-build-%:
+	GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) $(GO) build -o /dev/null ./cmd/fairlead
+	$(if $(filter $(subst -,/,$*),$(CROSS_VET)),GOOS=$(word 1,$(subst -, ,$*)) GOARCH=$(word 2,$(subst -, ,$*)) $(GO) vet $(CROSS_PKGS))
+
+# What differs by platform, tested: lb/nbio's and lb/tunnel's portable halves (the Windows, macOS and
+# FreeBSD paths) here, and their Linux halves built for arm64 and run under qemu-user (Debian's
+# qemu-user-static; .ci/run installs it). On an arm64 machine go test runs the latter natively anyway.
+# cmd/fairlead's platforms_test.go runs a whole fairlead both ways.
+platform-tests:
+	$(GO) test -race -count=1 -tags nbio_portable ./lb/nbio/ ./lb/tunnel/
+	@if [ "$$($(GO) env GOARCH)" = arm64 ]; then :; \
+	elif command -v qemu-aarch64-static >/dev/null; then \
+		echo "GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64-static ./lb/nbio/ ./lb/tunnel/"; \
+		GOARCH=arm64 $(GO) test -count=1 -exec qemu-aarch64-static ./lb/nbio/ ./lb/tunnel/; \
+	else echo "qemu-aarch64-static is missing (apt-get install qemu-user-static): lb/nbio and lb/tunnel were not tested on arm64"; fi
 
 # Fuzz targets (Name:package), run one after another for FUZZTIME each (go test -fuzz takes one target
 # per package run); FUZZMINIMIZETIME bounds the shrinking of each new input (Go's default, 60s, would
