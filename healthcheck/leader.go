@@ -194,15 +194,16 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 	}
 	wasFast := l.el.unsettled(l.targets)
 	if !ok && t == l.el.leader {
-		what := fmt.Sprintf("status %d", status)
 		if err != nil {
-			what = err.Error()
+			l.logf("healthcheck: pool %s: leader %s did not answer its LeaderCheck: %v", l.pool, t.addr, err)
+		} else {
+			l.logf("healthcheck: pool %s: leader %s answered its LeaderCheck with status %d", l.pool, t.addr, status)
 		}
-		l.logf("healthcheck: pool %s: leader %s answered %s", l.pool, t.addr, what)
 	}
 	out := l.el.observe(l.targets, t, ok)
+	ev := l.reachLocked(t, status, err)
 	t.first = false
-	ev := l.applyLocked(out)
+	ev = append(ev, l.applyLocked(out)...)
 	roundDone := l.answeredFirstLocked(t)
 	if roundDone {
 		ev = append(ev, l.finishFirstRoundLocked()...)
@@ -219,6 +220,42 @@ func (l *Leader) answer(t *Target, start time.Time, status int, err error) {
 		// a fast interval (at once if its latest probe is older), not at the end of its steady wait.
 		l.wakeAll()
 	}
+}
+
+// serving reports whether a LeaderCheck answer shows a server able to serve: 200 (the leader, or a
+// candidate), 503 (a standby), 400 or 401 (a standby that refuses the check's request or credentials:
+// it answers, so it is there to take over). No answer (refused, timed out) or another status is not.
+func serving(status int, err error) bool {
+	return err == nil && (status == 200 || status == 400 || status == 401 || status == 503)
+}
+
+// reachLocked follows whether t is there to serve, beside the election: fall probes in a row without a
+// serving answer take it down (ServerDown: a standby lost is the pool's redundancy lost, the next
+// leader failure an outage), and its next serving answer brings it back (ServerUp). Its first answer
+// decides at once: a server that does not answer the first round is down from the start. The caller
+// holds l.mu and publishes the events.
+func (l *Leader) reachLocked(t *Target, status int, err error) []event.Event {
+	if serving(status, err) {
+		t.misses = 0
+		if !t.lost {
+			return nil
+		}
+		t.lost = false
+		return []event.Event{{Kind: event.ServerUp, Server: t.addr, Detail: fmt.Sprintf("LeaderCheck answered status %d", status)}}
+	}
+	t.misses++
+	if t.lost || !t.first && t.misses < l.o.Fall {
+		return nil
+	}
+	t.lost = true
+	why := fmt.Sprintf("LeaderCheck answered status %d", status)
+	if err != nil {
+		why = "LeaderCheck: " + err.Error()
+	}
+	if t.misses > 1 {
+		why = fmt.Sprintf("%d LeaderChecks in a row failed, the last: %s", t.misses, why)
+	}
+	return []event.Event{{Kind: event.ServerDown, Server: t.addr, Detail: why}}
 }
 
 func (l *Leader) firstRoundOver() {

@@ -29,6 +29,11 @@ type Target struct {
 	// Guarded by the owning Checker's or Leader's mutex.
 	run, fails int  // consecutive passing / failing answers
 	first      bool // no answer yet: the first decides the initial state
+	// A leader pool's view of a server beside the election: misses counts its probes in a row that
+	// got no serving answer (refused, timed out, another status than 200, 400, 401 or 503); lost is
+	// true from the fall-th such miss (ServerDown published) until its next serving answer (ServerUp).
+	misses int
+	lost   bool
 
 	kick chan struct{} // probe now
 	wake chan struct{} // the pace changed: recompute the wait
