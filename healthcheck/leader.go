@@ -276,9 +276,23 @@ func (l *Leader) finishFirstRoundLocked() []event.Event {
 	out := l.el.finishFirstRound(l.targets)
 	ev := l.applyLocked(out)
 	if l.el.leader == nil {
-		l.logf("healthcheck: pool %s: no leader after the first round of probes", l.pool)
+		why := ""
+		if l.credentialsRefusedLocked() {
+			why = ": every server answers 401, the LeaderCheck credentials are refused"
+		}
+		l.logf("healthcheck: pool %s: no leader after the first round of probes%s", l.pool, why)
 	}
 	return ev
+}
+
+// credentialsRefusedLocked reports whether every server's latest LeaderCheck answer was 401.
+func (l *Leader) credentialsRefusedLocked() bool {
+	for _, t := range l.targets {
+		if !t.answered.Load() || t.lastErr.Load() != nil || t.lastStatus.Load() != 401 {
+			return false
+		}
+	}
+	return len(l.targets) > 0
 }
 
 // applyLocked makes an outcome visible (the Up flags and Current) and returns its events, published by

@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log"
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -449,7 +451,28 @@ func (pr *prober) get() (int, error) {
 		if alert := pr.alert.Swap(nil); alert != nil {
 			return 0, *alert // what the server said rather than "the server closed connection"
 		}
-		return 0, err
+		return 0, probeError(err, pr.timeout)
 	}
 	return resp.StatusCode(), nil
+}
+
+// probeError says in words what became of a probe that got no answer, without the HTTP library's
+// names (they reach the log, the events and /status): a timeout is not an answer. A timeout of 0 is
+// not said (a live request's, whose limit the health check does not know).
+func probeError(err error, timeout time.Duration) error {
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout):
+		if timeout <= 0 {
+			return errors.New("no answer: timed out")
+		}
+		return fmt.Errorf("no answer: timed out after %s", timeout)
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return errors.New("no answer: the server closed the connection")
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return errors.New("no answer: the previous probes still wait")
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "fasthttp: ") {
+		return errors.New(strings.TrimPrefix(msg, "fasthttp: "))
+	}
+	return err
 }

@@ -71,7 +71,7 @@ func TestHungLeaderCountsAsNon200ByTimeout(t *testing.T) {
 	mustSetState(t, p2, sim.Leader)
 	testkit.Eventually(t, "platform2 to lead", 5*time.Second, func() bool { return l.Status().Pools[0].Leader == p2.Addr })
 	st := l.Status().Pools[0].Servers[0].Check
-	if st.Fails < 3 || !strings.Contains(st.LastError, "timeout") {
+	if st.Fails < 3 || !strings.Contains(st.LastError, "timed out after") || strings.Contains(st.LastError, "fasthttp") {
 		t.Fatalf("hung server check state %+v, want >= 3 fails by timeout", st)
 	}
 	if code, by := get(t, l, "/"); code != 200 || by != p2.Name {

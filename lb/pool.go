@@ -273,6 +273,9 @@ func (p *Pool) availabilityChanged(st *poolView, down bool) {
 				plural = ""
 			}
 			detail = strconv.Itoa(n) + " server" + plural + ": " + strings.Join(states, ", ")
+			if p.leader && p.credentialsRefused() {
+				detail = strconv.Itoa(n) + " server" + plural + ": the LeaderCheck credentials are refused (every server answers 401)"
+			}
 		}
 		p.bus.Publish(event.Event{Kind: event.PoolDown, Pool: p.name, Detail: detail})
 		return
@@ -284,6 +287,18 @@ func (p *Pool) availabilityChanged(st *poolView, down bool) {
 		}
 	}
 	p.bus.Publish(event.Event{Kind: event.PoolUp, Pool: p.name, Detail: "available: " + strings.Join(up, ", ")})
+}
+
+// credentialsRefused reports whether every server of a leader pool answered its latest LeaderCheck with
+// 401: nobody leads because fairlead's credentials are wrong, not because the servers are down.
+func (p *Pool) credentialsRefused() bool {
+	checks := p.health.Status()
+	for _, c := range checks {
+		if !c.Answered || c.LastError != "" || c.LastStatus != 401 {
+			return false
+		}
+	}
+	return len(checks) > 0
 }
 
 func (p *Pool) tierChanged(st *poolView, now int) {

@@ -47,6 +47,9 @@ func TestADeadStandbyIsADownServerEventAndAWarnLineAndItsReturnAnUp(t *testing.T
 			if line == "" {
 				t.Fatalf("no WARN line of the standby's loss:\n%s", logs.all())
 			}
+			if strings.Contains(logs.all(), "fasthttp") {
+				t.Errorf("the log names the HTTP library:\n%s", logs.all())
+			}
 			if l.Status().Pools[0].Leader != p1.Addr || rec.count(event.ServerDown, p1.Addr) != 0 {
 				t.Fatal("the leader changed or went down with its standby")
 			}
@@ -99,5 +102,22 @@ func TestStandbysAnswering400_401_503AreNotDown(t *testing.T) {
 	}
 	if strings.Contains(logs.all(), "server down") {
 		t.Fatalf("a server down line:\n%s", logs.all())
+	}
+}
+
+// Issue 36: every LeaderCheck answered 401: the ERROR says the credentials are refused, not "2 down".
+func TestEveryLeaderCheckAnswering401SaysTheCredentialsAreRefused(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	l, logs := startLB(t, platformConfig(c, `queue_timeout = "200ms"`, `credentials = "YWRtaW46d3Jvbmc="`))
+	get(t, l, "/")
+	testkit.Eventually(t, "the pool down line", 5*time.Second, func() bool {
+		return logLine(logs, "level=ERROR", "kind=pool_down") != ""
+	})
+	line := logLine(logs, "level=ERROR", "kind=pool_down")
+	if !strings.Contains(line, "credentials are refused") || strings.Contains(line, "2 down") {
+		t.Fatalf("pool down line %q, want the credentials refused", line)
+	}
+	if logLine(logs, "no leader after the first round", "credentials are refused") == "" {
+		t.Fatalf("the first round's line does not say the credentials are refused:\n%s", logs.all())
 	}
 }
