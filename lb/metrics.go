@@ -207,6 +207,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		p.m.duration.write(w, "fairlead_request_duration_seconds", l)
 		p.m.queueWait.write(w, "fairlead_queue_wait_seconds", l)
 		states := p.serverStates(st) // admin.go: the vocabulary of /api/status and the page
+		metrics.WriteGaugeUint64(w, "fairlead_pool_redundancy_lost{"+l+"}", boolGauge(redundancyLost(states)))
 		for i, s := range st.servers {
 			sl := l + "," + serverLabels(s)
 			for _, state := range admin.ServerStates {
@@ -243,4 +244,16 @@ func boolGauge(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// redundancyLost reports whether a pool of two servers or more has fewer than two that can serve (up,
+// or a healthy standby): the next failure is an outage (or one already is).
+func redundancyLost(states []string) bool {
+	n := 0
+	for _, state := range states {
+		if state == admin.StateUp || state == admin.StateStandby {
+			n++
+		}
+	}
+	return len(states) >= 2 && n < 2
 }

@@ -121,3 +121,21 @@ func TestEveryLeaderCheckAnswering401SaysTheCredentialsAreRefused(t *testing.T) 
 		t.Fatalf("the first round's line does not say the credentials are refused:\n%s", logs.all())
 	}
 }
+
+// Issue 36: a leader pool whose standby died has lost its redundancy: fairlead_pool_redundancy_lost is
+// 1 while it lasts and 0 again once the standby is back.
+func TestALostStandbyIsARedundancyLostMetricUntilItReturns(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p2 := c.Platforms[1]
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	lost := func(v string) func() bool {
+		return func() bool {
+			return strings.Contains(scrapeMetrics(t, l), `fairlead_pool_redundancy_lost{pool="platform"} `+v+"\n")
+		}
+	}
+	testkit.Eventually(t, "redundancy at rest", 5*time.Second, lost("0"))
+	mustSetState(t, p2, sim.Dead)
+	testkit.Eventually(t, "redundancy lost", 10*time.Second, lost("1"))
+	mustSetState(t, p2, sim.Backup)
+	testkit.Eventually(t, "redundancy back", 10*time.Second, lost("0"))
+}

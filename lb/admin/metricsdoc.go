@@ -28,6 +28,7 @@ var metricFamilies = []metricFamily{
 
 	// Pools (label pool).
 	{"fairlead_pool_requests_total", "counter", "pool", "requests routed to the pool"},
+	{"fairlead_pool_redundancy_lost", "gauge", "pool", "1 while a pool of two servers or more has fewer than two that can serve (up, or a healthy standby: a leader pool whose leader is its last healthy server): the next failure is an outage; 0 otherwise"},
 	{"fairlead_pool_retries_total", "counter", "pool", "attempts retried on another server (or on the confirmed leader)"},
 	{"fairlead_pool_inflight_failovers_total", "counter", "pool", "leader pools: requests sent to a new leader while they waited for the old one's answer (among the retries)"},
 	{"fairlead_pool_errors_total", "counter", "pool, code", "answers fairlead gave itself: `502`, `504`, and unavailable_status (`503` by default)"},
