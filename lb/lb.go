@@ -383,9 +383,15 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	old := lb.gen.Load()
 	if sameFiles(old.cfg, cfg) {
 		// The files say what is running: this reload succeeded, even after a failed one (a bad edit
-		// put back as it was), whose 0 would otherwise stay.
-		lb.lastReloadOK.Store(true)
-		lb.logf("reload: config unchanged, nothing to do")
+		// put back as it was), whose 0 would otherwise stay. After a failed one it is a ReloadApplied
+		// event (nothing new applied, so fairlead_config_reloads_total stays): the failure it ends
+		// leaves /api/status and the page's banner with the metric.
+		if lb.lastReloadOK.Swap(true) {
+			lb.logf("reload: config unchanged, nothing to do")
+			return nil
+		}
+		lb.bus.Publish(event.Event{Kind: event.ReloadApplied,
+			Detail: "config unchanged: the files are the running config's again, as before the failed reload"})
 		return nil
 	}
 	// A new listen address is bound first: if it cannot be, nothing of the reload applies. A listener

@@ -927,3 +927,62 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 		}
 	}
 }
+
+// A bad edit put back as it was: the reload that follows finds the files unchanged (the running
+// config's), and the page's "Reload failed" banner (/api/status last_reload_failed) goes with the
+// metric back to 1: the three agree.
+func TestAFailedReloadRevertedClearsTheBannerWithTheMetric(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	files := platformConfig(c, "", "")
+	dir := testkit.WriteFiles(t, files)
+	l, logs := startLBDir(t, dir)
+	path := filepath.Join(dir, "20-override.toml")
+	reload := func() {
+		t.Helper()
+		cfg, err := config.Load(dir)
+		if err != nil {
+			l.ReloadFailed(err) // as fairlead's reload loop does
+			return
+		}
+		if err := l.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := func() *admin.ReloadFailure {
+		t.Helper()
+		code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, "/api/status", "")
+		if code != 200 {
+			t.Fatalf("GET /api/status: %d %s", code, body)
+		}
+		var st admin.Status
+		if err := json.Unmarshal(body, &st); err != nil {
+			t.Fatalf("GET /api/status: %v", err)
+		}
+		return st.LastReloadFailed
+	}
+	metric := func() float64 {
+		t.Helper()
+		return opMetric(t, l.AdminAddr(), "", "fairlead_config_last_reload_successful")
+	}
+
+	if err := os.WriteFile(path, []byte(files["20-override.toml"]+"nonsense = \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	if f, n := failed(), metric(); f == nil || n != 0 {
+		t.Fatalf("after a bad edit: last_reload_failed %+v, fairlead_config_last_reload_successful %v; want a failure and 0", f, n)
+	}
+	if err := os.WriteFile(path, []byte(files["20-override.toml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	if f, n := failed(), metric(); f != nil || n != 1 {
+		t.Fatalf("after the edit was put back: last_reload_failed %+v, fairlead_config_last_reload_successful %v; want none and 1", f, n)
+	}
+	if n := opMetric(t, l.AdminAddr(), "", "fairlead_config_reloads_total"); n != 0 {
+		t.Errorf("fairlead_config_reloads_total = %v, want 0 (nothing new was applied)", n)
+	}
+	if !strings.Contains(logs.all(), "config unchanged") {
+		t.Errorf("the log does not say the config is unchanged:\n%s", logs.all())
+	}
+}

@@ -24,7 +24,7 @@ const (
 	LeaderChanged                    // a leader pool elected another leader (Server; Old was the leader)
 	SplitBrain                       // the leader answered 200 while another server's latest answer was 200 (once per split brain)
 	CheckAnswered                    // one probe answered (Status, Latency, Detail on error)
-	ReloadApplied                    // a new configuration is in force
+	ReloadApplied                    // a new configuration is in force, or the running one's files are back after a reload_failed (Detail)
 	ReloadFailed                     // a configuration did not load; the running one stays (Detail)
 	Failover                         // no primary of a pool is usable: its backups serve (Detail)
 	Failback                         // a primary of a pool is usable again: traffic returns to the primaries
