@@ -219,7 +219,11 @@ func (c *Checker) Report(t *Target, err error) {
 		t.retry = time.AfterFunc(c.o.failback(t, c.o.Interval), func() { c.retryPassive(t) })
 	}
 	c.mu.Unlock()
-	c.publish(event.Event{Kind: event.ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live failures in a row: %v", n, probeError(err, 0))})
+	failures := "failures"
+	if n == 1 {
+		failures = "failure"
+	}
+	c.publish(event.Event{Kind: event.ServerDown, Server: t.addr, Detail: fmt.Sprintf("%d live %s in a row: %v", n, failures, probeError(err, 0))})
 }
 
 // Probe asks for an immediate probe of t; without active probing, a server that live failures took

@@ -133,7 +133,7 @@ func TestDiscoveryAppliesEachListAsAServerSetChangeAfterTheSeed(t *testing.T) {
 	}
 	found := false
 	for _, line := range strings.Split(logs.all(), "\n") {
-		if strings.Contains(line, `msg="discovery: fake: 1 servers (added none; removed `) && strings.Contains(line, "pool=rr") &&
+		if strings.Contains(line, `msg="discovery: fake: 1 server (added none; removed `) && strings.Contains(line, "pool=rr") &&
 			strings.Contains(line, p1.Addr) && strings.Contains(line, p2.Addr) {
 			found = true
 		}

@@ -481,7 +481,7 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	lb.reloads.Add(1)
 	lb.lastReloadOK.Store(true)
 	lb.bus.Publish(event.Event{Kind: event.ReloadApplied,
-		Detail: fmt.Sprintf("%d pools, %d new", len(g.pools), len(fresh))})
+		Detail: fmt.Sprintf("%s, %d new", plural(len(g.pools), "pool"), len(fresh))})
 	// The listen addresses moved above, the admin credentials, access_log and log_level apply at
 	// once; the rest of [frontend] configures the running HTTP server, and the logger's format and
 	// the state file are set up at start.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -230,4 +231,13 @@ func (e *tunnelEnd) account() {
 		slog.Uint64("bytes_to_client", toClient),
 		slog.String("reason", e.why.String()),
 	)
+}
+
+// plural writes a count with its noun in the singular or plural, as every count in a log line, an
+// event or the page is written: "1 server", "2 servers", "0 servers".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

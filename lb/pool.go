@@ -268,13 +268,9 @@ func (p *Pool) availabilityChanged(st *poolView, down bool) {
 			for i, state := range states {
 				states[i] = strconv.Itoa(count[state]) + " " + state
 			}
-			plural := "s"
-			if n == 1 {
-				plural = ""
-			}
-			detail = strconv.Itoa(n) + " server" + plural + ": " + strings.Join(states, ", ")
+			detail = plural(n, "server") + ": " + strings.Join(states, ", ")
 			if p.leader && p.credentialsRefused() {
-				detail = strconv.Itoa(n) + " server" + plural + ": the LeaderCheck credentials are refused (every server answers 401)"
+				detail = plural(n, "server") + ": the LeaderCheck credentials are refused (every server answers 401)"
 			}
 		}
 		p.bus.Publish(event.Event{Kind: event.PoolDown, Pool: p.name, Detail: detail})

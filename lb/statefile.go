@@ -297,7 +297,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 				n++
 			}
 		}
-		return fmt.Sprintf("%d of %d servers up", n, len(st.servers)), sticky, nil
+		return fmt.Sprintf("%d of %s up", n, plural(len(st.servers), "server")), sticky, nil
 	}
 	return "", sticky, fmt.Errorf("balance %q keeps no state", p.balance)
 }

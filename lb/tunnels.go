@@ -120,7 +120,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		if len(ts) == 0 {
 			return
 		}
-		lb.logf("tunnel: pool %s: closing %d tunnels to %s over %s (%s)", e.Pool, len(ts), lb.serverLabel(e.Pool, addr), spread, why)
+		lb.logf("tunnel: pool %s: closing %s to %s over %s (%s)", e.Pool, plural(len(ts), "tunnel"), lb.serverLabel(e.Pool, addr), spread, why)
 		lb.wg.Add(1)
 		go func() {
 			defer lb.wg.Done()
@@ -129,7 +129,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		return
 	}
 	if n := lb.tunnels.closeGroup(group); n > 0 {
-		lb.logf("tunnel: pool %s: closed %d tunnels to %s (%s)", e.Pool, n, lb.serverLabel(e.Pool, addr), why)
+		lb.logf("tunnel: pool %s: closed %s to %s (%s)", e.Pool, plural(n, "tunnel"), lb.serverLabel(e.Pool, addr), why)
 	}
 }
 
@@ -147,7 +147,7 @@ func (lb *LB) closeAllTunnels(g *generation) {
 			continue
 		}
 		spread := st.cfg.TunnelCloseSpread.D
-		lb.logf("tunnel: pool %s: closing %d tunnels to stop, over %s", p.name, len(ts), spread)
+		lb.logf("tunnel: pool %s: closing %s to stop, over %s", p.name, plural(len(ts), "tunnel"), spread)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -181,7 +181,7 @@ func (lb *LB) failbackTunnels(e event.Event) {
 		return
 	}
 	spread := st.cfg.FailbackCloseSpread.D
-	lb.logf("tunnel: pool %s: moving %d tunnels from the backups back to the primaries over %s", p.name, len(ts), spread)
+	lb.logf("tunnel: pool %s: moving %s from the backups back to the primaries over %s", p.name, plural(len(ts), "tunnel"), spread)
 	lb.wg.Add(1)
 	go func() {
 		defer lb.wg.Done()

@@ -77,7 +77,11 @@ type Change struct {
 // String describes the change for the log and the event stream, e.g. "dns: 3 servers (added 10.0.0.3:8080;
 // removed none)".
 func (c Change) String() string {
-	return fmt.Sprintf("%s: %d servers (added %s; removed %s)", c.Provider, len(c.List), orNone(c.Added), orNone(c.Removed))
+	servers := "servers"
+	if len(c.List) == 1 {
+		servers = "server"
+	}
+	return fmt.Sprintf("%s: %d %s (added %s; removed %s)", c.Provider, len(c.List), servers, orNone(c.Added), orNone(c.Removed))
 }
 
 // A Target is the pool a Watcher's lists go to.

@@ -111,7 +111,7 @@ func TestAWatcherHandsItsTargetOnlyListsThatChangeWhatIsInForce(t *testing.T) {
 		synctest.Wait()
 		want := []string{
 			"scripted: 2 servers (added 10.0.0.2:80; removed none)",
-			"scripted: 1 servers (added none; removed 10.0.0.1:80)",
+			"scripted: 1 server (added none; removed 10.0.0.1:80)",
 		}
 		if got := r.got(); !slices.Equal(got, want) {
 			t.Fatalf("changes:\n%q\nwant\n%q", got, want)
