@@ -523,6 +523,10 @@ func (lb *LB) ReloadFailed(err error) {
 	lb.bus.Publish(event.Event{Kind: event.ReloadFailed, Detail: err.Error()})
 }
 
+// Unchanged reports whether cfg was read from the same bytes as the running config: a Reload of it
+// would find nothing to do.
+func (lb *LB) Unchanged(cfg *config.Config) bool { return sameFiles(lb.gen.Load().cfg, cfg) }
+
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).
 func sameFiles(a, b *config.Config) bool { return a.Digest != "" && a.Digest == b.Digest }

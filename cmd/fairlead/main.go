@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
+	"sync/atomic"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb"
@@ -69,23 +71,33 @@ func run(args []string) int {
 		logger.Error("fairlead: cannot start: " + err.Error())
 		return 1
 	}
-	log.Printf("fairlead %s listening on %s (admin %s)", version, l.Addr(), l.AdminAddr())
+	log.Print(startupLine(version, l.Addr(), l.TLSAddr(), l.AdminAddr()))
 
 	// SIGHUP (not on Windows), or a change to a config file, reloads the config; a bad config is reported
 	// (one WARN line naming every file and key: the reload_failed event's) and the running one stays.
 	// Reloads run one at a time.
+	// The watch's catch-up at start (catchUp) is no reload anyone asked for: files found unchanged
+	// then are not logged. A reload asked for while one is pending makes the pending one asked for.
 	reloads := make(chan struct{}, 1)
-	reload := func() {
+	var asked atomic.Bool
+	request := func() {
 		select {
 		case reloads <- struct{}{}:
 		default: // one is pending already: it will read the files as they are then
 		}
 	}
+	reload := func() { asked.Store(true); request() }
+	catchUp := request
 	go func() {
 		for range reloads {
+			quiet := !asked.Swap(false)
 			cfg, err := config.Load(*configPath)
 			if err != nil {
 				l.ReloadFailed(err) // logged once, by the event's line
+				continue
+			}
+			if quiet && l.Unchanged(cfg) {
+				slog.Debug("config watch: the files are as read at start")
 				continue
 			}
 			l.Reload(cfg) //nolint:errcheck // Reload logs its outcome itself
@@ -101,10 +113,28 @@ func run(args []string) int {
 			}
 		}
 	})
-	go watchConfig(ctx, *configPath, reload, l.SecretFiles, applied, log.Printf)
+	go watchConfig(ctx, *configPath, reload, catchUp, l.SecretFiles, applied, log.Printf)
 
 	<-ctx.Done()
 	log.Print("fairlead: stopping: draining")
 	l.Close()
 	return 0
+}
+
+// startupLine is the line that says fairlead serves: its version and every listener it has (the plain
+// and the TLS front end, the admin), e.g. "fairlead 1.2 listening on 127.0.0.1:8080 (HTTP) and
+// 127.0.0.1:8443 (HTTPS), admin on 127.0.0.1:8404".
+func startupLine(version, addr, tlsAddr, adminAddr string) string {
+	var on []string
+	if addr != "" {
+		on = append(on, addr+" (HTTP)")
+	}
+	if tlsAddr != "" {
+		on = append(on, tlsAddr+" (HTTPS)")
+	}
+	line := "fairlead " + version + " listening on " + strings.Join(on, " and ")
+	if adminAddr != "" {
+		return line + ", admin on " + adminAddr
+	}
+	return line + ", no admin listener"
 }

@@ -14,12 +14,12 @@ import (
 // editor's save (truncate, write, rename) or a deploy copying several files is one reload.
 const debounce = 300 * time.Millisecond
 
-// watchConfig calls reload after the config at path changes: a *.toml file of the directory (or the one
+// watchConfig calls catchUp once the watch is set up, then reload after the config at path changes: a *.toml file of the directory (or the one
 // file) written, created, removed or renamed, or one of the files secrets returns (the running config's
 // keys and password files, asked again at each value of applied: a reload applied). It returns when ctx
 // ends. A watch that cannot be set up is reported through logf, with how to reload then (reloadHint:
 // SIGHUP, or on Windows, which has none, a restart).
-func watchConfig(ctx context.Context, path string, reload func(), secrets func() []string, applied <-chan struct{}, logf func(string, ...any)) {
+func watchConfig(ctx context.Context, path string, reload, catchUp func(), secrets func() []string, applied <-chan struct{}, logf func(string, ...any)) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		logf("config watch: %v (%s)", err, reloadHint)
@@ -54,8 +54,9 @@ func watchConfig(ctx context.Context, path string, reload func(), secrets func()
 	}
 	syncSecrets()
 	// The config was read before the watch was set up: an edit made meanwhile (a deploy writing the
-	// files as fairlead starts) is caught up now. An unchanged config is skipped by the reload.
-	reload()
+	// files as fairlead starts) is caught up now. An unchanged config is skipped, silently: nobody
+	// asked for this reload.
+	catchUp()
 	relevant := func(name string) bool {
 		if watched[abs(name)] {
 			return true
