@@ -16,6 +16,7 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 )
@@ -335,5 +336,32 @@ func TestAccessLogCostsABoundedNumberOfAllocations(t *testing.T) {
 	const harness, fasthttpStreaming, accessLine = 1, 4, 6
 	if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming+accessLine {
 		t.Errorf("%.1f allocations per request with the access log on, want at most %d", n, harness+fasthttpStreaming+accessLine)
+	}
+}
+
+// A tunnel still open when fairlead stops is logged with reason=shutdown (not "closed", which is a
+// server going down, a leader change, a drain) and counted so; the stop's line counts it in the
+// singular.
+func TestATunnelOpenAtCloseIsLoggedWithReasonShutdown(t *testing.T) {
+	c := startCluster(t, 2, 2)
+	l, logs := startLB(t, cxConfig(c, "[global]\naccess_log = true\n"))
+	conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("asset-7"))
+	defer conn.Close()
+	if err := conn.WriteMessage(websocket.BinaryMessage, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	tl := accessLines(t, logs, "tunnel")
+	if len(tl) != 1 || tl[0]["reason"] != "shutdown" {
+		t.Fatalf("tunnel lines %v; want one with reason=shutdown", tl)
+	}
+	if st := l.tunnels.stats(); st.ByReason[tunnel.Shutdown] != 1 || st.ByReason[tunnel.Closed] != 0 {
+		t.Errorf("closed by reason %v; want the one tunnel counted as shutdown", st.ByReason)
+	}
+	if !strings.Contains(logs.all(), "tunnel: pool cxserver: closing 1 tunnel to stop") {
+		t.Errorf("no line about closing 1 tunnel to stop:\n%s", logs.all())
 	}
 }

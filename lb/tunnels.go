@@ -124,7 +124,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		lb.wg.Add(1)
 		go func() {
 			defer lb.wg.Done()
-			closeSpread(lb.ctx, ts, spread, func() bool { return true })
+			closeSpread(lb.ctx, ts, spread, (*tunnel.Tunnel).Close, func() bool { return true })
 		}()
 		return
 	}
@@ -133,8 +133,8 @@ func (lb *LB) closeTunnels(e event.Event) {
 	}
 }
 
-// closeAllTunnels closes every tunnel at exit, each pool's spread over its tunnel_close_spread (the
-// pools at once), and returns when they are closed.
+// closeAllTunnels ends every tunnel at exit (reason shutdown), each pool's spread over its
+// tunnel_close_spread (the pools at once), and returns when they are closed.
 func (lb *LB) closeAllTunnels(g *generation) {
 	var wg sync.WaitGroup
 	for _, p := range g.pools {
@@ -151,7 +151,7 @@ func (lb *LB) closeAllTunnels(g *generation) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			closeSpread(context.Background(), ts, spread, func() bool { return true })
+			closeSpread(context.Background(), ts, spread, (*tunnel.Tunnel).Shutdown, func() bool { return true })
 		}()
 	}
 	wg.Wait()
@@ -185,12 +185,13 @@ func (lb *LB) failbackTunnels(e event.Event) {
 	lb.wg.Add(1)
 	go func() {
 		defer lb.wg.Done()
-		closeSpread(lb.ctx, ts, spread, func() bool { return p.tier.Load() == primaries })
+		closeSpread(lb.ctx, ts, spread, (*tunnel.Tunnel).Close, func() bool { return p.tier.Load() == primaries })
 	}()
 }
 
-// closeSpread closes ts one by one, evenly over spread, while ok holds.
-func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration, ok func() bool) {
+// closeSpread ends ts one by one with end (Close, or Shutdown at exit), evenly over spread, while ok
+// holds.
+func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration, end func(*tunnel.Tunnel), ok func() bool) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
@@ -207,6 +208,6 @@ func closeSpread(ctx context.Context, ts []*tunnel.Tunnel, spread time.Duration,
 		if !ok() {
 			return
 		}
-		t.Close()
+		end(t)
 	}
 }

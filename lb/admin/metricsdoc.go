@@ -23,7 +23,7 @@ var metricFamilies = []metricFamily{
 	{"fairlead_events_total", "counter", "kind", "events published on the event stream, by kind (see Event kinds)"},
 	{"fairlead_tunnels_opened_total", "counter", "", "WebSocket tunnels opened"},
 	{"fairlead_tunnels_closed_total", "counter", "", "WebSocket tunnels closed"},
-	{"fairlead_tunnels_closed_by_reason_total", "counter", "reason", "tunnels closed, by reason: `closed by client` or `closed by server` (that side closed first), `error` (a read or write failed), `idle timeout` (tunnel_idle_timeout), `closed` (by fairlead: server down, in maintenance or removed, leader change, failback, drain)"},
+	{"fairlead_tunnels_closed_by_reason_total", "counter", "reason", "tunnels closed, by reason: `closed by client` or `closed by server` (that side closed first), `error` (a read or write failed), `idle timeout` (tunnel_idle_timeout), `closed` (by fairlead: server down, in maintenance or removed, leader change, failback, drain), `shutdown` (fairlead stopping)"},
 	{"fairlead_tunnel_bytes_total", "counter", "direction", "bytes relayed by tunnels, `to_server` and `to_client`, counted when a tunnel closes"},
 
 	// Pools (label pool).

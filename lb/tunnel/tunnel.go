@@ -90,13 +90,15 @@ const (
 	Error
 	// IdleTimeout: no byte either way for Options.IdleTimeout.
 	IdleTimeout
-	// Closed: by Tunnel.Close, Engine.CloseGroup or Engine.Close.
+	// Closed: by Tunnel.Close or Engine.CloseGroup.
 	Closed
+	// Shutdown: by Tunnel.Shutdown or Engine.Close (the program is stopping).
+	Shutdown
 
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"closed by client", "closed by server", "error", "idle timeout", "closed"}
+var reasonNames = [numReasons]string{"closed by client", "closed by server", "error", "idle timeout", "closed", "shutdown"}
 
 func (r Reason) String() string {
 	if r >= 0 && r < numReasons {
@@ -305,6 +307,9 @@ func socketOf(c net.Conn) (*net.TCPConn, *tls.Conn) {
 // Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
 func (t *Tunnel) Close() { t.r.closeTunnel(t, Closed) }
 
+// Shutdown is Close at the program's stop: the reason is Shutdown.
+func (t *Tunnel) Shutdown() { t.r.closeTunnel(t, Shutdown) }
+
 // Group is the label given to Add.
 func (t *Tunnel) Group() string { return t.group }
 
@@ -379,7 +384,7 @@ func (r *Engine) Stats() Stats {
 	return s
 }
 
-// Close closes every tunnel (reason Closed), then stops the loops and the janitor,
+// Close closes every tunnel (reason Shutdown), then stops the loops and the janitor,
 // and returns when all of the engine's goroutines have exited. Add fails afterwards.
 // Idempotent; concurrent callers all return once it is done.
 func (r *Engine) Close() {
@@ -395,7 +400,7 @@ func (r *Engine) Close() {
 		r.mu.Unlock()
 		close(r.stop)
 		for _, t := range ts {
-			r.closeTunnel(t, Closed)
+			r.closeTunnel(t, Shutdown)
 		}
 		r.sysClose()
 	})

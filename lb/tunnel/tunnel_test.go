@@ -588,8 +588,8 @@ func TestRelayClose(t *testing.T) {
 		}
 		c.Close()
 	}
-	if got := rs.list(); len(got) != n+1 || slices.ContainsFunc(got, func(r Reason) bool { return r != Closed }) {
-		t.Fatalf("reasons %v", got)
+	if got := rs.list(); len(got) != n+1 || slices.ContainsFunc(got, func(r Reason) bool { return r != Shutdown }) {
+		t.Fatalf("reasons %v, want all shutdown", got)
 	}
 	if _, err := r.Add(rc, rsv, nil, nil, "g", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Add after Close: %v", err)
@@ -645,7 +645,7 @@ func TestTunnelCloseAndReasonString(t *testing.T) {
 		t.Fatalf("reasons %v", got)
 	}
 	for r, want := range map[Reason]string{ClosedByClient: "closed by client", ClosedByServer: "closed by server",
-		Error: "error", IdleTimeout: "idle timeout", Closed: "closed", Reason(42): "Reason(42)"} {
+		Error: "error", IdleTimeout: "idle timeout", Closed: "closed", Shutdown: "shutdown", Reason(42): "Reason(42)"} {
 		if r.String() != want {
 			t.Errorf("%d: %q", int(r), r.String())
 		}
