@@ -2,7 +2,7 @@
 # `make run`: a simulated ThingWorx cluster (2 platform servers, 2 connection servers, 2
 # configuration servers behind a relay route) and 2 simulated IBM Cloud App Configuration instances
 # with their IAM (behind an App Configuration relay route) with fairlead in front of them, using the
-# shipped conf.d/. Ctrl-C stops everything this script started.
+# demo config bench/demo.d/ (conf.d/ is the production starting point `make install` installs). Ctrl-C stops everything this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,7 +21,7 @@ pids+=($!)
 # wait for the simulator's control API
 for _ in $(seq 50); do curl -fs http://127.0.0.1:9000/status >/dev/null 2>&1 && break; sleep 0.1; done
 
-./bin/fairlead -config conf.d &
+./bin/fairlead -config bench/demo.d &
 pids+=($!)
 for _ in $(seq 100); do curl -fs http://127.0.0.1:8404/healthz >/dev/null 2>&1 && break; sleep 0.1; done
 
@@ -90,7 +90,7 @@ State, the live event stream (Ctrl-C ends it) and metrics:
 
 TXT
 cat <<'TXT'
-A relay route (conf.d/40-relay.toml): one upstream WebSocket per topic, snapshots cached, changes
+A relay route (bench/demo.d/40-relay.toml): one upstream WebSocket per topic, snapshots cached, changes
 pushed to every subscriber. Subscribe (SSE; in another terminal, Ctrl-C ends it), fetch the cached
 snapshot, publish a change, fail over (the relays' status says which server each follows) and back:
   curl -sN -H 'Accept: text/event-stream' http://127.0.0.1:8080/relay/inventory/dev
@@ -100,7 +100,7 @@ snapshot, publish a change, fail over (the relays' status says which server each
   curl -s http://127.0.0.1:8404/api/status | grep -E '"(protocol|upstream|serving_backup)"'
   curl -s -XPOST http://127.0.0.1:9000/config/config1/up      # undo: back to config1 within failback_interval
 
-IBM Cloud App Configuration (conf.d/45-appconfig.toml): the SDKs, pointed at fairlead, hold the demo
+IBM Cloud App Configuration (bench/demo.d/45-appconfig.toml): the SDKs, pointed at fairlead, hold the demo
 key "demo-sdk-key"; fairlead holds the API key and follows instance appconfig1 (127.0.0.1:9291, guid
 demo-us-south), its backup appconfig2 (:9292, guid demo-eu-gb) and IAM (:9290). A client SDK's SSE
 stream (raw key; in another terminal), a server SDK's REST fetch (Bearer key), a change published, a
@@ -130,7 +130,7 @@ both, ready (each answers the server's new state):
   curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/maint
   curl -s -XPOST http://127.0.0.1:8404/api/servers/cxserver/127.0.0.1:9181/ready
 
-Edit any conf.d/*.toml: fairlead reloads it by itself (a bad edit is refused and logged).
+Edit any bench/demo.d/*.toml: fairlead reloads it by itself (a bad edit is refused and logged).
 
 Ctrl-C stops everything.
 TXT

@@ -18,7 +18,7 @@ const (
 	DefaultCredentials     = "YWRtaW46YWRtaW4=" // admin:admin
 	DefaultLeaderCheckPath = "/Thingworx/Admin/HA/LeaderCheck"
 	// DefaultIAMAPIKey is the IBM Cloud API key the simulated IAM exchanges for tokens when
-	// Options.IAMAPIKey is empty: a demo value (conf.d/demo-ibmcloud-apikey holds it), not a secret.
+	// Options.IAMAPIKey is empty: a demo value (bench/demo.d/demo-ibmcloud-apikey holds it), not a secret.
 	DefaultIAMAPIKey = "fairlead-demo-ibmcloud-apikey"
 )
 

@@ -88,8 +88,7 @@ var (
 
 func TestConfDShowsTheDefaultsTheCodeApplies(t *testing.T) {
 	files := confdFiles(t)
-	// conf.d names its demo files (45-appconfig.toml) relative to the repository's root, where `make run`
-	// and `fairlead -config conf.d` run fairlead.
+	// From the repository's root, as `fairlead -config conf.d` runs there.
 	t.Chdir("../..")
 	c, err := Load("conf.d")
 	if err != nil {
@@ -223,4 +222,18 @@ func sameValue(a, b reflect.Value) bool {
 		return true
 	}
 	return reflect.DeepEqual(a.Interface(), b.Interface())
+}
+
+// TestTheDemoConfigLoads: `make run` runs fairlead with bench/demo.d/ (not installed; conf.d/ is the
+// production starting point), whose 45-appconfig.toml names its demo key files relative to the
+// repository's root, where bench/run.sh runs fairlead.
+func TestTheDemoConfigLoads(t *testing.T) {
+	t.Chdir("../..")
+	c, err := Load("bench/demo.d")
+	if err != nil {
+		t.Fatalf("bench/demo.d does not load: %v", err)
+	}
+	if len(c.Relays) != 2 || c.Pools["platform"] == nil || c.Pools["cxserver"] == nil {
+		t.Errorf("bench/demo.d: relays %d, pools %v: want the two relays, the platform and the cxserver pools", len(c.Relays), len(c.Pools))
+	}
 }
