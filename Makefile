@@ -15,13 +15,14 @@ build:
 # the systemd unit (conf.d/fairlead.service, its paths rewritten for PREFIX and SYSCONFDIR) into UNITDIR;
 # DESTDIR stages the tree for a package. The *.toml files go only into a config directory that has none:
 # a reinstall never overwrites an operator's config nor adds files to it (a file put back could add a
-# pool or a route). REFERENCE.md and keepalived.conf.example are always refreshed. 45-appconfig.toml, the
-# demo relay with its demo key files, is not installed. The service's user is not created (packages do
-# that; the unit says how).
+# pool or a route). REFERENCE.md, keepalived.conf.example and grafana-fairlead.json are always refreshed.
+# conf.d/ is the production starting point (placeholder servers, LeaderCheck credentials through
+# credentials_file, relays commented out); `make run`'s demo config is bench/demo.d/, never installed.
+# The service's user is not created (packages do that; the unit says how).
 PREFIX     ?= /usr/local
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
-INSTALL_TOML := $(filter-out conf.d/45-appconfig.toml,$(wildcard conf.d/*.toml))
+INSTALL_TOML := $(wildcard conf.d/*.toml)
 
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/fairlead $(DESTDIR)$(UNITDIR)
@@ -30,7 +31,7 @@ install: build
 		echo "make install: $(DESTDIR)$(SYSCONFDIR)/fairlead already has *.toml files: left as they are"; \
 	else echo install -m 0644 $(INSTALL_TOML) $(DESTDIR)$(SYSCONFDIR)/fairlead/; \
 		install -m 0644 $(INSTALL_TOML) $(DESTDIR)$(SYSCONFDIR)/fairlead/; fi
-	install -m 0644 conf.d/REFERENCE.md conf.d/keepalived.conf.example $(DESTDIR)$(SYSCONFDIR)/fairlead/
+	install -m 0644 conf.d/REFERENCE.md conf.d/keepalived.conf.example conf.d/grafana-fairlead.json $(DESTDIR)$(SYSCONFDIR)/fairlead/
 	sed -e 's|/usr/local/bin/fairlead|$(PREFIX)/bin/fairlead|g' -e 's|/etc/fairlead|$(SYSCONFDIR)/fairlead|g' \
 		conf.d/fairlead.service > $(DESTDIR)$(UNITDIR)/fairlead.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/fairlead.service

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -62,12 +63,10 @@ func TestMakeInstallStagesTheBinaryTheConfigAndTheUnitUnderDESTDIRAndKeepsAnExis
 	makeInstall(t, "DESTDIR="+dest)
 
 	want := []string{"usr/local/bin/fairlead", "usr/local/lib/systemd/system/fairlead.service",
-		"etc/fairlead/REFERENCE.md", "etc/fairlead/keepalived.conf.example"}
+		"etc/fairlead/REFERENCE.md", "etc/fairlead/keepalived.conf.example", "etc/fairlead/grafana-fairlead.json"}
 	shipped, _ := filepath.Glob(filepath.Join(root, "conf.d", "*.toml"))
 	for _, f := range shipped {
-		if base := filepath.Base(f); base != "45-appconfig.toml" { // the demo relay, with demo key files
-			want = append(want, "etc/fairlead/"+base)
-		}
+		want = append(want, "etc/fairlead/"+filepath.Base(f))
 	}
 	slices.Sort(want)
 	if got := tree(t, dest); !slices.Equal(got, want) {
@@ -81,6 +80,7 @@ func TestMakeInstallStagesTheBinaryTheConfigAndTheUnitUnderDESTDIRAndKeepsAnExis
 	if out, err := exec.Command(bin, "-check", "-config", confDir).CombinedOutput(); err != nil {
 		t.Errorf("the installed binary does not accept the installed config: %v\n%s", err, out)
 	}
+	checkProductionConfig(t, confDir)
 	unit, _ := os.ReadFile(filepath.Join(dest, "usr/local/lib/systemd/system/fairlead.service"))
 	shippedUnit, _ := os.ReadFile(filepath.Join(root, "conf.d", "fairlead.service"))
 	if !bytes.Equal(unit, shippedUnit) || !bytes.Contains(unit, []byte("\nExecStart=/usr/local/bin/fairlead -config /etc/fairlead\n")) {
@@ -157,5 +157,51 @@ func TestSystemdAcceptsTheInstalledUnit(t *testing.T) {
 	}
 	if out := verify(bad); !strings.Contains(out, "ProtectSystm") {
 		t.Errorf("systemd-analyze verify reports nothing about an unknown key: %q", out)
+	}
+}
+
+// demoAddress matches the addresses of `make run`'s simulator (127.0.0.1:9000-9999: platforms 9081-9082,
+// connection servers 9181-9182, configuration servers 9281-9282, App Configuration 9290-9292, control 9000).
+var demoAddress = regexp.MustCompile(`127\.0\.0\.1:9\d\d\d\b`)
+
+// inlineCredentials matches a credentials key with a value, commented or not (`# credentials = ""`, which
+// shows the default, does not match).
+var inlineCredentials = regexp.MustCompile(`(?m)^[#\s]*credentials\s*=\s*"[^"]+"`)
+
+// checkProductionConfig checks that the installed config is a production starting point, not the demo:
+// no LeaderCheck credentials inline in a 0644 file, no live relay (its upstreams would be the demo's), no
+// live key pointing at the temporary directory (the unit's private /tmp is emptied at every stop), no
+// line naming the simulator's addresses, no demo key file.
+func checkProductionConfig(t *testing.T, confDir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(confDir, "*"))
+	for _, f := range files {
+		base := filepath.Base(f)
+		if strings.HasPrefix(base, "demo-") {
+			t.Errorf("the demo file %s is installed", base)
+		}
+		if !strings.HasSuffix(base, ".toml") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := inlineCredentials.Find(b); m != nil {
+			t.Errorf("%s: inline credentials in an installed file: %s", base, m)
+		}
+		if m := demoAddress.Find(b); m != nil {
+			t.Errorf("%s: names the demo's address %s", base, m)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			live, _, _ := strings.Cut(line, "#")
+			live = strings.TrimSpace(live)
+			if strings.HasPrefix(live, "[relays.") || strings.HasPrefix(live, "[[relays") {
+				t.Errorf("%s:%d: a live relay: %s (relays are examples, commented out)", base, i+1, live)
+			}
+			if strings.Contains(live, "/tmp") {
+				t.Errorf("%s:%d: points at the temporary directory: %s", base, i+1, live)
+			}
+		}
 	}
 }
