@@ -31,6 +31,23 @@ import (
 	"syscall"
 )
 
+// recordCount is a TCPConn's count of the TLS records it read (both builds).
+type recordCount struct{ rec *records }
+
+// CountTLSRecords makes c count the TLS records whose last byte it has read (TLSRecords): an event
+// loop reading a TLS connection over c can then tell, without reading the socket again, whether the
+// connection holds whole records it has not decrypted yet. Call it before c's first read: the count
+// follows the record framing from the connection's first byte.
+func (c *recordCount) CountTLSRecords() { c.rec = new(records) }
+
+// TLSRecords is the number of whole TLS records read so far (CountTLSRecords), 0 if not counted.
+func (c *recordCount) TLSRecords() uint64 {
+	if c.rec == nil {
+		return 0
+	}
+	return c.rec.complete
+}
+
 // records follows the TLS record framing (RFC 8446 5.1: a 5-byte header whose last two bytes are the
 // length of the fragment that follows; the same from SSL 3.0 to TLS 1.3) of a byte stream read from
 // its first byte, and counts the records whose last byte went by.

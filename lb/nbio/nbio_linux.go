@@ -264,9 +264,9 @@ func (c *Conn) opError(op string, err error) error {
 // kept, in order, until Flush (in another goroutine) writes it.
 type TCPConn struct {
 	*net.TCPConn
-	nb  Conn
-	ev  evented
-	rec *records // the TLS framing of what was read, when counted (CountTLSRecords)
+	nb          Conn
+	ev          evented
+	recordCount // the TLS framing of what was read, when counted (CountTLSRecords)
 }
 
 // evented is a TCPConn's state in evented mode.
@@ -309,20 +309,6 @@ func (c *TCPConn) Read(b []byte) (n int, err error) {
 		c.rec.observe(b[:n])
 	}
 	return n, err
-}
-
-// CountTLSRecords makes c count the TLS records whose last byte it has read (TLSRecords): an event
-// loop reading a TLS connection over c can then tell, without reading the socket again, whether the
-// connection holds whole records it has not decrypted yet. Call it before c's first read: the count
-// follows the record framing from the connection's first byte.
-func (c *TCPConn) CountTLSRecords() { c.rec = new(records) }
-
-// TLSRecords is the number of whole TLS records read so far (CountTLSRecords), 0 if not counted.
-func (c *TCPConn) TLSRecords() uint64 {
-	if c.rec == nil {
-		return 0
-	}
-	return c.rec.complete
 }
 
 // Drained reports whether the last read in evented mode found the socket empty: it answered

@@ -61,8 +61,8 @@ func (c *Conn) WriteThenRead(first, b []byte) (n int, werr, rerr error) {
 // WriteThenRead is Conn's.
 type TCPConn struct {
 	*net.TCPConn
-	nb  Conn
-	rec *records // the TLS framing of what was read, when counted (CountTLSRecords)
+	nb          Conn
+	recordCount // the TLS framing of what was read, when counted (CountTLSRecords)
 }
 
 // NewTCPConn wraps tc.
@@ -79,18 +79,6 @@ func (c *TCPConn) Read(b []byte) (int, error) {
 		c.rec.observe(b[:n])
 	}
 	return n, err
-}
-
-// CountTLSRecords makes c count the TLS records whose last byte it has read (TLSRecords). Call it
-// before c's first read: the count follows the record framing from the connection's first byte.
-func (c *TCPConn) CountTLSRecords() { c.rec = new(records) }
-
-// TLSRecords is the number of whole TLS records read so far (CountTLSRecords), 0 if not counted.
-func (c *TCPConn) TLSRecords() uint64 {
-	if c.rec == nil {
-		return 0
-	}
-	return c.rec.complete
 }
 
 // WriteThenRead is Conn.WriteThenRead.
