@@ -417,6 +417,19 @@ func TestRefusalsAreLoggedAsTheyWere(t *testing.T) {
 		t.Fatalf("a head that stops arriving: %s, want 408", r)
 	}
 	check(find("/slow", "http/1.1"), map[string]string{"method": "GET", "status": "408"}, 300, 10000)
+	// A request line that is not one: neither its "method" nor its "path" is logged.
+	for _, line := range []string{"Cookie: s3cret=1\r\n\r\n", "Authorization Basic s3cret\r\n\r\n"} {
+		rawRequest(t, l.Addr(), line)
+	}
+	testkit.Eventually(t, "the refusals of the two non-request lines", 5*time.Second, func() bool {
+		n := 0
+		for _, m := range accessLines(t, logs, "request") {
+			if m["status"] == "400" && m["path"] == "" && m["proto"] == "http/1.1" {
+				n++
+			}
+		}
+		return n == 2
+	})
 
 	// HTTP/2: a malformed stream (reset), a head over max_header_size (431), a content-length the DATA
 	// does not agree with (reset after the request was read), each on its line.

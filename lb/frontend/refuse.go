@@ -137,11 +137,20 @@ type RefusedRequest struct {
 	Took time.Duration
 }
 
-// refusedLog hands r to OnRefused, if set.
+// refusedLog hands r to OnRefused, if set. A refused request's "method" and "path" are whatever bytes
+// stood there: a method that is no token is not logged (a client that sends "Cookie: secret" as its
+// request line must not have its cookie logged), nor a path that is in no target form (LoggedPath).
 func (f *Front) refusedLog(r *RefusedRequest) {
-	if f.OnRefused != nil {
-		f.OnRefused(r)
+	if f.OnRefused == nil {
+		return
 	}
+	for i := 0; i < len(r.Method); i++ {
+		if !tchar[r.Method[i]] {
+			r.Method = ""
+			break
+		}
+	}
+	f.OnRefused(r)
 }
 
 // maxLoggedLine bounds the bytes of a request line kept for the log of its refusal.
@@ -185,16 +194,15 @@ func (c *frontConn) logRefusal(status int, reason string) {
 }
 
 // LoggedPath is the path of a request target as the access log shows it: without the query string or
-// fragment (ThingWorx accepts an appKey there), and of an absolute-form target only the path (its
-// authority may hold userinfo).
+// fragment (ThingWorx accepts an appKey there), of an absolute-form target only the path (its
+// authority may hold userinfo), and nothing of a target in no form ("" : it may be any bytes).
 func LoggedPath[T string | []byte](target T) string {
 	t := []byte(target)
 	if len(t) > 0 && t[0] != '/' && t[0] != '*' {
-		if _, rest, ok := bytes.Cut(t, []byte("://")); ok {
-			t = nil
-			if i := bytes.IndexByte(rest, '/'); i >= 0 {
-				t = rest[i:]
-			}
+		_, rest, ok := bytes.Cut(t, []byte("://"))
+		t = nil
+		if i := bytes.IndexByte(rest, '/'); ok && i >= 0 {
+			t = rest[i:]
 		}
 	}
 	if i := bytes.IndexAny(t, "?#"); i >= 0 {
