@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -47,6 +48,21 @@ func sendRaw(t *testing.T, l *LB, raw string, closes bool) rawResult {
 	return rawAnswer(t, l.Addr(), raw, hostileAnswerWait)
 }
 
+// refused400 sends raw on a new connection and checks that fairlead answered 400 and closed it, and that
+// the server received nothing (what names the case in errors).
+func refused400(t *testing.T, u *hostileUpstream, l *LB, raw, what string) {
+	t.Helper()
+	n := u.requests.Load()
+	r := sendRaw(t, l, raw, true)
+	if r.status != 400 || !r.closed {
+		t.Errorf("%s: got %s; want 400 and the connection closed", what, r)
+	}
+	if d := u.requests.Load() - n; d != 0 {
+		t.Errorf("%s: the server received %d requests, want none", what, d)
+		nextHead(t, u)
+	}
+}
+
 // nextHead is the next head the server recorded (it fails the test if none comes).
 func nextHead(t *testing.T, u *hostileUpstream) upstreamBody {
 	t.Helper()
@@ -78,19 +94,12 @@ func TestHostileTargetBytesRFC3986DoesNotAllowGet400AndReachNoServer(t *testing.
 	refused := 0
 	f := func(target string, forwarded bool) {
 		t.Helper()
-		n := u.requests.Load()
-		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", !forwarded)
 		if !forwarded {
 			refused++
-			if r.status != 400 || !r.closed {
-				t.Errorf("%q: got %s; want 400 and the connection closed", target, r)
-			}
-			if d := u.requests.Load() - n; d != 0 {
-				t.Errorf("%q: the server received %d requests, want none", target, d)
-				nextHead(t, u)
-			}
+			refused400(t, u, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", fmt.Sprintf("%q", target))
 			return
 		}
+		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", false)
 		if r.status != 204 {
 			t.Errorf("%q: got %s; want the server's 204", target, r)
 			return
@@ -309,15 +318,8 @@ func TestHostileATargetInNoFormOfRFC9112Gets400(t *testing.T) {
 	before, _ := hostileBadRequests(t, l)
 	refused := 0
 	for _, target := range []string{"a/b", "x:80", "raw/x", "*", "http:/raw/x", "1http://a/raw", "-:/"} {
-		n := u.requests.Load()
-		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", true)
 		refused++
-		if r.status != 400 || !r.closed {
-			t.Errorf("GET %s: got %s; want 400 and the connection closed", target, r)
-		}
-		if d := u.requests.Load() - n; d != 0 {
-			t.Errorf("GET %s: the server received %d requests, want none", target, d)
-		}
+		refused400(t, u, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", "GET "+target)
 	}
 	badRequestsGrew(t, l, "400", before, refused)
 	for _, raw := range []string{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "GET http://a/raw/x HTTP/1.1\r\nHost: a\r\n\r\n", "GET HTTPS://a/raw/y HTTP/1.1\r\nHost: a\r\n\r\n"} {
@@ -335,13 +337,7 @@ func TestHostileHostIsCheckedLikeAnHTTP2Authority(t *testing.T) {
 	before, _ := hostileBadRequests(t, l)
 	bad := []string{"a b", "a/b?c", "user@evil.example", "[::1", "a:b:c", "a:99999", "[fe80::1%25eth0]", "x%41y", "a\\b"}
 	for _, h := range bad {
-		n := u.requests.Load()
-		if r := sendRaw(t, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", true); r.status != 400 || !r.closed {
-			t.Errorf("Host %q: got %s; want 400 and the connection closed", h, r)
-		}
-		if d := u.requests.Load() - n; d != 0 {
-			t.Errorf("Host %q: the server received %d requests, want none", h, d)
-		}
+		refused400(t, u, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", fmt.Sprintf("Host %q", h))
 	}
 	badRequestsGrew(t, l, "400", before, len(bad))
 	for _, h := range []string{"example.com", "example.com:8443", "[::1]:443", "127.0.0.1", "host:"} {
