@@ -107,6 +107,11 @@ type ServerStatus struct {
 	Fails      int       `json:"fails"`                // consecutive failing answers
 	Passive    int       `json:"passive_failures"`     // live failures in a row (refused, reset, timed out)
 	Probes     uint64    `json:"probes"`               // probes sent
+	// Lost (a leader pool's server) is true once fall LeaderChecks in a row got no serving answer (no
+	// answer, or a status other than 200, 400, 401 and 503; from the first round if it did not answer
+	// it), until its next serving answer: the server is down, not a standby ready to take over. Its
+	// server_down and server_up events mark the same moments.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // status fills what the atomics hold; the caller adds Run and Fails under its lock.
@@ -121,6 +126,7 @@ func (t *Target) status() ServerStatus {
 		Probes:     t.probes.Load(),
 		Run:        t.run,
 		Fails:      t.fails,
+		Lost:       t.lost,
 	}
 	if e := t.lastErr.Load(); e != nil {
 		st.LastError = *e

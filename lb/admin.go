@@ -38,6 +38,7 @@ func (lb *LB) Status() admin.Status {
 func (lb *LB) status() admin.Status {
 	g := lb.gen.Load()
 	st := admin.Status{ConfigFiles: g.cfg.Files, Alarms: []admin.Alarm{}}
+	var warnings []admin.Alarm // after the critical alarms
 	for _, name := range g.poolNames() {
 		p := g.pools[name]
 		ps := p.view.Load()
@@ -66,12 +67,15 @@ func (lb *LB) status() admin.Status {
 		ps.policy.describe(&out, ps)
 		switch {
 		case p.leader && out.Leader == "":
-			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoLeader, Pool: name})
+			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoLeader, Severity: admin.SeverityCritical, Pool: name})
 		case !available:
-			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoServer, Pool: name})
+			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoServer, Severity: admin.SeverityCritical, Pool: name})
+		case redundancyLost(serverStates(out.Servers)): // metrics.go: the same rule as fairlead_pool_redundancy_lost
+			warnings = append(warnings, admin.Alarm{Kind: admin.AlarmRedundancyLost, Severity: admin.SeverityWarning, Pool: name})
 		}
 		st.Pools = append(st.Pools, out)
 	}
+	st.Alarms = append(st.Alarms, warnings...)
 	st.Relays = g.relayStatuses() // relays.go
 	return st
 }
@@ -88,9 +92,11 @@ func (p *Pool) serverState(s *Server, check *healthcheck.ServerStatus) string {
 		if s.health.Up() {
 			return admin.StateUp
 		}
-		// Not the leader: a server that answers the leader check (503: a standby; 200: a candidate,
-		// or a split brain) is healthy; no answer, an error or another status is down.
-		if check != nil && check.Answered && check.LastError == "" && (check.LastStatus == 503 || check.LastStatus == 200) {
+		// Not the leader: a standby while its LeaderChecks show it there to take over (200, 400, 401,
+		// 503), down from the moment its server_down event says so (fall checks in a row without such
+		// an answer, or none in the first round) until its server_up: one rule for the row, the metrics,
+		// the redundancy alarm and the events (healthcheck.Leader).
+		if check != nil && check.Answered && !check.Lost {
 			return admin.StateStandby
 		}
 		return admin.StateDown
@@ -114,6 +120,15 @@ func (p *Pool) serverStates(ps *poolView) []string {
 			}
 		}
 		states[i] = p.serverState(s, c)
+	}
+	return states
+}
+
+// serverStates lists the states of servers, in order.
+func serverStates(servers []admin.ServerStatus) []string {
+	states := make([]string, len(servers))
+	for i := range servers {
+		states[i] = servers[i].State
 	}
 	return states
 }

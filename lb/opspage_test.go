@@ -66,13 +66,13 @@ func TestAPageOpenedAfterTheLeadersAreLostShowsTheAlarmAndTheLeaderChangesBefore
 	b.waitFor(5*time.Second, "p1 standby and p2 down", fmt.Sprintf(
 		`document.querySelector('tr[data-addr=%q]').dataset.state === "standby" && document.querySelector('tr[data-addr=%q]').dataset.state === "down"`,
 		p1.Addr, p2.Addr))
-	if got := b.eval(`document.getElementById("summary").textContent`); got != "1 pool, 0 of 2 servers serving, 1 standby" {
-		t.Errorf("summary %q; want 0 of 2 serving, 1 standby", got)
+	if got := b.eval(`document.getElementById("summary").textContent`); got != "1 pool, 0 of 2 servers serving, 1 standby, 1 down" {
+		t.Errorf("summary %q; want 0 of 2 serving, 1 standby, 1 down", got)
 	}
 
-	// A leader is back: the alarm is over.
+	// A leader is back: the red alarm is over; p2 still dead, the pool serves without a spare (amber).
 	mustSetState(t, p1, sim.Leader)
-	b.waitFor(10*time.Second, "the alarm cleared", `document.title === "fairlead" && document.getElementById("alarm").hidden`)
+	b.waitFor(10*time.Second, "the alarm cleared, the redundancy lost", `document.title === "REDUNDANCY LOST: platform — fairlead" && document.getElementById("alarm").hidden && !document.getElementById("warning").hidden`)
 	b.waitFor(5*time.Second, "the new leader change in the log", fmt.Sprintf(
 		`document.querySelector('#log tr[data-kind="leader_changed"]').cells[3].textContent === %s`, jsString(p1.Addr+" (was none)")))
 }

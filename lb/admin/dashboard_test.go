@@ -39,7 +39,9 @@ func TestTheDashboardNamesOnlyMetricsThatExist(t *testing.T) {
 	// leader, failovers, requests and errors by pool, tunnels, queue waits (issue #24).
 	for _, n := range []string{"fairlead_server_up", "fairlead_leader_changes_total", "fairlead_pool_failovers_total",
 		"fairlead_pool_requests_total", "fairlead_pool_errors_total", "fairlead_server_tunnels",
-		"fairlead_pool_tunnels_opened_total", "fairlead_queue_wait_seconds_bucket", "fairlead_pool_waiting"} {
+		"fairlead_pool_tunnels_opened_total", "fairlead_queue_wait_seconds_bucket", "fairlead_pool_waiting",
+		// and the servers' states, a lost standby among them, and the pools that lost their redundancy (issue #36)
+		"fairlead_server_state", "fairlead_pool_redundancy_lost"} {
 		if !used[n] {
 			t.Errorf("the dashboard does not chart %s", n)
 		}

@@ -46,6 +46,15 @@ var ServerStates = []string{StateUp, StateStandby, StateDown, StateDrain, StateM
 const (
 	AlarmNoLeader = "no_leader" // a leader pool has no leader
 	AlarmNoServer = "no_server" // a pool has no available server
+	// AlarmRedundancyLost: a pool of two servers or more serves, but with fewer than two that can
+	// serve (up, or a standby ready to take over): the next failure is an outage.
+	AlarmRedundancyLost = "redundancy_lost"
+)
+
+// The alarm severities (Alarm.Severity).
+const (
+	SeverityCritical = "critical" // the pool does not serve (no_leader, no_server): red
+	SeverityWarning  = "warning"  // the pool serves, one failure from not serving (redundancy_lost): amber
 )
 
 // History is the bounded memory of the status document. It is safe for concurrent use.

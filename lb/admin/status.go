@@ -14,8 +14,11 @@ import (
 type Status struct {
 	// ConfigFiles are the files the running config was read from, in merge order.
 	ConfigFiles []string `json:"config_files"`
-	// Alarms are the conditions that must not be missed, while they last: a leader pool without a
-	// leader ("no_leader"), a pool without an available server ("no_server"). Empty when all is well.
+	// Alarms are the conditions that must not be missed, while they last, at most one per pool: a
+	// leader pool without a leader ("no_leader"), a pool without an available server ("no_server"),
+	// both critical; a pool of two servers or more left with one that can serve ("redundancy_lost",
+	// a warning: it serves, but its next failure is an outage). Critical ones first. Empty when all is
+	// well.
 	Alarms []Alarm `json:"alarms"`
 	// LastReloadFailed is the last reload when it failed and no reload was applied since (the
 	// running config stays); omitted otherwise.
@@ -32,11 +35,16 @@ type Status struct {
 
 // Alarm is a condition an operator must not miss, present while it lasts.
 type Alarm struct {
-	// Kind is "no_leader" (a leader pool has no leader: its requests wait, then fail) or "no_server"
-	// (a pool has no available server).
-	Kind  string    `json:"kind"`
-	Pool  string    `json:"pool"`  // the pool
-	Since time.Time `json:"since"` // when fairlead first saw it (to the second)
+	// Kind is "no_leader" (a leader pool has no leader: its requests wait, then fail), "no_server"
+	// (a pool has no available server) or "redundancy_lost" (a pool of two servers or more has one
+	// left that can serve: a leader pool whose leader is its last healthy server, its standbys down;
+	// any other pool down to one server, backups included).
+	Kind string `json:"kind"`
+	// Severity is "critical" (no_leader, no_server: the pool does not serve; the page shows it red)
+	// or "warning" (redundancy_lost: it serves; amber).
+	Severity string    `json:"severity"`
+	Pool     string    `json:"pool"`  // the pool
+	Since    time.Time `json:"since"` // when fairlead first saw it (to the second)
 }
 
 // StateChange is a server's last change of State.
