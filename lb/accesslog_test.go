@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -100,7 +101,9 @@ func accessLines(t *testing.T, logs *logSink, typ string) []map[string]string {
 
 func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 	c := startCluster(t, 2, 2)
-	l, logs := startLB(t, cxConfig(c, "[global]\naccess_log = true\n"))
+	// Display names (issue 36): the lines carry them beside the addresses, as the metrics' labels do.
+	l, logs := startLB(t, cxConfig(c, fmt.Sprintf("[global]\naccess_log = true\n[pools.platform.names]\n%q = %q\n[pools.cxserver.names]\n%q = %q\n%q = %q\n",
+		c.Platforms[0].Addr, c.Platforms[0].Name, c.Connections[0].Addr, c.Connections[0].Name, c.Connections[1].Addr, c.Connections[1].Name)))
 
 	if code := sendWithSecrets(t, l, "/Thingworx/Things/Asset1/Properties"); code != 200 {
 		t.Fatalf("status %d", code)
@@ -110,7 +113,7 @@ func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 		t.Fatalf("%d request lines, want 1:\n%s", len(reqs), logs.all())
 	}
 	want := map[string]string{"client": "127.0.0.1", "method": "GET", "path": "/Thingworx/Things/Asset1/Properties",
-		"route": "1", "pool": "platform", "server": c.Platforms[0].Addr, "status": "200", "req_bytes": "0",
+		"route": "1", "pool": "platform", "server": c.Platforms[0].Addr, "name": c.Platforms[0].Name, "status": "200", "req_bytes": "0",
 		"retries": "0", "level": "INFO"}
 	for k, v := range want {
 		if reqs[0][k] != v {
@@ -145,7 +148,7 @@ func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 	}
 	testkit.Eventually(t, "the tunnel line", 3*time.Second, func() bool { return len(accessLines(t, logs, "tunnel")) == 1 })
 	tl := accessLines(t, logs, "tunnel")[0]
-	for k, v := range map[string]string{"client": "127.0.0.1", "pool": "cxserver", "server": server} {
+	for k, v := range map[string]string{"client": "127.0.0.1", "pool": "cxserver", "server": server, "name": by} {
 		if tl[k] != v {
 			t.Errorf("tunnel line: %s = %q, want %q in %v", k, tl[k], v, tl)
 		}
@@ -161,7 +164,7 @@ func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 		t.Errorf("bytes_to_client %q, want at least %d", tl["bytes_to_client"], len(msg)+2)
 	}
 	reqs = accessLines(t, logs, "request")
-	if len(reqs) != 2 || reqs[1]["status"] != "101" || reqs[1]["pool"] != "cxserver" || reqs[1]["server"] != server || reqs[1]["route"] != "0" {
+	if len(reqs) != 2 || reqs[1]["status"] != "101" || reqs[1]["pool"] != "cxserver" || reqs[1]["server"] != server || reqs[1]["name"] != by || reqs[1]["route"] != "0" {
 		t.Errorf("upgrade request line: %v", reqs[len(reqs)-1])
 	}
 

@@ -99,7 +99,8 @@ func (g *generation) accessLog() bool { return g.cfg.Global.AccessLog }
 
 // logRequest writes the access log line of a request that fairlead answered or relayed: the client
 // address, method, path (never the query string), the index of the [[routes]] entry that matched (-1:
-// none), the pool and the address of the server of the last attempt ("" when none), the status (101 for
+// none), the pool, the address of the server of the last attempt and its display name (as the metrics'
+// server and name labels: the address when it has none; both "" when no server), the status (101 for
 // an upgrade that became a tunnel), the duration until the answer's head was ready to relay (for a
 // tunnel, until the server's 101 arrived), the body bytes each way (see requestBodyBytes and
 // responseBodyBytes; -1: a streamed answer without a length) and the retries on other servers. It
@@ -109,12 +110,12 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 	if ctx.Hijacked() {
 		status = fasthttp.StatusSwitchingProtocols
 	}
-	var pool, server string
+	var pool, server, name string
 	if p != nil {
 		pool = p.name
 	}
 	if s != nil {
-		server = s.Addr
+		server, name = s.Addr, s.Name()
 	}
 	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("type", "request"),
@@ -125,6 +126,7 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 		slog.Int("route", route),
 		slog.String("pool", pool),
 		slog.String("server", server),
+		slog.String("name", name),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", milliseconds(took)),
 		slog.Int64("req_bytes", in),
@@ -226,6 +228,7 @@ func (e *tunnelEnd) account() {
 		slog.String("client", client),
 		slog.String("pool", e.p.name),
 		slog.String("server", e.s.Addr),
+		slog.String("name", e.s.Name()),
 		slog.Float64("duration_ms", milliseconds(time.Since(e.opened))),
 		slog.Uint64("bytes_to_server", toServer),
 		slog.Uint64("bytes_to_client", toClient),

@@ -89,10 +89,12 @@ type Global struct {
 	// the client's IP address and how many lines of that kind were held back, nothing else; the admin
 	// listener's as "admin:", without the counter). A reload applies it at once.
 	LogLevel string `toml:"log_level"`
-	// msg=access lines: type=request with client method path proto (http/1.1 or h2) route pool server status duration_ms
-	// req_bytes resp_bytes retries (route -1 and pool "" when no route matched, status 101 for a
-	// tunnel, resp_bytes -1 for a streamed answer without Content-Length); type=tunnel at each tunnel
-	// close with client pool server duration_ms bytes_to_server bytes_to_client reason; type=relay for
+	// msg=access lines: type=request with client method path proto (http/1.1 or h2) route pool server name status duration_ms
+	// req_bytes resp_bytes retries (server the address and name the display name of the server that
+	// answered, as the metrics' labels: the address when it has no name; route -1 and pool "" when no
+	// route matched, status 101 for a tunnel, resp_bytes -1 for a streamed answer without
+	// Content-Length); type=tunnel at each tunnel close with client pool server name duration_ms
+	// bytes_to_server bytes_to_client reason; type=relay for
 	// each request of a relay route with client method path relay topic kind status duration_ms (kind
 	// snapshot, sse or websocket; a stream's line is written when it starts, status 101 for a
 	// WebSocket). Requests the front end refuses are logged too, with the method and path the client sent
