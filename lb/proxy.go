@@ -199,7 +199,7 @@ func (lb *LB) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
 type attemptEnd uint8
 
 const (
-	endAnswered   attemptEnd = iota // the server answered (any status but the two below), or took an upgrade's connection
+	endAnswered   attemptEnd = iota // the server answered (any status but the two below; an upgrade's 101 too)
 	endRefused                      // the server answered that it no longer serves (policy.refuses: a leader's 503)
 	endSwitched                     // the server answered 101 to a request that did not ask to switch
 	endClient                       // the client's fault (*upstream.ClientError)
@@ -293,23 +293,20 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 		last = s
 		s.requests.Add(1)
 
-		var conn net.Conn // an upgrade's connection
+		var sw switching // an upgrade's 101
 		var err error
 		if upgrade {
-			if conn, err = lb.dialUpgrade(s); err != nil {
-				p.end(s, n)
-			}
+			sw, err = lb.handshake(ctx, p, st, s, out.Head, n) // upgrade.go
 		} else {
 			err = lb.send(p, s, out, &ctx.Response, n, replay)
 		}
 		end := classify(err)
-		if end == endAnswered && !upgrade {
+		if end == endAnswered && sw.conn == nil {
 			end = classifyAnswer(ctx.Response.StatusCode(), st)
 		}
 		p.account(s, end, err)
-		if conn != nil {
-			lb.exchange(ctx, p, st, s, conn, out.Head) // the server's answer, and on 101 a tunnel
-			p.end(s, n)
+		if sw.conn != nil {
+			lb.handOver(ctx, p, st, s, sw) // the 101 relayed, the tunnel made
 			return
 		}
 		if end != endAnswered && end != endRefused {
@@ -366,8 +363,7 @@ func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict b
 }
 
 // account is the one place an attempt is counted against its server and told to the pool's health
-// check (which alone decides whether the server is down). An upgrade's connection is reported as it
-// is made, before the exchange of its heads (upgrade.go).
+// check (which alone decides whether the server is down), a plain request's and an upgrade's alike.
 func (p *Pool) account(s *Server, end attemptEnd, err error) {
 	switch end {
 	case endAnswered:

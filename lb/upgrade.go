@@ -15,13 +15,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// WebSocket upgrades (ThingWorx edge traffic) take this path from the forwarding loop (proxy.go):
-// fairlead dials the chosen server, forwards the upgrade request, and on a 101 relays the server's
-// response head as it came (plus the sticky cookie) and from then on copies raw bytes both ways through
-// the tunnel engine (tunnels.go), like HAProxy's tunnel mode. Any other answer is relayed to the client as
-// it is. A failed dial is an ordinary failed attempt of the loop: reported to the health check, and the
-// client is served by another server at once without seeing an error. When a tunnel closes, its bytes
-// are added to its pool's and, with the access log on, a line is written (tunnelEnd in log.go).
+// WebSocket upgrades (ThingWorx edge traffic) take this path from the forwarding loop (proxy.go). An
+// attempt is a handshake: fairlead dials the chosen server, forwards the upgrade request and reads the
+// answer's head; it ends as a plain request's attempt does and the loop judges it in the same places
+// (classify, account, conclude): a failed dial, a timeout, a reset or a malformed head counts against
+// the server, is told to its health check and goes to another server, the client seeing nothing; any
+// answer but 101 is relayed as it is. On a 101, handOver relays the server's head as it came (plus the
+// sticky cookie) and from then on the tunnel engine (tunnels.go) copies raw bytes both ways, like
+// HAProxy's tunnel mode. When a tunnel closes, its bytes are added to its pool's and, with the access log
+// on, a line is written (tunnelEnd in log.go).
 
 // isUpgrade reports a WebSocket upgrade request: "Upgrade: websocket" with "Connection: upgrade".
 func isUpgrade(h *fasthttp.RequestHeader) bool {
@@ -50,76 +52,99 @@ func badHandshake(h *fasthttp.RequestHeader) string {
 
 var handshakeReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
-// dialUpgrade connects to s for an upgrade through the server's dialer (package upstream): over TLS for a pool
-// with [pools.NAME.tls], the handshake bounded by connect_timeout as the TCP connect is; a failure, a
-// failed handshake included, is a *upstream.DialError, so the request goes to another server.
-func (lb *LB) dialUpgrade(s *Server) (net.Conn, error) {
-	conn, err := s.client.Load().Dial()
-	if err != nil {
-		lb.logf("tunnel: dial %s: %v", s.label(), err)
-	}
-	return conn, err
+// errMalformedHead is an upgrade attempt whose answer does not begin with an HTTP/1.x status line.
+var errMalformedHead = errors.New("the answer to the upgrade is not an HTTP/1.1 response")
+
+// switching is an upgrade attempt that the server answered 101: its connection, with the reader holding
+// the 101 head (head bytes long) and whatever the server sent after it.
+type switching struct {
+	conn net.Conn
+	br   *bufio.Reader
+	head int
 }
 
-// exchange sends the upgrade request (its head, built by appendUpstreamHead) on conn and relays the
-// answer; on 101 the connection pair becomes a tunnel. It owns conn.
-func (lb *LB) exchange(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, conn net.Conn, head []byte) {
-	fail := func(format string, args ...any) {
-		conn.Close()
-		s.failures.Add(1)
-		p.bad502.Add(1)
-		lb.logf("tunnel: %s: %s", s.label(), fmt.Sprintf(format, args...))
-		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
+// handshake is an upgrade's attempt on s, as send is a plain request's: dial s through its dialer
+// (package upstream: over TLS for a pool with [pools.NAME.tls], the TLS handshake bounded by
+// connect_timeout as the TCP connect is), write the request's head (built by appendUpstreamHead) and
+// read the answer's head, both within response_timeout. A 101 is returned as switching for handOver; any
+// other well-formed answer is read whole into ctx.Response (relayed by conclude as a request's answer)
+// and the connection closed. The error is what classify judges for every attempt: a failed dial
+// (*upstream.DialError: none of the request reached s), a timeout, a reset, a close or a head that is no
+// HTTP answer: so a hung or broken handshake counts against s, is reported to its health check and goes
+// to another server (an upgrade is a GET, so it may go again), while the client has seen nothing. It
+// counts s in flight (n bytes) until the answer's head or the failure.
+func (lb *LB) handshake(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, head []byte, n int64) (sw switching, err error) {
+	defer p.end(s, n)
+	conn, err := s.client.Load().Dial()
+	if err != nil {
+		lb.logf("tunnel: dial %s: %v", s.label(), err) // a TLS handshake refused says why here
+		return sw, err
 	}
 	conn.SetDeadline(time.Now().Add(st.cfg.ResponseTimeout.D)) //nolint:errcheck // a failed write or read reports it
 	if _, err := conn.Write(head); err != nil {
-		fail("writing the upgrade request: %v", err)
-		return
+		conn.Close()
+		return sw, fmt.Errorf("writing the upgrade request: %w", err)
 	}
-
 	br := handshakeReaders.Get().(*bufio.Reader)
 	br.Reset(conn)
-	defer func() { br.Reset(nil); handshakeReaders.Put(br) }()
-	head, err := readHead(br)
+	release := func() { br.Reset(nil); handshakeReaders.Put(br); conn.Close() }
+	h, err := readHead(br)
+	switch {
+	case err != nil:
+		release()
+		return sw, fmt.Errorf("reading the answer to the upgrade: %w", err)
+	case !statusLine(h):
+		release()
+		return sw, errMalformedHead
+	case string(h[9:12]) == "101":
+		return switching{conn: conn, br: br, head: len(h)}, nil
+	}
+	// Not switching: the answer is read as it is, then this upstream connection is dropped.
+	ctx.Response.Header.DisableNormalizing() // its field names as the server spelled them
+	err = ctx.Response.Read(br)
+	release()
 	if err != nil {
-		if isTimeout(err) {
-			conn.Close()
-			p.timeout.Add(1)
-			ctx.Error("504 Gateway Timeout\n", fasthttp.StatusGatewayTimeout)
-			return
-		}
-		fail("reading the upgrade response: %v", err)
-		return
+		dropAnswer(&ctx.Response)
+		return sw, fmt.Errorf("reading the answer to the upgrade: %w", err)
 	}
-	if !bytes.HasPrefix(head, []byte("HTTP/1.1 101")) && !bytes.HasPrefix(head, []byte("HTTP/1.0 101")) {
-		// Not switching: relay the answer as it is, then drop this upstream connection.
-		ctx.Response.Header.DisableNormalizing() // its field names as the server spelled them
-		if err := ctx.Response.Read(br); err != nil {
-			fail("reading the response: %v", err)
-			return
-		}
-		prepareResponse(&ctx.Response)
-		ctx.Response.Header.SetConnectionClose()
-		conn.Close()
-		return
-	}
+	return sw, nil
+}
 
-	// Switching protocols. The head is relayed as the server sent it, with the sticky cookie added.
+// statusLine reports whether a head begins with an HTTP/1.x status line: "HTTP/1.x", a space, three
+// digits, then a space or the line's end.
+func statusLine(h []byte) bool {
+	const prefix = "HTTP/1."
+	if len(h) < len(prefix)+6 || string(h[:len(prefix)]) != prefix || h[len(prefix)] != '0' && h[len(prefix)] != '1' || h[len(prefix)+1] != ' ' {
+		return false
+	}
+	code := h[len(prefix)+2:]
+	for _, c := range code[:3] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return code[3] == ' ' || code[3] == '\r'
+}
+
+// handOver relays a 101 to the client as the server sent it (with the sticky cookie added) and makes the
+// connection pair a tunnel. It owns sw.
+func (lb *LB) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, sw switching) {
+	conn, br := sw.conn, sw.br
+	head, _ := br.Peek(sw.head)
 	out := switchingHead(make([]byte, 0, len(head)+64), head[:len(head)-2]) // without the final CRLF
 	if name, value := st.policy.cookie(ctx, s); name != "" {
 		out = fmt.Appendf(out, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", name, value)
 	}
 	out = append(out, "\r\n"...)
-	if _, err := br.Discard(len(head)); err != nil {
-		fail("%v", err)
-		return
-	}
+	br.Discard(sw.head) //nolint:errcheck // buffered: Peek returned it
 	// Bytes the server sent right after its 101 (first frames) are already in br: hand them over.
 	var toClient []byte
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
 		toClient = bytes.Clone(b)
 	}
+	br.Reset(nil)
+	handshakeReaders.Put(br)
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
 	release := st.policy.hold(ctx, s)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -55,8 +56,9 @@ type ConnServer struct {
 	upgrader websocket.FastHTTPUpgrader
 
 	// opMu serializes Kill, Restart, PauseListener and ResumeListener.
-	opMu    sync.Mutex
-	healthy atomic.Bool
+	opMu         sync.Mutex
+	healthy      atomic.Bool
+	upgradeFault atomic.Int32 // an UpgradeFault
 
 	upgrades atomic.Int64
 	tunnels  atomic.Int64
@@ -112,6 +114,24 @@ func (s *ConnServer) newServer(h fasthttp.RequestHandler) *fasthttp.Server {
 func (s *ConnServer) SetHealthy(ok bool) {
 	if s.healthy.Swap(ok) != ok {
 		s.logf("%s: healthy=%v", s.Name, ok)
+	}
+}
+
+// UpgradeFault is how a connection server answers WebSocket upgrades (SetUpgradeFault); /health is not
+// affected, so a health check keeps passing.
+type UpgradeFault int32
+
+const (
+	UpgradeServed    UpgradeFault = iota // upgraded: the 101, then an echo (the default)
+	UpgradeHung                          // the request is read and never answered; the connection stays open
+	UpgradeMalformed                     // answered with a head that is no HTTP response, then closed
+	UpgradeReset                         // the connection is reset (RST) once the request is read
+)
+
+// SetUpgradeFault sets how the server answers WebSocket upgrades from now on.
+func (s *ConnServer) SetUpgradeFault(f UpgradeFault) {
+	if s.upgradeFault.Swap(int32(f)) != int32(f) {
+		s.logf("%s: upgrade fault %d", s.Name, f)
 	}
 }
 
@@ -261,6 +281,10 @@ func (s *ConnServer) close() {
 func (s *ConnServer) handle(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.SetBytesKV(hdrServedBy, s.servedBy)
 	if websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		if f := UpgradeFault(s.upgradeFault.Load()); f != UpgradeServed {
+			s.faultUpgrade(ctx, f)
+			return
+		}
 		s.upgrade(ctx)
 		return
 	}
@@ -299,6 +323,29 @@ func (s *ConnServer) serveHealth(ctx *fasthttp.RequestCtx, srv *netServer) {
 	}
 	ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 	ctx.SetBodyString("unhealthy\n")
+}
+
+// faultUpgrade answers an upgrade as f says (SetUpgradeFault).
+func (s *ConnServer) faultUpgrade(ctx *fasthttp.RequestCtx, f UpgradeFault) {
+	stop := s.main.stopping()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		switch f {
+		case UpgradeHung:
+			<-stop // held until the server is killed or closed
+		case UpgradeMalformed:
+			c.Write([]byte("HTTP/1.1 OK\r\nX-Served-By: " + s.Name + "\r\n\r\n")) //nolint:errcheck // a fault
+		case UpgradeReset:
+			raw := c
+			if t, ok := raw.(*trackedConn); ok {
+				raw = t.Conn
+			}
+			if tc, ok := raw.(*net.TCPConn); ok {
+				tc.SetLinger(0) //nolint:errcheck // then Close sends RST
+			}
+		}
+		c.Close()
+	})
 }
 
 func (s *ConnServer) upgrade(ctx *fasthttp.RequestCtx) {
