@@ -3,7 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build install run test vet fmt bench bench-quick bench-2core clean fuzz soak faults reference cross cross-build platform-tests
+.PHONY: all build install run test vet deadcode fmt bench bench-quick bench-2core clean fuzz soak faults reference cross cross-build platform-tests
 
 all: build
 
@@ -66,10 +66,17 @@ test:
 	@if [ ! -d bench/appconfig/node_modules ] && command -v npm >/dev/null; then \
 		npm ci --prefix bench/appconfig --no-audit --no-fund; fi
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory deadcode
 	@$(MAKE) --no-print-directory cross
 	$(GO) test -count=1 -run 'DoesNotAllocate' ./lb/... ./stickiness/
 	@$(MAKE) --no-print-directory platform-tests
 	$(GO) test -race -count=1 -timeout 8m ./...
+
+# No function that nothing reaches, tests included (golang.org/x/tools' deadcode, fetched by the Go
+# module proxy at the version named here): a function left behind by a change is deleted with it.
+deadcode:
+	@out=$$($(GO) run golang.org/x/tools/cmd/deadcode@v0.52.0 -test ./...) || exit 1; \
+	if [ -n "$$out" ]; then echo "$$out"; echo "make deadcode: the functions above are reached by nothing: delete them"; exit 1; fi
 
 # The platforms fairlead is built for besides this machine's (README: Where fairlead runs). make cross
 # (in make test) type-checks fairlead's packages, their tests and the test kits they use, with all they

@@ -130,16 +130,6 @@ func classifyField(name []byte) uint8 {
 	return fieldPass
 }
 
-// hopByHopField reports whether a field of that name describes one connection, not the message (RFC
-// 9110 section 7.6.1): it is never forwarded as it came.
-func hopByHopField(name string) bool {
-	switch classifyField([]byte(name)) {
-	case fieldHopByHop, fieldConnection, fieldUpgrade:
-		return true
-	}
-	return false
-}
-
 // nextField splits the first field line off a raw header block: its name, its value without the
 // whitespace around it, and the whole line with its CRLF. ok is false at the end of the block (the
 // blank line, or nothing left). The framer has checked every line: token name, colon, CRLF end.

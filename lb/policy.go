@@ -6,8 +6,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -310,14 +308,4 @@ func (st *poolView) active() *tier {
 		return &st.tiers[backups]
 	}
 	return &st.tiers[primaries]
-}
-
-// balanceNames lists the balances for error messages: "leader", "roundrobin", "sticky".
-func balanceNames() string {
-	names := make([]string, 0, len(balances))
-	for n := range balances {
-		names = append(names, strconv.Quote(n))
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
 }

@@ -73,13 +73,6 @@ func (rs *relays) swap(all map[string]*relay.Route) {
 	}
 }
 
-// get returns the running relay name, or nil.
-func (rs *relays) get(name string) *relay.Route {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.running[name]
-}
-
 // relayBinding is a relay of a generation: the running relay and the spec of that generation's config
 // (its auth).
 type relayBinding struct {

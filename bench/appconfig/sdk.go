@@ -210,9 +210,6 @@ func (c *Client) Updates() []Line {
 	return out
 }
 
-// Exited is closed once the process has exited.
-func (c *Client) Exited() <-chan struct{} { return c.exited }
-
 // ExitCode returns the process's exit status, -1 while it runs or if a signal ended it.
 func (c *Client) ExitCode() int {
 	select {

@@ -54,9 +54,6 @@ func (h *Hist) Merge(o *Hist) {
 	h.n += o.n
 }
 
-// Count is the number of latencies recorded.
-func (h *Hist) Count() uint64 { return h.n }
-
 // Quantile returns the q-quantile (0..1), the upper bound of its bucket; 0 when empty.
 func (h *Hist) Quantile(q float64) time.Duration {
 	if h.n == 0 {
@@ -225,11 +222,6 @@ type LoadStats struct {
 	Retried  uint64
 	Elapsed  time.Duration
 	Hist     Hist
-}
-
-// closedLoop runs conns connections, each sending raw back to back, for dur.
-func closedLoop(ctx context.Context, addr string, conns int, dur time.Duration, raw []byte) *LoadStats {
-	return closedLoopTLS(ctx, addr, nil, conns, dur, raw)
 }
 
 // closedLoopTLS is closedLoop over HTTPS when tlsConf is not nil.

@@ -55,14 +55,6 @@ func (c *Config) Array(name string) *Table {
 	return t
 }
 
-// Top returns the keys written before any table (a file's top level).
-func (c *Config) Top() *Table {
-	if len(c.tables) == 0 || c.tables[0].header != "" {
-		c.tables = append([]*Table{{}}, c.tables...)
-	}
-	return c.tables[0]
-}
-
 // String is the config as TOML.
 func (c *Config) String() string {
 	var b strings.Builder

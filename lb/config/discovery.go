@@ -281,14 +281,6 @@ func checkZooKeeper(c *Config, dc *Discovery, add func(key, format string, args 
 	}
 }
 
-// secretFiles are the files the table reads besides the *.toml files (Config.SecretFiles).
-func (dc *Discovery) secretFiles() []string {
-	if dc.Provider == "zookeeper" && dc.DigestPasswordFile != "" {
-		return []string{dc.DigestPasswordFile}
-	}
-	return nil
-}
-
 // checkZNodePath validates path as ZooKeeper does, and refuses the root and a trailing slash.
 func checkZNodePath(path string) error {
 	switch {

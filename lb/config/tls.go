@@ -155,20 +155,6 @@ func (ft *FrontTLS) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	return &ft.Certs[0], nil
 }
 
-// tlsFiles are the files of the front end's TLS (the config watcher follows them).
-func (fe *Frontend) tlsFiles() []string {
-	var files []string
-	for _, f := range []string{fe.TLSCert, fe.TLSKey, fe.ClientCA} {
-		if f != "" {
-			files = append(files, f)
-		}
-	}
-	for _, cc := range fe.Certs {
-		files = append(files, cc.Cert, cc.Key)
-	}
-	return files
-}
-
 // Same reports whether two [pools.NAME.tls] tables make the same connections: the same keys and the
 // same contents of their files.
 func (t *PoolTLS) Same(o *PoolTLS) bool {
