@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/httpfield"
 	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -45,91 +46,6 @@ import (
 // change (an answer that ends with its connection is relayed chunked to an HTTP/1.1 client).
 // fairlead's own answers (its 4xx and 5xx) are its own.
 
-// Field kinds of the request fields appendUpstreamHead reads.
-const (
-	fieldPass       = iota // forwarded as it came
-	fieldHopByHop          // never forwarded
-	fieldConnection        // Connection: never forwarded, nor is any field it names
-	fieldUpgrade           // forwarded only on a WebSocket upgrade
-	fieldHost
-	fieldXFF       // X-Forwarded-For
-	fieldXFProto   // X-Forwarded-Proto
-	fieldXFHost    // X-Forwarded-Host
-	fieldForwarded // Forwarded and any other X-Forwarded-*
-	fieldLength    // Content-Length
-	fieldChunked   // Transfer-Encoding (the framer let only "chunked" through)
-)
-
-// classifyField returns the kind of a request field by its name, in any case.
-func classifyField(name []byte) uint8 {
-	switch len(name) {
-	case 2:
-		if eqFold(name, "te") {
-			return fieldHopByHop
-		}
-	case 4:
-		if eqFold(name, "host") {
-			return fieldHost
-		}
-	case 6:
-		if eqFold(name, "expect") {
-			return fieldHopByHop
-		}
-	case 7:
-		if eqFold(name, "upgrade") {
-			return fieldUpgrade
-		}
-		if eqFold(name, "trailer") {
-			return fieldHopByHop
-		}
-	case 9:
-		if eqFold(name, "forwarded") {
-			return fieldForwarded
-		}
-	case 10:
-		if eqFold(name, "connection") {
-			return fieldConnection
-		}
-		if eqFold(name, "keep-alive") {
-			return fieldHopByHop
-		}
-	case 14:
-		if eqFold(name, "content-length") {
-			return fieldLength
-		}
-	case 15:
-		if eqFold(name, "x-forwarded-for") {
-			return fieldXFF
-		}
-	case 16:
-		if eqFold(name, "proxy-connection") {
-			return fieldHopByHop
-		}
-		if eqFold(name, "x-forwarded-host") {
-			return fieldXFHost
-		}
-	case 17:
-		if eqFold(name, "transfer-encoding") {
-			return fieldChunked
-		}
-		if eqFold(name, "x-forwarded-proto") {
-			return fieldXFProto
-		}
-	case 18:
-		if eqFold(name, "proxy-authenticate") {
-			return fieldHopByHop
-		}
-	case 19:
-		if eqFold(name, "proxy-authorization") {
-			return fieldHopByHop
-		}
-	}
-	if hasPrefixFold(name, "x-forwarded-") {
-		return fieldForwarded
-	}
-	return fieldPass
-}
-
 // nextField splits the first field line off a raw header block: its name, its value without the
 // whitespace around it, and the whole line with its CRLF. ok is false at the end of the block (the
 // blank line, or nothing left). The framer has checked every line: token name, colon, CRLF end.
@@ -162,18 +78,18 @@ func readFacts(raw []byte) (f headFacts) {
 			return f
 		}
 		raw = rest
-		switch classifyField(name) {
-		case fieldHost:
+		switch httpfield.Of(name) {
+		case httpfield.Host:
 			f.host = value
-		case fieldConnection:
+		case httpfield.Connection:
 			f.namesFields = f.namesFields || namesFields(value)
-		case fieldXFProto:
+		case httpfield.XForwardedProto:
 			f.xfProto = true
-		case fieldXFHost:
+		case httpfield.XForwardedHost:
 			f.xfHost = true
-		case fieldLength:
+		case httpfield.ContentLength:
 			f.framing = upstream.BodyLength
-		case fieldChunked:
+		case httpfield.TransferEncoding:
 			f.framing = upstream.BodyChunked
 		}
 	}
@@ -218,31 +134,31 @@ func appendUpstreamHead(dst []byte, ctx *fasthttp.RequestCtx, fs forwardSpec) ([
 			break
 		}
 		raw = rest
-		kind := classifyField(name)
-		switch kind {
-		case fieldHopByHop, fieldConnection, fieldXFF:
-			continue // X-Forwarded-For is written below, a trusted proxy's value first
-		case fieldUpgrade:
+		kind := httpfield.Of(name)
+		switch {
+		case kind == httpfield.Upgrade:
 			if fs.upgrade {
 				dst = append(dst, line...) // with "Connection: Upgrade", below
 			}
 			continue
-		case fieldHost:
+		case kind.HopByHop(), kind == httpfield.XForwardedFor:
+			continue // X-Forwarded-For is written below, a trusted proxy's value first
+		case kind == httpfield.Host:
 			if authority != nil || len(f.host) == 0 {
 				continue // replaced above
 			}
-		case fieldXFProto, fieldXFHost, fieldForwarded:
+		case kind == httpfield.XForwardedProto, kind == httpfield.XForwardedHost, kind == httpfield.Forwarded:
 			if !proxy {
 				continue // only a trusted proxy may tell another address or scheme
 			}
 		}
-		if f.namesFields && kind != fieldLength && kind != fieldChunked && namedByConnection(h.RawHeaders(), name) {
+		if f.namesFields && kind != httpfield.ContentLength && kind != httpfield.TransferEncoding && namedByConnection(h.RawHeaders(), name) {
 			continue // but the body's framing stays: see the comment at the top of this file
 		}
 		if fs.auth != nil && (eqFoldString(name, fs.auth.Header) || eqFoldString(name, fs.auth.UpstreamHeader)) {
 			continue // the client's key ends here; an upstream credential it sent is not passed on
 		}
-		if kind == fieldLength {
+		if kind == httpfield.ContentLength {
 			dst = appendLength(dst, name, value)
 			continue
 		}
@@ -277,7 +193,7 @@ func appendForwarded(dst []byte, ctx *fasthttp.RequestCtx, raw []byte, proxy boo
 				break
 			}
 			raw = rest
-			if len(value) > 0 && classifyField(name) == fieldXFF {
+			if len(value) > 0 && httpfield.Of(name) == httpfield.XForwardedFor {
 				if !first {
 					dst = append(dst, ", "...)
 				}
@@ -376,7 +292,7 @@ func namedByConnection(raw, name []byte) bool {
 			return found
 		}
 		raw = rest
-		if classifyField(n) == fieldConnection {
+		if httpfield.Of(n) == httpfield.Connection {
 			connectionOptions(value, func(tok []byte) { found = found || bytes.EqualFold(tok, name) })
 		}
 	}
@@ -531,9 +447,8 @@ func responseHopByHop(h *fasthttp.ResponseHeader, name []byte, named, conn bool)
 	if conn {
 		return false
 	}
-	switch classifyField(name) {
-	case fieldHopByHop, fieldUpgrade:
-		return !eqFold(name, "expect")
+	if f := httpfield.Of(name); f.HopByHop() && f != httpfield.Expect {
+		return true
 	}
 	return named && namedByResponseConnection(h, name)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/httpfield"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/valyala/fasthttp"
 )
@@ -261,10 +262,10 @@ func headLine(head []byte) (line, rest []byte) {
 
 // dropOnSwitch reports whether the field name is not relayed with a 101.
 func dropOnSwitch(name, connection []byte) bool {
-	switch classifyField(name) {
-	case fieldConnection, fieldUpgrade:
+	switch f := httpfield.Of(name); {
+	case f == httpfield.Connection, f == httpfield.Upgrade:
 		return false
-	case fieldHopByHop:
+	case f.HopByHop():
 		return true
 	}
 	for v := connection; len(v) > 0; {

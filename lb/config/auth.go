@@ -14,9 +14,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/fairlead/fairlead/lb/httpfield"
 )
 
 // Auth is the loaded single-point auth of one route. It is part of an immutable Config.
@@ -89,7 +90,7 @@ func (c *Config) loadAuth(k string, ac *RouteAuth) (*Auth, []string) {
 
 	if !validHeaderName(ac.Header) {
 		add("header", "bad header name %q", ac.Header)
-	} else if framingHeader(ac.Header) {
+	} else if httpfield.Of(ac.Header).Framing() {
 		add("header", "%q cannot carry a key: it frames or routes the request", ac.Header)
 	}
 	// The files count in the config digest (readFile): a reload after rotating one applies it.
@@ -110,7 +111,7 @@ func (c *Config) loadAuth(k string, ac *RouteAuth) (*Auth, []string) {
 	case ac.UpstreamHeader != "":
 		if !validHeaderName(ac.UpstreamHeader) {
 			add("upstream_header", "bad header name %q", ac.UpstreamHeader)
-		} else if reservedUpstreamHeader(ac.UpstreamHeader) {
+		} else if httpfield.Of(ac.UpstreamHeader).Reserved() {
 			add("upstream_header", "%q is set or removed by fairlead itself when it forwards a request", ac.UpstreamHeader)
 		}
 		data, err := c.readFile(k+"upstream_value_file", ac.UpstreamValueFile)
@@ -146,35 +147,4 @@ func parseKeys(data []byte) [][sha256.Size]byte {
 		sums = append(sums, sha256.Sum256(line))
 	}
 	return sums
-}
-
-// framingHeader reports the headers that frame or route a request: they cannot carry a client's key.
-func framingHeader(h string) bool {
-	for _, f := range []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade"} {
-		if strings.EqualFold(h, f) {
-			return true
-		}
-	}
-	return false
-}
-
-// ReservedUpstreamHeaders are the fields that fairlead itself sets or removes on the way upstream
-// (lb's appendUpstreamHead: framing, hop-by-hop, Expect, X-Forwarded-*), where an injected credential
-// would be lost or break the request. lb's tests check that the list matches what the head builder does.
-var ReservedUpstreamHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Upgrade",
-	"TE", "Trailer", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Expect", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host"}
-
-// hopByHopHeaders describe one connection, not the message (RFC 9110 section 7.6.1), as lb's head
-// builder treats them: never forwarded as they came.
-var hopByHopHeaders = []string{"Connection", "Upgrade", "TE", "Trailer", "Keep-Alive", "Proxy-Connection",
-	"Proxy-Authenticate", "Proxy-Authorization", "Expect"}
-
-// hopByHop reports whether h is one of hopByHopHeaders, in any case.
-func hopByHop(h string) bool {
-	return slices.ContainsFunc(hopByHopHeaders, func(r string) bool { return strings.EqualFold(h, r) })
-}
-
-// reservedUpstreamHeader reports whether h is one of ReservedUpstreamHeaders, in any case.
-func reservedUpstreamHeader(h string) bool {
-	return slices.ContainsFunc(ReservedUpstreamHeaders, func(r string) bool { return strings.EqualFold(h, r) })
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/httpfield"
 	"github.com/fairlead/fairlead/lb/relay/paths"
 )
 
@@ -366,5 +367,6 @@ func parseUpstreamHeaders(file string, data []byte, h http.Header) []string {
 
 // reservedRelayHeader reports the headers the relay's HTTP and WebSocket clients set themselves.
 func reservedRelayHeader(name string) bool {
-	return framingHeader(name) || strings.HasPrefix(strings.ToLower(name), "sec-websocket-") || hopByHop(name)
+	f := httpfield.Of(name)
+	return f.Framing() || f.HopByHop() || strings.HasPrefix(strings.ToLower(name), "sec-websocket-")
 }

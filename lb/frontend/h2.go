@@ -50,6 +50,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/httpfield"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
@@ -283,7 +284,7 @@ func eachTrailer(lines []byte, each func(name, value []byte)) {
 		var line []byte
 		line, lines, _ = bytes.Cut(lines, []byte("\r\n"))
 		name, value, ok := bytes.Cut(line, []byte(": "))
-		if ok && !connectionSpecific(name) && validTrailer(name) {
+		if ok && !httpfield.Of(name).ConnectionSpecific() && validTrailer(name) {
 			each(name, value)
 		}
 	}
@@ -294,18 +295,6 @@ func eachTrailer(lines []byte, each func(name, value []byte)) {
 func validTrailer(name []byte) bool {
 	return httpguts.ValidTrailerHeader(http.CanonicalHeaderKey(string(name)))
 }
-
-// connectionSpecific reports the fields an HTTP/2 message must not carry (RFC 9113 section 8.2.2).
-func connectionSpecific(k []byte) bool {
-	for _, name := range connectionFields {
-		if len(k) == len(name) && bytes.EqualFold(k, []byte(name)) {
-			return true
-		}
-	}
-	return false
-}
-
-var connectionFields = [...]string{"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"}
 
 // statusStrings are the HTTP status codes as HPACK values, made once.
 var statusStrings = func() (s [600]string) {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/httpfield"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -757,7 +758,7 @@ func (c *h2conn) writeHeaders(id uint32, status int, hdr *fasthttp.ResponseHeade
 	}
 	if hdr != nil {
 		for k, v := range hdr.All() {
-			if !connectionSpecific(k) {
+			if !httpfield.Of(k).ConnectionSpecific() {
 				c.enc.WriteField(hpack.HeaderField{Name: c.lower(k), Value: string(v)}) //nolint:errcheck
 			}
 		}
@@ -1182,13 +1183,15 @@ func (s *h2stream) readRequest(f *http2.MetaHeadersFrame) (status int, reason st
 	s.cbuf = s.cbuf[:0]
 	declared := false
 	for _, hf := range f.RegularFields() {
-		switch hf.Name {
-		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			return 0, "a connection-specific field", errConnectionField
-		case "te":
+		if f := httpfield.Of(hf.Name); f == httpfield.TE {
 			if hf.Value != "trailers" {
 				return 0, "TE other than trailers", errConnectionField
 			}
+			continue
+		} else if f.ConnectionSpecific() {
+			return 0, "a connection-specific field", errConnectionField
+		}
+		switch hf.Name {
 		case "host":
 			if !ValidAuthority(hf.Value) {
 				return 0, "invalid Host", http2.ErrCodeProtocol
