@@ -239,6 +239,7 @@ func (g *group) stopLocked(t *Target) {
 
 func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 	defer func() {
+		t.inProgress.Store(0) // (a panicking probe included)
 		// A checker must never take the process down; log and carry on with the next probe.
 		if r := recover(); r != nil {
 			g.logf("healthcheck: probe of %s panicked: %v", t.addr, r)
@@ -246,7 +247,9 @@ func (g *group) probe(ctx context.Context, t *Target, pr *prober) {
 	}()
 	start := time.Now()
 	t.lastStart.Store(start.UnixNano())
+	t.inProgress.Store(start.UnixNano())
 	status, err := pr.get()
+	t.inProgress.Store(0) // answered (or failed): status and err are the latest answer
 	if ctx.Err() != nil {
 		return // stopped meanwhile: a removed server, or new options
 	}
@@ -307,8 +310,9 @@ func (g *group) Status() []ServerStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := make([]ServerStatus, len(g.targets))
+	now := time.Now()
 	for i, t := range g.targets {
-		out[i] = t.status()
+		out[i] = t.status(now, g.o.Timeout)
 	}
 	return out
 }

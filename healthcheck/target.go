@@ -17,6 +17,7 @@ type Target struct {
 	up         atomic.Bool  // may take traffic: passes its checks (a leader pool: it is the leader)
 	answered   atomic.Bool  // at least one probe answered
 	lastStart  atomic.Int64 // unix nanos when the latest probe started
+	inProgress atomic.Int64 // unix nanos when the probe in progress started; 0 when none is
 	lastPassAt atomic.Int64 // unix nanos when the latest passing probe started
 	lastStatus atomic.Int32
 	latency    atomic.Int64 // of the latest probe, nanoseconds
@@ -112,10 +113,25 @@ type ServerStatus struct {
 	// it), until its next serving answer: the server is down, not a standby ready to take over. Its
 	// server_down and server_up events mark the same moments.
 	Lost bool `json:"lost,omitempty"`
+	// PendingSince is when the probe in progress was sent, while it has no answer (omitted when no
+	// probe is in progress); last_status, last_error and latency_ms are then the answer of the probe
+	// before. Overdue: it has waited longer than a server that works takes to answer (a second, or
+	// half the check's timeout when that is less): a hung server shows so within a second, while its
+	// timeout and fall failed probes have not yet taken it down (nor a leader out of its term).
+	PendingSince time.Time `json:"probe_pending_since,omitzero"`
+	Overdue      bool      `json:"probe_overdue,omitempty"`
 }
 
-// status fills what the atomics hold; the caller adds Run and Fails under its lock.
-func (t *Target) status() ServerStatus {
+// OverdueAfter is how long a probe may wait for its answer before ServerStatus calls it overdue, with
+// probes that time out after timeout: a second, or half the timeout when that is less. A server that
+// works answers a LeaderCheck or a health check in milliseconds; one that has not answered in a second
+// is stuck, which an operator should see before the timeout (5 s for a LeaderCheck) and fall
+// (3) failed probes end its term.
+func OverdueAfter(timeout time.Duration) time.Duration { return min(time.Second, timeout/2) }
+
+// status fills what the atomics hold at now, with probes that time out after timeout (Options.Timeout);
+// the caller holds its lock (Run and Fails).
+func (t *Target) status(now time.Time, timeout time.Duration) ServerStatus {
 	st := ServerStatus{
 		Addr:       t.addr,
 		Up:         t.up.Load(),
@@ -133,6 +149,10 @@ func (t *Target) status() ServerStatus {
 	}
 	if ns := t.lastStart.Load(); ns > 0 {
 		st.LastProbe = time.Unix(0, ns)
+	}
+	if ns := t.inProgress.Load(); ns > 0 {
+		st.PendingSince = time.Unix(0, ns)
+		st.Overdue = now.Sub(st.PendingSince) > OverdueAfter(timeout)
 	}
 	return st
 }
