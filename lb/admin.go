@@ -152,7 +152,8 @@ func serverStatusOf(s *Server) admin.ServerStatus {
 	return admin.ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
 		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
 		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
-		InFlightBytes: s.inflightBytes.Load(), Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load(),
+		InFlightBytes: s.inflightBytes.Load(), InFlightSince: s.inFlightSince(),
+		Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load(),
 		TunnelsDelayed: s.tunnelsDelayed.Load(), TunnelsLimited: s.tunnelsLimited.Load()}
 }
 

@@ -403,10 +403,7 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 // end ends an attempt counted in flight to s (by pick or await) with n request-body bytes, and wakes
 // the requests waiting for a writable server.
 func (p *Pool) end(s *Server, n int64) {
-	s.inflight.Add(-1)
-	if n != 0 {
-		s.inflightBytes.Add(-n)
-	}
+	s.end(n)
 	if p.waiting.Load() > 0 {
 		p.freed.notify()
 	}

@@ -38,6 +38,11 @@ type Server struct {
 	requests      atomic.Uint64 // requests forwarded (each attempt), upgrades included
 	failures      atomic.Uint64 // attempts that ended in a transport error
 
+	// waitedFrom is since when requests in flight to s have ended none (unix nanoseconds; meaningful
+	// while inflight > 0): stored when inflight rises from 0 and when one ends with others still in
+	// flight (admin.ServerStatus.InFlightSince says why not each request's start).
+	waitedFrom atomic.Int64
+
 	// new_tunnels_per_second (admission.go): the server's limiter of new tunnels, and the upgrades it
 	// made wait and refused.
 	admit                          atomic.Pointer[rate.Limiter]
@@ -92,12 +97,35 @@ func (s *Server) label() string {
 // Backup reports whether s is a backup server of its pool.
 func (s *Server) Backup() bool { return s.health.Backup() }
 
-// begin counts one attempt in flight to s, with n request-body bytes. Pool.end ends it.
+// begin counts one attempt in flight to s, with n request-body bytes. Pool.end ends it. Without
+// allocating: the clock is read only when s had nothing in flight.
 func (s *Server) begin(n int64) {
-	s.inflight.Add(1)
+	if s.inflight.Add(1) == 1 {
+		s.waitedFrom.Store(time.Now().UnixNano())
+	}
 	if n != 0 {
 		s.inflightBytes.Add(n)
 	}
+}
+
+// end ends an attempt begin counted, with n request-body bytes. Without allocating: the clock is read
+// only when other requests remain in flight (the last one's end needs no time: nothing waits).
+func (s *Server) end(n int64) {
+	if s.inflight.Add(-1) > 0 {
+		s.waitedFrom.Store(time.Now().UnixNano())
+	}
+	if n != 0 {
+		s.inflightBytes.Add(-n)
+	}
+}
+
+// inFlightSince is admin.ServerStatus.InFlightSince: since when s's requests in flight have ended
+// none; zero when none is in flight.
+func (s *Server) inFlightSince() time.Time {
+	if s.inflight.Load() <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, s.waitedFrom.Load())
 }
 
 // writable reports whether s is below its watermarks: fewer than hw requests in flight (hw 0: no

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
@@ -594,4 +595,46 @@ func TestStatusCountsEachServersTunnelsAcrossAReloadAndAsTheyClose(t *testing.T)
 		}
 	}
 	countsAgree("after every tunnel closed")
+}
+
+// Issue 36: a hung server's requests in flight say since when they wait; a server that answers,
+// however busy, shows a recent time (in_flight_since: since when none of its requests in flight ended).
+func TestInFlightSinceIsWhenNoneOfTheServersRequestsInFlightHasEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Server{}
+		t0 := time.Now()
+		f := func(step string, want time.Time) {
+			t.Helper()
+			if got := s.inFlightSince(); !got.Equal(want) {
+				t.Fatalf("%s: in flight since %v, want %v", step, got, want)
+			}
+		}
+		f("nothing in flight", time.Time{})
+		s.begin(0)
+		f("one request", t0)
+		time.Sleep(time.Second)
+		s.begin(10)
+		f("a second request waits too", t0)
+		time.Sleep(time.Second)
+		s.end(10)
+		f("one ended, one still waits", t0.Add(2*time.Second))
+		time.Sleep(20 * time.Second)
+		f("hung", t0.Add(2*time.Second))
+		s.end(0)
+		f("all ended", time.Time{})
+
+		// Busy and answering: requests overlap all the time, each answered within 100 ms.
+		s.begin(0)
+		for range 100 {
+			time.Sleep(50 * time.Millisecond)
+			s.begin(0)
+			time.Sleep(50 * time.Millisecond)
+			s.end(0)
+		}
+		f("busy and answering", time.Now())
+		s.end(0)
+		if s.inflight.Load() != 0 || s.inflightBytes.Load() != 0 {
+			t.Fatalf("in flight %d, %d bytes after every end", s.inflight.Load(), s.inflightBytes.Load())
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 )
 
 // The status page end to end, in a headless Chromium: it follows a leader change without a reload, and
@@ -269,4 +270,43 @@ func TestTheStatusPageShowsAPoolsAdmissionRateAndAServerRampingUp(t *testing.T) 
 		t.Fatal(err)
 	}
 	b.waitFor(10*time.Second, "cx1 up and ramping", row+`?.dataset.state === "up" && `+row+`.textContent.includes("(ramping ")`)
+}
+
+// Issue 36: a hung leader stayed green ("up", "200 2.6 s ago") for ~20 s while requests waited on it.
+// While it is still the leader, its row says what is known, in amber: its requests in flight and how
+// long none of them has ended, and its check's probe without an answer; /api/status carries both.
+func TestAHungLeadersRowSaysItsRequestsWaitAndItsProbeIsOverdueWhileItIsStillTheLeader(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1 := c.Platforms[0]
+	// A 3 s check timeout with fall 3: the hung leader keeps its term for 9 s or more, time enough to
+	// see it; response_timeout ends the request that waits on it before the test's end.
+	l, _ := startLB(t, platformConfig(c, `response_timeout = "8s"`, `timeout = "3s"`))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	row := fmt.Sprintf(`document.querySelector('[data-pool="platform"] tr[data-addr=%q]')`, p1.Addr)
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "platform1 the leader, nothing waiting", row+`?.dataset.leader === "true" && `+row+`.dataset.waiting === "false"`)
+
+	mustSetState(t, p1, sim.Hung)
+	sent := time.Now()
+	go func() {
+		if resp, err := testClient.Get("http://" + l.Addr() + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	var ss admin.ServerStatus
+	testkit.Eventually(t, "a request in flight to the hung leader and its probe overdue", 8*time.Second, func() bool {
+		ss = mustServerStatus(t, l, "platform", p1.Addr)
+		return ss.InFlight > 0 && ss.Check != nil && ss.Check.Overdue
+	})
+	if ss.State != "up" || ss.InFlightSince.Before(sent) || ss.Check.PendingSince.IsZero() || !ss.Check.PendingSince.Equal(ss.Check.LastProbe) {
+		t.Fatalf("hung leader: %+v, check %+v; want up, in flight since the request (after %v), a probe pending", ss, *ss.Check, sent)
+	}
+
+	b.waitFor(5*time.Second, "the row's requests waiting and its probe overdue, in amber, the leader still up", row+`.dataset.state === "up" && `+
+		row+`.dataset.leader === "true" && `+row+`.dataset.waiting === "true" && `+
+		row+`.querySelector(".waited").textContent.startsWith(" · waiting ") && `+row+`.querySelector("td.sev-warn .waited") !== null && `+
+		row+`.querySelector("span.sev-warn")?.textContent === "no answer to the probe sent"`)
 }

@@ -184,6 +184,13 @@ type ServerStatus struct {
 	// server's next slot, and refused (unavailable_status).
 	TunnelsDelayed uint64 `json:"tunnels_delayed,omitempty"`
 	TunnelsLimited uint64 `json:"tunnels_limited,omitempty"`
+	// InFlightSince, while InFlight is not 0, is since when none of the server's requests in flight
+	// has ended (answered or given up): the later of the moment its in-flight count last rose from 0
+	// and the moment one of them last ended. A server that answers shows a recent time however busy;
+	// a hung one the time its first unanswered request was sent, the oldest waiting on it. It is not
+	// each request's age, which would take a list per server on the request path: one slow request
+	// among answered ones does not show. Omitted when nothing is in flight.
+	InFlightSince time.Time `json:"in_flight_since,omitzero"`
 	// Ramp is the server's share of new placements while slow_start ramps it up after it became
 	// available, from 0 to 1 (omitted once it has its full share).
 	Ramp float64 `json:"ramp,omitempty"`
