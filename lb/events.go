@@ -74,38 +74,37 @@ func (lb *LB) rampOnReturn(e event.Event) {
 	}
 }
 
+// logLevels are the log's levels of the events' severities: an outage is an ERROR line, a loss that
+// still serves a WARN line, the rest INFO.
+var logLevels = [...]slog.Level{event.SeverityInfo: slog.LevelInfo, event.SeverityOK: slog.LevelInfo,
+	event.SeverityWarning: slog.LevelWarn, event.SeverityOutage: slog.LevelError}
+
 func (lb *LB) logEvent(e event.Event) {
 	var msg string
-	level := slog.LevelInfo
+	level := logLevels[e.Severity()]
 	switch e.Kind {
 	case event.CheckAnswered:
 		return
 	case event.ReloadApplied:
 		msg = "reload: config applied"
 	case event.ReloadFailed:
-		msg, level = "reload: keeping the running config", slog.LevelWarn
+		msg = "reload: keeping the running config"
 	case event.LeaderChanged:
 		msg = "leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")"
-		if e.Server == "" {
-			level = slog.LevelError
-		}
 	case event.PoolDown:
-		msg, level = "pool down: no server is available", slog.LevelError
+		msg = "pool down: no server is available"
 	case event.PoolUp:
 		msg = "pool up: a server is available again"
 	case event.SplitBrain:
-		msg, level = "split brain: "+lb.serverLabel(e.Pool, e.Server), slog.LevelWarn
+		msg = "split brain: " + lb.serverLabel(e.Pool, e.Server)
 	case event.Failover:
-		msg, level = "failover: the backups serve", slog.LevelWarn
+		msg = "failover: the backups serve"
 	case event.Failback:
 		msg = "failback: the primaries serve again"
 	case event.DiscoveryChanged:
 		msg = "discovery: " + e.Detail
 	default:
 		msg = lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
-		if e.Kind == event.ServerDown {
-			level = slog.LevelWarn
-		}
 	}
 	attrs := make([]slog.Attr, 1, 5)
 	attrs[0] = slog.String("kind", e.Kind.String())

@@ -310,3 +310,58 @@ func TestAHungLeadersRowSaysItsRequestsWaitAndItsProbeIsOverdueWhileItIsStillThe
 		row+`.querySelector(".waited").textContent.startsWith(" · waiting ") && `+row+`.querySelector("td.sev-warn .waited") !== null && `+
 		row+`.querySelector("span.sev-warn")?.textContent === "no answer to the probe sent"`)
 }
+
+// Issue 36: "pool down" and "leader changed → none" had grey and blue badges while a routine "server
+// down" was red. Each event carries its severity (/events, /api/status) and the page colours its badge
+// by it: an outage red, a loss that still serves amber, a recovery green.
+func TestTheEventLogColoursEachEventBySeverity(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	l, _ := startLB(t, platformConfig(c, "", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.waitFor(5*time.Second, "the live stream", `document.getElementById("conn").dataset.conn === "live"`)
+
+	// The standby dies (a loss that still serves), then the leader steps down (an outage), then it
+	// leads again (a recovery).
+	mustSetState(t, p2, sim.Dead)
+	testkit.Eventually(t, "platform2 down", 10*time.Second, func() bool { return mustServerStatus(t, l, "platform", p2.Addr).State == "down" })
+	mustSetState(t, p1, sim.Backup)
+	testkit.Eventually(t, "no leader", 10*time.Second, func() bool { return poolLeader(l, "platform") == "" })
+	mustSetState(t, p1, sim.Leader)
+	testkit.Eventually(t, "platform1 leads again", 10*time.Second, func() bool { return poolLeader(l, "platform") == p1.Addr })
+
+	// row finds a line of the log: its kind, its server, its severity and its badge's class.
+	row := func(kind, server, severity string) string {
+		return fmt.Sprintf(`Array.from(document.querySelectorAll('#log tr[data-kind=%q]')).some((r) => r.dataset.severity === %q && `+
+			`r.querySelector(".badge").classList.contains(%q) && r.cells[3].textContent.startsWith(%q))`, kind, severity, "sev-"+severity, server)
+	}
+	for _, w := range []struct{ kind, server, severity string }{
+		{"server_down", p2.Addr, "warn"},
+		{"leader_changed", "none (was " + p1.Addr + ")", "outage"},
+		{"pool_down", "", "outage"},
+		{"leader_changed", p1.Addr + " (was none)", "ok"},
+		{"pool_up", "", "ok"},
+	} {
+		b.waitFor(5*time.Second, w.kind+" "+w.server+" coloured "+w.severity, row(w.kind, w.server, w.severity))
+	}
+	// The colours differ: an outage is not a loss that still serves, nor a recovery.
+	colour := func(sev string) string {
+		return b.eval(fmt.Sprintf(`getComputedStyle(document.querySelector('#log tr[data-severity=%q] .badge')).color`, sev))
+	}
+	if outage, warn, ok := colour("outage"), colour("warn"), colour("ok"); outage == warn || warn == ok || outage == ok {
+		t.Errorf("badge colours: outage %s, warn %s, ok %s; want three colours", outage, warn, ok)
+	}
+	// /api/status carries the severity as /events does.
+	var downs []string
+	for _, e := range l.Status().Events {
+		if e.Kind == "pool_down" || e.Kind == "server_down" {
+			downs = append(downs, e.Kind+" "+e.Severity)
+		}
+	}
+	if got := strings.Join(downs, ", "); got != "server_down warn, pool_down outage" {
+		t.Errorf("/api/status events: %s; want server_down warn, pool_down outage", got)
+	}
+}

@@ -67,6 +67,50 @@ func (k Kind) changesServing() bool {
 	return false
 }
 
+// Severity is what an event means for the service, decided here once for every reader: the log's
+// level (ERROR, WARN, INFO), the status page's colour (red, amber, green, grey-blue) and any consumer of
+// /events, which carries it as a word. It depends on the kind alone, but for LeaderChanged: to a
+// server it is a recovery (the pool has a leader; the old one's loss, if it failed, is its own
+// ServerDown), to none an outage.
+type Severity uint8
+
+// The severities, from the least to the most pressing.
+const (
+	SeverityInfo    Severity = iota // information: a reload applied, a server added or removed, an operator's action, a new discovered list, a probe's answer
+	SeverityOK                      // a recovery: a server up, a pool up, a failback, a leader elected
+	SeverityWarning                 // a loss that still serves: a server down, a failover to the backups, a split brain, a failed reload (the running config stays)
+	SeverityOutage                  // an outage: a pool down, a leader pool left without a leader
+)
+
+var severityNames = [...]string{"info", "ok", "warn", "outage"}
+
+// String is the severity's word in /events and /api/status: "info", "ok", "warn" or "outage" (the
+// status page's classes sev-info, sev-ok, sev-warn and sev-outage).
+func (s Severity) String() string {
+	if int(s) < len(severityNames) {
+		return severityNames[s]
+	}
+	return "severity(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Severity is what e means for the service.
+func (e Event) Severity() Severity {
+	switch e.Kind {
+	case PoolDown:
+		return SeverityOutage
+	case LeaderChanged:
+		if e.Server == "" {
+			return SeverityOutage
+		}
+		return SeverityOK
+	case ServerDown, Failover, SplitBrain, ReloadFailed:
+		return SeverityWarning
+	case ServerUp, PoolUp, Failback:
+		return SeverityOK
+	}
+	return SeverityInfo
+}
+
 // Admin is an operator's state of a server, as an AdminAction sets it.
 type Admin uint8
 

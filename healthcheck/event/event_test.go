@@ -155,3 +155,39 @@ func TestKindsHaveNames(t *testing.T) {
 		t.Fatalf("an unknown kind is %q, want kind(16)", s)
 	}
 }
+
+// Issue 36: "pool down" and "leader changed → none" were grey and blue on the status page while a
+// routine "server down" was red. Every kind has its severity by meaning, in one place.
+func TestEverySeverityIsByMeaning(t *testing.T) {
+	tested := map[Kind]bool{}
+	f := func(e Event, want string) {
+		t.Helper()
+		tested[e.Kind] = true
+		if got := e.Severity().String(); got != want {
+			t.Errorf("%s (server %q): severity %s, want %s", e.Kind, e.Server, got, want)
+		}
+	}
+	// Outages: nothing serves.
+	f(Event{Kind: PoolDown}, "outage")
+	f(Event{Kind: LeaderChanged, Old: "10.0.0.1:8080"}, "outage")
+	// Losses that still serve.
+	f(Event{Kind: ServerDown, Server: "10.0.0.2:8080"}, "warn")
+	f(Event{Kind: Failover}, "warn")
+	f(Event{Kind: SplitBrain, Server: "10.0.0.2:8080"}, "warn")
+	f(Event{Kind: ReloadFailed}, "warn")
+	// Recoveries.
+	f(Event{Kind: ServerUp, Server: "10.0.0.2:8080"}, "ok")
+	f(Event{Kind: PoolUp}, "ok")
+	f(Event{Kind: Failback}, "ok")
+	f(Event{Kind: LeaderChanged, Server: "10.0.0.2:8080"}, "ok")
+	f(Event{Kind: LeaderChanged, Server: "10.0.0.2:8080", Old: "10.0.0.1:8080"}, "ok")
+	// Information.
+	for _, k := range []Kind{ServerAdded, ServerRemoved, CheckAnswered, ReloadApplied, AdminAction, DiscoveryChanged} {
+		f(Event{Kind: k, Server: "10.0.0.2:8080"}, "info")
+	}
+	for _, k := range Kinds() {
+		if !tested[k] {
+			t.Errorf("the severity of %s is not tested", k)
+		}
+	}
+}

@@ -23,7 +23,7 @@ import (
 //
 //	event: leader_changed            each event of the stream (but check_answered), as it is published
 //	id: 42                           its seq
-//	data: {"seq":42,"time":"2026-12-01T10:00:00.123Z","kind":"leader_changed","pool":"platform","server":"10.0.0.2:8080","old":"10.0.0.1:8080","status":0,"latency_ms":0,"detail":""}
+//	data: {"seq":42,"time":"2026-12-01T10:00:00.123Z","kind":"leader_changed","pool":"platform","server":"10.0.0.2:8080","old":"10.0.0.1:8080","status":0,"latency_ms":0,"detail":"","severity":"ok"}
 //
 //	: ping                           every 15 s, so that proxies keep an idle stream open
 //
@@ -66,11 +66,18 @@ type StreamEvent struct {
 	Status    int       `json:"status"`     // check_answered: the answer's status (0 on a transport error)
 	LatencyMs float64   `json:"latency_ms"` // check_answered: how long the probe took
 	Detail    string    `json:"detail"`     // why: an error, a status, who acted
+	// Severity is what the event means for the service, decided in one place (package event) for
+	// every reader, the log's level and the status page's colour included: "outage" (a pool down, a
+	// leader pool left without a leader), "warn" (a loss that still serves: a server down, a failover,
+	// a split brain, a failed reload), "ok" (a recovery: a server or pool up, a failback, a leader
+	// elected) or "info".
+	Severity string `json:"severity"`
 }
 
 func streamEventOf(e event.Event) StreamEvent {
 	return StreamEvent{Seq: e.Seq, Time: e.Time, Kind: e.Kind.String(), Pool: e.Pool, Server: e.Server, Old: e.Old,
-		Status: e.Status, LatencyMs: float64(e.Latency) / float64(time.Millisecond), Detail: e.Detail}
+		Status: e.Status, LatencyMs: float64(e.Latency) / float64(time.Millisecond), Detail: e.Detail,
+		Severity: e.Severity().String()}
 }
 
 // eventSub is one /events client's subscription to the Backend's events.

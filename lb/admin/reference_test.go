@@ -131,14 +131,20 @@ func adminReference(t *testing.T) string {
 	}
 
 	b.WriteString("\n## Event kinds\n\nPublished on the event stream (`/events`), logged, and counted in `fairlead_events_total{kind}`.\n\n")
-	b.WriteString("| kind | what |\n|---|---|\n")
+	b.WriteString("Its severity (`severity` in `/events`, the log's level, the status page's colour) is by meaning: `outage`\n")
+	b.WriteString("(ERROR, red), `warn` (a loss that still serves: WARN, amber), `ok` (a recovery: INFO, green) or `info` (INFO).\n\n")
+	b.WriteString("| kind | severity | what |\n|---|---|---|\n")
 	docs := eventKindDocs(t)
 	for _, k := range event.Kinds() {
 		d := docs[int(k)]
 		if d == "" {
 			t.Errorf("event kind %s has no comment in package event", k)
 		}
-		fmt.Fprintf(&b, "| `%s` | %s |\n", k, d)
+		sev := "`" + event.Event{Kind: k, Server: "a"}.Severity().String() + "`"
+		if none := (event.Event{Kind: k}).Severity().String(); "`"+none+"`" != sev {
+			sev += "; `" + none + "` to none"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k, sev, d)
 	}
 
 	b.WriteString("\n## The status document\n\n`GET /api/status` (also `/status`, and the `snapshot` events of `/events`): one JSON document.\n\n")
