@@ -365,3 +365,56 @@ func TestTheEventLogColoursEachEventBySeverity(t *testing.T) {
 		t.Errorf("/api/status events: %s; want server_down warn, pool_down outage", got)
 	}
 }
+
+// Issue 36: Requests/s read 0.00 for the first 2 s of a page (until it had two snapshots to compare),
+// and the chart's legend said "no errors" while Errors/s showed errors (the legend looked only at the
+// complete steps of the hour). The first paint draws both rates from the history the snapshot carries,
+// and the legend names the errors whenever Errors/s has some.
+func TestTheStatusPagesFirstPaintShowsTheRatesOfTheHistoryAndItsLegendAgreesWithErrorsPerSecond(t *testing.T) {
+	c := startCluster(t, 2, 0)
+	p1, p2 := c.Platforms[0], c.Platforms[1]
+	l, _ := startLB(t, platformConfig(c, `queue_timeout = "200ms"`, ""))
+	for range 20 {
+		if code, _ := get(t, l, "/"); code != 200 {
+			t.Fatalf("got %d, want 200 from the leader", code)
+		}
+	}
+	// No leader: three requests get unavailable_status, fairlead's own errors.
+	mustSetState(t, p1, sim.Backup)
+	mustSetState(t, p2, sim.Backup)
+	testkit.Eventually(t, "no leader", 10*time.Second, func() bool { return poolLeader(l, "platform") == "" })
+	// The errors fall early in a rate step (admin.RateStep, aligned on the clock), so that the page most
+	// likely opens while that step is still the current one, where the legend missed them.
+	if left := time.Until(time.Now().Truncate(admin.RateStep).Add(admin.RateStep)); left < 7*time.Second {
+		time.Sleep(left)
+	}
+	for range 3 {
+		if code, _ := get(t, l, "/"); code != 503 {
+			t.Fatalf("got %d without a leader, want 503", code)
+		}
+	}
+	testkit.Eventually(t, "the 23 requests and 3 errors in the rate history", 5*time.Second, func() bool {
+		var req, errs uint64
+		for _, p := range l.Status().Pools {
+			if p.Name == "platform" && p.Rates != nil {
+				for i := range p.Rates.Requests {
+					req, errs = req+p.Rates.Requests[i], errs+p.Rates.Errors[i]
+				}
+			}
+		}
+		return req == 23 && errs == 3
+	})
+
+	// Nothing more is sent: a page that waited for a second snapshot would show 0.00 for good.
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	b := openBrowser(t, ctx)
+	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	pool := `document.querySelector('[data-pool="platform"]')`
+	stat := func(k string) string {
+		return fmt.Sprintf(`%s?.querySelector('[data-stat=%q] dd')?.textContent`, pool, k)
+	}
+	b.waitFor(5*time.Second, "the first snapshot with its rates and a legend naming the errors", fmt.Sprintf(
+		`%s === "23" && %s !== "0.00" && %s !== "0.00" && %s.querySelector(".legend").textContent.includes("errors/s") && !%s.querySelector(".legend").textContent.includes("no errors")`,
+		stat("requests"), stat("rps"), stat("eps"), pool, pool))
+}
