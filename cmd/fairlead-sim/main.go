@@ -25,6 +25,17 @@
 // (GET /deliveries on the control API), and with -delivery-log FILE they also
 // append a line "<platform> <id>" per delivery to FILE, which outlives the
 // process.
+//
+// Two more modes, for `make run`'s demo:
+//
+//	fairlead-sim devices -n 6 -url ws://127.0.0.1:8080/Thingworx/WS
+//
+// connects simulated edge devices through fairlead and prints where each landed, when its tunnel
+// closes and where it landed again (devices.go), and
+//
+//	fairlead-sim cert -dir DIR
+//
+// writes a certificate for 127.0.0.1 and localhost and its key, for an HTTPS listener (cert.go).
 package main
 
 import (
@@ -46,6 +57,14 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "devices":
+			return runDevices(args[1:], stdout, stderr)
+		case "cert":
+			return runCert(args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("fairlead-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	platforms := fs.Int("platforms", 2, "number of platform servers")
