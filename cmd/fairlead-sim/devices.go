@@ -46,7 +46,7 @@ func devices(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 6, "number of devices")
 	url := fs.String("url", "ws://127.0.0.1:8080/Thingworx/WS", "fairlead's WebSocket address (ws:// or wss://)")
 	prefix := fs.String("prefix", "device-", "asset ids are PREFIX1 ... PREFIXn")
-	insecure := fs.Bool("insecure", false, "wss: accept any server certificate (as curl -k; the demo's is self-signed)")
+	insecure := fs.Bool("insecure", false, "wss: accept any server certificate (as curl -k; the demo's is made at start by a CA of its own)")
 	ping := fs.Duration("ping", 5*time.Second, "how often each device sends a message (its connection server echoes it)")
 	retry := fs.Duration("retry", time.Second, "the wait before reconnecting (plus up to half of it at random)")
 	if err := fs.Parse(args); err != nil {

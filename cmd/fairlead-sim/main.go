@@ -67,6 +67,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("fairlead-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: fairlead-sim [flags]     (a simulated cluster)\n"+
+			"       fairlead-sim devices -h    (edge devices through fairlead)\n"+
+			"       fairlead-sim cert -h       (a certificate for an HTTPS listener)\n\n")
+		fs.PrintDefaults()
+	}
 	platforms := fs.Int("platforms", 2, "number of platform servers")
 	connections := fs.Int("connections", 2, "number of connection servers")
 	platformPort := fs.Int("platform-port", 9081, "first platform server port (0: free ports)")
