@@ -38,7 +38,8 @@ install: build
 	@if [ -z "$(DESTDIR)" ] && ! getent passwd fairlead >/dev/null; then \
 		echo "make install: create the service's user once: useradd --system --user-group --home-dir /var/lib/fairlead --shell /usr/sbin/nologin fairlead"; fi
 
-# Starts a simulated ThingWorx cluster and fairlead in front of it; Ctrl-C stops both.
+# Starts a simulated ThingWorx cluster and fairlead in front of it (ports: the FAIRLEAD_DEMO_* variables,
+# README: Quick start); Ctrl-C stops both.
 run: build
 	bash bench/run.sh
 
