@@ -308,7 +308,7 @@ func newAccessLogBench(tb testing.TB) func() {
 		req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
 		req.Header.SetHost("thingworx.example.com")
 		ctx.Init(&req, remote, nil)
-		l.handle(&ctx)
+		l.px.handle(&ctx)
 		if ctx.Response.StatusCode() != 200 {
 			tb.Fatalf("status %d", ctx.Response.StatusCode())
 		}
@@ -361,7 +361,7 @@ func TestATunnelOpenAtCloseIsLoggedWithReasonShutdown(t *testing.T) {
 	if len(tl) != 1 || tl[0]["reason"] != "shutdown" {
 		t.Fatalf("tunnel lines %v; want one with reason=shutdown", tl)
 	}
-	if st := l.tunnels.stats(); st.ByReason[tunnel.Shutdown] != 1 || st.ByReason[tunnel.Closed] != 0 {
+	if st := l.px.tunnels.stats(); st.ByReason[tunnel.Shutdown] != 1 || st.ByReason[tunnel.Closed] != 0 {
 		t.Errorf("closed by reason %v; want the one tunnel counted as shutdown", st.ByReason)
 	}
 	if !strings.Contains(logs.all(), "tunnel: pool cxserver: closing 1 tunnel to stop") {

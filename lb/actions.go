@@ -12,7 +12,7 @@ import (
 // follows the admin_action event that each action publishes with by, who asked. It returns the
 // server's status after it.
 func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (admin.ServerStatus, error) {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	p := g.pools[poolName]
 	var s *Server
 	if p != nil {

@@ -20,7 +20,7 @@ var _ admin.Backend = (*LB)(nil)
 var adminOptions admin.Options
 
 // Config returns the configuration in force.
-func (lb *LB) Config() *config.Config { return lb.gen.Load().cfg }
+func (lb *LB) Config() *config.Config { return lb.px.gen.Load().cfg }
 
 // Subscribe calls fn with every event published from now on, until cancel is called (Events().Subscribe).
 func (lb *LB) Subscribe(fn func(event.Event)) (cancel func()) { return lb.bus.Subscribe(fn) }
@@ -36,7 +36,7 @@ func (lb *LB) Status() admin.Status {
 // status is the running state without the past: every pool, its servers and their states, the
 // alarms, the relays.
 func (lb *LB) status() admin.Status {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	st := admin.Status{ConfigFiles: g.cfg.Files, Alarms: []admin.Alarm{}}
 	var warnings []admin.Alarm // after the critical alarms
 	for _, name := range g.poolNames() {

@@ -40,7 +40,7 @@ func (s *Server) admitter(r int) *rate.Limiter {
 // admitTunnel admits an upgrade to s under the pool's new_tunnels_per_second: at once, or after waiting
 // for s's next slot (within the request's queue deadline, set now if it was not yet, and max_queue).
 // false when it could not be admitted in time: the answer (unavailable_status, Retry-After) is written.
-func (lb *LB) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, deadline *time.Time) bool {
+func (px *proxy) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, deadline *time.Time) bool {
 	r := st.cfg.NewTunnelsPerSecond
 	if r <= 0 {
 		return true
@@ -49,7 +49,7 @@ func (lb *LB) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	res := s.admitter(r).ReserveN(now, 1)
 	wait := res.DelayFrom(now)
 	if wait == 0 {
-		lb.noteAdmitted(s, now)
+		px.noteAdmitted(s, now)
 		return true
 	}
 	if deadline.IsZero() {
@@ -70,14 +70,14 @@ func (lb *LB) admitTunnel(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	t := time.NewTimer(wait)
 	<-t.C
 	p.m.queueWait.UpdateDuration(now)
-	lb.noteAdmitted(s, now.Add(wait))
+	px.noteAdmitted(s, now.Add(wait))
 	return true
 }
 
 // noteAdmitted tells the admission hook (tests: LB.admitted) that an upgrade to s was admitted in the
 // slot of time at.
-func (lb *LB) noteAdmitted(s *Server, at time.Time) {
-	if f := lb.admitted.Load(); f != nil {
+func (px *proxy) noteAdmitted(s *Server, at time.Time) {
+	if f := px.admitted.Load(); f != nil {
 		(*f)(s, at)
 	}
 }

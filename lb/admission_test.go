@@ -94,7 +94,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 		admitted[s.Addr] = append(admitted[s.Addr], at)
 		admMu.Unlock()
 	}
-	l.admitted.Store(&hook)
+	l.px.admitted.Store(&hook)
 	admissions := func(addr string, from int) []time.Time {
 		admMu.Lock()
 		defer admMu.Unlock()
@@ -201,7 +201,7 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 		t.Error("no device was refused: queue_timeout = 2s should have turned some away with Retry-After")
 	}
 	var limited uint64
-	for _, p := range l.gen.Load().pools {
+	for _, p := range l.px.gen.Load().pools {
 		for _, s := range p.view.Load().servers {
 			limited += s.tunnelsLimited.Load()
 		}
@@ -222,7 +222,7 @@ func TestASlowStartServerTakesFewNewKeysAtFirstAndItsShareLater(t *testing.T) {
 	l, _ := startLB(t, files)
 	back := c.Connections[0]
 	server := func() *Server {
-		for _, s := range l.gen.Load().pools["cxserver"].view.Load().servers {
+		for _, s := range l.px.gen.Load().pools["cxserver"].view.Load().servers {
 			if s.Addr == back.Addr {
 				return s
 			}

@@ -111,7 +111,7 @@ func (d *discoveries) discovered(name string, pc *config.Pool) *config.Pool {
 // seed is a watcher's Target.Seed, under the reload lock: the servers pool name is configured with, and
 // whether dc is still its table (and fairlead is not stopping).
 func (d *discoveries) seed(name string, dc config.Discovery) ([]string, bool) {
-	g := d.lb.gen.Load()
+	g := d.lb.px.gen.Load()
 	p, pc := g.pools[name], g.cfg.Pools[name]
 	if p == nil || pc == nil || !reflect.DeepEqual(pc.Discovery, dc) || d.lb.ctx.Err() != nil {
 		return nil, false
@@ -123,7 +123,7 @@ func (d *discoveries) seed(name string, dc config.Discovery) ([]string, bool) {
 // of pool name, published as a discovery_changed event (which logs it).
 func (d *discoveries) apply(name string, c discovery.Change) {
 	lb := d.lb
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	p, pc := g.pools[name], g.cfg.Pools[name]
 	cp := *pc
 	cp.Servers = withoutBackups(c.List, pc.Backups)

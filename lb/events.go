@@ -14,7 +14,7 @@ import (
 
 // poolNamed is the running pool called name, nil if none (or before the first generation).
 func (lb *LB) poolNamed(name string) *Pool {
-	if g := lb.gen.Load(); g != nil {
+	if g := lb.px.gen.Load(); g != nil {
 		return g.pools[name]
 	}
 	return nil
@@ -129,7 +129,7 @@ func (lb *LB) serverLabel(pool, addr string) string {
 	if addr == "" {
 		return "none"
 	}
-	if g := lb.gen.Load(); g != nil {
+	if g := lb.px.gen.Load(); g != nil {
 		if p := g.pools[pool]; p != nil {
 			for _, s := range p.view.Load().servers {
 				if s.Addr == addr {

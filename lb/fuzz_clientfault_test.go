@@ -47,7 +47,7 @@ func FuzzClientFaultIsNoServerFailure(f *testing.F) {
 	conf.Table("pools.rr.check").Set("path", "/Thingworx/ready").Set("interval", 30*time.Second).Set("fall", 1)
 	conf.Array("routes").Set("pool", "rr")
 	l, _ := startLB(f, map[string]string{"10-rr.toml": conf.String()})
-	p := l.gen.Load().pools["rr"]
+	p := l.px.gen.Load().pools["rr"]
 	f.Fuzz(func(t *testing.T, in []byte, cut uint16, close bool) {
 		conn, err := net.Dial("tcp", l.Addr())
 		if err != nil {

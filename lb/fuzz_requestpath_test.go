@@ -24,7 +24,7 @@ func FuzzRequestPath(f *testing.F) {
 	l, _ := startLB(f, platformConfig(c, "", ""))
 	leader := c.Platforms[0]
 	f.Fuzz(func(t *testing.T, in []byte) {
-		start, ferr := frontend.Check(l.front.Limits(), bytes.Clone(in)) // Check may rewrite bytes; the fuzzer's input stays as it is
+		start, ferr := frontend.Check(l.px.front.Limits(), bytes.Clone(in)) // Check may rewrite bytes; the fuzzer's input stays as it is
 		refusedFirst := ferr != nil && start <= 0
 		before := leader.Requests()
 		conn, err := net.Dial("tcp", l.Addr())

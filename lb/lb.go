@@ -44,7 +44,8 @@ import (
 
 // LB is a running load balancer.
 type LB struct {
-	gen     atomic.Pointer[generation]
+	// px is the request path: every request is served by it alone (proxy.go).
+	px      *proxy
 	log     *slog.Logger         // events and the access log (log.go)
 	logf    func(string, ...any) // printf-style lines, through log unless Options.Logf was given
 	level   *slog.LevelVar       // log's level: [global] log_level
@@ -55,11 +56,8 @@ type LB struct {
 	admin    *fasthttp.Server
 	lns      listeners // the front end's and the admin's (listeners.go)
 
-	// front checks every client byte, answers and counts what it refuses and counts its connections'
-	// errors (lb/frontend), with the limits of the config New was given ([frontend] changes but for
-	// the listeners and TLS take a restart). adminConnErrs counts and logs the admin listener's
-	// connection errors; fasthttp's own lines never reach the log.
-	front         *frontend.Front
+	// adminConnErrs counts and logs the admin listener's connection errors; fasthttp's own lines never
+	// reach the log.
 	adminConnErrs *frontend.ConnErrors
 	// adminHandler answers the admin listener's requests (package admin; LB is its Backend).
 	adminHandler *admin.Handler
@@ -70,10 +68,6 @@ type LB struct {
 	events [event.NumKinds]atomic.Uint64 // published events by kind
 	// hist is what the status document remembers: the last events, rates, state changes (admin.go).
 	hist *admin.History
-
-	// tunnels carry the WebSocket tunnels (tunnels.go). They belong to the LB, not to a generation, so
-	// that tunnels outlive config reloads.
-	tunnels tunnels
 
 	// relays are the running relays ([relays.NAME], relays.go). A relay outlives the generations that
 	// keep its fingerprint.
@@ -86,13 +80,9 @@ type LB struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	reloadMu      sync.Mutex
-	reloads       atomic.Uint64
-	http1Requests atomic.Uint64    // requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts)
-	now           func() time.Time // Options.Now
-	// admitted, if set (tests, before traffic), is told each upgrade new_tunnels_per_second admitted:
-	// the server and the time of its slot.
-	admitted       atomic.Pointer[func(s *Server, at time.Time)]
+	reloadMu       sync.Mutex
+	reloads        atomic.Uint64
+	now            func() time.Time // Options.Now
 	reloadFailures atomic.Uint64
 	lastReloadOK   atomic.Bool
 }
@@ -127,12 +117,13 @@ type Options struct {
 // New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
 func New(cfg *config.Config, o Options) *LB {
 	o.setDefaults(cfg)
-	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, bus: event.NewBus()}
-	lb.tunnels.logf = o.Logf
-	lb.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
-	lb.front.OnRefused = lb.logRefused
+	lb := &LB{log: o.Logger, logf: o.Logf, level: o.Level, version: o.Version, bus: event.NewBus(),
+		px: &proxy{log: o.Logger, logf: o.Logf}}
+	lb.px.tunnels.logf = o.Logf
+	lb.px.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
+	lb.px.front.OnRefused = lb.px.logRefused
 	lb.now = o.Now
-	lb.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
+	lb.px.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
@@ -147,12 +138,12 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.bus.Subscribe(lb.hist.Record)
 	lb.relays.running, _ = lb.relays.prepare(lb, cfg)
 	g, _ := lb.newGeneration(cfg, nil, lb.relays.running)
-	lb.gen.Store(g)
+	lb.px.gen.Store(g)
 	return lb
 }
 
 // SecretFiles returns the running config's secret files (Config.SecretFiles).
-func (lb *LB) SecretFiles() []string { return lb.gen.Load().cfg.SecretFiles() }
+func (lb *LB) SecretFiles() []string { return lb.px.gen.Load().cfg.SecretFiles() }
 
 // Events returns the event stream (for subscribers such as the admin event feed).
 func (lb *LB) Events() *event.Bus { return lb.bus }
@@ -195,7 +186,7 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)
 	lb.ctx = ctx
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	lb.restoreState(g) // start = "fast": pools with a remembered state are ready before their first probe
 	for _, p := range g.pools {
 		p.start(ctx)
@@ -238,8 +229,8 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	lb.frontend = &fasthttp.Server{
-		Handler:      lb.handle,
-		ErrorHandler: lb.frontendError,
+		Handler:      lb.px.handle,
+		ErrorHandler: lb.px.frontendError,
 		// No Server, Date or Content-Type of fasthttp's own on relayed answers: they pass as the server
 		// sent them (headers.go adds a missing Date).
 		NoDefaultServerHeader:        true,
@@ -261,13 +252,13 @@ func (lb *LB) Start(ctx context.Context) error {
 		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
 		// fasthttp's lines quote the bytes of a request it could not read: its errors are counted and
 		// logged without them (lb/frontend), and its error messages leave the bytes out too.
-		Logger:                lb.front.Logger(),
+		Logger:                lb.px.front.Logger(),
 		SecureErrorLogMessage: true,
 	}
 	// HTTP/2 on the TLS listener: a connection whose handshake chose h2 (offered with http2 = true)
 	// is served stream by stream into the same handler (lb/frontend/h2.go).
-	lb.h2 = lb.front.NewH2(lb.handle, func() frontend.H2Config {
-		fe := &lb.gen.Load().cfg.Frontend
+	lb.h2 = lb.px.front.NewH2(lb.px.handle, func() frontend.H2Config {
+		fe := &lb.px.gen.Load().cfg.Frontend
 		return frontend.H2Config{MaxStreams: uint32(fe.HTTP2MaxStreams), MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
 	})
 	lb.frontend.NextProto("h2", lb.h2.Serve)
@@ -331,7 +322,7 @@ func (lb *LB) AdminAddr() string { return lb.lns.addr(lnAdmin) }
 // [frontend] drain_timeout, closes the tunnels (each pool's spread over its tunnel_close_spread), then
 // stops the checks and the admin listener.
 func (lb *LB) Close() {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Frontend.DrainTimeout.D)
 	defer cancel()
 	// Closing the listeners first stops accepting even if a Serve goroutine has not started yet (its
@@ -360,7 +351,7 @@ func (lb *LB) Close() {
 		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
 		acancel()
 	}
-	lb.tunnels.close()
+	lb.px.tunnels.close()
 	lb.wg.Wait()
 }
 
@@ -380,7 +371,7 @@ func (lb *LB) Close() {
 func (lb *LB) Reload(cfg *config.Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
-	old := lb.gen.Load()
+	old := lb.px.gen.Load()
 	if sameFiles(old.cfg, cfg) {
 		// The files say what is running: this reload succeeded, even after a failed one (a bad edit
 		// put back as it was), whose 0 would otherwise stay. After a failed one it is a ReloadApplied
@@ -458,8 +449,8 @@ func (lb *LB) Reload(cfg *config.Config) error {
 			return lb.ctx.Err()
 		}
 	}
-	lb.gen.Store(g)
-	lb.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
+	lb.px.gen.Store(g)
+	lb.px.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
 	lb.level.Set(config.LogLevels[cfg.Global.LogLevel])
 	lb.relays.swap(rrs)
 	lb.disc.sync(g)
@@ -525,7 +516,7 @@ func (lb *LB) ReloadFailed(err error) {
 
 // Unchanged reports whether cfg was read from the same bytes as the running config: a Reload of it
 // would find nothing to do.
-func (lb *LB) Unchanged(cfg *config.Config) bool { return sameFiles(lb.gen.Load().cfg, cfg) }
+func (lb *LB) Unchanged(cfg *config.Config) bool { return sameFiles(lb.px.gen.Load().cfg, cfg) }
 
 // sameFiles reports whether two configs were read from identical bytes (a reload of unchanged files is
 // skipped).

@@ -38,7 +38,7 @@ func (lb *LB) leaderChanged(e event.Event) {
 	if e.Kind != event.LeaderChanged || e.Server == "" {
 		return
 	}
-	p := lb.gen.Load().pools[e.Pool]
+	p := lb.px.gen.Load().pools[e.Pool]
 	if p == nil {
 		return
 	}

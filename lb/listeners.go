@@ -69,9 +69,9 @@ type frontListenerSpec struct {
 
 func (lb *LB) frontListeners() []frontListenerSpec {
 	return []frontListenerSpec{
-		{"listen", func(c *config.Config) string { return c.Frontend.Listen }, lnPlain, lb.front.Listener},
+		{"listen", func(c *config.Config) string { return c.Frontend.Listen }, lnPlain, lb.px.front.Listener},
 		{"tls_listen", func(c *config.Config) string { return c.Frontend.TLSListen }, lnTLS, func(ln net.Listener) net.Listener {
-			return lb.front.TLSListener(ln, lb.frontTLS)
+			return lb.px.front.TLSListener(ln, lb.frontTLS)
 		}},
 	}
 }
@@ -79,7 +79,7 @@ func (lb *LB) frontListeners() []frontListenerSpec {
 // frontTLS is the TLS configuration of the running generation's front end (nil without tls_listen):
 // every handshake takes it, so that a reload replaces certificates without touching open connections.
 func (lb *LB) frontTLS() *tls.Config {
-	if ft := lb.gen.Load().cfg.Frontend.TLS; ft != nil {
+	if ft := lb.px.gen.Load().cfg.Frontend.TLS; ft != nil {
 		return ft.Config
 	}
 	return nil
@@ -98,6 +98,6 @@ func (lb *LB) sourceLimits(fe *config.Frontend) frontend.SourceLimits {
 
 // frontendError is the front end's fasthttp error handler: lb/frontend answers a request that could
 // not be read, counts it and has it logged (logRefused).
-func (lb *LB) frontendError(ctx *fasthttp.RequestCtx, err error) {
-	lb.front.ErrorHandler(ctx, err)
+func (px *proxy) frontendError(ctx *fasthttp.RequestCtx, err error) {
+	px.front.ErrorHandler(ctx, err)
 }

@@ -105,7 +105,7 @@ func (g *generation) accessLog() bool { return g.cfg.Global.AccessLog }
 // tunnel, until the server's 101 arrived), the body bytes each way (see requestBodyBytes and
 // responseBodyBytes; -1: a streamed answer without a length) and the retries on other servers. It
 // allocates; the caller calls it only with the access log on.
-func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server, took time.Duration, in, out int64, retries int) {
+func (px *proxy) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server, took time.Duration, in, out int64, retries int) {
 	status := ctx.Response.StatusCode()
 	if ctx.Hijacked() {
 		status = fasthttp.StatusSwitchingProtocols
@@ -117,7 +117,7 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 	if s != nil {
 		server, name = s.Addr, s.Name()
 	}
-	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+	px.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("type", "request"),
 		slog.String("client", ctx.RemoteIP().String()),
 		slog.String("method", string(ctx.Method())),
@@ -140,8 +140,8 @@ func (lb *LB) logRequest(ctx *fasthttp.RequestCtx, route int, p *Pool, s *Server
 // the line of logRequest, its method and path as the client sent them ("" where they were not
 // readable), no route, pool or server, and for an HTTP/2 stream reset without an answer status 0 and
 // reset=CODE.
-func (lb *LB) logRefused(r *frontend.RefusedRequest) {
-	if !lb.gen.Load().accessLog() {
+func (px *proxy) logRefused(r *frontend.RefusedRequest) {
+	if !px.gen.Load().accessLog() {
 		return
 	}
 	var client string
@@ -167,7 +167,7 @@ func (lb *LB) logRefused(r *frontend.RefusedRequest) {
 	if r.Reset != "" {
 		attrs = append(attrs, slog.String("reset", r.Reset))
 	}
-	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+	px.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
 // milliseconds is d in milliseconds, to the microsecond.
@@ -178,7 +178,7 @@ func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 
 // engine.Add has returned the Tunnel whose counts it needs (a tunnel can end inside Add); whichever of
 // added and closed comes second does the accounting, once.
 type tunnelEnd struct {
-	lb     *LB
+	px     *proxy
 	p      *Pool
 	s      *Server
 	client net.Addr
@@ -216,14 +216,14 @@ func (e *tunnelEnd) account() {
 	toServer, toClient := e.t.Bytes()
 	e.p.m.tunnelBytes[0].Add(toServer)
 	e.p.m.tunnelBytes[1].Add(toClient)
-	if !e.lb.gen.Load().accessLog() {
+	if !e.px.gen.Load().accessLog() {
 		return
 	}
 	var client string
 	if a, ok := e.client.(*net.TCPAddr); ok {
 		client = a.IP.String()
 	}
-	e.lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+	e.px.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("type", "tunnel"),
 		slog.String("client", client),
 		slog.String("pool", e.p.name),

@@ -126,20 +126,20 @@ func responseBodyBytes(ctx *fasthttp.RequestCtx) int64 {
 
 // WriteMetrics writes the metrics of the current generation (admin.Backend: GET /metrics).
 func (lb *LB) WriteMetrics(w io.Writer) {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_build_info{version=%q,goversion=%q}`, lb.version, runtime.Version()), 1)
 	for _, code := range frontend.RefusedCodes {
-		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.front.RefusedTotal(code))
+		metrics.WriteCounterUint64(w, `fairlead_bad_requests_total{code="`+strconv.Itoa(code)+`"}`, lb.px.front.RefusedTotal(code))
 	}
 	for k := range frontend.NumConnKinds {
-		n := lb.front.Errors.Count(k)
+		n := lb.px.front.Errors.Count(k)
 		if k == frontend.ConnLimit && lb.frontend != nil {
 			n += uint64(lb.frontend.GetRejectedConnectionsCount()) // fasthttp counts them
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}
-	metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="http/1.1"}`, lb.http1Requests.Load())
-	srcs := lb.front.Sources()
+	metrics.WriteCounterUint64(w, `fairlead_frontend_requests_total{protocol="http/1.1"}`, lb.px.http1Requests.Load())
+	srcs := lb.px.front.Sources()
 	metrics.WriteCounterUint64(w, `fairlead_frontend_limited_total{reason="rate_per_source"}`, srcs.RateLimited.Load())
 	metrics.WriteCounterUint64(w, `fairlead_frontend_limited_total{reason="max_conns_per_source"}`, srcs.ConnLimited.Load())
 	if lb.h2 != nil {
@@ -151,7 +151,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		}
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil {
-		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.front.Errors.Count(frontend.ConnTLS))
+		metrics.WriteCounterUint64(w, "fairlead_tls_handshake_failures_total", lb.px.front.Errors.Count(frontend.ConnTLS))
 		for i, c := range ft.Certs {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}
@@ -163,7 +163,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	for _, k := range event.Kinds() {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())
 	}
-	ts := lb.tunnels.stats()
+	ts := lb.px.tunnels.stats()
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_opened_total", ts.Opened)
 	metrics.WriteCounterUint64(w, "fairlead_tunnels_closed_total", ts.Closed)
 	metrics.WriteCounterUint64(w, `fairlead_tunnel_bytes_total{direction="to_server"}`, ts.BytesToServer)

@@ -202,7 +202,7 @@ func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 		conn.Close()
 	}
 	testkit.Eventually(t, "the tunnels to close", 3*time.Second, func() bool {
-		return l.tunnels.stats().Closed == 5
+		return l.px.tunnels.stats().Closed == 5
 	})
 
 	page := scrapeMetrics(t, l)
@@ -215,7 +215,7 @@ func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 	}
 	// Each tunnel carried at least one frame of the message each way (a client frame is masked: 4
 	// bytes more), and the per-pool counts add up to the relay's.
-	ts := l.tunnels.stats()
+	ts := l.px.tunnels.stats()
 	toServer := mustMetric(t, page, `fairlead_pool_tunnel_bytes_total{pool="cxserver",direction="to_server"}`)
 	toClient := mustMetric(t, page, `fairlead_pool_tunnel_bytes_total{pool="cxserver",direction="to_client"}`)
 	if toServer < float64(5*len(msg)) || toServer != float64(ts.BytesToServer) {

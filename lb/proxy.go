@@ -3,9 +3,11 @@ package lb
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlead/fairlead/lb/frontend"
@@ -30,6 +32,25 @@ import (
 //	account  counters for /status and /metrics, the pool's duration histogram and byte counts
 //	         (metrics.go), and with [global] access_log one line (log.go)
 
+// proxy is the request path: what a request touches and nothing else — the running generation (its
+// routes, pools and relays), the front end's refusals and counters, the tunnels, the log. The LB (its
+// supervisor, lb.go) builds it, swaps its generation at a reload and stops it; every method of the path
+// above is proxy's.
+type proxy struct {
+	gen   atomic.Pointer[generation] // the running generation: a request holds the one it started with
+	log   *slog.Logger               // the access log and the path's lines (log.go)
+	logf  func(string, ...any)
+	front *frontend.Front // checks every client byte, answers and counts what it refuses (lb/frontend)
+	// tunnels carry the WebSocket tunnels (tunnels.go): they outlive generations, so that tunnels
+	// outlive reloads.
+	tunnels tunnels
+	// http1Requests counts the requests read from HTTP/1.x connections (HTTP/2 streams: h2.Counts).
+	http1Requests atomic.Uint64
+	// admitted, if set (tests, before traffic), is told each upgrade new_tunnels_per_second admitted:
+	// the server and the time of its slot.
+	admitted atomic.Pointer[func(s *Server, at time.Time)]
+}
+
 // maxAttempts bounds the tries of one request or upgrade across failovers (the deadline bounds it too).
 const maxAttempts = 4
 
@@ -40,47 +61,47 @@ var errRefused = errors.New("server refused the request (503)")
 // headBuffers hold the heads of requests going upstream (appendUpstreamHead), one per request in flight.
 var headBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
-func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
-	g := lb.gen.Load()
+func (px *proxy) handle(ctx *fasthttp.RequestCtx) {
+	g := px.gen.Load()
 	req := &ctx.Request
-	if !frontend.IsStream(ctx.Conn()) { // HTTP/2 streams are counted by lb.h2
-		lb.http1Requests.Add(1)
+	if !frontend.IsStream(ctx.Conn()) { // HTTP/2 streams are counted by px.h2
+		px.http1Requests.Add(1)
 	}
-	if !lb.admitSource(ctx, g) {
+	if !px.admitSource(ctx, g) {
 		return // over rate_per_source: answered 429 (sources.go)
 	}
 	if refusedMethod(req.Header.Method()) {
 		refuseMethod(ctx) // CONNECT or TRACE, in any case: never forwarded
-		lb.front.Refused(fasthttp.StatusMethodNotAllowed)
-		lb.logUnrouted(ctx, g)
+		px.front.Refused(fasthttp.StatusMethodNotAllowed)
+		px.logUnrouted(ctx, g)
 		return
 	}
 	if h := req.Header.Host(); len(h) > 0 && !frontend.ValidAuthority(h) {
 		// host[:port] without userinfo, as HTTP/2's :authority (lb/frontend): fasthttp lets a port over
 		// 65535 and an IPv6 zone through. (An HTTP/1.0 request may have none: headers.go gives it one.)
-		lb.front.Refused(fasthttp.StatusBadRequest)
+		px.front.Refused(fasthttp.StatusBadRequest)
 		ctx.Error(frontend.RefusalBody(fasthttp.StatusBadRequest, "invalid Host"), fasthttp.StatusBadRequest)
 		ctx.SetConnectionClose()
-		lb.logUnrouted(ctx, g)
+		px.logUnrouted(ctx, g)
 		return
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {
 		frontend.RedirectHTTPS(ctx, ft.Port)
-		lb.logUnrouted(ctx, g)
+		px.logUnrouted(ctx, g)
 		return
 	}
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
 	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
-	if len(g.relays) > 0 && lb.serveRelay(ctx, g, upgradeHeader) {
+	if len(g.relays) > 0 && px.serveRelay(ctx, g, upgradeHeader) {
 		return // a relay's path: fairlead answers itself (relays.go)
 	}
 	upgrade := upgradeHeader && isUpgrade(&req.Header)
 	ri := g.route(ctx, upgrade)
 	if ri < 0 {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
-		lb.closeUnlessTunnel(ctx, upgradeHeader)
-		lb.logUnrouted(ctx, g)
+		px.closeUnlessTunnel(ctx, upgradeHeader)
+		px.logUnrouted(ctx, g)
 		return
 	}
 	// Only a websocket route tunnels; elsewhere an upgrade is an ordinary request (its Upgrade and
@@ -88,16 +109,16 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	upgrade = upgrade && g.routes[ri].websocket
 	if upgrade {
 		if reason := badHandshake(&req.Header); reason != "" {
-			lb.front.Refused(fasthttp.StatusBadRequest)
+			px.front.Refused(fasthttp.StatusBadRequest)
 			ctx.Error("400 Bad Request: "+reason+"\n", fasthttp.StatusBadRequest)
 			ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
 			ctx.SetConnectionClose()
-			lb.logUnrouted(ctx, g)
+			px.logUnrouted(ctx, g)
 			return
 		}
 	}
 	p := g.routes[ri].pool
-	if !lb.routeAuthorized(ctx, g, ri) {
+	if !px.routeAuthorized(ctx, g, ri) {
 		return // [routes.auth]: no right key, answered 401 (routeauth.go); nothing is forwarded
 	}
 	p.requests.Add(1)
@@ -105,21 +126,21 @@ func (lb *LB) handle(ctx *fasthttp.RequestCtx) {
 	out := upstream.Request{Req: req}
 	*hb, out.Framing = appendUpstreamHead((*hb)[:0], ctx, forwardSpec{trusted: g.cfg.Frontend.Trusted, auth: g.cfg.RouteAuthOf(ri), upgrade: upgrade})
 	out.Head = *hb
-	replay, ok := lb.makeReplayable(ctx, g)
+	replay, ok := px.makeReplayable(ctx, g)
 	var s *Server
 	var retries int
 	if ok {
-		s, retries = lb.forward(ctx, p, upgrade, &out, replay)
+		s, retries = px.forward(ctx, p, upgrade, &out, replay)
 	}
 	headBuffers.Put(hb)
-	lb.closeUnlessTunnel(ctx, upgradeHeader)
+	px.closeUnlessTunnel(ctx, upgradeHeader)
 
 	// account: the answer's head is ready (its body streams once the handler returns).
 	took := time.Since(ctx.Time())
 	in, outBytes := requestBodyBytes(req, replay), responseBodyBytes(ctx)
 	p.m.observe(took, in, outBytes)
 	if g.accessLog() {
-		lb.logRequest(ctx, ri, p, s, took, in, outBytes, retries)
+		px.logRequest(ctx, ri, p, s, took, in, outBytes, retries)
 	}
 }
 
@@ -158,7 +179,7 @@ const allowedMethods = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"
 
 // closeUnlessTunnel closes the client connection after the answer to a request with an Upgrade header
 // that did not become a tunnel: the framer did not check the bytes after it.
-func (lb *LB) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
+func (px *proxy) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
 	if upgradeHeader && !ctx.Hijacked() {
 		ctx.SetConnectionClose()
 	}
@@ -167,7 +188,7 @@ func (lb *LB) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool) {
 // clientFailed answers a request whose body could not be read from the client (a framing violation in
 // a chunked body, a body over max_body_size, a client silent for read_timeout, a client gone): its
 // status, and the connection closes. The server is not at fault: nothing is reported to its check.
-func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
+func (px *proxy) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
 	fe := frontend.Claim(ctx.Conn())
 	switch {
@@ -178,16 +199,16 @@ func (lb *LB) clientFailed(ctx *fasthttp.RequestCtx, err error) {
 	case isTimeout(err):
 		status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
 	}
-	lb.front.Refused(status)
+	px.front.Refused(status)
 	dropAnswer(&ctx.Response)
 	ctx.Error(frontend.RefusalBody(status, reason), status)
 	ctx.SetConnectionClose()
 }
 
 // logUnrouted writes the access log line of a request answered before any route (400, 404, 405).
-func (lb *LB) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
+func (px *proxy) logUnrouted(ctx *fasthttp.RequestCtx, g *generation) {
 	if g.accessLog() {
-		lb.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
+		px.logRequest(ctx, -1, nil, nil, time.Since(ctx.Time()), 0, 0, 0)
 	}
 }
 
@@ -271,7 +292,7 @@ func (e attemptEnd) strict() bool { return e == endRefused || e == endTimeout }
 // attempts one budget (maxAttempts). A request pinned to its server (a later part of a multi-part
 // request) goes there or fails with 502. It returns the server of the last attempt (nil if none was
 // made) and the number of retries.
-func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upstream.Request, replay replayable) (last *Server, retries int) {
+func (px *proxy) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upstream.Request, replay replayable) (last *Server, retries int) {
 	req := &ctx.Request
 	n := bodyBytes(&req.Header) // counted in flight with each attempt by pick and await
 	if p.leader {
@@ -279,14 +300,14 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 		out.MayLeave = upstream.Idempotent(&req.Header) && !req.IsBodyStream()
 	}
 	var deadline time.Time // of every wait for a server: set at the first (slow path only)
-	c, st, werr := lb.choose(ctx, p, nil, false, n, &deadline)
+	c, st, werr := px.choose(ctx, p, nil, false, n, &deadline)
 	for attempt := 1; ; attempt++ {
 		if c.s == nil {
-			lb.noServer(ctx, p, st, c.pinned, werr)
+			px.noServer(ctx, p, st, c.pinned, werr)
 			return
 		}
 		s := c.s
-		if upgrade && !lb.admitTunnel(ctx, p, st, s, &deadline) {
+		if upgrade && !px.admitTunnel(ctx, p, st, s, &deadline) {
 			p.end(s, n) // over new_tunnels_per_second past the queue: answered (admission.go)
 			return
 		}
@@ -296,9 +317,9 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 		var sw switching // an upgrade's 101
 		var err error
 		if upgrade {
-			sw, err = lb.handshake(ctx, p, st, s, out.Head, n) // upgrade.go
+			sw, err = px.handshake(ctx, p, st, s, out.Head, n) // upgrade.go
 		} else {
-			err = lb.send(p, s, out, &ctx.Response, n, replay)
+			err = px.send(p, s, out, &ctx.Response, n, replay)
 		}
 		end := classify(err)
 		if end == endAnswered && sw.conn == nil {
@@ -306,7 +327,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 		}
 		p.account(s, end, err)
 		if sw.conn != nil {
-			lb.handOver(ctx, p, st, s, sw) // the 101 relayed, the tunnel made
+			px.handOver(ctx, p, st, s, sw) // the 101 relayed, the tunnel made
 			return
 		}
 		if end != endAnswered && end != endRefused {
@@ -320,7 +341,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 			if end == endRefused {
 				ctx.Response.Body() // keep the answer but free the upstream connection while waiting
 			}
-			next, nst, nerr := lb.choose(ctx, p, s, end.strict(), n, &deadline)
+			next, nst, nerr := px.choose(ctx, p, s, end.strict(), n, &deadline)
 			if next.s != nil || next.pinned || !end.strict() { // strict: only when another server took it
 				dropAnswer(&ctx.Response)
 				if end == endAbandoned {
@@ -332,7 +353,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 				continue
 			}
 		}
-		lb.conclude(ctx, p, st, s, end, err)
+		px.conclude(ctx, p, st, s, end, err)
 		return
 	}
 }
@@ -342,7 +363,7 @@ func (lb *LB) forward(ctx *fasthttp.RequestCtx, p *Pool, upgrade bool, out *upst
 // before, nil for the first), or the first to be available before the request's deadline (set now if it
 // was not yet), failed included once it answered its checks again, unless strict. It returns no server
 // when none came in time (the error says whether the queue was full).
-func (lb *LB) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict bool, n int64, deadline *time.Time) (choice, *poolView, error) {
+func (px *proxy) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, strict bool, n int64, deadline *time.Time) (choice, *poolView, error) {
 	st := p.view.Load()
 	if !strict {
 		if c := st.policy.pick(ctx, st, failed); c.s != nil || c.pinned {
@@ -385,13 +406,13 @@ func (p *Pool) account(s *Server, end attemptEnd, err error) {
 }
 
 // conclude answers the client after the last attempt to s, which ended so (err).
-func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, end attemptEnd, err error) {
+func (px *proxy) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, end attemptEnd, err error) {
 	req := &ctx.Request
 	switch end {
 	case endAnswered, endRefused:
-		lb.answer(ctx, st, s) // a refusal that no other server took over in time is relayed as it is
+		px.answer(ctx, st, s) // a refusal that no other server took over in time is relayed as it is
 	case endClient:
-		lb.clientFailed(ctx, err) // nothing was reported: the server did nothing wrong
+		px.clientFailed(ctx, err) // nothing was reported: the server did nothing wrong
 	case endBusy:
 		unavailable(ctx, p, st) // the server is busy, not failing
 	case endTimeout:
@@ -399,7 +420,7 @@ func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 	case endSwitched:
 		// Not relayed (the upstream connection is closed by the client).
 		p.bad502.Add(1)
-		lb.logf("proxy: %s answered 101 to %s %s, which did not ask to upgrade", s.label(), req.Header.Method(), req.URI().Path())
+		px.logf("proxy: %s answered 101 to %s %s, which did not ask to upgrade", s.label(), req.Header.Method(), req.URI().Path())
 		ctx.Response.Reset()
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	case endAbandoned:
@@ -407,14 +428,14 @@ func (lb *LB) conclude(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	default: // endDialFailed, endFailed
 		p.bad502.Add(1)
-		lb.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
+		px.logf("proxy: %s %s to %s failed: %v", req.Header.Method(), req.URI().Path(), s.label(), err)
 		ctx.Error("502 Bad Gateway\n", fasthttp.StatusBadGateway)
 	}
 }
 
 // noServer answers a request no server took: its pinned server is gone (502), or none was available in
 // time (unavailable_status).
-func (lb *LB) noServer(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, pinned bool, err error) {
+func (px *proxy) noServer(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, pinned bool, err error) {
 	if pinned {
 		p.pinFailures.Add(1)
 		p.bad502.Add(1)
@@ -434,7 +455,7 @@ func dropAnswer(resp *fasthttp.Response) { resp.ResetBody() }
 
 // send forwards a plain request to s, counted in flight (with n body bytes) until the response head
 // arrives or the attempt fails. A chunked body counts against s's high_watermark_bytes as it streams.
-func (lb *LB) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Response, n int64, replay replayable) error {
+func (px *proxy) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Response, n int64, replay replayable) error {
 	cr := replay.stream
 	if cr != nil && n == 0 {
 		cr.to = s
@@ -449,7 +470,7 @@ func (lb *LB) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.Res
 }
 
 // answer relays a server's answer to a plain request.
-func (lb *LB) answer(ctx *fasthttp.RequestCtx, st *poolView, s *Server) {
+func (px *proxy) answer(ctx *fasthttp.RequestCtx, st *poolView, s *Server) {
 	prepareResponse(&ctx.Response)
 	if name, value := st.policy.cookie(ctx, s); name != "" {
 		c := fasthttp.AcquireCookie()
@@ -526,7 +547,7 @@ func (r replayable) ok() bool { return r.stream == nil || r.stream.n == 0 }
 // replayed, and wraps larger ones to know whether any byte was consumed. It also keeps a streamed body's
 // client read deadline moving while bytes arrive, so a long upload is not cut by read_timeout. When a
 // small body cannot be read from the client, the client is answered (clientFailed) and ok is false.
-func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replayable, ok bool) {
+func (px *proxy) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replayable, ok bool) {
 	req := &ctx.Request
 	if !req.IsBodyStream() {
 		return replayable{}, true
@@ -546,7 +567,7 @@ func (lb *LB) makeReplayable(ctx *fasthttp.RequestCtx, g *generation) (r replaya
 		}
 		upstream.CopyBuffers.Put(bp)
 		if err != nil {
-			lb.clientFailed(ctx, err)
+			px.clientFailed(ctx, err)
 			return replayable{}, false
 		}
 		return replayable{}, true

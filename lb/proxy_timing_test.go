@@ -40,7 +40,7 @@ func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
 			tb.Fatal(err)
 		}
 		ctx.Init(&req, remote, nil)
-		l.handle(&ctx)
+		l.px.handle(&ctx)
 		if ctx.Response.StatusCode() != 200 {
 			tb.Fatalf("status %d", ctx.Response.StatusCode())
 		}

@@ -112,7 +112,7 @@ type relayPool struct {
 // reload adds or changes starts (fetches its listed topics) before the reload's generation is in
 // force (LB.Reload): until then its pool may be missing or hold other servers, and pool returns nil.
 func (rp *relayPool) pool() (*Pool, *poolView) {
-	g := rp.lb.gen.Load()
+	g := rp.lb.px.gen.Load()
 	if g == nil {
 		return nil, nil
 	}
@@ -170,7 +170,7 @@ func (rp *relayPool) Report(server string, err error) {
 func (rp *relayPool) Changed() <-chan struct{} { return rp.lb.bus.Changed(rp.name) }
 
 // serveRelay answers the request if its path matches a relay's; it reports whether one did.
-func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
+func (px *proxy) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
 	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
@@ -178,8 +178,8 @@ func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader 
 		if !ok {
 			continue
 		}
-		lb.relayRequest(ctx, g, b, req)
-		lb.closeUnlessTunnel(ctx, upgradeHeader) // a refused upgrade, or one that was not a WebSocket
+		px.relayRequest(ctx, g, b, req)
+		px.closeUnlessTunnel(ctx, upgradeHeader) // a refused upgrade, or one that was not a WebSocket
 		return true
 	}
 	return false
@@ -187,24 +187,24 @@ func (lb *LB) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader 
 
 // relayRequest answers one request relay b matched: route auth first (a refused key is counted by the
 // relay and answered 401 here), then the relay.
-func (lb *LB) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, req relay.Request) {
+func (px *proxy) relayRequest(ctx *fasthttp.RequestCtx, g *generation, b *relayBinding, req relay.Request) {
 	if a := b.spec.Auth; a != nil {
 		h := &ctx.Request.Header
 		if !a.Admits(h.Peek(a.Header)) {
 			b.rr.CountRefused(fasthttp.StatusUnauthorized)
 			unauthorized(ctx, a)
-			lb.logRelay(ctx, g, b.rr.Name(), string(req.Key), req.Kind(ctx))
+			px.logRelay(ctx, g, b.rr.Name(), string(req.Key), req.Kind(ctx))
 			return
 		}
 		h.Del(a.Header) // the relay answers itself: the key goes nowhere, but not even into a log
 	}
 	topic, kind := b.rr.Serve(ctx, req)
-	lb.logRelay(ctx, g, b.rr.Name(), topic, kind)
+	px.logRelay(ctx, g, b.rr.Name(), topic, kind)
 }
 
 // logRelay writes the access log line of a relay request, when the access log is on. A stream's line
 // is written when its answer's head is ready, not when it ends.
-func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic, kind string) {
+func (px *proxy) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic, kind string) {
 	if !g.accessLog() {
 		return
 	}
@@ -212,7 +212,7 @@ func (lb *LB) logRelay(ctx *fasthttp.RequestCtx, g *generation, name, topic, kin
 	if ctx.Hijacked() && kind == "websocket" {
 		status = fasthttp.StatusSwitchingProtocols // an SSE stream, hijacked too, answered 200
 	}
-	lb.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
+	px.log.LogAttrs(context.Background(), slog.LevelInfo, "access",
 		slog.String("type", "relay"),
 		slog.String("client", ctx.RemoteIP().String()),
 		slog.String("method", string(ctx.Method())),

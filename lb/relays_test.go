@@ -1405,7 +1405,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 		}
 	}
 	// The keys file rotated in place.
-	cfg := l.gen.Load().cfg
+	cfg := l.px.gen.Load().cfg
 	keysFile := cfg.Relays["appconfig"].Auth.KeysFile
 	if err := os.WriteFile(keysFile, []byte("second-key\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 // credential: appendUpstreamHead). Otherwise it has answered 401, counted it
 // (fairlead_route_unauthorized_total) and written the access log line. The success path does not
 // allocate.
-func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) bool {
+func (px *proxy) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) bool {
 	a := g.cfg.RouteAuthOf(ri)
 	if a == nil {
 		return true
@@ -36,7 +36,7 @@ func (lb *LB) routeAuthorized(ctx *fasthttp.RequestCtx, g *generation, ri int) b
 	p.m.countUnauthorized(ri)
 	unauthorized(ctx, a)
 	if g.accessLog() {
-		lb.logRequest(ctx, ri, p, nil, time.Since(ctx.Time()), 0, 0, 0)
+		px.logRequest(ctx, ri, p, nil, time.Since(ctx.Time()), 0, 0, 0)
 	}
 	return false
 }

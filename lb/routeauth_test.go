@@ -436,7 +436,7 @@ func TestRouteAuthSecretsNeverShowInStatusLogsMetricsOrAnswers(t *testing.T) {
 		}
 	}
 	seen.WriteString(logs.all())
-	seen.WriteString(fmt.Sprintf("%v %+v", l.gen.Load().cfg, *l.gen.Load().cfg)) // a careless %v of the config
+	seen.WriteString(fmt.Sprintf("%v %+v", l.px.gen.Load().cfg, *l.px.gen.Load().cfg)) // a careless %v of the config
 	for _, s := range []string{platformAppKey, clientKeyA} {
 		if strings.Contains(seen.String(), s) {
 			t.Errorf("%q shows in what clients, operators or the log see:\n%s", s, seen.String())
@@ -476,7 +476,7 @@ func TestRouteAuthPathDoesNotAllocatePerRequest(t *testing.T) {
 				req.Header.Set("Connection", "keep-alive")
 				req.Header.Set(name, tc.key)
 				ctx.Init(&req, remote, nil)
-				l.handle(&ctx)
+				l.px.handle(&ctx)
 				if ctx.Response.StatusCode() != 200 {
 					t.Fatalf("status %d", ctx.Response.StatusCode())
 				}

@@ -19,11 +19,11 @@ var (
 
 // admitSource takes the request from its client address's bucket; false when it is over
 // rate_per_source, once the 429 is answered and logged.
-func (lb *LB) admitSource(ctx *fasthttp.RequestCtx, g *generation) bool {
+func (px *proxy) admitSource(ctx *fasthttp.RequestCtx, g *generation) bool {
 	if g.cfg.Frontend.RatePerSource <= 0 {
 		return true // off: the request path pays one config read
 	}
-	ok, retry := lb.front.Sources().Admit(sourceAddr(ctx, g.cfg.Frontend.Trusted))
+	ok, retry := px.front.Sources().Admit(sourceAddr(ctx, g.cfg.Frontend.Trusted))
 	if ok {
 		return true
 	}
@@ -32,8 +32,8 @@ func (lb *LB) admitSource(ctx *fasthttp.RequestCtx, g *generation) bool {
 	ctx.SetContentType("text/plain; charset=utf-8")
 	ctx.Response.Header.SetBytesKV(retryAfterHeader, strconv.AppendInt(n[:0], int64(retry), 10))
 	ctx.SetBody(tooManyBody)
-	lb.closeUnlessTunnel(ctx, len(ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0)
-	lb.logUnrouted(ctx, g)
+	px.closeUnlessTunnel(ctx, len(ctx.Request.Header.Peek(fasthttp.HeaderUpgrade)) > 0)
+	px.logUnrouted(ctx, g)
 	return false
 }
 

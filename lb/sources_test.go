@@ -93,7 +93,7 @@ func TestRatePerSourceAnswers429WithRetryAfterAndForwardsNothing(t *testing.T) {
 	if len(answer) < 12 || string(answer[9:12]) != "429" {
 		t.Errorf("an upgrade over the rate: %.40q, want 429 and the connection closed", answer)
 	}
-	if n := l.front.Sources().RateLimited.Load(); n != uint64(limited+1) {
+	if n := l.px.front.Sources().RateLimited.Load(); n != uint64(limited+1) {
 		t.Errorf("%d counted in fairlead_frontend_limited_total{reason=\"rate_per_source\"}, want %d", n, limited+1)
 	}
 	clock.Advance(time.Duration(retry) * time.Second) // a client honouring Retry-After comes back then
@@ -144,7 +144,7 @@ func TestMaxConnsPerSourceClosesTheConnectionsOverItAtAcceptTunnelsIncluded(t *t
 	if !refused() {
 		t.Fatal("a fourth connection was served")
 	}
-	if n := l.front.Sources().ConnLimited.Load(); n < 1 {
+	if n := l.px.front.Sources().ConnLimited.Load(); n < 1 {
 		t.Errorf("%d counted in fairlead_frontend_limited_total{reason=\"max_conns_per_source\"}", n)
 	}
 	t1.Close() // the client ends a tunnel
@@ -180,7 +180,7 @@ func TestLimitsPerSourceApplyOnReloadWithoutDroppingTunnels(t *testing.T) {
 	_, by := dialAsset(t, l, "reload-1") // the same asset, the same server
 	dialAsset(t, l, "reload-1")
 	var delayed uint64
-	for _, s := range l.gen.Load().pools["cxserver"].view.Load().servers {
+	for _, s := range l.px.gen.Load().pools["cxserver"].view.Load().servers {
 		if s.Addr == c.Connection(by).Addr {
 			delayed = s.tunnelsDelayed.Load()
 		}

@@ -126,7 +126,7 @@ type stateMark struct {
 }
 
 func (lb *LB) stateMark() stateMark {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	v := stateMark{gen: g}
 	for k := range lb.events {
 		if event.Kind(k) != event.CheckAnswered {
@@ -143,7 +143,7 @@ func (lb *LB) stateMark() stateMark {
 
 // snapshotState is the state of every pool of the generation in force.
 func (lb *LB) snapshotState(now time.Time) *savedState {
-	g := lb.gen.Load()
+	g := lb.px.gen.Load()
 	st := &savedState{Version: stateVersion, Written: now.UTC().Truncate(time.Millisecond),
 		Pools: make(map[string]*savedPool, len(g.pools))}
 	for name, p := range g.pools {

@@ -112,11 +112,11 @@ func (lb *LB) closeTunnels(e event.Event) {
 	}
 	group := tunnelGroup(e.Pool, addr)
 	var spread time.Duration
-	if p := lb.gen.Load().pools[e.Pool]; p != nil {
+	if p := lb.px.gen.Load().pools[e.Pool]; p != nil {
 		spread = p.view.Load().cfg.TunnelCloseSpread.D
 	}
 	if spread > 0 {
-		ts := lb.tunnels.group(group)
+		ts := lb.px.tunnels.group(group)
 		if len(ts) == 0 {
 			return
 		}
@@ -128,7 +128,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		}()
 		return
 	}
-	if n := lb.tunnels.closeGroup(group); n > 0 {
+	if n := lb.px.tunnels.closeGroup(group); n > 0 {
 		lb.logf("tunnel: pool %s: closed %s to %s (%s)", e.Pool, plural(n, "tunnel"), lb.serverLabel(e.Pool, addr), why)
 	}
 }
@@ -141,7 +141,7 @@ func (lb *LB) closeAllTunnels(g *generation) {
 		st := p.view.Load()
 		var ts []*tunnel.Tunnel
 		for _, s := range st.servers {
-			ts = append(ts, lb.tunnels.group(tunnelGroup(p.name, s.Addr))...)
+			ts = append(ts, lb.px.tunnels.group(tunnelGroup(p.name, s.Addr))...)
 		}
 		if len(ts) == 0 {
 			continue
@@ -165,7 +165,7 @@ func (lb *LB) failbackTunnels(e event.Event) {
 	if e.Kind != event.Failback {
 		return
 	}
-	p := lb.gen.Load().pools[e.Pool]
+	p := lb.px.gen.Load().pools[e.Pool]
 	if p == nil {
 		return
 	}
@@ -175,7 +175,7 @@ func (lb *LB) failbackTunnels(e event.Event) {
 	}
 	var ts []*tunnel.Tunnel
 	for _, s := range st.tiers[backups].servers {
-		ts = append(ts, lb.tunnels.group(tunnelGroup(p.name, s.Addr))...)
+		ts = append(ts, lb.px.tunnels.group(tunnelGroup(p.name, s.Addr))...)
 	}
 	if len(ts) == 0 {
 		return

@@ -74,11 +74,11 @@ type switching struct {
 // HTTP answer: so a hung or broken handshake counts against s, is reported to its health check and goes
 // to another server (an upgrade is a GET, so it may go again), while the client has seen nothing. It
 // counts s in flight (n bytes) until the answer's head or the failure.
-func (lb *LB) handshake(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, head []byte, n int64) (sw switching, err error) {
+func (px *proxy) handshake(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, head []byte, n int64) (sw switching, err error) {
 	defer p.end(s, n)
 	conn, err := s.client.Load().Dial()
 	if err != nil {
-		lb.logf("tunnel: dial %s: %v", s.label(), err) // a TLS handshake refused says why here
+		px.logf("tunnel: dial %s: %v", s.label(), err) // a TLS handshake refused says why here
 		return sw, err
 	}
 	conn.SetDeadline(time.Now().Add(st.cfg.ResponseTimeout.D)) //nolint:errcheck // a failed write or read reports it
@@ -129,7 +129,7 @@ func statusLine(h []byte) bool {
 
 // handOver relays a 101 to the client as the server sent it (with the sticky cookie added) and makes the
 // connection pair a tunnel. It owns sw.
-func (lb *LB) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, sw switching) {
+func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Server, sw switching) {
 	conn, br := sw.conn, sw.br
 	head, _ := br.Peek(sw.head)
 	out := switchingHead(make([]byte, 0, len(head)+64), head[:len(head)-2]) // without the final CRLF
@@ -149,7 +149,7 @@ func (lb *LB) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
 	release := st.policy.hold(ctx, s)
-	engine, group := lb.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
+	engine, group := px.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the
@@ -163,7 +163,7 @@ func (lb *LB) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 		var t *tunnel.Tunnel
 		if err == nil {
 			s.tunnels.Add(1)
-			end := &tunnelEnd{lb: lb, p: p, s: s, client: client.RemoteAddr(), opened: time.Now()}
+			end := &tunnelEnd{px: px, p: p, s: s, client: client.RemoteAddr(), opened: time.Now()}
 			t, err = engine.Add(client, conn, pending, toClient, group, func(why tunnel.Reason) {
 				s.tunnels.Add(-1)
 				if release != nil {
@@ -181,7 +181,7 @@ func (lb *LB) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Serve
 			}
 		}
 		if err != nil {
-			lb.logf("tunnel: %s: %v", s.label(), err)
+			px.logf("tunnel: %s: %v", s.label(), err)
 			c.Close()
 			conn.Close()
 			if uncount != nil {

@@ -295,7 +295,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.sticky]\nidle_timeout = \"300ms\"\n"))
-	p := l.gen.Load().pools["cxserver"]
+	p := l.px.gen.Load().pools["cxserver"]
 	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	// Take the asset's server down: the key is re-placed on the other server while it is down.
 	idx := map[string]int{c.Connections[0].Name: 0, c.Connections[1].Name: 1}[by]
