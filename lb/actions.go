@@ -43,5 +43,5 @@ func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (admin.
 	}
 	lb.bus.Publish(event.Event{Kind: event.AdminAction, Pool: p.name, Server: s.Addr, Admin: state,
 		Detail: string(action) + " by " + by})
-	return lb.serverStatus(p, s), nil
+	return serverIn(lb.Status(), p, s), nil
 }

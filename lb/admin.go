@@ -168,7 +168,15 @@ func (lb *LB) startHistory(ctx context.Context) {
 		tick := time.NewTicker(historyEvery)
 		defer tick.Stop()
 		for {
-			lb.sampleHistory(time.Now())
+			// The state now: the servers' states, the alarms and the pools' counters.
+			now := time.Now()
+			st := lb.status()
+			lb.hist.Observe(now, &st)
+			counts := make([]admin.PoolCount, len(st.Pools))
+			for i, p := range st.Pools {
+				counts[i] = admin.PoolCount{Pool: p.Name, Requests: p.Requests, Errors: p.Errors}
+			}
+			lb.hist.Sample(now, counts)
 			select {
 			case <-ctx.Done():
 				return
@@ -178,20 +186,10 @@ func (lb *LB) startHistory(ctx context.Context) {
 	}()
 }
 
-// sampleHistory records the state at now: the servers' states, the alarms and the pools' counters.
-func (lb *LB) sampleHistory(now time.Time) {
-	st := lb.status()
-	lb.hist.Observe(now, &st)
-	counts := make([]admin.PoolCount, len(st.Pools))
-	for i, p := range st.Pools {
-		counts[i] = admin.PoolCount{Pool: p.Name, Requests: p.Requests, Errors: p.Errors}
-	}
-	lb.hist.Sample(now, counts)
-}
-
-// serverStatus is what /status says of s of pool p, with its check state and what its policy adds.
-func (lb *LB) serverStatus(p *Pool, s *Server) admin.ServerStatus {
-	for _, ps := range lb.Status().Pools {
+// serverIn is what st says of s of pool p, with its check state and what its policy adds; without
+// st's word on it (it left the pool), what s says of itself.
+func serverIn(st admin.Status, p *Pool, s *Server) admin.ServerStatus {
+	for _, ps := range st.Pools {
 		if ps.Name == p.name {
 			for _, ss := range ps.Servers {
 				if ss.Addr == s.Addr {

@@ -12,12 +12,12 @@ import (
 // Subscribers of the event stream that the LB itself runs: the event counters and probe latencies (for
 // /metrics), the log, and the tunnel closer (tunnels.go).
 
-// poolNamed is the running pool called name, nil if none (or before the first generation).
-func (lb *LB) poolNamed(name string) *Pool {
-	if g := lb.px.gen.Load(); g != nil {
-		return g.pools[name]
+// pool is g's pool called name, nil if none (or when g is nil: before the first generation).
+func (g *generation) pool(name string) *Pool {
+	if g == nil {
+		return nil
 	}
-	return nil
+	return g.pools[name]
 }
 
 // countEvent counts events by kind and records each probe's latency in its server's histogram.
@@ -30,7 +30,7 @@ func (lb *LB) countEvent(e event.Event) {
 	default:
 		return
 	}
-	p := lb.poolNamed(e.Pool)
+	p := lb.px.gen.Load().pool(e.Pool)
 	if p == nil {
 		return
 	}
@@ -54,7 +54,7 @@ func (lb *LB) rampOnReturn(e event.Event) {
 	if e.Kind != event.ServerUp && (e.Kind != event.AdminAction || e.Admin != event.AdminReady) {
 		return
 	}
-	p := lb.poolNamed(e.Pool)
+	p := lb.px.gen.Load().pool(e.Pool)
 	if p == nil {
 		return
 	}
@@ -90,13 +90,13 @@ func (lb *LB) logEvent(e event.Event) {
 	case event.ReloadFailed:
 		msg = "reload: keeping the running config"
 	case event.LeaderChanged:
-		msg = "leader is now " + lb.serverLabel(e.Pool, e.Server) + " (was " + lb.serverLabel(e.Pool, e.Old) + ")"
+		msg = "leader is now " + lb.px.gen.Load().serverLabel(e.Pool, e.Server) + " (was " + lb.px.gen.Load().serverLabel(e.Pool, e.Old) + ")"
 	case event.PoolDown:
 		msg = "pool down: no server is available"
 	case event.PoolUp:
 		msg = "pool up: a server is available again"
 	case event.SplitBrain:
-		msg = "split brain: " + lb.serverLabel(e.Pool, e.Server)
+		msg = "split brain: " + lb.px.gen.Load().serverLabel(e.Pool, e.Server)
 	case event.Failover:
 		msg = "failover: the backups serve"
 	case event.Failback:
@@ -104,7 +104,7 @@ func (lb *LB) logEvent(e event.Event) {
 	case event.DiscoveryChanged:
 		msg = "discovery: " + e.Detail
 	default:
-		msg = lb.serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
+		msg = lb.px.gen.Load().serverLabel(e.Pool, e.Server) + ": " + strings.ReplaceAll(e.Kind.String(), "_", " ")
 	}
 	attrs := make([]slog.Attr, 1, 5)
 	attrs[0] = slog.String("kind", e.Kind.String())
@@ -123,13 +123,13 @@ func (lb *LB) logEvent(e event.Event) {
 	lb.log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
-// serverLabel names the server at addr of pool in a log line: "name (address)" when it has a display
-// name, its address otherwise, "none" for "".
-func (lb *LB) serverLabel(pool, addr string) string {
+// serverLabel names the server at addr of g's pool in a log line: "name (address)" when it has a
+// display name, its address otherwise, "none" for "".
+func (g *generation) serverLabel(pool, addr string) string {
 	if addr == "" {
 		return "none"
 	}
-	if g := lb.px.gen.Load(); g != nil {
+	if g != nil {
 		if p := g.pools[pool]; p != nil {
 			for _, s := range p.view.Load().servers {
 				if s.Addr == addr {

@@ -1,22 +1,27 @@
-// Package lb is fairlead's front end: it accepts client connections, routes each request to a pool,
-// picks a server with the pool's policy and forwards the request to it (proxy.go has the whole path of a
-// request, top to bottom).
+// Package lb is the load balancer: the request path (proxy), which serves every request, and its
+// supervisor (LB), which builds it, starts, reloads and stops everything a running fairlead holds.
 //
-// Files by concern: lb.go (the LB, wiring small types that each own their lock, and a generation:
-// one config and the routes built from it), proxy.go (the whole path of a request and how each attempt
-// ended), pool.go (a pool, its immutable view and its server set changes), server.go (a server and the
-// one Available predicate), policy.go and roundrobin.go (balance policies as types), leaderwatch.go
-// (the in-flight failover and the hung-leader watch of leader pools), headers.go (messages as sent: the
-// head sent upstream, hop-by-hop fields, Date), transport.go (each server's client from lb/upstream),
-// routeauth.go (single-point auth), upgrade.go and tunnels.go (WebSocket upgrades and the tunnel
-// engines), relays.go (the running relays of package relay, their route auth and their pool), listeners.go
-// (the listeners, and the wiring of lb/frontend, which checks every client byte), statefile.go (the
-// state file and the fast start), discovery.go (the lists of package discovery's providers put in force
-// in their pools), events.go (the event stream's subscribers), log.go, metrics.go and histogram.go
-// (the log, the access log and the metrics written at scrape time), admin.go and actions.go (what the
-// admin listener, package admin, reads and does). The config (lb/config), the front end's framer
-// (lb/frontend), the upstream client (lb/upstream), the tunnel engine (lb/tunnel), discovery
-// (lb/discovery), the admin listener (lb/admin) and the relays (lb/relay) are packages of their own.
+// The request path, in the order a request takes it: proxy.go (the whole path, top to bottom, and how
+// each attempt ended), sources.go (rate_per_source at the first byte of a request), routeauth.go
+// (single-point auth), relays.go (relay routes answered by fairlead itself, package relay), pool.go (a
+// pool, its immutable view and its server set changes), policy.go and roundrobin.go (the balance
+// policies), server.go (a server and the one Available predicate), admission.go
+// (new_tunnels_per_second), headers.go (the head sent upstream and the answer relayed), transport.go
+// (each server's client from lb/upstream), upgrade.go (a WebSocket upgrade's handshake and its hand-over
+// to a tunnel), leaderwatch.go (the in-flight failover of leader pools), log.go (the access log).
+//
+// The supervisor: lb.go (LB: New, Start, Close; a generation is one config and the routes built from
+// it), reload.go (Reload step by step, and the list of what a running fairlead holds), listeners.go
+// (the listeners and the wiring of lb/frontend), tunnels.go (the tunnel engines and the closing of
+// tunnels on events), discovery.go (package discovery's lists put in force in their pools),
+// statefile.go (the state file and the fast start), events.go (the event stream's subscribers: counts,
+// the log, slow_start ramps), metrics.go and histogram.go (the metrics written at scrape time), admin.go
+// and actions.go (what the admin listener, package admin, reads and does).
+//
+// Packages of their own: the config (lb/config), the front end's framer, HTTP/2 and limits
+// (lb/frontend), the field names treated by name (lb/httpfield), the upstream client and dialer
+// (lb/upstream), the tunnel engine (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin
+// listener and status document (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -28,7 +33,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,7 +127,7 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.px.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
 	lb.px.front.OnRefused = lb.px.logRefused
 	lb.now = o.Now
-	lb.px.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
+	lb.px.front.Sources().SetLimits(sourceLimits(&cfg.Frontend, lb.now))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
@@ -249,7 +253,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		Concurrency:        fe.MaxConns,
 		MaxRequestBodySize: maxBody(fe.MaxBodySize),
 		CloseOnShutdown:    true,
-		KeepHijackedConns:  true, // tunnels outlive the handler; the relay owns them
+		KeepHijackedConns:  true, // tunnels outlive the handler; the tunnel engine owns them
 		// fasthttp's lines quote the bytes of a request it could not read: its errors are counted and
 		// logged without them (lb/frontend), and its error messages leave the bytes out too.
 		Logger:                lb.px.front.Logger(),
@@ -385,119 +389,28 @@ func (lb *LB) Reload(cfg *config.Config) error {
 			Detail: "config unchanged: the files are the running config's again, as before the failed reload"})
 		return nil
 	}
-	// A new listen address is bound first: if it cannot be, nothing of the reload applies. A listener
-	// added or removed needs a restart.
-	type moved struct {
-		spec frontListenerSpec
-		ln   net.Listener
-	}
-	var feMoved []moved
-	var restart []string
-	unbind := func() {
-		for _, m := range feMoved {
-			m.ln.Close() //nolint:errcheck
-		}
-	}
-	for _, f := range lb.frontListeners() {
-		was, now := f.addr(old.cfg), f.addr(cfg)
-		switch {
-		case lb.frontend == nil || was == now:
-		case was == "" || now == "":
-			restart = append(restart, "[frontend] "+f.key+" added or removed")
-		default:
-			ln, err := net.Listen("tcp", now)
-			if err != nil {
-				unbind()
-				err = fmt.Errorf("%s: frontend.%s: %w", cfg.FileOf("frontend."+f.key), f.key, err)
-				lb.ReloadFailed(err)
-				return err
-			}
-			feMoved = append(feMoved, moved{f, f.wrap(ln)})
-		}
-	}
-	var adminLn net.Listener
-	if lb.admin != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != old.cfg.Admin.Listen {
-		ln, err := net.Listen("tcp", cfg.Admin.Listen)
-		if err != nil {
-			unbind()
-			err = fmt.Errorf("%s: admin.listen: %w", cfg.FileOf("admin.listen"), err)
-			lb.ReloadFailed(err)
-			return err
-		}
-		adminLn = ln
-	}
-	// New or changed relays start before anything else applies: a relay whose start fails (start =
-	// "normal" and a listed topic cannot be fetched) fails the reload and the running config stays.
-	rrs, freshRelays := lb.relays.prepare(lb, cfg)
-	if err := startRelays(lb.ctx, freshRelays); err != nil {
-		unbind()
-		if adminLn != nil {
-			adminLn.Close() //nolint:errcheck
-		}
-		err = fmt.Errorf("reload: %w", err)
+	r := &reload{lb: lb, cfg: cfg, old: old}
+	if err := r.bind(); err != nil {
 		lb.ReloadFailed(err)
 		return err
 	}
-	g, fresh := lb.newGeneration(cfg, old, rrs)
-	for _, p := range fresh {
-		p.start(lb.ctx)
+	if err := r.startRelays(); err != nil {
+		r.unbind()
+		lb.ReloadFailed(err)
+		return err
 	}
-	for _, p := range fresh {
-		select {
-		case <-p.ready():
-		case <-lb.ctx.Done():
-			return lb.ctx.Err()
-		}
+	r.build()
+	if err := r.startPools(); err != nil {
+		return err // fairlead is stopping
 	}
-	lb.px.gen.Store(g)
-	lb.px.front.Sources().SetLimits(lb.sourceLimits(&cfg.Frontend))
-	lb.level.Set(config.LogLevels[cfg.Global.LogLevel])
-	lb.relays.swap(rrs)
-	lb.disc.sync(g)
-	for _, m := range feMoved {
-		what := "frontend"
-		if m.spec.key != "listen" {
-			what += " " + m.spec.key
-		}
-		lb.rebind(lb.frontend, m.spec.id, m.ln, what)
-	}
-	if adminLn != nil {
-		lb.rebind(lb.admin, lnAdmin, adminLn, "admin")
-	}
-	for name, p := range old.pools {
-		if g.pools[name] != p {
-			p.close()
-		}
-	}
+	r.swap()
+	r.rebind()
+	r.retire()
 	lb.reloads.Add(1)
 	lb.lastReloadOK.Store(true)
 	lb.bus.Publish(event.Event{Kind: event.ReloadApplied,
-		Detail: fmt.Sprintf("%s, %d new", plural(len(g.pools), "pool"), len(fresh))})
-	// The listen addresses moved above, the admin credentials, access_log and log_level apply at
-	// once; the rest of [frontend] configures the running HTTP server, and the logger's format and
-	// the state file are set up at start.
-	fe, ofe := cfg.Frontend, old.cfg.Frontend
-	fe.Listen, ofe.Listen, fe.TLSListen, ofe.TLSListen = "", "", "", ""
-	// Certificates, client CAs and redirect_https apply at once (every handshake and request reads the
-	// running generation's).
-	for _, f := range []*config.Frontend{&fe, &ofe} {
-		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
-	}
-	// trusted_proxies applies at once (read from the generation of each request), and so do the limits
-	// per source (frontend.Sources).
-	fe.TrustedProxies, ofe.TrustedProxies, fe.Trusted, ofe.Trusted = nil, nil, nil, nil
-	fe.RatePerSource, ofe.RatePerSource, fe.BurstPerSource, ofe.BurstPerSource = 0, 0, 0, 0
-	fe.MaxConnsPerSource, ofe.MaxConnsPerSource = 0, 0
-	if !reflect.DeepEqual(fe, ofe) {
-		restart = append(restart, "[frontend] (but its listeners and TLS)")
-	}
-	if (cfg.Admin.Listen == "") != (old.cfg.Admin.Listen == "") {
-		restart = append(restart, "[admin] listen")
-	}
-	if gl, ogl := cfg.Global, old.cfg.Global; gl.LogFormat != ogl.LogFormat || gl.StateFile != ogl.StateFile || gl.Start != ogl.Start {
-		restart = append(restart, "[global] log_format, state_file or start")
-	}
-	if len(restart) > 0 {
+		Detail: fmt.Sprintf("%s, %d new", plural(len(r.g.pools), "pool"), len(r.fresh))})
+	if restart := r.needsRestart(); len(restart) > 0 {
 		// The rest is in force and a reload of the same files finds nothing to do, so the reload
 		// counts as successful; the changes waiting for a restart are a warning.
 		err := fmt.Errorf("reload: changes to %s take effect only after a restart", strings.Join(restart, " and "))

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
@@ -71,15 +72,15 @@ func (lb *LB) frontListeners() []frontListenerSpec {
 	return []frontListenerSpec{
 		{"listen", func(c *config.Config) string { return c.Frontend.Listen }, lnPlain, lb.px.front.Listener},
 		{"tls_listen", func(c *config.Config) string { return c.Frontend.TLSListen }, lnTLS, func(ln net.Listener) net.Listener {
-			return lb.px.front.TLSListener(ln, lb.frontTLS)
+			return lb.px.front.TLSListener(ln, lb.px.frontTLS)
 		}},
 	}
 }
 
 // frontTLS is the TLS configuration of the running generation's front end (nil without tls_listen):
 // every handshake takes it, so that a reload replaces certificates without touching open connections.
-func (lb *LB) frontTLS() *tls.Config {
-	if ft := lb.px.gen.Load().cfg.Frontend.TLS; ft != nil {
+func (px *proxy) frontTLS() *tls.Config {
+	if ft := px.gen.Load().cfg.Frontend.TLS; ft != nil {
 		return ft.Config
 	}
 	return nil
@@ -91,9 +92,9 @@ func frontLimits(fe *config.Frontend) frontend.Limits {
 }
 
 // sourceLimits are the limits per client address of fe.
-func (lb *LB) sourceLimits(fe *config.Frontend) frontend.SourceLimits {
+func sourceLimits(fe *config.Frontend, now func() time.Time) frontend.SourceLimits {
 	return frontend.SourceLimits{Rate: float64(fe.RatePerSource), Burst: float64(fe.BurstPerSource),
-		MaxConns: fe.MaxConnsPerSource, Trusted: fe.Trusted, Now: lb.now}
+		MaxConns: fe.MaxConnsPerSource, Trusted: fe.Trusted, Now: now}
 }
 
 // frontendError is the front end's fasthttp error handler: lb/frontend answers a request that could

@@ -174,7 +174,7 @@ func (px *proxy) logRefused(r *frontend.RefusedRequest) {
 func milliseconds(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // tunnelEnd accounts for a tunnel when it closes: its bytes go to the pool's counters and, with the
-// access log on, one line is written. The relay reports the close to onClose, which may run before
+// access log on, one line is written. The tunnel engine reports the close to onClose, which may run before
 // engine.Add has returned the Tunnel whose counts it needs (a tunnel can end inside Add); whichever of
 // added and closed comes second does the accounting, once.
 type tunnelEnd struct {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -87,12 +88,12 @@ func (lb *LB) startStateWriter(ctx context.Context, g *generation) {
 			// An unchanged state is not written again (a large sticky table costs a full export), except
 			// every stateRefreshTicks ticks so that the keys' idle ages stay current.
 			ticks++
-			v := lb.stateMark()
+			v := stateMarkOf(lb.px.gen.Load(), &lb.events)
 			if !always && !failing && v == last && ticks%stateRefreshTicks != 0 {
 				return
 			}
 			last = v
-			err := writeStateFile(path, lb.snapshotState(time.Now()))
+			err := writeStateFile(path, lb.px.gen.Load().saved(time.Now()))
 			switch {
 			case err != nil && !failing:
 				lb.log.Warn("state: cannot write the state file", "file", path, "error", err.Error())
@@ -125,12 +126,12 @@ type stateMark struct {
 	tables uint64
 }
 
-func (lb *LB) stateMark() stateMark {
-	g := lb.px.gen.Load()
+// stateMarkOf is the mark of g with the event counts events.
+func stateMarkOf(g *generation, events *[event.NumKinds]atomic.Uint64) stateMark {
 	v := stateMark{gen: g}
-	for k := range lb.events {
+	for k := range events {
 		if event.Kind(k) != event.CheckAnswered {
-			v.events += lb.events[k].Load()
+			v.events += events[k].Load()
 		}
 	}
 	for _, p := range g.pools {
@@ -142,8 +143,8 @@ func (lb *LB) stateMark() stateMark {
 }
 
 // snapshotState is the state of every pool of the generation in force.
-func (lb *LB) snapshotState(now time.Time) *savedState {
-	g := lb.px.gen.Load()
+// saved is the state file of g at now.
+func (g *generation) saved(now time.Time) *savedState {
 	st := &savedState{Version: stateVersion, Written: now.UTC().Truncate(time.Millisecond),
 		Pools: make(map[string]*savedPool, len(g.pools))}
 	for name, p := range g.pools {

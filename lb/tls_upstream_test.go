@@ -70,8 +70,8 @@ func tlsTable(pool string, lines ...string) string {
 	return fmt.Sprintf("[pools.%s.tls]\nenabled = true\n%s\n", pool, strings.Join(lines, "\n"))
 }
 
-// reload loads dir again and reloads l with it.
-func reload(t *testing.T, l *LB, dir string) {
+// mustReloadDir loads dir again and reloads l with it, failing the test on an error.
+func mustReloadDir(t *testing.T, l *LB, dir string) {
 	t.Helper()
 	cfg, err := config.Load(dir)
 	if err != nil {
@@ -207,7 +207,7 @@ func TestUpstreamTLSServerNameIsTheNameVerified(t *testing.T) {
 	// With it, the same certificate verifies: a reload that changes only the TLS keys applies them.
 	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
 		fmt.Sprintf("ca_file = %q", caFile), `server_name = "platform.internal"`)))
-	reload(t, l, dir)
+	mustReloadDir(t, l, dir)
 	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
@@ -244,7 +244,7 @@ func TestUpstreamTLSPresentsTheClientCertificateToServersThatRequireOne(t *testi
 
 	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
 		fmt.Sprintf("ca_file = %q", caFile), fmt.Sprintf("cert = %q", certFile), fmt.Sprintf("key = %q", keyFile))))
-	reload(t, l, dir)
+	mustReloadDir(t, l, dir)
 	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
@@ -268,7 +268,7 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 		t.Fatalf("GET: %d from %q", status, by)
 	}
 	writeFile(t, filepath.Join(dir, "40-more.toml"), []byte("[pools.platform]\nresponse_timeout = \"30s\"\n"))
-	reload(t, l, dir)
+	mustReloadDir(t, l, dir)
 	if n := strings.Count(logs.all(), warning); n != 2 {
 		t.Fatalf("%d warnings after a reload that keeps it, want 2", n)
 	}
@@ -299,7 +299,7 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 	if err := os.WriteFile(caFile, other.CertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload(t, l, dir)
+	mustReloadDir(t, l, dir)
 	if strings.Contains(logs.all(), "config unchanged") {
 		t.Fatal("a reload after replacing the CA file found nothing to do")
 	}
@@ -317,7 +317,7 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload(t, l, dir)
+	mustReloadDir(t, l, dir)
 	testkit.Eventually(t, "platform1 elected again", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)

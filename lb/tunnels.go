@@ -120,7 +120,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		if len(ts) == 0 {
 			return
 		}
-		lb.logf("tunnel: pool %s: closing %s to %s over %s (%s)", e.Pool, plural(len(ts), "tunnel"), lb.serverLabel(e.Pool, addr), spread, why)
+		lb.logf("tunnel: pool %s: closing %s to %s over %s (%s)", e.Pool, plural(len(ts), "tunnel"), lb.px.gen.Load().serverLabel(e.Pool, addr), spread, why)
 		lb.wg.Add(1)
 		go func() {
 			defer lb.wg.Done()
@@ -129,7 +129,7 @@ func (lb *LB) closeTunnels(e event.Event) {
 		return
 	}
 	if n := lb.px.tunnels.closeGroup(group); n > 0 {
-		lb.logf("tunnel: pool %s: closed %s to %s (%s)", e.Pool, plural(n, "tunnel"), lb.serverLabel(e.Pool, addr), why)
+		lb.logf("tunnel: pool %s: closed %s to %s (%s)", e.Pool, plural(n, "tunnel"), lb.px.gen.Load().serverLabel(e.Pool, addr), why)
 	}
 }
 

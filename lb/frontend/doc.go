@@ -14,6 +14,14 @@
 // connection handed to a tunnel or a relay stream leaves the front end's accounting (UnwrapHijacked,
 // hijack.go).
 //
+// HTTP/2 (h2.go, h2conn.go): a TLS connection that negotiates h2 is served by fairlead's own
+// connection loop over x/net's framer and HPACK; each stream is translated into the HTTP/1.1 request
+// the handler reads, checked as strictly (no connection-specific fields, :authority and Host as
+// ValidAuthority in authority.go says, origin-form :path, a content-length that agrees with the DATA)
+// and bounded by the same limits, and the answer is translated back. The limits per client address
+// (sources.go: rate_per_source, burst_per_source, max_conns_per_source, behind trusted_proxies) admit
+// connections at accept and requests at their first byte. conn.go is a connection's framer state.
+//
 // What routes and forwards a request is package lb's; this package knows neither pools nor config
 // generations: lb gives it the limits, the TLS configuration in force, and counts what the handler
 // itself refuses (Front.Refused).
