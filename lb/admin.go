@@ -64,7 +64,7 @@ func (lb *LB) status() admin.Status {
 			available = available || ss.Available
 			out.Servers = append(out.Servers, ss)
 		}
-		ps.policy.describe(&out, ps)
+		describePolicy(&out, ps.policy.report(ps))
 		switch {
 		case p.leader && out.Leader == "":
 			st.Alarms = append(st.Alarms, admin.Alarm{Kind: admin.AlarmNoLeader, Severity: admin.SeverityCritical, Pool: name})
@@ -122,6 +122,35 @@ func (p *Pool) serverStates(ps *poolView) []string {
 		states[i] = p.serverState(s, c)
 	}
 	return states
+}
+
+// describePolicy adds to ps what its pool's policy reports (r); ps.Servers are filled in, in the order
+// of the view's servers.
+func describePolicy(ps *admin.PoolStatus, r policyReport) {
+	switch {
+	case r.leader != nil:
+		if cur := r.leader.Current(); cur != nil {
+			ps.Leader = cur.Addr()
+		}
+		ps.LeaderChanges = r.leader.Changes()
+		ps.SplitBrains = r.leader.SplitBrains()
+	case r.sticky != nil:
+		ps.StickyEntries = r.sticky.Len()
+	case r.roundRobin:
+		ps.HighWatermark, ps.HighWatermarkBytes = r.hw, r.hwb
+		for i := range ps.Servers {
+			ps.Servers[i].Writable = r.writable[i]
+		}
+		if r.pins == nil {
+			return
+		}
+		ps.MultipartHeader = r.pinHeader
+		ps.Pins = r.pins.Len()
+		counts := r.pins.CountByServer()
+		for i := range ps.Servers {
+			ps.Servers[i].Pins = counts[ps.Servers[i].Addr]
+		}
+	}
 }
 
 // serverStates lists the states of servers, in order.

@@ -200,10 +200,7 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 		metrics.WriteCounterUint64(w, "fairlead_pool_failbacks_total{"+l+"}", p.failbacks.Load())
 		metrics.WriteCounterUint64(w, "fairlead_pool_pin_failures_total{"+l+"}", p.pinFailures.Load())
 		lb.disc.writeMetrics(w, name) // discovery.go
-		if p.table != nil {
-			metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", p.table.Evictions())
-		}
-		st.policy.writeMetrics(w, l, st)
+		writePolicyMetrics(w, l, st, st.policy.report(st))
 		p.m.duration.write(w, "fairlead_request_duration_seconds", l)
 		p.m.queueWait.write(w, "fairlead_queue_wait_seconds", l)
 		states := p.serverStates(st) // admin.go: the vocabulary of /api/status and the page
@@ -237,6 +234,33 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	}
 	relay.WriteMetrics(w, g.relayStatuses())
 	metrics.WriteProcessMetrics(w)
+}
+
+// writePolicyMetrics writes what a policy reports of itself and its servers (r, of view st).
+func writePolicyMetrics(w io.Writer, l string, st *poolView, r policyReport) {
+	switch {
+	case r.leader != nil:
+		metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", r.leader.Changes())
+		metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", r.leader.SplitBrains())
+	case r.sticky != nil:
+		metrics.WriteCounterUint64(w, "fairlead_pool_sticky_evictions_total{"+l+"}", r.sticky.Evictions())
+		metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(r.sticky.Len()))
+	case r.roundRobin:
+		metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark{"+l+"}", uint64(r.hw))
+		metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark_bytes{"+l+"}", uint64(r.hwb))
+		var counts map[string]int
+		if r.pins != nil {
+			metrics.WriteGaugeUint64(w, "fairlead_pool_pins{"+l+"}", uint64(r.pins.Len()))
+			counts = r.pins.CountByServer()
+		}
+		for i, s := range st.servers {
+			sl := l + "," + serverLabels(s)
+			metrics.WriteGaugeUint64(w, "fairlead_server_writable{"+sl+"}", boolGauge(r.writable[i]))
+			if counts != nil {
+				metrics.WriteGaugeUint64(w, "fairlead_server_pins{"+sl+"}", uint64(counts[s.Addr]))
+			}
+		}
+	}
 }
 
 func boolGauge(b bool) uint64 {

@@ -3,15 +3,10 @@ package lb
 import (
 	"bytes"
 	"context"
-	"io"
-	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/fairlead/fairlead/healthcheck"
-	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -20,27 +15,44 @@ import (
 // A policy chooses a server for a request among the available ones of a pool (Server.Available), in
 // the pool's active tier (its primaries while any is available, else its backups). The request path
 // calls the pool's policy and never asks which one it is: each balance is a type here and one entry in
-// balances.
+// balances. A policy is pick, and holds its own state (the sticky table, the pins, the round-robin
+// cycle), which the next config's policy of the same pool takes over (newPolicy's old). What only some
+// policies do is an interface of its own, found once when the pool's view is made (poolView): refuser,
+// clientPins, and every policy's report for /status and /metrics, in lb's words (policyReport).
 type policy interface {
 	// pick returns an available server for the request other than except (a server that just failed
 	// it; nil for none), with the attempt counted in flight to it (Server.begin; the caller ends it
 	// with Pool.end), or no server now. It must not allocate for a known client.
 	pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice
-	// refuses reports whether an answer with this status means the server no longer serves the pool
-	// (a leader stepping down answers 503): an idempotent request then waits for the checks and goes to
-	// the new server.
-	refuses(status int) bool
-	// cookie returns the cookie that pins the client to s, or "" when there is none to set.
+	// report is what the policy adds to /status and /metrics (admin.go and metrics.go write it out).
+	report(st *poolView) policyReport
+}
+
+// refuser is a policy for which an answer with some status means the server no longer serves the pool
+// (a leader stepping down answers 503): an idempotent request then waits for the checks and goes to
+// the new server.
+type refuser interface{ refuses(status int) bool }
+
+// clientPins is a policy that pins each client to a server: by a cookie it sets (cookie returns it, or
+// "" when there is none to set), and by the tunnels it holds open (hold records one; its release is
+// called when the tunnel closes). removed forgets what it remembers of s (it left the pool).
+type clientPins interface {
 	cookie(ctx *fasthttp.RequestCtx, s *Server) (name, value string)
-	// hold records a tunnel opened to s for the request's client; the returned release (nil if there is
-	// nothing to release) is called when the tunnel closes.
 	hold(ctx *fasthttp.RequestCtx, s *Server) (release func())
-	// removed forgets what the policy remembers of s (it left the pool).
 	removed(s *Server)
-	// describe and writeMetrics add what is particular to the policy to /status and /metrics; describe
-	// is called with ps.Servers filled in, in the order of st.servers.
-	describe(ps *admin.PoolStatus, st *poolView)
-	writeMetrics(w io.Writer, labels string, st *poolView)
+}
+
+// policyReport is what a policy says of itself and its servers, for /status (admin.go) and /metrics
+// (metrics.go).
+type policyReport struct {
+	leader     *healthcheck.Leader // balance = "leader": the leader, its changes and split brains
+	sticky     *stickiness.Table   // balance = "sticky": the keys
+	roundRobin bool                // balance = "roundrobin": the watermarks, writable and the pins below
+	hw         int
+	hwb        int64
+	writable   []bool            // by server, in the order of the view's servers
+	pinHeader  string            // multipart_header, "" without pins
+	pins       *stickiness.Table // the multi-part pins (with pinHeader)
 }
 
 // choice is what a policy picked for a request.
@@ -78,27 +90,41 @@ type health interface {
 // balance is one value of a pool's balance key: how its servers are checked and chosen.
 type balance struct {
 	newHealth func(o healthcheck.Options, targets []*healthcheck.Target) health
-	newPolicy func(p *Pool, cfg *config.Pool) policy
+	// newPolicy makes the policy of cfg; old is the pool's policy before (of the same balance: a pool
+	// whose balance changes is a new pool), nil for a new pool: the new policy takes over its state.
+	newPolicy func(cfg *config.Pool, old policy, h health) policy
 }
 
 // balances are the values of balance; config validation accepts exactly these.
 var balances = map[string]balance{
 	"leader": {
 		newHealth: func(o healthcheck.Options, ts []*healthcheck.Target) health { return healthcheck.NewLeader(o, ts) },
-		newPolicy: func(p *Pool, _ *config.Pool) policy { return &leaderPolicy{leader: p.health.(*healthcheck.Leader)} },
+		newPolicy: func(_ *config.Pool, _ policy, h health) policy { return &leaderPolicy{leader: h.(*healthcheck.Leader)} },
 	},
 	"sticky": {
 		newHealth: newChecker,
-		newPolicy: newStickyPolicy,
+		newPolicy: func(cfg *config.Pool, old policy, _ health) policy { return newStickyPolicy(cfg, old) },
 	},
 	"roundrobin": {
 		newHealth: newChecker,
-		newPolicy: newRoundRobinPolicy,
+		newPolicy: func(cfg *config.Pool, old policy, _ health) policy { return newRoundRobinPolicy(cfg, old) },
 	},
 }
 
 func newChecker(o healthcheck.Options, ts []*healthcheck.Target) health {
 	return healthcheck.NewChecker(o, ts)
+}
+
+// policyTables are the tables a policy keeps (the sticky keys, the pins), which the pool's janitor
+// expires.
+func policyTables(pol policy) []*stickiness.Table {
+	switch p := pol.(type) {
+	case *stickyPolicy:
+		return []*stickiness.Table{p.table}
+	case *roundRobinPolicy:
+		return []*stickiness.Table{p.pins}
+	}
+	return nil
 }
 
 // leaderPolicy sends everything to the elected leader (balance = "leader").
@@ -120,42 +146,29 @@ func (lp *leaderPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Ser
 	return choice{}
 }
 
-func (lp *leaderPolicy) refuses(status int) bool                               { return status == fasthttp.StatusServiceUnavailable }
-func (lp *leaderPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) { return "", "" }
-func (lp *leaderPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
-func (lp *leaderPolicy) removed(*Server)                                       {}
-
-func (lp *leaderPolicy) describe(ps *admin.PoolStatus, _ *poolView) {
-	if cur := lp.leader.Current(); cur != nil {
-		ps.Leader = cur.Addr()
-	}
-	ps.LeaderChanges = lp.leader.Changes()
-	ps.SplitBrains = lp.leader.SplitBrains()
-}
-
-func (lp *leaderPolicy) writeMetrics(w io.Writer, l string, _ *poolView) {
-	metrics.WriteCounterUint64(w, "fairlead_leader_changes_total{"+l+"}", lp.leader.Changes())
-	metrics.WriteCounterUint64(w, "fairlead_split_brain_total{"+l+"}", lp.leader.SplitBrains())
-}
+func (lp *leaderPolicy) refuses(status int) bool       { return status == fasthttp.StatusServiceUnavailable }
+func (lp *leaderPolicy) report(*poolView) policyReport { return policyReport{leader: lp.leader} }
 
 // stickyPolicy keeps each key (asset, session) on one server (balance = "sticky"): a known key whose
 // server is available stays there; a new key, or one whose server is not available, is placed by
 // rendezvous hashing over the available servers. A request without a key goes round robin.
 type stickyPolicy struct {
 	keys       *stickiness.Extractor
-	table      *stickiness.Table // the pool's: it outlives config changes
+	table      *stickiness.Table // the keys: made by the pool's first policy, taken over by the next
 	cookieName string            // "" without a sticky cookie
 	cookieIdx  int               // index of the cookie source in keys, -1 without a sticky cookie
-	rr         *roundRobin
+	rr         *rrCycle          // the requests without a key, in turn (roundrobin.go)
 }
 
-func newStickyPolicy(p *Pool, cfg *config.Pool) policy {
+func newStickyPolicy(cfg *config.Pool, old policy) policy {
 	keys, _ := stickiness.NewExtractor(cfg.Sticky.Keys) // validated with the config
-	if p.table == nil {
-		p.table = stickiness.NewTable(stickiness.TableOptions{})
+	sp := &stickyPolicy{keys: keys, cookieIdx: -1}
+	if o, ok := old.(*stickyPolicy); ok {
+		sp.table, sp.rr = o.table, o.rr
+	} else {
+		sp.table, sp.rr = stickiness.NewTable(stickiness.TableOptions{}), &rrCycle{}
 	}
-	p.table.SetLimits(cfg.Sticky.MaxEntries, cfg.Sticky.IdleTimeout.D)
-	sp := &stickyPolicy{keys: keys, table: p.table, cookieIdx: -1, rr: &p.rr}
+	sp.table.SetLimits(cfg.Sticky.MaxEntries, cfg.Sticky.IdleTimeout.D)
 	if c := cfg.Sticky.Cookie; c != "" {
 		sp.cookieName = c
 		sp.cookieIdx = slices.Index(cfg.Sticky.Keys, "cookie:"+c)
@@ -168,7 +181,7 @@ func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Ser
 	var buf [160]byte
 	key, src, ok := sp.keys.Key(buf[:0], ctx)
 	if !ok {
-		return take(ctx, sp.rr.next(t, except))
+		return choice{s: sp.rr.next(t, except, 0, 0, bodyBytes(&ctx.Request.Header))}
 	}
 	if src == sp.cookieIdx {
 		// The sticky cookie names its server directly (as HAProxy's "cookie insert" does); a cookie
@@ -186,8 +199,6 @@ func (sp *stickyPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Ser
 	}
 	return choice{}
 }
-
-func (sp *stickyPolicy) refuses(int) bool { return false }
 
 func (sp *stickyPolicy) cookie(ctx *fasthttp.RequestCtx, s *Server) (string, string) {
 	if sp.cookieName == "" || string(ctx.Request.Header.Cookie(sp.cookieName)) == s.cookie {
@@ -209,41 +220,7 @@ func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) func() {
 
 func (sp *stickyPolicy) removed(s *Server) { sp.table.Forget(s.Addr) }
 
-func (sp *stickyPolicy) describe(ps *admin.PoolStatus, _ *poolView) {
-	ps.StickyEntries = sp.table.Len()
-}
-
-func (sp *stickyPolicy) writeMetrics(w io.Writer, l string, _ *poolView) {
-	metrics.WriteGaugeUint64(w, "fairlead_pool_sticky_entries{"+l+"}", uint64(sp.table.Len()))
-}
-
-// roundRobin hands out the available servers of a tier in turn (the sticky policy's requests without
-// a key).
-type roundRobin struct{ n atomic.Uint32 }
-
-// next returns the next available server of t other than except, or nil. Under slow_start a server
-// ramping up takes its turn with a probability of its weight, and passes it on otherwise (to the next
-// server, or to itself when it is the only one).
-func (rr *roundRobin) next(t *tier, except *Server) *Server {
-	n := len(t.servers)
-	if n == 0 {
-		return nil
-	}
-	start := int(rr.n.Add(1))
-	var passed *Server
-	for k := 0; k < n; k++ {
-		if s := t.servers[(start+k)%n]; s != except && s.Available() {
-			if t.slowStart > 0 && passed == nil {
-				if w := t.Weight((start + k) % n); w < 1 && rand.Float64() >= w {
-					passed = s
-					continue
-				}
-			}
-			return s
-		}
-	}
-	return passed
-}
+func (sp *stickyPolicy) report(*poolView) policyReport { return policyReport{sticky: sp.table} }
 
 // tier is the primaries or the backups of a pool, in config order: the candidates of placement (or
 // all of a pool's servers, the candidates of its pins).

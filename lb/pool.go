@@ -14,7 +14,6 @@ import (
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
-	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
 )
 
@@ -31,10 +30,6 @@ type Pool struct {
 	relayOnly atomic.Bool
 	bus       *event.Bus
 	health    health
-	table     *stickiness.Table // sticky keys, made by the first sticky policy and kept across reloads
-	pins      *stickiness.Table // multi-part pins of a roundrobin pool, kept across reloads
-	rr        roundRobin        // the sticky policy's requests without a key
-	cursor    rrCursor          // the roundrobin policy's cycle
 
 	view atomic.Pointer[poolView]
 
@@ -68,7 +63,9 @@ type poolView struct {
 	tiers   [2]tier // primaries, backups: sub-slices of servers
 	all     tier    // servers
 	policy  policy
-	connect bool // relayOnly when the view was made: its checks open connections when no path is set
+	refuser refuser    // the policy, if it is one (else nil)
+	pins    clientPins // the policy, if it is one (else nil)
+	connect bool       // relayOnly when the view was made: its checks open connections when no path is set
 }
 
 func newPool(name string, cfg *config.Pool, relayOnly bool, bus *event.Bus, logf func(string, ...any)) *Pool {
@@ -95,6 +92,14 @@ func targetsOf(servers []*Server) []*healthcheck.Target {
 	return ts
 }
 
+// cookie returns the cookie that pins the client to s, or "" when the policy sets none.
+func (st *poolView) cookie(ctx *fasthttp.RequestCtx, s *Server) (name, value string) {
+	if st.pins == nil {
+		return "", ""
+	}
+	return st.pins.cookie(ctx, s)
+}
+
 // newView makes the pool's view of cfg over servers (primaries then backups, as serverAddrs).
 func (p *Pool) newView(cfg *config.Pool, servers []*Server) *poolView {
 	np := len(cfg.Servers)
@@ -102,7 +107,13 @@ func (p *Pool) newView(cfg *config.Pool, servers []*Server) *poolView {
 	st.tiers[primaries] = tier{which: primaries, servers: servers[:np:np], slowStart: cfg.SlowStart.D}
 	st.tiers[backups] = tier{which: backups, servers: servers[np:], slowStart: cfg.SlowStart.D}
 	st.all = tier{which: everyone, servers: servers, slowStart: cfg.SlowStart.D}
-	st.policy = balances[cfg.Balance].newPolicy(p, cfg)
+	var old policy // the policy before, whose state the new one takes over
+	if v := p.view.Load(); v != nil {
+		old = v.policy
+	}
+	st.policy = balances[cfg.Balance].newPolicy(cfg, old, p.health)
+	st.refuser, _ = st.policy.(refuser)
+	st.pins, _ = st.policy.(clientPins)
 	return st
 }
 
@@ -189,7 +200,9 @@ func (p *Pool) drop(st *poolView, s *Server, why string) {
 	p.bus.Publish(event.Event{Kind: event.ServerRemoved, Pool: p.name, Server: s.Addr, Detail: why})
 	// Only once its tunnels are closed (and their keys released): a key of s that a client re-placed
 	// meanwhile names another server now and is kept.
-	st.policy.removed(s)
+	if st.pins != nil {
+		st.pins.removed(s)
+	}
 }
 
 // start launches the pool's health checks, the janitor of its sticky table or pins, and the watch of
@@ -197,11 +210,9 @@ func (p *Pool) drop(st *poolView, s *Server, why string) {
 func (p *Pool) start(ctx context.Context) {
 	ctx, p.stop = context.WithCancel(ctx)
 	p.health.Start(ctx)
-	for _, t := range []*stickiness.Table{p.table, p.pins} {
-		if t != nil {
-			every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
-			go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
-		}
+	for _, t := range policyTables(p.view.Load().policy) {
+		every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
+		go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
 	}
 	go p.watchTier(ctx)
 	if p.leader {

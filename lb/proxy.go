@@ -258,7 +258,7 @@ func classifyAnswer(status int, st *poolView) attemptEnd {
 	switch {
 	case status == fasthttp.StatusSwitchingProtocols:
 		return endSwitched
-	case st.policy.refuses(status):
+	case st.refuser != nil && st.refuser.refuses(status):
 		return endRefused
 	}
 	return endAnswered
@@ -472,7 +472,7 @@ func (px *proxy) send(p *Pool, s *Server, out *upstream.Request, resp *fasthttp.
 // answer relays a server's answer to a plain request.
 func (px *proxy) answer(ctx *fasthttp.RequestCtx, st *poolView, s *Server) {
 	prepareResponse(&ctx.Response)
-	if name, value := st.policy.cookie(ctx, s); name != "" {
+	if name, value := st.cookie(ctx, s); name != "" {
 		c := fasthttp.AcquireCookie()
 		c.SetKey(name)
 		c.SetValue(value)

@@ -2,12 +2,9 @@ package lb
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"sync"
 
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/valyala/fasthttp"
@@ -25,27 +22,30 @@ import (
 // server; later requests with the id go to that server while it is connected and writable, and
 // otherwise fail (choice.pinned without a server): the other servers have not seen the first parts.
 type roundRobinPolicy struct {
-	cursor *rrCursor // the pool's: the cycle goes on across reloads
+	cycle  *rrCycle // the pool's: the cycle goes on across reloads
 	hw     int
 	hwb    int64
 	header string            // multipart_header; "" without pins
-	pins   *stickiness.Table // the pool's
+	pins   *stickiness.Table // the pins: made by the pool's first policy, taken over by the next
 }
 
-// rrCursor is where the cycle of each tier goes on; mu also makes "writable, then counted in flight"
-// one step.
-type rrCursor struct {
-	mu   sync.Mutex
-	next [2]int // per tier
+// rrCycle is the one round robin: where the cycle of each tier goes on, for the roundrobin policy and
+// for the sticky policy's requests without a key. mu makes "writable, then counted in flight" one
+// step, so the order is exact under concurrency and a watermark is never overshot.
+type rrCycle struct {
+	mu sync.Mutex
+	at [2]int // per tier: where the cycle goes on
 }
 
-func newRoundRobinPolicy(p *Pool, cfg *config.Pool) policy {
-	if p.pins == nil {
-		p.pins = stickiness.NewTable(stickiness.TableOptions{})
+func newRoundRobinPolicy(cfg *config.Pool, old policy) policy {
+	rp := &roundRobinPolicy{hw: cfg.HighWatermark, hwb: cfg.HighWatermarkBytes, header: cfg.MultipartHeader}
+	if o, ok := old.(*roundRobinPolicy); ok {
+		rp.cycle, rp.pins = o.cycle, o.pins
+	} else {
+		rp.cycle, rp.pins = &rrCycle{}, stickiness.NewTable(stickiness.TableOptions{})
 	}
-	p.pins.SetLimits(cfg.MultipartMaxPins, cfg.MultipartTTL.D)
-	return &roundRobinPolicy{cursor: &p.cursor, hw: cfg.HighWatermark, hwb: cfg.HighWatermarkBytes,
-		header: cfg.MultipartHeader, pins: p.pins}
+	rp.pins.SetLimits(cfg.MultipartMaxPins, cfg.MultipartTTL.D)
+	return rp
 }
 
 func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Server) choice {
@@ -55,7 +55,7 @@ func (rp *roundRobinPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except 
 			return rp.pickPinned(id, st, except, n)
 		}
 	}
-	return choice{s: rp.next(st.active(), except, n)}
+	return choice{s: rp.cycle.next(st.active(), except, rp.hw, rp.hwb, n)}
 }
 
 // pickPinned routes a request of multi-part id.
@@ -68,35 +68,36 @@ func (rp *roundRobinPolicy) pickPinned(id []byte, st *poolView, except *Server, 
 		// A pin to except was made by this very request, which failed there before any answer and is
 		// being retried (a pinned request is never retried): it is placed anew below.
 		if s == nil || s != except {
-			if s != nil && s.Available() && rp.takeIfWritable(s, n) {
+			if s != nil && s.Available() && rp.cycle.takeIfWritable(s, rp.hw, rp.hwb, n) {
 				return choice{s: s, pinned: true}
 			}
 			rp.pins.Unpin(id)
 			return choice{pinned: true}
 		}
 	}
-	s := rp.next(st.active(), except, n)
+	s := rp.cycle.next(st.active(), except, rp.hw, rp.hwb, n)
 	if s != nil {
 		rp.pins.Pin(id, &st.all, st.all.index(s))
 	}
 	return choice{s: s}
 }
 
-// next returns the next connected and writable server of t after the last one chosen, other than
-// except, counted in flight; or nil.
-func (rp *roundRobinPolicy) next(t *tier, except *Server, n int64) *Server {
+// next returns the next available server of t after the last one chosen, other than except, below
+// the watermarks hw and hwb (0: none), counted in flight with n body bytes; or nil. Under slow_start a
+// server ramping up takes its turn with a probability of its weight, and passes it on otherwise (taken
+// only if no other can).
+func (c *rrCycle) next(t *tier, except *Server, hw int, hwb, n int64) *Server {
 	k := len(t.servers)
 	if k == 0 {
 		return nil
 	}
-	c := rp.cursor
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	start := c.next[t.which] % k
-	passed := -1 // a server ramping up under slow_start that passed its turn (taken if no other can)
+	start := c.at[t.which] % k
+	passed := -1 // a server ramping up under slow_start that passed its turn
 	for j := 0; j < k; j++ {
 		i := (start + j) % k
-		if s := t.servers[i]; s != except && s.Available() && s.writable(rp.hw, rp.hwb) {
+		if s := t.servers[i]; s != except && s.Available() && s.writable(hw, hwb) {
 			if passed < 0 && t.slowStart > 0 {
 				if w := t.Weight(i); w < 1 && rand.Float64() >= w {
 					passed = i
@@ -104,70 +105,42 @@ func (rp *roundRobinPolicy) next(t *tier, except *Server, n int64) *Server {
 				}
 			}
 			s.begin(n)
-			c.next[t.which] = i + 1
+			c.at[t.which] = i + 1
 			return s
 		}
 	}
 	if passed >= 0 {
 		t.servers[passed].begin(n)
-		c.next[t.which] = passed + 1
+		c.at[t.which] = passed + 1
 		return t.servers[passed]
 	}
 	return nil
 }
 
-// takeIfWritable counts a request in flight to s if s is writable.
-func (rp *roundRobinPolicy) takeIfWritable(s *Server, n int64) bool {
-	c := rp.cursor
+// takeIfWritable counts a request in flight to s if s is below the watermarks.
+func (c *rrCycle) takeIfWritable(s *Server, hw int, hwb, n int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !s.writable(rp.hw, rp.hwb) {
+	if !s.writable(hw, hwb) {
 		return false
 	}
 	s.begin(n)
 	return true
 }
 
-func (rp *roundRobinPolicy) refuses(int) bool                                      { return false }
-func (rp *roundRobinPolicy) cookie(*fasthttp.RequestCtx, *Server) (string, string) { return "", "" }
-func (rp *roundRobinPolicy) hold(*fasthttp.RequestCtx, *Server) func()             { return nil }
-
-// removed keeps the pins to s: the next part of such an id must fail with 502 (its server is gone, and
-// the others have not seen its first parts), which pickPinned does for a pin whose server is not in the
-// pool; the pin is dropped then, or expires with multipart_ttl.
-func (rp *roundRobinPolicy) removed(*Server) {}
-
-func (rp *roundRobinPolicy) describe(ps *admin.PoolStatus, st *poolView) {
-	ps.HighWatermark, ps.HighWatermarkBytes = rp.hw, rp.hwb
-	for i := range ps.Servers {
-		ps.Servers[i].Writable = st.servers[i].writable(rp.hw, rp.hwb)
+// report: the watermarks, each server's writable, and the pins. A server that left the pool keeps its
+// pins: the next part of such an id must fail with 502 (its server is gone, and the others have not
+// seen its first parts), which pickPinned does for a pin whose server is not in the pool; the pin is
+// dropped then, or expires with multipart_ttl.
+func (rp *roundRobinPolicy) report(st *poolView) policyReport {
+	r := policyReport{roundRobin: true, hw: rp.hw, hwb: rp.hwb, writable: make([]bool, len(st.servers)), pinHeader: rp.header}
+	for i, s := range st.servers {
+		r.writable[i] = s.writable(rp.hw, rp.hwb)
 	}
-	if rp.header == "" {
-		return
-	}
-	ps.MultipartHeader = rp.header
-	ps.Pins = rp.pins.Len()
-	counts := rp.pins.CountByServer()
-	for i := range ps.Servers {
-		ps.Servers[i].Pins = counts[ps.Servers[i].Addr]
-	}
-}
-
-func (rp *roundRobinPolicy) writeMetrics(w io.Writer, l string, st *poolView) {
-	metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark{"+l+"}", uint64(rp.hw))
-	metrics.WriteGaugeUint64(w, "fairlead_pool_high_watermark_bytes{"+l+"}", uint64(rp.hwb))
-	var counts map[string]int
 	if rp.header != "" {
-		metrics.WriteGaugeUint64(w, "fairlead_pool_pins{"+l+"}", uint64(rp.pins.Len()))
-		counts = rp.pins.CountByServer()
+		r.pins = rp.pins
 	}
-	for _, s := range st.servers {
-		sl := l + "," + serverLabels(s)
-		metrics.WriteGaugeUint64(w, "fairlead_server_writable{"+sl+"}", boolGauge(s.writable(rp.hw, rp.hwb)))
-		if counts != nil {
-			metrics.WriteGaugeUint64(w, "fairlead_server_pins{"+sl+"}", uint64(counts[s.Addr]))
-		}
-	}
+	return r
 }
 
 // serverLabels are the Prometheus labels of a server: its address and its display name.

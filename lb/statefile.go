@@ -32,6 +32,14 @@ import (
 	"github.com/fairlead/fairlead/stickiness"
 )
 
+// stickyTable is the sticky keys of p's policy (balance = "sticky"), nil for another balance.
+func (p *Pool) stickyTable() *stickiness.Table {
+	if sp, ok := p.view.Load().policy.(*stickyPolicy); ok {
+		return sp.table
+	}
+	return nil
+}
+
 // stateWriteInterval is how often the state file is written while fairlead runs (and once more at
 // stop). A variable so that tests can shorten it; it is not a config key.
 var stateWriteInterval = 5 * time.Second
@@ -135,8 +143,8 @@ func stateMarkOf(g *generation, events *[event.NumKinds]atomic.Uint64) stateMark
 		}
 	}
 	for _, p := range g.pools {
-		if p.table != nil {
-			v.tables += p.table.Changes()
+		if p.stickyTable() != nil {
+			v.tables += p.stickyTable().Changes()
 		}
 	}
 	return v
@@ -166,8 +174,8 @@ func (p *Pool) snapshot() *savedPool {
 			sp.Leader = cur.Addr()
 		}
 	}
-	if p.table != nil {
-		for _, e := range p.table.Export() {
+	if p.stickyTable() != nil {
+		for _, e := range p.stickyTable().Export() {
 			if !inPool[e.Server] {
 				continue // a removed server's key, about to be forgotten
 			}
@@ -265,7 +273,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 	for _, s := range st.servers {
 		byAddr[s.Addr] = s
 	}
-	if p.table != nil {
+	if p.stickyTable() != nil {
 		sticky = p.restoreKeys(sp.Sticky, byAddr, age)
 	}
 
@@ -326,7 +334,7 @@ func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.
 		entries = append(entries, stickiness.Entry{Key: key, Server: k.Server,
 			Idle: time.Duration(k.IdleMs)*time.Millisecond + age})
 	}
-	what := fmt.Sprintf(", sticky keys: %d restored", p.table.Import(entries))
+	what := fmt.Sprintf(", sticky keys: %d restored", p.stickyTable().Import(entries))
 	if dropped > 0 {
 		what += fmt.Sprintf(" (%d dropped: their server left the pool)", dropped)
 	}

@@ -347,7 +347,7 @@ func TestStickyKeysThatAreNotUTF8SurviveTheStateFile(t *testing.T) {
 	}
 	p := newPool("app", &config.Pool{Balance: "sticky", Servers: []string{"10.0.0.1:80"}, Sticky: config.Sticky{Keys: []string{"header:X-Asset"}}}, false, nil, func(string, ...any) {})
 	_, sticky, _ := p.restore(got.Pools["app"], 0)
-	if exp := p.table.Export(); sticky != ", sticky keys: 1 restored" || len(exp) != 1 || exp[0].Key != key {
+	if exp := p.stickyTable().Export(); sticky != ", sticky keys: 1 restored" || len(exp) != 1 || exp[0].Key != key {
 		t.Fatalf("restored %q: %+v, want the key %q", sticky, exp, key)
 	}
 	if saved := p.snapshot().Sticky; len(saved) != 1 || saved[0].Key != "" || saved[0].KeyB64 != "aDr//i1hc3NldA==" {

@@ -133,7 +133,7 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	conn, br := sw.conn, sw.br
 	head, _ := br.Peek(sw.head)
 	out := switchingHead(make([]byte, 0, len(head)+64), head[:len(head)-2]) // without the final CRLF
-	if name, value := st.policy.cookie(ctx, s); name != "" {
+	if name, value := st.cookie(ctx, s); name != "" {
 		out = fmt.Appendf(out, "Set-Cookie: %s=%s; Path=/; HttpOnly\r\n", name, value)
 	}
 	out = append(out, "\r\n"...)
@@ -148,7 +148,10 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	handshakeReaders.Put(br)
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
-	release := st.policy.hold(ctx, s)
+	var release func()
+	if st.pins != nil {
+		release = st.pins.hold(ctx, s)
+	}
 	engine, group := px.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {

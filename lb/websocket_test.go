@@ -317,7 +317,7 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	}
 	// Idle past idle_timeout, it is forgotten and placed anew by hashing: back on its first server.
 	time.Sleep(400 * time.Millisecond)
-	p.table.Expire()
+	p.stickyTable().Expire()
 	conn, by4, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
 	conn.Close()
 	if by4 != by {
