@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
-	"github.com/fairlead/fairlead/lb/upstream"
+	"github.com/fairlead/fairlead/lb/dialer"
 	"github.com/valyala/fasthttp"
 )
 
@@ -369,7 +369,7 @@ func newProber(addr string, o *Options) *prober {
 // handshake is over, and fasthttp reports any error on a response's first byte as "the server closed
 // connection".
 func (pr *prober) dial(addr string) (net.Conn, error) {
-	c, err := (&upstream.Dialer{Addr: addr, Timeout: pr.timeout, TLS: pr.tls}).Dial() // the proxy's dialer
+	c, err := (&dialer.Dialer{Addr: addr, Timeout: pr.timeout, TLS: pr.tls}).Dial() // the dialer traffic uses
 	if err != nil || pr.tls == nil {
 		return c, err
 	}

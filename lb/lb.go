@@ -19,9 +19,10 @@
 // and actions.go (what the admin listener, package admin, reads and does).
 //
 // Packages of their own: the config (lb/config), the front end's framer, HTTP/2 and limits
-// (lb/frontend), the field names treated by name (lb/httpfield), the upstream client and dialer
-// (lb/upstream), the tunnel engine (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin
-// listener and status document (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile).
+// (lb/frontend), the field names treated by name (lb/httpfield), the upstream client (lb/upstream)
+// and the dialer it shares with the health checks' probes (lb/dialer, a leaf), the tunnel engine
+// (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin listener and status document
+// (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.

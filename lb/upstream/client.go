@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/nbio"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 )
@@ -59,7 +60,10 @@ func New(d Dialer, o Options) *Client {
 		idleTimeout:  IdleTimeout,
 		dialFn: func() (net.Conn, error) {
 			ic := &idleConn{} // no deadlines of its own during a TLS handshake
-			c, err := d.dial(ic, o.NoDelay)
+			c, err := d.DialUnder(func(sock net.Conn, nb *nbio.TCPConn) net.Conn {
+				ic.Conn, ic.nb = sock, nb
+				return ic
+			}, o.NoDelay)
 			if err != nil {
 				return nil, err
 			}

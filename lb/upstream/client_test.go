@@ -1192,11 +1192,11 @@ func TestUpstreamFailedDialIsADialErrorAndItsSlotGoesToTheNextWaiter(t *testing.
 			dialFn: func() (net.Conn, error) {
 				if dials.Add(1) == 1 {
 					<-gate
-					return nil, &DialError{errors.New("connection refused (test)")}
+					return nil, &DialError{Err: errors.New("connection refused (test)")}
 				}
 				c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
 				if err != nil {
-					return nil, &DialError{err}
+					return nil, &DialError{Err: err}
 				}
 				return &idleConn{Conn: c, timeout: 5 * time.Second}, nil
 			}}

@@ -1,91 +1,20 @@
 package upstream
 
 import (
-	"crypto/tls"
-	"fmt"
 	"net"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
+	"github.com/fairlead/fairlead/lb/dialer"
 	"github.com/fairlead/fairlead/lb/nbio"
 )
 
-// Dialer makes the connections to one server: those of its Client, and those the proxy makes outside
-// the pool (an upgrade's, which becomes a tunnel; Client.Dial). TCP (IPv6 too: discovery may find such
-// servers) within Timeout, then, with TLS, the client handshake within Timeout again. A failure, a
-// failed handshake included, is a *DialError: none of a request's bytes reached the server, so any
-// request may go to another server.
-type Dialer struct {
-	Addr    string        // host:port
-	Timeout time.Duration // of the TCP connect, and of the TLS handshake
-	// TLS is the client config of connections over TLS (its ServerName is the name sent and verified;
-	// empty for an IP address verified against the certificate's IP SANs); nil dials plain TCP.
-	TLS *tls.Config
-}
+// Dialer makes the connections to one server (package dialer): the client's, and an upgrade's through
+// Client.Dial. A failure is a *DialError.
+type Dialer = dialer.Dialer
 
-// Dial returns a connection of its own: a *net.TCPConn with TCP_NODELAY, or a *tls.Conn over one (an
-// *nbio.TCPConn, which the tunnel engine can put in evented mode).
-func (d *Dialer) Dial() (net.Conn, error) { return d.dial(nil, true) }
-
-// dial connects, with TCP_NODELAY or Nagle's algorithm. under, if not nil, is put over the socket (under
-// TLS): the idleConn of the client's connections, which times the socket itself.
-func (d *Dialer) dial(under *idleConn, nodelay bool) (net.Conn, error) {
-	c, err := fasthttp.DialDualStackTimeout(d.Addr, d.Timeout)
-	if err != nil {
-		return nil, &DialError{err}
-	}
-	if tc, ok := c.(*net.TCPConn); ok && !nodelay {
-		tc.SetNoDelay(false) //nolint:errcheck // an optimisation only
-	}
-	if under != nil {
-		if tc, ok := c.(*net.TCPConn); ok {
-			if nc, err := nbio.NewTCPConn(tc); err == nil {
-				c, under.nb = nc, nc
-			}
-		}
-		under.Conn, c = c, under
-	} else if tc, ok := c.(*net.TCPConn); ok && d.TLS != nil {
-		// A connection for a tunnel: under TLS, the tunnel engine reads and writes it in evented mode.
-		if nc, err := nbio.NewTCPConn(tc); err == nil {
-			nc.CountTLSRecords()
-			c = nc
-		}
-	}
-	if d.TLS == nil {
-		return c, nil
-	}
-	tc, err := handshakeTLS(c, d.TLS, d.Timeout)
-	if err != nil {
-		return nil, &DialError{err}
-	}
-	return tc, nil
-}
-
-// handshakeTLS runs the client handshake over conn within timeout. On failure conn is closed and the
-// error says it is TLS ("TLS handshake: tls: failed to verify certificate: x509: ...").
-func handshakeTLS(conn net.Conn, cfg *tls.Config, timeout time.Duration) (*tls.Conn, error) {
-	tc := tls.Client(conn, cfg)
-	err := tc.SetDeadline(time.Now().Add(timeout))
-	if err == nil {
-		err = tc.Handshake()
-	}
-	if err == nil {
-		err = tc.SetDeadline(time.Time{})
-	}
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("TLS handshake: %w", err)
-	}
-	return tc, nil
-}
-
-// DialError marks a failure to connect: none of the request's bytes reached the server, so any request
-// may be retried.
-type DialError struct{ err error }
-
-func (e *DialError) Error() string { return e.err.Error() }
-func (e *DialError) Unwrap() error { return e.err }
+// DialError marks a failure to connect (dialer.Error): none of the request's bytes reached the server,
+// so any request may be retried.
+type DialError = dialer.Error
 
 // idleConn is a client connection whose reads and writes time out after a period without progress, so
 // that Options.ResponseTimeout bounds a silent server (or one that stopped reading an upload) without
