@@ -165,14 +165,18 @@ func (l *Leader) SplitBrains() uint64 { return l.splitBrains.Load() }
 func (l *Leader) Changes() uint64 { return l.changes.Load() }
 
 // pace is FastInterval while the pool is unsettled (the leader failing or unknown, or another server
-// answering 200), else the steady random wait (bounded by FailbackInterval for primaries while a backup
+// answering 200) or t is on its way down (its last probes without a serving answer), else the steady
+// random wait (bounded by FailbackInterval for primaries while a backup
 // leads).
 func (l *Leader) pace(t *Target) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock() // Update rewrites the options under it
 	fast := l.el.unsettled(l.targets)
 	onBackup := l.el.leader != nil && l.el.leader.backup.Load()
-	if fast {
+	// A server whose last LeaderCheck got no serving answer, not yet down, is probed at the fast pace
+	// too (HAProxy's fastinter): a dead standby is said fall fast intervals after the first probe that
+	// sees it, not fall steady waits (up to a minute) later.
+	if fast || t.misses > 0 && !t.lost {
 		return l.o.FastInterval
 	}
 	if onBackup {

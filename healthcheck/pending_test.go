@@ -89,3 +89,65 @@ func TestOverdueAfterIsASecondOrHalfTheTimeout(t *testing.T) {
 	f(time.Second, 500*time.Millisecond)
 	f(300*time.Millisecond, 150*time.Millisecond)
 }
+
+// Issue 36: a standby that stops answering is said (server_down) fall fast intervals after the first
+// LeaderCheck that sees it, not fall steady waits later (with the defaults, 0.75 s instead of up to a
+// minute), and the leader is not disturbed.
+func TestADeadStandbyIsDownFallFastIntervalsAfterTheFirstProbeThatSeesIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newScripted()
+		ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
+		standby := ts[1].Addr()
+		srv.set(ts[0].Addr(), always(200))
+		srv.set(standby, always(503))
+		bus := event.NewBus()
+		var down []time.Time
+		bus.Subscribe(func(e event.Event) {
+			if e.Kind == event.ServerDown && e.Server == standby {
+				down = append(down, time.Now())
+			}
+		})
+		o := realisticChecks(bus, srv)
+		dead := make(chan struct{})
+		o.script = func(addr string) (int, error) {
+			status, err := srv.get(addr) // recorded (srv.of)
+			select {
+			case <-dead:
+				if addr == standby {
+					return 0, errors.New("connection refused")
+				}
+			default:
+			}
+			return status, err
+		}
+		l := NewLeader(o, ts)
+		t0 := time.Now()
+		startScripted(t, l)
+		close(dead)
+		first := t0.Add(17500 * time.Millisecond) // the next steady probe sees it
+		time.Sleep(time.Until(first.Add(time.Duration(o.Fall-1)*o.FastInterval + time.Millisecond)))
+		synctest.Wait()
+		if len(down) != 1 || down[0].After(first.Add(time.Duration(o.Fall-1)*o.FastInterval)) {
+			t.Fatalf("server_down at %v after the first failed probe, want one at %v", offsets(down, first), time.Duration(o.Fall-1)*o.FastInterval)
+		}
+		if !ts[0].Up() || l.Changes() != 0 {
+			t.Fatal("the leader changed")
+		}
+		// Once down, the standby is probed at the steady pace again (no probe storm on a dead server).
+		before := len(srv.of(standby, first, first.Add(time.Minute)))
+		time.Sleep(time.Until(first.Add(time.Minute)))
+		synctest.Wait()
+		if n := len(srv.of(standby, first, first.Add(time.Minute))) - before; n > 4 {
+			t.Fatalf("%d probes of the down standby in the minute after, want the steady pace", n)
+		}
+	})
+}
+
+// offsets are the times ts as durations after from.
+func offsets(ts []time.Time, from time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Sub(from)
+	}
+	return out
+}
