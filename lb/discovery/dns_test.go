@@ -16,8 +16,8 @@ import (
 )
 
 // The dns provider against an in-process DNS server on a loopback port (discoverytest.Zone): each kind
-// of answer, resolvers tried in turn, silent and failing resolvers, truncated answers, resolv.conf. lb's
-// tests run it behind a whole load balancer.
+// of answer, resolvers tried in turn, silent and failing resolvers, truncated answers, resolv.conf; and
+// run through a Watcher: records followed within one resolve_interval, a resolver down, NXDOMAIN.
 
 func TestDNSProviderResolvesEachKindOfAnswer(t *testing.T) {
 	refused := discoverytest.StartZone(t)
@@ -174,5 +174,116 @@ func TestDNSProviderReadsTheSystemResolversFromResolvConf(t *testing.T) {
 	p.resolvers = []string{"127.0.0.1:8600"}
 	if got, _ := p.servers(); !slices.Equal(got, []string{"127.0.0.1:8600"}) {
 		t.Fatalf("configured resolvers: %v", got)
+	}
+}
+
+const dnsInterval = 200 * time.Millisecond
+
+// dnsFollow is how long a change may take to be in force: one resolve_interval, and slack for a loaded
+// machine (2 cores, the race detector).
+const dnsFollow = dnsInterval + 400*time.Millisecond
+
+// dnsTable is a dns [discovery] table resolving name every dnsInterval through resolver.
+func dnsTable(name, resolver string) config.Discovery {
+	return config.Discovery{Provider: "dns", Name: name, ResolveInterval: config.Duration{D: dnsInterval},
+		Resolvers: []string{resolver}, EmptyGrace: config.Duration{D: 30 * time.Second}}
+}
+
+// srvRecords returns an SRV record of name for each port (target p<port>.fairlead.test.) and the
+// target's A record (127.0.0.1).
+func srvRecords(name string, ports ...int) []string {
+	var rrs []string
+	for _, p := range ports {
+		target := fmt.Sprintf("p%d.fairlead.test.", p)
+		rrs = append(rrs, fmt.Sprintf("%s 5 IN SRV 0 0 %d %s", name, p, target), target+" 5 IN A 127.0.0.1")
+	}
+	return rrs
+}
+
+func TestDNSProviderFollowsSRVAndARecordsWithinOneResolveInterval(t *testing.T) {
+	const name = "_http._tcp.cx.fairlead.test."
+	z := discoverytest.StartZone(t, srvRecords(name, 9001, 9002)...)
+	rn := run(t, dnsTable(name, z.Addr), false, "127.0.0.1:9001")
+
+	// The first answer (at start) replaces the seed. The targets' addresses came in the additional
+	// section: they were not asked for.
+	rn.follows(t, dnsFollow, "the first SRV answer", "127.0.0.1:9001", "127.0.0.1:9002")
+	if n := z.Queried("p9001.fairlead.test.", "A"); n != 0 {
+		t.Errorf("p9001's address was queried %d times despite the additional section", n)
+	}
+	// An added record whose address is not in the additional section: the provider asks for it.
+	z.HideGlue("p9003.fairlead.test.")
+	z.Set(srvRecords(name, 9001, 9002, 9003)...)
+	rn.follows(t, dnsFollow, "an added SRV record", "127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003")
+	if z.Queried("p9003.fairlead.test.", "A") == 0 || z.Queried("p9003.fairlead.test.", "AAAA") == 0 {
+		t.Errorf("p9003's address was not queried (A %d, AAAA %d)", z.Queried("p9003.fairlead.test.", "A"), z.Queried("p9003.fairlead.test.", "AAAA"))
+	}
+	z.Set(srvRecords(name, 9002, 9003)...)
+	rn.follows(t, dnsFollow, "a removed SRV record", "127.0.0.1:9002", "127.0.0.1:9003")
+	if s := rn.Status(); s.Changes != 3 || s.Errors != 0 || s.LastSuccess.IsZero() {
+		t.Fatalf("status %+v, want 3 changes and no error", s)
+	}
+
+	// A name without SRV records: its A records with the port.
+	z.Set("cx.fairlead.test. 5 IN A 127.0.0.2", "cx.fairlead.test. 5 IN A 127.0.0.3")
+	dc := dnsTable("cx.fairlead.test", z.Addr)
+	dc.Port = 8080
+	a := run(t, dc, false)
+	a.follows(t, dnsFollow, "the A records", "127.0.0.2:8080", "127.0.0.3:8080")
+	z.Set("cx.fairlead.test. 5 IN A 127.0.0.3")
+	a.follows(t, dnsFollow, "a removed A record", "127.0.0.3:8080")
+}
+
+func TestDNSProviderKeepsTheLastListWhileTheResolverIsDownAndCountsTheErrors(t *testing.T) {
+	const name = "cx.fairlead.test."
+	z := discoverytest.StartZone(t, srvRecords(name, 9001, 9002)...)
+	dc := dnsTable(name, z.Addr)
+	dc.EmptyGrace.D = time.Second
+	rn := run(t, dc, false)
+	rn.follows(t, dnsFollow, "the first answer", "127.0.0.1:9001", "127.0.0.1:9002")
+
+	z.Stop()
+	// Failed rounds past empty_grace (every round of resolve_interval fails): the list stays, nothing
+	// else is handed to the pool.
+	rounds := uint64(3 + dc.EmptyGrace.D/dnsInterval)
+	testkit.Eventually(t, "failed rounds past empty_grace", 10*time.Second, func() bool { return rn.Status().Errors >= rounds })
+	s := rn.Status()
+	if !slices.Equal(s.Servers, []string{"127.0.0.1:9001", "127.0.0.1:9002"}) || s.EmptyPending || len(rn.r.got()) != 1 ||
+		!strings.Contains(s.LastError, "no resolver answered") || !strings.Contains(s.LastError, z.Addr) {
+		t.Fatalf("with the resolver down: %+v, changes %q", s, rn.r.got())
+	}
+	if !strings.Contains(rn.log(), "discovery: pool p: dns: SRV "+name+": no resolver answered ("+z.Addr) {
+		t.Errorf("no log line naming the query and the resolver:\n%s", rn.log())
+	}
+
+	// The resolver back with one server: followed at its next round.
+	z.Set(srvRecords(name, 9002)...)
+	z.Restart()
+	rn.follows(t, dnsFollow, "the list after the resolver came back", "127.0.0.1:9002")
+	if s := rn.Status(); s.LastError != "" {
+		t.Fatalf("last error kept after a good answer: %q", s.LastError)
+	}
+}
+
+func TestDNSProviderEmptiesTheListOnNXDOMAINOnlyAfterEmptyGrace(t *testing.T) {
+	const name = "cx.fairlead.test."
+	z := discoverytest.StartZone(t, srvRecords(name, 9001)...)
+	dc := dnsTable(name, z.Addr)
+	dc.EmptyGrace.D = time.Second
+	rn := run(t, dc, false)
+	rn.follows(t, dnsFollow, "the first answer", "127.0.0.1:9001")
+
+	z.Set() // every name: NXDOMAIN
+	start := time.Now()
+	testkit.Eventually(t, "the empty list to be pending", 5*time.Second, func() bool { return rn.Status().EmptyPending })
+	if l := rn.List(); !slices.Equal(l, []string{"127.0.0.1:9001"}) {
+		t.Fatalf("NXDOMAIN applied at once: %v", l)
+	}
+	rn.follows(t, 5*time.Second, "the empty list", []string{}...)
+	if d := time.Since(start); d < dc.EmptyGrace.D {
+		t.Fatalf("emptied %s after NXDOMAIN, before empty_grace", d)
+	}
+	if s := rn.Status(); s.Errors != 0 {
+		t.Fatalf("NXDOMAIN is an answer, not an error: %+v", s)
 	}
 }

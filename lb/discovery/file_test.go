@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/discovery/discoverytest"
 )
 
-// The file provider on real files: a Kubernetes ConfigMap's symlink swap, a directory that appears later,
-// and the TOML and JSON forms of a server list. lb's tests follow edits behind a whole load balancer.
+// The file provider on real files: edits in place and renamed over, invalid contents, a missing and a
+// deleted file, a Kubernetes ConfigMap's symlink swap, a directory that appears later, and the TOML and
+// JSON forms of a server list.
 
 // watchProvider runs a file provider on path until the end of the test; found lists and errors arrive
 // on the channels.
@@ -162,4 +165,102 @@ func TestFileDiscoveryParsesTOMLAndJSONServerLists(t *testing.T) {
 	f("a.json", `["10.0.0.1:0"]`, nil, `servers[0]: bad address "10.0.0.1:0"`)
 	f("a.json", `["10.0.0.1:99999"]`, nil, `bad port "99999"`)
 	f("a.json", `["cx 1:8080"]`, nil, `servers[0]: bad address "cx 1:8080"`)
+}
+
+// fileFollow is how long an edit may take to be in force: the debounce, and slack for a loaded machine.
+const fileFollow = FileDebounce + 600*time.Millisecond
+
+// logLine returns the first line of log containing every part, or "".
+func logLine(log string, parts ...string) string {
+	for _, line := range strings.Split(log, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
+}
+
+func TestFileProviderFollowsEditsInPlaceAndRenamedOverAndKeepsTheLastListOnInvalidOnes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cx-servers.toml")
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers("127.0.0.1:9001"))
+	rn := run(t, config.Discovery{Provider: "file", File: file}, false)
+	rn.follows(t, fileFollow, "the file read at start", "127.0.0.1:9001")
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers("127.0.0.1:9001", "127.0.0.1:9002"))
+	rn.follows(t, fileFollow, "an edit in place", "127.0.0.1:9001", "127.0.0.1:9002")
+	// An editor's save: a temporary file renamed over the file.
+	discoverytest.RenameOver(t, file, discoverytest.TOMLServers("127.0.0.1:9002", "127.0.0.1:9003"))
+	rn.follows(t, fileFollow, "a rename over the file", "127.0.0.1:9002", "127.0.0.1:9003")
+
+	// Invalid edits are ignored with a logged error naming the file; the list stays.
+	for i, bad := range []struct{ body, why string }{
+		{"servers = [\"127.0.0.1:9002\", \n", "not a TOML server list"},
+		{discoverytest.TOMLServers("127.0.0.1:9002", "cx3-without-port"), `servers[1]: bad address "cx3-without-port"`},
+		{"server = [\"127.0.0.1:9002\"]\n", "unknown key server"},
+		{"", "no servers key"},
+	} {
+		discoverytest.WriteFile(t, file, bad.body)
+		testkit.Eventually(t, fmt.Sprint("the error of invalid edit ", i), 5*time.Second, func() bool { return rn.Status().Errors == uint64(i+1) })
+		if line := logLine(rn.log(), "discovery: pool p: file: "+file+": ", bad.why, "keeping the last list"); line == "" {
+			t.Errorf("invalid edit %d: no log line naming %s and %q:\n%s", i, file, bad.why, rn.log())
+		}
+		if s := rn.Status(); !slices.Equal(s.Servers, []string{"127.0.0.1:9002", "127.0.0.1:9003"}) || !strings.Contains(s.LastError, file) {
+			t.Fatalf("after invalid edit %d: %+v", i, s)
+		}
+	}
+
+	// Fixed: followed again, the error cleared.
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers("127.0.0.1:9003"))
+	rn.follows(t, fileFollow, "a valid edit after invalid ones", "127.0.0.1:9003")
+	if s := rn.Status(); s.LastError != "" || s.Changes != 4 {
+		t.Fatalf("after the fix: %+v, want 4 changes and no error", s)
+	}
+}
+
+func TestFileProviderFollowsAJSONFileObjectOrArray(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "servers.json")
+	discoverytest.WriteFile(t, file, `{"servers": ["127.0.0.1:9001"]}`)
+	rn := run(t, config.Discovery{Provider: "file", File: file}, false)
+	rn.follows(t, fileFollow, "a JSON object", "127.0.0.1:9001")
+	discoverytest.RenameOver(t, file, "[\n  \"127.0.0.1:9001\",\n  \"127.0.0.1:9002\"\n]\n")
+	rn.follows(t, fileFollow, "a JSON array", "127.0.0.1:9001", "127.0.0.1:9002")
+	discoverytest.WriteFile(t, file, `{"servers": ["127.0.0.1:9003"], "weights": [1]}`)
+	testkit.Eventually(t, "the error", 5*time.Second, func() bool { return rn.Status().Errors == 1 })
+	if logLine(rn.log(), file+`: not a JSON server list: json: unknown field "weights"`) == "" {
+		t.Errorf("no log line naming the file and the field:\n%s", rn.log())
+	}
+	if l := rn.List(); !slices.Equal(l, []string{"127.0.0.1:9001", "127.0.0.1:9002"}) {
+		t.Fatalf("after an invalid JSON edit: %v", l)
+	}
+}
+
+func TestFileProviderKeepsTheSeedWhileTheFileIsMissingAndTheLastListWhenItIsDeleted(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cx-servers.toml")
+	rn := run(t, config.Discovery{Provider: "file", File: file}, false, "127.0.0.1:9001")
+	testkit.Eventually(t, "the missing file's error", 5*time.Second, func() bool { return rn.Status().Errors == 1 })
+	if s := rn.Status(); s.Servers != nil || rn.r.got() != nil || !strings.Contains(s.LastError, file) || !strings.Contains(s.LastError, "no such file") {
+		t.Fatalf("with the file missing the seed serves: %+v, changes %q", s, rn.r.got())
+	}
+	if logLine(rn.log(), "discovery: pool p: file: open "+file+": no such file or directory (keeping the last list)") == "" {
+		t.Errorf("no log line naming the missing file:\n%s", rn.log())
+	}
+
+	// Written later: followed (the seed is replaced).
+	discoverytest.WriteFile(t, file, discoverytest.TOMLServers("127.0.0.1:9002"))
+	rn.follows(t, fileFollow, "the file once written", "127.0.0.1:9002")
+	if got := rn.r.got(); !slices.Equal(got, []string{"file: 1 server (added 127.0.0.1:9002; removed 127.0.0.1:9001)"}) {
+		t.Fatalf("changes %q", got)
+	}
+
+	// Deleted: an error, the last list stays (only `servers = []` empties a pool).
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the deleted file's error", 5*time.Second, func() bool { return rn.Status().Errors == 2 })
+	if l := rn.List(); !slices.Equal(l, []string{"127.0.0.1:9002"}) {
+		t.Fatalf("after the file was deleted: %v", l)
+	}
 }

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 )
 
 // The Watcher with a provider the test drives, and a Target that records what it is handed; time under
-// testing/synctest. lb's tests run the same behind a whole load balancer (discovery_test.go).
+// testing/synctest. The real providers run through the same Watcher and Target (run, below); lb's tests
+// put the lists in force in a pool behind a whole load balancer (discovery_test.go).
 
 // scripted is a provider that reports what the test sends it.
 type scripted struct{ reports chan any } // []string: found; error: failed
@@ -207,5 +210,53 @@ func TestAWatcherWhoseProviderCannotBeBuiltIsNotRunningAndKeepsTheListItWasGiven
 	}
 	if len(logged) != 1 || logged[0] != "discovery: pool p: no scripted provider none (the pool keeps its servers)" {
 		t.Fatalf("log %q", logged)
+	}
+}
+
+// running is a real provider run through a Watcher whose Target records what it is handed: the list in
+// force, the changes and the status are what lb puts in its pool, /api/status and /metrics.
+type running struct {
+	*Watcher
+	r *recorder
+
+	mu   sync.Mutex
+	logs []string
+}
+
+// run starts dc's provider for pool p through a Watcher with seed (TLS: the pool's [tls] is enabled),
+// stopped at the end of the test.
+func run(t *testing.T, dc config.Discovery, tls bool, seed ...string) *running {
+	t.Helper()
+	rn := &running{r: &recorder{seed: seed, take: true}}
+	logf := func(format string, args ...any) {
+		rn.mu.Lock()
+		rn.logs = append(rn.logs, fmt.Sprintf(format, args...))
+		rn.mu.Unlock()
+	}
+	rn.Watcher = Start(context.Background(), dc, Options{Pool: "p", TLS: tls, Logf: logf}, rn.r.target(), nil)
+	t.Cleanup(func() { rn.Stop(true) })
+	return rn
+}
+
+// log returns the lines logged so far.
+func (rn *running) log() string {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return strings.Join(rn.logs, "\n")
+}
+
+// follows waits until the list in force is want (any order) and fails if that took longer than within.
+func (rn *running) follows(t *testing.T, within time.Duration, what string, want ...string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	start := time.Now()
+	testkit.Eventually(t, what, within+10*time.Second, func() bool {
+		l := rn.List()
+		return l != nil && slices.Equal(l, want)
+	})
+	if took := time.Since(start); took > within {
+		t.Fatalf("%s took %s, want at most %s", what, took.Round(time.Millisecond), within)
+	} else {
+		t.Logf("%s: %s", what, took.Round(time.Millisecond))
 	}
 }

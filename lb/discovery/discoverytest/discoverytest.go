@@ -1,7 +1,9 @@
 // Package discoverytest serves the registries of package discovery's providers in tests: a DNS zone on a
-// loopback port whose records a test changes, and server files written as editors and deploy tools write
-// them. It is used by the tests of package discovery and by lb's, which run the providers behind a whole
-// load balancer.
+// loopback port whose records a test changes, server files written as editors and deploy tools write
+// them, and a real ZooKeeper server (zookeeper.go) with the client calls ThingWorx HA's registration
+// makes and a partition to cut it off. It is used by the tests of package discovery, which run each
+// provider against its registry, and by lb's, which put a discovered list in force behind a whole load
+// balancer.
 package discoverytest
 
 import (
