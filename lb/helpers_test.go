@@ -155,3 +155,17 @@ func serverAvailable(l *LB, pool, addr string) bool {
 	}
 	return false
 }
+
+// logLine returns the first log line containing every part, or "".
+func logLine(logs *logSink, parts ...string) string {
+	for _, line := range strings.Split(logs.all(), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return line
+		}
+	}
+	return ""
+}
