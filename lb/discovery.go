@@ -29,6 +29,7 @@ type discoveries struct {
 	// Lock order: LB.reloadMu (a reload calls sync and discovered under it), then mu.
 	mu     sync.Mutex
 	byPool map[string]*discovery.Watcher
+	tls    map[string]bool // by pool: whether its watcher was started for a pool with [tls] (Options.TLS)
 }
 
 // sync starts, keeps or stops the provider of every pool of g: a pool whose [discovery] table is
@@ -39,16 +40,22 @@ func (d *discoveries) sync(g *generation) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.byPool == nil {
-		d.byPool = map[string]*discovery.Watcher{}
+		d.byPool, d.tls = map[string]*discovery.Watcher{}, map[string]bool{}
+	}
+	// A watcher stays while its pool's [discovery] table and its [tls] (which port of a Curator
+	// instance it reads) stay.
+	same := func(name string, pc *config.Pool, w *discovery.Watcher) bool {
+		return reflect.DeepEqual(pc.Discovery, w.Config()) && d.tls[name] == pc.TLS.Enabled
 	}
 	for name, w := range d.byPool {
 		pc, ok := g.cfg.Pools[name]
-		if !ok || pc.Discovery.Provider == "" || !reflect.DeepEqual(pc.Discovery, w.Config()) || lb.ctx.Err() != nil {
+		if !ok || pc.Discovery.Provider == "" || !same(name, pc, w) || lb.ctx.Err() != nil {
 			w.Stop(false)
 			if ok && pc.Discovery.Provider != "" {
 				continue // replaced below; its list stays in force meanwhile
 			}
 			delete(d.byPool, name)
+			delete(d.tls, name)
 		}
 	}
 	for name, pc := range g.cfg.Pools {
@@ -57,12 +64,13 @@ func (d *discoveries) sync(g *generation) {
 		}
 		var last []string
 		if w, ok := d.byPool[name]; ok {
-			if reflect.DeepEqual(pc.Discovery, w.Config()) && w.Running() {
+			if same(name, pc, w) && w.Running() {
 				continue
 			}
 			last = w.List()
 		}
 		dc := pc.Discovery
+		d.tls[name] = pc.TLS.Enabled
 		d.byPool[name] = discovery.Start(lb.ctx, dc,
 			discovery.Options{Pool: name, TLS: pc.TLS.Enabled, Logf: lb.logf},
 			discovery.Target{

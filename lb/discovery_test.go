@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -202,13 +203,23 @@ func slowGets(l *LB, n int, d time.Duration) <-chan string {
 func TestAPoolsNameAndTLSReachItsDiscoveryProvider(t *testing.T) {
 	id, fake := newFake(t, "tls")
 	files := discoveryConfig(id, []string{"127.0.0.1:1"}, "")
-	files["30-tls.toml"] = tlsTable("rr", "insecure_skip_verify = true")
-	startLB(t, files)
-	fakeMu.Lock()
-	defer fakeMu.Unlock()
-	if o := fake.opts; o.Pool != "rr" || !o.TLS || o.Logf == nil {
-		t.Fatalf("the provider was built with %+v, want pool rr with TLS (a Curator instance's sslPort is used)", o)
+	dir := testkit.WriteFiles(t, files)
+	l, _ := startLBDir(t, dir)
+	opts := func() discovery.Options {
+		fakeMu.Lock()
+		defer fakeMu.Unlock()
+		return fake.opts
 	}
+	if o := opts(); o.Pool != "rr" || o.TLS || o.Logf == nil {
+		t.Fatalf("the provider was built with %+v, want pool rr without TLS", o)
+	}
+	// A reload that only turns on the pool's [tls] rebuilds the provider with it (a Curator instance's
+	// sslPort is then used), though its [discovery] table is unchanged.
+	if err := os.WriteFile(filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("rr", "insecure_skip_verify = true")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustReloadDir(t, l, dir)
+	testkit.Eventually(t, "the provider rebuilt with TLS", 5*time.Second, func() bool { o := opts(); return o.Pool == "rr" && o.TLS })
 }
 
 func TestABadListOrAFailedReadKeepsTheRunningSetAndItsTunnels(t *testing.T) {
