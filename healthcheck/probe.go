@@ -9,6 +9,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -474,6 +475,17 @@ func probeError(err error, timeout time.Duration) error {
 		return errors.New("no answer: the server closed the connection")
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
 		return errors.New("no answer: the previous probes still wait")
+	}
+	// A failed connect says why in the system's words ("connection refused"), not the library's
+	// ("error when dialing ADDR: dial tcp ADDR: connect: …").
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" && oe.Err != nil {
+		why := oe.Err
+		var se *os.SyscallError
+		if errors.As(why, &se) {
+			why = se.Err
+		}
+		return fmt.Errorf("no connection: %v", why)
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "fasthttp: ") {
 		return errors.New(strings.TrimPrefix(msg, "fasthttp: "))
