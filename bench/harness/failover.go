@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"fmt"
 	"time"
 
@@ -104,16 +106,16 @@ func failoverEvent(rc *runCtx, name string, oldState sim.State, res *Result) err
 	deadline := t0.Add(p.FailoverWindow)
 	for time.Now().Before(deadline) && rc.ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
-		ss := load.Snapshot()
+		ss := load.Samples()
 		firstNew = firstServedBy(ss, next.Name, t0)
 		if firstNew.IsZero() || time.Since(firstNew) < time.Second {
 			continue
 		}
 		clean, recent := true, 0
 		for _, s := range ss {
-			if s.end.After(time.Now().Add(-time.Second)) {
+			if s.End.After(time.Now().Add(-time.Second)) {
 				recent++
-				if !s.ok() || s.servedBy != next.Name {
+				if !s.OK() || s.ServedBy != next.Name {
 					clean = false
 				}
 			}
@@ -137,8 +139,8 @@ func failoverEvent(rc *runCtx, name string, oldState sim.State, res *Result) err
 	}
 	var lastFail time.Time
 	for _, smp := range ss {
-		if !smp.ok() && smp.end.After(lastFail) {
-			lastFail = smp.end
+		if !smp.OK() && smp.End.After(lastFail) {
+			lastFail = smp.End
 		}
 	}
 	if !lastFail.IsZero() {
@@ -164,11 +166,11 @@ func failoverEvent(rc *runCtx, name string, oldState sim.State, res *Result) err
 }
 
 // firstServedBy returns when the first 200 from server name that started after t0 finished; zero if none.
-func firstServedBy(ss []sample, name string, t0 time.Time) time.Time {
+func firstServedBy(ss []testkit.Sample, name string, t0 time.Time) time.Time {
 	var first time.Time
 	for _, s := range ss {
-		if s.ok() && s.servedBy == name && s.end.After(t0) && (first.IsZero() || s.end.Before(first)) {
-			first = s.end
+		if s.OK() && s.ServedBy == name && s.End.After(t0) && (first.IsZero() || s.End.Before(first)) {
+			first = s.End
 		}
 	}
 	return first

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -64,7 +66,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 	}
 
 	// Open every client connection first.
-	conns := make([]*httpConn, clients)
+	conns := make([]*testkit.HTTPConn, clients)
 	var dialErrs atomic.Int64
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -77,8 +79,8 @@ func runFanIn(rc *runCtx) (*Result, error) {
 				if i >= len(conns) {
 					return
 				}
-				hc := newHTTPConn(in.Addr(), 10*time.Second)
-				if err := hc.dial(); err != nil {
+				hc := testkit.NewHTTPConn(in.Addr(), 10*time.Second)
+				if err := hc.Dial(); err != nil {
 					dialErrs.Add(1)
 					continue
 				}
@@ -90,7 +92,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 	defer func() {
 		for _, hc := range conns {
 			if hc != nil {
-				hc.close()
+				hc.Close()
 			}
 		}
 	}()
@@ -129,7 +131,7 @@ func runFanIn(rc *runCtx) (*Result, error) {
 		}
 	}()
 
-	raw := rawRequest("GET", in.Addr(), "/Thingworx/Things/FanInThing/Properties", nil)
+	raw := testkit.RawRequest("GET", in.Addr(), "/Thingworx/Things/FanInThing/Properties", nil)
 	var failed, sent atomic.Int64
 	var firstFail atomic.Value
 	start := make(chan struct{})
@@ -139,18 +141,18 @@ func runFanIn(rc *runCtx) (*Result, error) {
 			continue
 		}
 		wg.Add(1)
-		go func(hc *httpConn) {
+		go func(hc *testkit.HTTPConn) {
 			defer wg.Done()
 			<-start
 			for k := 0; k < p.FanInRequests; k++ {
-				r := hc.do(raw, false)
+				r := hc.Do(raw, false)
 				sent.Add(1)
-				if r.err != nil || r.status != 200 {
+				if r.Err != nil || r.Status != 200 {
 					failed.Add(1)
-					if r.err != nil {
-						firstFail.CompareAndSwap(nil, r.err.Error())
+					if r.Err != nil {
+						firstFail.CompareAndSwap(nil, r.Err.Error())
 					} else {
-						firstFail.CompareAndSwap(nil, fmt.Sprintf("status %d", r.status))
+						firstFail.CompareAndSwap(nil, fmt.Sprintf("status %d", r.Status))
 					}
 				}
 			}

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"bufio"
 	"bytes"
 	"errors"
@@ -293,7 +295,7 @@ func runFanOutN(rc *runCtx, kind fanOutKind, n int, dir string) (map[string]floa
 	}
 
 	// Every subscriber must get every measured version of its topic.
-	var h, hSSE, hWS Hist
+	var h, hSSE, hWS testkit.Hist
 	var delivered, missed int
 	for _, s := range subs {
 		for _, v := range measured[s.topic] {
@@ -491,7 +493,7 @@ func (fr *fanOutRun) subscribe(n int) ([]*fanOutSub, error) {
 	rc := fr.rc
 	subs := make([]*fanOutSub, n)
 	deadline := time.Now().Add(max(rc.plan.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
-	failed, firstErr := openAll(rc.ctx, n, 64, deadline, 50, func(i int) error {
+	failed, firstErr := testkit.OpenAll(rc.ctx, n, 64, deadline, 50, func(i int) error {
 		s := &fanOutSub{topic: i % len(fanOutTopics), done: make(chan struct{})}
 		s.ws = fr.kind == fanOutGeneric && (i/len(fanOutTopics))%2 == 1
 		if err := fr.open(s); err != nil {

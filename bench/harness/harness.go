@@ -12,6 +12,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"context"
 	"fmt"
 	"io"
@@ -271,7 +273,7 @@ func (rc *runCtx) startPeer(c *sim.Cluster, ready readiness, mod func(*Setup)) (
 // waitReady waits until 4 consecutive GETs on fresh connections get 200, from the server named leader
 // unless it is "" (a round-robin peer whose other server has not failed its first check yet alternates).
 func waitReady(in *Instance, leader string, timeout time.Duration) error {
-	raw := rawRequest("GET", in.Addr(), readyPath, nil)
+	raw := testkit.RawRequest("GET", in.Addr(), readyPath, nil)
 	ok := 0
 	var last string
 	err := waitFor(timeout, 50*time.Millisecond, func() error {
@@ -279,12 +281,12 @@ func waitReady(in *Instance, leader string, timeout time.Duration) error {
 			return errExited
 		}
 		for ok < 4 {
-			c := newHTTPConn(in.Addr(), 2*time.Second)
-			r := c.do(raw, true)
-			c.close()
-			if r.err != nil || r.status != 200 || (leader != "" && r.servedBy != leader) {
+			c := testkit.NewHTTPConn(in.Addr(), 2*time.Second)
+			r := c.Do(raw, true)
+			c.Close()
+			if r.Err != nil || r.Status != 200 || (leader != "" && r.ServedBy != leader) {
 				ok = 0
-				last = fmt.Sprintf("status %d served by %q err %v", r.status, r.servedBy, r.err)
+				last = fmt.Sprintf("status %d served by %q err %v", r.Status, r.ServedBy, r.Err)
 				return fmt.Errorf("not ready: %s", last)
 			}
 			ok++
@@ -300,20 +302,20 @@ func waitReady(in *Instance, leader string, timeout time.Duration) error {
 // waitServedByAll waits until 4 GETs per server in a row, on fresh connections, all get 200 and every
 // server named in names answered at least one of them.
 func waitServedByAll(in *Instance, names []string, timeout time.Duration) error {
-	raw := rawRequest("GET", in.Addr(), readyPath, nil)
+	raw := testkit.RawRequest("GET", in.Addr(), readyPath, nil)
 	err := waitFor(timeout, 50*time.Millisecond, func() error {
 		if in.Proc.Exited() {
 			return errExited
 		}
 		seen := map[string]int{}
 		for i := 0; i < 4*len(names); i++ {
-			c := newHTTPConn(in.Addr(), 2*time.Second)
-			r := c.do(raw, true)
-			c.close()
-			if r.err != nil || r.status != 200 {
-				return fmt.Errorf("not ready: status %d served by %q err %v", r.status, r.servedBy, r.err)
+			c := testkit.NewHTTPConn(in.Addr(), 2*time.Second)
+			r := c.Do(raw, true)
+			c.Close()
+			if r.Err != nil || r.Status != 200 {
+				return fmt.Errorf("not ready: status %d served by %q err %v", r.Status, r.ServedBy, r.Err)
 			}
-			seen[r.servedBy]++
+			seen[r.ServedBy]++
 		}
 		for _, n := range names {
 			if seen[n] == 0 {

@@ -451,19 +451,6 @@ req/s           :    1045.54     1078.47     1061.77        9.12    62.50%
 	}
 }
 
-func TestHist(t *testing.T) {
-	var h Hist
-	for i := 1; i <= 100; i++ {
-		h.Add(time.Duration(i) * time.Millisecond)
-	}
-	if q := h.Quantile(0.99); q < 97*time.Millisecond || q > 102*time.Millisecond {
-		t.Errorf("p99 = %v", q)
-	}
-	if q := h.Quantile(0.5); q < 49*time.Millisecond || q > 52*time.Millisecond {
-		t.Errorf("p50 = %v", q)
-	}
-}
-
 func TestPlanJSON(t *testing.T) {
 	b, err := json.Marshal(FullPlan())
 	if err != nil {

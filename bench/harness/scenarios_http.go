@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -183,10 +185,10 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		method = "POST"
 	}
 
-	raw := rawRequest(method, addr, path, body)
+	raw := testkit.RawRequest(method, addr, path, body)
 	// The warm-up uses the Go generator (wrk cannot run less than a second).
 	if rc.plan.Warmup > 0 {
-		if st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, rc.plan.Warmup, raw); st.Requests == 0 {
+		if st := testkit.ClosedLoop(rc.ctx, addr, tlsConf, conns, rc.plan.Warmup, raw); st.Requests == 0 {
 			return nil, fmt.Errorf("warm-up: no request answered with 2xx (%d errors, %d non-2xx)", st.Errors, st.Non2xx)
 		}
 	}
@@ -207,7 +209,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 		}}
 		ops = w.requests
 	} else {
-		st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, rc.plan.HTTPDuration, raw)
+		st := testkit.ClosedLoop(rc.ctx, addr, tlsConf, conns, rc.plan.HTTPDuration, raw)
 		res = &Result{Metrics: map[string]float64{
 			"req_s":  float64(st.Requests) / st.Elapsed.Seconds(),
 			"p99_ms": ms(st.Hist.Quantile(0.99)),
@@ -243,7 +245,7 @@ func runHTTP(rc *runCtx, l httpLoad) (*Result, error) {
 				}
 				return w.requests, nil
 			}
-			st := closedLoopTLS(rc.ctx, addr, tlsConf, conns, dur, raw)
+			st := testkit.ClosedLoop(rc.ctx, addr, tlsConf, conns, dur, raw)
 			return float64(st.Requests), nil
 		}
 		if err := measureCosts(rc, in, load, res.Metrics); err != nil {

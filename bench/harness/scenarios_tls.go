@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"context"
 	"crypto/tls"
 	"errors"
@@ -158,14 +160,14 @@ func (rc *runCtx) startTLSPeer(c *sim.Cluster, ready readiness, mod func(*Setup)
 			defer conn.Close()
 			return wsEcho(conn, []byte("ready"), 2*time.Second)
 		}
-		hc := newHTTPConn(addr, 2*time.Second)
-		hc.tls = conf
-		defer hc.close()
-		r := hc.do(rawRequest("GET", addr, readyPath, nil), false)
-		if r.err == nil && r.status != 200 {
-			r.err = fmt.Errorf("status %d", r.status)
+		hc := testkit.NewHTTPConn(addr, 2*time.Second)
+		hc.TLS = conf
+		defer hc.Close()
+		r := hc.Do(testkit.RawRequest("GET", addr, readyPath, nil), false)
+		if r.Err == nil && r.Status != 200 {
+			r.Err = fmt.Errorf("status %d", r.Status)
 		}
-		return r.err
+		return r.Err
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: TLS listener not ready: %v\n%s", rc.peer.Name, err, in.Proc.LogTail(1000))

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"github.com/fairlead/fairlead/bench/testkit"
+
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -130,18 +132,18 @@ func closeAll(conns []*websocket.Conn) {
 
 // echoLoop runs msg round trips back to back on every conn (one goroutine each) for dur: the
 // latency histogram, the round trips done and the conns that broke (a broken one stops).
-func echoLoop(rc *runCtx, conns []*websocket.Conn, msg []byte, dur time.Duration) (Hist, uint64, uint64) {
+func echoLoop(rc *runCtx, conns []*websocket.Conn, msg []byte, dur time.Duration) (testkit.Hist, uint64, uint64) {
 	ctx, cancel := context.WithTimeout(rc.ctx, dur)
 	defer cancel()
 	var mu sync.Mutex
-	var total Hist
+	var total testkit.Hist
 	var n, errs uint64
 	var wg sync.WaitGroup
 	for _, cn := range conns {
 		wg.Add(1)
 		go func(cn *websocket.Conn) {
 			defer wg.Done()
-			var h Hist
+			var h testkit.Hist
 			var k, e uint64
 			for ctx.Err() == nil {
 				t0 := time.Now()
@@ -241,7 +243,7 @@ func runWSIdleOver(rc *runCtx, overTLS bool) (*Result, error) {
 	var opened atomic.Int64
 	deadline := time.Now().Add(max(p.IdleOpenTimeout, time.Duration(n)*10*time.Millisecond))
 	msg := []byte("hello")
-	failed, firstErr := openAll(rc.ctx, n, 32, deadline, 50, func(i int) error {
+	failed, firstErr := testkit.OpenAll(rc.ctx, n, 32, deadline, 50, func(i int) error {
 		cn, err := wsDialTLS(addr, "/Thingworx/WS", fmt.Sprintf("idle-%d", i), 5*time.Second, 512, tlsConf)
 		if err == nil {
 			if err = wsEcho(cn, msg, 5*time.Second); err != nil {
