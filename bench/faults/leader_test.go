@@ -48,17 +48,17 @@ func TestLeaderKilledWithSIGKILLFailsNoGET(t *testing.T) {
 	if err := p2.setState(sim.Leader); err != nil {
 		t.Fatal(err)
 	}
-	switched := l.waitOK(t, "platform2", t0, 10*time.Second)
+	switched := waitOK(t, l, "platform2", t0, 10*time.Second)
 	sleep(pick(time.Second, 10*time.Second))
 
-	r := judge(name, l.stop(), postLost)
+	r := judge(name, stop(l), postLost)
 	r.add("switch=%s", switched.Sub(t0).Round(time.Millisecond))
 	delivered := p1.deliveries(t)
 	for id, n := range p2.deliveries(t) {
 		delivered[id] += n
 	}
 	r.checkDeliveries(t, delivered)
-	if by := servedBy(r.samples, func(s sample) bool { return s.end.Before(t0) }); by["platform1"] == 0 || by["platform2"] != 0 {
+	if by := servedBy(r.samples, func(s sample) bool { return s.End.Before(t0) }); by["platform1"] == 0 || by["platform2"] != 0 {
 		t.Errorf("before the kill, answers came from %v; want platform1 only", by)
 	}
 	if got := f.pool("platform").Leader; got != p2.addr {
@@ -89,14 +89,14 @@ func TestLeaderHungFailsNoGETWithinResponseTimeout(t *testing.T) {
 	if err := p2.SetState(sim.Leader); err != nil {
 		t.Fatal(err)
 	}
-	switched := l.waitOK(t, "platform2", t0, 10*time.Second)
+	switched := waitOK(t, l, "platform2", t0, 10*time.Second)
 	sleep(pick(1500*time.Millisecond, 10*time.Second))
 
-	r := judge(name, l.stop(), postLost)
+	r := judge(name, stop(l), postLost)
 	var slowest time.Duration
 	for _, s := range r.samples {
-		if !s.post && s.ok() {
-			slowest = max(slowest, s.end.Sub(s.start))
+		if !isPost(s) && s.OK() {
+			slowest = max(slowest, s.End.Sub(s.Start))
 		}
 	}
 	r.add("response_timeout=1s queue_timeout=5s switch=%s slowest_get=%s",
@@ -126,21 +126,21 @@ func TestSlowLeaderIsKeptAndEveryRequestSucceeds(t *testing.T) {
 	t0 := time.Now()
 	p1.SetDelay(delay)
 	want := pickN(2*o.workers, 8*o.workers)
-	slow := func(s sample) bool { return s.ok() && !s.start.Before(t0) && s.end.Sub(s.start) >= delay }
+	slow := func(s sample) bool { return s.OK() && !s.Start.Before(t0) && s.End.Sub(s.Start) >= delay }
 	testkit.Eventually(t, fmt.Sprintf("%d slow answers", want), pick(30*time.Second, 60*time.Second), func() bool {
-		return l.count(slow) >= want
+		return l.Count(slow) >= want
 	})
 
-	r := judge(name, l.stop(), strict)
+	r := judge(name, stop(l), strict)
 	p1.SetDelay(0)
 	fast := 0 // requests sent after the delay was on that came back quicker: must be none
 	for _, s := range r.samples {
-		if s.ok() && s.start.After(t0.Add(10*time.Millisecond)) && s.end.Sub(s.start) < delay {
+		if s.OK() && s.Start.After(t0.Add(10*time.Millisecond)) && s.End.Sub(s.Start) < delay {
 			fast++
 		}
 	}
 	after := f.MetricInt(leaderChanges)
-	r.add("delay=%s response_timeout=4s slow=%d leader_changes=%d", delay, l.count(slow), after-changes)
+	r.add("delay=%s response_timeout=4s slow=%d leader_changes=%d", delay, l.Count(slow), after-changes)
 	if by := servedBy(r.samples, func(sample) bool { return true }); len(by) != 1 || by["platform1"] == 0 {
 		t.Errorf("answers by %v, want platform1 only", by)
 	}
@@ -180,7 +180,7 @@ func TestFlappingLeaderCheckSwitchesNothing(t *testing.T) {
 	}
 	testkit.Eventually(t, fmt.Sprintf("%d flapping probes", want), pick(20*time.Second, 90*time.Second), func() bool { return probes() >= want })
 
-	r := judge(name, l.stop(), strict)
+	r := judge(name, stop(l), strict)
 	p1.SetLeaderCheckFlap(false)
 	after := f.MetricInt(leaderChanges)
 	r.add("probes=%d leader_changes=%d", probes(), after-changes)
@@ -231,21 +231,21 @@ func bothDown(t *testing.T, name string, queueTimeout, outage time.Duration) {
 	if err := p2.SetState(sim.Leader); err != nil {
 		t.Fatal(err)
 	}
-	l.waitOK(t, "platform2", back, 10*time.Second)
+	waitOK(t, l, "platform2", back, 10*time.Second)
 	sleep(pick(time.Second, 5*time.Second))
-	samples := l.stop()
+	samples := stop(l)
 
 	// The first success once the leader is back; a request still waiting then is served, so a 503
 	// "no server available" is expected only before it (with 250 ms for the client to read it on busy
 	// cores).
 	var recovered time.Time
 	for _, s := range samples {
-		if s.ok() && s.end.After(back) && (recovered.IsZero() || s.end.Before(recovered)) {
-			recovered = s.end
+		if s.OK() && s.End.After(back) && (recovered.IsZero() || s.End.Before(recovered)) {
+			recovered = s.End
 		}
 	}
 	expected := func(s sample) string {
-		if queueTimeout < outage && s.noServer() && s.end.Before(recovered.Add(250*time.Millisecond)) {
+		if queueTimeout < outage && noServer(s) && s.End.Before(recovered.Add(250*time.Millisecond)) {
 			return "expected_503"
 		}
 		return postLost(s)
@@ -256,7 +256,7 @@ func bothDown(t *testing.T, name string, queueTimeout, outage time.Duration) {
 	if queueTimeout < outage && r.excused["expected_503"] == 0 {
 		t.Errorf("%s: no request waited out queue_timeout during a %s outage", name, outage)
 	}
-	if by := servedBy(samples, func(s sample) bool { return s.start.After(recovered) }); len(by) != 1 || by["platform2"] == 0 {
+	if by := servedBy(samples, func(s sample) bool { return s.Start.After(recovered) }); len(by) != 1 || by["platform2"] == 0 {
 		t.Errorf("after recovery, answers by %v; want platform2 only", by)
 	}
 	r.checkDeliveries(t, c.Deliveries())
@@ -294,13 +294,13 @@ func TestLeaderStepDownMovesTrafficWithinAboutThreeFastIntervalsOfTheNewLeaders2
 	var switched time.Time
 	ok := testkit.Within(30*time.Second, func() bool {
 		var ok bool
-		switched, ok = l.firstOK("platform2", t0)
+		switched, ok = l.FirstOK("platform2", t0)
 		return ok
 	})
 	if ok {
 		sleep(pick(time.Second, 5*time.Second))
 	}
-	r := judge(name, l.stop(), strict)
+	r := judge(name, stop(l), strict)
 	if !ok {
 		r.add("switch=none_within_30s")
 		t.Errorf("%s: no answer from the new leader within 30s", name)
@@ -319,7 +319,7 @@ func TestLeaderStepDownMovesTrafficWithinAboutThreeFastIntervalsOfTheNewLeaders2
 		if first.IsZero() || took > stepDownWithin {
 			t.Errorf("%s: traffic reached the new leader %s after its first 200 LeaderCheck; promise: within %s", name, took.Round(time.Millisecond), stepDownWithin)
 		}
-		late := servedBy(r.samples, func(s sample) bool { return s.start.After(switched) })
+		late := servedBy(r.samples, func(s sample) bool { return s.Start.After(switched) })
 		delete(late, "platform2")
 		if len(late) > 0 {
 			t.Errorf("%s: requests sent after the switch were answered by %v", name, late)

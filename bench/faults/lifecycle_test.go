@@ -52,7 +52,7 @@ func TestReloadUnderLoadFailsNothing(t *testing.T) {
 		sleep(pick(500*time.Millisecond, 2*time.Second))
 	}
 
-	r := judge(name, l.stop(), strict)
+	r := judge(name, stop(l), strict)
 	lost := ts.echoAll()
 	counted := f.MetricInt("fairlead_config_reloads_total") - first
 	r.add("reloads=%d counted=%d slowest_reload=%s tunnels=%d tunnels_lost=%d", reloads, counted,
@@ -128,13 +128,13 @@ func TestFastStartRestartKnowsLeaderAndPlacementsAtOnce(t *testing.T) {
 	})
 	leader := g.pool("platform").Leader
 	sleep(pick(time.Second, 5*time.Second))
-	samples := l.stop()
+	samples := stop(l)
 	after := place(t, g.Addr, keys)
 
 	// Before the new process listens, requests may find no listener (or a keep-alive connection the
 	// old process closed): that is the gap. From then on, nothing may fail.
 	gap := func(s sample) string {
-		if s.err != nil && s.start.Before(tListen) {
+		if s.Err != nil && s.Start.Before(tListen) {
 			return "refused_during_gap"
 		}
 		return ""
@@ -146,25 +146,25 @@ func TestFastStartRestartKnowsLeaderAndPlacementsAtOnce(t *testing.T) {
 			same++
 		}
 	}
-	noServer, refused := 0, 0
+	noServers, refusals := 0, 0
 	for _, s := range samples {
-		if s.noServer() {
-			noServer++
+		if noServer(s) {
+			noServers++
 		}
-		if s.refused() {
-			refused++
+		if refused(s) {
+			refusals++
 		}
 	}
 	r.add("gap=%s stop_to_listen=%s refused_dials=%d sticky_same=%d/%d no_server_503=%d", tListen.Sub(tClosed).Round(time.Millisecond),
-		tListen.Sub(tTerm).Round(time.Millisecond), refused, same, len(keys), noServer)
+		tListen.Sub(tTerm).Round(time.Millisecond), refusals, same, len(keys), noServers)
 	if leader != c.Platforms[0].Addr {
 		t.Errorf("%s: the new process's leader as it started listening: %q, want platform1 (%s) from the state file", name, leader, c.Platforms[0].Addr)
 	}
 	if same != len(keys) {
 		t.Errorf("%s: %d of %d assets moved across the restart: before %v, after %v", name, len(keys)-same, len(keys), count(before), count(after))
 	}
-	if noServer > 0 {
-		t.Errorf("%s: %d requests got 503 \"no server available\"", name, noServer)
+	if noServers > 0 {
+		t.Errorf("%s: %d requests got 503 \"no server available\"", name, noServers)
 	}
 	r.checkDeliveries(t, c.Deliveries())
 	r.finish(t)

@@ -2,27 +2,20 @@ package faults
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
 )
-
-// requestIDHeader tags every POST with a unique id; the simulated platforms record each id that
-// reaches them, so a POST delivered twice is seen.
-const requestIDHeader = "X-Request-Id"
 
 // loadOpts shapes the steady load of a scenario.
 type loadOpts struct {
@@ -35,207 +28,60 @@ type loadOpts struct {
 var defaultLoad = loadOpts{workers: 8, rate: 300, postEvery: 5, timeout: 20 * time.Second}
 
 // sample is one request of the load and its outcome.
-type sample struct {
-	start, end time.Time
-	post       bool
-	id         string // X-Request-Id of a POST
-	status     int    // 0 when err is set
-	servedBy   string // X-Served-By of the answer
-	body       string // the first bytes of an answer other than 200
-	err        error
-}
+type sample = testkit.Sample
 
-func (s sample) ok() bool { return s.err == nil && s.status == http.StatusOK }
-
-func (s sample) method() string {
-	if s.post {
-		return "POST"
-	}
-	return "GET"
-}
+func isPost(s sample) bool { return s.Method == http.MethodPost }
 
 // refused reports whether the request found no listener (connection refused).
-func (s sample) refused() bool { return s.err != nil && errors.Is(s.err, syscall.ECONNREFUSED) }
+func refused(s sample) bool { return s.Err != nil && errors.Is(s.Err, syscall.ECONNREFUSED) }
 
 // noServer reports whether the answer is fairlead's own unavailable_status: 503 "no server available".
-func (s sample) noServer() bool {
-	return s.err == nil && s.status == http.StatusServiceUnavailable && s.servedBy == "" &&
-		strings.Contains(s.body, "no server available")
+func noServer(s sample) bool {
+	return s.Err == nil && s.Status == http.StatusServiceUnavailable && s.ServedBy == "" &&
+		strings.Contains(s.Body, "no server available")
 }
 
-func (s sample) String() string {
-	what := fmt.Sprintf("%d %q", s.status, s.body)
-	if s.err != nil {
-		what = s.err.Error()
-	}
-	id := ""
-	if s.id != "" {
-		id = " " + s.id
-	}
-	return fmt.Sprintf("%s%s started %s, took %s: %s", s.method(), id, s.start.Format("15:04:05.000"),
-		s.end.Sub(s.start).Round(time.Millisecond), what)
-}
-
-// load is a steady stream of GETs and POSTs through fairlead from a real HTTP client (net/http,
-// keep-alive). Like every ordinary client, net/http resends a GET once on a fresh connection when a
-// reused keep-alive connection turns out closed before any answer byte; it never resends a POST whose
-// bytes may have been written. Each POST attempt carries a new id.
-type load struct {
-	name    string
-	addr    string
-	o       loadOpts
-	tr      *http.Transport
-	cl      *http.Client
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	started time.Time
-
-	mu      sync.Mutex
-	samples []sample
-	seq     int
-}
-
-// startLoad starts the load against addr; t.Cleanup stops it if the test does not.
-func startLoad(t *testing.T, name, addr string, o loadOpts) *load {
+// startLoad starts a steady stream of GETs and POSTs through fairlead at addr from a real HTTP client
+// (net/http, keep-alive: testkit.Load); t.Cleanup stops it if the test does not. Like every ordinary
+// client, net/http resends a GET once on a fresh connection when a reused keep-alive connection turns
+// out closed before any answer byte; it never resends a POST whose bytes may have been written. Each
+// POST carries a new id (name-N).
+func startLoad(t *testing.T, name, addr string, o loadOpts) *testkit.Load {
 	t.Helper()
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: o.workers,
-		DisableCompression:  true,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{name: name, addr: addr, o: o, tr: tr, cl: &http.Client{Transport: tr, Timeout: o.timeout},
-		ctx: ctx, cancel: cancel, started: time.Now()}
-	every := time.Duration(o.workers) * time.Second / time.Duration(o.rate)
-	for w := range o.workers {
-		l.wg.Add(1)
-		go l.worker(w, every)
-	}
-	t.Cleanup(func() { l.stop() })
+	var seq atomic.Int64
+	body := bytes.Repeat([]byte("p"), 128)
+	l := testkit.StartLoad(testkit.LoadOptions{Addr: addr, Workers: o.workers, Rate: o.rate, Timeout: o.timeout,
+		Request: func(w, n int) testkit.Request {
+			if o.postEvery > 0 && n%o.postEvery == 0 {
+				return testkit.Request{Method: http.MethodPost, Path: "/Thingworx/Things/FaultThing/Services/Write",
+					Body: body, ID: fmt.Sprintf("%s-%d", name, seq.Add(1))}
+			}
+			return testkit.Request{Method: http.MethodGet, Path: "/Thingworx/Things/FaultThing/Properties/value?worker=" + strconv.Itoa(w)}
+		}})
+	t.Cleanup(func() { stop(l) })
 	return l
 }
 
-func (l *load) worker(w int, every time.Duration) {
-	defer l.wg.Done()
-	body := bytes.Repeat([]byte("p"), 128)
-	get := "http://" + l.addr + "/Thingworx/Things/FaultThing/Properties/value?worker=" + fmt.Sprint(w)
-	post := "http://" + l.addr + "/Thingworx/Things/FaultThing/Services/Write"
-	next := time.Now().Add(time.Duration(rand.Int64N(int64(every))))
-	for n := 1; ; n++ {
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-l.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if l.ctx.Err() != nil {
-			return // both were ready: select chose the timer
-		}
-		isPost := l.o.postEvery > 0 && n%l.o.postEvery == 0
-		var s sample
-		if isPost {
-			s = l.do(http.MethodPost, post, body)
-		} else {
-			s = l.do(http.MethodGet, get, nil)
-		}
-		l.mu.Lock()
-		l.samples = append(l.samples, s)
-		l.mu.Unlock()
-		next = next.Add(every)
-		if now := time.Now(); next.Before(now) {
-			next = now // a slow answer: skip the missed slots rather than burst
-		}
-	}
-}
-
-func (l *load) do(method, url string, body []byte) sample {
-	s := sample{post: method == http.MethodPost, start: time.Now()}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	// Not bound to l.ctx: a request in flight when the load stops finishes (within the timeout).
-	req, _ := http.NewRequest(method, url, rd)
-	if s.post {
-		l.mu.Lock()
-		l.seq++
-		s.id = fmt.Sprintf("%s-%d", l.name, l.seq)
-		l.mu.Unlock()
-		req.Header.Set(requestIDHeader, s.id)
-		req.Header.Set("Content-Type", "application/octet-stream")
-	}
-	resp, err := l.cl.Do(req)
-	if err != nil {
-		s.err, s.end = err, time.Now()
-		return s
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	s.end, s.status, s.servedBy = time.Now(), resp.StatusCode, resp.Header.Get("X-Served-By")
-	if err != nil {
-		s.err = fmt.Errorf("reading the answer (%d): %w", resp.StatusCode, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		s.body = strings.TrimSpace(string(b[:min(len(b), 120)]))
-	}
-	return s
-}
-
-// firstOK returns the end of the first successful answer from server (any server if "") to a request
-// started at or after from; ok is false if there is none yet.
-func (l *load) firstOK(server string, from time.Time) (time.Time, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var first time.Time
-	for _, s := range l.samples {
-		if s.ok() && !s.start.Before(from) && (server == "" || s.servedBy == server) && (first.IsZero() || s.end.Before(first)) {
-			first = s.end
-		}
-	}
-	return first, !first.IsZero()
+// stop stops the load, waits for the requests in flight (each bounded by the client timeout; the
+// grace is only a backstop) and returns every sample. Idempotent.
+func stop(l *testkit.Load) []sample {
+	ss, _ := l.Stop(time.Minute)
+	return ss
 }
 
 // waitOK waits (bounded) for a successful answer from server to a request started at or after from
 // and returns when it ended.
-func (l *load) waitOK(t *testing.T, server string, from time.Time, timeout time.Duration) time.Time {
+func waitOK(t *testing.T, l *testkit.Load, server string, from time.Time, timeout time.Duration) time.Time {
 	t.Helper()
 	var at time.Time
 	if !testkit.Within(timeout, func() bool {
 		var ok bool
-		at, ok = l.firstOK(server, from)
+		at, ok = l.FirstOK(server, from)
 		return ok
 	}) {
-		t.Fatalf("%s: no successful answer from %q within %s", l.name, server, timeout)
+		t.Fatalf("no successful answer from %q within %s", server, timeout)
 	}
 	return at
-}
-
-// count returns how many samples match.
-func (l *load) count(match func(sample) bool) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, s := range l.samples {
-		if match(s) {
-			n++
-		}
-	}
-	return n
-}
-
-// stop stops the workers, waits for the requests in flight (each bounded by the client timeout) and
-// returns every sample. Idempotent.
-func (l *load) stop() []sample {
-	l.cancel()
-	l.wg.Wait()
-	l.tr.CloseIdleConnections()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.samples)
 }
 
 // verdict classifies a sample that is not a plain success: "" is a broken promise; any other string
@@ -245,7 +91,7 @@ type verdict func(s sample) string
 // postLost excuses a POST that failed after it may have reached a server that died or hung: fairlead
 // must not resend it, so the client sees the failure.
 func postLost(s sample) string {
-	if s.post && (s.err != nil || s.status == http.StatusBadGateway || s.status == http.StatusGatewayTimeout) {
+	if isPost(s) && (s.Err != nil || s.Status == http.StatusBadGateway || s.Status == http.StatusGatewayTimeout) {
 		return "post_lost"
 	}
 	return ""
@@ -272,20 +118,20 @@ func judge(name string, samples []sample, why verdict) *result {
 	var oks []time.Time
 	var first, last time.Time
 	for _, s := range samples {
-		if s.post {
+		if isPost(s) {
 			r.post++
 		} else {
 			r.gets++
 		}
-		if first.IsZero() || s.start.Before(first) {
-			first = s.start
+		if first.IsZero() || s.Start.Before(first) {
+			first = s.Start
 		}
-		if s.end.After(last) {
-			last = s.end
+		if s.End.After(last) {
+			last = s.End
 		}
-		if s.ok() {
+		if s.OK() {
 			r.ok++
-			oks = append(oks, s.end)
+			oks = append(oks, s.End)
 			continue
 		}
 		if k := why(s); k != "" {
@@ -364,13 +210,13 @@ func (r *result) checkDeliveries(t *testing.T, delivered map[string]int) {
 		}
 	}
 	for _, s := range r.samples {
-		if !s.post {
+		if !isPost(s) {
 			continue
 		}
 		switch {
-		case s.ok() && delivered[s.id] == 0:
-			t.Errorf("%s: POST %s answered 200 but no platform recorded it", r.name, s.id)
-		case !s.ok() && delivered[s.id] > 0:
+		case s.OK() && delivered[s.ID] == 0:
+			t.Errorf("%s: POST %s answered 200 but no platform recorded it", r.name, s.ID)
+		case !s.OK() && delivered[s.ID] > 0:
 			lostDelivered++
 		}
 	}
@@ -387,8 +233,8 @@ func (r *result) checkDeliveries(t *testing.T, delivered map[string]int) {
 func servedBy(samples []sample, match func(sample) bool) map[string]int {
 	out := map[string]int{}
 	for _, s := range samples {
-		if s.ok() && match(s) {
-			out[s.servedBy]++
+		if s.OK() && match(s) {
+			out[s.ServedBy]++
 		}
 	}
 	return out

@@ -59,7 +59,7 @@ func pickN(short, long_ int) int {
 // startCluster starts an in-process simulated cluster recording POST deliveries by X-Request-Id.
 func startCluster(t *testing.T, opts sim.Options) *sim.Cluster {
 	t.Helper()
-	opts.DeliveryHeader = requestIDHeader
+	opts.DeliveryHeader = testkit.RequestIDHeader
 	return testkit.StartCluster(t, opts)
 }
 
@@ -233,7 +233,7 @@ func startSimProc(t *testing.T, name string, state sim.State) *simProc {
 	p := &simProc{name: name, deliveryLog: filepath.Join(t.TempDir(), name+".deliveries"), exited: make(chan struct{})}
 	p.cmd = exec.Command(testkit.Binary(t, "cmd/fairlead-sim"), "-platforms", "1", "-connections", "0", "-platform-port", "0",
 		"-control", "127.0.0.1:0", "-platform-names", name, "-states", state.String(),
-		"-delivery-header", requestIDHeader, "-delivery-log", p.deliveryLog)
+		"-delivery-header", testkit.RequestIDHeader, "-delivery-log", p.deliveryLog)
 	var stderr harness.SyncBuffer
 	p.cmd.Stderr = &stderr
 	p.cmd.SysProcAttr = testkit.DieWithTest()

@@ -314,7 +314,7 @@ func TestConnectionServerKilledWithOpenTunnels(t *testing.T) {
 		return fdsAt > 0 && gAt > 0
 	})
 
-	r := judge(name, l.stop(), strict)
+	r := judge(name, stop(l), strict)
 	r.add("tunnels=%d on_killed=%d reconnected=%d reconnect_time=%s goroutines=%d/%d/%d fds=%d/%d/%d fds_back=%s goroutines_back=%s",
 		n, onKilled, ts.reconnects.Load(), reconnected.Round(time.Millisecond), baseG, peakG, g, baseFD, peakFD, fds,
 		fdsAt.Round(time.Millisecond), gAt.Round(time.Millisecond))
