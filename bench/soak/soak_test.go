@@ -2,7 +2,6 @@ package soak
 
 import (
 	"bufio"
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -70,20 +69,19 @@ func TestSoakReturnsToBaseline(t *testing.T) {
 	fl := startFairlead(t, c)
 
 	t.Logf("warm-up: %s of the same load", warmup)
-	ld := newLoad(fl.addr)
-	ld.run(warmup)
+	ld := startLoad(fl.addr, warmup)
+	<-ld.Done()
+	ld.Stop(time.Minute)
 	base := fl.settle(t, idleWait, nil)
 	t.Logf("baseline (idle after the warm-up): %s", base)
 
 	t.Logf("soak: %s; leader switch at %s, connection server restart at %s", dur, dur*4/10, dur*6/10)
-	ld = newLoad(fl.addr)
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	defer cancel()
-	done := make(chan struct{})
-	go func() { ld.loop(ctx); close(done) }()
+	ld = startLoad(fl.addr, dur)
+	defer ld.Stop(time.Minute)
+	done := ld.Done()
 	events := time.AfterFunc(dur*4/10, func() {
 		t.Logf("event: leader switch: platform1 → standby, platform2 → leader")
-		ld.event()
+		ld.Mark("leader switch")
 		_ = c.Platforms[0].SetState(sim.Standby)
 		_ = c.Platforms[1].SetState(sim.Leader)
 	})
@@ -92,7 +90,7 @@ func TestSoakReturnsToBaseline(t *testing.T) {
 	restart := time.AfterFunc(dur*6/10, func() {
 		defer close(restarted)
 		t.Logf("event: connection server cx1 killed (its tunnels drop), restarting in 3s")
-		ld.event()
+		ld.Mark("cx1 killed")
 		_ = c.Connections[0].Kill()
 		time.Sleep(3 * time.Second)
 		if err := c.Connections[0].Restart(); err != nil {
@@ -104,7 +102,7 @@ func TestSoakReturnsToBaseline(t *testing.T) {
 	start := time.Now()
 	tick := time.NewTicker(sampleEvery)
 	var peak sample
-	last, lastAt := ld.snapshot(), start
+	last, lastAt := ld.Snapshot(), start
 sampling:
 	for {
 		select {
@@ -113,11 +111,11 @@ sampling:
 		case now := <-tick.C:
 			s := fl.sample()
 			peak = peak.max(s)
-			cur := ld.snapshot()
+			cur := ld.Snapshot()
 			rate := func(a, b uint64) float64 { return float64(b-a) / now.Sub(lastAt).Seconds() }
 			t.Logf("%6s  %s  req/s %6.0f  tunnels open %3d, opened/s %5.1f, echoes/s %6.0f  errors %d",
-				now.Sub(start).Round(time.Second), s, rate(last.requests, cur.requests), cur.openTunnels,
-				rate(last.tunnels, cur.tunnels), rate(last.echoes, cur.echoes), cur.errors())
+				now.Sub(start).Round(time.Second), s, rate(last.OK, cur.OK), cur.Open,
+				rate(last.Tunnels, cur.Tunnels), rate(last.Echoes, cur.Echoes), cur.Errors())
 			last, lastAt = cur, now
 			if fl.exited() {
 				t.Fatalf("fairlead exited during the soak:\n%s", fl.logTail())
@@ -126,13 +124,14 @@ sampling:
 	}
 	tick.Stop()
 	<-restarted
-	tot := ld.snapshot()
+	ld.Stop(time.Minute) // closes every connection it holds
+	tot := ld.Snapshot()
 	elapsed := time.Since(start)
 	t.Logf("load stopped after %s: %d requests (%.0f/s; %d GETs, %d POSTs), %d tunnels, %d echoes",
-		elapsed.Round(time.Second), tot.requests, float64(tot.requests)/elapsed.Seconds(), tot.gets, tot.posts, tot.tunnels, tot.echoes)
+		elapsed.Round(time.Second), tot.OK, float64(tot.OK)/elapsed.Seconds(), tot.OKByMethod["GET"], tot.OKByMethod["POST"], tot.Tunnels, tot.Echoes)
 	t.Logf("errors: %d HTTP, %d tunnel dials, %d tunnels broken (%d of them within %s of an event)",
-		tot.httpErrors, tot.dialErrors, tot.tunnelErrors, tot.nearEvents, nearEvent)
-	for _, line := range ld.errorReport() {
+		tot.Failed, tot.DialFails, tot.Broken, tot.NearMark, nearEvent)
+	for _, line := range ld.Errors() {
 		t.Logf("  %s", line)
 	}
 	t.Logf("peak during the soak: %s", peak)
@@ -153,8 +152,8 @@ sampling:
 	check("goroutines", base.goroutines, final.goroutines, goroutineTolerance, count)
 	check("open fds", base.fds, final.fds, fdTolerance, count)
 	switch {
-	case tot.requests == 0 || tot.tunnels == 0:
-		t.Fatalf("verdict: FAIL: no traffic went through (requests %d, tunnels %d)", tot.requests, tot.tunnels)
+	case tot.OK == 0 || tot.Tunnels == 0:
+		t.Fatalf("verdict: FAIL: no traffic went through (requests %d, tunnels %d)", tot.OK, tot.Tunnels)
 	case !ok:
 		t.Fatalf("verdict: FAIL: fairlead did not return to its baseline\n%s", fl.logTail())
 	}
@@ -239,12 +238,11 @@ func probe(addr string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET: %s", resp.Status)
 	}
-	ws, err := dialTunnel(addr, "ready-check")
+	ws, _, err := testkit.DialTunnel(addr, wsPaths[0], "ready-check", 10*time.Second)
 	if err != nil {
 		return err
 	}
-	defer ws.Close()
-	return echo(ws, []byte("ready"))
+	return ws.Close()
 }
 
 func (fl *fairlead) exited() bool {

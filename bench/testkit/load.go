@@ -111,6 +111,8 @@ type TunnelOptions struct {
 	// dials (default none).
 	Redial func() time.Duration
 	Ramp   time.Duration
+	// Timeout bounds a tunnel's dial (a half of it), handshake and each echo (default LoadOptions.Timeout).
+	Timeout time.Duration
 }
 
 // Request is one request of a Load.
@@ -247,6 +249,7 @@ func StartLoad(o LoadOptions) *Load {
 	o.Workers = max(o.Workers, 1)
 	o.Timeout = cmp.Or(o.Timeout, 10*time.Second)
 	o.IdleConnTimeout = cmp.Or(o.IdleConnTimeout, 30*time.Second)
+	o.Tunnels.Timeout = cmp.Or(o.Tunnels.Timeout, o.Timeout)
 	dial := &net.Dialer{Timeout: o.Timeout / 2}
 	l := &Load{
 		o:     o,
@@ -534,7 +537,7 @@ func (l *Load) hold(i int, tn *Tunnel) {
 		path = o.Path(i)
 	}
 	for !l.stopped() {
-		conn, server, err := DialTunnel(l.o.Addr, path, tn.Asset, l.o.Timeout)
+		conn, server, err := DialTunnel(l.o.Addr, path, tn.Asset, o.Timeout)
 		if err != nil {
 			l.fail(&l.counts.DialFails, "tunnel dial", err)
 			l.mu.Lock()
@@ -592,7 +595,7 @@ func (l *Load) carry(conn *websocket.Conn) {
 		if o.Message != nil {
 			msg = o.Message()
 		}
-		if err := Echo(conn, msg, l.o.Timeout); err != nil {
+		if err := Echo(conn, msg, o.Timeout); err != nil {
 			l.fail(&l.counts.Broken, "tunnel broken", err)
 			return
 		}
