@@ -15,6 +15,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // change is a ServerUp or ServerDown event with the server's counts when it was published.
@@ -62,9 +63,9 @@ func TestCheckerTakesAServerDownAfterFallFailuresAndBackAfterRisePasses(t *testi
 	}
 
 	s.SetHealthy(false)
-	waitFor(t, bus, "the server to go down", func() bool { return !tg.Up() })
+	testkit.Eventually(t, "the server to go down", 5*time.Second, func() bool { return !tg.Up() })
 	s.SetHealthy(true)
-	waitFor(t, bus, "the server to come back", tg.Up)
+	testkit.Eventually(t, "the server to come back", 5*time.Second, tg.Up)
 
 	// The first answer decides the initial state (up, on one pass); then exactly one ServerDown, on the
 	// third failure in a row, and one ServerUp, on the second pass in a row.
@@ -98,7 +99,7 @@ func TestCheckerKeepsAServerUpThroughFewerFailuresThanFall(t *testing.T) {
 	}))
 
 	s.SetHealthy(false)
-	waitFor(t, bus, "a pass after fall-1 failures", func() bool { return healedAt.Load() > 0 && c.Status()[0].Run > 0 })
+	testkit.Eventually(t, "a pass after fall-1 failures", 5*time.Second, func() bool { return healedAt.Load() > 0 && c.Status()[0].Run > 0 })
 	if evs := r.of("", event.ServerDown, event.ServerUp); !tg.Up() || len(evs) != 0 {
 		t.Fatalf("up %v, events %+v after %d failures; want up and no event (fall %d)", tg.Up(), evs, o.Fall-1, o.Fall)
 	}
@@ -132,7 +133,7 @@ func TestCheckerProbesTheConfiguredPort(t *testing.T) {
 		t.Fatalf("after the first round: up %v, status %+v; want up on a 200 from %s", tg.Up(), st, s.HealthAddr)
 	}
 	s.SetHealthy(false)
-	waitFor(t, bus, "the server to go down with its health port", func() bool { return !tg.Up() })
+	testkit.Eventually(t, "the server to go down with its health port", 5*time.Second, func() bool { return !tg.Up() })
 	if p.Requests() != 0 {
 		t.Fatalf("the target's own address got %d requests, want none", p.Requests())
 	}
@@ -331,7 +332,7 @@ func TestCheckerProbesAtTheFastPaceAfterALiveFailure(t *testing.T) {
 	start(t, c)
 	before := c.Status()[0].Probes
 	c.Report(tg, errRefused)
-	waitFor(t, bus, "a probe at the fast pace", func() bool { return c.Status()[0].Probes > before })
+	testkit.Eventually(t, "a probe at the fast pace", 5*time.Second, func() bool { return c.Status()[0].Probes > before })
 	if !tg.Up() {
 		t.Fatal("one live failure took the server down")
 	}
@@ -345,7 +346,7 @@ func TestCheckerLiveFailuresTakeAServerDownAndPassingProbesBringItBack(t *testin
 	c := NewChecker(o, []*Target{tg})
 	start(t, c)
 	// A run of passes longer than rise: going down must restart it.
-	waitFor(t, bus, "a run of passes", func() bool { return c.Status()[0].Run > o.Rise })
+	testkit.Eventually(t, "a run of passes", 5*time.Second, func() bool { return c.Status()[0].Run > o.Rise })
 	changes := recordChanges(t, c, bus)
 	for range o.Fall {
 		c.Report(tg, errRefused)
@@ -353,7 +354,7 @@ func TestCheckerLiveFailuresTakeAServerDownAndPassingProbesBringItBack(t *testin
 	if tg.Up() {
 		t.Fatal("still up after fall live failures")
 	}
-	waitFor(t, bus, "passing probes to bring the server back", tg.Up)
+	testkit.Eventually(t, "passing probes to bring the server back", 5*time.Second, tg.Up)
 	got := changes()
 	if len(got) != 2 || got[0].kind != event.ServerDown || got[0].detail != "3 live failures in a row: connection refused" ||
 		got[1].kind != event.ServerUp || got[1].run != o.Rise {
@@ -374,7 +375,7 @@ func TestCheckerSetKeepsTheStateOfKeptServers(t *testing.T) {
 	c := NewChecker(o, ts)
 	changes := recordChanges(t, c, bus)
 	start(t, c)
-	waitFor(t, bus, "a run of passes and failures", func() bool {
+	testkit.Eventually(t, "a run of passes and failures", 5*time.Second, func() bool {
 		sts := c.Status()
 		return sts[0].Run >= 3 && sts[1].Fails >= 2
 	})
@@ -399,7 +400,7 @@ func TestCheckerSetKeepsTheStateOfKeptServers(t *testing.T) {
 
 	// The kept down server is still judged by rise: a first answer would bring it up on one pass.
 	bad.SetHealthy(true)
-	waitFor(t, bus, "the kept down server to come back", ts[1].Up)
+	testkit.Eventually(t, "the kept down server to come back", 5*time.Second, ts[1].Up)
 	var gotUp []change
 	for _, ch := range changes()[from:] {
 		if ch.server != added.Addr() {
@@ -427,7 +428,7 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 	if sick.Up() {
 		t.Fatal("a new server is up before any probe")
 	}
-	waitFor(t, bus, "the new healthy server to come up", healthy.Up)
+	testkit.Eventually(t, "the new healthy server to come up", 5*time.Second, healthy.Up)
 	// Set does not make a new server up: it becomes up by its first passing probe, which publishes
 	// ServerUp (an answer that finds the server already up publishes nothing). The ServerUp comes before
 	// any other event of the server, with one probe and one pass.
@@ -446,12 +447,12 @@ func TestCheckerSetTakesANewServerUpOnlyOnAPassingProbe(t *testing.T) {
 	}
 
 	// A new server whose first probe fails does not take traffic; afterwards rise passes bring it up.
-	waitFor(t, bus, "the new failing server's first probe", func() bool { return len(r.of(sick.Addr(), event.CheckAnswered)) > 0 })
+	testkit.Eventually(t, "the new failing server's first probe", 5*time.Second, func() bool { return len(r.of(sick.Addr(), event.CheckAnswered)) > 0 })
 	if first := r.of(sick.Addr())[0]; first.Kind != event.CheckAnswered || first.Status != 503 || sick.Up() {
 		t.Fatalf("first event of the failing new server %+v, up %v; want a 503 answer and not up", first, sick.Up())
 	}
 	cl.Connections[2].SetHealthy(true)
-	waitFor(t, bus, "the new server to come up after its failure", sick.Up)
+	testkit.Eventually(t, "the new server to come up after its failure", 5*time.Second, sick.Up)
 	for _, ch := range changes() {
 		if ch.server == sick.Addr() && (ch.kind != event.ServerUp || ch.run != o.Rise) {
 			t.Fatalf("change %+v of the failing new server, want ServerUp after rise %d passes", ch, o.Rise)
@@ -475,7 +476,7 @@ func TestCheckerSetStopsProbingARemovedServer(t *testing.T) {
 	}
 	base, keptBase := gone.probes.Load(), kept.probes.Load()
 	const rounds = 5
-	waitFor(t, bus, "more probes of the kept server", func() bool { return kept.probes.Load() >= keptBase+rounds })
+	testkit.Eventually(t, "more probes of the kept server", 5*time.Second, func() bool { return kept.probes.Load() >= keptBase+rounds })
 	// A probe in flight when Set ran may still land; no new one starts.
 	if n := gone.probes.Load(); n > base+1 {
 		t.Fatalf("removed server probed %d more times while the kept one was probed %d times", n-base, rounds)
@@ -503,7 +504,7 @@ func TestCheckerUpdateKeepsStateAndItsPoolAndBus(t *testing.T) {
 	}
 	from := r.mark()
 	base := c.Status()[0].Probes
-	waitFor(t, bus, "probes with the new options", func() bool { return c.Status()[0].Probes >= base+3 })
+	testkit.Eventually(t, "probes with the new options", 5*time.Second, func() bool { return c.Status()[0].Probes >= base+3 })
 	for _, e := range r.since(from, "") {
 		if e.Pool != "test" || e.Kind != event.CheckAnswered {
 			t.Fatalf("event %+v after Update, want only CheckAnswered of pool test", e)
@@ -515,9 +516,9 @@ func TestCheckerUpdateKeepsStateAndItsPoolAndBus(t *testing.T) {
 	// The new fall and rise apply.
 	changes := recordChanges(t, c, bus)
 	cl.Connections[0].SetHealthy(false)
-	waitFor(t, bus, "the server to go down", func() bool { return !tg.Up() })
+	testkit.Eventually(t, "the server to go down", 5*time.Second, func() bool { return !tg.Up() })
 	cl.Connections[0].SetHealthy(true)
-	waitFor(t, bus, "the server to come back", tg.Up)
+	testkit.Eventually(t, "the server to come back", 5*time.Second, tg.Up)
 	want := []change{
 		{event.ServerDown, 0, 5, "status 503", tg.Addr(), "test"},
 		{event.ServerUp, 1, 0, "status 200", tg.Addr(), "test"},
@@ -544,13 +545,13 @@ func TestCheckerDiscardsAProbeAnsweredAfterItsServerWasRemoved(t *testing.T) {
 	hung := func() bool {
 		return slices.ContainsFunc(hungP.Probes(), func(p sim.Probe) bool { return p.Status == 0 })
 	}
-	waitFor(t, bus, "a probe to hang", hung)
+	testkit.Eventually(t, "a probe to hang", 5*time.Second, hung)
 	base, from := gone.probes.Load(), r.mark()
 	c.Set([]*Target{kept})
 	// The hung probe times out after Timeout; the kept server's probes, at least Interval apart, pace
 	// the wait past it.
 	keptBase := kept.probes.Load()
-	waitFor(t, bus, "probes of the kept server for longer than Timeout", func() bool {
+	testkit.Eventually(t, "probes of the kept server for longer than Timeout", 5*time.Second, func() bool {
 		return kept.probes.Load() >= keptBase+uint64(o.Timeout/o.Interval)+2
 	})
 	if n, evs := gone.probes.Load(), r.since(from, gone.Addr()); n != base || len(evs) != 0 {
@@ -586,7 +587,7 @@ func TestCheckerWithConnectProbesTakesAServerDownWhenItRefusesConnections(t *tes
 		t.Fatalf("a server that accepts connections: up %v, status %+v", tg.Up(), c.Status()[0])
 	}
 	ln.Close()
-	waitFor(t, bus, "the server to go down", func() bool { return !tg.Up() })
+	testkit.Eventually(t, "the server to go down", 5*time.Second, func() bool { return !tg.Up() })
 	got := changes()
 	if len(got) != 2 || got[0].kind != event.ServerUp || got[1].kind != event.ServerDown || got[1].fails != 3 {
 		t.Fatalf("changes %+v, want up on the first connection, down on the third refused one", got)

@@ -56,28 +56,6 @@ func start(t *testing.T, g starter) {
 	}
 }
 
-// waitFor waits until cond holds, checking it again after every event published on bus (every probe
-// publishes CheckAnswered); it fails the test only if that takes more than 5 s.
-func waitFor(t *testing.T, bus *event.Bus, what string, cond func() bool) {
-	t.Helper()
-	published := make(chan struct{}, 1)
-	defer bus.Subscribe(func(event.Event) {
-		select {
-		case published <- struct{}{}:
-		default:
-		}
-	})()
-	timeout := time.NewTimer(5 * time.Second)
-	defer timeout.Stop()
-	for !cond() {
-		select {
-		case <-published:
-		case <-timeout.C:
-			t.Fatalf("timed out after 5s waiting for %s", what)
-		}
-	}
-}
-
 // recorder keeps every event published on a bus.
 type recorder struct {
 	mu  sync.Mutex

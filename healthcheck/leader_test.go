@@ -9,6 +9,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // leaderChecks are fast LeaderCheck options for the simulator's platforms (fall 3).
@@ -49,7 +50,7 @@ func startLeader(t *testing.T, l *Leader, bus *event.Bus) {
 	defer cancel()
 	start(t, l)
 	if l.Current() != nil {
-		waitFor(t, bus, "the LeaderChanged of the first round", func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
+		testkit.Eventually(t, "the LeaderChanged of the first round", 5*time.Second, func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
 	}
 }
 
@@ -74,7 +75,7 @@ func TestLeaderFirstRoundElectsTheServerAnswering200(t *testing.T) {
 	if l.Current() != ts[1] || !ts[1].Up() || ts[0].Up() {
 		t.Fatalf("after the first round: current %v, up %v %v; want %s", l.Current(), ts[0].Up(), ts[1].Up(), ts[1].Addr())
 	}
-	waitFor(t, bus, "LeaderChanged", func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
+	testkit.Eventually(t, "LeaderChanged", 5*time.Second, func() bool { return len(r.of("", event.LeaderChanged)) > 0 })
 	evs := r.of("", event.LeaderChanged)
 	if len(evs) != 1 || evs[0].Server != ts[1].Addr() || evs[0].Old != "" || evs[0].Pool != "test" {
 		t.Fatalf("LeaderChanged events %+v, want one to %s from \"\"", evs, ts[1].Addr())
@@ -115,12 +116,12 @@ func TestLeaderMovesToTheServerAnswering200AfterFallNon200AnswersOfTheLeader(t *
 	// The second server answers 200 too, and the leader again (split brain: the leader stays); then the
 	// leader steps down.
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "split brain", func() bool { return len(r.of("", event.SplitBrain)) > 0 })
+	testkit.Eventually(t, "split brain", 5*time.Second, func() bool { return len(r.of("", event.SplitBrain)) > 0 })
 	if l.Current() != ts[0] {
 		t.Fatal("split brain changed the leader")
 	}
 	setState(t, cl.Platforms[0], sim.Backup)
-	waitFor(t, bus, "the leader to change", func() bool { return l.Current() != ts[0] })
+	testkit.Eventually(t, "the leader to change", 5*time.Second, func() bool { return l.Current() != ts[0] })
 
 	if got := leaderChanges(r); len(got) != 1 || got[0] != (leaderChange{ts[1].Addr(), ts[0].Addr()}) {
 		t.Fatalf("leader changes %+v, want one from %s to %s", got, ts[0].Addr(), ts[1].Addr())
@@ -144,7 +145,7 @@ func TestLeaderSetRemovingTheLeaderElectsAServerThatAnswered200AtOnce(t *testing
 	l := NewLeader(leaderChecks(bus), ts)
 	startLeader(t, l, bus)
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "a 200 from the second server", func() bool { return l.Status()[1].Run > 0 })
+	testkit.Eventually(t, "a 200 from the second server", 5*time.Second, func() bool { return l.Status()[1].Run > 0 })
 	r := record(t, bus)
 
 	l.Set(ts[1:])
@@ -175,7 +176,7 @@ func TestLeaderSetRemovingTheLeaderLeavesNoLeaderUntilAnotherServerAnswers200(t 
 		t.Fatalf("current %v, up %v %v; want no leader", l.Current(), ts[0].Up(), ts[1].Up())
 	}
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "the second server to be elected", func() bool { return l.Current() == ts[1] })
+	testkit.Eventually(t, "the second server to be elected", 5*time.Second, func() bool { return l.Current() == ts[1] })
 	if got := leaderChanges(r); len(got) != 2 || got[1] != (leaderChange{ts[1].Addr(), ""}) {
 		t.Fatalf("leader changes %+v, want the second from none to %s", got, ts[1].Addr())
 	}
@@ -188,13 +189,13 @@ func TestLeaderSetKeepsTheLeaderAndProbesANewServer(t *testing.T) {
 	startLeader(t, l, bus)
 	r := record(t, bus)
 	l.Set(ts)
-	waitFor(t, bus, "a probe of the new server", func() bool { return len(r.of(ts[2].Addr(), event.CheckAnswered)) > 0 })
+	testkit.Eventually(t, "a probe of the new server", 5*time.Second, func() bool { return len(r.of(ts[2].Addr(), event.CheckAnswered)) > 0 })
 	if l.Current() != ts[0] || len(r.of("", event.LeaderChanged)) != 0 {
 		t.Fatalf("current %v, events %+v; want the leader kept", l.Current(), r.of(""))
 	}
 	// A new server answering 200 while the leader is healthy is split brain, not a new leader.
 	setState(t, cl.Platforms[2], sim.Leader)
-	waitFor(t, bus, "split brain", func() bool { return len(r.of("", event.SplitBrain)) > 0 })
+	testkit.Eventually(t, "split brain", 5*time.Second, func() bool { return len(r.of("", event.SplitBrain)) > 0 })
 	if l.Current() != ts[0] || ts[2].Up() {
 		t.Fatal("a new server answering 200 took over from a healthy leader")
 	}
@@ -210,7 +211,7 @@ func TestLeaderReportOfALiveFailureProbesEveryServerAtOnce(t *testing.T) {
 	before := l.Status()
 	l.Report(ts[0], nil) // a success probes nothing
 	l.Report(ts[0], errRefused)
-	waitFor(t, bus, "a probe of every server", func() bool {
+	testkit.Eventually(t, "a probe of every server", 5*time.Second, func() bool {
 		after := l.Status()
 		return after[0].Probes > before[0].Probes && after[1].Probes > before[1].Probes
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // isClosed reports whether c is closed.
@@ -115,7 +116,7 @@ func TestLeaderRestoredLeaderWhoseChecksHangIsReplacedByTimeouts(t *testing.T) {
 	if l.Current() != ts[0] || !isClosed(l.Ready()) {
 		t.Fatalf("after Restore and Start: current %v, ready %v", l.Current(), isClosed(l.Ready()))
 	}
-	waitFor(t, bus, "the second platform to lead", func() bool { return l.Current() == ts[1] })
+	testkit.Eventually(t, "the second platform to lead", 5*time.Second, func() bool { return l.Current() == ts[1] })
 	if n := len(cl.Platforms[0].Probes()); n < 3 {
 		t.Fatalf("restored leader replaced after %d probes, want 3 timeouts", n)
 	}
@@ -190,8 +191,8 @@ func TestCheckerRestoredServersAreConfirmedOrTakenDownByTheirProbes(t *testing.T
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c.Start(ctx)
-	waitFor(t, bus, "the unhealthy restored server to go down", func() bool { return !ts[1].Up() })
-	waitFor(t, bus, "more passing probes of the healthy one", func() bool {
+	testkit.Eventually(t, "the unhealthy restored server to go down", 5*time.Second, func() bool { return !ts[1].Up() })
+	testkit.Eventually(t, "more passing probes of the healthy one", 5*time.Second, func() bool {
 		return len(r.of(cx1.Addr, event.CheckAnswered)) >= 5
 	})
 	if !ts[0].Up() || len(r.of(cx1.Addr, event.ServerDown)) != 0 {

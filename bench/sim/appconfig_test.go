@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bufio"
@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	. "github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 const (
@@ -260,7 +263,7 @@ func ids(items []map[string]any, key string) []string {
 
 func TestAppConfigRESTAnswersBothFormsOfTheTopicFilteredByCollection(t *testing.T) {
 	a := startAppConfig(t, AppConfigOptions{})
-	tok := token(t, a.iamForTest())
+	tok := token(t, a.IAMForTest())
 	for _, topic := range []string{"c1/dev", "c2/dev", "c1/prod"} {
 		if err := a.Set(topic, []byte(twoCollections)); err != nil {
 			t.Fatalf("Set %s: %s", topic, err)
@@ -328,7 +331,7 @@ func TestAppConfigRESTAnswersBothFormsOfTheTopicFilteredByCollection(t *testing.
 		"/apprapp/events/v1/instances/" + acGUID + "/usage/x",
 		"/", "/config/c1/dev",
 	} {
-		if resp, body := get(t, cl, a.URL()+path, auth...); resp.StatusCode != 404 || body != string(acBodyNotFound) {
+		if resp, body := get(t, cl, a.URL()+path, auth...); resp.StatusCode != 404 || body != string(ACBodyNotFound) {
 			t.Errorf("GET %s: %d %s, want 404", path, resp.StatusCode, body)
 		}
 	}
@@ -345,7 +348,7 @@ func TestAppConfigRESTAnswersBothFormsOfTheTopicFilteredByCollection(t *testing.
 	for _, h := range [][]string{
 		nil, {"Authorization", acClientKey}, {"Authorization", "Bearer " + acClientKey}, {"Authorization", "Bearer x.y.z"}, {"Authorization", tok},
 	} {
-		if resp, body := get(t, cl, newForm, h...); resp.StatusCode != 401 || body != string(acBodyUnauthorized) ||
+		if resp, body := get(t, cl, newForm, h...); resp.StatusCode != 401 || body != string(ACBodyUnauthorized) ||
 			resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("GET with %q: %d %s, want 401", h, resp.StatusCode, body)
 		}
@@ -353,7 +356,7 @@ func TestAppConfigRESTAnswersBothFormsOfTheTopicFilteredByCollection(t *testing.
 	if resp, _ := get(t, cl, base+"/collections/c1/config?environment_id=dev", "Authorization", acClientKey); resp.StatusCode != 401 {
 		t.Fatalf("older form with a client key: %d", resp.StatusCode)
 	}
-	a.iamForTest().RevokeAll()
+	a.IAMForTest().RevokeAll()
 	if resp, _ := get(t, cl, newForm, auth...); resp.StatusCode != 401 {
 		t.Fatalf("a revoked token: %d", resp.StatusCode)
 	}
@@ -377,9 +380,6 @@ func TestAppConfigRESTAnswersBothFormsOfTheTopicFilteredByCollection(t *testing.
 		}
 	}
 }
-
-// iamForTest returns the instance's IAM.
-func (a *AppConfig) iamForTest() *IAM { return a.iam }
 
 func TestAppConfigBumpGeneratesAValidConfigurationNumberedByTheTopicsVersion(t *testing.T) {
 	a := startAppConfig(t, AppConfigOptions{})
@@ -468,7 +468,7 @@ func TestAppConfigWSFeatureSendsHeartbeatsAndOneFramePerChange(t *testing.T) {
 	a := startAppConfig(t, AppConfigOptions{Heartbeat: 20 * time.Millisecond})
 	a.Bump("inventory/dev")
 	a.Bump("inventory/prod")
-	bearer := http.Header{"Authorization": {"Bearer " + token(t, a.iamForTest())}}
+	bearer := http.Header{"Authorization": {"Bearer " + token(t, a.IAMForTest())}}
 
 	conn, resp, err := dialFeature(a, acGUID, "inventory", "dev", bearer)
 	if err != nil {
@@ -488,7 +488,7 @@ func TestAppConfigWSFeatureSendsHeartbeatsAndOneFramePerChange(t *testing.T) {
 			t.Fatalf("before any change: %q", f)
 		}
 	}
-	waitFor(t, "one session per topic", func() bool {
+	testkit.Eventually(t, "one session per topic", 5*time.Second, func() bool {
 		st := a.Stats().Topics
 		return st["inventory/dev"].WSSessions == 1 && st["inventory/dev"].WSSessionsTotal == 1 && st["inventory/prod"].WSSessions == 1
 	})
@@ -508,7 +508,7 @@ func TestAppConfigWSFeatureSendsHeartbeatsAndOneFramePerChange(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, "2 change frames counted", func() bool { return a.Stats().Topics["inventory/dev"].WSChanges == 2 })
+	testkit.Eventually(t, "2 change frames counted", 5*time.Second, func() bool { return a.Stats().Topics["inventory/dev"].WSChanges == 2 })
 
 	// Before the upgrade: 401 without a token or with a client key (counted), 404 for another guid or
 	// an unknown topic, 400 without an upgrade.
@@ -538,7 +538,7 @@ func TestAppConfigWSFeatureSendsHeartbeatsAndOneFramePerChange(t *testing.T) {
 	}
 
 	conn.Close()
-	waitFor(t, "the closed session to end", func() bool { return a.Stats().Topics["inventory/dev"].WSSessions == 0 })
+	testkit.Eventually(t, "the closed session to end", 5*time.Second, func() bool { return a.Stats().Topics["inventory/dev"].WSSessions == 0 })
 }
 
 // sseClient is an SSE subscription read by hand.
@@ -621,13 +621,13 @@ func TestAppConfigSSESendsRegistrationAtConnectAndThePayloadAtEachChange(t *test
 			t.Fatalf("change event %q", ev)
 		}
 	}
-	waitFor(t, "4 events counted", func() bool { // counted just after each write
+	testkit.Eventually(t, "4 events counted", 5*time.Second, func() bool { // counted just after each write
 		st := a.Stats().Topics["inventory/dev"]
 		return st.SSESubscribers == 2 && st.SSESubscribersTotal == 2 && st.SSEEvents == 4
 	})
 
 	// 401 (JSON) for no key, a wrong one, an IAM token; 404 for another guid or an unknown topic.
-	tok := token(t, a.iamForTest())
+	tok := token(t, a.IAMForTest())
 	for _, tc := range []struct {
 		guid, c, auth string
 		want          int
@@ -649,12 +649,12 @@ func TestAppConfigSSESendsRegistrationAtConnectAndThePayloadAtEachChange(t *test
 	}
 
 	sub.conn.Close()
-	waitFor(t, "the closed subscriber to go", func() bool { return a.Stats().Topics["inventory/dev"].SSESubscribers == 1 })
+	testkit.Eventually(t, "the closed subscriber to go", 5*time.Second, func() bool { return a.Stats().Topics["inventory/dev"].SSESubscribers == 1 })
 }
 
 func TestAppConfigMeteringPOSTsAreAcceptedCountedAndTheirCredentialNoted(t *testing.T) {
 	a := startAppConfig(t, AppConfigOptions{})
-	tok := token(t, a.iamForTest())
+	tok := token(t, a.IAMForTest())
 	usage := a.URL() + "/apprapp/events/v1/instances/" + acGUID + "/usage"
 	analytics := a.URL() + "/apprapp/metrics/v1/instances/" + acGUID + "/analytics"
 	post := func(url, auth, body string) int {
@@ -700,7 +700,7 @@ func TestAppConfigMeteringPOSTsAreAcceptedCountedAndTheirCredentialNoted(t *test
 func TestAppConfigStopDropsEverySessionAndStartServesTheSameTopicsAgain(t *testing.T) {
 	a := startAppConfig(t, AppConfigOptions{Heartbeat: time.Hour})
 	a.Bump("inventory/dev")
-	bearer := http.Header{"Authorization": {"Bearer " + token(t, a.iamForTest())}}
+	bearer := http.Header{"Authorization": {"Bearer " + token(t, a.IAMForTest())}}
 	conn, _, err := dialFeature(a, acGUID, "inventory", "dev", bearer)
 	if err != nil {
 		t.Fatal(err)
@@ -708,7 +708,7 @@ func TestAppConfigStopDropsEverySessionAndStartServesTheSameTopicsAgain(t *testi
 	defer conn.Close()
 	sub := subscribe(t, a, acGUID, "inventory", "dev", acClientKey)
 	sub.next(t)
-	waitFor(t, "both sessions", func() bool {
+	testkit.Eventually(t, "both sessions", 5*time.Second, func() bool {
 		st := a.Stats().Topics["inventory/dev"]
 		return st.WSSessions == 1 && st.SSESubscribers == 1
 	})

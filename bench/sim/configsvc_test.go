@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"crypto/tls"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	. "github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // configCluster starts a cluster of one platform and n config servers, with opts' other fields.
@@ -165,7 +168,7 @@ func TestConfigSessionsFanOutPerTopic(t *testing.T) {
 		}
 	}
 	for _, topic := range topics {
-		waitFor(t, topic+" sessions", func() bool {
+		testkit.Eventually(t, topic+" sessions", 5*time.Second, func() bool {
 			return topicStats(s1, topic) == ConfigTopicStats{Version: 1, Sessions: perTopic, SessionsTotal: perTopic}
 		})
 	}
@@ -194,7 +197,7 @@ func TestConfigSessionsFanOutPerTopic(t *testing.T) {
 	// Cluster.PublishConfig gives every server the same version, one above the highest, and the same
 	// document; config2's sessions get it too.
 	sub2, _ := dialWS(t, s2.Addr, "/events/app/prod", nil)
-	waitFor(t, "config2 session", func() bool { return topicStats(s2, "app/prod").Sessions == 1 })
+	testkit.Eventually(t, "config2 session", 5*time.Second, func() bool { return topicStats(s2, "app/prod").Sessions == 1 })
 	v, err := c.PublishConfig("app/prod", []byte(`{"v":2}`))
 	if err != nil || v != 4 {
 		t.Fatalf("PublishConfig: %d, %v; want 4", v, err)
@@ -224,7 +227,7 @@ func TestConfigSessionsFanOutPerTopic(t *testing.T) {
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	conns["app/test"][0].Close()
 	conns["app/test"][1].Close() // no close message: the connection just goes
-	waitFor(t, "two sessions to end", func() bool {
+	testkit.Eventually(t, "two sessions to end", 5*time.Second, func() bool {
 		return topicStats(s1, "app/test") == ConfigTopicStats{Version: 2, Sessions: perTopic - 2, SessionsTotal: perTopic}
 	})
 	// Pings are answered and client messages ignored: the session still gets changes afterwards.
@@ -302,7 +305,7 @@ func TestConfigAPIKey(t *testing.T) {
 		t.Fatalf("GET with the key: %d %+v", resp.StatusCode, snap)
 	}
 	conn, _ := dialWS(t, s.Addr, "/events/app/prod", http.Header{"Authorization": {"Bearer s3cret"}})
-	waitFor(t, "the session", func() bool { return topicStats(s, "app/prod").Sessions == 1 })
+	testkit.Eventually(t, "the session", 5*time.Second, func() bool { return topicStats(s, "app/prod").Sessions == 1 })
 	if _, err := s.Publish("app/prod", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +328,7 @@ func TestConfigStopStart(t *testing.T) {
 	fetch(t, cl, s, "app/prod")
 	conn, _ := dialWS(t, s.Addr, "/events/app/prod", nil)
 	otherConn, _ := dialWS(t, other.Addr, "/events/app/prod", nil)
-	waitFor(t, "the sessions", func() bool {
+	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool {
 		return topicStats(s, "app/prod").Sessions == 1 && topicStats(other, "app/prod").Sessions == 1
 	})
 
@@ -373,7 +376,7 @@ func TestConfigStopStart(t *testing.T) {
 		t.Fatalf("after Start: %+v (data %s)", snap, snap.Data)
 	}
 	conn2, _ := dialWS(t, s.Addr, "/events/app/prod", nil)
-	waitFor(t, "a new session", func() bool { return topicStats(s, "app/prod").Sessions == 1 })
+	testkit.Eventually(t, "a new session", 5*time.Second, func() bool { return topicStats(s, "app/prod").Sessions == 1 })
 	if v, err := s.Publish("app/prod", nil); err != nil || v != 3 {
 		t.Fatalf("Publish: %d, %v", v, err)
 	}
@@ -407,7 +410,7 @@ func TestConfigSubscriberThatDoesNotReadIsClosedWithoutDelayingOthers(t *testing
 
 	stuck, _ := dialWS(t, s.Addr, "/events/"+topic, nil)
 	healthy, _ := dialWS(t, s.Addr, "/events/"+topic, nil)
-	waitFor(t, "two sessions", func() bool { return topicStats(s, topic).Sessions == 2 })
+	testkit.Eventually(t, "two sessions", 5*time.Second, func() bool { return topicStats(s, topic).Sessions == 2 })
 
 	var latest atomic.Uint64
 	readerDone := make(chan error, 1)
@@ -480,7 +483,7 @@ func TestConfigSubscriberThatDoesNotReadIsClosedWithoutDelayingOthers(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the healthy session to get the last version", func() bool { return latest.Load() == v })
+	testkit.Eventually(t, "the healthy session to get the last version", 5*time.Second, func() bool { return latest.Load() == v })
 }
 
 // callBody sends method with body to the control API and returns status and body.
@@ -650,7 +653,7 @@ func TestConfigOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	waitFor(t, "the session", func() bool { return topicStats(s, "app/prod").Sessions == 1 })
+	testkit.Eventually(t, "the session", 5*time.Second, func() bool { return topicStats(s, "app/prod").Sessions == 1 })
 	if _, err := c.PublishConfig("app/prod", []byte(`{"tls":true}`)); err != nil {
 		t.Fatal(err)
 	}

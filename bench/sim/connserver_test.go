@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	. "github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func dialWS(t *testing.T, addr, path string, hdr http.Header) (*websocket.Conn, *http.Response) {
@@ -77,7 +80,7 @@ func TestWebSocketEcho(t *testing.T) {
 	}
 	_ = conn2.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	conn2.Close()
-	waitFor(t, "tunnel to close", func() bool { return cx.OpenTunnels() == 1 })
+	testkit.Eventually(t, "tunnel to close", 5*time.Second, func() bool { return cx.OpenTunnels() == 1 })
 	if other := c.Connections[0]; other.Upgrades() != 0 || other.LastUpgradeHeaders() != nil {
 		t.Fatal("cx1 saw upgrades")
 	}
@@ -153,7 +156,7 @@ func TestConnServerKillRestart(t *testing.T) {
 			t.Fatalf("dial %s succeeded after Kill", addr)
 		}
 	}
-	waitFor(t, "tunnels to close", func() bool { return cx.OpenTunnels() == 0 })
+	testkit.Eventually(t, "tunnels to close", 5*time.Second, func() bool { return cx.OpenTunnels() == 0 })
 	if err := cx.Kill(); err != nil {
 		t.Fatal("second Kill:", err)
 	}
@@ -245,7 +248,7 @@ func TestConnServerPauseListenerKeepsOpenTunnels(t *testing.T) {
 	if _, _, err := conn.ReadMessage(); err == nil || isTimeout(err) {
 		t.Fatalf("read on the tunnel of a killed paused server: %v, want a connection error", err)
 	}
-	waitFor(t, "tunnels to close", func() bool { return cx.OpenTunnels() == 0 })
+	testkit.Eventually(t, "tunnels to close", 5*time.Second, func() bool { return cx.OpenTunnels() == 0 })
 	if err := cx.PauseListener(); err == nil {
 		t.Fatal("PauseListener on a killed server: want an error")
 	}

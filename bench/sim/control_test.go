@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/fairlead/fairlead/bench/sim"
 )
 
 // call sends method to the control API and returns status and body.

@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func TestSetDelayDelaysEveryAnswerAndDeadCutsItShort(t *testing.T) {
@@ -39,7 +42,7 @@ func TestSetDelayDelaysEveryAnswerAndDeadCutsItShort(t *testing.T) {
 		}
 		errc <- err
 	}()
-	waitFor(t, "the request to arrive", func() bool { return p1.Requests() == 2 })
+	testkit.Eventually(t, "the request to arrive", 5*time.Second, func() bool { return p1.Requests() == 2 })
 	start := time.Now()
 	if err := p1.SetState(Dead); err != nil {
 		t.Fatal(err)
@@ -159,7 +162,7 @@ func TestDeliveriesAreRecordedByIdHeader(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, "the hung request to be recorded", func() bool { return p2.Deliveries()["hung"] == 1 })
+	testkit.Eventually(t, "the hung request to be recorded", 5*time.Second, func() bool { return p2.Deliveries()["hung"] == 1 })
 
 	p1.ResetCounters()
 	if got := p1.Deliveries(); len(got) != 0 {

@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
@@ -17,6 +17,9 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
+
+	. "github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 func leaderCheckURL(p *Platform) string {
@@ -294,7 +297,7 @@ func TestHung(t *testing.T) {
 	old.Close()
 	fresh.Close()
 	cl.Transport.(*http.Transport).CloseIdleConnections()
-	waitFor(t, "hung connections to close", func() bool { return p.OpenConns() <= 1 })
+	testkit.Eventually(t, "hung connections to close", 5*time.Second, func() bool { return p.OpenConns() <= 1 })
 }
 
 func TestLeaderCheckHungHangsOnlyTheLeaderCheck(t *testing.T) {
@@ -381,7 +384,7 @@ func TestDead(t *testing.T) {
 		_, _, err := slow.roundTrip("/slow?delay=1m", 5*time.Second)
 		errc <- err
 	}()
-	waitFor(t, "slow request", func() bool { return p.Requests() == before+1 })
+	testkit.Eventually(t, "slow request", 5*time.Second, func() bool { return p.Requests() == before+1 })
 	start = time.Now()
 	if err := p.SetState(Dead); err != nil {
 		t.Fatal(err)
@@ -404,9 +407,7 @@ func TestDead(t *testing.T) {
 
 // patternSource yields the 'a'+i%26 pattern; it is checked independently
 // by TestOrdinaryRequests and patternChecker.
-func patternSource(n int64) io.Reader {
-	return &patternReader{left: n}
-}
+func patternSource(n int64) io.Reader { return PatternSource(n) }
 
 // patternChecker verifies that what is written follows the pattern.
 type patternChecker struct {
@@ -416,8 +417,8 @@ type patternChecker struct {
 
 func (c *patternChecker) Write(b []byte) (int, error) {
 	for rest := b; len(rest) > 0; {
-		off := int(c.n % int64(len(bytesPatternBlock)))
-		want := bytesPatternBlock[off:]
+		off := int(c.n % int64(len(BytesPatternBlock)))
+		want := BytesPatternBlock[off:]
 		k := min(len(want), len(rest))
 		if !bytes.Equal(rest[:k], want[:k]) {
 			c.bad = true
@@ -644,7 +645,7 @@ func TestPlatformWebSocketEcho(t *testing.T) {
 	if _, _, err := conn.ReadMessage(); err == nil || isTimeout(err) {
 		t.Fatalf("read on the tunnel of a dead platform: %v, want a connection error", err)
 	}
-	waitFor(t, "the tunnel to close", func() bool { return p1.OpenTunnels() == 0 })
+	testkit.Eventually(t, "the tunnel to close", 5*time.Second, func() bool { return p1.OpenTunnels() == 0 })
 	if p2.OpenTunnels() != 1 {
 		t.Fatalf("platform2 OpenTunnels = %d", p2.OpenTunnels())
 	}

@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	. "github.com/fairlead/fairlead/bench/sim"
 )
 
 const testAuth = "Basic " + DefaultCredentials
@@ -55,18 +57,6 @@ func get(t *testing.T, cl *http.Client, url string, hdr ...string) (*http.Respon
 		t.Fatalf("GET %s: reading body: %s", url, err)
 	}
 	return resp, string(b)
-}
-
-// waitFor polls cond until it holds or a 3s deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // rawConn is a client connection speaking HTTP/1.1 by hand, to control

@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"crypto/tls"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	. "github.com/fairlead/fairlead/bench/sim"
 )
 
 func newCA(t *testing.T) *CA {
