@@ -11,6 +11,6 @@
 // the longest gap without an answer, the tunnels closed and reopened, and whether every asset landed
 // on the same connection server again. It skips when not root or when ip or keepalived is missing.
 //
-// Load (load.go) is the client's code: a steady stream of GETs and a set of tunnels, with marks set
+// Load (load.go, a testkit.Load) is the client's code: a steady stream of GETs and a set of tunnels, with marks set
 // by the test ("kill", "switch") so that the report splits the figures by phase.
 package ha

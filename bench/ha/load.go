@@ -1,20 +1,12 @@
 package ha
 
 import (
-	"context"
-	"errors"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
-	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/fasthttp/websocket"
+	"github.com/fairlead/fairlead/bench/testkit"
 )
 
 // LoadOptions shapes a Load.
@@ -32,287 +24,34 @@ type LoadOptions struct {
 	Timeout time.Duration
 }
 
-// Load is a running client load: steady GETs and tunnels that reconnect as soon as they close (every
-// 100 ms until a dial succeeds), as ThingWorx edge SDKs do. Marks split the figures by phase.
+// Load is a running client load (a testkit.Load): steady GETs, each in a goroutine of its own (at most
+// 1,024 in flight; a slot beyond that is counted as skipped), and tunnels that reconnect as soon as
+// they close (every 100 ms until a dial succeeds), as ThingWorx edge SDKs do. Marks split the figures
+// by phase.
 type Load struct {
-	opts      LoadOptions
-	start     time.Time
-	client    *http.Client
-	dialer    websocket.Dialer
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	ready     chan struct{}
-	readyOnce sync.Once
-
-	mu      sync.Mutex
-	gets    []getSample
-	skipped int
-	marks   []mark
-	tunnels []*tunnel
-}
-
-type getSample struct {
-	sent, done time.Duration // since the load started
-	ok         bool
-	kind       string // why it failed ("" when ok)
-	servedBy   string
-}
-
-type mark struct {
-	name string
-	at   time.Duration
-}
-
-// tunnel is one asset's tunnel over its lifetime; the Load's mu guards it.
-type tunnel struct {
-	asset       string
-	first, last string          // connection server of the first and of the latest tunnel
-	connects    []time.Duration // when each tunnel opened
-	closes      []time.Duration // when each closed (by the other side)
-	dialFails   int
-	conn        *websocket.Conn // the open tunnel, nil between two
+	*testkit.Load
+	opts LoadOptions
 }
 
 // StartLoad starts the load. Ready is closed once every tunnel opened once.
 func StartLoad(opts LoadOptions) *Load {
-	dial := &net.Dialer{Timeout: opts.Timeout / 2}
-	l := &Load{
-		opts:  opts,
-		start: time.Now(),
-		client: &http.Client{Timeout: opts.Timeout, Transport: &http.Transport{
-			Proxy:               nil,
-			DialContext:         dial.DialContext,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     30 * time.Second,
-		}},
-		dialer: websocket.Dialer{NetDialContext: dial.DialContext, HandshakeTimeout: opts.Timeout},
-		stop:   make(chan struct{}),
-		ready:  make(chan struct{}),
-	}
-	for i := range opts.Tunnels {
-		tn := &tunnel{asset: "asset-" + pad3(i)}
-		l.tunnels = append(l.tunnels, tn)
-		l.wg.Add(1)
-		go l.hold(tn)
-	}
-	if opts.Tunnels == 0 {
-		close(l.ready)
-	}
-	l.wg.Add(1)
-	go l.send()
-	return l
-}
-
-func pad3(i int) string {
-	s := strconv.Itoa(i)
-	for len(s) < 3 {
-		s = "0" + s
-	}
-	return s
-}
-
-// Ready is closed once every tunnel opened once.
-func (l *Load) Ready() <-chan struct{} { return l.ready }
-
-// Mark records a named moment; the report counts what happened after it.
-func (l *Load) Mark(name string) {
-	l.mu.Lock()
-	l.marks = append(l.marks, mark{name, time.Since(l.start)})
-	l.mu.Unlock()
-}
-
-// send sends opts.Rate GETs per second until Stop, each in a goroutine of its own (at most 1,024 in
-// flight; a slot beyond that is counted as skipped).
-func (l *Load) send() {
-	defer l.wg.Done()
-	tick := time.NewTicker(time.Second / time.Duration(max(l.opts.Rate, 1)))
-	defer tick.Stop()
-	slots := make(chan struct{}, 1024)
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-tick.C:
-		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			l.mu.Lock()
-			l.skipped++
-			l.mu.Unlock()
-			continue
-		}
-		l.wg.Add(1)
-		go func() {
-			defer func() { <-slots; l.wg.Done() }()
-			l.get()
-		}()
-	}
-}
-
-func (l *Load) get() {
-	s := getSample{sent: time.Since(l.start)}
-	resp, err := l.client.Get(l.opts.URL + "/Thingworx/Things/ha")
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		s.servedBy = resp.Header.Get("X-Served-By")
-		if err == nil && resp.StatusCode != http.StatusOK {
-			s.kind = "status_" + strconv.Itoa(resp.StatusCode)
-		}
-	}
-	if err != nil {
-		s.kind = errKind(err)
-	}
-	s.ok = s.kind == ""
-	s.done = time.Since(l.start)
-	l.mu.Lock()
-	l.gets = append(l.gets, s)
-	l.mu.Unlock()
-}
-
-// errKind names a failure for the report: refused, reset, timeout, eof or other.
-func errKind(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "reset"
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "unreachable"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "eof"
-	}
-	return "other"
-}
-
-// hold keeps the asset's tunnel open until Stop: dial, check one echo, wait for the close, dial again.
-func (l *Load) hold(tn *tunnel) {
-	defer l.wg.Done()
-	u, _ := url.Parse(l.opts.URL)
-	wsURL := "ws://" + u.Host + "/Thingworx/WS"
-	hdr := http.Header{"X-Asset-Id": {tn.asset}}
-	for {
-		select {
-		case <-l.stop:
-			return
-		default:
-		}
-		conn, server, err := l.open(wsURL, hdr, tn.asset)
-		if err != nil {
-			l.mu.Lock()
-			tn.dialFails++
-			l.mu.Unlock()
-			select {
-			case <-l.stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		l.mu.Lock()
-		stopping := l.stopping()
-		if !stopping {
-			if tn.first == "" {
-				tn.first = server
-			}
-			tn.last = server
-			tn.connects = append(tn.connects, time.Since(l.start))
-			tn.conn = conn
-		}
-		all := !stopping && l.allOpenedOnce()
-		l.mu.Unlock()
-		if stopping {
-			conn.Close()
-			return
-		}
-		if all {
-			l.readyOnce.Do(func() { close(l.ready) })
-		}
-		// The connection server only echoes: a read ends when the tunnel closes.
-		_, _, _ = conn.ReadMessage()
-		conn.Close()
-		l.mu.Lock()
-		tn.conn = nil
-		if !l.stopping() {
-			tn.closes = append(tn.closes, time.Since(l.start))
-		}
-		l.mu.Unlock()
-	}
-}
-
-// open dials a tunnel and checks that it carries one message both ways; it returns the connection
-// server that answered the upgrade (X-Served-By).
-func (l *Load) open(wsURL string, hdr http.Header, asset string) (*websocket.Conn, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
-	defer cancel()
-	conn, resp, err := l.dialer.DialContext(ctx, wsURL, hdr)
-	if err != nil {
-		return nil, "", err
-	}
-	conn.SetReadDeadline(time.Now().Add(l.opts.Timeout)) //nolint:errcheck
-	if err := conn.WriteMessage(websocket.TextMessage, []byte(asset)); err != nil {
-		conn.Close()
-		return nil, "", err
-	}
-	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != asset {
-		conn.Close()
-		return nil, "", errors.Join(err, errors.New("no echo"))
-	}
-	conn.SetReadDeadline(time.Time{}) //nolint:errcheck
-	return conn, resp.Header.Get("X-Served-By"), nil
+	u, _ := url.Parse(opts.URL)
+	return &Load{opts: opts, Load: testkit.StartLoad(testkit.LoadOptions{
+		Addr: u.Host, Open: true, Rate: opts.Rate, Timeout: opts.Timeout,
+		Request: func(int, int) testkit.Request {
+			return testkit.Request{Method: http.MethodGet, Path: "/Thingworx/Things/ha"}
+		},
+		Tunnels: testkit.TunnelOptions{Count: opts.Tunnels},
+	})}
 }
 
 // Open returns the number of tunnels open now.
-func (l *Load) Open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, tn := range l.tunnels {
-		if tn.conn != nil {
-			n++
-		}
-	}
-	return n
-}
-
-// stopping reports whether Stop was called; mu held.
-func (l *Load) stopping() bool {
-	select {
-	case <-l.stop:
-		return true
-	default:
-		return false
-	}
-}
-
-// allOpenedOnce reports whether every tunnel opened at least once; mu held.
-func (l *Load) allOpenedOnce() bool {
-	for _, tn := range l.tunnels {
-		if tn.first == "" {
-			return false
-		}
-	}
-	return true
-}
+func (l *Load) Open() int { return int(l.Snapshot().Open) }
 
 // Stop ends the load (GETs in flight finish, tunnels are closed) and returns its figures.
 func (l *Load) Stop() Report {
-	l.mu.Lock()
-	end := time.Since(l.start)
-	r := l.report(end)
-	close(l.stop)
-	for _, tn := range l.tunnels {
-		if tn.conn != nil {
-			tn.conn.Close()
-		}
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
+	r := report(l.State(), l.Started(), time.Now())
+	l.Load.Stop(l.opts.Timeout)
 	return r
 }
 
@@ -364,26 +103,27 @@ type MarkReport struct {
 	AllOpen  float64 `json:"all_open"`
 }
 
-// report computes the figures; mu held.
-func (l *Load) report(end time.Duration) Report {
+// report computes the figures of st, a load started at start, at end.
+func report(st testkit.State, start, end time.Time) Report {
+	at := func(t time.Time) time.Duration { return t.Sub(start) }
 	r := Report{
-		Seconds:   end.Seconds(),
-		Skipped:   l.skipped,
+		Seconds:   at(end).Seconds(),
+		Skipped:   st.Skipped,
 		Errors:    map[string]int{},
 		ServedBy:  map[string]int{},
-		Tunnels:   len(l.tunnels),
+		Tunnels:   len(st.Tunnels),
 		Placement: map[string][2]string{},
 	}
 	var oks []time.Duration
-	for _, g := range l.gets {
+	for _, g := range st.Samples {
 		r.Sent++
-		if g.ok {
+		if g.OK() {
 			r.OK++
-			r.ServedBy[g.servedBy]++
-			oks = append(oks, g.done)
+			r.ServedBy[g.ServedBy]++
+			oks = append(oks, at(g.End))
 		} else {
 			r.Failed++
-			r.Errors[g.kind]++
+			r.Errors[g.Kind()]++
 		}
 	}
 	slices.Sort(oks)
@@ -392,56 +132,56 @@ func (l *Load) report(end time.Duration) Report {
 			r.LongestGap, r.GapFrom, r.GapTo = gap.Seconds(), oks[i-1].Seconds(), oks[i].Seconds()
 		}
 	}
-	for _, tn := range l.tunnels {
-		r.Closed += len(tn.closes)
-		r.Reopened += max(len(tn.connects)-1, 0)
-		r.DialFails += tn.dialFails
-		if tn.conn != nil {
+	for _, tn := range st.Tunnels {
+		r.Closed += len(tn.Closes)
+		r.Reopened += max(len(tn.Connects)-1, 0)
+		r.DialFails += tn.DialFails
+		if tn.Open {
 			r.Open++
 		}
-		r.Placement[tn.asset] = [2]string{tn.first, tn.last}
-		if tn.first != tn.last {
-			r.Moved = append(r.Moved, tn.asset)
+		r.Placement[tn.Asset] = [2]string{tn.First, tn.Last}
+		if tn.First != tn.Last {
+			r.Moved = append(r.Moved, tn.Asset)
 		}
 	}
-	for _, m := range l.marks {
-		mr := MarkReport{Name: m.name, At: m.at.Seconds(), FirstOK: -1}
-		first := time.Duration(-1)
-		for _, g := range l.gets {
-			if g.sent < m.at {
+	for _, m := range st.Marks {
+		mr := MarkReport{Name: m.Name, At: at(m.At).Seconds(), FirstOK: -1}
+		var first time.Time
+		for _, g := range st.Samples {
+			if g.Start.Before(m.At) {
 				continue
 			}
 			mr.Sent++
-			if !g.ok {
+			if !g.OK() {
 				mr.Failed++
-			} else if first < 0 || g.done < first {
-				first = g.done
+			} else if first.IsZero() || g.End.Before(first) {
+				first = g.End
 			}
 		}
-		if first >= 0 {
-			mr.FirstOK = (first - m.at).Seconds()
+		if !first.IsZero() {
+			mr.FirstOK = first.Sub(m.At).Seconds()
 		}
 		var lastOpen time.Duration
-		for _, tn := range l.tunnels {
+		for _, tn := range st.Tunnels {
 			lost := false
-			for _, c := range tn.closes {
-				if c >= m.at {
+			for _, c := range tn.Closes {
+				if !c.Before(m.At) {
 					mr.Closed++
 					lost = true
 				}
 			}
-			for i, c := range tn.connects {
-				if i > 0 && c >= m.at {
+			for i, c := range tn.Connects {
+				if i > 0 && !c.Before(m.At) {
 					mr.Reopened++
 				}
 			}
 			if !lost {
 				continue
 			}
-			if tn.conn == nil {
+			if !tn.Open {
 				mr.AllOpen = -1
-			} else if c := tn.connects[len(tn.connects)-1]; mr.AllOpen >= 0 && c-m.at > lastOpen {
-				lastOpen = c - m.at
+			} else if c := tn.Connects[len(tn.Connects)-1]; mr.AllOpen >= 0 && c.Sub(m.At) > lastOpen {
+				lastOpen = c.Sub(m.At)
 			}
 		}
 		if mr.AllOpen >= 0 {
