@@ -319,7 +319,9 @@ func lookBin(name string) string {
 }
 
 // waitFor polls cond every step until it returns nil or timeout passes; it returns the last error. It
-// gives up at once when cond returns errExited (the process waited for has ended).
+// gives up at once when cond returns errExited (the process waited for has ended). It is not
+// testkit.Eventually, which fails a test: the harness is a program, and its caller reports why a peer
+// never became ready (the last error) in the run's notes.
 func waitFor(timeout, step time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
