@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -698,17 +699,9 @@ func (l *Load) Snapshot() Snapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.counts
-	s.OKByMethod = cloneCounts(s.OKByMethod)
+	s.OKByMethod = maps.Clone(s.OKByMethod)
 	s.Open = l.openTunnels.Load()
 	return s
-}
-
-func cloneCounts(m map[string]uint64) map[string]uint64 {
-	out := make(map[string]uint64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // State is a consistent copy of a load's record at one time.
