@@ -2,7 +2,6 @@ package lb
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,29 +103,6 @@ func (el *eventLog) has(match func(event.Event) bool) bool {
 	return slices.ContainsFunc(el.ev, match)
 }
 
-func TestUpstreamTLSWithAPrivateCAVerifiesTheServersAndReachesTheLeaderElectedOverHTTPS(t *testing.T) {
-	ca := newTestCA(t, "platform CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
-	files := platformConfig(c, "", "")
-	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", writeCA(t, "", ca, "platform-ca")))
-	l, _ := startLB(t, files)
-
-	if ps := poolStatus(t, l, "platform"); ps.Leader != c.Platforms[0].Addr {
-		t.Fatalf("leader %q, want platform1 %s", ps.Leader, c.Platforms[0].Addr)
-	}
-	// The LeaderChecks reached the platforms' handlers (over HTTPS: the servers speak nothing else),
-	// with the credentials, and platform1 answered 200.
-	probes := c.Platforms[0].Probes()
-	if len(probes) == 0 || probes[0].Status != 200 || probes[0].Authorization != "Basic "+sim.DefaultCredentials {
-		t.Fatalf("platform1's LeaderChecks: %+v", probes)
-	}
-	for i := 0; i < 3; i++ {
-		if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
-			t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
-		}
-	}
-}
-
 func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers503(t *testing.T) {
 	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
 	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
@@ -186,71 +162,6 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 	}
 }
 
-func TestUpstreamTLSServerNameIsTheNameVerified(t *testing.T) {
-	ca := newTestCA(t, "platform CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "platform.internal")
-	caFile := writeCA(t, "", ca, "platform-ca")
-	files := platformConfig(c, "", "")
-	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := testkit.WriteFiles(t, files)
-	l, logs := startLBDir(t, dir)
-
-	// Without server_name the name verified is the server's host, 127.0.0.1: not in the certificate.
-	testkit.Eventually(t, "the name mismatch in the log", 5*time.Second, func() bool {
-		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": TLS certificate verification failed: ") &&
-			strings.Contains(logs.all(), "x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs")
-	})
-	if ps := poolStatus(t, l, "platform"); ps.Leader != "" {
-		t.Fatalf("leader %q with a certificate for another name", ps.Leader)
-	}
-
-	// With it, the same certificate verifies: a reload that changes only the TLS keys applies them.
-	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
-		fmt.Sprintf("ca_file = %q", caFile), `server_name = "platform.internal"`)))
-	mustReloadDir(t, l, dir)
-	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
-	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
-		t.Fatalf("GET: %d from %q", status, by)
-	}
-}
-
-func TestUpstreamTLSPresentsTheClientCertificateToServersThatRequireOne(t *testing.T) {
-	ca := newTestCA(t, "platform CA")
-	c := tlsSim(t, ca, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()},
-		sim.Options{Platforms: 1, NoConnections: true}, "127.0.0.1")
-	tmp := t.TempDir()
-	caFile := writeCA(t, tmp, ca, "platform-ca")
-	client, err := ca.Issue("fairlead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := client.Write(tmp, "fairlead")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := platformConfig(c, "", "")
-	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := testkit.WriteFiles(t, files)
-	l, logs := startLBDir(t, dir)
-
-	// Without cert and key the server refuses the session: the check fails.
-	testkit.Eventually(t, "the refusal in the log", 5*time.Second, func() bool {
-		return strings.Contains(logs.all(), "healthcheck: pool platform: "+c.Platforms[0].Addr+": the server refused the TLS session") &&
-			strings.Contains(logs.all(), "certificate required")
-	})
-	if ps := poolStatus(t, l, "platform"); ps.Leader != "" {
-		t.Fatalf("leader %q without a client certificate", ps.Leader)
-	}
-
-	writeFile(t, filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("platform",
-		fmt.Sprintf("ca_file = %q", caFile), fmt.Sprintf("cert = %q", certFile), fmt.Sprintf("key = %q", keyFile))))
-	mustReloadDir(t, l, dir)
-	testkit.Eventually(t, "platform1 elected", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
-	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
-		t.Fatalf("GET: %d from %q", status, by)
-	}
-}
-
 func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeepsIt(t *testing.T) {
 	ca := newTestCA(t, "unknown CA")
 	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "somewhere.else")
@@ -274,9 +185,12 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 	}
 }
 
-func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies(t *testing.T) {
+// The servers speak nothing but TLS, with certificates of a private CA: fairlead verifies them with the
+// pool's ca_file, elects the leader over HTTPS and forwards to it; a reload after replacing the CA file
+// applies the new one.
+func TestUpstreamTLSWithAPrivateCAReachesTheLeaderElectedOverHTTPSAndAReloadAfterReplacingTheCAFileApplies(t *testing.T) {
 	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "127.0.0.1")
+	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
 	tmp := t.TempDir()
 	caFile := writeCA(t, tmp, ca, "platform-ca")
 	files := platformConfig(c, `queue_timeout = "300ms"`, "")
@@ -286,11 +200,25 @@ func TestUpstreamTLSReloadAfterReplacingTheCAFileRebuildsTheTransportsAndApplies
 	if !slices.Contains(l.SecretFiles(), caFile) {
 		t.Fatalf("SecretFiles %v does not list the CA file", l.SecretFiles())
 	}
-	if status, _ := get(t, l, "/x"); status != 200 {
-		t.Fatalf("GET: %d", status)
+	if ps := poolStatus(t, l, "platform"); ps.Leader != c.Platforms[0].Addr {
+		t.Fatalf("leader %q, want platform1 %s", ps.Leader, c.Platforms[0].Addr)
+	}
+	// The LeaderChecks reached the platforms' handlers (over HTTPS: the servers speak nothing else),
+	// with the credentials, and platform1 answered 200.
+	probes := c.Platforms[0].Probes()
+	if len(probes) == 0 || probes[0].Status != 200 || probes[0].Authorization != "Basic "+sim.DefaultCredentials {
+		t.Fatalf("platform1's LeaderChecks: %+v", probes)
+	}
+	if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
 	}
 	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 1 {
 		t.Fatalf("%d upstream connections after a GET, want 1 kept alive", n)
+	}
+	for i := 0; i < 2; i++ {
+		if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
+			t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
+		}
 	}
 
 	// Only the CA file changes: the reload applies it (the file counts in the digest), the servers get
@@ -414,88 +342,5 @@ fall = 100
 	}
 	if !strings.Contains(logs.all(), "tunnel: dial "+bad.Connections[0].Addr+": TLS handshake: ") {
 		t.Errorf("no failed handshake of an upgrade logged; log:\n%s", logs.all())
-	}
-}
-
-func TestUpstreamTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
-	ca := newTestCA(t, "CA")
-	tmp := t.TempDir()
-	caFile := writeCA(t, tmp, ca, "ca")
-	a, err := ca.Issue("fairlead-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ca.Issue("fairlead-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certA, keyA, err := a.Write(tmp, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, keyB, err := b.Write(tmp, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	garbage := filepath.Join(tmp, "garbage.pem")
-	writeFile(t, garbage, []byte("not a certificate\n"))
-	missing := filepath.Join(tmp, "missing.pem")
-
-	f := func(table, want string) {
-		t.Helper()
-		files := map[string]string{"10-base.toml": `
-[pools.platform]
-servers = ["127.0.0.1:9081"]
-[[routes]]
-pool = "platform"
-`, "20-platform.toml": table}
-		_, err := config.Load(testkit.WriteFiles(t, files))
-		var ce *config.Error
-		if !errors.As(err, &ce) {
-			t.Fatalf("%s: error %v, want a *config.Error", table, err)
-		}
-		if !slices.ContainsFunc(ce.Problems, func(p string) bool {
-			return strings.HasSuffix(strings.SplitN(p, ": ", 2)[0], "20-platform.toml") && strings.Contains(p, want)
-		}) {
-			t.Errorf("%s:\nproblems %q\nwant one from 20-platform.toml containing %q", table, ce.Problems, want)
-		}
-		if strings.Contains(err.Error(), "PRIVATE KEY-----") || strings.Contains(err.Error(), strings.Split(string(a.KeyPEM), "\n")[1]) {
-			t.Errorf("a key's contents in the error: %v", err)
-		}
-	}
-	q := func(key, v string) string { return fmt.Sprintf("%s = %q", key, v) }
-
-	// Keys of the table without enabled = true: parsed, so not silently ignored.
-	f("[pools.platform.tls]\n"+q("ca_file", caFile), "pools.platform.tls.ca_file: needs enabled = true")
-	f("[pools.platform.tls]\nenabled = false\ninsecure_skip_verify = false", "pools.platform.tls.insecure_skip_verify: needs enabled = true")
-	f("[pools.platform.tls]\n"+q("server_name", "x"), "pools.platform.tls.server_name: needs enabled = true")
-	f("[pools.platform.tls]\n"+q("cert", certA)+"\n"+q("key", keyA), "pools.platform.tls.cert: needs enabled = true")
-	// Files.
-	f(tlsTable("platform", q("ca_file", missing)), "pools.platform.tls.ca_file: open "+missing+": no such file or directory")
-	f(tlsTable("platform", q("ca_file", garbage)), "pools.platform.tls.ca_file: "+garbage+": no PEM certificate in it")
-	f(tlsTable("platform", q("ca_file", keyA)), `pools.platform.tls.ca_file: `+keyA+`: PEM block 1 is a "PRIVATE KEY", not a CERTIFICATE`)
-	f(tlsTable("platform", q("cert", certA)), "pools.platform.tls.key: cert and key go together: key is missing")
-	f(tlsTable("platform", q("key", keyA)), "pools.platform.tls.cert: cert and key go together: cert is missing")
-	f(tlsTable("platform", q("cert", certA), q("key", missing)), "pools.platform.tls.key: open "+missing)
-	f(tlsTable("platform", q("cert", certA), q("key", keyB)), "pools.platform.tls.cert: "+certA+" with key "+keyB+": tls: private key does not match public key")
-	f(tlsTable("platform", q("cert", garbage), q("key", keyA)), "pools.platform.tls.cert: "+garbage+" with key "+keyA+": tls: failed to find any PEM data in certificate input")
-	// Keys.
-	f(tlsTable("platform", q("ca_file", caFile), "insecure_skip_verify = true"), "pools.platform.tls.ca_file: not used with insecure_skip_verify = true")
-	f(tlsTable("platform", q("server_name", "platform.internal:443")), `pools.platform.tls.server_name: bad server name "platform.internal:443"`)
-	f(tlsTable("platform", "verify = false"), "pools.platform.tls.verify: unknown key")
-
-	// And a good table loads.
-	files := map[string]string{"10.toml": "[pools.platform]\nservers = [\"127.0.0.1:9081\"]\n[[routes]]\npool = \"platform\"\n",
-		"20.toml": tlsTable("platform", q("ca_file", caFile), q("server_name", "platform.internal"), q("cert", certA), q("key", keyA))}
-	cfg, err := config.Load(testkit.WriteFiles(t, files))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := cfg.Pools["platform"].TLS.Client
-	if tc == nil || tc.RootCAs == nil || tc.ServerName != "platform.internal" || len(tc.Certificates) != 1 || tc.InsecureSkipVerify {
-		t.Fatalf("client TLS config %+v", tc)
-	}
-	if want := []string{caFile, certA, keyA}; !slices.Equal(cfg.SecretFiles(), want) {
-		t.Errorf("SecretFiles %v, want %v", cfg.SecretFiles(), want)
 	}
 }
