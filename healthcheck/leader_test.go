@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -357,5 +358,111 @@ func TestLeaderIgnoresAnswersOfARemovedServer(t *testing.T) {
 	}
 	if l.Current() != nil || ts[1].Up() {
 		t.Fatalf("current %v after the leader's fall: a removed server was elected", l.Current())
+	}
+}
+
+func TestLeaderWhoseChecksHangIsReplacedAfterFallTimeoutsSaidInPlainWords(t *testing.T) {
+	cl, ts := startLeaderSim(t, 2, 0)
+	bus := event.NewBus()
+	o := leaderChecks(bus)
+	o.Timeout = 300 * time.Millisecond
+	l := NewLeader(o, ts)
+	startLeader(t, l, bus)
+	if l.Current() != ts[0] {
+		t.Fatalf("first round elected %v, want %s", l.Current(), ts[0].Addr())
+	}
+	r := record(t, bus)
+	var mu sync.Mutex
+	var atChange []ServerStatus // the hung leader's status when the leader changed
+	t.Cleanup(bus.Subscribe(func(e event.Event) {
+		if e.Kind == event.LeaderChanged {
+			st, _ := findStatus(l.Status(), ts[0].Addr())
+			mu.Lock()
+			atChange = append(atChange, st)
+			mu.Unlock()
+		}
+	}))
+
+	// The leader's process hangs (it takes connections and never answers); the second server leads.
+	setState(t, cl.Platforms[0], sim.Hung)
+	setState(t, cl.Platforms[1], sim.Leader)
+	waitFor(t, bus, "the leader to change", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(atChange) > 0 && len(r.of("", event.LeaderChanged)) > 0
+	})
+
+	if got := leaderChanges(r); len(got) != 1 || got[0] != (leaderChange{ts[1].Addr(), ts[0].Addr()}) {
+		t.Fatalf("leader changes %+v, want one from %s to %s", got, ts[0].Addr(), ts[1].Addr())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(atChange) != 1 || atChange[0].Fails != o.Fall || atChange[0].LastStatus != 0 ||
+		atChange[0].LastError != "no answer: timed out after 300ms" {
+		t.Fatalf("the hung leader when the leader changed: %+v, want fall = %d timeouts, \"no answer: timed out after 300ms\"", atChange, o.Fall)
+	}
+	if !ts[1].Up() || ts[0].Up() {
+		t.Fatalf("up %v %v, want only the new leader up", ts[0].Up(), ts[1].Up())
+	}
+}
+
+func TestLeaderCheckSendsTheAuthorizationHeaderExactlyAndWrongCredentialsElectNobody(t *testing.T) {
+	cl, ts := startLeaderSim(t, 2, 0)
+	bus := event.NewBus()
+	o := leaderChecks(bus) // sim.DefaultCredentials, admin:admin
+	l := NewLeader(o, ts)
+	startLeader(t, l, bus)
+	waitFor(t, bus, "three probes of each server", func() bool {
+		sts := l.Status()
+		return sts[0].Probes >= 3 && sts[1].Probes >= 3
+	})
+	for _, p := range cl.Platforms {
+		for _, pr := range p.Probes() {
+			if pr.Authorization != "Basic YWRtaW46YWRtaW4=" {
+				t.Fatalf("%s got Authorization %q, want exactly \"Basic YWRtaW46YWRtaW4=\"", p.Name, pr.Authorization)
+			}
+		}
+	}
+	if l.Current() != ts[0] {
+		t.Fatalf("current %v with the right credentials, want %s", l.Current(), ts[0].Addr())
+	}
+
+	// With other credentials (admin:wrong) every server answers 401: nobody leads, and the credentials
+	// appear neither in the log nor in an event.
+	cl2, ts2 := startLeaderSim(t, 2, 0)
+	bus2 := event.NewBus()
+	r := record(t, bus2)
+	logs := &logLines{}
+	o2 := leaderChecks(bus2)
+	o2.Credentials, o2.Logf = "YWRtaW46d3Jvbmc=", logs.logf
+	l2 := NewLeader(o2, ts2)
+	startLeader(t, l2, bus2)
+	waitFor(t, bus2, "three probes of each server", func() bool {
+		sts := l2.Status()
+		return sts[0].Probes >= 3 && sts[1].Probes >= 3
+	})
+	if l2.Current() != nil || ts2[0].Up() || ts2[1].Up() {
+		t.Fatalf("current %v, up %v %v with wrong credentials; want no leader", l2.Current(), ts2[0].Up(), ts2[1].Up())
+	}
+	for _, st := range l2.Status() {
+		if st.LastStatus != 401 {
+			t.Errorf("%s: last status %d, want 401", st.Addr, st.LastStatus)
+		}
+	}
+	for _, p := range cl2.Platforms {
+		if pr := p.Probes(); len(pr) == 0 || pr[0].Authorization != "Basic YWRtaW46d3Jvbmc=" {
+			t.Fatalf("%s got probes %+v, want the configured credentials", p.Name, pr)
+		}
+	}
+	secret := func(s string) bool {
+		return strings.Contains(s, "YWRtaW46d3Jvbmc=") || strings.Contains(s, "admin:wrong")
+	}
+	if secret(logs.all()) {
+		t.Errorf("credentials in the log:\n%s", logs.all())
+	}
+	for _, e := range r.of("") {
+		if secret(e.Detail) {
+			t.Errorf("credentials in an event: %+v", e)
+		}
 	}
 }

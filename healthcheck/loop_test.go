@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
 func TestLoopRunsAtOnceThenAfterEachWaitOnKickAndRecomputesOnWake(t *testing.T) {
@@ -134,6 +136,46 @@ func TestSteadyPaceStaysWithinIntervalAndIntervalMax(t *testing.T) {
 	f(time.Second, 2*time.Second, 0.9999999999999999, 0)
 	f(time.Second, time.Second, 0.999, time.Second)
 	f(50*time.Millisecond, 60*time.Millisecond, 0.5, 55*time.Millisecond)
+}
+
+// A settled leader pool (a leader answering 200, the others non-200) is probed at the steady pace: every
+// wait between two probes of a server within [interval, interval_max], drawn at random (the default Rand),
+// so that the servers' probes do not stay in step.
+func TestASettledLeaderPoolIsProbedWithinIntervalAndIntervalMaxWithJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newScripted()
+		ts := targets("10.0.0.1:8080", "10.0.0.2:8080")
+		srv.set(ts[0].Addr(), always(200))
+		srv.set(ts[1].Addr(), always(503))
+		o := realisticChecks(event.NewBus(), srv)
+		o.Rand = nil // math/rand/v2
+		l := NewLeader(o, ts)
+		t0 := time.Now()
+		startScripted(t, l)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		for _, tg := range ts {
+			ps := srv.of(tg.Addr(), t0, time.Now())
+			if len(ps) < int(10*time.Minute/o.IntervalMax) {
+				t.Fatalf("%s: %d probes in 10 minutes, want one every [%v, %v]", tg.Addr(), len(ps), o.Interval, o.IntervalMax)
+			}
+			lo, hi := time.Duration(1<<62), time.Duration(0)
+			for i := 1; i < len(ps); i++ {
+				d := ps[i].at.Sub(ps[i-1].at)
+				if d < o.Interval || d > o.IntervalMax {
+					t.Errorf("%s: probes %d and %d are %v apart, want within [%v, %v]", tg.Addr(), i-1, i, d, o.Interval, o.IntervalMax)
+				}
+				lo, hi = min(lo, d), max(hi, d)
+			}
+			// Over 30 draws, a spread under a quarter of the range is no random jitter.
+			if hi-lo < (o.IntervalMax-o.Interval)/4 {
+				t.Errorf("%s: waits %v..%v: no jitter", tg.Addr(), lo, hi)
+			}
+		}
+		if l.Current() != ts[0] {
+			t.Fatalf("current %v, want %s", l.Current(), ts[0].Addr())
+		}
+	})
 }
 
 func TestCheckerProbesFastWhileAServerIsDownOrFailing(t *testing.T) {
