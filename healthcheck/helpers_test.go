@@ -3,7 +3,9 @@ package healthcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +129,22 @@ func targets(addrs ...string) []*Target {
 		ts[i] = NewTarget(a)
 	}
 	return ts
+}
+
+// logLines collects what a Checker or a Leader logs (Options.Logf).
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (l *logLines) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }

@@ -2,13 +2,11 @@ package healthcheck
 
 import (
 	"crypto/tls"
-	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
@@ -37,24 +35,6 @@ func httpsServer(t *testing.T, ca *sim.CA, base *tls.Config, names ...string) st
 	s.StartTLS()
 	t.Cleanup(s.Close)
 	return s.Listener.Addr().String()
-}
-
-// logLines collects what a Checker logs.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-func (l *logLines) all() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
 }
 
 func TestAProbeWhoseTLSHandshakeFailsHasFailedAndTheLogSaysWhy(t *testing.T) {
