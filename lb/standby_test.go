@@ -227,6 +227,10 @@ func TestEveryLeaderCheckAnswering401SaysTheCredentialsAreRefused(t *testing.T) 
 	if logLine(logs, "no leader after the first round", "credentials are refused") == "" {
 		t.Fatalf("the first round's line does not say the credentials are refused:\n%s", logs.all())
 	}
+	// Refused credentials are never logged, encoded or not.
+	if all := logs.all(); strings.Contains(all, "YWRtaW46d3Jvbmc") || strings.Contains(all, "admin:wrong") {
+		t.Fatalf("the log holds the credentials:\n%s", all)
+	}
 }
 
 // Issue 36: a leader pool whose standby died has lost its redundancy: fairlead_pool_redundancy_lost is
