@@ -218,9 +218,9 @@ func TestTheStatusPageIsOneDocumentThatLoadsNothingFromElsewhere(t *testing.T) {
 // The page shows each relay route: its upstream server and sessions, and its topics, and follows a
 // failover to the backup without reloading.
 func TestTheStatusPageShowsARelayAndFollowsItsFailover(t *testing.T) {
-	c := startRelaySim(t, 2)
+	c := testkit.StartRelaySim(t, 2)
 	primary, backup := c.Configs[0], c.Configs[1]
-	l, _ := startLB(t, openRelayFiles(t, relayConfigAddrs(c), []string{"inventory/dev", "payments/prod"}, ""))
+	l, _ := startLB(t, openRelayFiles(t, testkit.ConfigAddrs(c), []string{"inventory/dev", "payments/prod"}, ""))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()

@@ -239,8 +239,8 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
 	}
-	c := startRelaySim(t, 1)
-	l, _ := startLB(t, openRelayFiles(t, relayConfigAddrs(c), []string{"inventory/dev"}, ""))
+	c := testkit.StartRelaySim(t, 1)
+	l, _ := startLB(t, openRelayFiles(t, testkit.ConfigAddrs(c), []string{"inventory/dev"}, ""))
 	conn, err := net.Dial("tcp", l.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestAnAppConfigurationConfigGETOfAReadyTopicDoesNotAllocate(t *testing.T) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	rc := &rawClient{c: conn, buf: make([]byte, 64<<10)}
-	req := []byte("GET " + acConfigPath(acGUID, "inventory/dev") + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acClientKey + "\r\n\r\n")
+	req := []byte("GET " + testkit.AppConfigPath(acGUID, "inventory/dev") + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acClientKey + "\r\n\r\n")
 	do := func() {
 		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
 			t.Fatalf("status line %q", status)

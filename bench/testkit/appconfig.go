@@ -1,8 +1,10 @@
 package testkit
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +83,43 @@ func (e *AppConfigEnv) Relay(c *Config, poolExtra, relayExtra string) {
 		Set("topics", e.Opts.Topics).Set("apikey_file", e.APIKeyFile).Set("iam_url", e.IAM.URL()).Lines(relayExtra)
 	c.Table("relays.ibm.guids").Set(e.Backup.Addr, e.Opts.BackupGUID)
 	c.Table("relays.ibm.auth").Set("keys_file", e.KeysFile)
+}
+
+// AppConfigVersion returns the value of the simulated configuration's version property
+// (sim.AppConfigProperty) in an sdkConfig document (environments[0]) or a flat one; -1 if there is
+// none.
+func AppConfigVersion(t testing.TB, body []byte) int {
+	t.Helper()
+	var doc struct {
+		Environments []struct {
+			Properties []struct {
+				ID    string `json:"property_id"`
+				Value int    `json:"value"`
+			} `json:"properties"`
+		} `json:"environments"`
+		Properties []struct {
+			ID    string `json:"property_id"`
+			Value int    `json:"value"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("not JSON: %v: %q", err, body)
+	}
+	props := doc.Properties
+	if len(doc.Environments) > 0 {
+		props = doc.Environments[0].Properties
+	}
+	for _, p := range props {
+		if p.ID == sim.AppConfigProperty {
+			return p.Value
+		}
+	}
+	return -1
+}
+
+// AppConfigPath returns the client path of the configuration (sdkConfig form) of topic on instance
+// guid.
+func AppConfigPath(guid, topic string) string {
+	c, env, _ := strings.Cut(topic, "/")
+	return "/apprapp/feature/v1/instances/" + guid + "/config?action=sdkConfig&collection_id=" + c + "&environment_id=" + env
 }
