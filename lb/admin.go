@@ -16,9 +16,6 @@ import (
 
 var _ admin.Backend = (*LB)(nil)
 
-// adminOptions are the admin Handler's (New reads them; tests shorten the event stream's intervals).
-var adminOptions admin.Options
-
 // Config returns the configuration in force.
 func (lb *LB) Config() *config.Config { return lb.px.gen.Load().cfg }
 

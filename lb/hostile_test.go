@@ -753,22 +753,16 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 	leaks("/status", hostileAdminGet(t, l, "/status"))
 	leaks("/metrics", hostileAdminGet(t, l, "/metrics"))
 
-	ev := openEvents(t, l)
-	var events strings.Builder
-	timeout := time.After(time.Second)
-read:
-	for {
-		select {
-		case m := <-ev.msgs:
-			fmt.Fprintf(&events, "event: %s\nid: %s\ndata: %s\n: %s\n\n", m.event, m.id, m.data, m.comment)
-		case <-timeout:
-			break read
+	ev := testkit.DialSSE(t, l.AdminAddr(), "/events")
+	for deadline := time.Now().Add(time.Second); time.Until(deadline) > 0; {
+		if _, err := ev.Next(time.Until(deadline)); err != nil {
+			break
 		}
 	}
-	if events.Len() == 0 {
+	if ev.Raw.Len() == 0 {
 		t.Errorf("no event in the first second of /events")
 	}
-	leaks("/events", events.String())
+	leaks("/events", ev.Raw.String())
 	leaks("the log", logs.all())
 }
 

@@ -132,7 +132,7 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)
-	lb.adminHandler = admin.New(lb, adminOptions)
+	lb.adminHandler = admin.New(lb, admin.Options{})
 	lb.bus.Subscribe(lb.countEvent)
 	lb.bus.Subscribe(lb.logEvent)
 	lb.bus.Subscribe(lb.closeTunnels)
