@@ -23,6 +23,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 )
 
 // HTTP/2 on the TLS listener (lb/frontend/h2.go).
@@ -488,12 +489,12 @@ func TestH2ChromiumLoadsAProxiedPageOverH2(t *testing.T) {
 	c, _, _, tlsAddr := h2LB(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p := openBrowser(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
-	p.do("open the page", chromedp.Navigate("https://"+tlsAddr+"/Thingworx/Composer/index.html"))
-	if got := p.eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
+	p := browser.Open(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
+	p.Do("open the page", chromedp.Navigate("https://"+tlsAddr+"/Thingworx/Composer/index.html"))
+	if got := p.Eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
 		t.Errorf("nextHopProtocol %q, want h2", got)
 	}
-	if got := p.eval(`document.body.innerText`); !strings.Contains(got, c.Platforms[0].Name) {
+	if got := p.Eval(`document.body.innerText`); !strings.Contains(got, c.Platforms[0].Name) {
 		t.Errorf("the page says %q, want the leader's answer", got)
 	}
 }

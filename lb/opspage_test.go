@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 	"github.com/fairlead/fairlead/lb/admin"
 )
 
@@ -50,31 +51,31 @@ func TestAPageOpenedAfterTheLeadersAreLostShowsTheAlarmAndTheLeaderChangesBefore
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := openBrowser(t, ctx)
-	b.do("open the status page after the incident", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
-	b.waitFor(5*time.Second, "the alarm in the title and the header",
+	b := browser.Open(t, ctx)
+	b.Do("open the status page after the incident", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.WaitFor(5*time.Second, "the alarm in the title and the header",
 		`document.title.startsWith("NO LEADER: platform") && !document.getElementById("alarm").hidden && `+
 			`document.getElementById("alarm").textContent === "NO LEADER: platform"`)
 	// The log shows the changes that happened before the page was opened: to p2, back to p1, to none.
 	changes := `Array.from(document.querySelectorAll('#log tr[data-kind="leader_changed"]')).map((r) => r.cells[3].textContent).reverse().join(" | ")`
 	want := fmt.Sprintf("%s (was %s) | %s (was %s) | none (was %s)", p2.Addr, p1.Addr, p1.Addr, p2.Addr, p1.Addr)
-	b.waitFor(5*time.Second, "the leader changes before the page was opened", fmt.Sprintf(`(%s).endsWith(%s)`, changes, jsString(want)))
-	if got := b.eval(`document.querySelector('[data-pool="platform"] [data-stat="changes"] dd').textContent`); got != "3" {
+	b.WaitFor(5*time.Second, "the leader changes before the page was opened", fmt.Sprintf(`(%s).endsWith(%s)`, changes, browser.JSString(want)))
+	if got := b.Eval(`document.querySelector('[data-pool="platform"] [data-stat="changes"] dd').textContent`); got != "3" {
 		t.Errorf("the page shows %q leader changes; want 3 (the first election is none)", got)
 	}
 	// The states say what each server is: p1 answers 503 (standby), p2 refuses connections (down).
-	b.waitFor(5*time.Second, "p1 standby and p2 down", fmt.Sprintf(
+	b.WaitFor(5*time.Second, "p1 standby and p2 down", fmt.Sprintf(
 		`document.querySelector('tr[data-addr=%q]').dataset.state === "standby" && document.querySelector('tr[data-addr=%q]').dataset.state === "down"`,
 		p1.Addr, p2.Addr))
-	if got := b.eval(`document.getElementById("summary").textContent`); got != "1 pool, 0 of 2 servers serving, 1 standby, 1 down" {
+	if got := b.Eval(`document.getElementById("summary").textContent`); got != "1 pool, 0 of 2 servers serving, 1 standby, 1 down" {
 		t.Errorf("summary %q; want 0 of 2 serving, 1 standby, 1 down", got)
 	}
 
 	// A leader is back: the red alarm is over; p2 still dead, the pool serves without a spare (amber).
 	mustSetState(t, p1, sim.Leader)
-	b.waitFor(10*time.Second, "the alarm cleared, the redundancy lost", `document.title === "REDUNDANCY LOST: platform — fairlead" && document.getElementById("alarm").hidden && !document.getElementById("warning").hidden`)
-	b.waitFor(5*time.Second, "the new leader change in the log", fmt.Sprintf(
-		`document.querySelector('#log tr[data-kind="leader_changed"]').cells[3].textContent === %s`, jsString(p1.Addr+" (was none)")))
+	b.WaitFor(10*time.Second, "the alarm cleared, the redundancy lost", `document.title === "REDUNDANCY LOST: platform — fairlead" && document.getElementById("alarm").hidden && !document.getElementById("warning").hidden`)
+	b.WaitFor(5*time.Second, "the new leader change in the log", fmt.Sprintf(
+		`document.querySelector('#log tr[data-kind="leader_changed"]').cells[3].textContent === %s`, browser.JSString(p1.Addr+" (was none)")))
 }
 
 func TestTheStatusSaysUpForTheLeaderStandbyForAHealthyNonLeaderAndDownForAServerRefusingConnections(t *testing.T) {

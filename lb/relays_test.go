@@ -157,6 +157,11 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 		t.Fatalf("1s after the primary stopped, the backup holds %+v", backup.Stats().Topics)
 	}
 	t.Logf("sessions on the backup %s after the primary stopped", time.Since(stopped))
+	// The relay's status follows (the page shows it: lb/admin's TestTheStatusPageShowsARelayAndFollowsItsFailover).
+	testkit.Eventually(t, "the relay's status on the backup", 5*time.Second, func() bool {
+		rs := l.Status().Relays
+		return len(rs) == 1 && rs[0].Upstream == backup.Addr && rs[0].ServingBackup && rs[0].Sessions == len(testkit.RelayTopics)
+	})
 	v := testkit.Publish(t, c, topic, `{"on":"backup"}`)
 	if s := testkit.SnapshotOf(t, []byte(sse.WaitVersion(t, v, 5*time.Second).Data)); s.Server != "config2" {
 		t.Errorf("the snapshot after the failover came from %s, want config2", s.Server)

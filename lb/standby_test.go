@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
@@ -141,10 +142,10 @@ func TestALostStandbyIsAnAmberAlarmOnTheStatusAndThePageUntilItReturns(t *testin
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := openBrowser(t, ctx)
-	b.do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
-	b.waitFor(5*time.Second, "the live page", `document.getElementById("conn").dataset.conn === "live" && document.getElementById("summary").textContent.includes("1 standby")`)
-	if got := b.eval(`String(document.getElementById("warning").hidden) + " " + document.getElementById("alarm").hidden + " " + document.title`); got != "true true fairlead" {
+	b := browser.Open(t, ctx)
+	b.Do("open the status page", chromedp.Navigate("http://"+l.AdminAddr()+"/"))
+	b.WaitFor(5*time.Second, "the live page", `document.getElementById("conn").dataset.conn === "live" && document.getElementById("summary").textContent.includes("1 standby")`)
+	if got := b.Eval(`String(document.getElementById("warning").hidden) + " " + document.getElementById("alarm").hidden + " " + document.title`); got != "true true fairlead" {
 		t.Fatalf("at rest the page shows (warning hidden, alarm hidden, title) %q", got)
 	}
 
@@ -163,14 +164,14 @@ func TestALostStandbyIsAnAmberAlarmOnTheStatusAndThePageUntilItReturns(t *testin
 	if l.Status().Pools[0].Leader != p1.Addr {
 		t.Fatal("the leader changed")
 	}
-	b.waitFor(5*time.Second, "the amber alarm", `!document.getElementById("warning").hidden && document.getElementById("warning").textContent === "REDUNDANCY LOST: platform"`)
+	b.WaitFor(5*time.Second, "the amber alarm", `!document.getElementById("warning").hidden && document.getElementById("warning").textContent === "REDUNDANCY LOST: platform"`)
 	row := fmt.Sprintf(`document.querySelector('[data-pool="platform"] tr[data-addr=%q]')`, p2.Addr)
-	b.waitFor(5*time.Second, "the row and the header", row+`.dataset.state === "down" && document.getElementById("summary").textContent.endsWith("1 of 2 servers serving, 1 down")`)
-	if got := b.eval(`String(document.getElementById("alarm").hidden) + " " + document.title`); got != "true REDUNDANCY LOST: platform — fairlead" {
+	b.WaitFor(5*time.Second, "the row and the header", row+`.dataset.state === "down" && document.getElementById("summary").textContent.endsWith("1 of 2 servers serving, 1 down")`)
+	if got := b.Eval(`String(document.getElementById("alarm").hidden) + " " + document.title`); got != "true REDUNDANCY LOST: platform — fairlead" {
 		t.Errorf("during the loss (red alarm hidden, title): %q", got)
 	}
 	// Amber, not the red of the critical alarms.
-	if got := b.eval(`getComputedStyle(document.getElementById("warning")).backgroundColor + " / " + getComputedStyle(document.getElementById("alarm")).backgroundColor`); !strings.HasPrefix(got, "rgb(245, 158, 11) / ") && !strings.HasPrefix(got, "rgb(251, 191, 36) / ") {
+	if got := b.Eval(`getComputedStyle(document.getElementById("warning")).backgroundColor + " / " + getComputedStyle(document.getElementById("alarm")).backgroundColor`); !strings.HasPrefix(got, "rgb(245, 158, 11) / ") && !strings.HasPrefix(got, "rgb(251, 191, 36) / ") {
 		t.Errorf("the warning's colour (warning / alarm): %s, want amber", got)
 	}
 
@@ -181,7 +182,7 @@ func TestALostStandbyIsAnAmberAlarmOnTheStatusAndThePageUntilItReturns(t *testin
 	if a := alarms(); len(a) != 0 {
 		t.Fatalf("alarms after the standby's return: %+v", a)
 	}
-	b.waitFor(5*time.Second, "the alarm gone", `document.getElementById("warning").hidden && document.title === "fairlead" && document.getElementById("summary").textContent.includes("1 standby")`)
+	b.WaitFor(5*time.Second, "the alarm gone", `document.getElementById("warning").hidden && document.title === "fairlead" && document.getElementById("summary").textContent.includes("1 standby")`)
 }
 
 // A pool of any kind down to one server has lost its redundancy; down to none it is a red no_server.

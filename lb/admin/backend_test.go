@@ -48,9 +48,9 @@ func newTestBackend(cfg *config.Config) *testBackend {
 	return &testBackend{Bus: event.NewBus(), cfg: cfg, status: Status{Alarms: []Alarm{}, Pools: []PoolStatus{{
 		Name: "platform", Balance: "leader", Leader: "127.0.0.1:9001", Serving: "primaries",
 		Servers: []ServerStatus{
-			{Addr: "127.0.0.1:9001", Name: "platform1", Tier: "primary", State: "up", AdminState: "ready", Available: true,
+			{Addr: "127.0.0.1:9001", Name: "platform1", Tier: "primary", State: "up", AdminState: "ready", Available: true, Writable: true,
 				Check: &healthcheck.ServerStatus{Addr: "127.0.0.1:9001", Up: true, Answered: true, LastStatus: 200}},
-			{Addr: "127.0.0.1:9002", Name: "platform2", Tier: "primary", State: "standby", AdminState: "ready",
+			{Addr: "127.0.0.1:9002", Name: "platform2", Tier: "primary", State: "standby", AdminState: "ready", Writable: true,
 				Check: &healthcheck.ServerStatus{Addr: "127.0.0.1:9002", Answered: true, LastStatus: 503}},
 		}}}}}
 }
@@ -185,4 +185,11 @@ func (e *adminEnv) mustAction(t *testing.T, pool, server, action, auth string) S
 		t.Fatalf("POST %s on %s: the answer is not a server status: %v: %s", action, server, err, body)
 	}
 	return ss
+}
+
+// setStatus makes st the document Status returns (the next snapshot of /events carries it).
+func (b *testBackend) setStatus(st Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.status = st
 }
