@@ -204,3 +204,31 @@ func TestTheEventLogColoursEachEventBySeverity(t *testing.T) {
 		t.Errorf("badge colours: outage %s, warn %s, ok %s; want three colours", outage, warn, ok)
 	}
 }
+
+// Issue 36: Requests/s read 0.00 for the first 2 s of a page (until it had two snapshots to compare),
+// and the chart's legend said "no errors" while Errors/s showed errors (the legend looked only at the
+// complete steps of the hour). The first paint draws both rates from the history the snapshot carries,
+// and the legend names the errors whenever Errors/s has some: here 20 requests in the last complete
+// step, then 3 requests, all errors, in the current one (what lb's
+// TestTheStatusRateHistoryHoldsAPoolsRequestsAndItsOwnErrors has fairlead count).
+func TestTheStatusPagesFirstPaintShowsTheRatesOfTheHistoryAndItsLegendAgreesWithErrorsPerSecond(t *testing.T) {
+	be := newTestBackend(nil)
+	st := be.Status()
+	now := time.Now()
+	step := now.Truncate(RateStep)
+	p := &st.Pools[0]
+	p.Requests, p.Errors = 23, 3
+	p.Rates = &RateHistory{StepSeconds: int(RateStep / time.Second), Start: step.Add(-RateStep), Through: now,
+		Requests: []uint64{20, 3}, Errors: []uint64{0, 3}}
+	be.setStatus(st)
+	// Nothing more is sent: a page that waited for a second snapshot would show 0.00 for good.
+	e := startAdmin(t, be, Options{SnapshotEvery: time.Hour})
+	b := openPage(t, e)
+	pool := `document.querySelector('[data-pool="platform"]')`
+	stat := func(k string) string {
+		return fmt.Sprintf(`%s?.querySelector('[data-stat=%q] dd')?.textContent`, pool, k)
+	}
+	b.WaitFor(5*time.Second, "the first snapshot with its rates and a legend naming the errors", fmt.Sprintf(
+		`%s === "23" && %s !== "0.00" && %s !== "0.00" && %s.querySelector(".legend").textContent.includes("errors/s") && !%s.querySelector(".legend").textContent.includes("no errors")`,
+		stat("requests"), stat("rps"), stat("eps"), pool, pool))
+}
