@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -61,10 +62,17 @@ func (b *testBackend) Config() *config.Config {
 	return b.cfg
 }
 
+// Status returns the document set, its pools and servers copied: a test edits what it got and sets it
+// again while the handler encodes the last one.
 func (b *testBackend) Status() Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.status
+	st := b.status
+	st.Pools = slices.Clone(st.Pools)
+	for i := range st.Pools {
+		st.Pools[i].Servers = slices.Clone(st.Pools[i].Servers)
+	}
+	return st
 }
 
 func (b *testBackend) WriteMetrics(w io.Writer) {
