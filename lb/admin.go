@@ -73,7 +73,7 @@ func (lb *LB) status() admin.Status {
 		st.Pools = append(st.Pools, out)
 	}
 	st.Alarms = append(st.Alarms, warnings...)
-	st.Relays = g.relayStatuses() // relays.go
+	st.Relays = g.relayDocuments() // relays.go
 	return st
 }
 

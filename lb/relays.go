@@ -89,11 +89,32 @@ func bindRelays(cfg *config.Config, all map[string]*relay.Route) []relayBinding 
 	return bs
 }
 
-// relayStatuses describes the relays of generation g.
-func (g *generation) relayStatuses() []admin.RelayStatus {
-	var out []admin.RelayStatus
+// relayStatuses are what the relays of generation g report (for /metrics: relay.WriteMetrics).
+func (g *generation) relayStatuses() []relay.Status {
+	var out []relay.Status
 	for _, b := range g.relays {
 		out = append(out, b.rr.Status())
+	}
+	return out
+}
+
+// relayDocuments are the relays of generation g in the status document (/api/status).
+func (g *generation) relayDocuments() []admin.RelayStatus {
+	var out []admin.RelayStatus
+	for _, rs := range g.relayStatuses() {
+		d := admin.RelayStatus{Name: rs.Name, Protocol: rs.Protocol, GUID: rs.GUID, Path: rs.Path, Pool: rs.Pool,
+			Start: rs.Start, Seeded: rs.Seeded, Upstream: rs.Upstream, ServingBackup: rs.ServingBackup,
+			Switches: rs.Switches, Sessions: rs.Sessions, Subscribers: rs.Subscribers, Requests: rs.Requests,
+			Refused: rs.Refused, SeedWrites: rs.SeedWrites, SeedWriteErrors: rs.SeedWriteErrors}
+		if i := rs.IAM; i != nil {
+			d.IAM = &admin.IAMStatus{URL: i.URL, TokenExpires: i.TokenExpires, Tokens: i.Tokens, Failures: i.Failures}
+		}
+		for _, t := range rs.Topics {
+			d.Topics = append(d.Topics, admin.TopicStatus{Topic: t.Topic, Listed: t.Listed, Watched: t.Watched,
+				Subscribers: t.Subscribers, Version: t.Version, Seed: t.Seed, Fetched: t.Fetched,
+				Publishes: t.Publishes, Fetches: t.Fetches, FetchErrors: t.FetchErrors, Drops: t.Drops})
+		}
+		out = append(out, d)
 	}
 	return out
 }

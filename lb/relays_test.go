@@ -23,8 +23,8 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fasthttp/websocket"
 )
 
@@ -49,7 +49,7 @@ func openRelayFiles(t testing.TB, servers, topics []string, relayExtra string) m
 
 // runningTopics returns the topics of the running relay name (with "", of the only one), as its status
 // shows them.
-func runningTopics(l *LB, name string) []admin.TopicStatus {
+func runningTopics(l *LB, name string) []relay.TopicStatus {
 	l.relays.mu.Lock()
 	rr := l.relays.running[name]
 	for n, r := range l.relays.running {

@@ -28,7 +28,6 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
@@ -110,22 +109,8 @@ func serveRoute(t testing.TB, rr *Route, pool *listPool, logs *logBuf) *routeEnv
 		KeepHijackedConns: true,
 		ReduceMemoryUsage: true,
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	tr := &http.Transport{DisableCompression: true}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		rr.Close() // ends the streams, so that Shutdown does not wait for them
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = srv.ShutdownWithContext(ctx)
-		<-done
-	})
 	return &routeEnv{rr: rr, pool: pool, logs: logs, addr: ln.Addr().String(),
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+		client: serveForTest(t, srv, ln, rr.Close, 10*time.Second)}
 }
 
 // get sends method path with header pairs (name, value, ...) and returns the answer.
@@ -171,18 +156,18 @@ func (e *routeEnv) both(t testing.TB, topic string) (*testkit.SSE, *websocket.Co
 }
 
 // topic returns the status of topic, as the relay's Status shows it (zero if it holds none).
-func (e *routeEnv) topic(topic string) admin.TopicStatus {
+func (e *routeEnv) topic(topic string) TopicStatus {
 	for _, s := range e.rr.Status().Topics {
 		if s.Topic == topic {
 			return s
 		}
 	}
-	return admin.TopicStatus{}
+	return TopicStatus{}
 }
 
 // holds reports whether the relay holds topic.
 func (e *routeEnv) holds(topic string) bool {
-	return slices.ContainsFunc(e.rr.Status().Topics, func(s admin.TopicStatus) bool { return s.Topic == topic })
+	return slices.ContainsFunc(e.rr.Status().Topics, func(s TopicStatus) bool { return s.Topic == topic })
 }
 
 // settled waits until the relay's fetches of each topic have all ended and each topic has had its
@@ -209,7 +194,7 @@ func (e *routeEnv) settled(t testing.TB, s *sim.ConfigServer, topics ...string) 
 func (e *routeEnv) metric(t testing.TB, series string) float64 {
 	t.Helper()
 	var b bytes.Buffer
-	WriteMetrics(&b, []admin.RelayStatus{e.rr.Status()})
+	WriteMetrics(&b, []Status{e.rr.Status()})
 	for line := range strings.Lines(b.String()) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

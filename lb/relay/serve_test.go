@@ -51,6 +51,12 @@ func startServe(t *testing.T, hopts Options, sopts ServeOptions, wait time.Durat
 		KeepHijackedConns: sopts.KeepHijacked,
 		ReduceMemoryUsage: sopts.KeepHijacked,
 	}
+	return &serveEnv{hub: hub, addr: ln.Addr().String(), client: serveForTest(t, srv, ln, hub.Close, 5*time.Second)}
+}
+
+// serveForTest serves srv on ln until the test ends, then closes the streams (closeStreams, so that
+// Shutdown does not wait for them) and shuts srv down; it returns a client of srv with timeout.
+func serveForTest(t testing.TB, srv *fasthttp.Server, ln net.Listener, closeStreams func(), timeout time.Duration) *http.Client {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -59,13 +65,13 @@ func startServe(t *testing.T, hopts Options, sopts ServeOptions, wait time.Durat
 	tr := &http.Transport{DisableCompression: true}
 	t.Cleanup(func() {
 		tr.CloseIdleConnections()
-		hub.Close() // ends the streams, so that Shutdown does not wait for them
+		closeStreams()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		_ = srv.ShutdownWithContext(ctx)
 		<-done
 	})
-	return &serveEnv{hub: hub, addr: ln.Addr().String(), client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	return &http.Client{Transport: tr, Timeout: timeout}
 }
 
 func (e *serveEnv) url(topic string) string { return "http://" + e.addr + "/relay/" + topic }

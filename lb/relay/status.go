@@ -1,21 +1,55 @@
 package relay
 
-// What a relay shows in /api/status and /metrics.
+// What a relay reports of itself: package lb puts it in /api/status (admin.RelayStatus, whose fields
+// say what each means to an operator) and WriteMetrics in /metrics. The relay knows nothing of the
+// admin document.
 
 import (
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/fairlead/fairlead/lb/admin"
 )
 
-// Status describes the relay.
-func (rr *Route) Status() admin.RelayStatus {
+// Status is what a running relay reports: its spec, its upstream, its counts and its topics.
+type Status struct {
+	Name, Protocol, GUID, Path, Pool, Start string
+	Seeded                                  bool
+	Upstream                                string // the pool's choice, which fetches and sessions go to
+	ServingBackup                           bool
+	Switches                                uint64
+	Sessions                                int
+	Subscribers                             int64
+	Requests, Refused                       map[string]uint64 // by kind; by status
+	SeedWrites, SeedWriteErrors             uint64
+	IAM                                     *IAMStatus // App Configuration relays
+	Topics                                  []TopicStatus
+}
+
+// IAMStatus is an App Configuration relay's token source: never a token.
+type IAMStatus struct {
+	URL              string
+	TokenExpires     time.Time
+	Tokens, Failures uint64
+}
+
+// TopicStatus is one topic held by a relay.
+type TopicStatus struct {
+	Topic                                  string
+	Listed, Watched, Seed                  bool
+	Subscribers                            int
+	Version                                uint64
+	Fetched                                time.Time
+	Publishes, Fetches, FetchErrors, Drops uint64
+}
+
+// Status reports the relay.
+func (rr *Route) Status() Status {
 	up := rr.origin.Current()
-	st := admin.RelayStatus{Name: rr.name, Protocol: rr.spec.Protocol, GUID: rr.spec.GUID, Path: rr.cfg.Path,
+	st := Status{Name: rr.name, Protocol: rr.spec.Protocol, GUID: rr.spec.GUID, Path: rr.cfg.Path,
 		Pool: rr.cfg.Pool, Start: rr.cfg.Start, Seeded: rr.seeded.Load(),
 		Upstream: up, ServingBackup: slices.Contains(rr.backups, up), Switches: rr.origin.Switches(), Sessions: rr.origin.Sessions(), Subscribers: rr.hub.Subscribers(),
 		Requests: map[string]uint64{}, Refused: map[string]uint64{},
@@ -25,7 +59,7 @@ func (rr *Route) Status() admin.RelayStatus {
 	}
 	if rr.tokens != nil {
 		ts := rr.tokens.Status()
-		st.IAM = &admin.IAMStatus{URL: rr.spec.IAMURL, TokenExpires: ts.Expires, Tokens: ts.Issued, Failures: ts.Failures}
+		st.IAM = &IAMStatus{URL: rr.spec.IAMURL, TokenExpires: ts.Expires, Tokens: ts.Issued, Failures: ts.Failures}
 	}
 	for i, code := range refusals {
 		st.Refused[strconv.Itoa(code)] = rr.refused[i].Load()
@@ -37,7 +71,7 @@ func (rr *Route) Status() admin.RelayStatus {
 	}
 	rr.mu.Unlock()
 	for _, ts := range rr.hub.Topics() {
-		t := admin.TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
+		t := TopicStatus{Topic: ts.Topic, Listed: rr.spec.Listed[ts.Topic], Watched: watched[ts.Topic],
 			Subscribers: ts.Subscribers, Version: ts.Version, Fetched: ts.Fetched, Publishes: ts.Publishes,
 			Fetches: ts.Fetches, FetchErrors: ts.FetchErrors, Drops: ts.Drops}
 		if s := rr.hub.Snapshot(ts.Topic); s != nil {
@@ -49,7 +83,7 @@ func (rr *Route) Status() admin.RelayStatus {
 }
 
 // WriteMetrics writes the metrics of relays, as Status describes them.
-func WriteMetrics(w io.Writer, relays []admin.RelayStatus) {
+func WriteMetrics(w io.Writer, relays []Status) {
 	for _, st := range relays {
 		l := fmt.Sprintf(`relay=%q`, st.Name)
 		metrics.WriteGaugeUint64(w, "fairlead_relay_upstream_sessions{"+l+"}", uint64(st.Sessions))
