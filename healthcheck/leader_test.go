@@ -386,7 +386,7 @@ func TestLeaderWhoseChecksHangIsReplacedAfterFallTimeoutsSaidInPlainWords(t *tes
 	// The leader's process hangs (it takes connections and never answers); the second server leads.
 	setState(t, cl.Platforms[0], sim.Hung)
 	setState(t, cl.Platforms[1], sim.Leader)
-	waitFor(t, bus, "the leader to change", func() bool {
+	testkit.Eventually(t, "the leader to change", 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(atChange) > 0 && len(r.of("", event.LeaderChanged)) > 0
@@ -412,7 +412,7 @@ func TestLeaderCheckSendsTheAuthorizationHeaderExactlyAndWrongCredentialsElectNo
 	o := leaderChecks(bus) // sim.DefaultCredentials, admin:admin
 	l := NewLeader(o, ts)
 	startLeader(t, l, bus)
-	waitFor(t, bus, "three probes of each server", func() bool {
+	testkit.Eventually(t, "three probes of each server", 5*time.Second, func() bool {
 		sts := l.Status()
 		return sts[0].Probes >= 3 && sts[1].Probes >= 3
 	})
@@ -437,7 +437,7 @@ func TestLeaderCheckSendsTheAuthorizationHeaderExactlyAndWrongCredentialsElectNo
 	o2.Credentials, o2.Logf = "YWRtaW46d3Jvbmc=", logs.logf
 	l2 := NewLeader(o2, ts2)
 	startLeader(t, l2, bus2)
-	waitFor(t, bus2, "three probes of each server", func() bool {
+	testkit.Eventually(t, "three probes of each server", 5*time.Second, func() bool {
 		sts := l2.Status()
 		return sts[0].Probes >= 3 && sts[1].Probes >= 3
 	})
