@@ -1,0 +1,527 @@
+package frontend
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The front end as lb serves it, with a trivial handler: a fasthttp server configured as lb.go
+// configures its own, behind Front.Listener (plain) and Front.TLSListener (TLS, h2 served by NewH2),
+// with the Front's ErrorHandler and Logger. What the handler is given is counted, so that a test
+// asserts that a refused request never reached it (and so never a server behind lb).
+
+// testServerName is the DNS name of the test certificate (which also holds 127.0.0.1).
+const testServerName = "fairlead.example"
+
+// frontOptions are the limits and timeouts of a test front end (zero: lb's default).
+type frontOptions struct {
+	lim                      Limits
+	readTimeout, idleTimeout time.Duration
+	maxConns                 int
+	maxStreams               uint32 // http2_max_streams (default 100)
+	log                      *slog.Logger
+}
+
+// testFront is a running front end with a trivial handler.
+type testFront struct {
+	f        *Front
+	h2       *H2
+	srv      *fasthttp.Server
+	addr     string // plain HTTP/1.1
+	tlsAddr  string // TLS, h2 or http/1.1 by ALPN
+	ca       *sim.CA
+	requests atomic.Int64 // requests the handler was given
+}
+
+// startFront serves the trivial handler behind a Front with o's limits on two listeners of 127.0.0.1,
+// plain and TLS. The handler answers 200: "?bytes=N" with N bytes of the pattern a…z, a request with a
+// body with X-Body-Bytes and X-Body-Sha256 of what it read, "?delay=D" after D. A body it could not
+// read is answered as lb answers it (clientFailed): the framer's refusal (Claim), 413, 408 or 400,
+// with Connection: close.
+func startFront(t *testing.T, o frontOptions) *testFront {
+	t.Helper()
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.lim.HeaderTimeout, 10 * time.Second}, {&o.readTimeout, 30 * time.Second}, {&o.idleTimeout, 60 * time.Second}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if o.lim.MaxHeader == 0 {
+		o.lim.MaxHeader = 8 << 10
+	}
+	if o.maxStreams == 0 {
+		o.maxStreams = 100
+	}
+	ca, err := sim.NewCA("frontend test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue(testServerName, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf := &testFront{f: New(o.lim, o.log), ca: ca}
+	maxBody := int(^uint(0) >> 1)
+	if o.lim.MaxBody > 0 {
+		maxBody = int(o.lim.MaxBody)
+	}
+	tf.srv = &fasthttp.Server{
+		Handler:                      tf.handle,
+		ErrorHandler:                 tf.f.ErrorHandler,
+		NoDefaultServerHeader:        true,
+		NoDefaultDate:                true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		StreamRequestBody:            true,
+		WriteBufferSize:              32 << 10,
+		ReadBufferSize:               max(o.lim.MaxHeader, 4<<10),
+		ReduceMemoryUsage:            true,
+		ReadTimeout:                  o.readTimeout,
+		IdleTimeout:                  o.idleTimeout,
+		Concurrency:                  o.maxConns,
+		MaxRequestBodySize:           maxBody,
+		CloseOnShutdown:              true,
+		Logger:                       tf.f.Logger(),
+		SecureErrorLogMessage:        true,
+	}
+	tf.h2 = tf.f.NewH2(tf.handle, func() H2Config {
+		return H2Config{MaxStreams: o.maxStreams, MaxHeader: o.lim.MaxHeader, ReadTimeout: o.readTimeout, IdleTimeout: o.idleTimeout}
+	})
+	tf.srv.NextProto("h2", tf.h2.Serve)
+	cfg := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}
+	var done []chan struct{}
+	for _, wrap := range []func(net.Listener) net.Listener{
+		tf.f.Listener,
+		func(ln net.Listener) net.Listener { return tf.f.TLSListener(ln, func() *tls.Config { return cfg }) },
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tf.addr == "" {
+			tf.addr = ln.Addr().String()
+		} else {
+			tf.tlsAddr = ln.Addr().String()
+		}
+		d := make(chan struct{})
+		done = append(done, d)
+		go func() { defer close(d); tf.srv.Serve(wrap(ln)) }() //nolint:errcheck
+	}
+	t.Cleanup(func() {
+		tf.h2.Close()
+		tf.srv.Shutdown() //nolint:errcheck
+		for _, d := range done {
+			<-d
+		}
+	})
+	return tf
+}
+
+func (tf *testFront) handle(ctx *fasthttp.RequestCtx) {
+	tf.requests.Add(1)
+	args := ctx.QueryArgs()
+	if d, err := time.ParseDuration(string(args.Peek("delay"))); err == nil {
+		time.Sleep(d) // the handler's own work, as a slow server behind lb
+	}
+	var body []byte
+	var err error
+	if s := ctx.RequestBodyStream(); s != nil {
+		body, err = io.ReadAll(s)
+	} else {
+		body = ctx.PostBody()
+	}
+	if err != nil {
+		status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
+		fe := Claim(ctx.Conn())
+		switch {
+		case fe != nil:
+			status, reason = fe.Status, fe.Reason
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
+		case isTimeout(err):
+			status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
+		}
+		tf.f.Refused(status)
+		ctx.Error(RefusalBody(status, reason), status)
+		ctx.SetConnectionClose()
+		return
+	}
+	if len(body) > 0 || ctx.IsPost() {
+		sum := sha256.Sum256(body)
+		ctx.Response.Header.Set("X-Body-Bytes", strconv.Itoa(len(body)))
+		ctx.Response.Header.Set("X-Body-Sha256", hex.EncodeToString(sum[:]))
+	}
+	if n, err := strconv.Atoi(string(args.Peek("bytes"))); err == nil {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + i%26)
+		}
+		ctx.SetBody(b)
+		return
+	}
+	ctx.WriteString("ok\n") //nolint:errcheck
+}
+
+// clientTLS verifies the test certificate.
+func (tf *testFront) clientTLS() *tls.Config {
+	return &tls.Config{RootCAs: tf.ca.Pool(), ServerName: testServerName}
+}
+
+// h2Client is a client that speaks HTTP/2 only, over one connection.
+func (tf *testFront) h2Client(t *testing.T) *http.Client {
+	tr := &http2.Transport{TLSClientConfig: tf.clientTLS(), StrictMaxConcurrentStreams: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Timeout: 60 * time.Second, Transport: tr}
+}
+
+// Raw HTTP/1.1 clients.
+
+const (
+	answerWait = 3 * time.Second // bounds the wait for an answer
+	closeWait  = time.Second     // bounds the wait for the close after it
+)
+
+// rawResult is what a client saw of one answer on a raw connection.
+type rawResult struct {
+	status int
+	header http.Header
+	body   []byte
+	closed bool   // the front end closed the connection after the answer, within the wait
+	after  string // what the close check read instead of the end
+	err    error
+}
+
+func (r rawResult) String() string {
+	if r.status == 0 {
+		return fmt.Sprintf("no answer (%v), closed=%v", r.err, r.closed)
+	}
+	return fmt.Sprintf("%d closed=%v body=%q err=%v", r.status, r.closed, bytes.TrimSpace(r.body), r.err)
+}
+
+type rawConn struct{ *testkit.RawConn }
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	return &rawConn{testkit.DialRaw(t, addr, 3*time.Second)}
+}
+
+// write sends raw in one write; a failed write is not fatal (the answer shows why).
+func (c *rawConn) write(raw string) { c.Send(raw, answerWait) } //nolint:errcheck
+
+// answerBy reads one answer, head and body, by deadline, without waiting for a close.
+func (c *rawConn) answerBy(deadline time.Time) rawResult {
+	var r rawResult
+	c.SetReadDeadline(deadline) //nolint:errcheck
+	resp, err := http.ReadResponse(c.R, nil)
+	if err != nil {
+		r.err, r.closed = err, testkit.ClosedErr(err)
+		return r
+	}
+	r.status, r.header = resp.StatusCode, resp.Header
+	r.body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		r.err, r.closed = err, testkit.ClosedErr(err)
+	}
+	return r
+}
+
+func (c *rawConn) answer() rawResult { return c.answerBy(time.Now().Add(answerWait)) }
+
+// answerAndClose reads one answer, then whether the front end closes the connection within closeWait.
+func (c *rawConn) answerAndClose() rawResult {
+	r := c.answer()
+	if r.status != 0 && !r.closed {
+		r.closed, r.after = c.ClosedWithin(closeWait)
+	}
+	return r
+}
+
+// rawRequest sends raw on a new connection in one write and returns the answer and the close.
+func rawRequest(t *testing.T, addr, raw string) rawResult {
+	t.Helper()
+	c := dialRaw(t, addr)
+	c.write(raw)
+	return c.answerAndClose()
+}
+
+// refusal checks that raw, sent in one write on a new connection, gets want, the connection closes, the
+// handler is given nothing and the refusal is counted by its status.
+func (tf *testFront) refusal(t *testing.T, what, raw string, want int) {
+	t.Helper()
+	n, counted := tf.requests.Load(), tf.f.RefusedTotal(want)
+	r := rawRequest(t, tf.addr, raw)
+	if r.status != want || !r.closed {
+		t.Errorf("%s: got %s; want %d and the connection closed (%s)", what, r, want, r.after)
+	}
+	if d := tf.requests.Load() - n; d != 0 {
+		t.Errorf("%s: the handler was given %d requests, want none", what, d)
+	}
+	if r.status == want {
+		if !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(want) == counted+1 }) {
+			t.Errorf("%s: refusals with %d went from %d to %d, want +1", what, want, counted, tf.f.RefusedTotal(want))
+		}
+	}
+}
+
+// Raw HTTP/2 clients.
+
+// rawH2 is a client connection that writes HTTP/2 frames as a test wants them, valid or not.
+type rawH2 struct {
+	t    *testing.T
+	conn *tls.Conn
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	dec  *hpack.Decoder
+	hbuf bytes.Buffer
+	// lastFields are the fields of the last header block the server sent (decoded by next).
+	lastFields []hpack.HeaderField
+}
+
+func (tf *testFront) dialH2(t *testing.T) *rawH2 {
+	t.Helper()
+	cfg := tf.clientTLS()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", tf.tlsAddr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q, want h2", p)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	r := &rawH2{t: t, conn: conn, fr: http2.NewFramer(conn, conn), dec: hpack.NewDecoder(4096, nil)}
+	r.enc = hpack.NewEncoder(&r.hbuf)
+	if err := r.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// get is the fields of a GET of path at authority.
+func get(authority, path string) []string {
+	return []string{":method", "GET", ":scheme", "https", ":authority", authority, ":path", path}
+}
+
+// block encodes fields (pairs of name, value) as one header block, with the connection's encoder.
+func (r *rawH2) block(fields ...string) []byte {
+	r.hbuf.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
+	}
+	return append([]byte(nil), r.hbuf.Bytes()...)
+}
+
+// headers sends one HEADERS frame on stream with the fields as given, in order.
+func (r *rawH2) headers(stream uint32, endStream bool, fields ...string) {
+	r.t.Helper()
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.block(fields...), EndStream: endStream, EndHeaders: true}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// headersSplit sends a header block as HEADERS and as many CONTINUATION frames as 16 KiB frames need.
+func (r *rawH2) headersSplit(stream uint32, endStream bool, block []byte) {
+	r.t.Helper()
+	const frame = 16384
+	n := min(len(block), frame)
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block[:n], EndStream: endStream, EndHeaders: n == len(block)}); err != nil {
+		r.t.Fatal(err)
+	}
+	for block = block[n:]; len(block) > 0; block = block[n:] {
+		n = min(len(block), frame)
+		if err := r.fr.WriteContinuation(stream, n == len(block), block[:n]); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// inOneWrite sends the frames written by frames in one write, as a client that pipelines them.
+func (r *rawH2) inOneWrite(frames func(fr *http2.Framer)) {
+	r.t.Helper()
+	var b bytes.Buffer
+	frames(http2.NewFramer(&b, nil))
+	if _, err := r.conn.Write(b.Bytes()); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// next reads the server's frames until want says a frame is the one: it returns it, or nil once the
+// connection ended (GOAWAY frames are passed to want too).
+func (r *rawH2) next(want func(http2.Frame) bool) http2.Frame {
+	r.t.Helper()
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			return nil
+		}
+		if h, ok := f.(*http2.HeadersFrame); ok {
+			fields, err := r.dec.DecodeFull(h.HeaderBlockFragment()) // every block, to follow the table
+			if err != nil {
+				r.t.Fatalf("the server's header block: %v", err)
+			}
+			r.lastFields = fields
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+// outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
+// ended), or the status of the answer's HEADERS.
+func (r *rawH2) outcome(stream uint32) string {
+	r.t.Helper()
+	res := r.result(stream)
+	switch {
+	case res.closed:
+		return "closed"
+	case res.reset != "":
+		return "reset"
+	}
+	return res.status
+}
+
+// h2Result is how a stream ended: its status and fields, its reset's code, or closed.
+type h2Result struct {
+	status string
+	fields []hpack.HeaderField
+	body   string
+	reset  string
+	closed bool
+}
+
+func (r h2Result) String() string {
+	switch {
+	case r.closed:
+		return "connection closed"
+	case r.reset != "":
+		return "RST_STREAM " + r.reset
+	}
+	return fmt.Sprintf("%s %v %q", r.status, r.fields, r.body)
+}
+
+// field returns the value of the answer's field name ("" if none).
+func (r h2Result) field(name string) string {
+	for _, f := range r.fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// result reads frames until stream ended (its answer whole, or reset) or the connection ended.
+func (r *rawH2) result(stream uint32) h2Result {
+	r.t.Helper()
+	var res h2Result
+	var body strings.Builder
+	f := r.next(func(f http2.Frame) bool {
+		if f.Header().StreamID != stream && f.Header().Type != http2.FrameGoAway {
+			return false
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			res.closed = true
+			return true
+		case *http2.RSTStreamFrame:
+			res.reset = f.ErrCode.String()
+			return true
+		case *http2.HeadersFrame:
+			if res.status == "" {
+				res.fields = r.lastFields
+				for _, hf := range res.fields {
+					if hf.Name == ":status" {
+						res.status = hf.Value
+					}
+				}
+			}
+			return f.StreamEnded()
+		case *http2.DataFrame:
+			body.Write(f.Data())
+			return f.StreamEnded()
+		}
+		return false
+	})
+	if f == nil {
+		res.closed = true
+	}
+	res.body = body.String()
+	return res
+}
+
+// watchClose reads the server's frames from now on until it closes the connection: the channel is
+// closed then.
+func (r *rawH2) watchClose() <-chan struct{} {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for {
+			if _, err := r.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	return closed
+}
+
+// waitClosed waits for watchClose's channel; what is what the test did to deserve the close.
+func (r *rawH2) waitClosed(closed <-chan struct{}, what string) {
+	r.t.Helper()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // a hang guard
+		r.t.Fatalf("the connection is still open after %s", what)
+	}
+}
+
+// goAwayCode reads until the server's GOAWAY and returns its code ("closed" if none came before the end).
+func (r *rawH2) goAwayCode() string {
+	r.t.Helper()
+	if f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }); f != nil {
+		return f.(*http2.GoAwayFrame).ErrCode.String()
+	}
+	return "closed"
+}
+
+// resetCode reads until the server resets stream and returns the code ("closed" if the connection ended).
+func (r *rawH2) resetCode(stream uint32) string {
+	r.t.Helper()
+	f := r.next(func(f http2.Frame) bool {
+		rst, ok := f.(*http2.RSTStreamFrame)
+		_, away := f.(*http2.GoAwayFrame)
+		return ok && rst.StreamID == stream || away
+	})
+	if rst, ok := f.(*http2.RSTStreamFrame); ok {
+		return rst.ErrCode.String()
+	}
+	return "closed"
+}
