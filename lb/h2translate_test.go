@@ -180,56 +180,6 @@ func TestH2AnAnswerCarriesWhatItsServerSentNothingMore(t *testing.T) {
 	}
 }
 
-// A head up to max_header_size is forwarded over HTTP/2 as over HTTP/1.1, whatever its fields' sizes
-// (one 4,100-byte field, a 5,000-byte cookie); one over it is answered 431 on its stream, the
-// connection serving on, even when a single field is over the limit (HPACK decodes it whole).
-func TestH2AHeadUpToMaxHeaderSizeIsServedAsOverHTTP1(t *testing.T) {
-	u, l, env, tlsAddr, _ := h2RawLB(t, hostileRecordBody, "max_header_size = 8192")
-	base := []string{":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/big"}
-	r := dialRawH2(t, env, tlsAddr)
-	stream := uint32(1)
-	f := func(name string, fields []string, h1 string, want string) {
-		t.Helper()
-		before := u.requests.Load()
-		r.headersSplit(stream, true, r.block(append(append([]string(nil), base...), fields...)...))
-		got := r.result(stream)
-		stream += 2
-		if got.status != want {
-			t.Errorf("%s over HTTP/2: %s, want %s", name, got, want)
-		}
-		if n := u.requests.Load() - before; (want == "200") != (n == 1) {
-			t.Errorf("%s over HTTP/2: the server got %d requests", name, n)
-		}
-		if h1 == "" {
-			return
-		}
-		if res := rawRequest(t, l.Addr(), "GET /raw/big HTTP/1.1\r\nHost: a\r\n"+h1+"\r\n"); fmt.Sprint(res.status) != want {
-			t.Errorf("%s over HTTP/1.1: %s, want %s", name, res, want)
-		}
-	}
-	big := strings.Repeat("b", 4100)
-	f("one 4,100-byte field", []string{"x-big", big}, "X-Big: "+big+"\r\n", "200")
-	cookie := "c=" + strings.Repeat("k", 4998)
-	f("a 5,000-byte cookie", []string{"cookie", cookie}, "Cookie: "+cookie+"\r\n", "200")
-	huge := strings.Repeat("h", 8700)
-	f("one 8,700-byte field", []string{"x-huge", huge}, "X-Huge: "+huge+"\r\n", "431")
-	var many []string
-	var manyH1 string
-	for i := range 20 {
-		v := strings.Repeat("m", 500)
-		many = append(many, fmt.Sprintf("x-f%d", i), v)
-		manyH1 += fmt.Sprintf("X-F%d: %s\r\n", i, v)
-	}
-	f("twenty 500-byte fields", many, manyH1, "431")
-	split := strings.Repeat("s", 40000) // over a frame: HEADERS and CONTINUATION frames, decoded whole
-	f("one 40,000-byte field", []string{"x-split", split}, "", "431")
-	// The connection lives on: a request after them is served.
-	r.headers(stream, true, base...)
-	if got := r.result(stream); got.status != "200" {
-		t.Fatalf("a request after them on the same connection: %s, want 200", got)
-	}
-}
-
 // RFC 9113 section 8.1.1: a request is forwarded only once it is known well formed. A content-length
 // that the DATA does not agree with is a malformed request: reset, and no server receives a complete
 // request (not even the bodiless one its head alone would make), however the frames arrive.
@@ -320,58 +270,6 @@ func TestH2AMalformedRequestReachesNoServer(t *testing.T) {
 		fr.WriteData(1, false, []byte("hello"))   //nolint:errcheck
 		fr.WriteRSTStream(1, http2.ErrCodeCancel) //nolint:errcheck
 	}, "cancelled")
-}
-
-// :authority and Host are checked like an HTTP/1.1 Host (RFC 3986 host[:port], no userinfo), :path like a
-// request target (origin form, or "*" for OPTIONS): anything else is malformed, reset with PROTOCOL_ERROR,
-// and reaches no server.
-func TestH2AuthorityAndPathAreCheckedLikeHostAndTarget(t *testing.T) {
-	u, l, env, tlsAddr, _ := h2RawLB(t, hostileAnswerWith("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false), "")
-	f := func(method, authority, path string, extra []string, want string) {
-		t.Helper()
-		before := u.requests.Load()
-		r := dialRawH2(t, env, tlsAddr)
-		fields := []string{":method", method, ":scheme", "https"}
-		if authority != "-" {
-			fields = append(fields, ":authority", authority)
-		}
-		fields = append(append(fields, ":path", path), extra...)
-		r.headers(1, true, fields...)
-		got := r.result(1)
-		n := u.requests.Load() - before
-		switch want {
-		case "reset":
-			if got.reset != "PROTOCOL_ERROR" || n != 0 {
-				t.Errorf("%s %s at %q: %s, and the server got %d requests; want the stream reset and none", method, path, authority, got, n)
-			}
-		case "200 elsewhere": // another route's
-			if got.status != "200" || n != 0 {
-				t.Errorf("%s %s at %q: %s, and the server got %d requests; want 200 from another pool", method, path, authority, got, n)
-			}
-		default:
-			if got.status != want || n != 1 {
-				t.Errorf("%s %s at %q: %s, and the server got %d requests; want %s and one", method, path, authority, got, n, want)
-			}
-		}
-	}
-	before := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"]
-	bad := []string{"a b", "a/b?c", "user@evil.example", "[::1", "a:b:c", "", "a:99999", "[fe80::1%25eth0]", "exa mple:80", "a\\b", "x%41y"}
-	for _, a := range bad {
-		f("GET", a, "/raw/x", nil, "reset")
-		f("GET", "-", "/raw/x", []string{"host", a}, "reset")
-	}
-	f("GET", "127.0.0.1", "http://evil.example/x", nil, "reset")
-	f("GET", "127.0.0.1", "evil.example:80", nil, "reset")
-	f("GET", "127.0.0.1", "*", nil, "reset")
-	f("GET", "127.0.0.1", "raw/x", nil, "reset")
-	if n := l.h2.Counts().Refused["stream_PROTOCOL_ERROR"] - before; n != uint64(2*len(bad)+4) {
-		t.Errorf("stream_PROTOCOL_ERROR counted %d, want %d", n, 2*len(bad)+4)
-	}
-	for _, a := range []string{"example.com", "example.com:8443", "[::1]:443", "[::1]", "127.0.0.1", "a-b.c_d~e", "host:"} {
-		f("GET", a, "/raw/x", nil, "200")
-	}
-	f("GET", "-", "/raw/x", []string{"host", "example.com:80"}, "200")
-	f("OPTIONS", "127.0.0.1", "*", nil, "200 elsewhere") // routed by path: "*" is the platform pool's
 }
 
 // Every refusal is logged as it was: the method and path the client sent (never the query string),
