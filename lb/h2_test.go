@@ -148,15 +148,6 @@ func (r *rawH2) waitClosed(closed <-chan struct{}, what string) {
 	}
 }
 
-// getBlock leaves in r.hbuf the header block of a GET of /Thingworx/Things at authority.
-func (r *rawH2) getBlock(authority string) []byte {
-	r.hbuf.Reset()
-	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", authority}, {":path", "/Thingworx/Things"}} {
-		r.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}) //nolint:errcheck
-	}
-	return r.hbuf.Bytes()
-}
-
 // outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
 // ended), or the status of the answer's HEADERS.
 func (r *rawH2) outcome(stream uint32) string {
@@ -386,20 +377,6 @@ func (r *rawH2) goAwayCode() string {
 		return "closed"
 	}
 	return f.(*http2.GoAwayFrame).ErrCode.String()
-}
-
-// resetCode reads until the server resets stream and returns the code ("closed" if the connection ended).
-func (r *rawH2) resetCode(stream uint32) string {
-	r.t.Helper()
-	f := r.next(func(f http2.Frame) bool {
-		rst, ok := f.(*http2.RSTStreamFrame)
-		_, away := f.(*http2.GoAwayFrame)
-		return ok && rst.StreamID == stream || away
-	})
-	if rst, ok := f.(*http2.RSTStreamFrame); ok {
-		return rst.ErrCode.String()
-	}
-	return "closed"
 }
 
 // At Close (SIGTERM) an HTTP/2 client is told GOAWAY: its stream in flight is answered, an idle

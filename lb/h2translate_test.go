@@ -128,22 +128,6 @@ func (r *rawH2) block(fields ...string) []byte {
 	return append([]byte(nil), r.hbuf.Bytes()...)
 }
 
-// headersSplit sends a header block as HEADERS and as many CONTINUATION frames as 16 KiB frames need.
-func (r *rawH2) headersSplit(stream uint32, endStream bool, block []byte) {
-	r.t.Helper()
-	const frame = 16384
-	n := min(len(block), frame)
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block[:n], EndStream: endStream, EndHeaders: n == len(block)}); err != nil {
-		r.t.Fatal(err)
-	}
-	for block = block[n:]; len(block) > 0; block = block[n:] {
-		n = min(len(block), frame)
-		if err := r.fr.WriteContinuation(stream, n == len(block), block[:n]); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-}
-
 // inOneWrite runs frames with a framer writing to a buffer, then sends the buffer in one write: the
 // server gets the frames together, as a client that pipelines them sends them.
 func (r *rawH2) inOneWrite(frames func(fr *http2.Framer)) {

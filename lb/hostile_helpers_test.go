@@ -64,16 +64,6 @@ func (r rawResult) String() string {
 	return s
 }
 
-// statusIn reports whether the answer's status is one of want.
-func (r rawResult) statusIn(want ...int) bool {
-	for _, w := range want {
-		if r.status == w {
-			return true
-		}
-	}
-	return false
-}
-
 // hostileConn is a client connection to fairlead that sends raw bytes and reads answers.
 type hostileConn struct{ *testkit.RawConn }
 

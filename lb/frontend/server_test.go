@@ -57,7 +57,7 @@ type testFront struct {
 // body with X-Body-Bytes and X-Body-Sha256 of what it read, "?delay=D" after D. A body it could not
 // read is answered as lb answers it (clientFailed): the framer's refusal (Claim), 413, 408 or 400,
 // with Connection: close.
-func startFront(t *testing.T, o frontOptions) *testFront {
+func startFront(t testing.TB, o frontOptions) *testFront {
 	t.Helper()
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
@@ -192,7 +192,7 @@ func (tf *testFront) clientTLS() *tls.Config {
 }
 
 // h2Client is a client that speaks HTTP/2 only, over one connection.
-func (tf *testFront) h2Client(t *testing.T) *http.Client {
+func (tf *testFront) h2Client(t testing.TB) *http.Client {
 	tr := &http2.Transport{TLSClientConfig: tf.clientTLS(), StrictMaxConcurrentStreams: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Timeout: 60 * time.Second, Transport: tr}

@@ -1,8 +1,10 @@
-package lb
+package frontend
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -11,38 +13,35 @@ import (
 )
 
 // FuzzHTTP2Frames sends arbitrary bytes as the frames of an HTTP/2 connection (after the client preface
-// and an empty SETTINGS) to a running fairlead's TLS listener. fairlead never crashes and keeps serving
-// HTTP/2: a new connection's GET is answered 200 by the leader.
+// and an empty SETTINGS) to the front end's TLS listener (a trivial handler behind it). It never crashes
+// and keeps serving HTTP/2: a new connection's GET is answered 200.
 func FuzzHTTP2Frames(f *testing.F) {
 	for _, s := range h2FuzzSeeds() {
 		f.Add(s)
 	}
-	c, _, env, tlsAddr := h2LB(f, "")
-	leader := c.Platforms[0].Name
+	tf := startFront(f, frontOptions{})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		cfg := env.clientConfig(tlsName)
+		cfg := tf.clientTLS()
 		cfg.NextProtos = []string{"h2"}
-		conn, err := tlsDial(tlsAddr, cfg)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", tf.tlsAddr, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
 		io.WriteString(conn, http2.ClientPreface)         //nolint:errcheck
 		http2.NewFramer(conn, nil).WriteSettings()        //nolint:errcheck
-		conn.Write(in)                                    //nolint:errcheck // fairlead may close early
+		conn.Write(in)                                    //nolint:errcheck // the front end may close early
 		conn.CloseWrite()                                 //nolint:errcheck
-		io.Copy(io.Discard, conn)                         //nolint:errcheck // until fairlead closes or the deadline
+		io.Copy(io.Discard, conn)                         //nolint:errcheck // until the front end closes or the deadline
 		conn.Close()
 
-		client, tr := h2Client(env)
-		defer tr.CloseIdleConnections()
-		resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
+		resp, err := tf.h2Client(t).Get("https://" + tf.tlsAddr + "/Things")
 		if err != nil {
 			t.Fatalf("after %q: %v", in, err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" || resp.Header.Get("X-Served-By") != leader {
-			t.Fatalf("after %q: %s %d from %q", in, resp.Proto, resp.StatusCode, resp.Header.Get("X-Served-By"))
+		if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" {
+			t.Fatalf("after %q: %s %d", in, resp.Proto, resp.StatusCode)
 		}
 	})
 }
