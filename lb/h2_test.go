@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"io"
 	"net/http"
@@ -17,11 +16,11 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/bench/testkit/browser"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // HTTP/2 through a whole fairlead: requests forwarded to a pool and answered, translated both ways
@@ -77,111 +76,9 @@ func TestH2AGoClientOfferingH2GetsHTTP2ThroughTLSListenToTheLeader(t *testing.T)
 
 }
 
-// rawH2 is a client connection that writes HTTP/2 frames as a test wants them, valid or not.
-type rawH2 struct {
-	t    *testing.T
-	conn *tls.Conn
-	fr   *http2.Framer
-	enc  *hpack.Encoder
-	dec  *hpack.Decoder
-	hbuf bytes.Buffer
-}
-
-func dialRawH2(t *testing.T, env *tlsEnv, addr string) *rawH2 {
+func dialRawH2(t *testing.T, env *tlsEnv, addr string) *frontendtest.H2Conn {
 	t.Helper()
-	cfg := env.clientConfig(tlsName)
-	cfg.NextProtos = []string{"h2"}
-	conn, err := tlsDial(addr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
-		t.Fatalf("ALPN %q, want h2", p)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	r := &rawH2{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
-	r.enc = hpack.NewEncoder(&r.hbuf)
-	if err := r.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-// headers sends one HEADERS frame on stream with the fields as given (pairs of name, value), in order.
-func (r *rawH2) headers(stream uint32, endStream bool, fields ...string) {
-	r.t.Helper()
-	r.hbuf.Reset()
-	for i := 0; i+1 < len(fields); i += 2 {
-		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
-	}
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.hbuf.Bytes(), EndStream: endStream, EndHeaders: true}); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// watchClose reads the server's frames, from now on, until it closes the connection: the channel is
-// closed then.
-func (r *rawH2) watchClose() <-chan struct{} {
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for {
-			if _, err := r.fr.ReadFrame(); err != nil {
-				return
-			}
-		}
-	}()
-	return closed
-}
-
-// waitClosed waits for watchClose's channel; what is what the test did to deserve the close.
-func (r *rawH2) waitClosed(closed <-chan struct{}, what string) {
-	r.t.Helper()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second): // a hang guard
-		r.t.Fatalf("the connection is still open after %s", what)
-	}
-}
-
-// outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
-// ended), or the status of the answer's HEADERS.
-func (r *rawH2) outcome(stream uint32) string {
-	r.t.Helper()
-	if r.dec == nil { // one for the connection: the server's header blocks refer to its dynamic table
-		r.dec = hpack.NewDecoder(4096, nil)
-	}
-	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			return "closed"
-		}
-		switch f := f.(type) {
-		case *http2.RSTStreamFrame:
-			if f.StreamID == stream {
-				return "reset"
-			}
-		case *http2.GoAwayFrame:
-			return "closed"
-		case *http2.HeadersFrame:
-			fields, err := r.dec.DecodeFull(f.HeaderBlockFragment()) // every block, to follow the table
-			if err != nil {
-				return "closed"
-			}
-			if f.StreamID != stream {
-				continue
-			}
-			for _, hf := range fields {
-				if hf.Name == ":status" {
-					return hf.Value
-				}
-			}
-		}
-	}
+	return frontendtest.DialH2(t, addr, env.clientConfig(tlsName))
 }
 
 // Streams on an HTTP/2 connection that stays open follow a leader change: every request is answered
@@ -346,63 +243,30 @@ func TestH2TrailersPassBothWays(t *testing.T) {
 	}
 }
 
-// next reads the server's frames until want says a frame is the one: it returns it, or nil once the
-// connection ended (GOAWAY frames are passed to want too).
-func (r *rawH2) next(want func(http2.Frame) bool) http2.Frame {
-	r.t.Helper()
-	if r.dec == nil {
-		r.dec = hpack.NewDecoder(4096, nil)
-	}
-	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			return nil
-		}
-		if h, ok := f.(*http2.HeadersFrame); ok {
-			if _, err := r.dec.DecodeFull(h.HeaderBlockFragment()); err != nil {
-				r.t.Fatalf("the server's header block: %v", err)
-			}
-		}
-		if want(f) {
-			return f
-		}
-	}
-}
-
-// goAwayCode reads until the server's GOAWAY and returns its code ("closed" if none came before the end).
-func (r *rawH2) goAwayCode() string {
-	r.t.Helper()
-	f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
-	if f == nil {
-		return "closed"
-	}
-	return f.(*http2.GoAwayFrame).ErrCode.String()
-}
-
 // At Close (SIGTERM) an HTTP/2 client is told GOAWAY: its stream in flight is answered, an idle
 // connection closes at once, and neither holds Close until drain_timeout.
 func TestH2CloseDrainsHTTP2Connections(t *testing.T) {
 	_, l, env, tlsAddr := h2LB(t, `drain_timeout = "60s"`)
 	idle := dialRawH2(t, env, tlsAddr)
 	busy := dialRawH2(t, env, tlsAddr)
-	busy.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/slow?delay=1s")
+	busy.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/slow?delay=1s")
 	testkit.Eventually(t, "the slow stream to reach the handler", 5*time.Second, func() bool { return l.h2.Counts().Streams == 1 })
 	closed := make(chan struct{})
 	go func() {
 		l.Close()
 		close(closed)
 	}()
-	if got := idle.goAwayCode(); got != "NO_ERROR" {
+	if got := idle.GoAwayCode(); got != "NO_ERROR" {
 		t.Errorf("the idle connection: %s, want GOAWAY NO_ERROR", got)
 	}
-	idle.waitClosed(idle.watchClose(), "Close, with no stream open")
-	if got := busy.goAwayCode(); got != "NO_ERROR" {
+	idle.WaitClosed(idle.WatchClose(), "Close, with no stream open")
+	if got := busy.GoAwayCode(); got != "NO_ERROR" {
 		t.Errorf("the connection with a stream in flight: %s, want GOAWAY NO_ERROR", got)
 	}
-	if got := busy.outcome(1); got != "200" {
+	if got := busy.Outcome(1); got != "200" {
 		t.Errorf("the stream in flight at Close: %s, want 200", got)
 	}
-	busy.waitClosed(busy.watchClose(), "Close, once its last stream was answered")
+	busy.WaitClosed(busy.WatchClose(), "Close, once its last stream was answered")
 	select {
 	case <-closed:
 	case <-time.After(hang):

@@ -2,8 +2,6 @@ package lb
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/fairlead/fairlead/bench/testkit"
 )
@@ -37,108 +34,6 @@ func h2RawLB(t *testing.T, handler func(*hostileUpstream, net.Conn, *bufio.Reade
 	return u, l, env, tlsAddr, logs
 }
 
-// h2Result is how a stream ended: the answer's status and fields (decoded in order, :status first), or
-// the code of the stream's reset, or closed when the connection ended first.
-type h2Result struct {
-	status string
-	fields []hpack.HeaderField
-	body   string
-	reset  string
-	closed bool
-}
-
-func (r h2Result) String() string {
-	switch {
-	case r.closed:
-		return "connection closed"
-	case r.reset != "":
-		return "RST_STREAM " + r.reset
-	}
-	return fmt.Sprintf("%s %v %q", r.status, r.fields, r.body)
-}
-
-// field returns the value of the answer's field name ("" if none).
-func (r h2Result) field(name string) string {
-	for _, f := range r.fields {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
-}
-
-// result reads frames until stream ended (its answer whole, or reset) or the connection ended.
-func (r *rawH2) result(stream uint32) h2Result {
-	r.t.Helper()
-	if r.dec == nil {
-		r.dec = hpack.NewDecoder(4096, nil)
-	}
-	var res h2Result
-	var body bytes.Buffer
-	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			res.closed = true
-			return res
-		}
-		switch f := f.(type) {
-		case *http2.GoAwayFrame:
-			res.closed = true
-			return res
-		case *http2.RSTStreamFrame:
-			if f.StreamID == stream {
-				res.reset = f.ErrCode.String()
-				return res
-			}
-		case *http2.HeadersFrame:
-			fields, err := r.dec.DecodeFull(f.HeaderBlockFragment())
-			if err != nil {
-				r.t.Fatalf("the server's header block: %v", err)
-			}
-			if f.StreamID != stream {
-				continue
-			}
-			if res.status == "" {
-				res.fields = fields
-				res.status = res.field(":status")
-			}
-			if f.StreamEnded() {
-				res.body = body.String()
-				return res
-			}
-		case *http2.DataFrame:
-			if f.StreamID != stream {
-				continue
-			}
-			body.Write(f.Data())
-			if f.StreamEnded() {
-				res.body = body.String()
-				return res
-			}
-		}
-	}
-}
-
-// block encodes fields (pairs of name, value) as one header block, with the connection's encoder.
-func (r *rawH2) block(fields ...string) []byte {
-	r.hbuf.Reset()
-	for i := 0; i+1 < len(fields); i += 2 {
-		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
-	}
-	return append([]byte(nil), r.hbuf.Bytes()...)
-}
-
-// inOneWrite runs frames with a framer writing to a buffer, then sends the buffer in one write: the
-// server gets the frames together, as a client that pipelines them sends them.
-func (r *rawH2) inOneWrite(frames func(fr *http2.Framer)) {
-	r.t.Helper()
-	var b bytes.Buffer
-	frames(http2.NewFramer(&b, nil))
-	if _, err := r.conn.Write(b.Bytes()); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
 // A server's answer reaches an HTTP/2 client with the fields the server sent, and those RFC 9110
 // requires a proxy to add (a Date when it had none), as it reaches an HTTP/1.1 client: fasthttp's
 // default Content-Type is not among them.
@@ -147,14 +42,14 @@ func TestH2AnAnswerCarriesWhatItsServerSentNothingMore(t *testing.T) {
 	u, l, env, tlsAddr, _ := h2RawLB(t, hostileAnswerWith(answer, false), "")
 	_ = u
 	r := dialRawH2(t, env, tlsAddr)
-	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/x")
-	got := r.result(1)
+	r.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/x")
+	got := r.Result(1)
 	var names []string
-	for _, f := range got.fields {
+	for _, f := range got.Fields {
 		names = append(names, f.Name)
 	}
 	slices.Sort(names)
-	if got.status != "200" || got.body != "ok" || strings.Join(names, ",") != ":status,content-length,date,x-app" {
+	if got.Status != "200" || got.Body != "ok" || strings.Join(names, ",") != ":status,content-length,date,x-app" {
 		t.Errorf("HTTP/2: %s; want 200 \"ok\" with the fields content-length, x-app and a date (added: the server sent none), nothing else", got)
 	}
 	// The same answer over HTTP/1.1: the same fields.
@@ -183,8 +78,8 @@ func TestH2AMalformedRequestReachesNoServer(t *testing.T) {
 		// A marker after the case, then every report of a head the server got: each request it
 		// received is judged (complete, or cut) by then.
 		m := dialRawH2(t, env, tlsAddr)
-		m.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/marker")
-		if got := m.result(1); got.status != "200" {
+		m.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/marker")
+		if got := m.Result(1); got.Status != "200" {
 			t.Fatalf("the marker: %s", got)
 		}
 		n := 0
@@ -204,8 +99,8 @@ func TestH2AMalformedRequestReachesNoServer(t *testing.T) {
 	f := func(name, cl string, frames func(fr *http2.Framer), want string) {
 		t.Helper()
 		r := dialRawH2(t, env, tlsAddr)
-		block := r.block(post(cl)...)
-		r.inOneWrite(func(fr *http2.Framer) {
+		block := r.Block(post(cl)...)
+		r.InOneWrite(func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
 			frames(fr)
 		})
@@ -215,17 +110,17 @@ func TestH2AMalformedRequestReachesNoServer(t *testing.T) {
 			}
 			return
 		}
-		got := r.result(1)
+		got := r.Result(1)
 		switch want {
 		case "reset":
-			if got.reset != "PROTOCOL_ERROR" && got.reset != "STREAM_CLOSED" {
+			if got.Reset != "PROTOCOL_ERROR" && got.Reset != "STREAM_CLOSED" {
 				t.Errorf("%s: %s, want the stream reset", name, got)
 			}
 			if n := complete(); n != 0 {
 				t.Errorf("%s: the server received %d complete requests, want none", name, n)
 			}
 		default:
-			if got.status != want {
+			if got.Status != want {
 				t.Errorf("%s: %s, want %s", name, got, want)
 			}
 			if n := complete(); n != 1 {
@@ -316,22 +211,22 @@ func TestRefusalsAreLoggedAsTheyWere(t *testing.T) {
 	// HTTP/2: a malformed stream (reset), a head over max_header_size (431), a content-length the DATA
 	// does not agree with (reset after the request was read), each on its line.
 	r := dialRawH2(t, env, tlsAddr)
-	r.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/malformed?appKey=s3cret", "connection", "close")
-	if got := r.result(1); got.reset != "PROTOCOL_ERROR" {
+	r.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/malformed?appKey=s3cret", "connection", "close")
+	if got := r.Result(1); got.Reset != "PROTOCOL_ERROR" {
 		t.Fatalf("a connection-specific field: %s", got)
 	}
 	check(find("/raw/malformed", "h2"), map[string]string{"method": "GET", "status": "0", "reset": "PROTOCOL_ERROR", "refused": "a connection-specific field"}, 0, 1000)
-	r.headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/big", "x-big", strings.Repeat("b", 3000))
-	if got := r.result(3); got.status != "431" {
+	r.Headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/big", "x-big", strings.Repeat("b", 3000))
+	if got := r.Result(3); got.Status != "431" {
 		t.Fatalf("a head over max_header_size: %s", got)
 	}
 	check(find("/raw/big", "h2"), map[string]string{"method": "GET", "status": "431"}, 0, 1000)
-	block := r.block(":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/cl", "content-length", "0")
-	r.inOneWrite(func(fr *http2.Framer) {
+	block := r.Block(":method", "POST", ":scheme", "https", ":authority", tlsAddr, ":path", "/raw/cl", "content-length", "0")
+	r.InOneWrite(func(fr *http2.Framer) {
 		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
 		fr.WriteData(5, true, []byte("GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"))                    //nolint:errcheck
 	})
-	if got := r.result(5); got.reset != "PROTOCOL_ERROR" {
+	if got := r.Result(5); got.Reset != "PROTOCOL_ERROR" {
 		t.Fatalf("content-length 0 and DATA: %s", got)
 	}
 	check(find("/raw/cl", "h2"), map[string]string{"method": "POST", "status": "0", "reset": "PROTOCOL_ERROR"}, 0, 1000)

@@ -247,16 +247,16 @@ func TestH2TRACEIsRefusedAsOverHTTP1(t *testing.T) {
 	leader := c.Platforms[0]
 	n := leader.Requests()
 	r := dialRawH2(t, env, tlsAddr)
-	r.headers(1, true, ":method", "TRACE", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
-	if got := r.outcome(1); got != "405" {
+	r.Headers(1, true, ":method", "TRACE", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things")
+	if got := r.Outcome(1); got != "405" {
 		t.Errorf("TRACE: answered %s, want 405", got)
 	}
 	if leader.Requests() != n {
 		t.Errorf("TRACE: the leader received it")
 	}
 	// Only the stream was refused: the connection serves the next one.
-	r.headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things?a[]=1")
-	if got := r.outcome(3); got != "200" {
+	r.Headers(3, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/Things?a[]=1")
+	if got := r.Outcome(3); got != "200" {
 		t.Errorf("the next stream on the connection: %s, want 200", got)
 	}
 }

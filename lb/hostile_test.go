@@ -150,8 +150,8 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		t.Helper()
 		n := u.requests.Load()
 		r := dialRawH2(t, env, tlsAddr)
-		r.headers(1, true, fields...)
-		if got := r.outcome(1); got != want {
+		r.Headers(1, true, fields...)
+		if got := r.Outcome(1); got != want {
 			t.Errorf("HTTP/2 %s: %s, want %s", name, got, want)
 		}
 		if d := u.requests.Load() - n; d != 0 {

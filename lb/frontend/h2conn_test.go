@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // HTTP/2 on the TLS listener (h2.go, h2conn.go), against a trivial handler (server_test.go): the
@@ -159,15 +159,15 @@ func TestH2MalformedRequestsAreRefusedAndNeverHandled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tf.requests.Load()
 			r := tf.dialH2(t)
-			r.headers(1, true, tc.fields...)
-			if got := r.outcome(1); got == "reset" {
+			r.Headers(1, true, tc.fields...)
+			if got := r.Outcome(1); got == "reset" {
 				resets++
 			} else {
 				t.Errorf("answered %s, want the stream reset (PROTOCOL_ERROR)", got)
 			}
 			// A good request on the connection afterwards is handled; only it.
-			r.headers(3, true, base...)
-			if got := r.outcome(3); got != "200" {
+			r.Headers(3, true, base...)
+			if got := r.Outcome(3); got != "200" {
 				t.Fatalf("a well-formed request afterwards: %s, want 200", got)
 			}
 			if n := tf.requests.Load() - before; n != 1 {
@@ -184,8 +184,8 @@ func TestH2MalformedRequestsAreRefusedAndNeverHandled(t *testing.T) {
 	}
 	// TE: trailers is allowed.
 	r := tf.dialH2(t)
-	r.headers(1, true, with("te", "trailers")...)
-	if got := r.outcome(1); got != "200" {
+	r.Headers(1, true, with("te", "trailers")...)
+	if got := r.Outcome(1); got != "200" {
 		t.Errorf("TE: trailers: %s, want 200", got)
 	}
 }
@@ -205,13 +205,13 @@ func TestH2AHeaderListOverMaxHeaderSizeIs431AndCounted(t *testing.T) {
 		for k := range n {
 			fields = append(fields, "x-big"+strconv.Itoa(k), strings.Repeat("b", 2068/n+(n-1)*400))
 		}
-		r.headers(stream, true, fields...)
-		if got := r.outcome(stream); got != "431" {
+		r.Headers(stream, true, fields...)
+		if got := r.Outcome(stream); got != "431" {
 			t.Fatalf("%d large fields: %s, want 431 (%v)", n, got, tf.h2.Counts().Refused)
 		}
 	}
-	r.headers(9, true, base...)
-	if got := r.outcome(9); got != "200" {
+	r.Headers(9, true, base...)
+	if got := r.Outcome(9); got != "200" {
 		t.Fatalf("a well-formed request after them: %s, want 200", got)
 	}
 	if n := tf.requests.Load() - before; n != 1 {
@@ -222,12 +222,12 @@ func TestH2AHeaderListOverMaxHeaderSizeIs431AndCounted(t *testing.T) {
 	}
 	// One field over the limit is decoded whole and answered 431 (HPACK's limits are well over
 	// max_header_size); one longer than HPACK decodes (64 KiB here) closes the connection, counted.
-	r.headersSplit(11, true, r.block(append(append([]string(nil), base...), "x-big", strings.Repeat("b", 4096))...))
-	if got := r.outcome(11); got != "431" {
+	r.HeadersSplit(11, true, r.Block(append(append([]string(nil), base...), "x-big", strings.Repeat("b", 4096))...))
+	if got := r.Outcome(11); got != "431" {
 		t.Fatalf("a 4096-byte field: %s, want 431", got)
 	}
-	r.headersSplit(13, true, r.block(append(append([]string(nil), base...), "x-big", strings.Repeat("b", 70000))...))
-	if got := r.outcome(13); got != "closed" {
+	r.HeadersSplit(13, true, r.Block(append(append([]string(nil), base...), "x-big", strings.Repeat("b", 70000))...))
+	if got := r.Outcome(13); got != "closed" {
 		t.Fatalf("a 70,000-byte field: %s, want the connection closed", got)
 	}
 	if n := tf.h2.Counts().Refused["conn_COMPRESSION_ERROR"]; n != 1 {
@@ -246,10 +246,10 @@ func TestH2AHeadUpToMaxHeaderSizeIsServedAsOverHTTP1(t *testing.T) {
 	f := func(name string, fields []string, h1 string, want string) {
 		t.Helper()
 		before := tf.requests.Load()
-		r.headersSplit(stream, true, r.block(append(append([]string(nil), base...), fields...)...))
-		got := r.result(stream)
+		r.HeadersSplit(stream, true, r.Block(append(append([]string(nil), base...), fields...)...))
+		got := r.Result(stream)
 		stream += 2
-		if got.status != want {
+		if got.Status != want {
 			t.Errorf("%s over HTTP/2: %s, want %s", name, got, want)
 		}
 		if n := tf.requests.Load() - before; (want == "200") != (n == 1) {
@@ -279,8 +279,8 @@ func TestH2AHeadUpToMaxHeaderSizeIsServedAsOverHTTP1(t *testing.T) {
 	split := strings.Repeat("s", 40000) // over a frame: HEADERS and CONTINUATION frames, decoded whole
 	f("one 40,000-byte field", []string{"x-split", split}, "", "431")
 	// The connection lives on: a request after them is served.
-	r.headers(stream, true, base...)
-	if got := r.result(stream); got.status != "200" {
+	r.Headers(stream, true, base...)
+	if got := r.Result(stream); got.Status != "200" {
 		t.Fatalf("a request after them on the same connection: %s, want 200", got)
 	}
 }
@@ -299,24 +299,24 @@ func TestH2AContentLengthThatTheDataDoesNotMatchIsRefused(t *testing.T) {
 	f := func(name, cl string, parts []string, want string) {
 		t.Helper()
 		r := tf.dialH2(t)
-		block := r.block(post(cl)...)
-		r.inOneWrite(func(fr *http2.Framer) {
+		block := r.Block(post(cl)...)
+		r.InOneWrite(func(fr *http2.Framer) {
 			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
 			for i, p := range parts {
 				fr.WriteData(1, i == len(parts)-1, []byte(p)) //nolint:errcheck
 			}
 		})
-		got := r.result(1)
+		got := r.Result(1)
 		if want == "reset" {
-			if got.reset != "PROTOCOL_ERROR" && got.reset != "STREAM_CLOSED" && !got.closed && got.status != "400" {
+			if got.Reset != "PROTOCOL_ERROR" && got.Reset != "STREAM_CLOSED" && !got.Closed && got.Status != "400" {
 				t.Errorf("%s: %s, want the stream reset or a 400", name, got)
 			}
-			if got.status == "200" {
+			if got.Status == "200" {
 				t.Errorf("%s: the handler read a complete body", name)
 			}
 			return
 		}
-		if body := strings.Join(parts, ""); got.status != want || got.field("x-body-bytes") != strconv.Itoa(len(body)) {
+		if body := strings.Join(parts, ""); got.Status != want || got.Field("x-body-bytes") != strconv.Itoa(len(body)) {
 			t.Errorf("%s: %s, want %s with the %d bytes read", name, got, want, len(body))
 		}
 	}
@@ -336,17 +336,17 @@ func TestH2AContentLengthThatTheDataDoesNotMatchIsRefused(t *testing.T) {
 func TestH2RapidResetClosesTheConnection(t *testing.T) {
 	tf := startFront(t, frontOptions{})
 	r := tf.dialH2(t)
-	closed := r.watchClose()
+	closed := r.WatchClose()
 	sent := 0
-	block := r.block(get(tf.tlsAddr, "/Things")...)
+	block := r.Block(get(tf.tlsAddr, "/Things")...)
 	for stream := uint32(1); stream < 2*1000; stream += 2 {
-		if r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}) != nil ||
-			r.fr.WriteRSTStream(stream, http2.ErrCodeCancel) != nil {
+		if r.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block, EndStream: true, EndHeaders: true}) != nil ||
+			r.Fr.WriteRSTStream(stream, http2.ErrCodeCancel) != nil {
 			break // closed under our feet: what we want
 		}
 		sent++
 	}
-	r.waitClosed(closed, fmt.Sprintf("%d streams opened and reset at once", sent))
+	r.WaitClosed(closed, fmt.Sprintf("%d streams opened and reset at once", sent))
 	if n := tf.h2.Counts().Refused["rapid_reset"]; n != 1 {
 		t.Errorf("rapid_reset counted %d, want 1 (after %d streams opened and reset)", n, sent)
 	}
@@ -357,19 +357,17 @@ func TestH2RapidResetClosesTheConnection(t *testing.T) {
 func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
 	tf := startFront(t, frontOptions{})
 	r := tf.dialH2(t)
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.block(get(tf.tlsAddr, "/Things")...), EndStream: true}); err != nil {
+	if err := r.Fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: r.Block(get(tf.tlsAddr, "/Things")...), EndStream: true}); err != nil {
 		t.Fatal(err)
 	}
-	closed := r.watchClose()
+	closed := r.WatchClose()
 	sent := 0
 	for ; sent < 4096; sent++ { // 4 MiB of fragments, against a header list of 8 KiB
-		r.hbuf.Reset()
-		r.enc.WriteField(hpack.HeaderField{Name: fmt.Sprintf("x-%d", sent), Value: strings.Repeat("v", 1000)}) //nolint:errcheck
-		if r.fr.WriteContinuation(1, false, r.hbuf.Bytes()) != nil {
+		if r.Fr.WriteContinuation(1, false, r.Block(fmt.Sprintf("x-%d", sent), strings.Repeat("v", 1000))) != nil {
 			break
 		}
 	}
-	r.waitClosed(closed, fmt.Sprintf("%d CONTINUATION frames", sent))
+	r.WaitClosed(closed, fmt.Sprintf("%d CONTINUATION frames", sent))
 	if n := tf.requests.Load(); n != 0 {
 		t.Errorf("the handler was given %d requests", n)
 	}
@@ -380,11 +378,11 @@ func TestH2AContinuationFloodClosesTheConnection(t *testing.T) {
 func TestH2AnIdleConnectionIsClosedAfterIdleTimeout(t *testing.T) {
 	tf := startFront(t, frontOptions{idleTimeout: 300 * time.Millisecond})
 	r := tf.dialH2(t)
-	r.headers(1, true, get(tf.tlsAddr, "/Things")...)
-	if got := r.outcome(1); got != "200" {
+	r.Headers(1, true, get(tf.tlsAddr, "/Things")...)
+	if got := r.Outcome(1); got != "200" {
 		t.Fatalf("first request: %s", got)
 	}
-	r.waitClosed(r.watchClose(), "idle_timeout (300ms) with no stream open")
+	r.WaitClosed(r.WatchClose(), "idle_timeout (300ms) with no stream open")
 }
 
 // read_timeout cuts an HTTP/2 request body that stops arriving, as it cuts an HTTP/1.1 one: the stream
@@ -392,13 +390,13 @@ func TestH2AnIdleConnectionIsClosedAfterIdleTimeout(t *testing.T) {
 func TestH2ARequestBodyThatStopsArrivingIsCutByReadTimeout(t *testing.T) {
 	tf := startFront(t, frontOptions{readTimeout: 500 * time.Millisecond})
 	r := tf.dialH2(t)
-	r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up", "content-length", "100")
-	if err := r.fr.WriteData(1, false, []byte("ten bytes.")); err != nil {
+	r.Headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up", "content-length", "100")
+	if err := r.Fr.WriteData(1, false, []byte("ten bytes.")); err != nil {
 		t.Fatal(err)
 	}
 	// Then nothing: the rest of the body never comes. (outcome's reads are bounded by the connection's
 	// 10 s deadline, a hang guard.)
-	if got := r.outcome(1); got != "408" && got != "reset" {
+	if got := r.Outcome(1); got != "408" && got != "reset" {
 		t.Errorf("a body that stopped arriving: %s, want 408 or the stream reset", got)
 	}
 }
@@ -407,23 +405,23 @@ func TestH2ARequestBodyThatStopsArrivingIsCutByReadTimeout(t *testing.T) {
 // answers, and that it serves on (or not) afterwards.
 func TestH2ConnectionRules(t *testing.T) {
 	tf := startFront(t, frontOptions{maxStreams: 2})
-	getOn := func(r *rawH2, stream uint32) { r.headers(stream, true, get(tf.tlsAddr, "/Things")...) }
-	post := func(r *rawH2, stream uint32) { // a request whose body never ends: its stream stays open
-		r.headers(stream, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up")
+	getOn := func(r *frontendtest.H2Conn, stream uint32) { r.Headers(stream, true, get(tf.tlsAddr, "/Things")...) }
+	post := func(r *frontendtest.H2Conn, stream uint32) { // a request whose body never ends: its stream stays open
+		r.Headers(stream, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up")
 	}
 
 	t.Run("PING is answered with its data", func(t *testing.T) {
 		r := tf.dialH2(t)
 		data := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}
-		r.fr.WritePing(false, data) //nolint:errcheck
-		f := r.next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+		r.Fr.WritePing(false, data) //nolint:errcheck
+		f := r.Next(func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
 		if f == nil || f.(*http2.PingFrame).Data != data {
 			t.Fatalf("got %v, want a PING ack with the same data", f)
 		}
 	})
 	t.Run("SETTINGS are acknowledged", func(t *testing.T) {
 		r := tf.dialH2(t)
-		if f := r.next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() }); f == nil {
+		if f := r.Next(func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() }); f == nil {
 			t.Fatal("no SETTINGS ack")
 		}
 	})
@@ -432,53 +430,53 @@ func TestH2ConnectionRules(t *testing.T) {
 		post(r, 1)
 		post(r, 3)
 		post(r, 5)
-		if got := r.resetCode(5); got != "REFUSED_STREAM" {
+		if got := r.ResetCode(5); got != "REFUSED_STREAM" {
 			t.Fatalf("the third stream: %s, want REFUSED_STREAM", got)
 		}
 	})
 	t.Run("a stream identifier lower than the last is a connection error", func(t *testing.T) {
 		r := tf.dialH2(t)
 		getOn(r, 5)
-		if got := r.outcome(5); got != "200" {
+		if got := r.Outcome(5); got != "200" {
 			t.Fatalf("stream 5: %s", got)
 		}
 		getOn(r, 3)
-		if got := r.goAwayCode(); got != "PROTOCOL_ERROR" {
+		if got := r.GoAwayCode(); got != "PROTOCOL_ERROR" {
 			t.Fatalf("stream 3 after 5: %s, want GOAWAY PROTOCOL_ERROR", got)
 		}
 	})
 	t.Run("DATA on a closed stream is a STREAM_CLOSED error", func(t *testing.T) {
 		r := tf.dialH2(t)
 		getOn(r, 1)
-		if got := r.outcome(1); got != "200" {
+		if got := r.Outcome(1); got != "200" {
 			t.Fatalf("stream 1: %s", got)
 		}
-		r.fr.WriteData(1, true, []byte("late")) //nolint:errcheck
-		if got := r.resetCode(1); got != "STREAM_CLOSED" {
+		r.Fr.WriteData(1, true, []byte("late")) //nolint:errcheck
+		if got := r.ResetCode(1); got != "STREAM_CLOSED" {
 			t.Fatalf("DATA after the stream closed: %s, want RST_STREAM STREAM_CLOSED", got)
 		}
 		getOn(r, 3) // and the connection serves on
-		if got := r.outcome(3); got != "200" {
+		if got := r.Outcome(3); got != "200" {
 			t.Fatalf("stream 3 after: %s", got)
 		}
 	})
 	t.Run("a frame over SETTINGS_MAX_FRAME_SIZE is a connection error", func(t *testing.T) {
 		r := tf.dialH2(t)
 		post(r, 1)
-		r.fr.WriteData(1, false, make([]byte, 16385)) //nolint:errcheck
-		if got := r.goAwayCode(); got != "FRAME_SIZE_ERROR" {
+		r.Fr.WriteData(1, false, make([]byte, 16385)) //nolint:errcheck
+		if got := r.GoAwayCode(); got != "FRAME_SIZE_ERROR" {
 			t.Fatalf("a 16385-byte DATA frame: %s, want GOAWAY FRAME_SIZE_ERROR", got)
 		}
 	})
 	t.Run("after the client's GOAWAY its open stream is answered, then the connection ends", func(t *testing.T) {
 		r := tf.dialH2(t)
-		r.headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up", "content-length", "4")
-		r.fr.WriteGoAway(0, http2.ErrCodeNo, nil) //nolint:errcheck
-		r.fr.WriteData(1, true, []byte("body"))   //nolint:errcheck
-		if got := r.outcome(1); got != "200" {
+		r.Headers(1, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/up", "content-length", "4")
+		r.Fr.WriteGoAway(0, http2.ErrCodeNo, nil) //nolint:errcheck
+		r.Fr.WriteData(1, true, []byte("body"))   //nolint:errcheck
+		if got := r.Outcome(1); got != "200" {
 			t.Fatalf("the open stream: %s, want 200", got)
 		}
-		r.waitClosed(r.watchClose(), "the client's GOAWAY and its last stream's answer")
+		r.WaitClosed(r.WatchClose(), "the client's GOAWAY and its last stream's answer")
 	})
 	got := tf.h2.Counts().Refused
 	for kind, want := range map[string]uint64{"stream_REFUSED_STREAM": 1, "conn_PROTOCOL_ERROR": 1, "stream_STREAM_CLOSED": 1, "conn_FRAME_SIZE_ERROR": 1} {
@@ -493,13 +491,13 @@ func TestH2ConnectionRules(t *testing.T) {
 func TestH2FlowControlBothWays(t *testing.T) {
 	tf := startFront(t, frontOptions{})
 	r := tf.dialH2(t)
-	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100}) //nolint:errcheck
+	r.Fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 100}) //nolint:errcheck
 	const size = 5000
-	r.headers(1, true, get(tf.tlsAddr, "/Things?bytes="+strconv.Itoa(size))...)
+	r.Headers(1, true, get(tf.tlsAddr, "/Things?bytes="+strconv.Itoa(size))...)
 	var body []byte
 	data := func(f http2.Frame) bool { d, ok := f.(*http2.DataFrame); return ok && d.StreamID == 1 }
 	for len(body) < 100 {
-		f := r.next(data)
+		f := r.Next(data)
 		if f == nil {
 			t.Fatal("the connection ended")
 		}
@@ -508,9 +506,9 @@ func TestH2FlowControlBothWays(t *testing.T) {
 	if len(body) != 100 {
 		t.Fatalf("%d bytes before the window opened, want the 100 it allows", len(body))
 	}
-	r.fr.WriteWindowUpdate(1, size) //nolint:errcheck
+	r.Fr.WriteWindowUpdate(1, size) //nolint:errcheck
 	for {
-		f := r.next(data)
+		f := r.Next(data)
 		if f == nil {
 			t.Fatal("the connection ended")
 		}
@@ -542,9 +540,9 @@ func TestH2FlowControlBothWays(t *testing.T) {
 func TestH2AClientThatStopsReadingIsClosedAfterIdleTimeout(t *testing.T) {
 	tf := startFront(t, frontOptions{idleTimeout: 500 * time.Millisecond})
 	r := tf.dialH2(t)
-	r.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1}) //nolint:errcheck
-	r.fr.WriteWindowUpdate(0, 1<<31-1-65535)                                              //nolint:errcheck
-	r.headers(1, true, get(tf.tlsAddr, "/Things?bytes=50000000")...)
+	r.Fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1}) //nolint:errcheck
+	r.Fr.WriteWindowUpdate(0, 1<<31-1-65535)                                              //nolint:errcheck
+	r.Headers(1, true, get(tf.tlsAddr, "/Things?bytes=50000000")...)
 	// Read nothing: the answer fills the socket's buffers, then the server's flush waits for idle_timeout.
 	writing := func() (n int) {
 		for _, g := range testkit.Goroutines() {
@@ -564,20 +562,20 @@ func TestH2ShutdownDrainsHTTP2Connections(t *testing.T) {
 	tf := startFront(t, frontOptions{})
 	idle := tf.dialH2(t)
 	busy := tf.dialH2(t)
-	busy.headers(1, true, get(tf.tlsAddr, "/slow?delay=1s")...)
+	busy.Headers(1, true, get(tf.tlsAddr, "/slow?delay=1s")...)
 	testkit.Eventually(t, "the slow stream to reach the handler", 5*time.Second, func() bool { return tf.h2.Counts().Streams == 1 })
 	go tf.h2.Shutdown()
-	if got := idle.goAwayCode(); got != "NO_ERROR" {
+	if got := idle.GoAwayCode(); got != "NO_ERROR" {
 		t.Errorf("the idle connection: %s, want GOAWAY NO_ERROR", got)
 	}
-	idle.waitClosed(idle.watchClose(), "Shutdown, with no stream open")
-	if got := busy.goAwayCode(); got != "NO_ERROR" {
+	idle.WaitClosed(idle.WatchClose(), "Shutdown, with no stream open")
+	if got := busy.GoAwayCode(); got != "NO_ERROR" {
 		t.Errorf("the connection with a stream in flight: %s, want GOAWAY NO_ERROR", got)
 	}
-	if got := busy.outcome(1); got != "200" {
+	if got := busy.Outcome(1); got != "200" {
 		t.Errorf("the stream in flight at Shutdown: %s, want 200", got)
 	}
-	busy.waitClosed(busy.watchClose(), "Shutdown, once its last stream was answered")
+	busy.WaitClosed(busy.WatchClose(), "Shutdown, once its last stream was answered")
 }
 
 // :authority and Host are checked like an HTTP/1.1 Host (RFC 3986 host[:port], no userinfo), :path like
@@ -594,22 +592,22 @@ func TestH2AuthorityAndPathAreCheckedLikeHostAndTarget(t *testing.T) {
 			fields = append(fields, ":authority", authority)
 		}
 		fields = append(append(fields, ":path", path), extra...)
-		r.headers(1, true, fields...)
-		got := r.result(1)
+		r.Headers(1, true, fields...)
+		got := r.Result(1)
 		n := tf.requests.Load() - before
 		switch want {
 		case "reset":
-			if got.reset != "PROTOCOL_ERROR" || n != 0 {
+			if got.Reset != "PROTOCOL_ERROR" || n != 0 {
 				t.Errorf("%s %s at %q: %s, and the handler was given %d requests; want the stream reset and none", method, path, authority, got, n)
 			}
 		default:
-			if got.status != want || (want == "200") != (n == 1) {
+			if got.Status != want || (want == "200") != (n == 1) {
 				t.Errorf("%s %s at %q: %s, and the handler was given %d requests; want %s", method, path, authority, got, n, want)
 			}
 		}
 		// Only the stream was refused: the connection serves the next one.
-		r.headers(3, true, get(tf.tlsAddr, "/Things")...)
-		if got := r.outcome(3); got != "200" {
+		r.Headers(3, true, get(tf.tlsAddr, "/Things")...)
+		if got := r.Outcome(3); got != "200" {
 			t.Errorf("%s %s at %q: the next stream on the connection: %s, want 200", method, path, authority, got)
 		}
 	}

@@ -12,16 +12,15 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // The front end as lb serves it, with a trivial handler: a fasthttp server configured as lb.go
@@ -288,240 +287,13 @@ func (tf *testFront) refusal(t *testing.T, what, raw string, want int) {
 	}
 }
 
-// Raw HTTP/2 clients.
-
-// rawH2 is a client connection that writes HTTP/2 frames as a test wants them, valid or not.
-type rawH2 struct {
-	t    *testing.T
-	conn *tls.Conn
-	fr   *http2.Framer
-	enc  *hpack.Encoder
-	dec  *hpack.Decoder
-	hbuf bytes.Buffer
-	// lastFields are the fields of the last header block the server sent (decoded by next).
-	lastFields []hpack.HeaderField
-}
-
-func (tf *testFront) dialH2(t *testing.T) *rawH2 {
+// dialH2 opens a raw HTTP/2 connection to the TLS listener.
+func (tf *testFront) dialH2(t *testing.T) *frontendtest.H2Conn {
 	t.Helper()
-	cfg := tf.clientTLS()
-	cfg.NextProtos = []string{"h2"}
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", tf.tlsAddr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
-		t.Fatalf("ALPN %q, want h2", p)
-	}
-	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	r := &rawH2{t: t, conn: conn, fr: http2.NewFramer(conn, conn), dec: hpack.NewDecoder(4096, nil)}
-	r.enc = hpack.NewEncoder(&r.hbuf)
-	if err := r.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return frontendtest.DialH2(t, tf.tlsAddr, tf.clientTLS())
 }
 
 // get is the fields of a GET of path at authority.
 func get(authority, path string) []string {
 	return []string{":method", "GET", ":scheme", "https", ":authority", authority, ":path", path}
-}
-
-// block encodes fields (pairs of name, value) as one header block, with the connection's encoder.
-func (r *rawH2) block(fields ...string) []byte {
-	r.hbuf.Reset()
-	for i := 0; i+1 < len(fields); i += 2 {
-		r.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]}) //nolint:errcheck
-	}
-	return append([]byte(nil), r.hbuf.Bytes()...)
-}
-
-// headers sends one HEADERS frame on stream with the fields as given, in order.
-func (r *rawH2) headers(stream uint32, endStream bool, fields ...string) {
-	r.t.Helper()
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: r.block(fields...), EndStream: endStream, EndHeaders: true}); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// headersSplit sends a header block as HEADERS and as many CONTINUATION frames as 16 KiB frames need.
-func (r *rawH2) headersSplit(stream uint32, endStream bool, block []byte) {
-	r.t.Helper()
-	const frame = 16384
-	n := min(len(block), frame)
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: stream, BlockFragment: block[:n], EndStream: endStream, EndHeaders: n == len(block)}); err != nil {
-		r.t.Fatal(err)
-	}
-	for block = block[n:]; len(block) > 0; block = block[n:] {
-		n = min(len(block), frame)
-		if err := r.fr.WriteContinuation(stream, n == len(block), block[:n]); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-}
-
-// inOneWrite sends the frames written by frames in one write, as a client that pipelines them.
-func (r *rawH2) inOneWrite(frames func(fr *http2.Framer)) {
-	r.t.Helper()
-	var b bytes.Buffer
-	frames(http2.NewFramer(&b, nil))
-	if _, err := r.conn.Write(b.Bytes()); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// next reads the server's frames until want says a frame is the one: it returns it, or nil once the
-// connection ended (GOAWAY frames are passed to want too).
-func (r *rawH2) next(want func(http2.Frame) bool) http2.Frame {
-	r.t.Helper()
-	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			return nil
-		}
-		if h, ok := f.(*http2.HeadersFrame); ok {
-			fields, err := r.dec.DecodeFull(h.HeaderBlockFragment()) // every block, to follow the table
-			if err != nil {
-				r.t.Fatalf("the server's header block: %v", err)
-			}
-			r.lastFields = fields
-		}
-		if want(f) {
-			return f
-		}
-	}
-}
-
-// outcome reads frames until stream ends: "reset" (RST_STREAM), "closed" (GOAWAY or the connection
-// ended), or the status of the answer's HEADERS.
-func (r *rawH2) outcome(stream uint32) string {
-	r.t.Helper()
-	res := r.result(stream)
-	switch {
-	case res.closed:
-		return "closed"
-	case res.reset != "":
-		return "reset"
-	}
-	return res.status
-}
-
-// h2Result is how a stream ended: its status and fields, its reset's code, or closed.
-type h2Result struct {
-	status string
-	fields []hpack.HeaderField
-	body   string
-	reset  string
-	closed bool
-}
-
-func (r h2Result) String() string {
-	switch {
-	case r.closed:
-		return "connection closed"
-	case r.reset != "":
-		return "RST_STREAM " + r.reset
-	}
-	return fmt.Sprintf("%s %v %q", r.status, r.fields, r.body)
-}
-
-// field returns the value of the answer's field name ("" if none).
-func (r h2Result) field(name string) string {
-	for _, f := range r.fields {
-		if f.Name == name {
-			return f.Value
-		}
-	}
-	return ""
-}
-
-// result reads frames until stream ended (its answer whole, or reset) or the connection ended.
-func (r *rawH2) result(stream uint32) h2Result {
-	r.t.Helper()
-	var res h2Result
-	var body strings.Builder
-	f := r.next(func(f http2.Frame) bool {
-		if f.Header().StreamID != stream && f.Header().Type != http2.FrameGoAway {
-			return false
-		}
-		switch f := f.(type) {
-		case *http2.GoAwayFrame:
-			res.closed = true
-			return true
-		case *http2.RSTStreamFrame:
-			res.reset = f.ErrCode.String()
-			return true
-		case *http2.HeadersFrame:
-			if res.status == "" {
-				res.fields = r.lastFields
-				for _, hf := range res.fields {
-					if hf.Name == ":status" {
-						res.status = hf.Value
-					}
-				}
-			}
-			return f.StreamEnded()
-		case *http2.DataFrame:
-			body.Write(f.Data())
-			return f.StreamEnded()
-		}
-		return false
-	})
-	if f == nil {
-		res.closed = true
-	}
-	res.body = body.String()
-	return res
-}
-
-// watchClose reads the server's frames from now on until it closes the connection: the channel is
-// closed then.
-func (r *rawH2) watchClose() <-chan struct{} {
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		for {
-			if _, err := r.fr.ReadFrame(); err != nil {
-				return
-			}
-		}
-	}()
-	return closed
-}
-
-// waitClosed waits for watchClose's channel; what is what the test did to deserve the close.
-func (r *rawH2) waitClosed(closed <-chan struct{}, what string) {
-	r.t.Helper()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second): // a hang guard
-		r.t.Fatalf("the connection is still open after %s", what)
-	}
-}
-
-// goAwayCode reads until the server's GOAWAY and returns its code ("closed" if none came before the end).
-func (r *rawH2) goAwayCode() string {
-	r.t.Helper()
-	if f := r.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }); f != nil {
-		return f.(*http2.GoAwayFrame).ErrCode.String()
-	}
-	return "closed"
-}
-
-// resetCode reads until the server resets stream and returns the code ("closed" if the connection ended).
-func (r *rawH2) resetCode(stream uint32) string {
-	r.t.Helper()
-	f := r.next(func(f http2.Frame) bool {
-		rst, ok := f.(*http2.RSTStreamFrame)
-		_, away := f.(*http2.GoAwayFrame)
-		return ok && rst.StreamID == stream || away
-	})
-	if rst, ok := f.(*http2.RSTStreamFrame); ok {
-		return rst.ErrCode.String()
-	}
-	return "closed"
 }
