@@ -1,0 +1,195 @@
+package frontend
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/valyala/fasthttp"
+)
+
+// The TLS listener (tls.go) against a trivial handler: each handshake takes the configuration in force
+// when it runs, once; a failed handshake is a connection error of kind tls, closes the connection
+// without an answer and gives the handler nothing. (Which configuration lb builds from its config —
+// versions, certificates by SNI, client_auth — is tested through lb, tls_frontend_test.go.)
+
+// tlsFront serves the trivial handler behind f's TLS listener on 127.0.0.1 with the configuration
+// config returns at each handshake, and returns its address and the handler's request count.
+func tlsFront(t *testing.T, f *Front, config func() *tls.Config) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	srv := &fasthttp.Server{
+		Handler:      func(ctx *fasthttp.RequestCtx) { n.Add(1); ctx.WriteString("ok") }, //nolint:errcheck
+		ErrorHandler: f.ErrorHandler,
+		Logger:       f.Logger(),
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(f.TLSListener(ln, config)) }() //nolint:errcheck
+	t.Cleanup(func() { srv.Shutdown(); <-done })                            //nolint:errcheck
+	return ln.Addr().String(), &n
+}
+
+// tlsGet sends one GET on a new TLS connection to addr and returns the status (0 and the error when
+// the handshake or the exchange failed) and the server's certificate.
+func tlsGet(addr string, cfg *tls.Config) (int, *x509.Certificate, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	return tlsGetOn(conn)
+}
+
+// tlsGetOn sends one GET on conn and reads the answer.
+func tlsGetOn(conn *tls.Conn) (int, *x509.Certificate, error) {
+	conn.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	return resp.StatusCode, conn.ConnectionState().PeerCertificates[0], nil
+}
+
+// A handshake takes the configuration in force when it runs: after a change (lb's reload) new
+// connections get the new certificate while an open connection keeps its own and serves on; with no
+// configuration (tls_listen removed by a reload) a handshake fails.
+func TestTLSListenerTakesTheConfigurationInForceAtEachHandshake(t *testing.T) {
+	ca, err := sim.NewCA("frontend test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func() tls.Certificate {
+		l, err := ca.Issue(testServerName, "127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.TLS
+	}
+	var cur atomic.Pointer[tls.Config]
+	cur.Store(&tls.Config{Certificates: []tls.Certificate{leaf()}})
+	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	addr, _ := tlsFront(t, f, cur.Load)
+	client := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName}
+
+	open, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	_, first, err := tlsGetOn(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Store(&tls.Config{Certificates: []tls.Certificate{leaf()}})
+	status, second, err := tlsGet(addr, client)
+	if err != nil || status != 200 || second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Fatalf("a new connection after the change: %d, %v; want 200 with the new certificate", status, err)
+	}
+	if status, cert, err := tlsGetOn(open); err != nil || status != 200 || cert.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		t.Fatalf("the connection open before the change: %d, %v; want 200 with its own certificate", status, err)
+	}
+	cur.Store(nil)
+	if _, _, err := tlsGet(addr, client); err == nil {
+		t.Fatal("a handshake without a configuration succeeded")
+	}
+}
+
+// A handshake that fails — the client certificate missing or from another CA, an old protocol version,
+// plain HTTP on the TLS port, a client silent past header_timeout — is counted as a connection error of
+// kind tls; the connection closes without an answer and the handler is given nothing. A client that
+// goes away before its hello (a port probe) is no error.
+func TestTLSHandshakeFailuresAreCountedAndReachNoHandler(t *testing.T) {
+	ca, err := sim.NewCA("frontend test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients, err := sim.NewCA("clients CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.Issue(testServerName, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{server.TLS}, MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients.Pool()}
+	f := New(Limits{MaxHeader: 8 << 10, HeaderTimeout: 500 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	addr, handled := tlsFront(t, f, func() *tls.Config { return cfg })
+	withCert := func(from *sim.CA, ver uint16) *tls.Config {
+		c := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName, MinVersion: ver, MaxVersion: ver}
+		if from != nil {
+			leaf, err := from.Issue("device-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
+		}
+		return c
+	}
+	failed := func(what string, try func()) {
+		t.Helper()
+		before := f.Errors.Count(ConnTLS)
+		try()
+		if !testkit.Within(3*time.Second, func() bool { return f.Errors.Count(ConnTLS) == before+1 }) {
+			t.Errorf("%s: tls connection errors went from %d to %d, want +1", what, before, f.Errors.Count(ConnTLS))
+		}
+	}
+	refused := func(what string, c *tls.Config) {
+		t.Helper()
+		failed(what, func() {
+			if status, _, err := tlsGet(addr, c); err == nil {
+				t.Errorf("%s: answered %d, want the handshake refused", what, status)
+			}
+		})
+	}
+	refused("no client certificate, TLS 1.2", withCert(nil, tls.VersionTLS12))
+	refused("no client certificate, TLS 1.3", withCert(nil, tls.VersionTLS13))
+	refused("a client certificate from another CA", withCert(ca, tls.VersionTLS13))
+	refused("TLS 1.1", withCert(clients, tls.VersionTLS11))
+	failed("plain HTTP on the TLS port", func() {
+		c := dialRaw(t, addr)
+		c.write("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		if r := c.answer(); r.status != 0 || !r.closed {
+			t.Errorf("plain HTTP on the TLS port: %s, want the connection closed without an answer", r)
+		}
+	})
+	failed("a client silent past header_timeout", func() {
+		c := dialRaw(t, addr)
+		if closed, after := c.ClosedWithin(5 * time.Second); !closed {
+			t.Errorf("a silent client: still open 5s after header_timeout (500ms): %s", after)
+		}
+	})
+	before := f.Errors.Count(ConnTLS)
+	probe, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Close()
+	if status, _, err := tlsGet(addr, withCert(clients, tls.VersionTLS13)); err != nil || status != 200 {
+		t.Fatalf("a client with a certificate from the client CA: %d, %v; want 200", status, err)
+	}
+	if n := f.Errors.Count(ConnTLS); n != before {
+		t.Errorf("a port probe was counted as a tls error (%d → %d)", before, n)
+	}
+	if n := handled.Load(); n != 1 {
+		t.Errorf("the handler was given %d requests, want only the accepted client's", n)
+	}
+}
