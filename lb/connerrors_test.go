@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // Over max_conns fasthttp refuses connections with 503: they are counted as limit, and a WARN line says
@@ -16,15 +17,15 @@ func TestConnectionsOverMaxConnsAreCountedAsLimitAndWarned(t *testing.T) {
 	l, logs := startLB(t, hostileFiles(platformConfig(c, "", ""), map[string]string{"30-limit.toml": "[frontend]\nmax_conns = 2\n"}))
 	req := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\n\r\n"
 	for i := range 2 {
-		held := hostileDial(t, l.Addr())
-		held.write(req) //nolint:errcheck
-		if r := held.answer(hostileAnswerWait); r.status != 200 {
+		held := frontendtest.Dial(t, l.Addr())
+		held.WriteRaw(req) //nolint:errcheck
+		if r := held.Answer(frontendtest.AnswerWait); r.Status != 200 {
 			t.Fatalf("keep-alive connection %d: got %s, want 200", i, r)
 		}
 	}
-	extra := hostileDial(t, l.Addr())
-	extra.write(req) //nolint:errcheck
-	if r := extra.answer(hostileAnswerWait); r.status != 503 && !(r.status == 0 && r.closed) {
+	extra := frontendtest.Dial(t, l.Addr())
+	extra.WriteRaw(req) //nolint:errcheck
+	if r := extra.Answer(frontendtest.AnswerWait); r.Status != 503 && !(r.Status == 0 && r.Closed) {
 		t.Fatalf("the third connection: got %s, want 503 or a close", r)
 	}
 	testkit.Eventually(t, "the refused connection to be counted and logged", 3*time.Second, func() bool {

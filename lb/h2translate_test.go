@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // An HTTP/2 request is rewritten as HTTP/1.1 for the server behind, and its answer back (issue 35): what
@@ -53,8 +54,8 @@ func TestH2AnAnswerCarriesWhatItsServerSentNothingMore(t *testing.T) {
 		t.Errorf("HTTP/2: %s; want 200 \"ok\" with the fields content-length, x-app and a date (added: the server sent none), nothing else", got)
 	}
 	// The same answer over HTTP/1.1: the same fields.
-	h1 := rawRequest(t, l.Addr(), "GET /raw/x HTTP/1.1\r\nHost: a\r\n\r\n")
-	if h1.status != 200 || h1.header.Get("Content-Type") != "" || h1.header.Get("X-App") != "one" || h1.header.Get("Date") == "" {
+	h1 := frontendtest.Request(t, l.Addr(), "GET /raw/x HTTP/1.1\r\nHost: a\r\n\r\n")
+	if h1.Status != 200 || h1.Header.Get("Content-Type") != "" || h1.Header.Get("X-App") != "one" || h1.Header.Get("Date") == "" {
 		t.Errorf("HTTP/1.1: %s; want 200 with X-App and Date and no Content-Type", h1)
 	}
 }
@@ -185,18 +186,18 @@ func TestRefusalsAreLoggedAsTheyWere(t *testing.T) {
 	before := u.requests.Load()
 
 	// HTTP/1.1, refused in the read that brought it.
-	rawRequest(t, l.Addr(), "POST /abc?appKey=s3cret HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+	frontendtest.Request(t, l.Addr(), "POST /abc?appKey=s3cret HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
 	check(find("/abc", "http/1.1"), map[string]string{"method": "POST", "status": "400", "route": "-1", "refused": "Content-Length with Transfer-Encoding"}, 0, 1000)
 	// Refused in a later read than its request line's: a head that stops arriving (408).
-	c := hostileDial(t, l.Addr())
-	c.write("GET /slow HTTP/1.1\r\nHost: x\r\n") //nolint:errcheck
-	if r := c.answerAndClose(); r.status != 408 {
+	c := frontendtest.Dial(t, l.Addr())
+	c.WriteRaw("GET /slow HTTP/1.1\r\nHost: x\r\n") //nolint:errcheck
+	if r := c.AnswerAndClose(); r.Status != 408 {
 		t.Fatalf("a head that stops arriving: %s, want 408", r)
 	}
 	check(find("/slow", "http/1.1"), map[string]string{"method": "GET", "status": "408"}, 300, 10000)
 	// A request line that is not one: neither its "method" nor its "path" is logged.
 	for _, line := range []string{"Cookie: s3cret=1\r\n\r\n", "Authorization Basic s3cret\r\n\r\n"} {
-		rawRequest(t, l.Addr(), line)
+		frontendtest.Request(t, l.Addr(), line)
 	}
 	testkit.Eventually(t, "the refusals of the two non-request lines", 5*time.Second, func() bool {
 		n := 0

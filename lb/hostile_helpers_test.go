@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/http/httputil"
 	"strconv"
 	"strings"
@@ -17,135 +16,11 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// Helpers of the hostile-input tests (hostile_test.go): raw client connections that send bytes exactly
-// as written and read fairlead's answer with deadlines, and a raw upstream server that records exactly
-// what fairlead forwards.
+// Helpers of the hostile-input tests (hostile_test.go): the raw clients are lb/frontend/frontendtest's;
+// here, a raw upstream server that records exactly what fairlead forwards, and what fairlead shows.
 
-const (
-	// hostileAnswerWait bounds the wait for fairlead's answer to a request.
-	hostileAnswerWait = 3 * time.Second
-	// hostileCloseWait bounds the wait for fairlead to close a connection after its answer.
-	hostileCloseWait = time.Second
-	// hostilePath is the path of the hostile requests sent to the platform pool.
-	hostilePath = "/Thingworx/hostile"
-)
-
-// rawResult is what a client saw of one answer on a raw connection.
-type rawResult struct {
-	status int         // 0 when no answer could be read
-	line   string      // the status line ("" when no answer)
-	header http.Header // the answer's headers (nil when no answer)
-	body   []byte
-	raw    []byte // every byte read for this answer, head and body
-	closed bool   // fairlead closed the connection (EOF or reset) after the answer, within the wait
-	err    error  // why no (complete) answer was read, nil if one was
-	// after is what the close check read instead of EOF: bytes fairlead sent after the answer, or the
-	// timeout error when the connection stayed open.
-	after string
-}
-
-func (r rawResult) String() string {
-	if r.status == 0 {
-		return fmt.Sprintf("no answer (%v), closed=%v", r.err, r.closed)
-	}
-	s := fmt.Sprintf("%q closed=%v", r.line, r.closed)
-	if by := r.header.Get("X-Served-By"); by != "" {
-		s += " X-Served-By=" + by
-	}
-	if b := strings.TrimSpace(string(r.body)); b != "" {
-		if len(b) > 120 {
-			b = b[:120] + "…"
-		}
-		s += fmt.Sprintf(" body=%q", b)
-	}
-	if r.err != nil {
-		s += fmt.Sprintf(" err=%v", r.err)
-	}
-	return s
-}
-
-// hostileConn is a client connection to fairlead that sends raw bytes and reads answers.
-type hostileConn struct{ *testkit.RawConn }
-
-func hostileDial(t testing.TB, addr string) *hostileConn {
-	t.Helper()
-	return &hostileConn{testkit.DialRaw(t, addr, 3*time.Second)}
-}
-
-// write sends raw bytes in one write. A failed write is not fatal: fairlead may have closed the
-// connection already, which the answer shows.
-func (c *hostileConn) write(raw string) error {
-	return c.Send(raw, hostileAnswerWait)
-}
-
-// answer reads one answer, waiting at most wait for it (head and body), without checking for a close.
-func (c *hostileConn) answer(wait time.Duration) rawResult {
-	return c.answerBy(time.Now().Add(wait))
-}
-
-// answerBy reads one answer, head and body, by deadline, without checking for a close.
-func (c *hostileConn) answerBy(deadline time.Time) rawResult {
-	var r rawResult
-	c.SetReadDeadline(deadline) //nolint:errcheck
-	resp, err := http.ReadResponse(c.R, nil)
-	if err != nil {
-		r.err = err
-		r.closed = testkit.ClosedErr(err)
-		r.raw = c.Take()
-		return r
-	}
-	r.status, r.header = resp.StatusCode, resp.Header
-	r.line = resp.Proto + " " + resp.Status
-	r.body, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	r.raw = c.Take()
-	if err != nil {
-		r.err = fmt.Errorf("reading the body: %w", err)
-		r.closed = testkit.ClosedErr(err)
-		return r
-	}
-	// A body delimited by the end of the connection: fairlead closed it.
-	if resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && hostileBodyAllowed(r.status) {
-		r.closed = true
-	}
-	return r
-}
-
-func hostileBodyAllowed(status int) bool { return status >= 200 && status != 204 && status != 304 }
-
-// answerAndClose reads one answer and then whether fairlead closes the connection within
-// hostileCloseWait.
-func (c *hostileConn) answerAndClose() rawResult {
-	r := c.answer(hostileAnswerWait)
-	if r.status == 0 || r.closed {
-		return r
-	}
-	r.closed, r.after = c.ClosedWithin(hostileCloseWait)
-	return r
-}
-
-// rawRequest sends raw on a new connection in one write and returns fairlead's answer, with whether
-// fairlead closed the connection after it.
-func rawRequest(t testing.TB, addr, raw string) rawResult {
-	t.Helper()
-	c := hostileDial(t, addr)
-	if err := c.write(raw); err != nil {
-		// fairlead may have answered and closed before the whole request was written.
-		t.Logf("write: %v", err)
-	}
-	return c.answerAndClose()
-}
-
-// rawAnswer sends raw on a new connection in one write and returns fairlead's answer, without waiting
-// for a close.
-func rawAnswer(t testing.TB, addr, raw string, wait time.Duration) rawResult {
-	t.Helper()
-	c := hostileDial(t, addr)
-	if err := c.write(raw); err != nil {
-		t.Logf("write: %v", err)
-	}
-	return c.answer(wait)
-}
+// hostilePath is the path of the hostile requests sent to the platform pool.
+const hostilePath = "/Thingworx/hostile"
 
 // hostilePlatformRequests is the number of ordinary requests every platform of c received.
 func hostilePlatformRequests(c *sim.Cluster) int64 {

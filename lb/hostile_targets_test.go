@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/valyala/fasthttp"
 )
 
@@ -40,12 +41,12 @@ func targetsLB(t *testing.T) (*hostileUpstream, *LB) {
 
 // sendRaw sends raw on a new connection and reads the answer; with closes, also whether fairlead then
 // closed the connection (else the wait for a close is spared).
-func sendRaw(t *testing.T, l *LB, raw string, closes bool) rawResult {
+func sendRaw(t *testing.T, l *LB, raw string, closes bool) frontendtest.Answer {
 	t.Helper()
 	if closes {
-		return rawRequest(t, l.Addr(), raw)
+		return frontendtest.Request(t, l.Addr(), raw)
 	}
-	return rawAnswer(t, l.Addr(), raw, hostileAnswerWait)
+	return frontendtest.AnswerTo(t, l.Addr(), raw, frontendtest.AnswerWait)
 }
 
 // refused400 sends raw on a new connection and checks that fairlead answered 400 and closed it, and that
@@ -54,7 +55,7 @@ func refused400(t *testing.T, u *hostileUpstream, l *LB, raw, what string) {
 	t.Helper()
 	n := u.requests.Load()
 	r := sendRaw(t, l, raw, true)
-	if r.status != 400 || !r.closed {
+	if r.Status != 400 || !r.Closed {
 		t.Errorf("%s: got %s; want 400 and the connection closed", what, r)
 	}
 	if d := u.requests.Load() - n; d != 0 {
@@ -69,7 +70,7 @@ func nextHead(t *testing.T, u *hostileUpstream) upstreamBody {
 	select {
 	case b := <-u.bodies:
 		return b
-	case <-time.After(hostileAnswerWait):
+	case <-time.After(frontendtest.AnswerWait):
 		t.Fatal("the server received no request")
 		return upstreamBody{}
 	}
@@ -93,7 +94,7 @@ func TestHostileTargetsRFC3986AllowsGoUpstreamAsSent(t *testing.T) {
 	f := func(target string) {
 		t.Helper()
 		r := sendRaw(t, l, "GET "+target+" HTTP/1.1\r\nHost: a\r\n\r\n", false)
-		if r.status != 204 {
+		if r.Status != 204 {
 			t.Errorf("%q: got %s; want the server's 204", target, r)
 			return
 		}
@@ -118,7 +119,7 @@ func TestHostileContentLengthGoesUpstreamAsItsDigits(t *testing.T) {
 	f := func(field, body, want string) {
 		t.Helper()
 		r := sendRaw(t, l, "POST /raw/cl HTTP/1.1\r\nHost: a\r\n"+field+"\r\n\r\n"+body, false)
-		if r.status != 204 {
+		if r.Status != 204 {
 			t.Errorf("%q: got %s; want the server's 204", field, r)
 			return
 		}
@@ -149,7 +150,7 @@ func TestHostileContentLengthGoesUpstreamAsItsDigits(t *testing.T) {
 	f("Content-Length: 10", "0123456789", "Content-Length: 10")
 	// Two Content-Length fields, even equal, never reach a server (the framer's 400).
 	n := u.requests.Load()
-	if r := rawRequest(t, l.Addr(), "POST /raw/cl HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"); r.status != 400 {
+	if r := frontendtest.Request(t, l.Addr(), "POST /raw/cl HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"); r.Status != 400 {
 		t.Errorf("two equal Content-Lengths: got %s; want 400", r)
 	}
 	if d := u.requests.Load() - n; d != 0 {
@@ -169,7 +170,7 @@ func TestHostileConnectionNamingTheFramingFieldsDoesNotUnframeTheBody(t *testing
 		t.Helper()
 		n := u.requests.Load()
 		r := sendRaw(t, l, raw, false)
-		if r.status != 200 {
+		if r.Status != 200 {
 			t.Errorf("%s: got %s; want the server's 200", name, r)
 		}
 		select {
@@ -177,7 +178,7 @@ func TestHostileConnectionNamingTheFramingFieldsDoesNotUnframeTheBody(t *testing
 			if !strings.Contains(b.head, "\r\n"+wantField+"\r\n") || !b.complete {
 				t.Errorf("%s: the server received %q (body complete %v), want %q in it", name, b.head, b.complete, wantField)
 			}
-		case <-time.After(hostileAnswerWait):
+		case <-time.After(frontendtest.AnswerWait):
 			t.Errorf("%s: the server read no body", name)
 		}
 		time.Sleep(100 * time.Millisecond) // a smuggled request would arrive right behind
@@ -209,10 +210,10 @@ func TestHostileTRACEIsRefusedWith405AndEveryOtherMethodIsForwarded(t *testing.T
 		r := sendRaw(t, l, method+" "+target+" HTTP/1.1\r\nHost: a\r\nCookie: session=secret\r\n\r\n", !forwarded)
 		if !forwarded {
 			refused++
-			if r.status != 405 || !r.closed {
+			if r.Status != 405 || !r.Closed {
 				t.Errorf("%s: got %s; want 405 and the connection closed", method, r)
 			}
-			if got := r.header.Get("Allow"); got != "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH" {
+			if got := r.Header.Get("Allow"); got != "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH" {
 				t.Errorf("%s: Allow %q", method, got)
 			}
 			if d := u.requests.Load() - n; d != 0 {
@@ -221,7 +222,7 @@ func TestHostileTRACEIsRefusedWith405AndEveryOtherMethodIsForwarded(t *testing.T
 			}
 			return
 		}
-		if r.status != 204 {
+		if r.Status != 204 {
 			t.Errorf("%s: got %s; want the server's 204", method, r)
 			return
 		}
@@ -295,13 +296,13 @@ func TestHostileHostIsCheckedLikeAnHTTP2Authority(t *testing.T) {
 	}
 	badRequestsGrew(t, l, "400", before, len(bad))
 	for _, h := range []string{"example.com", "example.com:8443", "[::1]:443", "127.0.0.1", "host:"} {
-		if r := sendRaw(t, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", false); r.status != 204 {
+		if r := sendRaw(t, l, "GET /raw/x HTTP/1.1\r\nHost: "+h+"\r\n\r\n", false); r.Status != 204 {
 			t.Errorf("Host %q: got %s; want the server's 204", h, r)
 		}
 		nextHead(t, u)
 	}
 	// HTTP/1.0 without a Host is still served (it goes with the address the client connected to).
-	if r := sendRaw(t, l, "GET /raw/x HTTP/1.0\r\n\r\n", false); r.status != 204 {
+	if r := sendRaw(t, l, "GET /raw/x HTTP/1.0\r\n\r\n", false); r.Status != 204 {
 		t.Errorf("HTTP/1.0 without Host: got %s; want the server's 204", r)
 	}
 }

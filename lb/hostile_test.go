@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/fasthttp/websocket"
 )
 
@@ -41,30 +42,30 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 	}
 	before, _ := hostileBadRequests(t, l)
 	refused := map[string]float64{}
-	f := func(name string, send func(c *hostileConn), want int, bodyBytes string) {
+	f := func(name string, send func(c *frontendtest.Conn), want int, bodyBytes string) {
 		t.Helper()
 		n := u.requests.Load()
-		c := hostileDial(t, l.Addr())
+		c := frontendtest.Dial(t, l.Addr())
 		send(c)
 		if bodyBytes != "" { // let through: the server answers with what it read
-			r := c.answer(hostileAnswerWait)
-			if r.status != 200 || r.header.Get("X-Body-Bytes") != bodyBytes || u.requests.Load()-n != 1 {
+			r := c.Answer(frontendtest.AnswerWait)
+			if r.Status != 200 || r.Header.Get("X-Body-Bytes") != bodyBytes || u.requests.Load()-n != 1 {
 				t.Errorf("%s: got %s after %d requests reached the server; want the server's 200 with X-Body-Bytes %s", name, r, u.requests.Load()-n, bodyBytes)
 			}
 			<-u.bodies
 			return
 		}
-		r := c.answerAndClose()
-		if r.status != want || !r.closed || r.header.Get("X-Body-Bytes") != "" {
+		r := c.AnswerAndClose()
+		if r.Status != want || !r.Closed || r.Header.Get("X-Body-Bytes") != "" {
 			t.Errorf("%s: got %s; want fairlead's %d and the connection closed", name, r, want)
 		}
-		refused[strconv.Itoa(r.status)]++
+		refused[strconv.Itoa(r.Status)]++
 		if d := u.requests.Load() - n; d != 0 {
 			t.Errorf("%s: the server received %d requests, want none", name, d)
 			<-u.bodies
 		}
 	}
-	one := func(raw string) func(c *hostileConn) { return func(c *hostileConn) { c.write(raw) } } //nolint:errcheck
+	one := func(raw string) func(c *frontendtest.Conn) { return func(c *frontendtest.Conn) { c.WriteRaw(raw) } } //nolint:errcheck
 	for _, tc := range []struct {
 		name, raw string
 		want      int
@@ -99,20 +100,20 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		if tc.name == "HTTP/2.0" {
 			// 505 from the framer, or 400 from fasthttp's parser: both refuse it.
 			n := u.requests.Load()
-			if r := rawRequest(t, l.Addr(), tc.raw); (r.status != 505 && r.status != 400) || !r.closed || u.requests.Load() != n {
+			if r := frontendtest.Request(t, l.Addr(), tc.raw); (r.Status != 505 && r.Status != 400) || !r.Closed || u.requests.Load() != n {
 				t.Errorf("HTTP/2.0: got %s and the server received %d requests; want 505 or 400, closed, none", r, u.requests.Load()-n)
 			} else {
-				refused[strconv.Itoa(r.status)]++
+				refused[strconv.Itoa(r.Status)]++
 			}
 			continue
 		}
 		f(tc.name, one(tc.raw), tc.want, "")
 	}
 	// A refusal in a later read: the head cut in two writes, the bad byte in the second.
-	f("obs-fold split across writes", func(c *hostileConn) {
-		c.write(get + "X-A: a\r")         //nolint:errcheck
+	f("obs-fold split across writes", func(c *frontendtest.Conn) {
+		c.WriteRaw(get + "X-A: a\r")      //nolint:errcheck
 		time.Sleep(20 * time.Millisecond) // pacing: the first part read on its own, not an assertion
-		c.write("\n b\r\n\r\n")           //nolint:errcheck
+		c.WriteRaw("\n b\r\n\r\n")        //nolint:errcheck
 	}, 400, "")
 	// A head that stops arriving: 408 after header_timeout.
 	f("a head that stops arriving", one(get+"X-Slow: "), 408, "")
@@ -125,12 +126,12 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 	f("absolute HTTPS target", one("GET HTTPS://a/raw/y HTTP/1.1\r\nHost: a\r\n\r\n"), 0, "0")
 	// A valid request, then an invalid one in the same write: only the valid one reaches the server.
 	n := u.requests.Load()
-	c := hostileDial(t, l.Addr())
-	c.write(get + "\r\n" + post + "Content-Length: 12a\r\n\r\nhello") //nolint:errcheck
-	if r := c.answer(hostileAnswerWait); r.status != 200 || r.header.Get("X-Body-Bytes") != "0" {
+	c := frontendtest.Dial(t, l.Addr())
+	c.WriteRaw(get + "\r\n" + post + "Content-Length: 12a\r\n\r\nhello") //nolint:errcheck
+	if r := c.Answer(frontendtest.AnswerWait); r.Status != 200 || r.Header.Get("X-Body-Bytes") != "0" {
 		t.Errorf("the valid request before an invalid one: got %s; want the server's 200", r)
 	}
-	if r := c.answerAndClose(); r.status != 400 || !r.closed {
+	if r := c.AnswerAndClose(); r.Status != 400 || !r.Closed {
 		t.Errorf("the invalid request after a valid one: got %s; want 400 and the connection closed", r)
 	}
 	refused["400"]++
@@ -184,16 +185,16 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		l, _ := startLB(t, platformConfig(c, "", ""))
 		leader := c.Platforms[0]
 		before := hostilePlatformRequests(c)
-		conn := hostileDial(t, l.Addr())
-		conn.write("POST " + hostilePath + " HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
+		conn := frontendtest.Dial(t, l.Addr())
+		conn.WriteRaw("POST " + hostilePath + " HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
 		// Wait for the request to reach the platform (fairlead may also hold it; then ~1 s at most).
 		reached := testkit.Within(time.Second, func() bool { return hostilePlatformRequests(c) > before })
-		conn.write("zz\r\n") //nolint:errcheck
-		r := conn.answerAndClose()
-		if r.status != 400 || !r.closed {
+		conn.WriteRaw("zz\r\n") //nolint:errcheck
+		r := conn.AnswerAndClose()
+		if r.Status != 400 || !r.Closed {
 			t.Errorf("got %s; want 400 and a closed connection", r)
 		}
-		if by := r.header.Get("X-Served-By"); by != "" {
+		if by := r.Header.Get("X-Served-By"); by != "" {
 			t.Errorf("the 400 came from %s, not from fairlead: fairlead streamed the bad chunk to it", by)
 		}
 		if reached {
@@ -211,12 +212,12 @@ func TestHostileChunkErrorArrivingLaterGets400AndAbortsTheUpstreamRequest(t *tes
 		c := startCluster(t, 2, 0)
 		u := startHostileUpstream(t, hostileRecordBody)
 		l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("rec", u.addr, []string{"/Thingworx/rec"}, "", "")))
-		conn := hostileDial(t, l.Addr())
-		conn.write("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
+		conn := frontendtest.Dial(t, l.Addr())
+		conn.WriteRaw("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
 		testkit.Within(time.Second, func() bool { return u.requests.Load() > 0 })
-		conn.write("zz\r\n") //nolint:errcheck
-		r := conn.answerAndClose()
-		if r.status != 400 || !r.closed {
+		conn.WriteRaw("zz\r\n") //nolint:errcheck
+		r := conn.AnswerAndClose()
+		if r.Status != 400 || !r.Closed {
 			t.Errorf("got %s; want 400 and a closed connection", r)
 		}
 		if u.requests.Load() == 0 {
@@ -246,16 +247,16 @@ func TestHostileSlowBodyIsCutAfterTheReadTimeout(t *testing.T) {
 			files := hostileFiles(platformConfig(c, "", ""), hostileRawPool("rec", u.addr, []string{"/Thingworx/rec"}, "", ""))
 			files["30-hostile.toml"] = "[frontend]\nread_timeout = \"1s\"\n"
 			l, _ := startLB(t, files)
-			conn := hostileDial(t, l.Addr())
+			conn := frontendtest.Dial(t, l.Addr())
 			start := time.Now()
-			conn.write("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("b", sent)) //nolint:errcheck
-			r := conn.answerBy(start.Add(5 * time.Second))
+			conn.WriteRaw("POST /Thingworx/rec HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("b", sent)) //nolint:errcheck
+			r := conn.AnswerBy(start.Add(5 * time.Second))
 			took := time.Since(start)
-			if r.status != 0 && !r.closed {
-				r.closed, r.after = conn.ClosedWithin(hostileCloseWait)
+			if r.Status != 0 && !r.Closed {
+				r.Closed, r.After = conn.ClosedWithin(frontendtest.CloseWait)
 			}
 			switch {
-			case r.status == 0 && r.closed, r.status == 408 && r.closed:
+			case r.Status == 0 && r.Closed, r.Status == 408 && r.Closed:
 				t.Logf("cut after %s: %s", took.Round(time.Millisecond), r)
 			default:
 				t.Errorf("got %s after %s; want the connection cut (408 or closed without an answer) about 1s after the last byte",
@@ -312,14 +313,14 @@ func TestHostileInvalidWebSocketUpgradesGet400AndDialNoConnectionServer(t *testi
 		t.Run(tc.name, func(t *testing.T) {
 			// The marker shows whether the request reached a connection server's handler.
 			marker := "case-" + strconv.Itoa(i)
-			r := rawAnswer(t, l.Addr(), upgrade(tc.method, marker, tc.headers...), hostileAnswerWait)
-			if r.status != 400 {
+			r := frontendtest.AnswerTo(t, l.Addr(), upgrade(tc.method, marker, tc.headers...), frontendtest.AnswerWait)
+			if r.Status != 400 {
 				t.Errorf("got %s; want 400", r)
 			}
-			if tc.wantVersion && r.header.Get("Sec-WebSocket-Version") != "13" {
-				t.Errorf("the answer carries Sec-WebSocket-Version %q, want 13", r.header.Get("Sec-WebSocket-Version"))
+			if tc.wantVersion && r.Header.Get("Sec-WebSocket-Version") != "13" {
+				t.Errorf("the answer carries Sec-WebSocket-Version %q, want 13", r.Header.Get("Sec-WebSocket-Version"))
 			}
-			if by := r.header.Get("X-Served-By"); by != "" {
+			if by := r.Header.Get("X-Served-By"); by != "" {
 				t.Errorf("the answer came from %s: the upgrade was forwarded", by)
 			}
 			for _, s := range c.Connections {
@@ -338,7 +339,7 @@ func TestHostileInvalidWebSocketUpgradesGet400AndDialNoConnectionServer(t *testi
 		if !strings.HasPrefix(by, "cx") {
 			t.Errorf("upgraded by %q, want a connection server", by)
 		}
-		conn.SetReadDeadline(time.Now().Add(hostileAnswerWait)) //nolint:errcheck
+		conn.SetReadDeadline(time.Now().Add(frontendtest.AnswerWait)) //nolint:errcheck
 		if err := conn.WriteMessage(websocket.TextMessage, []byte("ping")); err != nil {
 			t.Fatal(err)
 		}
@@ -351,19 +352,19 @@ func TestHostileInvalidWebSocketUpgradesGet400AndDialNoConnectionServer(t *testi
 func TestHostileUpgradeOnAPlainRouteIsForwardedAsAPlainRequestAndClosed(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, ""))
-	r := rawRequest(t, l.Addr(), "GET /echo-headers HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+	r := frontendtest.Request(t, l.Addr(), "GET /echo-headers HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	if r.status != 200 || !strings.HasPrefix(r.header.Get("X-Served-By"), "platform") {
+	if r.Status != 200 || !strings.HasPrefix(r.Header.Get("X-Served-By"), "platform") {
 		t.Errorf("got %s; want the platform's ordinary 200 answer", r)
 	}
-	got := hostileEchoed(r.body)
+	got := hostileEchoed(r.Body)
 	for _, h := range []string{"upgrade", "connection"} {
 		if v, ok := got[h]; ok {
 			t.Errorf("the platform received %s: %q", h, v)
 		}
 	}
-	if !r.closed {
-		t.Errorf("fairlead did not close the connection within %s of the answer (%s)", hostileCloseWait, r.after)
+	if !r.Closed {
+		t.Errorf("fairlead did not close the connection within %s of the answer (%s)", frontendtest.CloseWait, r.After)
 	}
 	for _, p := range c.Platforms {
 		if n := p.Upgrades(); n != 0 {
@@ -376,8 +377,8 @@ func TestHostileUnrequested101FromAServerGets502(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	u := startHostileUpstream(t, hostileAnswerWith("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", true))
 	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("raw", u.addr, []string{"/Thingworx/raw"}, "", "")))
-	r := rawAnswer(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: a\r\n\r\n", 5*time.Second)
-	if r.status != 502 {
+	r := frontendtest.AnswerTo(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: a\r\n\r\n", 5*time.Second)
+	if r.Status != 502 {
 		t.Errorf("got %s; want 502", r)
 	}
 	if u.requests.Load() == 0 {
@@ -389,19 +390,19 @@ func TestHostileHopByHopHeadersAreNeverForwardedEitherWay(t *testing.T) {
 	t.Run("request", func(t *testing.T) {
 		c := startCluster(t, 2, 0)
 		l, _ := startLB(t, platformConfig(c, "", ""))
-		r := rawAnswer(t, l.Addr(), "GET /echo-headers HTTP/1.1\r\nHost: a\r\nConnection: X-Secret, keep-alive\r\nX-Secret: 1\r\n"+
-			"Keep-Alive: 5\r\nTE: trailers\r\nProxy-Authorization: x\r\nUpgrade: foo\r\nX-Keep: yes\r\n\r\n", hostileAnswerWait)
-		if r.status != 200 {
+		r := frontendtest.AnswerTo(t, l.Addr(), "GET /echo-headers HTTP/1.1\r\nHost: a\r\nConnection: X-Secret, keep-alive\r\nX-Secret: 1\r\n"+
+			"Keep-Alive: 5\r\nTE: trailers\r\nProxy-Authorization: x\r\nUpgrade: foo\r\nX-Keep: yes\r\n\r\n", frontendtest.AnswerWait)
+		if r.Status != 200 {
 			t.Fatalf("got %s, want 200", r)
 		}
-		got := hostileEchoed(r.body)
+		got := hostileEchoed(r.Body)
 		for _, h := range []string{"connection", "x-secret", "keep-alive", "te", "proxy-authorization", "upgrade"} {
 			if v, ok := got[h]; ok {
 				t.Errorf("the platform received %s: %q", h, v)
 			}
 		}
 		if got["x-keep"] == nil {
-			t.Errorf("an end-to-end header was dropped: %q", r.body)
+			t.Errorf("an end-to-end header was dropped: %q", r.Body)
 		}
 	})
 	t.Run("response", func(t *testing.T) {
@@ -409,22 +410,22 @@ func TestHostileHopByHopHeadersAreNeverForwardedEitherWay(t *testing.T) {
 		u := startHostileUpstream(t, hostileAnswerWith("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: X-Internal\r\nX-Internal: 1\r\n"+
 			"Keep-Alive: timeout=5\r\nProxy-Authenticate: x\r\nX-Visible: yes\r\n\r\nok\n", false))
 		l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), hostileRawPool("raw", u.addr, []string{"/Thingworx/raw"}, "", "")))
-		r := rawAnswer(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: a\r\n\r\n", hostileAnswerWait)
-		if r.status != 200 {
+		r := frontendtest.AnswerTo(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: a\r\n\r\n", frontendtest.AnswerWait)
+		if r.Status != 200 {
 			t.Fatalf("got %s, want 200", r)
 		}
 		for _, h := range []string{"X-Internal", "Keep-Alive", "Proxy-Authenticate"} {
-			if v, ok := r.header[h]; ok {
+			if v, ok := r.Header[h]; ok {
 				t.Errorf("the client received %s: %q", h, v)
 			}
 		}
-		for _, v := range r.header.Values("Connection") {
+		for _, v := range r.Header.Values("Connection") {
 			if strings.Contains(strings.ToLower(v), "x-internal") {
 				t.Errorf("the client received Connection: %s", v)
 			}
 		}
-		if r.header.Get("X-Visible") != "yes" {
-			t.Errorf("an end-to-end response header was dropped: %q", r.raw)
+		if r.Header.Get("X-Visible") != "yes" {
+			t.Errorf("an end-to-end response header was dropped: %q", r.Raw)
 		}
 	})
 }
@@ -436,11 +437,11 @@ const hostileXForwardedRequest = "GET /echo-headers HTTP/1.1\r\nHost: hostile.ex
 func TestHostileXForwardedHeadersFromAnUntrustedClientAreReplaced(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	l, _ := startLB(t, platformConfig(c, "", ""))
-	r := rawAnswer(t, l.Addr(), hostileXForwardedRequest, hostileAnswerWait)
-	if r.status != 200 {
+	r := frontendtest.AnswerTo(t, l.Addr(), hostileXForwardedRequest, frontendtest.AnswerWait)
+	if r.Status != 200 {
 		t.Fatalf("got %s, want 200", r)
 	}
-	got := hostileEchoed(r.body)
+	got := hostileEchoed(r.Body)
 	want := map[string]string{"x-forwarded-for": "127.0.0.1", "x-forwarded-proto": "http", "x-forwarded-host": "hostile.example"}
 	for k, v := range want {
 		if len(got[k]) != 1 || got[k][0] != v {
@@ -459,11 +460,11 @@ func TestHostileXForwardedHeadersFromATrustedProxyAreKept(t *testing.T) {
 	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""), map[string]string{
 		"30-hostile.toml": "[frontend]\ntrusted_proxies = [\"127.0.0.0/8\"]\n",
 	}))
-	r := rawAnswer(t, l.Addr(), hostileXForwardedRequest, hostileAnswerWait)
-	if r.status != 200 {
+	r := frontendtest.AnswerTo(t, l.Addr(), hostileXForwardedRequest, frontendtest.AnswerWait)
+	if r.Status != 200 {
 		t.Fatalf("got %s, want 200", r)
 	}
-	got := hostileEchoed(r.body)
+	got := hostileEchoed(r.Body)
 	want := map[string]string{"x-forwarded-for": "6.6.6.6, 127.0.0.1", "x-forwarded-proto": "https"}
 	for k, v := range want {
 		if len(got[k]) != 1 || got[k][0] != v {
@@ -521,12 +522,12 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 		{"504", "GET /Thingworx/raw HTTP/1.1\r\nHost: a\r\n\r\n", 504},
 	} {
 		start := time.Now()
-		r := rawAnswer(t, l.Addr(), tc.raw, 5*time.Second)
+		r := frontendtest.AnswerTo(t, l.Addr(), tc.raw, 5*time.Second)
 		t.Logf("%s: %s in %s", tc.name, r, time.Since(start).Round(time.Millisecond))
-		if r.status != tc.want {
+		if r.Status != tc.want {
 			t.Errorf("%s: got %s, want %d", tc.name, r, tc.want)
 		}
-		leaks("the "+tc.name+" answer", string(r.raw))
+		leaks("the "+tc.name+" answer", string(r.Raw))
 	}
 	leaks("/api/status", hostileAdminGet(t, l, "/api/status"))
 	leaks("/status", hostileAdminGet(t, l, "/status"))
@@ -555,8 +556,8 @@ func TestHostileSilentServerGetsTheRequestOnceAndTheClient504(t *testing.T) {
 	c := startCluster(t, 1, 0)
 	l, _ := startLB(t, hostileFiles(platformConfig(c, "", ""),
 		hostileRawPool("raw", u.addr, []string{"/Thingworx/raw"}, `response_timeout = "300ms"`, "")))
-	r := rawAnswer(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: x\r\n\r\n", 10*time.Second)
-	if r.status != 504 {
+	r := frontendtest.AnswerTo(t, l.Addr(), "GET /Thingworx/raw HTTP/1.1\r\nHost: x\r\n\r\n", 10*time.Second)
+	if r.Status != 504 {
 		t.Fatalf("got %v, want 504", r)
 	}
 	if n := u.requests.Load(); n != 1 {
@@ -578,20 +579,20 @@ func TestHostileSwitchingProtocolsAnswerLosesItsHopByHopFields(t *testing.T) {
 	ws.Array("routes").Set("pool", "ws").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
 	files["05-ws.toml"] = ws.String()
 	l, _ := startLB(t, files)
-	conn := hostileDial(t, l.Addr())
-	conn.write("GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + //nolint:errcheck
+	conn := frontendtest.Dial(t, l.Addr())
+	conn.WriteRaw("GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + //nolint:errcheck
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	r := conn.answer(5 * time.Second)
-	if r.status != 101 {
+	r := conn.Answer(5 * time.Second)
+	if r.Status != 101 {
 		t.Fatalf("got %v, want 101", r)
 	}
 	for _, h := range []string{"X-Internal", "Keep-Alive"} {
-		if v := r.header.Get(h); v != "" {
+		if v := r.Header.Get(h); v != "" {
 			t.Errorf("the 101 carried the hop-by-hop %s: %q", h, v)
 		}
 	}
 	for h, want := range map[string]string{"Upgrade": "websocket", "X-Keep": "yes", "Sec-WebSocket-Accept": "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="} {
-		if v := r.header.Get(h); v != want {
+		if v := r.Header.Get(h); v != want {
 			t.Errorf("the 101's %s = %q, want %q", h, v, want)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/fasthttp/websocket"
 )
 
@@ -935,8 +936,8 @@ func TestTLSRedirectHTTPSSendsPlainRequestsToTheTLSPort(t *testing.T) {
 	// the same path and query.
 	raw := fmt.Sprintf("GET http://example.com:%s/Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com:%s\r\n\r\n", plainPort, plainPort)
 	want := "https://example.com:" + tlsPort + "/Thingworx/x?y=1"
-	if r := rawAnswer(t, l.Addr(), raw, hostileAnswerWait); r.status != http.StatusPermanentRedirect || r.header.Get("Location") != want {
-		t.Errorf("plain GET in absolute form: %s Location %q, want 308 to %s", r, r.header.Get("Location"), want)
+	if r := frontendtest.AnswerTo(t, l.Addr(), raw, frontendtest.AnswerWait); r.Status != http.StatusPermanentRedirect || r.Header.Get("Location") != want {
+		t.Errorf("plain GET in absolute form: %s Location %q, want 308 to %s", r, r.Header.Get("Location"), want)
 	}
 	if got := hostilePlatformRequests(c) - before; got != 0 {
 		t.Errorf("redirected requests were forwarded: %d", got)

@@ -258,7 +258,7 @@ func TestH2AHeadUpToMaxHeaderSizeIsServedAsOverHTTP1(t *testing.T) {
 		if h1 == "" {
 			return
 		}
-		if res := rawRequest(t, tf.addr, "GET /big HTTP/1.1\r\nHost: a\r\n"+h1+"\r\n"); strconv.Itoa(res.status) != want {
+		if res := frontendtest.Request(t, tf.addr, "GET /big HTTP/1.1\r\nHost: a\r\n"+h1+"\r\n"); strconv.Itoa(res.Status) != want {
 			t.Errorf("%s over HTTP/1.1: %s, want %s", name, res, want)
 		}
 	}

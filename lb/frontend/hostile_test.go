@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // Hostile input against the front end with a trivial handler (server_test.go): every test sends raw
@@ -41,21 +42,21 @@ func hostileBad(name, raw string) hostileCase {
 func (tc hostileCase) run(t *testing.T, tf *testFront) {
 	t.Helper()
 	before := tf.requests.Load()
-	conn := dialRaw(t, tf.addr)
-	conn.write(tc.raw)
-	r := conn.answer()
-	if tc.close && r.status != 0 && !r.closed {
-		r.closed, r.after = conn.ClosedWithin(closeWait)
+	conn := frontendtest.Dial(t, tf.addr)
+	conn.WriteRaw(tc.raw) //nolint:errcheck
+	r := conn.Answer(frontendtest.AnswerWait)
+	if tc.close && r.Status != 0 && !r.Closed {
+		r.Closed, r.After = conn.ClosedWithin(frontendtest.CloseWait)
 	}
 	ok := false
 	for _, w := range tc.want {
-		ok = ok || r.status == w
+		ok = ok || r.Status == w
 	}
 	if !ok {
 		t.Errorf("got %s; want status %v", r, tc.want)
 	}
-	if tc.close && !r.closed {
-		t.Errorf("the connection was not closed within %s of the answer (%s); got %s", closeWait, r.after, r)
+	if tc.close && !r.Closed {
+		t.Errorf("the connection was not closed within %s of the answer (%s); got %s", frontendtest.CloseWait, r.After, r)
 	}
 	if got := tf.requests.Load() - before; got != tc.handled {
 		t.Errorf("the handler was given %d requests, want %d (answer: %s)", got, tc.handled, r)
@@ -146,7 +147,7 @@ func TestHostileFramingGets400ClosesAndIsNeverHandled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, tf) })
 	}
 	// The front end still serves well-formed requests.
-	if r := rawRequest(t, tf.addr, "GET "+hostilePath+" HTTP/1.1\r\nHost: a\r\n\r\n"); r.status != 200 {
+	if r := frontendtest.Request(t, tf.addr, "GET "+hostilePath+" HTTP/1.1\r\nHost: a\r\n\r\n"); r.Status != 200 {
 		t.Fatalf("got %s after the hostile requests, want 200", r)
 	}
 }
@@ -166,13 +167,13 @@ func TestHostileFramingSplitAcrossWritesGets400AndCloses(t *testing.T) {
 				headEnd := strings.Index(tc.raw, "\r\n\r\n")
 				inHead := headEnd < 0 || at < headEnd+4
 				before := tf.requests.Load()
-				conn := dialRaw(t, tf.addr)
-				conn.write(tc.raw[:at])
+				conn := frontendtest.Dial(t, tf.addr)
+				conn.WriteRaw(tc.raw[:at]) //nolint:errcheck
 				// Give the first part time to be read on its own (pacing, not an assertion).
 				time.Sleep(20 * time.Millisecond)
-				conn.write(tc.raw[at:])
-				r := conn.answerAndClose()
-				if r.status != 400 || !r.closed {
+				conn.WriteRaw(tc.raw[at:]) //nolint:errcheck
+				r := conn.AnswerAndClose()
+				if r.Status != 400 || !r.Closed {
 					t.Errorf("got %s; want 400 and a closed connection", r)
 				}
 				if n := tf.requests.Load() - before; inHead && n != 0 {
@@ -192,15 +193,15 @@ func TestHostileChunkExtensionsAreCheckedWholeAndOnlyValidOnesHandled(t *testing
 	f := func(ext string, handled bool) {
 		t.Helper()
 		before := tf.requests.Load()
-		r := rawRequest(t, tf.addr, chunked+"5"+ext+"\r\nhello\r\n0\r\n\r\n")
+		r := frontendtest.Request(t, tf.addr, chunked+"5"+ext+"\r\nhello\r\n0\r\n\r\n")
 		got := tf.requests.Load() - before
 		if !handled {
-			if r.status != 400 || !r.closed || got != 0 {
+			if r.Status != 400 || !r.Closed || got != 0 {
 				t.Errorf("5%s: got %s with %d requests handled; want the front end's 400, a closed connection, none handled", ext, r, got)
 			}
 			return
 		}
-		if r.status != 200 || r.header.Get("X-Body-Bytes") != "5" || got != 1 {
+		if r.Status != 200 || r.Header.Get("X-Body-Bytes") != "5" || got != 1 {
 			t.Errorf("5%s: got %s after %d requests handled; want 200 with X-Body-Bytes 5", ext, r, got)
 		}
 	}
@@ -219,13 +220,13 @@ func TestHostileChunkExtensionsAreCheckedWholeAndOnlyValidOnesHandled(t *testing
 // handler claims the framer's refusal (Claim) and the client gets its 400, and the connection closes.
 func TestHostileChunkErrorArrivingLaterIsClaimedByTheHandler(t *testing.T) {
 	tf := startFront(t, frontOptions{})
-	conn := dialRaw(t, tf.addr)
-	conn.write("POST /rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+	conn := frontendtest.Dial(t, tf.addr)
+	conn.WriteRaw("POST /rec HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n") //nolint:errcheck
 	testkit.Within(time.Second, func() bool { return tf.requests.Load() > 0 })
 	before := tf.f.RefusedTotal(400)
-	conn.write("zz\r\n")
-	r := conn.answerAndClose()
-	if r.status != 400 || !r.closed || !strings.Contains(string(r.body), "chunk") {
+	conn.WriteRaw("zz\r\n") //nolint:errcheck
+	r := conn.AnswerAndClose()
+	if r.Status != 400 || !r.Closed || !strings.Contains(string(r.Body), "chunk") {
 		t.Errorf("got %s; want the framer's 400 on the chunk size and a closed connection", r)
 	}
 	if n := tf.f.RefusedTotal(400) - before; n != 1 {
@@ -263,15 +264,15 @@ func TestHostileSizeLimits(t *testing.T) {
 	// A chunked body over the limit is found while the handler reads it: it is given the request, and
 	// answers the framer's 413 (Claim).
 	before := tf.f.RefusedTotal(413)
-	if r := rawRequest(t, tf.addr, post+"Transfer-Encoding: chunked\r\n\r\n"+chunks(4000, 500)); r.status != 413 || !r.closed {
+	if r := frontendtest.Request(t, tf.addr, post+"Transfer-Encoding: chunked\r\n\r\n"+chunks(4000, 500)); r.Status != 413 || !r.Closed {
 		t.Errorf("chunked body over max_body_size: got %s; want 413 and a closed connection", r)
 	}
 	if n := tf.f.RefusedTotal(413) - before; n != 1 {
 		t.Errorf("chunked body over max_body_size: refusals with 413 +%d, want 1", n)
 	}
-	r := rawRequest(t, tf.addr, post+"Transfer-Encoding: chunked\r\n\r\n"+chunks(limit, 500))
-	if r.status != 200 || r.header.Get("X-Body-Bytes") != strconv.Itoa(limit) {
-		t.Errorf("chunked body of exactly max_body_size: got %s with X-Body-Bytes %q; want 200 and %d", r, r.header.Get("X-Body-Bytes"), limit)
+	r := frontendtest.Request(t, tf.addr, post+"Transfer-Encoding: chunked\r\n\r\n"+chunks(limit, 500))
+	if r.Status != 200 || r.Header.Get("X-Body-Bytes") != strconv.Itoa(limit) {
+		t.Errorf("chunked body of exactly max_body_size: got %s with X-Body-Bytes %q; want 200 and %d", r, r.Header.Get("X-Body-Bytes"), limit)
 	}
 }
 
@@ -280,7 +281,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 	before, refused := tf.requests.Load(), tf.f.RefusedTotal(408)
 	// 150 bytes, one every 100 ms: 15 s to send the whole head.
 	head := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\nX-Slow: " + strings.Repeat("s", 100) + "\r\n\r\n"
-	conn := dialRaw(t, tf.addr)
+	conn := frontendtest.Dial(t, tf.addr)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -298,23 +299,23 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 			}
 		}
 	})
-	r := conn.answerBy(start.Add(5 * time.Second))
+	r := conn.AnswerBy(start.Add(5 * time.Second))
 	took := time.Since(start)
-	if r.status != 0 && !r.closed {
-		r.closed, r.after = conn.ClosedWithin(closeWait)
+	if r.Status != 0 && !r.Closed {
+		r.Closed, r.After = conn.ClosedWithin(frontendtest.CloseWait)
 	}
 	close(stop)
 	wg.Wait()
-	if r.status != 408 || !r.closed {
+	if r.Status != 408 || !r.Closed {
 		t.Errorf("got %s after %s; want 408 and a closed connection", r, took.Round(time.Millisecond))
 	}
-	if r.status != 0 && (took < 900*time.Millisecond || took > 5*time.Second) {
+	if r.Status != 0 && (took < 900*time.Millisecond || took > 5*time.Second) {
 		t.Errorf("answered after %s; want between 0.9s and 5s (header_timeout 1s)", took.Round(time.Millisecond))
 	}
 	if n := tf.requests.Load() - before; n != 0 {
 		t.Errorf("the handler was given %d requests", n)
 	}
-	if r.status == 408 && !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(408) == refused+1 }) {
+	if r.Status == 408 && !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(408) == refused+1 }) {
 		t.Errorf("refusals with 408 went from %d to %d, want +1", refused, tf.f.RefusedTotal(408))
 	}
 }
@@ -326,16 +327,16 @@ func TestHostileSlowBodyIsCutAfterTheReadTimeout(t *testing.T) {
 	tf := startFront(t, frontOptions{readTimeout: time.Second})
 	for _, sent := range []int{10, 60000} {
 		t.Run(fmt.Sprintf("after %d bytes", sent), func(t *testing.T) {
-			conn := dialRaw(t, tf.addr)
+			conn := frontendtest.Dial(t, tf.addr)
 			start := time.Now()
-			conn.write("POST /rec HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("b", sent))
-			r := conn.answerBy(start.Add(5 * time.Second))
+			conn.WriteRaw("POST /rec HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("b", sent)) //nolint:errcheck
+			r := conn.AnswerBy(start.Add(5 * time.Second))
 			took := time.Since(start)
-			if r.status != 0 && !r.closed {
-				r.closed, r.after = conn.ClosedWithin(closeWait)
+			if r.Status != 0 && !r.Closed {
+				r.Closed, r.After = conn.ClosedWithin(frontendtest.CloseWait)
 			}
 			switch {
-			case r.status == 0 && r.closed, r.status == 408 && r.closed:
+			case r.Status == 0 && r.Closed, r.Status == 408 && r.Closed:
 				t.Logf("cut after %s: %s", took.Round(time.Millisecond), r)
 			default:
 				t.Errorf("got %s after %s; want the connection cut (408 or closed without an answer) about 1s after the last byte",
@@ -352,17 +353,17 @@ func TestHostileMaxConnsRefusesExtraConnectionsCountsAndWarns(t *testing.T) {
 	buf := &testkit.SyncBuffer{}
 	tf := startFront(t, frontOptions{maxConns: 4, log: slog.New(slog.NewTextHandler(buf, nil))})
 	req := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\n\r\n"
-	held := make([]*rawConn, 4)
+	held := make([]*frontendtest.Conn, 4)
 	for i := range held {
-		held[i] = dialRaw(t, tf.addr)
-		held[i].write(req)
-		if r := held[i].answer(); r.status != 200 {
+		held[i] = frontendtest.Dial(t, tf.addr)
+		held[i].WriteRaw(req) //nolint:errcheck
+		if r := held[i].Answer(frontendtest.AnswerWait); r.Status != 200 {
 			t.Fatalf("keep-alive connection %d: got %s, want 200", i, r)
 		}
 	}
 	g0 := runtime.NumGoroutine()
 
-	var extras []*rawConn
+	var extras []*frontendtest.Conn
 	refused := 0
 	for range 50 {
 		conn, err := testkit.TryDialRaw(t, tf.addr, time.Second)
@@ -370,15 +371,15 @@ func TestHostileMaxConnsRefusesExtraConnectionsCountsAndWarns(t *testing.T) {
 			refused++ // not accepted at all: refused quickly too
 			continue
 		}
-		extras = append(extras, &rawConn{conn})
+		extras = append(extras, &frontendtest.Conn{RawConn: conn})
 	}
 	deadline := time.Now().Add(3 * time.Second) // one bound for all of them
 	var kept []string
 	for i, e := range extras {
-		e.write(req)
-		r := e.answerBy(deadline)
+		e.WriteRaw(req) //nolint:errcheck
+		r := e.AnswerBy(deadline)
 		switch {
-		case r.status == 503, r.status == 0 && r.closed:
+		case r.Status == 503, r.Status == 0 && r.Closed:
 			refused++
 		default:
 			kept = append(kept, fmt.Sprintf("#%d: %s", i, r))
@@ -394,8 +395,8 @@ func TestHostileMaxConnsRefusesExtraConnectionsCountsAndWarns(t *testing.T) {
 		t.Errorf("goroutines went from %d to %d while 50 extra connections were refused (slack %d)", g0, runtime.NumGoroutine(), slack)
 	}
 	for i, h := range held {
-		h.write(req)
-		if r := h.answer(); r.status != 200 {
+		h.WriteRaw(req) //nolint:errcheck
+		if r := h.Answer(frontendtest.AnswerWait); r.Status != 200 {
 			t.Errorf("held connection %d after the refusals: got %s, want 200", i, r)
 		}
 	}
@@ -417,14 +418,14 @@ func TestHostilePipelinedInvalidRequestAfterAValidOneIsNeverHandled(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tf.requests.Load()
-			conn := dialRaw(t, tf.addr)
-			conn.write(valid + tc.invalid)
-			first := conn.answer()
-			if first.status != 200 {
+			conn := frontendtest.Dial(t, tf.addr)
+			conn.WriteRaw(valid + tc.invalid) //nolint:errcheck
+			first := conn.Answer(frontendtest.AnswerWait)
+			if first.Status != 200 {
 				t.Fatalf("the valid request: got %s; want 200", first)
 			}
-			second := conn.answerAndClose()
-			if second.status != 400 || !second.closed {
+			second := conn.AnswerAndClose()
+			if second.Status != 400 || !second.Closed {
 				t.Errorf("the invalid request: got %s; want 400 and a closed connection", second)
 			}
 			if n := tf.requests.Load() - before; n != 1 {
@@ -447,15 +448,15 @@ func TestHostileBadRequestsAreCountedByStatusCode(t *testing.T) {
 			for _, c := range codes {
 				before[c] = tf.f.RefusedTotal(c)
 			}
-			r := rawRequest(t, tf.addr, tc.raw)
-			if r.status != 400 && r.status != 505 {
+			r := frontendtest.Request(t, tf.addr, tc.raw)
+			if r.Status != 400 && r.Status != 505 {
 				t.Fatalf("got %s; want 400 or 505", r)
 			}
-			if !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(r.status) == before[r.status]+1 }) {
-				t.Errorf("after a %d answer its refusals went from %d to %d, want +1", r.status, before[r.status], tf.f.RefusedTotal(r.status))
+			if !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(r.Status) == before[r.Status]+1 }) {
+				t.Errorf("after a %d answer its refusals went from %d to %d, want +1", r.Status, before[r.Status], tf.f.RefusedTotal(r.Status))
 			}
 			for _, c := range codes {
-				if c != r.status && tf.f.RefusedTotal(c) != before[c] {
+				if c != r.Status && tf.f.RefusedTotal(c) != before[c] {
 					t.Errorf("refusals with %d changed too: %d → %d", c, before[c], tf.f.RefusedTotal(c))
 				}
 			}
@@ -471,13 +472,13 @@ func TestHostileBadRequestsAreCountedByStatusCode(t *testing.T) {
 func TestHostileLazyReadDeadlineKeepsIdleAndReadTimeouts(t *testing.T) {
 	tf := startFront(t, frontOptions{lim: Limits{HeaderTimeout: time.Second}, readTimeout: 200 * time.Millisecond, idleTimeout: 3 * time.Second})
 	get := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\n\r\n"
-	conn := dialRaw(t, tf.addr)
+	conn := frontendtest.Dial(t, tf.addr)
 	for i := range 3 {
 		if i > 0 {
 			time.Sleep(800 * time.Millisecond) // 4 read_timeouts of silence, well within idle_timeout
 		}
-		conn.write(get)
-		if r := conn.answer(); r.status != 200 {
+		conn.WriteRaw(get) //nolint:errcheck
+		if r := conn.Answer(frontendtest.AnswerWait); r.Status != 200 {
 			t.Fatalf("request %d after a pause longer than read_timeout: %s", i+1, r)
 		}
 	}
@@ -487,13 +488,13 @@ func TestHostileLazyReadDeadlineKeepsIdleAndReadTimeouts(t *testing.T) {
 	}
 
 	// A head that stops half-way, after a served request on the same connection: 408.
-	conn = dialRaw(t, tf.addr)
-	conn.write(get)
-	if r := conn.answer(); r.status != 200 {
+	conn = frontendtest.Dial(t, tf.addr)
+	conn.WriteRaw(get) //nolint:errcheck
+	if r := conn.Answer(frontendtest.AnswerWait); r.Status != 200 {
 		t.Fatalf("first request: %s", r)
 	}
-	conn.write("GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\nX-Half: ")
-	if r := conn.answerBy(time.Now().Add(10 * time.Second)); r.status != 408 {
+	conn.WriteRaw("GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\nX-Half: ") //nolint:errcheck
+	if r := conn.AnswerBy(time.Now().Add(10 * time.Second)); r.Status != 408 {
 		t.Fatalf("a head stopped half-way: %s, want 408 after header_timeout", r)
 	}
 }

@@ -1,12 +1,10 @@
 package frontend
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -197,90 +195,19 @@ func (tf *testFront) h2Client(t testing.TB) *http.Client {
 	return &http.Client{Timeout: 60 * time.Second, Transport: tr}
 }
 
-// Raw HTTP/1.1 clients.
-
-const (
-	answerWait = 3 * time.Second // bounds the wait for an answer
-	closeWait  = time.Second     // bounds the wait for the close after it
-)
-
-// rawResult is what a client saw of one answer on a raw connection.
-type rawResult struct {
-	status int
-	header http.Header
-	body   []byte
-	closed bool   // the front end closed the connection after the answer, within the wait
-	after  string // what the close check read instead of the end
-	err    error
-}
-
-func (r rawResult) String() string {
-	if r.status == 0 {
-		return fmt.Sprintf("no answer (%v), closed=%v", r.err, r.closed)
-	}
-	return fmt.Sprintf("%d closed=%v body=%q err=%v", r.status, r.closed, bytes.TrimSpace(r.body), r.err)
-}
-
-type rawConn struct{ *testkit.RawConn }
-
-func dialRaw(t *testing.T, addr string) *rawConn {
-	t.Helper()
-	return &rawConn{testkit.DialRaw(t, addr, 3*time.Second)}
-}
-
-// write sends raw in one write; a failed write is not fatal (the answer shows why).
-func (c *rawConn) write(raw string) { c.Send(raw, answerWait) } //nolint:errcheck
-
-// answerBy reads one answer, head and body, by deadline, without waiting for a close.
-func (c *rawConn) answerBy(deadline time.Time) rawResult {
-	var r rawResult
-	c.SetReadDeadline(deadline) //nolint:errcheck
-	resp, err := http.ReadResponse(c.R, nil)
-	if err != nil {
-		r.err, r.closed = err, testkit.ClosedErr(err)
-		return r
-	}
-	r.status, r.header = resp.StatusCode, resp.Header
-	r.body, err = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		r.err, r.closed = err, testkit.ClosedErr(err)
-	}
-	return r
-}
-
-func (c *rawConn) answer() rawResult { return c.answerBy(time.Now().Add(answerWait)) }
-
-// answerAndClose reads one answer, then whether the front end closes the connection within closeWait.
-func (c *rawConn) answerAndClose() rawResult {
-	r := c.answer()
-	if r.status != 0 && !r.closed {
-		r.closed, r.after = c.ClosedWithin(closeWait)
-	}
-	return r
-}
-
-// rawRequest sends raw on a new connection in one write and returns the answer and the close.
-func rawRequest(t *testing.T, addr, raw string) rawResult {
-	t.Helper()
-	c := dialRaw(t, addr)
-	c.write(raw)
-	return c.answerAndClose()
-}
-
 // refusal checks that raw, sent in one write on a new connection, gets want, the connection closes, the
 // handler is given nothing and the refusal is counted by its status.
 func (tf *testFront) refusal(t *testing.T, what, raw string, want int) {
 	t.Helper()
 	n, counted := tf.requests.Load(), tf.f.RefusedTotal(want)
-	r := rawRequest(t, tf.addr, raw)
-	if r.status != want || !r.closed {
-		t.Errorf("%s: got %s; want %d and the connection closed (%s)", what, r, want, r.after)
+	r := frontendtest.Request(t, tf.addr, raw)
+	if r.Status != want || !r.Closed {
+		t.Errorf("%s: got %s; want %d and the connection closed (%s)", what, r, want, r.After)
 	}
 	if d := tf.requests.Load() - n; d != 0 {
 		t.Errorf("%s: the handler was given %d requests, want none", what, d)
 	}
-	if r.status == want {
+	if r.Status == want {
 		if !testkit.Within(time.Second, func() bool { return tf.f.RefusedTotal(want) == counted+1 }) {
 			t.Errorf("%s: refusals with %d went from %d to %d, want +1", what, want, counted, tf.f.RefusedTotal(want))
 		}

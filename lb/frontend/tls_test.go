@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/valyala/fasthttp"
 )
 
@@ -165,14 +166,14 @@ func TestTLSHandshakeFailuresAreCountedAndReachNoHandler(t *testing.T) {
 	refused("a client certificate from another CA", withCert(ca, tls.VersionTLS13))
 	refused("TLS 1.1", withCert(clients, tls.VersionTLS11))
 	failed("plain HTTP on the TLS port", func() {
-		c := dialRaw(t, addr)
-		c.write("GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		if r := c.answer(); r.status != 0 || !r.closed {
+		c := frontendtest.Dial(t, addr)
+		c.WriteRaw("GET / HTTP/1.1\r\nHost: a\r\n\r\n") //nolint:errcheck
+		if r := c.Answer(frontendtest.AnswerWait); r.Status != 0 || !r.Closed {
 			t.Errorf("plain HTTP on the TLS port: %s, want the connection closed without an answer", r)
 		}
 	})
 	failed("a client silent past header_timeout", func() {
-		c := dialRaw(t, addr)
+		c := frontendtest.Dial(t, addr)
 		if closed, after := c.ClosedWithin(5 * time.Second); !closed {
 			t.Errorf("a silent client: still open 5s after header_timeout (500ms): %s", after)
 		}

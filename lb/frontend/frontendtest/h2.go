@@ -1,6 +1,6 @@
 // Package frontendtest holds what the front end's tests (lb/frontend, against a trivial handler) and
-// lb's whole-path tests share: a raw HTTP/2 client connection that writes frames as a test wants them,
-// valid or not, and reads what the server answers.
+// lb's whole-path tests share: raw client connections that send what a test wants, valid or not, and
+// read what the server answers: HTTP/1.1 bytes exactly as written (raw.go), HTTP/2 frames (h2.go).
 package frontendtest
 
 import (
