@@ -71,7 +71,10 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		want      int
 	}{
 		{"Content-Length with Transfer-Encoding", post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400},
+		{"Content-Length with Transfer-Encoding, a request behind", post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /raw/smuggled HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+		{"Transfer-Encoding then a lower-case content-length", post + "Transfer-Encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n", 400},
 		{"two equal Content-Lengths", post + "Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello", 400},
+		{"two different Content-Lengths", post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
 		{"Content-Length 12a", post + "Content-Length: 12a\r\n\r\nhello", 400},
 		{"obs-fold", get + "X-A: a\r\n b\r\n\r\n", 400},
 		{"Transfer-Encoding gzip, chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 400},

@@ -1,67 +1,16 @@
 package lb
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 )
-
-// rawExchange writes a raw request on a new connection and returns the status line and whether the
-// connection was closed after the response.
-func rawExchange(t *testing.T, addr, raw string) (status string, closed bool) {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
-	if _, err := io.WriteString(conn, raw); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("reading response: %v", err)
-	}
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
-	resp.Body.Close()
-	_, err = br.ReadByte()
-	return resp.Status, err == io.EOF
-}
-
-func TestAmbiguousFramingGets400ClosesTheConnectionAndForwardsNothing(t *testing.T) {
-	c := startCluster(t, 2, 0)
-	l, _ := startLB(t, platformConfig(c, "", ""))
-	f := func(name, raw string) {
-		t.Helper()
-		status, closed := rawExchange(t, l.Addr(), raw)
-		if !strings.HasPrefix(status, "400") || !closed {
-			t.Errorf("%s: got %q closed=%v, want 400 and a closed connection", name, status, closed)
-		}
-	}
-	f("Content-Length with Transfer-Encoding",
-		"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n")
-	f("Transfer-Encoding before Content-Length",
-		"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n")
-	f("two different Content-Lengths",
-		"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
-	if n := c.Platforms[0].Requests(); n != 0 {
-		t.Fatalf("leader received %d requests, want none", n)
-	}
-	// The front end still serves well-formed requests.
-	if code, _ := get(t, l, "/"); code != 200 {
-		t.Fatalf("got %d after the bad requests", code)
-	}
-}
 
 func TestForwardingRemovesHopByHopHeadersSetsXForwardedAndPreservesHost(t *testing.T) {
 	c := startCluster(t, 2, 0)

@@ -75,6 +75,8 @@ func hostileFramingCases() []hostileCase {
 		// Content-Length and Transfer-Encoding.
 		hostileBad("Content-Length then Transfer-Encoding", post+"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"+body),
 		hostileBad("Transfer-Encoding then Content-Length", post+"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"+body),
+		hostileBad("Content-Length then Transfer-Encoding, a request behind", post+"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n"),
+		hostileBad("Transfer-Encoding then a lower-case content-length", post+"Transfer-Encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n"),
 		hostileBad("two equal Content-Lengths", post+"Content-Length: 5\r\nContent-Length: 5\r\n\r\nhello"),
 		hostileBad("two different Content-Lengths", post+"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
 		hostileBad("Content-Length 12a", post+"Content-Length: 12a\r\n\r\nhello"),
