@@ -325,7 +325,7 @@ func TestHostileSlowlorisHeadersGet408WithinTheHeaderTimeout(t *testing.T) {
 // A POST with Content-Length 100000 whose body stops after 10 bytes (fasthttp reads up to 8 KiB of a
 // body before the handler runs) or after 60000 (the handler is reading it): the connection is cut about
 // read_timeout after the last byte, with a 408 or without an answer.
-func TestHostileSlowBodyIsCutAfterTheReadTimeout(t *testing.T) {
+func TestHostileSlowBodyGets408OrACloseAfterTheReadTimeout(t *testing.T) {
 	tf := startFront(t, frontOptions{readTimeout: time.Second})
 	for _, sent := range []int{10, 60000} {
 		t.Run(fmt.Sprintf("after %d bytes", sent), func(t *testing.T) {

@@ -111,6 +111,7 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 	tf.srv.NextProto("h2", tf.h2.Serve)
 	cfg := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12}
 	var done []chan struct{}
+	var lns []net.Listener
 	for _, wrap := range []func(net.Listener) net.Listener{
 		tf.f.Listener,
 		func(ln net.Listener) net.Listener { return tf.f.TLSListener(ln, func() *tls.Config { return cfg }) },
@@ -124,6 +125,7 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 		} else {
 			tf.tlsAddr = ln.Addr().String()
 		}
+		lns = append(lns, ln)
 		d := make(chan struct{})
 		done = append(done, d)
 		go func() { defer close(d); tf.srv.Serve(wrap(ln)) }() //nolint:errcheck
@@ -131,6 +133,10 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 	t.Cleanup(func() {
 		tf.h2.Close()
 		tf.srv.Shutdown() //nolint:errcheck
+		// A Serve that had not begun when Shutdown ran is not known to it: closing its listener ends it.
+		for _, ln := range lns {
+			ln.Close()
+		}
 		for _, d := range done {
 			<-d
 		}

@@ -39,7 +39,7 @@ func tlsFront(t *testing.T, f *Front, config func() *tls.Config) (string, *atomi
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(f.TLSListener(ln, config)) }() //nolint:errcheck
-	t.Cleanup(func() { srv.Shutdown(); <-done })                            //nolint:errcheck
+	t.Cleanup(func() { srv.Shutdown(); ln.Close(); <-done })                //nolint:errcheck
 	return ln.Addr().String(), &n
 }
 
