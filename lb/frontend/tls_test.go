@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,5 +193,34 @@ func TestTLSHandshakeFailuresAreCountedAndReachNoHandler(t *testing.T) {
 	}
 	if n := handled.Load(); n != 1 {
 		t.Errorf("the handler was given %d requests, want only the accepted client's", n)
+	}
+}
+
+// RedirectHTTPS answers 308 to the same path and query over HTTPS at the request's host and the given
+// port, without the port when it is 443 (or unknown); an absolute-form target redirects as its path,
+// an IPv6 host keeps its brackets, and a request without a host gets 400.
+func TestRedirectHTTPSSendsTheSameURIToTheTLSPort(t *testing.T) {
+	for _, tc := range []struct{ port, raw, status, location string }{
+		{"8443", "GET /Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", "308", "https://example.com:8443/Thingworx/x?y=1"},
+		{"8443", "GET /Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com\r\n\r\n", "308", "https://example.com:8443/Thingworx/x?y=1"},
+		{"8443", "GET http://example.com:8080/Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", "308", "https://example.com:8443/Thingworx/x?y=1"},
+		{"443", "GET /Thingworx/x?y=1 HTTP/1.1\r\nHost: example.com\r\n\r\n", "308", "https://example.com/Thingworx/x?y=1"},
+		{"", "GET /a HTTP/1.1\r\nHost: example.com:80\r\n\r\n", "308", "https://example.com/a"},
+		{"8443", "GET /a HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", "308", "https://[::1]:8443/a"},
+		{"8443", "GET /a HTTP/1.0\r\n\r\n", "400", ""},
+	} {
+		f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { RedirectHTTPS(ctx, tc.port) }, ErrorHandler: f.ErrorHandler}
+		go srv.Serve(f.Listener(ln)) //nolint:errcheck
+		r := frontendtest.AnswerTo(t, ln.Addr().String(), tc.raw, frontendtest.AnswerWait)
+		srv.Shutdown() //nolint:errcheck
+		ln.Close()
+		if strconv.Itoa(r.Status) != tc.status || r.Header.Get("Location") != tc.location {
+			t.Errorf("port %q, %q: %s with Location %q; want %s to %q", tc.port, tc.raw, r, r.Header.Get("Location"), tc.status, tc.location)
+		}
 	}
 }
