@@ -28,16 +28,16 @@ func (lb *LB) Act(poolName, addr string, action admin.Action, by string) (admin.
 	var state event.Admin // none for a re-probe
 	switch action {
 	case admin.Drain:
-		s.admin.Store(adminDrain)
+		s.opState.Store(adminDrain)
 		state = event.AdminDrain
 	case admin.Maint:
-		s.admin.Store(adminMaint)
+		s.opState.Store(adminMaint)
 		state = event.AdminMaint
 	case admin.Ready:
-		s.admin.Store(adminReady)
+		s.opState.Store(adminReady)
 		state = event.AdminReady
 	case admin.Probe:
-		p.health.Probe(s.health)
+		p.checks.Probe(s.target)
 	default:
 		return admin.ServerStatus{}, admin.ErrUnknownAction
 	}

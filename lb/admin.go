@@ -19,7 +19,8 @@ var _ admin.Backend = (*LB)(nil)
 // Config returns the configuration in force.
 func (lb *LB) Config() *config.Config { return lb.px.gen.Load().cfg }
 
-// Subscribe calls fn with every event published from now on, until cancel is called (Events().Subscribe).
+// Subscribe calls fn with every event published from now on, until cancel is called: the one way to
+// the event stream from outside (the admin listener, the binary's own subscribers, tests).
 func (lb *LB) Subscribe(fn func(event.Event)) (cancel func()) { return lb.bus.Subscribe(fn) }
 
 // Status returns a snapshot of the running state, with what the history remembers (history.go).
@@ -45,7 +46,7 @@ func (lb *LB) status() admin.Status {
 			Failovers: p.failovers.Load(), Failbacks: p.failbacks.Load(), PinFailures: p.pinFailures.Load(),
 			Check: p.checkKind(ps), NewTunnelsPerSecond: ps.cfg.NewTunnelsPerSecond, TunnelsOpened: p.tunnelsOpened.Load()}
 		out.Discovery = lb.disc.status(name)
-		checks := p.health.Status()
+		checks := p.checks.Status()
 		available := false
 		for _, s := range ps.servers {
 			ss := serverStatusOf(s)
@@ -83,10 +84,10 @@ func (p *Pool) serverState(s *Server, check *healthcheck.ServerStatus) string {
 	switch {
 	case s.removed.Load():
 		return admin.StateRemoved
-	case s.admin.Load() != adminReady:
-		return adminStates[s.admin.Load()]
+	case s.opState.Load() != adminReady:
+		return adminStates[s.opState.Load()]
 	case p.leader:
-		if s.health.Up() {
+		if s.target.Up() {
 			return admin.StateUp
 		}
 		// Not the leader: a standby while its LeaderChecks show it there to take over (200, 400, 401,
@@ -97,7 +98,7 @@ func (p *Pool) serverState(s *Server, check *healthcheck.ServerStatus) string {
 			return admin.StateStandby
 		}
 		return admin.StateDown
-	case !s.health.Up():
+	case !s.target.Up():
 		return admin.StateDown
 	case s.Backup() != (p.tier.Load() == backups):
 		return admin.StateStandby // healthy, in the tier that does not serve (a backup at rest)
@@ -107,7 +108,7 @@ func (p *Pool) serverState(s *Server, check *healthcheck.ServerStatus) string {
 
 // serverStates returns the states of ps's servers, in order (for /metrics).
 func (p *Pool) serverStates(ps *poolView) []string {
-	checks := p.health.Status()
+	checks := p.checks.Status()
 	states := make([]string, len(ps.servers))
 	for i, s := range ps.servers {
 		var c *healthcheck.ServerStatus
@@ -176,7 +177,7 @@ func (p *Pool) checkKind(ps *poolView) string {
 // refines it, serverState).
 func serverStatusOf(s *Server) admin.ServerStatus {
 	return admin.ServerStatus{Addr: s.Addr, Name: s.Name(), Tier: tierOf(s), State: s.state(),
-		AdminState: adminStates[s.admin.Load()], Available: s.Available(), Writable: true,
+		AdminState: adminStates[s.opState.Load()], Available: s.Available(), Writable: true,
 		Requests: s.requests.Load(), Failures: s.failures.Load(), InFlight: s.inflight.Load(),
 		InFlightBytes: s.inflightBytes.Load(), InFlightSince: s.inFlightSince(),
 		Conns: s.client.Load().ConnsCount(), Tunnels: s.tunnels.Load(),

@@ -69,7 +69,7 @@ func FuzzClientFaultIsNoServerFailure(f *testing.F) {
 		}
 		// Settled once fairlead closed its side: its handler has returned, every attempt is over.
 		testkit.Eventually(t, "fairlead to close the connection", 5*time.Second, func() bool {
-			return l.frontend.GetOpenConnectionsCount() == 0
+			return l.frontServer.GetOpenConnectionsCount() == 0
 		})
 		st := p.view.Load()
 		for _, s := range st.servers {

@@ -56,10 +56,10 @@ type LB struct {
 	level   *slog.LevelVar       // log's level: [global] log_level
 	version string               // fairlead_build_info
 
-	frontend *fasthttp.Server
-	h2       *frontend.H2 // the front end's HTTP/2 streams
-	admin    *fasthttp.Server
-	lns      listeners // the front end's and the admin's (listeners.go)
+	frontServer *fasthttp.Server
+	h2          *frontend.H2 // the front end's HTTP/2 streams
+	adminServer *fasthttp.Server
+	lns         listeners // the front end's and the admin's (listeners.go)
 
 	// adminConnErrs counts and logs the admin listener's connection errors; fasthttp's own lines never
 	// reach the log.
@@ -150,9 +150,6 @@ func New(cfg *config.Config, o Options) *LB {
 // SecretFiles returns the running config's secret files (Config.SecretFiles).
 func (lb *LB) SecretFiles() []string { return lb.px.gen.Load().cfg.SecretFiles() }
 
-// Events returns the event stream (for subscribers such as the admin event feed).
-func (lb *LB) Events() *event.Bus { return lb.bus }
-
 // newGeneration builds the routes of cfg over its pools, and binds its relays to the running relays rrs
 // (relays.prepare). A pool of old with the same balance is kept and brought to its new config by a
 // server set change; other pools are new (returned in fresh, not yet started).
@@ -233,7 +230,7 @@ func (lb *LB) Start(ctx context.Context) error {
 			fls = append(fls, ln)
 		}
 	}
-	lb.frontend = &fasthttp.Server{
+	lb.frontServer = &fasthttp.Server{
 		Handler:      lb.px.handle,
 		ErrorHandler: lb.px.frontendError,
 		// No Server, Date or Content-Type of fasthttp's own on relayed answers: they pass as the server
@@ -266,9 +263,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		fe := &lb.px.gen.Load().cfg.Frontend
 		return frontend.H2Config{MaxStreams: uint32(fe.HTTP2MaxStreams), MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
 	})
-	lb.frontend.NextProto("h2", lb.h2.Serve)
+	lb.frontServer.NextProto("h2", lb.h2.Serve)
 	for _, ln := range fls {
-		lb.serve(lb.frontend, ln, "frontend")
+		lb.serve(lb.frontServer, ln, "frontend")
 	}
 
 	if g.cfg.Admin.Listen != "" {
@@ -278,9 +275,9 @@ func (lb *LB) Start(ctx context.Context) error {
 			return fmt.Errorf("admin: %w", err)
 		}
 		lb.lns.set(lnAdmin, aln)
-		lb.admin = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
+		lb.adminServer = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
 			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
-		lb.serve(lb.admin, aln, "admin")
+		lb.serve(lb.adminServer, aln, "admin")
 	}
 	return nil
 }
@@ -339,8 +336,8 @@ func (lb *LB) Close() {
 	if lb.h2 != nil {
 		lb.h2.Shutdown() // HTTP/2 clients are told GOAWAY; their connections close with their last stream
 	}
-	if lb.frontend != nil {
-		lb.frontend.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
+	if lb.frontServer != nil {
+		lb.frontServer.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}
 	if lb.h2 != nil {
 		lb.h2.Close() // those still streaming when drain_timeout ran out
@@ -351,9 +348,9 @@ func (lb *LB) Close() {
 	}
 	lb.adminHandler.Close() // ends the admin's event streams
 	lb.disc.stop()
-	if lb.admin != nil {
+	if lb.adminServer != nil {
 		actx, acancel := context.WithTimeout(context.Background(), time.Second)
-		lb.admin.ShutdownWithContext(actx) //nolint:errcheck
+		lb.adminServer.ShutdownWithContext(actx) //nolint:errcheck
 		acancel()
 	}
 	lb.px.tunnels.close()

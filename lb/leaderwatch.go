@@ -63,8 +63,8 @@ func (p *Pool) watchLeader(ctx context.Context) {
 		}
 		cur := lp.leader.Current()
 		for _, s := range st.servers {
-			if s.health == cur && s.client.Load().Unanswered(time.Now(), st.cfg.Check.Timeout.D) {
-				p.health.Report(s.health, errNoAnswer)
+			if s.target == cur && s.client.Load().Unanswered(time.Now(), st.cfg.Check.Timeout.D) {
+				p.checks.Report(s.target, errNoAnswer)
 			}
 		}
 	})

@@ -133,8 +133,8 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	}
 	for k := range frontend.NumConnKinds {
 		n := lb.px.front.Errors.Count(k)
-		if k == frontend.ConnLimit && lb.frontend != nil {
-			n += uint64(lb.frontend.GetRejectedConnectionsCount()) // fasthttp counts them
+		if k == frontend.ConnLimit && lb.frontServer != nil {
+			n += uint64(lb.frontServer.GetRejectedConnectionsCount()) // fasthttp counts them
 		}
 		metrics.WriteCounterUint64(w, `fairlead_frontend_connection_errors_total{kind="`+k.String()+`"}`, n)
 	}

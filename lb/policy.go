@@ -136,7 +136,7 @@ func (lp *leaderPolicy) pick(ctx *fasthttp.RequestCtx, st *poolView, except *Ser
 		return choice{}
 	}
 	for _, s := range st.servers {
-		if s.health == cur {
+		if s.target == cur {
 			if s == except || !s.Available() {
 				return choice{}
 			}

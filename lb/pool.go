@@ -29,7 +29,7 @@ type Pool struct {
 	// them, and they need a state of their own. Set by each generation before apply.
 	relayOnly atomic.Bool
 	bus       *event.Bus
-	health    health
+	checks    health
 
 	view atomic.Pointer[poolView]
 
@@ -76,7 +76,7 @@ func newPool(name string, cfg *config.Pool, relayOnly bool, bus *event.Bus, logf
 		servers = append(servers, newServer(addr, cfg))
 	}
 	b := balances[cfg.Balance]
-	p.health = b.newHealth(p.checkOptions(cfg, logf), targetsOf(servers))
+	p.checks = b.newHealth(p.checkOptions(cfg, logf), targetsOf(servers))
 	p.view.Store(p.newView(cfg, servers))
 	return p
 }
@@ -87,7 +87,7 @@ func serverAddrs(cfg *config.Pool) []string { return append(slices.Clip(cfg.Serv
 func targetsOf(servers []*Server) []*healthcheck.Target {
 	ts := make([]*healthcheck.Target, len(servers))
 	for i, s := range servers {
-		ts[i] = s.health
+		ts[i] = s.target
 	}
 	return ts
 }
@@ -111,7 +111,7 @@ func (p *Pool) newView(cfg *config.Pool, servers []*Server) *poolView {
 	if v := p.view.Load(); v != nil {
 		old = v.policy
 	}
-	st.policy = balances[cfg.Balance].newPolicy(cfg, old, p.health)
+	st.policy = balances[cfg.Balance].newPolicy(cfg, old, p.checks)
 	st.refuser, _ = st.policy.(refuser)
 	st.pins, _ = st.policy.(clientPins)
 	return st
@@ -176,9 +176,9 @@ func (p *Pool) apply(cfg *config.Pool, logf func(string, ...any)) {
 	}
 	if !reflect.DeepEqual(old.cfg.Check, cfg.Check) || failbackInterval(old.cfg) != failbackInterval(cfg) ||
 		!old.cfg.TLS.Same(&cfg.TLS) || old.connect != p.relayOnly.Load() {
-		p.health.Update(p.checkOptions(cfg, logf))
+		p.checks.Update(p.checkOptions(cfg, logf))
 	}
-	p.health.Set(targetsOf(servers))
+	p.checks.Set(targetsOf(servers))
 	st := p.newView(cfg, servers)
 	p.view.Store(st)
 	for _, s := range added {
@@ -209,7 +209,7 @@ func (p *Pool) drop(st *poolView, s *Server, why string) {
 // its serving tier; they stop with ctx or stop.
 func (p *Pool) start(ctx context.Context) {
 	ctx, p.stop = context.WithCancel(ctx)
-	p.health.Start(ctx)
+	p.checks.Start(ctx)
 	for _, t := range policyTables(p.view.Load().policy) {
 		every := func() time.Duration { return max(t.IdleTimeout()/10, time.Second) }
 		go healthcheck.Loop(ctx, nil, nil, every, func() { t.Expire() })
@@ -240,7 +240,7 @@ func (p *Pool) watchTier(ctx context.Context) {
 			// A leader change marks the old leader down, then the new one up, under the check's lock,
 			// and this goroutine may have looked in between (woken by an earlier change of the pool):
 			// Status takes that lock, so a second look after it sees no change in progress.
-			p.health.Status()
+			p.checks.Status()
 			st = p.view.Load()
 			now = st.serving()
 		}
@@ -299,7 +299,7 @@ func (p *Pool) availabilityChanged(st *poolView, down bool) {
 // credentialsRefused reports whether every server of a leader pool answered its latest LeaderCheck with
 // 401: nobody leads because fairlead's credentials are wrong, not because the servers are down.
 func (p *Pool) credentialsRefused() bool {
-	checks := p.health.Status()
+	checks := p.checks.Status()
 	for _, c := range checks {
 		if !c.Answered || c.LastError != "" || c.LastStatus != 401 {
 			return false
@@ -352,7 +352,7 @@ func (p *Pool) close() {
 }
 
 // ready is closed when the pool has finished its first round of checks.
-func (p *Pool) ready() <-chan struct{} { return p.health.Ready() }
+func (p *Pool) ready() <-chan struct{} { return p.checks.Ready() }
 
 // errQueueFull means more requests are waiting than max_queue allows.
 var errQueueFull = errors.New("queue full")
@@ -373,8 +373,8 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 	defer p.waiting.Add(-1)
 	defer p.m.queueWait.UpdateDuration(time.Now())
 	if except != nil {
-		except.health.AwaitPass()
-		defer except.health.EndAwaitPass()
+		except.target.AwaitPass()
+		defer except.target.EndAwaitPass()
 	}
 	var timer *time.Timer
 	defer func() {
@@ -388,7 +388,7 @@ func (p *Pool) await(ctx *fasthttp.RequestCtx, except *Server, since, deadline t
 		if c := st.policy.pick(ctx, st, except); c.s != nil || c.pinned {
 			return c, nil
 		}
-		if except != nil && except.Available() && except.health.PassedSince(since) {
+		if except != nil && except.Available() && except.target.PassedSince(since) {
 			// except answered its checks again: the policy may choose it too (a roundrobin pool only
 			// while it is writable).
 			if c := st.policy.pick(ctx, st, nil); c.s != nil || c.pinned {

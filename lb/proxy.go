@@ -388,10 +388,10 @@ func (px *proxy) choose(ctx *fasthttp.RequestCtx, p *Pool, failed *Server, stric
 func (p *Pool) account(s *Server, end attemptEnd, err error) {
 	switch end {
 	case endAnswered:
-		p.health.Report(s.health, nil)
+		p.checks.Report(s.target, nil)
 	case endRefused:
 		// The server says it no longer serves (a leader stepping down): every server is probed now.
-		p.health.Report(s.health, errRefused)
+		p.checks.Report(s.target, errRefused)
 	case endSwitched:
 		s.failures.Add(1) // not relayed; the server still serves (its checks say so)
 	case endTimeout:
@@ -399,7 +399,7 @@ func (p *Pool) account(s *Server, end attemptEnd, err error) {
 		fallthrough
 	case endDialFailed, endFailed:
 		s.failures.Add(1)
-		p.health.Report(s.health, err)
+		p.checks.Report(s.target, err)
 	}
 	// endClient, endBusy and endAbandoned are no fault of the server's. An abandoned server is not
 	// reported: its checks replaced it already.

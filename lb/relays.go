@@ -181,7 +181,7 @@ func (rp *relayPool) Report(server string, err error) {
 			if err != nil {
 				s.failures.Add(1)
 			}
-			p.health.Report(s.health, err)
+			p.checks.Report(s.target, err)
 			return
 		}
 	}

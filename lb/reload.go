@@ -46,7 +46,7 @@ func (r *reload) bind() error {
 	for _, f := range lb.frontListeners() {
 		was, now := f.addr(r.old.cfg), f.addr(cfg)
 		switch {
-		case lb.frontend == nil || was == now:
+		case lb.frontServer == nil || was == now:
 		case was == "" || now == "":
 			r.restart = append(r.restart, "[frontend] "+f.key+" added or removed")
 		default:
@@ -58,7 +58,7 @@ func (r *reload) bind() error {
 			r.listens = append(r.listens, boundListener{f, f.wrap(ln)})
 		}
 	}
-	if lb.admin != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != r.old.cfg.Admin.Listen {
+	if lb.adminServer != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != r.old.cfg.Admin.Listen {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			r.unbind()
@@ -129,10 +129,10 @@ func (r *reload) rebind() {
 		if b.spec.key != "listen" {
 			what += " " + b.spec.key
 		}
-		r.lb.rebind(r.lb.frontend, b.spec.id, b.ln, what)
+		r.lb.rebind(r.lb.frontServer, b.spec.id, b.ln, what)
 	}
 	if r.adminLn != nil {
-		r.lb.rebind(r.lb.admin, lnAdmin, r.adminLn, "admin")
+		r.lb.rebind(r.lb.adminServer, lnAdmin, r.adminLn, "admin")
 	}
 }
 

@@ -18,16 +18,16 @@ import (
 // leader role, sticky keys, open tunnels, upstream connections and counters.
 type Server struct {
 	Addr   string
-	health *healthcheck.Target // written only by healthcheck
+	target *healthcheck.Target // written only by healthcheck
 	client atomic.Pointer[upstream.Client]
 	// cookie is the sticky cookie value naming this server (see serverCookie).
 	cookie string
 	// removed is set when a server set change drops the server: it takes no new traffic, its in-flight
 	// requests finish on its client, its tunnels are closed.
 	removed atomic.Bool
-	// admin is the operator's state (adminReady, adminDrain, adminMaint), set through the admin API; it
+	// opState is the operator's state (adminReady, adminDrain, adminMaint), set through the admin API; it
 	// survives reloads that keep the server.
-	admin atomic.Int32
+	opState atomic.Int32
 
 	// name is the display name for logs, /status and metrics ([pools.NAME.names]; default the address).
 	name atomic.Pointer[string]
@@ -64,7 +64,7 @@ func (s *Server) weight(now int64, slowStart time.Duration) float64 {
 }
 
 func newServer(addr string, cfg *config.Pool) *Server {
-	s := &Server{Addr: addr, health: healthcheck.NewTarget(addr), cookie: serverCookie(addr)}
+	s := &Server{Addr: addr, target: healthcheck.NewTarget(addr), cookie: serverCookie(addr)}
 	s.client.Store(newTransport(addr, cfg))
 	s.configure(cfg)
 	return s
@@ -80,7 +80,7 @@ func (s *Server) configure(cfg *config.Pool) {
 	if old := s.name.Load(); old == nil || *old != name {
 		s.name.Store(&name)
 	}
-	s.health.SetBackup(slices.Contains(cfg.Backups, s.Addr))
+	s.target.SetBackup(slices.Contains(cfg.Backups, s.Addr))
 }
 
 // Name is the server's display name: its configured name, or its address.
@@ -95,7 +95,7 @@ func (s *Server) label() string {
 }
 
 // Backup reports whether s is a backup server of its pool.
-func (s *Server) Backup() bool { return s.health.Backup() }
+func (s *Server) Backup() bool { return s.target.Backup() }
 
 // begin counts one attempt in flight to s, with n request-body bytes. Pool.end ends it. Without
 // allocating: the clock is read only when s had nothing in flight.
@@ -140,14 +140,14 @@ func (s *Server) writable(hw int, hwb int64) bool {
 // it in drain or maintenance. Policies choose only among
 // available servers; the admin reports it. Lock-free: three atomic loads.
 func (s *Server) Available() bool {
-	return s.health.Up() && !s.removed.Load() && s.admin.Load() == adminReady
+	return s.target.Up() && !s.removed.Load() && s.opState.Load() == adminReady
 }
 
 // keepsTunnels reports whether s keeps its open tunnels: it is up, in its pool, and not in maintenance
 // (a server draining takes no new traffic but keeps its tunnels). When it turns false its tunnels are
 // closed (closeTunnels, tunnels.go).
 func (s *Server) keepsTunnels() bool {
-	return s.health.Up() && !s.removed.Load() && s.admin.Load() != adminMaint
+	return s.target.Up() && !s.removed.Load() && s.opState.Load() != adminMaint
 }
 
 // The operator's states of a server (admin API): ready takes traffic as its health allows; drain takes
@@ -165,9 +165,9 @@ func (s *Server) state() string {
 	switch {
 	case s.removed.Load():
 		return "removed"
-	case s.admin.Load() != adminReady:
-		return adminStates[s.admin.Load()]
-	case s.health.Up():
+	case s.opState.Load() != adminReady:
+		return adminStates[s.opState.Load()]
+	case s.target.Up():
 		return "up"
 	default:
 		return "down"

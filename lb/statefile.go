@@ -166,10 +166,10 @@ func (p *Pool) snapshot() *savedPool {
 	sp := &savedPool{Balance: p.balance, Servers: make([]savedServer, len(st.servers))}
 	inPool := make(map[string]bool, len(st.servers))
 	for i, s := range st.servers {
-		sp.Servers[i] = savedServer{Addr: s.Addr, Up: s.health.Up()}
+		sp.Servers[i] = savedServer{Addr: s.Addr, Up: s.target.Up()}
 		inPool[s.Addr] = true
 	}
-	if l, ok := p.health.(*healthcheck.Leader); ok {
+	if l, ok := p.checks.(*healthcheck.Leader); ok {
 		if cur := l.Current(); cur != nil {
 			sp.Leader = cur.Addr()
 		}
@@ -277,7 +277,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 		sticky = p.restoreKeys(sp.Sticky, byAddr, age)
 	}
 
-	switch h := p.health.(type) {
+	switch h := p.checks.(type) {
 	case *healthcheck.Leader:
 		s := byAddr[sp.Leader]
 		switch {
@@ -285,7 +285,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 			return "", sticky, errors.New("it had no leader")
 		case s == nil:
 			return "", sticky, fmt.Errorf("its remembered leader %s is no longer in the pool", sp.Leader)
-		case !h.Restore(s.health):
+		case !h.Restore(s.target):
 			return "", sticky, errors.New("its checks decided already")
 		}
 		return "leader " + s.label(), sticky, nil
@@ -293,7 +293,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 		var up []*healthcheck.Target
 		for _, ss := range sp.Servers {
 			if s := byAddr[ss.Addr]; s != nil && ss.Up {
-				up = append(up, s.health)
+				up = append(up, s.target)
 			}
 		}
 		if len(up) == 0 {
@@ -302,7 +302,7 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 		h.Restore(up)
 		n := 0 // up now: restored, or up already (a pool without active checks starts up)
 		for _, s := range st.servers {
-			if s.health.Up() {
+			if s.target.Up() {
 				n++
 			}
 		}

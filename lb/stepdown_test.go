@@ -93,7 +93,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 	}
 
 	changed := make(chan event.Event, 4)
-	t.Cleanup(l.Events().Subscribe(func(e event.Event) {
+	t.Cleanup(l.Subscribe(func(e event.Event) {
 		if e.Kind == event.LeaderChanged {
 			changed <- e
 		}

@@ -89,7 +89,7 @@ type eventLog struct {
 
 func recordEvents(t *testing.T, l *LB) *eventLog {
 	el := &eventLog{}
-	t.Cleanup(l.Events().Subscribe(func(e event.Event) {
+	t.Cleanup(l.Subscribe(func(e event.Event) {
 		el.mu.Lock()
 		el.ev = append(el.ev, e)
 		el.mu.Unlock()

@@ -121,14 +121,14 @@ func FuzzStickyKey(f *testing.F) {
 func parseSpecs(t *testing.T, specs string) *Extractor {
 	lines := strings.Split(specs, "\n")
 	for _, l := range lines {
-		s, err := ParseSource(l)
+		s, err := ParseKeySpec(l)
 		if err != nil {
-			if s != (Source{}) {
+			if s != (KeySpec{}) {
 				t.Fatalf("ParseSource(%q) = %+v with error %v; want the zero Source", l, s, err)
 			}
 			continue
 		}
-		if again, err := ParseSource(s.String()); err != nil || again != s {
+		if again, err := ParseKeySpec(s.String()); err != nil || again != s {
 			t.Fatalf("ParseSource(%q) = %+v; ParseSource(%q) = %+v, %v: not a round trip", l, s, s.String(), again, err)
 		}
 		if s.Kind < SourceHeader || s.Kind > SourceIP || (s.Kind == SourceIP) != (s.Name == "") {
@@ -172,8 +172,8 @@ func checkKey(t *testing.T, ex *Extractor, ctx *fasthttp.RequestCtx, input []byt
 			t.Fatalf("Key found nothing but returned %q, source %d", key, src)
 		}
 		for i := range ex.Len() {
-			if v, present := sourceValue(ex.Source(i), ctx); present {
-				t.Fatalf("Key found nothing, but source %d (%s) has %q", i, ex.Source(i), v)
+			if v, present := sourceValue(ex.Spec(i), ctx); present {
+				t.Fatalf("Key found nothing, but source %d (%s) has %q", i, ex.Spec(i), v)
 			}
 		}
 		return []byte("-")
@@ -182,11 +182,11 @@ func checkKey(t *testing.T, ex *Extractor, ctx *fasthttp.RequestCtx, input []byt
 		t.Fatalf("Key = %q from source %d of %d", key, src, ex.Len())
 	}
 	for i := range src {
-		if v, present := sourceValue(ex.Source(i), ctx); present {
-			t.Fatalf("Key took source %d (%s), but the earlier source %d (%s) has %q", src, ex.Source(src), i, ex.Source(i), v)
+		if v, present := sourceValue(ex.Spec(i), ctx); present {
+			t.Fatalf("Key took source %d (%s), but the earlier source %d (%s) has %q", src, ex.Spec(src), i, ex.Spec(i), v)
 		}
 	}
-	s := ex.Source(src)
+	s := ex.Spec(src)
 	k := key[len(dst):]
 	if len(k) > 130 || len(k) < 3 || k[0] != s.Kind.prefix() || k[1] != ':' && k[1] != '#' {
 		t.Fatalf("key %q from %s: want %c, ':' or '#', and at most 130 bytes", k, s, s.Kind.prefix())
@@ -218,7 +218,7 @@ func checkKey(t *testing.T, ex *Extractor, ctx *fasthttp.RequestCtx, input []byt
 }
 
 // sourceValue looks the source up in the request directly, as the documentation of Key describes it.
-func sourceValue(s Source, ctx *fasthttp.RequestCtx) ([]byte, bool) {
+func sourceValue(s KeySpec, ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	var v []byte
 	switch s.Kind {
 	case SourceHeader:

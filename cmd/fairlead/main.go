@@ -105,7 +105,7 @@ func run(args []string) int {
 	}()
 	notifyReload(reload)
 	applied := make(chan struct{}, 1) // a reload applied: the watch follows the new config's secret files
-	l.Events().Subscribe(func(e event.Event) {
+	l.Subscribe(func(e event.Event) {
 		if e.Kind == event.ReloadApplied {
 			select {
 			case applied <- struct{}{}:

@@ -12,13 +12,13 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// SourceKind says where in a request a stickiness key is found.
-type SourceKind uint8
+// KeyKind says where in a request a stickiness key is found.
+type KeyKind uint8
 
-// The source kinds. The zero SourceKind is invalid.
+// The key kinds. The zero KeyKind is invalid.
 const (
 	// SourceHeader takes the key from a request header ("header:NAME").
-	SourceHeader SourceKind = iota + 1
+	SourceHeader KeyKind = iota + 1
 	// SourceQuery takes the key from a query argument ("query:NAME").
 	SourceQuery
 	// SourceCookie takes the key from a request cookie ("cookie:NAME").
@@ -29,7 +29,7 @@ const (
 
 // String returns the kind as written in config: "header", "query",
 // "cookie" or "source".
-func (k SourceKind) String() string {
+func (k KeyKind) String() string {
 	switch k {
 	case SourceHeader:
 		return "header"
@@ -40,12 +40,12 @@ func (k SourceKind) String() string {
 	case SourceIP:
 		return "source"
 	}
-	return fmt.Sprintf("SourceKind(%d)", uint8(k))
+	return fmt.Sprintf("KeyKind(%d)", uint8(k))
 }
 
 // prefix is the byte that starts every key taken from a source of kind k,
 // so that keys from different kinds never collide.
-func (k SourceKind) prefix() byte {
+func (k KeyKind) prefix() byte {
 	switch k {
 	case SourceHeader:
 		return 'h'
@@ -59,22 +59,22 @@ func (k SourceKind) prefix() byte {
 	return '?'
 }
 
-// Source is one place a stickiness key may come from. Name is the header,
+// KeySpec is one place a stickiness key may come from. Name is the header,
 // query argument or cookie name; it is empty for SourceIP.
-type Source struct {
-	Kind SourceKind
+type KeySpec struct {
+	Kind KeyKind
 	Name string
 }
 
-// String returns s in the form ParseSource accepts.
-func (s Source) String() string {
+// String returns s in the form ParseKeySpec accepts.
+func (s KeySpec) String() string {
 	if s.Kind == SourceIP {
 		return "source"
 	}
 	return s.Kind.String() + ":" + s.Name
 }
 
-// ParseSource parses a source spec: "header:NAME", "query:NAME",
+// ParseKeySpec parses a key spec: "header:NAME", "query:NAME",
 // "cookie:NAME" or "source" (the client IP). The kind is matched without
 // regard to case and surrounding spaces are ignored; the name is kept as
 // written. Header and cookie names must be HTTP tokens; a query name must
@@ -82,15 +82,15 @@ func (s Source) String() string {
 // (use "cookie:NAME"), and so are the headers of the connection and the framing (Connection,
 // Content-Length, Transfer-Encoding, Keep-Alive, TE, Trailer, Upgrade, Proxy-*): the HTTP layer reads
 // and rewrites them (an HTTP/1.0 request has "Connection: close" without sending it).
-func ParseSource(spec string) (Source, error) {
+func ParseKeySpec(spec string) (KeySpec, error) {
 	if strings.TrimSpace(spec) == "" {
-		return Source{}, fmt.Errorf("empty source %q (want header:NAME, query:NAME, cookie:NAME or source)", spec)
+		return KeySpec{}, fmt.Errorf("empty source %q (want header:NAME, query:NAME, cookie:NAME or source)", spec)
 	}
 	spec = strings.TrimSpace(spec)
 	kind, name, hasName := strings.Cut(spec, ":")
 	kind = strings.TrimSpace(kind)
 	name = strings.TrimSpace(name)
-	var s Source
+	var s KeySpec
 	switch strings.ToLower(kind) {
 	case "header":
 		s.Kind = SourceHeader
@@ -100,32 +100,32 @@ func ParseSource(spec string) (Source, error) {
 		s.Kind = SourceCookie
 	case "source":
 		if hasName {
-			return Source{}, fmt.Errorf("source %q: \"source\" (the client IP) takes no name", spec)
+			return KeySpec{}, fmt.Errorf("source %q: \"source\" (the client IP) takes no name", spec)
 		}
-		return Source{Kind: SourceIP}, nil
+		return KeySpec{Kind: SourceIP}, nil
 	default:
-		return Source{}, fmt.Errorf("source %q: unknown kind %q (want header, query, cookie or source)", spec, kind)
+		return KeySpec{}, fmt.Errorf("source %q: unknown kind %q (want header, query, cookie or source)", spec, kind)
 	}
 	if name == "" {
-		return Source{}, fmt.Errorf("source %q: %s needs a name, as in %q", spec, s.Kind, s.Kind.String()+":"+exampleName(s.Kind))
+		return KeySpec{}, fmt.Errorf("source %q: %s needs a name, as in %q", spec, s.Kind, s.Kind.String()+":"+exampleName(s.Kind))
 	}
 	switch s.Kind {
 	case SourceHeader, SourceCookie:
 		for i := 0; i < len(name); i++ {
 			if !isTokenChar(name[i]) {
-				return Source{}, fmt.Errorf("source %q: invalid character %q in %s name", spec, name[i], s.Kind)
+				return KeySpec{}, fmt.Errorf("source %q: invalid character %q in %s name", spec, name[i], s.Kind)
 			}
 		}
 		if s.Kind == SourceHeader && strings.EqualFold(name, "Cookie") {
-			return Source{}, fmt.Errorf("source %q: use cookie:NAME to take the key from a cookie", spec)
+			return KeySpec{}, fmt.Errorf("source %q: use cookie:NAME to take the key from a cookie", spec)
 		}
 		if s.Kind == SourceHeader && connectionHeader(name) {
-			return Source{}, fmt.Errorf("source %q: %s describes the connection or the framing, not the client, and is rewritten on the way (take the key from another header)", spec, name)
+			return KeySpec{}, fmt.Errorf("source %q: %s describes the connection or the framing, not the client, and is rewritten on the way (take the key from another header)", spec, name)
 		}
 	case SourceQuery:
 		for i := 0; i < len(name); i++ {
 			if c := name[i]; c <= ' ' || c == 0x7f {
-				return Source{}, fmt.Errorf("source %q: invalid character %q in query name", spec, c)
+				return KeySpec{}, fmt.Errorf("source %q: invalid character %q in query name", spec, c)
 			}
 		}
 	}
@@ -133,7 +133,7 @@ func ParseSource(spec string) (Source, error) {
 	return s, nil
 }
 
-func exampleName(k SourceKind) string {
+func exampleName(k KeyKind) string {
 	switch k {
 	case SourceHeader:
 		return "X-Asset-Id"
@@ -160,10 +160,10 @@ const maxRawValue = 128
 // Extractor turns a request into a stickiness key by trying its sources in
 // the configured order. It is immutable and safe for concurrent use.
 type Extractor struct {
-	sources []Source
+	sources []KeySpec
 }
 
-// NewExtractor parses specs (see ParseSource) into an Extractor that tries
+// NewExtractor parses specs (see ParseKeySpec) into an Extractor that tries
 // them in order. It fails if specs is empty, if an entry does not parse, or
 // if an entry repeats an earlier one; the error names the entry's index and
 // text.
@@ -171,9 +171,9 @@ func NewExtractor(specs []string) (*Extractor, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("stickiness: no key sources configured")
 	}
-	e := &Extractor{sources: make([]Source, 0, len(specs))}
+	e := &Extractor{sources: make([]KeySpec, 0, len(specs))}
 	for i, spec := range specs {
-		s, err := ParseSource(spec)
+		s, err := ParseKeySpec(spec)
 		if err != nil {
 			return nil, fmt.Errorf("stickiness: key source %d: %w", i, err)
 		}
@@ -194,8 +194,8 @@ func NewExtractor(specs []string) (*Extractor, error) {
 // Len returns the number of configured sources.
 func (e *Extractor) Len() int { return len(e.sources) }
 
-// Source returns the i-th configured source, as numbered by Key.
-func (e *Extractor) Source(i int) Source { return e.sources[i] }
+// Spec returns the i-th configured key spec, as numbered by Key.
+func (e *Extractor) Spec(i int) KeySpec { return e.sources[i] }
 
 // Key appends the stickiness key for the request in ctx to dst and returns
 // it, with the index of the source it came from. The first configured source

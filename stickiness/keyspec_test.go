@@ -9,38 +9,38 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func TestParseSourceAcceptsEveryKind(t *testing.T) {
-	f := func(spec string, want Source) {
+func TestParseKeySpecAcceptsEveryKind(t *testing.T) {
+	f := func(spec string, want KeySpec) {
 		t.Helper()
-		got, err := ParseSource(spec)
+		got, err := ParseKeySpec(spec)
 		if err != nil {
-			t.Fatalf("ParseSource(%q): %v", spec, err)
+			t.Fatalf("ParseKeySpec(%q): %v", spec, err)
 		}
 		if got != want {
-			t.Fatalf("ParseSource(%q) = %+v, want %+v", spec, got, want)
+			t.Fatalf("ParseKeySpec(%q) = %+v, want %+v", spec, got, want)
 		}
-		if again, err := ParseSource(got.String()); err != nil || again != got {
-			t.Fatalf("ParseSource(%q.String() = %q) = %+v, %v; want a round trip", spec, got.String(), again, err)
+		if again, err := ParseKeySpec(got.String()); err != nil || again != got {
+			t.Fatalf("ParseKeySpec(%q.String() = %q) = %+v, %v; want a round trip", spec, got.String(), again, err)
 		}
 	}
-	f("header:X-Asset-Id", Source{SourceHeader, "X-Asset-Id"})
-	f("query:assetId", Source{SourceQuery, "assetId"})
-	f("cookie:FAIRLEAD_CX", Source{SourceCookie, "FAIRLEAD_CX"})
-	f("source", Source{Kind: SourceIP})
-	f("  Header : X-Asset-Id ", Source{SourceHeader, "X-Asset-Id"})
-	f("SOURCE", Source{Kind: SourceIP})
-	f("query:thing[id]", Source{SourceQuery, "thing[id]"})
+	f("header:X-Asset-Id", KeySpec{SourceHeader, "X-Asset-Id"})
+	f("query:assetId", KeySpec{SourceQuery, "assetId"})
+	f("cookie:FAIRLEAD_CX", KeySpec{SourceCookie, "FAIRLEAD_CX"})
+	f("source", KeySpec{Kind: SourceIP})
+	f("  Header : X-Asset-Id ", KeySpec{SourceHeader, "X-Asset-Id"})
+	f("SOURCE", KeySpec{Kind: SourceIP})
+	f("query:thing[id]", KeySpec{SourceQuery, "thing[id]"})
 }
 
-func TestParseSourceRejectsBadSpecsClearly(t *testing.T) {
+func TestParseKeySpecRejectsBadSpecsClearly(t *testing.T) {
 	f := func(spec, wantInErr string) {
 		t.Helper()
-		got, err := ParseSource(spec)
+		got, err := ParseKeySpec(spec)
 		if err == nil {
-			t.Fatalf("ParseSource(%q) = %+v, want an error", spec, got)
+			t.Fatalf("ParseKeySpec(%q) = %+v, want an error", spec, got)
 		}
 		if !strings.Contains(err.Error(), wantInErr) {
-			t.Fatalf("ParseSource(%q) error %q does not mention %q", spec, err, wantInErr)
+			t.Fatalf("ParseKeySpec(%q) error %q does not mention %q", spec, err, wantInErr)
 		}
 	}
 	f("", "empty source")
@@ -271,7 +271,7 @@ func TestSourceKeyUsesTheRealClientAddress(t *testing.T) {
 			ctx.SetStatusCode(fasthttp.StatusBadRequest)
 			return
 		}
-		ctx.Response.Header.Set("X-Source", e.Source(src).String())
+		ctx.Response.Header.Set("X-Source", e.Spec(src).String())
 		ctx.SetBody(key)
 	}}
 	go srv.Serve(ln) //nolint:errcheck // Serve returns when the listener closes.
