@@ -41,22 +41,11 @@ func opSecret(t *testing.T, value string) string {
 // auth ("" for none) and returns the status, the headers and the body.
 func opAdmin(t *testing.T, addr, method, path, auth string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var hdr []string
 	if auth != "" {
-		req.Header.Set("Authorization", auth)
+		hdr = []string{"Authorization", auth}
 	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
+	resp, body := testkit.Do(t, testClient, method, "http://"+addr+path, nil, hdr...)
 	return resp.StatusCode, resp.Header, body
 }
 

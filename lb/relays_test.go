@@ -101,23 +101,7 @@ func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
 // relayGet sends method path to fairlead with header pairs (name, value, ...) and returns the answer.
 func relayGet(t testing.TB, l *LB, method, path string, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+l.Addr()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
-	return resp, body
+	return testkit.Do(t, testClient, method, "http://"+l.Addr()+path, nil, hdr...)
 }
 
 // dialRelayWS opens a WebSocket on path with the client key.

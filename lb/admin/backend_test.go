@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/config"
@@ -161,22 +162,11 @@ func startAdmin(t *testing.T, b *testBackend, o Options) *adminEnv {
 // headers and the body.
 func (e *adminEnv) do(t *testing.T, method, path, auth string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+e.addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var hdr []string
 	if auth != "" {
-		req.Header.Set("Authorization", auth)
+		hdr = []string{"Authorization", auth}
 	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
+	resp, body := testkit.Do(t, e.client, method, "http://"+e.addr+path, nil, hdr...)
 	return resp.StatusCode, resp.Header, body
 }
 

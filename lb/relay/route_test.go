@@ -122,23 +122,7 @@ func (e *routeEnv) get(t testing.TB, method, path string, hdr ...string) (*http.
 // send sends method path with body and header pairs and returns the answer.
 func (e *routeEnv) send(t testing.TB, method, path string, body io.Reader, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+e.addr+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := e.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
-	return resp, b
+	return testkit.Do(t, e.client, method, "http://"+e.addr+path, body, hdr...)
 }
 
 // ws opens a WebSocket on path; it is closed at cleanup.

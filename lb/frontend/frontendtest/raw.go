@@ -104,6 +104,24 @@ func (c *Conn) AnswerAndClose() Answer {
 	return r
 }
 
+// ExpectCut checks that a connection whose request body stopped arriving (sent at start) is cut
+// about read_timeout after its last byte: a 408 and a close, or a close without an answer, within 5 s.
+func (c *Conn) ExpectCut(t testing.TB, start time.Time) {
+	t.Helper()
+	r := c.AnswerBy(start.Add(5 * time.Second))
+	took := time.Since(start)
+	if r.Status != 0 && !r.Closed {
+		r.Closed, r.After = c.ClosedWithin(CloseWait)
+	}
+	switch {
+	case r.Status == 0 && r.Closed, r.Status == 408 && r.Closed:
+		t.Logf("cut after %s: %s", took.Round(time.Millisecond), r)
+	default:
+		t.Errorf("got %s after %s; want the connection cut (408 or closed without an answer) about 1s after the last byte",
+			r, took.Round(time.Millisecond))
+	}
+}
+
 // Request sends raw on a new connection in one write and returns the answer, with whether the server
 // closed the connection after it.
 func Request(t testing.TB, addr, raw string) Answer {
