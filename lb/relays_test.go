@@ -2,10 +2,11 @@ package lb
 
 // Relay routes ([relays.NAME], issue #14) through a real fairlead on 127.0.0.1 in front of the
 // simulated config servers (bench/sim/configsvc.go): what lb adds to a relay.Route (whose own
-// behaviour — topics, caching, streams, seeds — lb/relay tests): route auth and the access log, the
-// relay's pool failing over and back through lb's health checks, reloads that keep or replace a
-// relay, the TLS front end, and paths a relay does not match going to the routes. Real sockets, real
-// SSE and WebSocket clients (bench/testkit); waits poll with a deadline.
+// behaviour — topics, caching, streams, seeds, its own refusals, keeping the keys apart, following its
+// pool's choice — lb/relay tests): route auth and the access log, lb's health check of the relay's
+// pool moving it to the backup and back, reloads that keep or replace a relay, the TLS front end, and
+// paths a relay does not match going to the routes. Real sockets, real SSE and WebSocket clients
+// (bench/testkit); waits poll with a deadline.
 
 import (
 	"bytes"
@@ -122,18 +123,62 @@ func dialRelayBoth(t testing.TB, addr, topic string) (*testkit.SSE, *websocket.C
 // relayKeyHdr is the client key header pair.
 var relayKeyHdr = []string{testkit.RelayClientHeader, testkit.RelayClientKey}
 
-func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInterval(t *testing.T) {
+// relayReload loads dir and reloads l with it.
+func relayReload(t testing.TB, l *LB, dir string) {
+	t.Helper()
+	nc, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reload(nc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lb's health check of the relay's pool (relayPool) moves the relay: it starts on the backup when the
+// primary is down, fails back within a failback interval once the primary answers, and has its
+// sessions on the backup within a second of the primary stopping, its status and every client
+// following. (A Route following its pool's choice is lb/relay's
+// TestUpstreamSessionsFollowThePoolsChoiceAndReportTheirFailures.)
+func TestRelayStartsOnTheBackupMovesToItWithinASecondAndFailsBackWithinAFailbackInterval(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 2)
 	primary, backup := c.Config("config1"), c.Config("config2")
 	const failback = time.Second
+	primary.Stop()
 	l, _ := startLB(t, relayFiles(t, testkit.ConfigAddrs(c), `failback_interval = "1s"`, "", ""))
+	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(backup, testkit.RelayTopics...) })
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
-	testkit.Eventually(t, "the sessions on the primary", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(primary, testkit.RelayTopics...) })
-	if n := testkit.AllSessions(backup); n != 0 {
-		t.Fatalf("%d sessions on the backup while the primary is up", n)
+	served := func(what, server string) {
+		t.Helper()
+		v := testkit.Publish(t, c, topic, `{"on":"`+what+`"}`)
+		if s := testkit.SnapshotOf(t, []byte(sse.WaitVersion(t, v, 5*time.Second).Data)); s.Server != server {
+			t.Errorf("the snapshot after the %s came from %s, want %s", what, s.Server, server)
+		}
+		testkit.WaitChange(t, ws, topic, v, 5*time.Second)
+		resp, body := relayGet(t, l, http.MethodGet, "/relay/"+topic, relayKeyHdr...)
+		if s := testkit.SnapshotOf(t, body); resp.StatusCode != 200 || s.Version != v || s.Server != server {
+			t.Errorf("GET after the %s: %d %+v", what, resp.StatusCode, s)
+		}
 	}
+	failBack := func() {
+		t.Helper()
+		if err := primary.Start(); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		// One failback interval, plus a margin for the probe and the reconnections.
+		if !testkit.Within(failback+time.Second, func() bool {
+			return testkit.OneSessionPerTopic(primary, testkit.RelayTopics...) && testkit.AllSessions(backup) == 0
+		}) {
+			t.Fatalf("%s after the primary returned: primary %+v, backup %+v", failback+time.Second,
+				primary.Stats().Topics, backup.Stats().Topics)
+		}
+		t.Logf("sessions back on the primary %s after it returned", time.Since(started))
+		served("failback", "config1")
+	}
+	failBack()
 
 	primary.Stop()
 	stopped := time.Now()
@@ -146,41 +191,26 @@ func TestRelayMovesToTheBackupWithinASecondAndBackToThePrimaryWithinAFailbackInt
 		rs := l.Status().Relays
 		return len(rs) == 1 && rs[0].Upstream == backup.Addr && rs[0].ServingBackup && rs[0].Sessions == len(testkit.RelayTopics)
 	})
-	v := testkit.Publish(t, c, topic, `{"on":"backup"}`)
-	if s := testkit.SnapshotOf(t, []byte(sse.WaitVersion(t, v, 5*time.Second).Data)); s.Server != "config2" {
-		t.Errorf("the snapshot after the failover came from %s, want config2", s.Server)
+	if p := poolStatus(t, l, "appconfig"); p.Failovers == 0 {
+		t.Errorf("no failover counted: %+v", p)
 	}
-	testkit.WaitChange(t, ws, topic, v, 5*time.Second)
-	resp, body := relayGet(t, l, http.MethodGet, "/relay/"+topic, relayKeyHdr...)
-	if s := testkit.SnapshotOf(t, body); resp.StatusCode != 200 || s.Version != v || s.Server != "config2" {
-		t.Errorf("GET after the failover: %d %+v", resp.StatusCode, s)
-	}
-
-	if err := primary.Start(); err != nil {
-		t.Fatal(err)
-	}
-	started := time.Now()
-	// One failback interval, plus a margin for the probe and the reconnections.
-	if !testkit.Within(failback+time.Second, func() bool {
-		return testkit.OneSessionPerTopic(primary, testkit.RelayTopics...) && testkit.AllSessions(backup) == 0
-	}) {
-		t.Fatalf("%s after the primary returned: primary %+v, backup %+v", failback+time.Second,
-			primary.Stats().Topics, backup.Stats().Topics)
-	}
-	t.Logf("sessions back on the primary %s after it returned", time.Since(started))
-	v = testkit.Publish(t, c, topic, `{"on":"primary"}`)
-	if s := testkit.SnapshotOf(t, []byte(sse.WaitVersion(t, v, 5*time.Second).Data)); s.Server != "config1" {
-		t.Errorf("the snapshot after the failback came from %s, want config1", s.Server)
-	}
-	testkit.WaitChange(t, ws, topic, v, 5*time.Second)
+	served("failover", "config2")
+	failBack()
 }
 
-func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testing.T) {
+// Route auth of a relay (lb's, before the relay): a request without the client key, or with a wrong
+// one, is refused 401 and costs the upstream nothing, and counted; no key, the client's or the
+// upstream's, shows in an answer, the admin pages or the log, which has the relay's access line. A
+// path the relay's template does not match goes to the routes: none here, 404. (What the relay itself
+// refuses, and that it never sends the client's key upstream: lb/relay's refusals_test.go.)
+func TestRelayRouteAuthRefusesAMissingOrWrongKeyAndNoKeyShowsToClientsOrInTheLog(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 1)
 	cfg := c.Configs[0]
 	l, logs := startLB(t, relayFiles(t, testkit.ConfigAddrs(c), "", "", "[global]\naccess_log = true\n"))
 	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(cfg, testkit.RelayTopics...) })
+	relaySettled(t, l, cfg, testkit.RelayTopics...)
+	cfg.ResetCounters()
 	const topic = "inventory/dev"
 	var seen bytes.Buffer
 	dump := func(what string, h http.Header, body []byte) {
@@ -188,18 +218,56 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 		h.Write(&seen) //nolint:errcheck
 		seen.Write(body)
 	}
+
+	for _, tc := range []struct {
+		name, path string
+		want       int
+		hdr        []string
+	}{
+		{"no client key", "/relay/" + topic, 401, nil},
+		{"wrong client key", "/relay/" + topic, 401, []string{testkit.RelayClientHeader, "nope"}},
+		{"no client key on an unlisted topic", "/relay/not/listed", 401, nil},
+		{"a path the template does not match, no [[routes]]", "/relay/a", 404, relayKeyHdr},
+		{"a longer path", "/relay/a/b/c", 404, relayKeyHdr},
+	} {
+		resp, body := relayGet(t, l, http.MethodGet, tc.path, tc.hdr...)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: GET %s: %d %q, want %d", tc.name, tc.path, resp.StatusCode, body, tc.want)
+		}
+		dump(tc.name, resp.Header, body)
+	}
+	// A refused WebSocket upgrade: 401 without the key.
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	if _, resp, err := d.Dial("ws://"+l.Addr()+"/relay/"+topic, nil); err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Errorf("WebSocket without the key: %v %v, want 401", err, resp)
+	}
+	// An SSE stream without the key.
+	if _, resp, err := testkit.TrySSE(l.Addr(), "/relay/"+topic, nil); err != nil || resp.StatusCode != 401 {
+		t.Errorf("SSE without the key: %v %v, want 401", err, resp)
+	}
+	for tp, ts := range cfg.Stats().Topics {
+		if ts.Fetches != 0 || ts.SessionsTotal != 0 {
+			t.Errorf("%s: %d fetches and %d sessions for refused requests, want none", tp, ts.Fetches, ts.SessionsTotal)
+		}
+	}
+	if _, ok := cfg.Stats().Topics["not/listed"]; ok {
+		t.Errorf("the refused unlisted topic reached the config server")
+	}
+	const refused = `fairlead_relay_refused_total{relay="appconfig",code="401"}`
+	if got := opMetric(t, l.AdminAddr(), "", refused); got != 5 {
+		t.Errorf("%s = %v, want 5", refused, got)
+	}
+
+	// Admitted: a GET, an on-demand GET, an SSE stream and a WebSocket.
 	resp, body := relayGet(t, l, http.MethodGet, "/relay/"+topic, relayKeyHdr...)
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET: %d %q", resp.StatusCode, body)
 	}
 	dump("GET", resp.Header, body)
-	resp, body = relayGet(t, l, http.MethodGet, "/relay/"+topic, testkit.RelayClientHeader, "wrong")
-	dump("GET with a wrong key", resp.Header, body)
 	resp, body = relayGet(t, l, http.MethodGet, "/relay/on/demand", relayKeyHdr...)
 	dump("GET of an on-demand topic", resp.Header, body)
 	sse := testkit.DialSSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
 	sse.WaitVersion(t, 1, 5*time.Second)
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
 	ws, wsResp, err := d.Dial("ws://"+l.Addr()+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		t.Fatal(err)
@@ -230,75 +298,6 @@ func TestRelayNeverShowsTheUpstreamKeyToClientsNorForwardsTheClientKey(t *testin
 	if !strings.Contains(logs.all(), `relay`) {
 		t.Errorf("no relay access log line:\n%s", logs.all())
 	}
-
-	// An upstream that records headers: the client key is never forwarded, the upstream key always is.
-	hr := testkit.StartHeaderRecorder(t, nil)
-	l2, _ := startLB(t, relayFiles(t, []string{hr.Addr}, "", "", ""))
-	relayGet(t, l2, http.MethodGet, "/relay/"+topic, relayKeyHdr...)
-	relayGet(t, l2, http.MethodGet, "/relay/other/topic", relayKeyHdr...)
-	sse2 := testkit.DialSSE(t, l2.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse2.WaitVersion(t, 1, 5*time.Second)
-	dialRelayWS(t, l2.Addr(), "/relay/"+topic)
-	testkit.Eventually(t, "the recorder to see the sessions and fetches", 5*time.Second, func() bool { return len(hr.All()) >= 9 })
-	for i, h := range hr.All() {
-		if h.Get(testkit.RelayClientHeader) != "" {
-			t.Errorf("upstream request %d carries the client key header %s", i, testkit.RelayClientHeader)
-		}
-		if got := h.Get("Authorization"); got != "Bearer "+testkit.RelayUpstreamKey {
-			t.Errorf("upstream request %d: Authorization %q, want the upstream key", i, got)
-		}
-	}
-}
-
-func TestRelayRefusals(t *testing.T) {
-	t.Parallel()
-	c := testkit.StartRelaySim(t, 1)
-	cfg := c.Configs[0]
-	l, _ := startLB(t, relayFiles(t, testkit.ConfigAddrs(c), "", "on_demand = false", ""))
-	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(cfg, testkit.RelayTopics...) })
-	relaySettled(t, l, cfg, testkit.RelayTopics...)
-	cfg.ResetCounters()
-
-	f := func(name, method, path string, want int, hdr ...string) {
-		t.Helper()
-		resp, body := relayGet(t, l, method, path, hdr...)
-		if resp.StatusCode != want {
-			t.Errorf("%s: %s %s: %d %q, want %d", name, method, path, resp.StatusCode, body, want)
-		}
-	}
-	f("unlisted topic with on_demand = false", http.MethodGet, "/relay/not/listed", 404, relayKeyHdr...)
-	f("POST", http.MethodPost, "/relay/inventory/dev", 405, relayKeyHdr...)
-	f("no client key", http.MethodGet, "/relay/inventory/dev", 401)
-	f("wrong client key", http.MethodGet, "/relay/inventory/dev", 401, testkit.RelayClientHeader, "nope")
-	f("no client key on an unlisted topic", http.MethodGet, "/relay/not/listed2", 401)
-	f("a path the template does not match, no [[routes]]", http.MethodGet, "/relay/a", 404, relayKeyHdr...)
-	f("a longer path", http.MethodGet, "/relay/a/b/c", 404, relayKeyHdr...)
-	// A refused WebSocket upgrade: 401 without the key.
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	if _, resp, err := d.Dial("ws://"+l.Addr()+"/relay/inventory/dev", nil); err == nil || resp == nil || resp.StatusCode != 401 {
-		t.Errorf("WebSocket without the key: %v %v, want 401", err, resp)
-	}
-	// An SSE stream without the key.
-	if _, resp, err := testkit.TrySSE(l.Addr(), "/relay/inventory/dev", nil); err != nil || resp.StatusCode != 401 {
-		t.Errorf("SSE without the key: %v %v, want 401", err, resp)
-	}
-	for tp, ts := range cfg.Stats().Topics {
-		if ts.Fetches != 0 || ts.SessionsTotal != 0 {
-			t.Errorf("%s: %d fetches and %d sessions for refused requests, want none", tp, ts.Fetches, ts.SessionsTotal)
-		}
-	}
-	if _, ok := cfg.Stats().Topics["not/listed"]; ok {
-		t.Errorf("the refused unlisted topic reached the config server")
-	}
-	// /metrics counts the refusals by status, when it has the series.
-	for code, want := range map[string]float64{"401": 5, "404": 1, "405": 1} {
-		series := fmt.Sprintf(`fairlead_relay_refused_total{relay="appconfig",code=%q}`, code)
-		if got := opMetric(t, l.AdminAddr(), "", series); got == -1 {
-			t.Logf("no %s in /metrics: not checked", series)
-		} else if got != want {
-			t.Errorf("%s = %v, want %v", series, got, want)
-		}
-	}
 }
 
 func TestRelayPathsTheTemplateDoesNotMatchGoToTheRoutes(t *testing.T) {
@@ -322,9 +321,8 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 1)
 	cfg := c.Configs[0]
-	files := relayFiles(t, testkit.ConfigAddrs(c), "", "subscriber_buffer = 8", "")
-	dir := testkit.WriteFiles(t, files)
-	l, logs := startLBDir(t, dir)
+	dir := testkit.WriteFiles(t, relayFiles(t, testkit.ConfigAddrs(c), "", "subscriber_buffer = 8", ""))
+	l, _ := startLBDir(t, dir)
 	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	const topic = "inventory/dev"
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
@@ -333,13 +331,7 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(more), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		nc, err := config.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Reload(nc); err != nil {
-			t.Fatal(err)
-		}
+		relayReload(t, l, dir)
 	}
 	cfg.ResetCounters()
 
@@ -394,25 +386,13 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	v = testkit.Publish(t, c, topic, `{"after":"changed reload"}`)
 	sse.WaitVersion(t, v, 5*time.Second)
 	testkit.WaitChange(t, ws, topic, v, 5*time.Second)
-	_ = logs
 }
 
 func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 1)
-	files := relayFiles(t, testkit.ConfigAddrs(c), "", "", "")
-	dir := testkit.WriteFiles(t, files)
+	dir := testkit.WriteFiles(t, relayFiles(t, testkit.ConfigAddrs(c), "", "", ""))
 	l, _ := startLBDir(t, dir)
-	reload := func() {
-		t.Helper()
-		nc, err := config.Load(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Reload(nc); err != nil {
-			t.Fatal(err)
-		}
-	}
 	f := func(what, key string, want int) {
 		t.Helper()
 		if resp, _ := relayGet(t, l, http.MethodGet, "/relay/inventory/dev", testkit.RelayClientHeader, key); resp.StatusCode != want {
@@ -425,7 +405,7 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	if err := os.WriteFile(keysFile, []byte("second-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reload()
+	relayReload(t, l, dir)
 	f("the old key after the keys file was rotated", testkit.RelayClientKey, 401)
 	f("the new key after the keys file was rotated", "second-key", 200)
 
@@ -437,35 +417,9 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\nheader = %q\n", newKeys, testkit.RelayClientHeader)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload()
+	relayReload(t, l, dir)
 	f("the rotated key after another keys file", "second-key", 401)
 	f("the key of the other keys file", "third-key", 200)
-}
-
-func TestRelayStartsOnTheBackupWhenThePrimaryIsDownAndFailsBackWhenItAppears(t *testing.T) {
-	t.Parallel()
-	backup := testkit.StartRelaySim(t, 1)
-	primaryAddr := testkit.Addr(t)
-	l, _ := startLB(t, relayFiles(t, []string{primaryAddr, backup.Configs[0].Addr}, `failback_interval = "500ms"`, "", ""))
-	testkit.Eventually(t, "the sessions on the backup", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(backup.Configs[0], testkit.RelayTopics...) })
-	sse := testkit.DialSSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
-	sse.WaitVersion(t, 1, 5*time.Second)
-
-	primary := testkit.StartRelaySim(t, 1, primaryAddr)
-	if !testkit.Within(500*time.Millisecond+time.Second, func() bool {
-		return testkit.OneSessionPerTopic(primary.Configs[0], testkit.RelayTopics...) && testkit.AllSessions(backup.Configs[0]) == 0
-	}) {
-		t.Fatalf("1.5s after the primary appeared: primary %+v, backup %+v", primary.Configs[0].Stats().Topics, backup.Configs[0].Stats().Topics)
-	}
-	// The two simulators do not share their store: the primary's version is its own.
-	v, err := primary.PublishConfig("inventory/dev", []byte(`{"from":"primary"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := sse.WaitVersion(t, v, 5*time.Second)
-	if !strings.Contains(ev.Data, `"from":"primary"`) {
-		t.Errorf("after the failback: %q, want the primary's snapshot", ev.Data)
-	}
 }
 
 // A 5xx is an answer: it is not counted against its server (as for a proxied request), so the pool
@@ -539,21 +493,14 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 1)
 	cfg := c.Configs[0]
-	files := relayFiles(t, testkit.ConfigAddrs(c), "", "", "")
-	dir := testkit.WriteFiles(t, files)
+	dir := testkit.WriteFiles(t, relayFiles(t, testkit.ConfigAddrs(c), "", "", ""))
 	l, _ := startLBDir(t, dir)
 	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	sse := testkit.DialSSE(t, l.Addr(), "/relay/inventory/dev", relayKeyHdr...)
 	sse.WaitVersion(t, 1, 5*time.Second)
 
-	// Load refuses it, so a reload never sees it.
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte("[relays.appconfig]\nsubscriber_buffer = 0\ntopics = [\"bad\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := config.Load(dir); err == nil || !strings.Contains(err.Error(), "20-more.toml: relays.appconfig.subscriber_buffer") {
-		t.Fatalf("Load of a bad relay: %v", err)
-	}
-	// A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
+	// A relay config that Load refuses never reaches a reload (lb/config's
+	// TestRelayConfigErrorsNameTheFileAndTheKey). A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
 	// reload, which keeps the running relay.
 	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
 		t.Fatal(err)

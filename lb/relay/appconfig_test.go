@@ -3,9 +3,9 @@ package relay
 // A Route with protocol = "appconfiguration" in front of simulated App Configuration instances and
 // IAM (bench/sim): the shapes the server SDKs use (REST in both forms, wsfeature) with a client of the
 // test's own, the client SDKs' SSE, metering, IAM token renewal, and the secrets kept out of the log,
-// the status and every answer. The route's auth and its pool's failover to the backup instance are
-// package lb's (lb/appconfig_test.go); the official JS client SDK runs against a fairlead process in
-// cmd/fairlead.
+// the status and every answer, and the move to the backup instance (its own guid) when the pool's
+// choice moves. The route's auth and the pool's health, which moves that choice, are package lb's; the
+// official JS client SDK runs against a fairlead process in cmd/fairlead.
 
 import (
 	"encoding/json"
@@ -313,5 +313,56 @@ func TestAnAppConfigurationSessionWithoutHeartbeatsIsDialledAgain(t *testing.T) 
 	// The cache still serves.
 	if code, body := e.acGet(t, testkit.AppConfigPath(acGUID, "inventory/dev"), "Bearer unchecked"); code != 200 || testkit.AppConfigVersion(t, body) != 1 {
 		t.Errorf("GET: %d %q", code, body)
+	}
+}
+
+// The pool's choice moves to the backup instance (the primary stopped) and back: the sessions follow,
+// addressing the backup with its own guid, and its changes reach the client SDK's stream, then the
+// primary's again.
+func TestAppConfigurationRelayMovesToTheBackupInstanceAndBack(t *testing.T) {
+	e := startAppConfigRoute(t, time.Hour)
+	primary, backup := e.env.Primary, e.env.Backup
+	path := "/apprapp/feature/v1/instances/" + acGUID + "/environments/dev/sse/subscribe?collection_id=inventory"
+	sse := testkit.DialSSE(t, e.addr, path, "Authorization", acClientKey)
+	if ev, err := sse.Next(5 * time.Second); err != nil || ev.Event != "Registration" {
+		t.Fatalf("first event: %+v, %v", ev, err)
+	}
+	primary.Stop()
+	e.pool.set(backup.Addr, primary.Addr) // the pool's health took the primary down
+	testkit.Eventually(t, "the sessions on the backup instance", 10*time.Second, func() bool {
+		return backup.Stats().Topics["inventory/dev"].WSSessions == 1
+	})
+	// The backup instance, addressed with its own guid, serves the changes.
+	n := backup.Bump("inventory/dev")
+	waitPayload(t, sse, n)
+	// The primary back: a failback, and its changes reach the subscriber.
+	if err := primary.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.pool.set(primary.Addr, backup.Addr)
+	testkit.Eventually(t, "the sessions back on the primary", 10*time.Second, func() bool {
+		return primary.Stats().Topics["inventory/dev"].WSSessions == 1 && backup.Stats().Topics["inventory/dev"].WSSessions == 0
+	})
+	for primary.Stats().Topics["inventory/dev"].Version <= n {
+		primary.Bump("inventory/dev")
+	}
+	waitPayload(t, sse, primary.Stats().Topics["inventory/dev"].Version)
+	if s := backup.Stats(); s.Unauthorized != 0 {
+		t.Errorf("the backup instance refused %d requests (another guid or token?)", s.Unauthorized)
+	}
+}
+
+// waitPayload reads events until an SSEConfig_payload of version n.
+func waitPayload(t *testing.T, sse *testkit.SSE, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ev, err := sse.Next(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("waiting for version %d: %v", n, err)
+		}
+		if ev.Event == "SSEConfig_payload" && testkit.AppConfigVersion(t, []byte(ev.Data)) == n {
+			return
+		}
 	}
 }
