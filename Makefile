@@ -121,7 +121,7 @@ platform-tests:
 # then on runs as an ordinary test in `make test`: commit it with the fix.
 FUZZTIME         ?= 30s
 FUZZMINIMIZETIME ?= 5s
-FUZZ_TARGETS     := FuzzLoadConfig:./lb/ FuzzStickyKey:./stickiness/ FuzzFramer:./lb/frontend/ FuzzRequestPath:./lb/ FuzzClientFaultIsNoServerFailure:./lb/ FuzzHTTP2Frames:./lb/frontend/
+FUZZ_TARGETS     := FuzzLoadConfig:./lb/config/ FuzzNewBuildsFromEveryConfigThatLoads:./lb/ FuzzStickyKey:./stickiness/ FuzzFramer:./lb/frontend/ FuzzRequestPath:./lb/ FuzzClientFaultIsNoServerFailure:./lb/ FuzzHTTP2Frames:./lb/frontend/
 
 fuzz:
 	@fail=0; for t in $(FUZZ_TARGETS); do \
