@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,19 +31,8 @@ const (
 // status.
 func sendWithSecrets(t *testing.T, l *LB, path string) int {
 	t.Helper()
-	req, err := http.NewRequest("GET", "http://"+l.Addr()+path+"?appKey="+appKeySecret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Basic "+leaderCredentials)
-	req.Header.Set("Cookie", "JSESSIONID="+cookieSecret)
-	req.Header.Set("appKey", appKeySecret)
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
-	resp.Body.Close()
+	resp, _ := testkit.Do(t, testClient, http.MethodGet, "http://"+l.Addr()+path+"?appKey="+appKeySecret, nil,
+		"Authorization", "Basic "+leaderCredentials, "Cookie", "JSESSIONID="+cookieSecret, "appKey", appKeySecret)
 	return resp.StatusCode
 }
 
@@ -209,29 +196,12 @@ func TestAccessLogIsOffByDefaultAndAReloadTurnsItOn(t *testing.T) {
 	wantNoSecrets(t, logs.all())
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
 	c := startCluster(t, 2, 0)
-	var buf lockedBuffer
-	l := startLBWithOptions(t, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\nlog_format = \"json\"\naccess_log = true\n"),
-		Options{Logger: NewLogger("json", nil, &buf)})
+	var buf testkit.SyncBuffer
+	files := platformConfig(c, "", "")
+	files["30-global.toml"] = "[global]\nlog_format = \"json\"\naccess_log = true\n"
+	l := startLBWithOptions(t, files, Options{Logger: NewLogger("json", nil, &buf)})
 	sendWithSecrets(t, l, "/Thingworx/Things/A")
 	mustSetState(t, c.Platforms[0], sim.Backup)
 	mustSetState(t, c.Platforms[1], sim.Leader)
@@ -265,17 +235,6 @@ func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
 	wantNoSecrets(t, buf.String())
 }
 
-// withFile returns a copy of files with name set to body.
-func withFile(files map[string]string, name, body string) map[string]string {
-	out := map[string]string{name: body}
-	for k, v := range files {
-		if k != name {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
 	f := func(format string, json bool) {
 		t.Helper()
@@ -294,19 +253,21 @@ func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
 	f("text", false)
 }
 
-// newAccessLogBench is newHandlerBench with the access log on, written as text to io.Discard.
-func newAccessLogBench(tb testing.TB) func() {
-	c := startCluster(tb, 2, 0)
-	l := startLBWithOptions(tb, withFile(platformConfig(c, "", ""), "30-global.toml", "[global]\naccess_log = true\n"),
-		Options{Logger: NewLogger("text", nil, io.Discard)})
+// handleDo returns a function that sends GET /Thingworx/Things/Asset1/Properties with the header pairs
+// (name, value, ...) through l's handler, without a socket, and fails unless it is answered 200: the
+// request of the allocation guards.
+func handleDo(tb testing.TB, l *LB, hdr ...string) func() {
 	var ctx fasthttp.RequestCtx
-	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
 	var req fasthttp.Request
+	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
 	return func() {
 		req.Reset()
 		req.Header.SetMethod("GET")
 		req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
 		req.Header.SetHost("thingworx.example.com")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
 		ctx.Init(&req, remote, nil)
 		l.px.handle(&ctx)
 		if ctx.Response.StatusCode() != 200 {
@@ -315,6 +276,13 @@ func newAccessLogBench(tb testing.TB) func() {
 		ctx.Response.Body()
 		ctx.Response.Reset()
 	}
+}
+
+// newAccessLogBench is newHandlerBench with the access log on, written as text to io.Discard.
+func newAccessLogBench(tb testing.TB) func() {
+	files := platformConfig(startCluster(tb, 2, 0), "", "")
+	files["30-global.toml"] = "[global]\naccess_log = true\n"
+	return handleDo(tb, startLBWithOptions(tb, files, Options{Logger: NewLogger("text", nil, io.Discard)}))
 }
 
 func BenchmarkProxyHandlerGETWithAccessLog(b *testing.B) {

@@ -25,7 +25,6 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
-	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/fasthttp/websocket"
 )
 
@@ -48,33 +47,6 @@ func openRelayFiles(t testing.TB, servers, topics []string, relayExtra string) m
 	return map[string]string{"10-relay.toml": testkit.Relay{Servers: servers, Topics: topics, RelayExtra: relayExtra, Open: true}.Config(t)}
 }
 
-// runningTopics returns the topics of the running relay name (with "", of the only one), as its status
-// shows them.
-func runningTopics(l *LB, name string) []relay.TopicStatus {
-	l.relays.mu.Lock()
-	rr := l.relays.running[name]
-	for n, r := range l.relays.running {
-		if name == "" && n != "" {
-			rr = r
-		}
-	}
-	l.relays.mu.Unlock()
-	if rr == nil {
-		return nil
-	}
-	return rr.Status().Topics
-}
-
-// relayTopicStats returns the statistics of topic on the running relay name.
-func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops int }) {
-	for _, s := range runningTopics(l, name) {
-		if s.Topic == topic {
-			ts.Subscribers, ts.Drops = s.Subscribers, int(s.Drops)
-		}
-	}
-	return ts
-}
-
 // relaySettled waits until fairlead's fetches of each topic have all ended and each topic has had
 // its start (or first-request) fetch and the refresh that follows its session's connection: the
 // config server counted as many fetches as fairlead ended, at least 2. Counters reset after it
@@ -82,12 +54,12 @@ func relayTopicStats(l *LB, name, topic string) (ts struct{ Subscribers, Drops i
 func relaySettled(t testing.TB, l *LB, s *sim.ConfigServer, topics ...string) {
 	t.Helper()
 	testkit.Eventually(t, "the relay's fetches to settle", 10*time.Second, func() bool {
-		ts := runningTopics(l, "")
-		if ts == nil {
+		rs := l.Status().Relays
+		if len(rs) != 1 {
 			return false
 		}
 		ended := map[string]uint64{}
-		for _, t := range ts {
+		for _, t := range rs[0].Topics {
 			ended[t.Topic] = t.Fetches
 		}
 		for _, tp := range topics {
@@ -460,14 +432,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ccfg}}
 	defer hc.CloseIdleConnections()
-	req, _ := http.NewRequest(http.MethodGet, "https://"+tlsAddr+"/relay/"+topic, nil)
-	req.Header.Set(testkit.RelayClientHeader, testkit.RelayClientKey)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := testkit.Do(t, hc, http.MethodGet, "https://"+tlsAddr+"/relay/"+topic, nil, relayKeyHdr...)
 	if s := testkit.SnapshotOf(t, body); resp.StatusCode != 200 || s.Topic != topic {
 		t.Fatalf("HTTPS GET: %d %q", resp.StatusCode, body)
 	}
@@ -480,7 +445,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	sse.WaitVersion(t, 1, 5*time.Second)
 	ws, _ := dialWSS(t, tlsAddr, ccfg, "/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	defer ws.Close()
-	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return relayTopicStats(l, "appconfig", topic).Subscribers == 2 })
+	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { rs := l.Status().Relays; return len(rs) == 1 && rs[0].Subscribers == 2 })
 
 	v := testkit.Publish(t, c, topic, `{"over":"tls"}`)
 	if ev := sse.WaitVersion(t, v, 5*time.Second); !strings.Contains(ev.Data, `"over":"tls"`) {

@@ -3,7 +3,6 @@ package lb
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
-	"github.com/valyala/fasthttp"
 )
 
 // Secrets of the single-point auth tests: the client keys and the platform's application key that only
@@ -327,24 +325,7 @@ func TestRouteAuthPathDoesNotAllocatePerRequest(t *testing.T) {
 			if name == "" {
 				name = "Authorization"
 			}
-			var ctx fasthttp.RequestCtx
-			var req fasthttp.Request
-			remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
-			do := func() {
-				req.Reset()
-				req.Header.SetMethod("GET")
-				req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
-				req.Header.SetHost("thingworx.example.com")
-				req.Header.Set("Connection", "keep-alive")
-				req.Header.Set(name, tc.key)
-				ctx.Init(&req, remote, nil)
-				l.px.handle(&ctx)
-				if ctx.Response.StatusCode() != 200 {
-					t.Fatalf("status %d", ctx.Response.StatusCode())
-				}
-				ctx.Response.Body()
-				ctx.Response.Reset()
-			}
+			do := handleDo(t, l, "Connection", "keep-alive", name, tc.key)
 			for i := 0; i < 200; i++ {
 				do()
 			}
