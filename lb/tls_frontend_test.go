@@ -111,15 +111,6 @@ func tlsFrontendToml(tlsAddr string, cert *tlsCert, more string) string {
 	return b.String()
 }
 
-// certsToml is the [[frontend.certs]] tables of certs, in order.
-func certsToml(certs ...*tlsCert) string {
-	var b strings.Builder
-	for _, c := range certs {
-		fmt.Fprintf(&b, "[[frontend.certs]]\ncert = %q\nkey = %q\n", c.certFile, c.key)
-	}
-	return b.String()
-}
-
 // tlsPlatformLB starts a cluster of two platforms (platform1 leader) and fairlead with a TLS front end
 // on a free address, its certificate cert; more is added to the [frontend] of the TLS file. It returns
 // the cluster, fairlead, the TLS address and the config directory.
@@ -285,7 +276,8 @@ func wsEcho(t testing.TB, conn *websocket.Conn, kind int, data []byte) {
 	}
 }
 
-// 1. HTTPS through fairlead.
+// 1. HTTPS through fairlead. (The TLS versions accepted, ALPN without h2 and the certificate SNI chooses:
+// lb/frontend's tls_config_test.go.)
 
 func TestTLSGetReachesTheLeaderOverAVerifiedChainWithForwardedProtoHTTPS(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
@@ -331,64 +323,6 @@ func TestTLSGetReachesTheLeaderOverAVerifiedChainWithForwardedProtoHTTPS(t *test
 	presp.Body.Close()
 	if got := hostileEchoed(body)["x-forwarded-proto"]; len(got) != 1 || got[0] != "http" {
 		t.Errorf("over plain HTTP the platform saw X-Forwarded-Proto %q, want [http]", got)
-	}
-}
-
-func TestTLSOnlyVersions12And13AreAccepted(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, _, tlsAddr, _ := tlsPlatformLB(t, cert, "")
-	before := hostilePlatformRequests(c)
-	for _, v := range []struct {
-		name     string
-		min, max uint16
-		ok       bool
-	}{
-		{"TLS 1.0", tls.VersionTLS10, tls.VersionTLS10, false},
-		{"TLS 1.1", tls.VersionTLS11, tls.VersionTLS11, false},
-		{"TLS 1.2", tls.VersionTLS12, tls.VersionTLS12, true},
-		{"TLS 1.3", tls.VersionTLS13, tls.VersionTLS13, true},
-	} {
-		cfg := env.clientConfig(tlsName)
-		cfg.MinVersion, cfg.MaxVersion = v.min, v.max
-		conn, err := tlsDial(tlsAddr, cfg)
-		if !v.ok {
-			if err == nil {
-				t.Errorf("a %s client completed a handshake (version %x), want it refused", v.name, conn.ConnectionState().Version)
-				conn.Close()
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("a %s client: %v, want a handshake", v.name, err)
-			continue
-		}
-		conn.Close()
-		if r := tlsRequest(tlsAddr, cfg, "/", nil); r.status != 200 || r.state.Version != v.max {
-			t.Errorf("a %s client: %v, version %x; want 200 over %s", v.name, r, r.state.Version, v.name)
-		}
-	}
-	if got := hostilePlatformRequests(c) - before; got != 2 {
-		t.Errorf("the platforms got %d requests, want the 2 of the accepted clients", got)
-	}
-}
-
-// With http2 = false, a client offering h2 is answered http/1.1 (h2_test.go: with the default, h2).
-func TestTLSALPNNegotiatesHTTP11WithoutHTTP2(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	_, _, tlsAddr, _ := tlsPlatformLB(t, cert, "http2 = false")
-	for _, offer := range [][]string{{"http/1.1"}, {"h2", "http/1.1"}} {
-		cfg := env.clientConfig(tlsName)
-		cfg.NextProtos = offer
-		r := tlsRequest(tlsAddr, cfg, "/", nil)
-		if r.status != 200 {
-			t.Errorf("offering %v: %v, want 200", offer, r)
-			continue
-		}
-		if r.state.NegotiatedProtocol != "http/1.1" {
-			t.Errorf("offering %v: negotiated %q, want http/1.1", offer, r.state.NegotiatedProtocol)
-		}
 	}
 }
 
@@ -540,70 +474,6 @@ func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
 			t.Fatalf("%s reconnected over wss to %s, want the survivor %s", a, by, survivor.Name)
 		}
 	}
-}
-
-// 3. SNI.
-
-func TestTLSSNIChoosesTheCertificate(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	def := env.issue(t, "default", "default.example", "127.0.0.1")
-	a := env.issue(t, "a", "a.example", "127.0.0.1")
-	b := env.issue(t, "b", "b.example", "127.0.0.1")
-	wild := env.issue(t, "wild", "*.w.example", "127.0.0.1")
-	exact := env.issue(t, "exact", "exact.w.example", "127.0.0.1")
-
-	// check connects with SNI name (none if ""): the certificate presented must be want's and, when
-	// verify, verified against the CA for the name.
-	check := func(t *testing.T, tlsAddr, name string, want *tlsCert, wantName string, verify bool) {
-		t.Helper()
-		cfg := env.clientConfig(name)
-		if !verify {
-			cfg.InsecureSkipVerify = true
-		}
-		conn, err := tlsDial(tlsAddr, cfg)
-		if err != nil {
-			t.Errorf("server name %q: %v", name, err)
-			return
-		}
-		defer conn.Close()
-		cs := conn.ConnectionState()
-		if !peerIs(cs, want) {
-			t.Errorf("server name %q: got the certificate %s, want %s's (%v)", name, describePeer(cs), wantName, want.cert.DNSNames)
-			return
-		}
-		if verify {
-			if len(cs.VerifiedChains) == 0 {
-				t.Errorf("server name %q: no verified chain", name)
-			} else if err := cs.PeerCertificates[0].VerifyHostname(name); err != nil {
-				t.Errorf("server name %q: %v", name, err)
-			}
-		}
-	}
-
-	t.Run("tls_cert is the default", func(t *testing.T) {
-		_, _, tlsAddr, _ := tlsPlatformLB(t, def, certsToml(a, b, wild, exact))
-		check(t, tlsAddr, "a.example", a, "a", true)
-		check(t, tlsAddr, "b.example", b, "b", true)
-		check(t, tlsAddr, "A.EXAMPLE", a, "a", true) // names are case-insensitive
-		check(t, tlsAddr, "unknown.example", def, "the default", false)
-		check(t, tlsAddr, "", def, "the default (no SNI)", false)
-		check(t, tlsAddr, "default.example", def, "the default", true)
-		// An exact name beats a wildcard listed before it; a wildcard covers one label.
-		check(t, tlsAddr, "exact.w.example", exact, "exact", true)
-		check(t, tlsAddr, "other.w.example", wild, "the wildcard", true)
-		check(t, tlsAddr, "deep.other.w.example", def, "the default", false)
-		// Requests are served over the certificate chosen.
-		if r := tlsRequest(tlsAddr, env.clientConfig("b.example"), "/", nil); r.status != 200 || !peerIs(r.state, b) {
-			t.Errorf("GET with server name b.example: %v with %s", r, describePeer(r.state))
-		}
-	})
-	t.Run("without tls_cert the first of frontend.certs is the default", func(t *testing.T) {
-		_, _, tlsAddr, _ := tlsPlatformLB(t, nil, certsToml(b, a))
-		check(t, tlsAddr, "a.example", a, "a", true)
-		check(t, tlsAddr, "b.example", b, "b", true)
-		check(t, tlsAddr, "unknown.example", b, "the first of frontend.certs (b)", false)
-		check(t, tlsAddr, "", b, "the first of frontend.certs (b), no SNI", false)
-	})
 }
 
 // 4. Reload.
@@ -779,6 +649,7 @@ func TestTLSReloadReplacesTheClientCA(t *testing.T) {
 	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devA), "/", nil); r.status != 200 {
 		t.Fatalf("a client of CA A before the reload: %v, want 200", r)
 	}
+	failures := tlsHandshakeFailures(t, l)
 	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devB), "/", nil); !r.refused() {
 		t.Fatalf("a client of CA B before the reload: %v, want refused", r)
 	}
@@ -794,9 +665,15 @@ func TestTLSReloadReplacesTheClientCA(t *testing.T) {
 	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), devA), "/", nil); !r.refused() {
 		t.Errorf("a client of CA A after the reload: %v, want refused", r)
 	}
+	// Refused handshakes count in fairlead_tls_handshake_failures_total.
+	var got float64
+	if !testkit.Within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
+		t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after 2 refused handshakes", failures, got)
+	}
 }
 
-// 5. Client certificates.
+// 5. Client certificates. (Which clients client_auth refuses, and that they reach no handler: lb/frontend's
+// tls_config_test.go.)
 
 // clientLeaf issues a client certificate.
 func clientLeaf(t testing.TB, ca *sim.CA, name string) *sim.Leaf {
@@ -813,87 +690,6 @@ func clientLeaf(t testing.TB, ca *sim.CA, name string) *sim.Leaf {
 func withClientCert(cfg *tls.Config, leaf *sim.Leaf) *tls.Config {
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
 	return cfg
-}
-
-func TestTLSClientAuthRequire(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	clients, stranger := newTLSEnv(t, "fairlead clients CA"), newTLSEnv(t, "another CA")
-	clientCA := clients.writeCA(t, "clients-ca")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\n", clientCA))
-
-	before, failures := hostilePlatformRequests(c), tlsHandshakeFailures(t, l)
-	refusals := 0
-	for _, v := range []struct {
-		name string
-		ver  uint16
-		cert *sim.Leaf
-	}{
-		{"no certificate, TLS 1.2", tls.VersionTLS12, nil},
-		{"no certificate, TLS 1.3", tls.VersionTLS13, nil},
-		{"a certificate from another CA", 0, clientLeaf(t, stranger.ca, "intruder")},
-		{"the server's own CA", 0, clientLeaf(t, env.ca, "not-a-client")},
-	} {
-		cfg := env.clientConfig(tlsName)
-		cfg.MaxVersion = v.ver
-		if v.cert != nil {
-			withClientCert(cfg, v.cert)
-		}
-		if r := tlsRequest(tlsAddr, cfg, "/Thingworx/Things", nil); !r.refused() {
-			t.Errorf("%s: %v, want refused at the handshake", v.name, r)
-		} else {
-			refusals++
-		}
-	}
-	time.Sleep(200 * time.Millisecond)
-	if got := hostilePlatformRequests(c) - before; got != 0 {
-		t.Errorf("refused clients reached the platforms: %d requests", got)
-	}
-	if refusals > 0 {
-		var got float64
-		if !testkit.Within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+float64(refusals) }) {
-			t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after %d refused handshakes", failures, got, refusals)
-		}
-	}
-
-	for _, ver := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		cfg := withClientCert(env.clientConfig(tlsName), clientLeaf(t, clients.ca, "device-1"))
-		cfg.MaxVersion = ver
-		if r := tlsRequest(tlsAddr, cfg, "/Thingworx/Things", nil); r.status != 200 || r.header.Get("X-Served-By") != c.Platforms[0].Name {
-			t.Errorf("a client with a certificate from the client CA (version %x): %v, want 200 from the leader", ver, r)
-		}
-	}
-}
-
-func TestTLSClientAuthVerifyIfGiven(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	clients, stranger := newTLSEnv(t, "fairlead clients CA"), newTLSEnv(t, "another CA")
-	clientCA := clients.writeCA(t, "clients-ca")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, fmt.Sprintf("client_ca = %q\nclient_auth = \"verify_if_given\"\n", clientCA))
-
-	if r := tlsRequest(tlsAddr, env.clientConfig(tlsName), "/", nil); r.status != 200 {
-		t.Errorf("no client certificate: %v, want 200", r)
-	}
-	if r := tlsRequest(tlsAddr, withClientCert(env.clientConfig(tlsName), clientLeaf(t, clients.ca, "device-1")), "/", nil); r.status != 200 {
-		t.Errorf("a certificate from the client CA: %v, want 200", r)
-	}
-	before, failures := hostilePlatformRequests(c), tlsHandshakeFailures(t, l)
-	for _, ver := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		cfg := withClientCert(env.clientConfig(tlsName), clientLeaf(t, stranger.ca, "intruder"))
-		cfg.MaxVersion = ver
-		if r := tlsRequest(tlsAddr, cfg, "/", nil); !r.refused() {
-			t.Errorf("a certificate from another CA (version %x): %v, want refused at the handshake", ver, r)
-		}
-	}
-	time.Sleep(200 * time.Millisecond)
-	if got := hostilePlatformRequests(c) - before; got != 0 {
-		t.Errorf("refused clients reached the platforms: %d requests", got)
-	}
-	var got float64
-	if !testkit.Within(3*time.Second, func() bool { got = tlsHandshakeFailures(t, l); return got >= failures+2 }) {
-		t.Errorf("fairlead_tls_handshake_failures_total went from %v to %v after 2 refused handshakes", failures, got)
-	}
 }
 
 // 6. Redirect to HTTPS; HTTPS only. (The Location RedirectHTTPS writes — the port left out for 443, an

@@ -21,8 +21,8 @@ import (
 
 // The TLS listener (tls.go) against a trivial handler: each handshake takes the configuration in force
 // when it runs, once; a failed handshake is a connection error of kind tls, closes the connection
-// without an answer and gives the handler nothing. (Which configuration lb builds from its config —
-// versions, certificates by SNI, client_auth — is tested through lb, tls_frontend_test.go.)
+// without an answer and gives the handler nothing. (The configuration lb/config builds from [frontend]
+// — versions, ALPN, certificates by SNI, client_auth — is served the same way in tls_config_test.go.)
 
 // tlsFront serves the trivial handler behind f's TLS listener on 127.0.0.1 with the configuration
 // config returns at each handshake, and returns its address and the handler's request count.
