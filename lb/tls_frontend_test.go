@@ -2,9 +2,9 @@ package lb
 
 // Tests of TLS termination in the front end (issue #11): the HTTPS listener ([frontend] tls_listen),
 // certificates chosen by SNI, reloads of certificate files, client certificates, the redirect of plain
-// HTTP to HTTPS and the config errors. Every certificate is made at run time by a test CA
-// (bench/sim/certs.go) and written to t.TempDir(); the TLS listener's address is chosen free before the
-// config is written, since the config names it.
+// HTTP to HTTPS. (The config errors: lb/config's TestFrontTLSErrorsNameTheFileAndTheKey.) Every
+// certificate is made at run time by a test CA (bench/sim/certs.go) and written to t.TempDir(); the TLS
+// listener's address is chosen free before the config is written, since the config names it.
 
 import (
 	"bufio"
@@ -561,7 +561,9 @@ func TestTLSReloadSwapsTheCertificateWithoutDroppingConnections(t *testing.T) {
 	}
 }
 
-func TestTLSReloadOfABadCertificateFailsNamingFileAndKeyAndKeepsTheOld(t *testing.T) {
+// A reload whose certificate files are bad (lb/config's TestFrontTLSErrorsNameTheFileAndTheKey: the
+// error names the file and the key) fails, and the running certificate stays.
+func TestTLSReloadOfABadCertificateFailsAndKeepsTheOld(t *testing.T) {
 	env := newTLSEnv(t, "fairlead test CA")
 	c := startCluster(t, 2, 2)
 	good := env.issue(t, "frontend", tlsName, "127.0.0.1")
@@ -581,40 +583,32 @@ func TestTLSReloadOfABadCertificateFailsNamingFileAndKeyAndKeepsTheOld(t *testin
 	for _, bad := range []struct {
 		name  string
 		write func() error
-		keys  []string // the error names one of these keys
-		paths []string // and one of these files
 	}{
 		{"unparsable certificate", func() error {
 			return os.WriteFile(good.certFile, []byte("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"), 0o644)
-		}, []string{"frontend.tls_cert"}, []string{good.certFile}},
+		}},
 		{"not PEM at all", func() error {
 			return os.WriteFile(good.certFile, []byte("garbage\n"), 0o644)
-		}, []string{"frontend.tls_cert"}, []string{good.certFile}},
+		}},
 		{"unparsable key", func() error {
 			if err := os.WriteFile(good.certFile, good.leaf.CertPEM, 0o644); err != nil {
 				return err
 			}
 			return os.WriteFile(good.key, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o600)
-		}, []string{"frontend.tls_key"}, []string{good.key}},
+		}},
 		{"key not matching the certificate", func() error {
 			if err := os.WriteFile(good.key, good.leaf.KeyPEM, 0o600); err != nil {
 				return err
 			}
 			return os.WriteFile(good.certFile, other.CertPEM, 0o644)
-		}, []string{"frontend.tls_cert", "frontend.tls_key"}, []string{good.certFile, good.key}},
+		}},
 	} {
 		t.Run(bad.name, func(t *testing.T) {
 			if err := bad.write(); err != nil {
 				t.Fatal(err)
 			}
-			err := reloadDir(l, dir)
-			if err == nil {
+			if err := reloadDir(l, dir); err == nil {
 				t.Fatalf("the reload succeeded, want it to fail")
-			}
-			msg := err.Error()
-			t.Logf("reload error: %s", msg)
-			if !containsAny(msg, bad.keys) || !containsAny(msg, bad.paths) {
-				t.Errorf("reload error %q names neither key %v nor file %v", msg, bad.keys, bad.paths)
 			}
 			if cs := tlsState(t, tlsAddr, cfg); !peerIs(cs, good) {
 				t.Errorf("a new connection after the failed reload got %s, want the previous certificate", describePeer(cs))
@@ -625,15 +619,6 @@ func TestTLSReloadOfABadCertificateFailsNamingFileAndKeyAndKeepsTheOld(t *testin
 			wsEcho(t, tunnel, websocket.TextMessage, []byte("still here"))
 		})
 	}
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
 }
 
 func TestTLSReloadReplacesTheClientCA(t *testing.T) {
@@ -769,56 +754,4 @@ func TestTLSEmptyListenServesHTTPSOnly(t *testing.T) {
 			t.Errorf("plain HTTP on the TLS port reached %s", by)
 		}
 	}
-}
-
-// 7. Config errors.
-
-func TestTLSConfigErrorsNameTheFileAndTheKey(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	clientCA := env.writeCA(t, "clients-ca")
-	missing := filepath.Join(env.dir, "missing.crt")
-	tlsOK := fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\ntls_key = %q\n", cert.certFile, cert.key)
-
-	// Each want is a list of alternatives (the error names one of them); all wants must hold.
-	f := func(name, extra string, want ...[]string) {
-		t.Helper()
-		dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-		_, err := config.Load(dir)
-		var ce *config.Error
-		if !errors.As(err, &ce) {
-			t.Errorf("%s: got %v, want a *config.Error", name, err)
-			return
-		}
-		t.Logf("%s: %v", name, err)
-		for _, w := range want {
-			if !containsAny(err.Error(), w) {
-				t.Errorf("%s: error %q names none of %q", name, err, w)
-			}
-		}
-	}
-	one := func(s string) []string { return []string{s} }
-	bad := "20-bad.toml: "
-
-	// The valid config the cases break: it loads.
-	if _, err := config.Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
-		fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\nredirect_https = true\n", clientCA)})); err != nil {
-		t.Fatalf("a valid TLS config: %v", err)
-	}
-
-	f("tls_listen without a certificate", "[frontend]\ntls_listen = \"127.0.0.1:0\"\n", one(bad+"frontend.tls_listen"))
-	f("tls_cert without tls_key", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\n", cert.certFile),
-		[]string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
-	f("tls_key without tls_cert", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_key = %q\n", cert.key),
-		[]string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
-	f("a missing certificate file", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\ntls_cert = %q\ntls_key = %q\n", missing, cert.key),
-		one(bad+"frontend.tls_cert"), one(missing))
-	f("a missing certificate file in frontend.certs", fmt.Sprintf("[frontend]\ntls_listen = \"127.0.0.1:0\"\n[[frontend.certs]]\ncert = %q\nkey = %q\n", missing, cert.key),
-		one(bad+"frontend.certs."), one(missing))
-	f("client_auth without client_ca", tlsOK+"client_auth = \"require\"\n",
-		[]string{bad + "frontend.client_auth", bad + "frontend.client_ca"})
-	f("a bad client_auth value", tlsOK+fmt.Sprintf("client_ca = %q\nclient_auth = \"sometimes\"\n", clientCA),
-		one(bad+"frontend.client_auth"))
-	f("listen = \"\" without tls_listen", "[frontend]\nlisten = \"\"\n", one(bad+"frontend.listen"))
-	f("a bad tls_listen address", strings.Replace(tlsOK, `"127.0.0.1:0"`, `"localhost"`, 1), one(bad+"frontend.tls_listen"))
 }

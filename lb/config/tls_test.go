@@ -129,3 +129,89 @@ func TestPoolTLSVerifiesTheServersHostUnlessServerNameIsSet(t *testing.T) {
 	f(`server_name = "platform.internal"`, "127.0.0.1:8443", "platform.internal")
 	f(`server_name = "platform.internal"`, "platform-a.internal:8443", "platform.internal")
 }
+
+// A bad [frontend] TLS key or file fails the load with a *Error naming the file of the config and the
+// key (and the certificate file at fault); a valid TLS front end loads. (From lb's
+// tls_frontend_test.go, #37, with the file checks of its bad-certificate reload: the reload's error is
+// this one, and lb keeps that the old certificate stays.)
+func TestFrontTLSErrorsNameTheFileAndTheKey(t *testing.T) {
+	ca, err := sim.NewCA("fairlead test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name string) (string, string) {
+		leaf, err := ca.Issue("fairlead.example", "127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		crt, key, err := leaf.Write(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return crt, key
+	}
+	crt, key := write("frontend")
+	_, otherKey := write("other") // a valid key that is not crt's
+	clientCA, err := ca.WriteCA(dir, "clients-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.crt")
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	badCert := file("bad.crt", "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+	notPEM := file("garbage.crt", "garbage\n")
+	badKey := file("bad.key", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+	front := func(lines ...string) string {
+		return "[frontend]\ntls_listen = \"127.0.0.1:0\"\n" + strings.Join(lines, "\n") + "\n"
+	}
+	q := func(key, v string) string { return fmt.Sprintf("%s = %q", key, v) }
+	tlsOK := front(q("tls_cert", crt), q("tls_key", key))
+
+	// Each want is a list of alternatives (the error names one of them); all wants must hold.
+	f := func(name, extra string, want ...[]string) {
+		t.Helper()
+		_, err := Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra}))
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want an *Error", name, err)
+			return
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(w, func(s string) bool { return strings.Contains(err.Error(), s) }) {
+				t.Errorf("%s: error %q names none of %q", name, err, w)
+			}
+		}
+	}
+	one := func(s string) []string { return []string{s} }
+	bad := "20-bad.toml: "
+
+	// The valid config the cases break: it loads.
+	if _, err := Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-tls.toml": tlsOK +
+		fmt.Sprintf("client_ca = %q\nclient_auth = \"require\"\nredirect_https = true\n", clientCA)})); err != nil {
+		t.Fatalf("a valid TLS config: %v", err)
+	}
+
+	f("tls_listen without a certificate", front(), one(bad+"frontend.tls_listen"))
+	f("tls_cert without tls_key", front(q("tls_cert", crt)), []string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
+	f("tls_key without tls_cert", front(q("tls_key", key)), []string{bad + "frontend.tls_key", bad + "frontend.tls_cert"})
+	f("a missing certificate file", front(q("tls_cert", missing), q("tls_key", key)), one(bad+"frontend.tls_cert"), one(missing))
+	f("a missing certificate file in frontend.certs", front("[[frontend.certs]]", q("cert", missing), q("key", key)),
+		one(bad+"frontend.certs."), one(missing))
+	f("client_auth without client_ca", tlsOK+"client_auth = \"require\"\n", []string{bad + "frontend.client_auth", bad + "frontend.client_ca"})
+	f("a bad client_auth value", tlsOK+fmt.Sprintf("client_ca = %q\nclient_auth = \"sometimes\"\n", clientCA), one(bad+"frontend.client_auth"))
+	f("listen = \"\" without tls_listen", "[frontend]\nlisten = \"\"\n", one(bad+"frontend.listen"))
+	f("a bad tls_listen address", strings.Replace(tlsOK, `"127.0.0.1:0"`, `"localhost"`, 1), one(bad+"frontend.tls_listen"))
+	// The certificate files a reload reads again (lb's TestTLSReloadOfABadCertificateFailsAndKeepsTheOld).
+	f("an unparsable certificate", front(q("tls_cert", badCert), q("tls_key", key)), one("frontend.tls_cert"), one(badCert))
+	f("a certificate file that is not PEM", front(q("tls_cert", notPEM), q("tls_key", key)), one("frontend.tls_cert"), one(notPEM))
+	f("an unparsable key", front(q("tls_cert", crt), q("tls_key", badKey)), one("frontend.tls_key"), one(badKey))
+	f("a key not matching the certificate", front(q("tls_cert", crt), q("tls_key", otherKey)),
+		[]string{"frontend.tls_cert", "frontend.tls_key"}, []string{crt, otherKey})
+}
