@@ -328,57 +328,19 @@ func TestTLSGetReachesTheLeaderOverAVerifiedChainWithForwardedProtoHTTPS(t *test
 
 // 2. WebSocket tunnels over TLS.
 
-// tlsCxLB starts a cluster (2 platforms, m connection servers) and fairlead with the sticky cxserver
-// pool (cxConfig, extra merged over it) and a TLS front end.
-func tlsCxLB(t *testing.T, m int, extra string) (*sim.Cluster, *LB, *tlsEnv, string, string) {
+// tlsCxLB starts a cluster (2 platforms, 2 connection servers) and fairlead with the sticky cxserver
+// pool (cxConfig, extra merged over it) and a TLS front end; it returns them, the test CA, the TLS
+// address, the front end's certificate and the config directory.
+func tlsCxLB(t *testing.T, extra string) (*sim.Cluster, *LB, *tlsEnv, string, *tlsCert, string) {
 	t.Helper()
 	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c := startCluster(t, 2, m)
-	tlsAddr := testkit.Addr(t)
+	c := startCluster(t, 2, 2)
+	tlsAddr, cert := testkit.Addr(t), env.issue(t, "frontend", tlsName, "127.0.0.1")
 	files := cxConfig(c, extra)
 	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "")
 	dir := testkit.WriteFiles(t, files)
 	l, _ := startLBDir(t, dir)
-	return c, l, env, tlsAddr, dir
-}
-
-func TestTLSWebSocketTunnelsEchoOneMiBMessagesAndStick(t *testing.T) {
-	c, l, env, tlsAddr, _ := tlsCxLB(t, 3, "")
-	cfg := env.clientConfig(tlsName)
-
-	conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("big"))
-	defer conn.Close()
-	if !strings.HasPrefix(by, "cx") {
-		t.Fatalf("the wss tunnel was served by %q, want a connection server", by)
-	}
-	for i := 0; i < 4; i++ {
-		msg := make([]byte, 1<<20)
-		rand.Read(msg) //nolint:errcheck
-		kind := websocket.BinaryMessage
-		if i%2 == 1 {
-			kind = websocket.TextMessage
-			msg = bytes.Repeat([]byte{'a' + byte(i)}, 1<<20)
-		}
-		wsEcho(t, conn, kind, msg)
-	}
-
-	// The same asset lands on the same connection server across reconnects, and where a plain ws://
-	// connection of the asset lands.
-	for _, asset := range []string{"pump-1", "pump-2", "valve-7", "meter-9"} {
-		plain, want, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
-		plain.Close()
-		for i := 0; i < 20; i++ {
-			conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(asset))
-			conn.Close()
-			if by != want {
-				t.Fatalf("%s: wss reconnect %d landed on %s; ws:// and the earlier connections landed on %s", asset, i, by, want)
-			}
-		}
-	}
-	if n := c.Platforms[0].Requests() + c.Platforms[1].Requests(); n != 0 {
-		t.Errorf("the platforms got %d requests from WebSocket tunnels", n)
-	}
+	return c, l, env, tlsAddr, cert, dir
 }
 
 // pumpGoroutines counts the goroutines of streamed tunnels (tunnel's pump, two per streamed tunnel):
@@ -393,17 +355,52 @@ func pumpGoroutines() int {
 	return n
 }
 
-// wss:// tunnels are carried by the tunnel engine's event loops like plain ones: with 40 of them open
-// and idle, no goroutine relays any of them, and each still echoes.
-func TestTLSWebSocketTunnelsAreCarriedByTheEventLoopsWithoutAGoroutineEach(t *testing.T) {
-	_, _, env, tlsAddr, _ := tlsCxLB(t, 2, "")
+// wss:// tunnels reach a connection server, never a platform, and echo 1 MiB messages; an asset lands
+// on the connection server its ws:// connection lands on, at every reconnect; 40 idle wss tunnels are
+// carried by the tunnel engine's event loops (no goroutine relays any of them) and each still echoes;
+// when their server goes down, its tunnels close and their assets reconnect to the other one.
+func TestTLSWebSocketTunnelsEchoStickRideTheEventLoopsAndMoveWhenTheirServerIsDown(t *testing.T) {
+	c, l, env, tlsAddr, _, _ := tlsCxLB(t, "")
 	cfg := env.clientConfig(tlsName)
-	var conns []*websocket.Conn
+
+	conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("big"))
+	if !strings.HasPrefix(by, "cx") {
+		t.Fatalf("the wss tunnel was served by %q, want a connection server", by)
+	}
+	for i := 0; i < 4; i++ {
+		msg := make([]byte, 1<<20)
+		rand.Read(msg) //nolint:errcheck
+		kind := websocket.BinaryMessage
+		if i%2 == 1 {
+			kind, msg = websocket.TextMessage, bytes.Repeat([]byte{'a' + byte(i)}, 1<<20)
+		}
+		wsEcho(t, conn, kind, msg)
+	}
+	conn.Close()
+	for _, asset := range []string{"pump-1", "pump-2", "valve-7", "meter-9"} {
+		plain, want, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
+		plain.Close()
+		for i := 0; i < 20; i++ {
+			conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(asset))
+			conn.Close()
+			if by != want {
+				t.Fatalf("%s: wss reconnect %d landed on %s; ws:// and the earlier connections landed on %s", asset, i, by, want)
+			}
+		}
+	}
+
+	victim, survivor := c.Connections[0], c.Connections[1]
+	var conns, onVictim []*websocket.Conn
+	var assets []string // those on the victim
 	for i := range 40 {
-		conn, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
+		a := fmt.Sprintf("edge-%d", i)
+		conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(a))
 		defer conn.Close()
 		wsEcho(t, conn, websocket.TextMessage, []byte("first"))
 		conns = append(conns, conn)
+		if by == victim.Name {
+			onVictim, assets = append(onVictim, conn), append(assets, a)
+		}
 	}
 	if n := pumpGoroutines(); n != 0 {
 		t.Fatalf("%d goroutines relay the 40 idle wss tunnels, want 0", n)
@@ -411,49 +408,17 @@ func TestTLSWebSocketTunnelsAreCarriedByTheEventLoopsWithoutAGoroutineEach(t *te
 	for i, conn := range conns {
 		wsEcho(t, conn, websocket.BinaryMessage, bytes.Repeat([]byte{byte(i)}, 100<<10))
 	}
-}
+	if n := c.Platforms[0].Requests() + c.Platforms[1].Requests(); n != 0 {
+		t.Errorf("the platforms got %d requests from WebSocket tunnels", n)
+	}
+	if len(onVictim) == 0 {
+		t.Fatalf("none of 40 assets landed on %s", victim.Name)
+	}
 
-func TestTLSWebSocketIdleTimeoutClosesASilentTunnel(t *testing.T) {
-	_, _, env, tlsAddr, _ := tlsCxLB(t, 2, "[pools.cxserver]\ntunnel_idle_timeout = \"300ms\"\n")
-	cfg := env.clientConfig(tlsName)
-	busy, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("busy"))
-	defer busy.Close()
-	quiet, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("quiet"))
-	defer quiet.Close()
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		wsEcho(t, busy, websocket.TextMessage, []byte("ping"))
-		time.Sleep(50 * time.Millisecond)
-	}
-	quiet.SetReadDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
-	if _, _, err := quiet.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
-		t.Fatalf("silent wss tunnel: %v, want it closed by fairlead after tunnel_idle_timeout", err)
-	}
-}
-
-func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
-	c, l, env, tlsAddr, _ := tlsCxLB(t, 2, "")
-	cfg := env.clientConfig(tlsName)
-	victim, survivor := c.Connections[0], c.Connections[1]
-	var conns []*websocket.Conn
-	var assets []string
-	for i := 0; len(conns) < 10; i++ {
-		a := fmt.Sprint("asset-", i)
-		conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(a))
-		if by != victim.Name {
-			conn.Close()
-			continue
-		}
-		conns = append(conns, conn)
-		assets = append(assets, a)
-	}
 	victim.SetHealthy(false) // alive, but its health check fails: fairlead must close its tunnels
 	var wg sync.WaitGroup
-	for _, conn := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
+	for _, conn := range onVictim {
+		wg.Go(func() {
 			conn.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
 			_, _, err := conn.ReadMessage()
 			var ne net.Error
@@ -462,7 +427,7 @@ func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
 			} else if errors.As(err, &ne) && ne.Timeout() {
 				t.Error("a wss tunnel to the down server is still open 10 s later")
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	testkit.Eventually(t, "fairlead to see the server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
@@ -472,6 +437,34 @@ func TestTLSWebSocketServerDownClosesItsTunnelsAndAssetsMove(t *testing.T) {
 		conn.Close()
 		if by != survivor.Name {
 			t.Fatalf("%s reconnected over wss to %s, want the survivor %s", a, by, survivor.Name)
+		}
+	}
+}
+
+// A wss tunnel silent for tunnel_idle_timeout is closed by fairlead, while a busy one lives on.
+func TestTLSWebSocketIdleTimeoutClosesASilentTunnel(t *testing.T) {
+	_, _, env, tlsAddr, _, _ := tlsCxLB(t, "[pools.cxserver]\ntunnel_idle_timeout = \"300ms\"\n")
+	cfg := env.clientConfig(tlsName)
+	busy, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("busy"))
+	defer busy.Close()
+	quiet, _ := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader("quiet"))
+	defer quiet.Close()
+	closed := make(chan error, 1)
+	go func() {
+		quiet.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		_, _, err := quiet.ReadMessage()
+		closed <- err
+	}()
+	for {
+		wsEcho(t, busy, websocket.TextMessage, []byte("ping")) // the busy tunnel outlives the quiet one
+		select {
+		case err := <-closed:
+			if err == nil || strings.Contains(err.Error(), "timeout") {
+				t.Fatalf("silent wss tunnel: %v, want it closed by fairlead after tunnel_idle_timeout", err)
+			}
+			wsEcho(t, busy, websocket.TextMessage, []byte("still here"))
+			return
+		default:
 		}
 	}
 }
