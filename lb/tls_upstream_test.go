@@ -14,54 +14,29 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
-// Upstream TLS ([pools.NAME.tls], issue #11): the simulated cluster serves TLS with certificates made
-// at run time (bench/sim/certs.go), fairlead verifies them with the pool's CA file.
+// Upstream TLS ([pools.NAME.tls], issue #11) through a whole fairlead: the simulated cluster serves TLS
+// with certificates made at run time (bench/sim/certs.go), fairlead verifies them with the pool's CA
+// file: the leader elected over HTTPS and a reload replacing the CA file, the insecure_skip_verify
+// warning, a failed handshake moving a POST, wss to a TLS connection-server pool. How a dial verifies
+// (a wrong CA, another name, insecure_skip_verify, client certificates) is lb/dialer's dialer_test.go.
 
-func newTestCA(t *testing.T, name string) *sim.CA {
-	t.Helper()
-	ca, err := sim.NewCA(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
-
-// tlsSim starts a cluster whose every server serves TLS with a certificate of ca for names. base, if
-// not nil, is the rest of the servers' TLS config (client certificates asked for).
-func tlsSim(t *testing.T, ca *sim.CA, base *tls.Config, opts sim.Options, names ...string) *sim.Cluster {
+// tlsSim starts a cluster whose every server serves TLS with a certificate of ca for names.
+func tlsSim(t *testing.T, ca *sim.CA, opts sim.Options, names ...string) *sim.Cluster {
 	t.Helper()
 	leaf, err := ca.Issue(names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &tls.Config{}
-	if base != nil {
-		cfg = base.Clone()
-	}
-	cfg.Certificates = []tls.Certificate{leaf.TLS}
-	opts.TLS = cfg
+	opts.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	c := testkit.StartCluster(t, opts)
-	return c
-}
-
-// writeCA writes ca's certificate into dir (a new one if "") and returns its path.
-func writeCA(t *testing.T, dir string, ca *sim.CA, name string) string {
-	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	path, err := ca.WriteCA(dir, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testkit.StartCluster(t, opts)
 }
 
 // tlsTable is a conf.d file holding [pools.POOL.tls] with enabled = true and the given lines.
@@ -103,14 +78,55 @@ func (el *eventLog) has(match func(event.Event) bool) bool {
 	return slices.ContainsFunc(el.ev, match)
 }
 
-func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers503(t *testing.T) {
-	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
+// The servers speak nothing but TLS, with certificates of a private CA: fairlead verifies them with the
+// pool's ca_file, elects the leader over HTTPS and forwards to it. A reload after the CA file is
+// replaced by another CA's applies it: new transports; every check fails with the certificate error,
+// logged once per run of failures and given in the check_answered events and the pool's status; no
+// leader; nothing reaches a platform and a request gets 503 after queue_timeout. With the right CA back,
+// the leader is elected again.
+func TestUpstreamTLSWithAPrivateCAReachesTheLeaderElectedOverHTTPSAndAReloadReplacingTheCAFileApplies(t *testing.T) {
+	pca, other := newTLSEnv(t, "platform CA"), newTLSEnv(t, "another CA")
+	c := tlsSim(t, pca.ca, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
+	caFile := pca.writeCA(t, "platform-ca")
 	files := platformConfig(c, `queue_timeout = "300ms"`, "")
-	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", writeCA(t, "", other, "other-ca")))
-	l, logs := startLB(t, files)
+	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
+	dir := testkit.WriteFiles(t, files)
+	l, logs := startLBDir(t, dir)
 	events := recordEvents(t, l)
+	if !slices.Contains(l.SecretFiles(), caFile) {
+		t.Fatalf("SecretFiles %v does not list the CA file", l.SecretFiles())
+	}
+	if ps := poolStatus(t, l, "platform"); ps.Leader != c.Platforms[0].Addr {
+		t.Fatalf("leader %q, want platform1 %s", ps.Leader, c.Platforms[0].Addr)
+	}
+	// The LeaderChecks reached the platforms' handlers (over HTTPS: the servers speak nothing else),
+	// with the credentials, and platform1 answered 200.
+	if probes := c.Platforms[0].Probes(); len(probes) == 0 || probes[0].Status != 200 || probes[0].Authorization != "Basic "+sim.DefaultCredentials {
+		t.Fatalf("platform1's LeaderChecks: %+v", probes)
+	}
+	for i := 0; i < 3; i++ {
+		if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
+			t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
+		}
+		if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 1 {
+			t.Fatalf("%d upstream connections after a GET, want 1 kept alive", n)
+		}
+	}
 
+	// Only the CA file changes: the reload applies it (the file counts in the digest), the servers get
+	// new transports (the old keep-alive connection, verified with the old CA, is not reused) and new
+	// probes, which now fail.
+	if err := os.WriteFile(caFile, other.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustReloadDir(t, l, dir)
+	if strings.Contains(logs.all(), "config unchanged") {
+		t.Fatal("a reload after replacing the CA file found nothing to do")
+	}
+	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 0 {
+		t.Errorf("%d upstream connections right after the reload, want 0 (a new transport)", n)
+	}
+	testkit.Eventually(t, "the leader lost (3 failed LeaderChecks)", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == "" })
 	const certErr = "x509: certificate signed by unknown authority"
 	for _, p := range c.Platforms {
 		line := "healthcheck: pool platform: " + p.Addr + ": TLS certificate verification failed: "
@@ -123,16 +139,17 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 			})
 		})
 	}
+	// A standby is down once fall LeaderChecks in a row have failed.
+	testkit.Eventually(t, "every server down with the certificate error", 5*time.Second, func() bool {
+		return !slices.ContainsFunc(poolStatus(t, l, "platform").Servers, func(s admin.ServerStatus) bool {
+			return s.State != "down" || s.Available || s.Check == nil || !strings.Contains(s.Check.LastError, certErr)
+		})
+	})
 	ps := poolStatus(t, l, "platform")
-	if ps.Leader != "" {
-		t.Errorf("leader %q elected with a wrong CA", ps.Leader)
+	var probes, requests [2]int64
+	for i, p := range c.Platforms {
+		probes[i], requests[i] = int64(len(p.Probes())), p.Requests()
 	}
-	for _, s := range ps.Servers {
-		if s.State != "down" || s.Available || s.Check == nil || !strings.Contains(s.Check.LastError, certErr) {
-			t.Errorf("%s: state %s available %v check %+v, want down with %q", s.Addr, s.State, s.Available, s.Check, certErr)
-		}
-	}
-
 	start := time.Now()
 	if status, _ := get(t, l, "/Thingworx/Things/x"); status != 503 {
 		t.Errorf("GET with no verified server: %d, want 503", status)
@@ -140,41 +157,47 @@ func TestUpstreamTLSWithAWrongCAFailsEveryCheckLogsTheCertificateErrorAndAnswers
 	if waited := time.Since(start); waited < 300*time.Millisecond {
 		t.Errorf("503 after %s, want after queue_timeout (300ms)", waited)
 	}
-	// Nothing reached a platform: neither a LeaderCheck nor the GET.
-	for _, p := range c.Platforms {
-		if n, r := len(p.Probes()), p.Requests(); n != 0 || r != 0 {
-			t.Errorf("%s received %d LeaderChecks and %d requests", p.Name, n, r)
-		}
-	}
-	// Once per run of failures, not at every probe.
+	// Once per run of failures, not at every probe; and nothing reached a platform, neither a
+	// LeaderCheck nor the GET.
 	testkit.Eventually(t, "a few more probes", 5*time.Second, func() bool {
-		for _, s := range poolStatus(t, l, "platform").Servers {
-			if s.Check.Probes < 4 {
+		for i, s := range poolStatus(t, l, "platform").Servers {
+			if s.Check.Probes < ps.Servers[i].Check.Probes+3 {
 				return false
 			}
 		}
 		return true
 	})
-	for _, p := range c.Platforms {
+	for i, p := range c.Platforms {
+		if n, r := int64(len(p.Probes())), p.Requests(); n != probes[i] || r != requests[i] {
+			t.Errorf("%s received %d LeaderChecks and %d requests with the wrong CA", p.Name, n-probes[i], r-requests[i])
+		}
 		if n := strings.Count(logs.all(), "healthcheck: pool platform: "+p.Addr+": TLS"); n != 1 {
 			t.Errorf("%s: the TLS failure was logged %d times, want once", p.Name, n)
 		}
 	}
+
+	if err := os.WriteFile(caFile, pca.ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustReloadDir(t, l, dir)
+	testkit.Eventually(t, "platform1 elected again", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
+	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
+		t.Fatalf("GET: %d from %q", status, by)
+	}
 }
 
+// insecure_skip_verify = true is warned about at start and at each reload that keeps it; nothing is
+// verified (lb/dialer's TestInsecureSkipVerifyDialsAServerOfAnUnknownCAForAnotherName).
 func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeepsIt(t *testing.T) {
-	ca := newTestCA(t, "unknown CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 1, NoConnections: true}, "somewhere.else")
+	c := tlsSim(t, newTLSEnv(t, "unknown CA").ca, sim.Options{Platforms: 1, NoConnections: true}, "somewhere.else")
 	files := platformConfig(c, "", "")
 	files["30-tls.toml"] = tlsTable("platform", "insecure_skip_verify = true")
 	dir := testkit.WriteFiles(t, files)
 	l, logs := startLBDir(t, dir)
-
 	const warning = `level=WARN msg="pool platform: pools.platform.tls.insecure_skip_verify = true`
 	if n := strings.Count(logs.all(), warning); n != 1 {
 		t.Fatalf("%d warnings at start, want 1; log:\n%s", n, logs.all())
 	}
-	// Nothing is verified: an unknown CA and another name pass.
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
 	}
@@ -185,95 +208,17 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 	}
 }
 
-// The servers speak nothing but TLS, with certificates of a private CA: fairlead verifies them with the
-// pool's ca_file, elects the leader over HTTPS and forwards to it; a reload after replacing the CA file
-// applies the new one.
-func TestUpstreamTLSWithAPrivateCAReachesTheLeaderElectedOverHTTPSAndAReloadAfterReplacingTheCAFileApplies(t *testing.T) {
-	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, NoConnections: true}, "127.0.0.1")
-	tmp := t.TempDir()
-	caFile := writeCA(t, tmp, ca, "platform-ca")
-	files := platformConfig(c, `queue_timeout = "300ms"`, "")
-	files["30-tls.toml"] = tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile))
-	dir := testkit.WriteFiles(t, files)
-	l, logs := startLBDir(t, dir)
-	if !slices.Contains(l.SecretFiles(), caFile) {
-		t.Fatalf("SecretFiles %v does not list the CA file", l.SecretFiles())
-	}
-	if ps := poolStatus(t, l, "platform"); ps.Leader != c.Platforms[0].Addr {
-		t.Fatalf("leader %q, want platform1 %s", ps.Leader, c.Platforms[0].Addr)
-	}
-	// The LeaderChecks reached the platforms' handlers (over HTTPS: the servers speak nothing else),
-	// with the credentials, and platform1 answered 200.
-	probes := c.Platforms[0].Probes()
-	if len(probes) == 0 || probes[0].Status != 200 || probes[0].Authorization != "Basic "+sim.DefaultCredentials {
-		t.Fatalf("platform1's LeaderChecks: %+v", probes)
-	}
-	if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
-		t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
-	}
-	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 1 {
-		t.Fatalf("%d upstream connections after a GET, want 1 kept alive", n)
-	}
-	for i := 0; i < 2; i++ {
-		if status, by := get(t, l, "/Thingworx/Things/x"); status != 200 || by != "platform1" {
-			t.Fatalf("GET through fairlead: %d from %q, want 200 from platform1", status, by)
-		}
-	}
-
-	// Only the CA file changes: the reload applies it (the file counts in the digest), the servers get
-	// new transports (the old keep-alive connection, verified with the old CA, is not reused) and new
-	// probes, which now fail.
-	if err := os.WriteFile(caFile, other.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mustReloadDir(t, l, dir)
-	if strings.Contains(logs.all(), "config unchanged") {
-		t.Fatal("a reload after replacing the CA file found nothing to do")
-	}
-	if n := poolStatus(t, l, "platform").Servers[0].Conns; n != 0 {
-		t.Errorf("%d upstream connections right after the reload, want 0 (a new transport)", n)
-	}
-	testkit.Eventually(t, "the leader lost (3 failed LeaderChecks)", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == "" })
-	if !strings.Contains(logs.all(), "x509: certificate signed by unknown authority") {
-		t.Error("no certificate error logged")
-	}
-	if status, _ := get(t, l, "/x"); status != 503 {
-		t.Errorf("GET with the wrong CA: %d, want 503", status)
-	}
-
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mustReloadDir(t, l, dir)
-	testkit.Eventually(t, "platform1 elected again", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
-	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
-		t.Fatalf("GET: %d from %q", status, by)
-	}
-}
-
+// A handshake that fails (the server's certificate is not the CA's) is a failed dial: every request,
+// a POST too, goes to the other server, and the failure counts against the first.
 func TestUpstreamTLSFailedHandshakeIsAFailedDialAndEvenAPOSTMovesToAnotherServer(t *testing.T) {
-	ca, other := newTestCA(t, "platform CA"), newTestCA(t, "another CA")
-	good := tlsSim(t, ca, nil, sim.Options{Platforms: 1, PlatformNames: []string{"good"}, NoConnections: true}, "127.0.0.1")
-	bad := tlsSim(t, other, nil, sim.Options{Platforms: 1, PlatformNames: []string{"bad"}, NoConnections: true}, "127.0.0.1")
+	pca, other := newTLSEnv(t, "platform CA"), newTLSEnv(t, "another CA")
+	good := tlsSim(t, pca.ca, sim.Options{Platforms: 1, PlatformNames: []string{"good"}, NoConnections: true}, "127.0.0.1")
+	bad := tlsSim(t, other.ca, sim.Options{Platforms: 1, PlatformNames: []string{"bad"}, NoConnections: true}, "127.0.0.1")
 	// No active check: both servers are up until live failures take the bad one down, so requests do
 	// meet its handshake.
-	cfg := fmt.Sprintf(`
-[frontend]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[pools.rr]
-balance = "roundrobin"
-servers = [%q, %q]
-[pools.rr.check]
-fall = 100
-[[routes]]
-pool = "rr"
-`, bad.Platforms[0].Addr, good.Platforms[0].Addr)
-	l, _ := startLB(t, map[string]string{"10-rr.toml": cfg,
-		"30-tls.toml": tlsTable("rr", fmt.Sprintf("ca_file = %q", writeCA(t, "", ca, "platform-ca")))})
-
+	cfg := fmt.Sprintf("[frontend]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[pools.rr]\nbalance = \"roundrobin\"\n"+
+		"servers = [%q, %q]\n[pools.rr.check]\nfall = 100\n[[routes]]\npool = \"rr\"\n", bad.Platforms[0].Addr, good.Platforms[0].Addr)
+	l, _ := startLB(t, map[string]string{"10-rr.toml": cfg, "30-tls.toml": tlsTable("rr", fmt.Sprintf("ca_file = %q", pca.writeCA(t, "platform-ca")))})
 	for i := 0; i < 6; i++ {
 		resp, err := testClient.Post("http://"+l.Addr()+"/Thingworx/Things/x", "text/plain", strings.NewReader("once"))
 		if err != nil {
@@ -292,47 +237,27 @@ pool = "rr"
 	}
 }
 
+// WebSocket upgrades to a sticky pool of TLS connection servers: those placed on a server whose
+// certificate does not verify fail its handshake (logged) and go to the other; every tunnel echoes and,
+// idle, is carried by the event loops (no goroutine relays it).
 func TestUpstreamTLSWebSocketUpgradeToATLSConnectionServerPoolEchoes(t *testing.T) {
-	ca, other := newTestCA(t, "cluster CA"), newTestCA(t, "another CA")
-	c := tlsSim(t, ca, nil, sim.Options{Platforms: 2, Connections: 1}, "127.0.0.1")
-	bad := tlsSim(t, other, nil, sim.Options{Platforms: 1, Connections: 1}, "127.0.0.1")
-	caFile := writeCA(t, "", ca, "cluster-ca")
+	cca, other := newTLSEnv(t, "cluster CA"), newTLSEnv(t, "another CA")
+	c := tlsSim(t, cca.ca, sim.Options{Platforms: 2, Connections: 1}, "127.0.0.1")
+	bad := tlsSim(t, other.ca, sim.Options{Platforms: 1, Connections: 1}, "127.0.0.1")
+	caFile := fmt.Sprintf("ca_file = %q", cca.writeCA(t, "cluster-ca"))
 	// The sticky pool has the server whose certificate does not verify first and no active check, so
 	// that some assets are placed on it: their upgrades fail the handshake and go to the other server.
-	extra := fmt.Sprintf(`
-[pools.cxserver]
-servers = [%q, %q]
-[pools.cxserver.check]
-path = ""
-fall = 100
-%s
-%s
-`, bad.Connections[0].Addr, c.Connections[0].Addr,
-		tlsTable("platform", fmt.Sprintf("ca_file = %q", caFile)), tlsTable("cxserver", fmt.Sprintf("ca_file = %q", caFile)))
+	extra := fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n[pools.cxserver.check]\npath = \"\"\nfall = 100\n%s\n%s\n",
+		bad.Connections[0].Addr, c.Connections[0].Addr, tlsTable("platform", caFile), tlsTable("cxserver", caFile))
 	l, logs := startLB(t, cxConfig(c, extra))
-
 	const assets = 8
-	var open []*websocket.Conn
 	for i := 0; i < assets; i++ {
 		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
 		defer conn.Close()
-		msg := []byte(fmt.Sprintf("hello over TLS %d", i))
-		conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
-		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
-			t.Fatal(err)
-		}
-		mt, got, err := conn.ReadMessage()
-		if err != nil || mt != websocket.TextMessage || string(got) != string(msg) {
-			t.Fatalf("asset %d: echo %q (type %d), %v; want %q", i, got, mt, err, msg)
-		}
-		open = append(open, conn)
+		wsEcho(t, conn, websocket.TextMessage, []byte(fmt.Sprintf("hello over TLS %d", i)))
 	}
-	// The tunnels' TLS sides are on the event loops: no goroutine relays them while they are idle.
 	if n := pumpGoroutines(); n != 0 {
 		t.Errorf("%d goroutines relay %d idle tunnels to a TLS connection server, want 0", n, assets)
-	}
-	for _, conn := range open {
-		conn.Close()
 	}
 	if n := c.Connections[0].Upgrades(); n != assets {
 		t.Errorf("the verified connection server upgraded %d, want %d", n, assets)

@@ -196,3 +196,14 @@ func TestTheClientCertificateIsPresentedToAServerThatRequiresOne(t *testing.T) {
 		t.Fatalf("greeting %q, %v; want the server to have verified fairlead's certificate", got, err)
 	}
 }
+
+// With InsecureSkipVerify ([pools.NAME.tls] insecure_skip_verify = true) nothing is verified: a server
+// whose certificate an unknown CA issued for another name is dialled. (From lb's
+// tls_upstream_test.go, #37, which keeps the warning fairlead logs for it.)
+func TestInsecureSkipVerifyDialsAServerOfAnUnknownCAForAnotherName(t *testing.T) {
+	addr := serveTLS(t, newCA(t, "unknown CA"), nil, "somewhere.else")
+	d := &Dialer{Addr: addr, Timeout: 5 * time.Second, TLS: &tls.Config{ServerName: "127.0.0.1", InsecureSkipVerify: true}}
+	if got, err := greeting(d); err != nil || got != "hello -" {
+		t.Fatalf("greeting %q, %v; want %q", got, err, "hello -")
+	}
+}
