@@ -208,7 +208,8 @@ func TestFrontTLSErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("a bad client_auth value", tlsOK+fmt.Sprintf("client_ca = %q\nclient_auth = \"sometimes\"\n", clientCA), one(bad+"frontend.client_auth"))
 	f("listen = \"\" without tls_listen", "[frontend]\nlisten = \"\"\n", one(bad+"frontend.listen"))
 	f("a bad tls_listen address", strings.Replace(tlsOK, `"127.0.0.1:0"`, `"localhost"`, 1), one(bad+"frontend.tls_listen"))
-	// The certificate files a reload reads again (lb's TestTLSReloadOfABadCertificateFailsAndKeepsTheOld).
+	// The certificate files a reload reads again (lb's
+	// TestTLSReloadSwapsTheCertificateWithoutDroppingConnectionsAndABadOneKeepsTheOld).
 	f("an unparsable certificate", front(q("tls_cert", badCert), q("tls_key", key)), one("frontend.tls_cert"), one(badCert))
 	f("a certificate file that is not PEM", front(q("tls_cert", notPEM), q("tls_key", key)), one("frontend.tls_cert"), one(notPEM))
 	f("an unparsable key", front(q("tls_cert", crt), q("tls_key", badKey)), one("frontend.tls_key"), one(badKey))
