@@ -425,7 +425,7 @@ func TestTLSWebSocketIdleTimeoutClosesASilentTunnel(t *testing.T) {
 	}
 }
 
-// 4. Reload.
+// 3. Reload.
 
 // reloadDir loads the config directory again and reloads fairlead with it; a config that does not load
 // is a failed reload too (its error is returned).
@@ -566,7 +566,7 @@ func TestTLSReloadReplacesTheClientCA(t *testing.T) {
 	}
 }
 
-// 5. Redirect to HTTPS; HTTPS only. (The Location RedirectHTTPS writes — with or without the Host's
+// 4. Redirect to HTTPS; HTTPS only. (The Location RedirectHTTPS writes — with or without the Host's
 // port, the absolute form's path, the port left out for 443, an IPv6 host, no host — is lb/frontend's
 // TestRedirectHTTPSSendsTheSameURIToTheTLSPort.)
 
