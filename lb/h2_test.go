@@ -2,7 +2,6 @@ package lb
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -14,28 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"golang.org/x/net/http2"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/bench/testkit/browser"
-	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
-// HTTP/2 through a whole fairlead: requests forwarded to a pool and answered, translated both ways
-// end to end, trailers, a leader change under open streams, Close, the access log and rate_per_source.
-// The connection's rules, frames, flow control, HPACK limits and malformed streams are lb/frontend's
-// (h2conn_test.go, against a trivial handler).
-
-// h2LB starts the platform cluster and fairlead with a TLS listener (more: extra [frontend] keys).
-func h2LB(t testing.TB, more string) (*sim.Cluster, *LB, *tlsEnv, string) {
-	t.Helper()
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c, l, tlsAddr, _ := tlsPlatformLB(t, cert, more)
-	return c, l, env, tlsAddr
-}
+// HTTP/2 through a whole fairlead: trailers both ways, a leader change under open streams, Close, the
+// access log and rate_per_source (what the server sees of a stream and the client of an answer:
+// proxy_test.go; that refused streams reach no server: hostile_test.go). The connection's rules, frames,
+// flow control, HPACK limits, malformed streams and a browser's h2 are lb/frontend's (h2conn_test.go,
+// against a trivial handler).
 
 // h2Client is a client that speaks HTTP/2 only, over one connection (StrictMaxConcurrentStreams: it
 // waits for a stream rather than open another connection).
@@ -44,47 +32,11 @@ func h2Client(env *tlsEnv) (*http.Client, *http2.Transport) {
 	return &http.Client{Timeout: 60 * time.Second, Transport: tr}, tr
 }
 
-func TestH2AGoClientOfferingH2GetsHTTP2ThroughTLSListenToTheLeader(t *testing.T) {
-	c, l, env, tlsAddr := h2LB(t, "")
-
-	// net/http's own client, told to try HTTP/2, as browsers do by default.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: env.clientConfig(tlsName), ForceAttemptHTTP2: true}}
-	defer client.CloseIdleConnections()
-	resp, err := client.Get("https://" + tlsAddr + "/echo-headers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.Proto != "HTTP/2.0" || resp.TLS == nil || resp.TLS.NegotiatedProtocol != "h2" {
-		t.Fatalf("answered over %s (ALPN %q), want HTTP/2.0 (h2)", resp.Proto, resp.TLS.NegotiatedProtocol)
-	}
-	if resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != c.Platforms[0].Name {
-		t.Fatalf("%d from %q, want 200 from the leader %s", resp.StatusCode, resp.Header.Get("X-Served-By"), c.Platforms[0].Name)
-	}
-	// The leader got an HTTP/1.1 request with the authority as Host and X-Forwarded-Proto: https.
-	seen := hostileEchoed(body)
-	if got := seen["x-forwarded-proto"]; len(got) != 1 || got[0] != "https" {
-		t.Errorf("the leader saw X-Forwarded-Proto %q, want [https]", got)
-	}
-	if got := resp.Header.Get("X-Echo-Host"); got != tlsAddr {
-		t.Errorf("the leader saw Host %q, want the :authority %q", got, tlsAddr)
-	}
-	if n := l.h2.Counts().Streams; n != 1 {
-		t.Errorf("%d HTTP/2 streams counted, want 1", n)
-	}
-
-}
-
-func dialRawH2(t *testing.T, env *tlsEnv, addr string) *frontendtest.H2Conn {
-	t.Helper()
-	return frontendtest.DialH2(t, addr, env.clientConfig(tlsName))
-}
-
 // Streams on an HTTP/2 connection that stays open follow a leader change: every request is answered
 // 200, first by the old leader, then by the new one, on the one connection.
 func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
-	c, l, env, tlsAddr := h2LB(t, "")
+	fr := startRawFront(t, hostileRecordBody, "")
+	c, l, env, tlsAddr := fr.c, fr.l, fr.env, fr.tlsAddr
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 	get := func() string {
@@ -111,31 +63,10 @@ func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
 	}
 }
 
-// Chromium loads a page through fairlead over HTTP/2.
-func TestH2ChromiumLoadsAProxiedPageOverH2(t *testing.T) {
-	c, _, _, tlsAddr := h2LB(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	p := browser.Open(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
-	p.Do("open the page", chromedp.Navigate("https://"+tlsAddr+"/Thingworx/Composer/index.html"))
-	if got := p.Eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
-		t.Errorf("nextHopProtocol %q, want h2", got)
-	}
-	if got := p.Eval(`document.body.innerText`); !strings.Contains(got, c.Platforms[0].Name) {
-		t.Errorf("the page says %q, want the leader's answer", got)
-	}
-}
-
 // The access log says which protocol a request came over, and the metrics count requests by protocol.
 func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
-	env := newTLSEnv(t, "fairlead test CA")
-	cert := env.issue(t, "frontend", tlsName, "127.0.0.1")
-	c := startCluster(t, 2, 0)
-	tlsAddr := testkit.Addr(t)
-	files := platformConfig(c, "", "")
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "")
-	files["30-access.toml"] = "[global]\naccess_log = true\n"
-	l, logs := startLBDir(t, testkit.WriteFiles(t, files))
+	fr := startRawFront(t, hostileRecordBody, "")
+	l, logs, env, tlsAddr := fr.l, fr.logs, fr.env, fr.tlsAddr
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 	for _, path := range []string{"/h2-one", "/h2-two"} {
@@ -175,7 +106,8 @@ func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
 // chunked (HTTP/1.1 carries trailers only there), with or without a content-length. An HTTP/1.1 client
 // gets the same answer's body without them.
 func TestH2TrailersPassBothWays(t *testing.T) {
-	c, _, env, tlsAddr := h2LB(t, "")
+	fr := startRawFront(t, hostileRecordBody, "")
+	c, env, tlsAddr := fr.c, fr.env, fr.tlsAddr
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 	leader := c.Platforms[0].Name
@@ -246,9 +178,9 @@ func TestH2TrailersPassBothWays(t *testing.T) {
 // At Close (SIGTERM) an HTTP/2 client is told GOAWAY: its stream in flight is answered, an idle
 // connection closes at once, and neither holds Close until drain_timeout.
 func TestH2CloseDrainsHTTP2Connections(t *testing.T) {
-	_, l, env, tlsAddr := h2LB(t, `drain_timeout = "60s"`)
-	idle := dialRawH2(t, env, tlsAddr)
-	busy := dialRawH2(t, env, tlsAddr)
+	fr := startRawFront(t, hostileRecordBody, `drain_timeout = "60s"`)
+	l, tlsAddr := fr.l, fr.tlsAddr
+	idle, busy := fr.h2(t), fr.h2(t)
 	busy.Headers(1, true, ":method", "GET", ":scheme", "https", ":authority", tlsAddr, ":path", "/Thingworx/slow?delay=1s")
 	testkit.Eventually(t, "the slow stream to reach the handler", 5*time.Second, func() bool { return l.h2.Counts().Streams == 1 })
 	closed := make(chan struct{})
@@ -277,7 +209,8 @@ func TestH2CloseDrainsHTTP2Connections(t *testing.T) {
 // rate_per_source counts each HTTP/2 stream as a request: streams over it are answered 429 with
 // Retry-After, on the same connection, which serves on.
 func TestH2StreamsCountAgainstRatePerSource(t *testing.T) {
-	c, _, env, tlsAddr := h2LB(t, "rate_per_source = 5")
+	fr := startRawFront(t, hostileRecordBody, "rate_per_source = 5")
+	c, env, tlsAddr := fr.c, fr.env, fr.tlsAddr
 	client, tr := h2Client(env)
 	defer tr.CloseIdleConnections()
 	before := c.Platforms[0].Requests()

@@ -14,10 +14,12 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
-// Helpers of the hostile-input tests (hostile_test.go): the raw clients are lb/frontend/frontendtest's;
-// here, a raw upstream server that records exactly what fairlead forwards, and what fairlead shows.
+// Helpers of the whole-path tests of what a client sends and a server answers (hostile_test.go,
+// proxy_test.go, h2_test.go): the raw clients are lb/frontend/frontendtest's; here, a raw upstream server
+// that records exactly what fairlead forwards, fairlead in front of it, and what fairlead shows.
 
 // hostilePath is the path of the hostile requests sent to the platform pool.
 const hostilePath = "/Thingworx/hostile"
@@ -183,8 +185,8 @@ func hostileHeadValue(head, name string) string {
 }
 
 // hostileRecordBody is a hostileUpstream handler that reads the request body as its head frames it
-// (Content-Length or chunked), reports what it read on u.bodies, and answers 200 with X-Body-Bytes
-// only once the whole body arrived.
+// (Content-Length or chunked), reports the head and what it read on u.bodies, and answers 204 (no body,
+// so that a HEAD is answered right too) with X-Body-Bytes only once the whole body arrived.
 func hostileRecordBody(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) bool {
 	b := upstreamBody{head: head}
 	switch {
@@ -206,7 +208,7 @@ func hostileRecordBody(u *hostileUpstream, c net.Conn, br *bufio.Reader, head st
 	if !b.complete {
 		return false
 	}
-	_, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Body-Bytes: %d\r\n\r\nok\n", b.n)
+	_, err := fmt.Fprintf(c, "HTTP/1.1 204 No Content\r\nX-Body-Bytes: %d\r\n\r\n", b.n)
 	return err == nil
 }
 
@@ -223,4 +225,62 @@ func hostileAnswerWith(resp string, hold bool) func(*hostileUpstream, net.Conn, 
 		}
 		return true
 	}
+}
+
+// rawFront is fairlead, with a TLS listener and the access log, in front of the platform cluster c and
+// of the raw server u, the leader of pool "raw", which gets every request under /raw.
+type rawFront struct {
+	c       *sim.Cluster
+	u       *hostileUpstream
+	l       *LB
+	env     *tlsEnv
+	tlsAddr string
+	logs    *logSink
+}
+
+// startRawFront starts a rawFront whose raw server answers with handler; more holds further [frontend]
+// keys, extra further config files.
+func startRawFront(t testing.TB, handler func(*hostileUpstream, net.Conn, *bufio.Reader, string) bool, more string, extra ...map[string]string) *rawFront {
+	t.Helper()
+	f := &rawFront{env: newTLSEnv(t, "fairlead test CA"), u: startHostileUpstream(t, handler), c: startCluster(t, 2, 0), tlsAddr: testkit.Addr(t)}
+	cert := f.env.issue(t, "frontend", tlsName, "127.0.0.1")
+	files := hostileFiles(platformConfig(f.c, "", ""), hostileRawPool("raw", f.u.addr, []string{"/raw"}, "", ""))
+	files["40-tls.toml"] = tlsFrontendToml(f.tlsAddr, cert, more)
+	files["30-access.toml"] = "[global]\naccess_log = true\n"
+	for _, e := range extra {
+		files = hostileFiles(files, e)
+	}
+	f.l, f.logs = startLB(t, files)
+	return f
+}
+
+// h2 opens a raw HTTP/2 connection to the TLS listener.
+func (f *rawFront) h2(t testing.TB) *frontendtest.H2Conn {
+	t.Helper()
+	return frontendtest.DialH2(t, f.tlsAddr, f.env.clientConfig(tlsName))
+}
+
+// nextHead is the next request the raw server recorded (it fails the test if none comes).
+func nextHead(t testing.TB, u *hostileUpstream) upstreamBody {
+	t.Helper()
+	select {
+	case b := <-u.bodies:
+		return b
+	case <-time.After(frontendtest.AnswerWait):
+		t.Fatal("the server received no request")
+		return upstreamBody{}
+	}
+}
+
+// hostileMetric is the value of the metric line named name on the admin /metrics (-1 if absent).
+func hostileMetric(t testing.TB, l *LB, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(hostileAdminGet(t, l, "/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f) //nolint:errcheck
+			return f
+		}
+	}
+	return -1
 }

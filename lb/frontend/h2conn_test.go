@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"golang.org/x/net/http2"
 )
@@ -53,6 +57,25 @@ func TestH2AGoClientOfferingH2GetsHTTP2AndAnHTTP11ClientHTTP11(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || resp.TLS.NegotiatedProtocol != "http/1.1" || resp.Proto != "HTTP/1.1" {
 		t.Fatalf("an HTTP/1.1-only client: %d over %s (ALPN %q), want 200 over http/1.1", resp.StatusCode, resp.Proto, resp.TLS.NegotiatedProtocol)
+	}
+}
+
+// Chromium loads a page from the front end over HTTP/2 (it was lb's test of a page proxied to the
+// leader; what the leader sees of an HTTP/2 request is lb's TestTheServerSeesTheRequestWithoutHopByHopFieldsAndWithXForwarded).
+func TestH2ChromiumLoadsAPageOverH2(t *testing.T) {
+	tf := startFront(t, frontOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := browser.Open(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
+	p.Do("open the page", chromedp.Navigate("https://"+tf.tlsAddr+"/Thingworx/Composer/index.html"))
+	if got := p.Eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
+		t.Errorf("nextHopProtocol %q, want h2", got)
+	}
+	if got := p.Eval(`document.body.innerText`); !strings.Contains(got, "ok") {
+		t.Errorf("the page says %q, want the handler's answer", got)
+	}
+	if n := tf.requests.Load(); n == 0 {
+		t.Errorf("the handler was given no request")
 	}
 }
 
