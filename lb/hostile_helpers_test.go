@@ -45,34 +45,6 @@ func hostileEchoed(body []byte) map[string][]string {
 	return got
 }
 
-// hostileBadRequests returns fairlead_bad_requests_total by its code label, and the unlabelled series
-// (-1 if absent), from the admin /metrics.
-func hostileBadRequests(t testing.TB, l *LB) (byCode map[string]float64, unlabelled float64) {
-	t.Helper()
-	page := hostileAdminGet(t, l, "/metrics")
-	byCode, unlabelled = map[string]float64{}, -1
-	for _, ln := range strings.Split(page, "\n") {
-		rest, ok := strings.CutPrefix(ln, "fairlead_bad_requests_total")
-		if !ok {
-			continue
-		}
-		labels, value, _ := strings.Cut(rest, " ")
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		if labels == "" {
-			unlabelled = v
-			continue
-		}
-		if _, after, ok := strings.Cut(labels, `code="`); ok {
-			code, _, _ := strings.Cut(after, `"`)
-			byCode[code] += v
-		}
-	}
-	return byCode, unlabelled
-}
-
 // hostileAdminGet returns the body of GET path on the admin listener (200 required).
 func hostileAdminGet(t testing.TB, l *LB, path string) string {
 	t.Helper()

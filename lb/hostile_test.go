@@ -49,8 +49,11 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		}
 		return b.String() + "0\r\n\r\n"
 	}
-	before, _ := hostileBadRequests(t, l)
-	refused := map[string]float64{}
+	badRequests := func(code string) float64 { return hostileMetric(t, l, `fairlead_bad_requests_total{code="`+code+`"}`) }
+	before, refused := map[string]float64{}, map[string]float64{}
+	for _, code := range []string{"400", "405", "408", "413", "431", "505"} {
+		before[code] = badRequests(code)
+	}
 	f := func(name string, send func(c *frontendtest.Conn), want int, bodyBytes string) {
 		t.Helper()
 		n := u.requests.Load()
@@ -155,9 +158,8 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		t.Errorf("a valid request and an invalid one: the server received %d requests, want 1", d)
 	}
 	for code, want := range refused {
-		if !testkit.Within(time.Second, func() bool { after, _ := hostileBadRequests(t, l); return after[code]-before[code] == want }) {
-			after, _ := hostileBadRequests(t, l)
-			t.Errorf(`fairlead_bad_requests_total{code=%q} grew by %v, want %v`, code, after[code]-before[code], want)
+		if !testkit.Within(time.Second, func() bool { return badRequests(code)-before[code] == want }) {
+			t.Errorf(`fairlead_bad_requests_total{code=%q} grew by %v, want %v`, code, badRequests(code)-before[code], want)
 		}
 	}
 
@@ -381,74 +383,54 @@ func TestHostileBodyGoingBadAfterItWasForwardedIsAbortedUpstream(t *testing.T) {
 	}
 }
 
+// An invalid WebSocket upgrade gets fairlead's 400 (with Sec-WebSocket-Version: 13 for a version it does
+// not speak) and reaches no connection server; a valid one still works.
 func TestHostileInvalidWebSocketUpgradesGet400AndDialNoConnectionServer(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, ""))
-	upgrades := func() int64 {
-		var n int64
+	upgrades := func() (n int64) {
 		for _, s := range c.Connections {
 			n += s.Upgrades()
 		}
 		return n
 	}
 	before := upgrades()
-	upgrade := func(method, marker string, headers ...string) string {
-		h := "Host: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nX-Asset-Id: hostile\r\nX-Hostile-Case: " + marker + "\r\n"
-		for _, x := range headers {
-			h += x + "\r\n"
+	const key, version = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "Sec-WebSocket-Version: 13\r\n"
+	f := func(name, method, headers string, wantVersion bool) {
+		t.Helper()
+		// The marker shows whether the request reached a connection server's handler.
+		marker := strings.ReplaceAll(name, " ", "-")
+		r := frontendtest.AnswerTo(t, l.Addr(), method+" /Thingworx/WS HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"X-Asset-Id: hostile\r\nX-Hostile-Case: "+marker+"\r\n"+headers+"\r\n", frontendtest.AnswerWait)
+		if r.Status != 400 || r.Header.Get("X-Served-By") != "" {
+			t.Errorf("%s: got %s; want fairlead's 400", name, r)
 		}
-		return method + " /Thingworx/WS HTTP/1.1\r\n" + h + "\r\n"
+		if v := r.Header.Get("Sec-WebSocket-Version"); wantVersion && v != "13" {
+			t.Errorf("%s: the answer carries Sec-WebSocket-Version %q, want 13", name, v)
+		}
+		for _, s := range c.Connections {
+			if s.LastUpgradeHeaders().Get("X-Hostile-Case") == marker {
+				t.Errorf("%s: the upgrade request reached %s", name, s.Name)
+			}
+		}
 	}
-	const key, version = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"
-	cases := []struct {
-		name, method string
-		headers      []string
-		wantVersion  bool // the answer must carry Sec-WebSocket-Version: 13
-	}{
-		{"no Sec-WebSocket-Key", "GET", []string{version}, false},
-		{"Sec-WebSocket-Key not base64 of 16 bytes", "GET", []string{"Sec-WebSocket-Key: abc", version}, false},
-		{"no Sec-WebSocket-Version", "GET", []string{key}, false},
-		{"Sec-WebSocket-Version 8", "GET", []string{key, "Sec-WebSocket-Version: 8"}, true},
-		{"POST upgrade", "POST", []string{key, version, "Content-Length: 0"}, false},
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			// The marker shows whether the request reached a connection server's handler.
-			marker := "case-" + strconv.Itoa(i)
-			r := frontendtest.AnswerTo(t, l.Addr(), upgrade(tc.method, marker, tc.headers...), frontendtest.AnswerWait)
-			if r.Status != 400 {
-				t.Errorf("got %s; want 400", r)
-			}
-			if tc.wantVersion && r.Header.Get("Sec-WebSocket-Version") != "13" {
-				t.Errorf("the answer carries Sec-WebSocket-Version %q, want 13", r.Header.Get("Sec-WebSocket-Version"))
-			}
-			if by := r.Header.Get("X-Served-By"); by != "" {
-				t.Errorf("the answer came from %s: the upgrade was forwarded", by)
-			}
-			for _, s := range c.Connections {
-				if s.LastUpgradeHeaders().Get("X-Hostile-Case") == marker {
-					t.Errorf("the upgrade request reached %s", s.Name)
-				}
-			}
-		})
-	}
+	f("no Sec-WebSocket-Key", "GET", version, false)
+	f("Sec-WebSocket-Key not base64 of 16 bytes", "GET", "Sec-WebSocket-Key: abc\r\n"+version, false)
+	f("no Sec-WebSocket-Version", "GET", key, false)
+	f("Sec-WebSocket-Version 8", "GET", key+"Sec-WebSocket-Version: 8\r\n", true)
+	f("POST upgrade", "POST", key+version+"Content-Length: 0\r\n", false)
 	if n := upgrades() - before; n != 0 {
 		t.Errorf("the connection servers upgraded %d of the invalid requests", n)
 	}
-	t.Run("a valid upgrade still works", func(t *testing.T) {
-		conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("hostile-ok"))
-		defer conn.Close()
-		if !strings.HasPrefix(by, "cx") {
-			t.Errorf("upgraded by %q, want a connection server", by)
-		}
-		conn.SetReadDeadline(time.Now().Add(frontendtest.AnswerWait)) //nolint:errcheck
-		if err := conn.WriteMessage(websocket.TextMessage, []byte("ping")); err != nil {
-			t.Fatal(err)
-		}
-		if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "ping" {
-			t.Fatalf("echo: %q, %v", msg, err)
-		}
-	})
+	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("hostile-ok"))
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(frontendtest.AnswerWait)) //nolint:errcheck
+	if err := conn.WriteMessage(websocket.TextMessage, []byte("ping")); err != nil || !strings.HasPrefix(by, "cx") {
+		t.Fatalf("a valid upgrade: upgraded by %q (want a connection server), %v", by, err)
+	}
+	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "ping" {
+		t.Fatalf("a valid upgrade's echo: %q, %v", msg, err)
+	}
 }
 
 func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
