@@ -24,8 +24,8 @@ import (
 )
 
 // HTTP/2 on the TLS listener (h2.go, h2conn.go), against a trivial handler (server_test.go): the
-// connection's rules, its frames, flow control, HPACK's limits, malformed streams and the checks of
-// :authority and :path. What the handler is given counts: a refused stream is never handed to it, so
+// connection's rules, its frames, flow control, HPACK's limits, malformed streams, the checks of
+// :authority and :path, and a browser's page over h2. What the handler is given counts: a refused stream is never handed to it, so
 // never forwarded by lb (whose whole-path tests check it with a recording server).
 
 func TestH2AGoClientOfferingH2GetsHTTP2AndAnHTTP11ClientHTTP11(t *testing.T) {
