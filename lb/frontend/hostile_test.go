@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
+	"golang.org/x/net/http2"
 )
 
 // Hostile input against the front end with a trivial handler (server_test.go): every test sends raw
@@ -563,5 +565,98 @@ func TestHostileATargetInNoFormOfRFC9112Gets400(t *testing.T) {
 	}
 	for _, raw := range []string{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "GET http://a/raw/x HTTP/1.1\r\nHost: a\r\n\r\n", "GET HTTPS://a/raw/y HTTP/1.1\r\nHost: a\r\n\r\n"} {
 		hostileCase{name: raw, raw: raw, want: []int{200}, handled: 1}.run(t, tf)
+	}
+}
+
+// Every refusal is recorded for the access log as it was (OnRefused; lb writes the line:
+// TestRefusalsAreLoggedAsTheyWere): the method and path the client sent (never the query string), the
+// status (or, for an HTTP/2 stream reset without an answer, its code), the reason, the real duration
+// and the protocol: HTTP/1.1 refused by the framer in the read that brought it or in a later one, a
+// request line that is not one (neither its "method" nor its "path" kept), and each refused HTTP/2
+// stream. None is handled.
+func TestRefusalsAreRecordedAsTheyWere(t *testing.T) {
+	var mu sync.Mutex
+	var recs []RefusedRequest
+	tf := startFront(t, frontOptions{lim: Limits{HeaderTimeout: 300 * time.Millisecond, MaxHeader: 2048}, onRefused: func(r *RefusedRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		recs = append(recs, *r)
+	}})
+	records := func() []RefusedRequest { mu.Lock(); defer mu.Unlock(); return slices.Clone(recs) }
+	f := func(path, proto string, want RefusedRequest, minTook, maxTook time.Duration) {
+		t.Helper()
+		var got RefusedRequest
+		testkit.Eventually(t, "the record of "+path, 5*time.Second, func() bool {
+			for _, r := range records() {
+				if r.Path == path && r.Proto == proto {
+					got = r
+					return true
+				}
+			}
+			return false
+		})
+		took := got.Took
+		got.Client, got.Took, want.Path, want.Proto = nil, 0, path, proto
+		if want.Reason == "" { // not checked
+			got.Reason = ""
+		}
+		if got != want || took < minTook || took > maxTook {
+			t.Errorf("%s over %s: %+v after %s; want %+v after %s to %s", path, proto, got, took, want, minTook, maxTook)
+		}
+	}
+	// HTTP/1.1, refused in the read that brought it.
+	frontendtest.Request(t, tf.addr, "POST /abc?appKey=s3cret HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+	f("/abc", "http/1.1", RefusedRequest{Method: "POST", Status: 400, Reason: "Content-Length with Transfer-Encoding"}, 0, time.Second)
+	// Refused in a later read than its request line's: a head that stops arriving (408).
+	c := frontendtest.Dial(t, tf.addr)
+	c.WriteRaw("GET /slow HTTP/1.1\r\nHost: x\r\n") //nolint:errcheck
+	if r := c.AnswerAndClose(); r.Status != 408 {
+		t.Fatalf("a head that stops arriving: %s, want 408", r)
+	}
+	f("/slow", "http/1.1", RefusedRequest{Method: "GET", Status: 408}, 300*time.Millisecond, 10*time.Second)
+	// A request line that is not one: neither its "method" nor its "path" is kept.
+	for _, line := range []string{"Cookie: s3cret=1\r\n\r\n", "Authorization Basic s3cret\r\n\r\n"} {
+		frontendtest.Request(t, tf.addr, line)
+	}
+	testkit.Eventually(t, "the records of the two non-request lines", 5*time.Second, func() bool {
+		n := 0
+		for _, r := range records() {
+			if r.Status == 400 && r.Path == "" && r.Proto == "http/1.1" {
+				n++
+			}
+		}
+		return n == 2
+	})
+
+	// HTTP/2: a malformed stream (reset), a head over max_header_size (431), a content-length the DATA
+	// does not agree with (reset after the request was read), each recorded.
+	r := tf.dialH2(t)
+	r.Headers(1, true, append(get(tf.tlsAddr, "/raw/malformed?appKey=s3cret"), "connection", "close")...)
+	if got := r.Result(1); got.Reset != "PROTOCOL_ERROR" {
+		t.Fatalf("a connection-specific field: %s", got)
+	}
+	f("/raw/malformed", "h2", RefusedRequest{Method: "GET", Reset: "PROTOCOL_ERROR", Reason: "a connection-specific field"}, 0, time.Second)
+	r.Headers(3, true, append(get(tf.tlsAddr, "/raw/big"), "x-big", strings.Repeat("b", 3000))...)
+	if got := r.Result(3); got.Status != "431" {
+		t.Fatalf("a head over max_header_size: %s", got)
+	}
+	f("/raw/big", "h2", RefusedRequest{Method: "GET", Status: 431, Reason: "request header fields too large"}, 0, time.Second)
+	block := r.Block(":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/raw/cl", "content-length", "0")
+	r.InOneWrite(func(fr *http2.Framer) {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: block, EndHeaders: true}) //nolint:errcheck
+		fr.WriteData(5, true, []byte("GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"))                    //nolint:errcheck
+	})
+	if got := r.Result(5); got.Reset != "PROTOCOL_ERROR" {
+		t.Fatalf("content-length 0 and DATA: %s", got)
+	}
+	f("/raw/cl", "h2", RefusedRequest{Method: "POST", Reset: "PROTOCOL_ERROR", Reason: "content-length and DATA disagree"}, 0, time.Second)
+
+	if n := tf.requests.Load(); n != 0 {
+		t.Errorf("the handler was given %d requests, want none", n)
+	}
+	for _, r := range records() {
+		if strings.Contains(fmt.Sprintf("%+v", r), "s3cret") {
+			t.Errorf("a query string or a non-request line reached a record: %+v", r)
+		}
 	}
 }

@@ -36,6 +36,7 @@ type frontOptions struct {
 	maxConns                 int
 	maxStreams               uint32 // http2_max_streams (default 100)
 	log                      *slog.Logger
+	onRefused                func(*RefusedRequest) // Front.OnRefused
 }
 
 // testFront is a running front end with a trivial handler.
@@ -82,6 +83,7 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 		t.Fatal(err)
 	}
 	tf := &testFront{f: New(o.lim, o.log), ca: ca}
+	tf.f.OnRefused = o.onRefused
 	maxBody := int(^uint(0) >> 1)
 	if o.lim.MaxBody > 0 {
 		maxBody = int(o.lim.MaxBody)
