@@ -26,7 +26,7 @@ import (
 // X-Forwarded-Proto https; no hop-by-hop field (nor those Connection names) but every end-to-end one.
 // An upgrade on a route without websocket goes as a plain request (no Upgrade, no Connection), upgrades
 // nothing, and fairlead closes its connection after the answer.
-func TestTheServerSeesTheRequestWithoutHopByHopFieldsAndWithXForwarded(t *testing.T) {
+func TestProxyPassesARequestOnWithoutHopByHopFieldsAndWithXForwarded(t *testing.T) {
 	fr := startRawFront(t, hostileRecordBody, "")
 	trusted, _ := startLB(t, hostileFiles(platformConfig(fr.c, "", ""), map[string]string{"30-trusted.toml": "[frontend]\ntrusted_proxies = [\"127.0.0.0/8\"]\n"}))
 	f := func(name string, status int, servedBy, body string, want map[string]string, absent ...string) {
@@ -88,7 +88,7 @@ func TestTheServerSeesTheRequestWithoutHopByHopFieldsAndWithXForwarded(t *testin
 // 101 gets 502. A server that never answers gets the request once, and the client its 504 after one
 // response_timeout: the upstream client does not retry an idempotent request after a timeout (it used
 // to, five times).
-func TestAServersAnswerIsRelayedAsAProxyMust(t *testing.T) {
+func TestProxyRelaysAServersAnswerAsAProxyMust(t *testing.T) {
 	const sent = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Internal\r\nX-Internal: 1\r\n" +
 		"Keep-Alive: timeout=5\r\nProxy-Authenticate: x\r\nX-Visible: yes\r\n\r\nok"
 	up101 := startHostileUpstream(t, hostileAnswerWith("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", true))

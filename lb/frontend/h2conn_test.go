@@ -61,7 +61,7 @@ func TestH2AGoClientOfferingH2GetsHTTP2AndAnHTTP11ClientHTTP11(t *testing.T) {
 }
 
 // Chromium loads a page from the front end over HTTP/2 (it was lb's test of a page proxied to the
-// leader; what the leader sees of an HTTP/2 request is lb's TestTheServerSeesTheRequestWithoutHopByHopFieldsAndWithXForwarded).
+// leader; what the leader sees of an HTTP/2 request is lb's TestProxyPassesARequestOnWithoutHopByHopFieldsAndWithXForwarded).
 func TestH2ChromiumLoadsAPageOverH2(t *testing.T) {
 	tf := startFront(t, frontOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
