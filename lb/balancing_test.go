@@ -2,7 +2,6 @@ package lb
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,7 +15,6 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/admin"
-	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -1030,71 +1028,10 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 	}
 }
 
-// loadConfigNoPanic is config.Load, with a panic turned into a test failure so that the other tests
-// still run (a [pools.NAME.names] table once made config.Load panic, which killed the test binary).
-func loadConfigNoPanic(t *testing.T, dir string) (cfg *config.Config, err error) {
-	t.Helper()
-	defer func() {
-		if r := recover(); r != nil {
-			t.Fatalf("config.Load panicked: %v", r)
-		}
-	}()
-	return config.Load(dir)
-}
-
-func TestConfigErrorsOfTheBalancingKeysNameTheFileAndTheKey(t *testing.T) {
-	f := func(name, extra string, want ...string) {
-		t.Helper()
-		t.Run(name, func(t *testing.T) {
-			dir := testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-bad.toml": extra})
-			_, err := loadConfigNoPanic(t, dir)
-			var ce *config.Error
-			if !errors.As(err, &ce) {
-				t.Fatalf("got %v, want a *config.Error", err)
-			}
-			for _, w := range want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-		})
-	}
-	const rr = "[pools.platform]\nbalance = \"roundrobin\"\n"
-	f("negative high_watermark", rr+"high_watermark = -1\n",
-		"20-bad.toml: pools.platform.high_watermark: must not be negative")
-	f("negative high_watermark_bytes", rr+"high_watermark_bytes = -1\n",
-		"20-bad.toml: pools.platform.high_watermark_bytes: must not be negative")
-	f("multipart_header on a leader pool", "[pools.platform]\nmultipart_header = \"X-Multipart-Id\"\n",
-		"20-bad.toml: pools.platform.multipart_header: only for balance = \"roundrobin\"")
-	f("high_watermark on a sticky pool", "[pools.platform]\nbalance = \"sticky\"\nhigh_watermark = 5\n",
-		"20-bad.toml: pools.platform.high_watermark: only for balance = \"roundrobin\"")
-	f("bad multipart_header", rr+"multipart_header = \"X Multipart\"\n",
-		"20-bad.toml: pools.platform.multipart_header: bad header name")
-	f("multipart_ttl without multipart_header", rr+"multipart_ttl = \"1m\"\n",
-		"20-bad.toml: pools.platform.multipart_ttl: needs multipart_header")
-	f("a backup that is also a primary", "[pools.platform]\nbackups = [\"127.0.0.1:9081\"]\n",
-		"20-bad.toml: pools.platform.backups.0: backup \"127.0.0.1:9081\" is also a primary")
-	f("failback_interval without backups", "[pools.platform]\nfailback_interval = \"5s\"\n",
-		"20-bad.toml: pools.platform.failback_interval: needs backups")
-	f("failback_close_tunnels on a leader pool", "[pools.platform]\nbackups = [\"127.0.0.1:9083\"]\nfailback_close_tunnels = true\n",
-		"20-bad.toml: pools.platform.failback_close_tunnels: not for balance = \"leader\"")
-	f("failback_close_spread without failback_close_tunnels", rr+"backups = [\"127.0.0.1:9083\"]\nfailback_close_spread = \"1s\"\n",
-		"20-bad.toml: pools.platform.failback_close_spread: needs failback_close_tunnels")
-	f("unavailable_status not an error", rr+"unavailable_status = 302\n",
-		"20-bad.toml: pools.platform.unavailable_status: must be a 4xx or 5xx status")
-	f("a name for an unknown address", "[pools.platform.names]\n\"127.0.0.1:9999\" = \"ghost\"\n",
-		"20-bad.toml: pools.platform.names.\"127.0.0.1:9999\": \"127.0.0.1:9999\" is not a server or backup of the pool")
-	f("several at once", rr+"high_watermark = -1\nfailback_interval = \"5s\"\n",
-		"pools.platform.high_watermark: must not be negative", "pools.platform.failback_interval: needs backups")
-}
-
 func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 	c := startReadyCluster(t, 2)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	files := balConfig(c.Platforms, nil, fmt.Sprintf("[pools.platform.names]\n%q = \"platform-a\"\n", p1.Addr))
-	if _, err := loadConfigNoPanic(t, testkit.WriteFiles(t, files)); err != nil {
-		t.Fatal(err)
-	}
 	l, logs := startLB(t, files)
 	mustServe(t, "request 1", balDo(l, "GET", "/", nil, ""), p1.Name)
 	mustServe(t, "request 2", balDo(l, "GET", "/", nil, ""), p2.Name)

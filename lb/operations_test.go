@@ -131,67 +131,6 @@ func opWantState(t *testing.T, l *LB, auth, pool, addr, state, adminState string
 	t.Fatalf("/api/status does not list %s in pool %s", addr, pool)
 }
 
-func TestAdminConfigRequiresCredentialsOffLoopbackAndNeverShowsThem(t *testing.T) {
-	const token, password = "tok-Q7-never-shown", "pw-Z3-never-shown"
-	tokenFile, passwordFile := opSecret(t, token), opSecret(t, password)
-	load := func(admin string) (*config.Config, error) {
-		t.Helper()
-		return loadConfigNoPanic(t, testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig, "20-admin.toml": admin}))
-	}
-	noSecret := func(err error) {
-		t.Helper()
-		if err != nil && (strings.Contains(err.Error(), token) || strings.Contains(err.Error(), password)) {
-			t.Errorf("an error shows a secret: %v", err)
-		}
-	}
-	wantErr := func(name, admin string, want ...string) {
-		t.Helper()
-		_, err := load(admin)
-		if err == nil {
-			t.Errorf("%s: loaded, want an error", name)
-			return
-		}
-		noSecret(err)
-		for _, w := range want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not contain %q", name, err, w)
-			}
-		}
-	}
-	for _, listen := range []string{"0.0.0.0:0", ":8404", "[::]:0", "192.0.2.1:8404"} {
-		wantErr("listen "+listen+" without credentials", fmt.Sprintf("[admin]\nlisten = %q\n", listen),
-			"20-admin.toml", "admin.listen", listen)
-	}
-	for _, admin := range []string{
-		fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\ntoken_file = %q\n", tokenFile),
-		fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\nuser = \"ops\"\npassword_file = %q\n", passwordFile),
-		"[admin]\nlisten = \"localhost:0\"\n",
-		"[admin]\nlisten = \"[::1]:0\"\n",
-	} {
-		cfg, err := load(admin)
-		if err != nil {
-			t.Errorf("%q: %v", admin, err)
-			continue
-		}
-		if cfg.AdminToken != "" && cfg.AdminToken != token {
-			t.Errorf("the token was read as %q", cfg.AdminToken)
-		}
-		if cfg.AdminPassword != "" && cfg.AdminPassword != password {
-			t.Errorf("the password was read as %q", cfg.AdminPassword)
-		}
-	}
-	wantErr("user without password_file", "[admin]\nuser = \"ops\"\n", "20-admin.toml", "admin.user")
-	wantErr("password_file without user", fmt.Sprintf("[admin]\npassword_file = %q\n", passwordFile), "admin.user")
-	missing := filepath.Join(t.TempDir(), "no-such-token")
-	wantErr("unreadable token_file", fmt.Sprintf("[admin]\ntoken_file = %q\n", missing), "20-admin.toml", "admin.token_file")
-	wantErr("token_file a directory", fmt.Sprintf("[admin]\ntoken_file = %q\n", t.TempDir()), "admin.token_file")
-	wantErr("empty token_file", fmt.Sprintf("[admin]\ntoken_file = %q\n", opSecret(t, "  ")), "admin.token_file")
-	wantErr("unreadable password_file", fmt.Sprintf("[admin]\nuser = \"ops\"\npassword_file = %q\n", missing), "admin.password_file")
-	// Other problems of a config with readable secrets do not show them either.
-	wantErr("bad user with secrets", fmt.Sprintf("[admin]\nlisten = \"0.0.0.0:0\"\ntoken_file = %q\nuser = \"o:ps\"\npassword_file = %q\n[frontend]\nlisen = 1\n",
-		tokenFile, passwordFile), "admin.user", "frontend.lisen")
-}
-
 func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	files := cxConfig(c, "")
