@@ -72,132 +72,9 @@ func balConfig(servers, backups []*sim.Platform, extra string) map[string]string
 	return files
 }
 
-// reply is what a client got for one request.
-type reply struct {
-	status int
-	by     string // X-Served-By
-	header http.Header
-	body   string
-	err    error
-}
-
-func (r reply) String() string {
-	if r.err != nil {
-		return "error: " + r.err.Error()
-	}
-	return fmt.Sprintf("%d from %q (%q)", r.status, r.by, strings.TrimSpace(r.body))
-}
-
-// balDo sends one request to fairlead with testClient; a non-empty body is sent with a Content-Length.
-func balDo(l *LB, method, path string, h http.Header, body string) reply {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://"+l.Addr()+path, rd)
-	if err != nil {
-		return reply{err: err}
-	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		return reply{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, by: resp.Header.Get("X-Served-By"), header: resp.Header, body: string(b), err: err}
-}
-
-// inBackground sends the request in its own goroutine; the reply arrives on the channel.
-func inBackground(l *LB, method, path string, h http.Header, body string) <-chan reply {
-	ch := make(chan reply, 1)
-	go func() { ch <- balDo(l, method, path, h, body) }()
-	return ch
-}
-
-// replied reports whether a background request has its reply (without waiting for it).
-func replied(ch <-chan reply) bool { return len(ch) > 0 }
-
-// awaitReply waits for a background reply (bounded by the test client's timeout).
-func awaitReply(t *testing.T, ch <-chan reply) reply {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(hang):
-		t.Fatalf("no reply after %s", hang)
-		return reply{}
-	}
-}
-
-// mustServe fails the test unless the reply is a 200 from want ("" for any server) and returns the
-// server's name.
-func mustServe(t *testing.T, what string, r reply, want string) string {
-	t.Helper()
-	if r.err != nil || r.status != 200 || want != "" && r.by != want {
-		w := want
-		if w == "" {
-			w = "any server"
-		}
-		t.Fatalf("%s: got %s, want 200 from %s", what, r, w)
-	}
-	return r.by
-}
-
 // sendChunk sends one part of multi-part upload id (a POST with a body).
 func sendChunk(l *LB, id, path string, n int) reply {
-	return balDo(l, "POST", path, http.Header{"X-Multipart-Id": {id}}, fmt.Sprintf("%s part %d %s", id, n, strings.Repeat("x", 100)))
-}
-
-// poolStatus returns the /status entry of pool.
-func poolStatus(t *testing.T, l *LB, pool string) admin.PoolStatus {
-	t.Helper()
-	for _, p := range l.Status().Pools {
-		if p.Name == pool {
-			return p
-		}
-	}
-	t.Fatalf("/status does not list pool %s", pool)
-	return admin.PoolStatus{}
-}
-
-// scrapeMetrics returns the text of GET /metrics on the admin listener.
-func scrapeMetrics(t *testing.T, l *LB) string {
-	t.Helper()
-	resp, err := testClient.Get("http://" + l.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
-	}
-	return string(b)
-}
-
-// wantMetrics fails the test unless /metrics has every line of want, exactly.
-func wantMetrics(t *testing.T, l *LB, want ...string) {
-	t.Helper()
-	text := scrapeMetrics(t, l)
-	lines := map[string]bool{}
-	for _, ln := range strings.Split(text, "\n") {
-		lines[ln] = true
-	}
-	for _, w := range want {
-		if !lines[w] {
-			name, _, _ := strings.Cut(w, "{")
-			var near []string
-			for _, ln := range strings.Split(text, "\n") {
-				if strings.HasPrefix(ln, name) {
-					near = append(near, ln)
-				}
-			}
-			t.Errorf("/metrics has no line %q; lines of %s:\n%s", w, name, strings.Join(near, "\n"))
-		}
-	}
+	return request(l, "POST", path, fmt.Sprintf("%s part %d %s", id, n, strings.Repeat("x", 100)), "X-Multipart-Id", id)
 }
 
 // platformLabels is how /metrics labels a server of pool "platform".
@@ -264,7 +141,7 @@ func TestRoundRobinVisitsTheServersInConfigOrderAndSplitsConcurrentRequestsEvenl
 
 	// One client, one request after the other: platform1 platform2 platform3, over and over.
 	for i := 0; i < 12; i++ {
-		mustServe(t, fmt.Sprintf("request %d", i+1), balDo(l, "GET", "/Thingworx/Things", nil, ""), ps[i%3].Name)
+		mustServe(t, fmt.Sprintf("request %d", i+1), request(l, "GET", "/Thingworx/Things", ""), ps[i%3].Name)
 	}
 	for _, p := range ps {
 		if n := p.Requests(); n != 4 {
@@ -300,17 +177,17 @@ func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *te
 	testkit.Eventually(t, "platform2 to be down", hang, func() bool { return !serverAvailable(l, "platform", p2.Addr) })
 	before := p2.Requests()
 	for i := 0; i < 6; i++ {
-		mustServe(t, fmt.Sprintf("request %d with platform2 down", i+1), balDo(l, "GET", "/", nil, ""), "")
+		mustServe(t, fmt.Sprintf("request %d with platform2 down", i+1), request(l, "GET", "/", ""), "")
 	}
 	if n := p2.Requests() - before; n != 0 {
 		t.Fatalf("platform2, not connected, received %d requests", n)
 	}
 	// The cycle goes on after the server chosen: platform1 and platform3 alternate.
-	first := mustServe(t, "request", balDo(l, "GET", "/", nil, ""), "")
+	first := mustServe(t, "request", request(l, "GET", "/", ""), "")
 	other := map[string]string{p1.Name: p3.Name, p3.Name: p1.Name}[first]
 	for i := 0; i < 4; i++ {
 		first, other = other, first
-		mustServe(t, "alternating request", balDo(l, "GET", "/", nil, ""), first)
+		mustServe(t, "alternating request", request(l, "GET", "/", ""), first)
 	}
 
 	// Back after rise passing checks: the three take turns again.
@@ -318,7 +195,7 @@ func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *te
 	testkit.Eventually(t, "platform2 to be up", hang, func() bool { return serverAvailable(l, "platform", p2.Addr) })
 	seen := map[string]int{}
 	for i := 0; i < 9; i++ {
-		seen[mustServe(t, "request with platform2 back", balDo(l, "GET", "/", nil, ""), "")]++
+		seen[mustServe(t, "request with platform2 back", request(l, "GET", "/", ""), "")]++
 	}
 	for _, p := range c.Platforms {
 		if seen[p.Name] != 3 {
@@ -332,22 +209,10 @@ func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *te
 func streamInBackground(l *LB, path string) (<-chan reply, *io.PipeWriter) {
 	pr, pw := io.Pipe()
 	ch := make(chan reply, 1)
-	req, err := http.NewRequest("POST", "http://"+l.Addr()+path, pr)
-	if err != nil {
-		ch <- reply{err: err}
-		return ch, pw
-	}
-	req.ContentLength = -1 // chunked
 	go func() {
-		resp, err := testClient.Do(req)
-		if err != nil {
-			pr.CloseWithError(err)
-			ch <- reply{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		ch <- reply{status: resp.StatusCode, by: resp.Header.Get("X-Served-By"), header: resp.Header, body: string(b), err: err}
+		r := replyOf(testClient.Post("http://"+l.Addr()+path, "application/octet-stream", pr)) // no length: chunked
+		pr.CloseWithError(r.err)
+		ch <- r
 	}()
 	return ch, pw
 }
@@ -365,7 +230,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 		name:  "high_watermark",
 		extra: "[pools.platform]\nhigh_watermark = 1\n",
 		hold: func(t *testing.T, l *LB) (<-chan reply, func()) {
-			return inBackground(l, "GET", "/slow?delay=1500ms", nil, ""), func() {}
+			return inBackground(l, "GET", "/slow?delay=1500ms", ""), func() {}
 		},
 		inFlight: 1,
 		check: func(t *testing.T, st admin.PoolStatus) {
@@ -377,7 +242,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 		name:  "high_watermark_bytes with a Content-Length",
 		extra: "[pools.platform]\nhigh_watermark_bytes = 1000\n",
 		hold: func(t *testing.T, l *LB) (<-chan reply, func()) {
-			return inBackground(l, "POST", "/slow?delay=1500ms", nil, strings.Repeat("b", 4000)), func() {}
+			return inBackground(l, "POST", "/slow?delay=1500ms", strings.Repeat("b", 4000)), func() {}
 		},
 		inFlight: 1, inFlightBytes: 4000,
 		check: func(t *testing.T, st admin.PoolStatus) {
@@ -410,7 +275,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 
 			// Quick requests skip platform1 while it is past its watermark; the cycle goes on.
 			for i, want := range []*sim.Platform{p2, p3, p2, p3, p2, p3} {
-				mustServe(t, fmt.Sprintf("quick request %d", i+1), balDo(l, "GET", "/quick", nil, ""), want.Name)
+				mustServe(t, fmt.Sprintf("quick request %d", i+1), request(l, "GET", "/quick", ""), want.Name)
 			}
 			st := poolStatus(t, l, "platform")
 			ss := mustServerStatus(t, l, "platform", p1.Addr)
@@ -446,7 +311,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 					ss.Writable, ss.InFlight, ss.InFlightBytes)
 			}
 			for i, want := range []*sim.Platform{p1, p2, p3, p1} {
-				mustServe(t, fmt.Sprintf("request %d after the held one", i+1), balDo(l, "GET", "/quick", nil, ""), want.Name)
+				mustServe(t, fmt.Sprintf("request %d after the held one", i+1), request(l, "GET", "/quick", ""), want.Name)
 			}
 		})
 	}
@@ -512,17 +377,17 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 			l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nhigh_watermark = 1\nqueue_timeout = \"300ms\"\n"+tc.extra))
 
 			// One slow request on each server: neither is writable.
-			slow1 := inBackground(l, "GET", "/slow?delay=1500ms", nil, "")
+			slow1 := inBackground(l, "GET", "/slow?delay=1500ms", "")
 			testkit.Eventually(t, "the first slow request on platform1", hang, func() bool {
 				return mustServerStatus(t, l, "platform", p1.Addr).InFlight == 1
 			})
-			slow2 := inBackground(l, "GET", "/slow?delay=1500ms", nil, "")
+			slow2 := inBackground(l, "GET", "/slow?delay=1500ms", "")
 			testkit.Eventually(t, "the second slow request on platform2", hang, func() bool {
 				return mustServerStatus(t, l, "platform", p2.Addr).InFlight == 1 && p1.Requests() == 1 && p2.Requests() == 1
 			})
 
 			start := time.Now()
-			r := balDo(l, "GET", "/quick", nil, "")
+			r := request(l, "GET", "/quick", "")
 			waited := time.Since(start)
 			if replied(slow1) || replied(slow2) {
 				t.Fatal("a slow request ended before the third one was answered: the test cannot tell")
@@ -560,7 +425,7 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 		})
 		before := requestCounts(c.Platforms)
 		start := time.Now()
-		r := balDo(l, "GET", "/", nil, "")
+		r := request(l, "GET", "/", "")
 		if r.err != nil || r.status != 503 || r.header.Get("Retry-After") == "" {
 			t.Fatalf("request with every server down: got %s (Retry-After %q), want 503 with Retry-After", r, r.header.Get("Retry-After"))
 		}
@@ -575,15 +440,15 @@ func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *test
 		p1, p2 := c.Platforms[0], c.Platforms[1]
 		l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nhigh_watermark = 1\nqueue_timeout = \"5s\"\n"))
 
-		slow1 := inBackground(l, "GET", "/slow?delay=1s", nil, "")
+		slow1 := inBackground(l, "GET", "/slow?delay=1s", "")
 		testkit.Eventually(t, "the first slow request on platform1", hang, func() bool {
 			return mustServerStatus(t, l, "platform", p1.Addr).InFlight == 1
 		})
-		slow2 := inBackground(l, "GET", "/slow?delay=2s", nil, "")
+		slow2 := inBackground(l, "GET", "/slow?delay=2s", "")
 		testkit.Eventually(t, "the second slow request on platform2", hang, func() bool {
 			return mustServerStatus(t, l, "platform", p2.Addr).InFlight == 1
 		})
-		waiting := inBackground(l, "GET", "/quick", nil, "")
+		waiting := inBackground(l, "GET", "/quick", "")
 		testkit.Eventually(t, "the third request to wait", hang, func() bool {
 			if replied(waiting) {
 				t.Fatalf("the third request was answered before it was seen waiting: %s", <-waiting)
@@ -617,7 +482,7 @@ func TestMultipartChunksStayOnTheirServerAndFailWith502WhenItIsNotConnectedOrNot
 		t.Fatalf("platform1 read %s body bytes of the chunk, want %s", got, want)
 	}
 	for i, want := range []*sim.Platform{p2, p3, p1, p2, p3} {
-		mustServe(t, fmt.Sprintf("plain request %d", i+1), balDo(l, "GET", "/Thingworx/Things", nil, ""), want.Name)
+		mustServe(t, fmt.Sprintf("plain request %d", i+1), request(l, "GET", "/Thingworx/Things", ""), want.Name)
 		mustServe(t, fmt.Sprintf("chunk %d of upload-A", i+2), sendChunk(l, "upload-A", "/Thingworx/FileRepositories/upload", i+2), home)
 	}
 
@@ -706,7 +571,7 @@ func TestMultipartChunksStayOnTheirServerAndFailWith502WhenItIsNotConnectedOrNot
 	// A plain request meanwhile skips both platform1 (down) and upload-E's server (past its watermark).
 	for _, p := range ps {
 		if p != p1 && p != eServer {
-			mustServe(t, "plain request", balDo(l, "GET", "/", nil, ""), p.Name)
+			mustServe(t, "plain request", request(l, "GET", "/", ""), p.Name)
 		}
 	}
 	if st := poolStatus(t, l, "platform"); st.PinFailures != 2 {
@@ -746,8 +611,8 @@ func TestTheCycleAndThePinsSurviveAReloadAndAChunkPinnedToARemovedServerFailsWit
 	const mp = "[pools.platform]\nmultipart_header = \"X-Multipart-Id\"\n"
 	l, _ := startLB(t, balConfig(ps, nil, mp))
 
-	mustServe(t, "plain request 1", balDo(l, "GET", "/", nil, ""), p1.Name)
-	mustServe(t, "plain request 2", balDo(l, "GET", "/", nil, ""), p2.Name)
+	mustServe(t, "plain request 1", request(l, "GET", "/", ""), p1.Name)
+	mustServe(t, "plain request 2", request(l, "GET", "/", ""), p2.Name)
 	mustServe(t, "x#1", sendChunk(l, "x", "/upload", 1), p3.Name)
 	mustServe(t, "y#1", sendChunk(l, "y", "/upload", 1), p1.Name)
 
@@ -756,7 +621,7 @@ func TestTheCycleAndThePinsSurviveAReloadAndAChunkPinnedToARemovedServerFailsWit
 	if st := poolStatus(t, l, "platform"); st.HighWatermark != 5 || st.Pins != 2 {
 		t.Fatalf("/status after the reload: high_watermark %d pins %d, want 5 and 2", st.HighWatermark, st.Pins)
 	}
-	mustServe(t, "plain request after the reload", balDo(l, "GET", "/", nil, ""), p2.Name)
+	mustServe(t, "plain request after the reload", request(l, "GET", "/", ""), p2.Name)
 	mustServe(t, "x#2 after the reload", sendChunk(l, "x", "/upload", 2), p3.Name)
 	mustServe(t, "y#2 after the reload", sendChunk(l, "y", "/upload", 2), p1.Name)
 
@@ -800,12 +665,12 @@ rise = 2
 
 	// While a primary is up, no request reaches the backups, although they are up.
 	for i := 0; i < 10; i++ {
-		mustServe(t, "request", balDo(l, "GET", "/", nil, ""), []*sim.Platform{p1, p2}[i%2].Name)
+		mustServe(t, "request", request(l, "GET", "/", ""), []*sim.Platform{p1, p2}[i%2].Name)
 	}
 	mustSetState(t, p1, sim.Dead)
 	testkit.Eventually(t, "platform1 to be down", hang, func() bool { return !serverAvailable(l, "platform", p1.Addr) })
 	for i := 0; i < 4; i++ {
-		mustServe(t, "request with one primary left", balDo(l, "GET", "/", nil, ""), p2.Name)
+		mustServe(t, "request with one primary left", request(l, "GET", "/", ""), p2.Name)
 	}
 	if n := onBackups(); n != 0 {
 		t.Fatalf("the backups received %d requests while a primary was up", n)
@@ -818,7 +683,7 @@ rise = 2
 	mustSetState(t, p2, sim.Dead)
 	testkit.Eventually(t, "the backups to serve", hang, func() bool { return poolStatus(t, l, "platform").Serving == "backups" })
 	for i := 0; i < 6; i++ {
-		mustServe(t, "request on the backups", balDo(l, "GET", "/", nil, ""), []*sim.Platform{p3, p4}[i%2].Name)
+		mustServe(t, "request on the backups", request(l, "GET", "/", ""), []*sim.Platform{p3, p4}[i%2].Name)
 	}
 	if st := poolStatus(t, l, "platform"); st.Failovers != 1 || st.Failbacks != 0 {
 		t.Fatalf("/status after the failover: failovers %d failbacks %d, want 1 and 0", st.Failovers, st.Failbacks)
@@ -845,7 +710,7 @@ rise = 2
 	}
 	before := onBackups()
 	for i := 0; i < 6; i++ {
-		mustServe(t, "request after the failback", balDo(l, "GET", "/", nil, ""), p1.Name)
+		mustServe(t, "request after the failback", request(l, "GET", "/", ""), p1.Name)
 	}
 	if n := onBackups() - before; n != 0 {
 		t.Fatalf("the backups received %d requests after the failback", n)
@@ -867,7 +732,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	if got := leader(); got != p1.Addr {
 		t.Fatalf("leader at start is %q, want the primary platform1 (%s), not the backup", got, p1.Addr)
 	}
-	mustServe(t, "request at start", balDo(l, "GET", "/", nil, ""), p1.Name)
+	mustServe(t, "request at start", request(l, "GET", "/", ""), p1.Name)
 
 	// platform2 answers 200 too, then platform1 steps down: platform2 becomes leader, although the
 	// backup's run of 200 answers is longer.
@@ -886,7 +751,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	if got := leader(); got != p2.Addr {
 		t.Fatalf("leader after platform1 stepped down is %q, want the primary platform2 (%s)", got, p2.Addr)
 	}
-	mustServe(t, "request after platform1 stepped down", balDo(l, "GET", "/", nil, ""), p2.Name)
+	mustServe(t, "request after platform1 stepped down", request(l, "GET", "/", ""), p2.Name)
 	if st := poolStatus(t, l, "platform"); st.Serving != "primaries" || st.Failovers != 0 {
 		t.Fatalf("/status: serving %q failovers %d, want primaries and 0", st.Serving, st.Failovers)
 	}
@@ -897,7 +762,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	// No primary answers 200 any more; the backup does: it becomes leader.
 	p2.SetLeaderCheckStatus(503)
 	testkit.Eventually(t, "the backup to lead", hang, func() bool { return leader() == p3.Addr })
-	mustServe(t, "request on the backup", balDo(l, "GET", "/", nil, ""), p3.Name)
+	mustServe(t, "request on the backup", request(l, "GET", "/", ""), p3.Name)
 	if st := poolStatus(t, l, "platform"); st.Serving != "backups" || st.Failovers != 1 {
 		t.Fatalf("/status with the backup leading: serving %q failovers %d, want backups and 1", st.Serving, st.Failovers)
 	}
@@ -915,7 +780,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	})
 	p3.SetLeaderCheckStatus(503)
 	testkit.Eventually(t, "platform1 to lead again", hang, func() bool { return leader() == p1.Addr })
-	mustServe(t, "request after the failback", balDo(l, "GET", "/", nil, ""), p1.Name)
+	mustServe(t, "request after the failback", request(l, "GET", "/", ""), p1.Name)
 	testkit.Eventually(t, "the primaries to serve", hang, func() bool { return poolStatus(t, l, "platform").Serving == "primaries" })
 	if st := poolStatus(t, l, "platform"); st.Failovers != 1 || st.Failbacks != 1 {
 		t.Fatalf("/status after the failback: failovers %d failbacks %d, want 1 and 1", st.Failovers, st.Failbacks)
@@ -1033,8 +898,8 @@ func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 	p1, p2 := c.Platforms[0], c.Platforms[1]
 	files := balConfig(c.Platforms, nil, fmt.Sprintf("[pools.platform.names]\n%q = \"platform-a\"\n", p1.Addr))
 	l, logs := startLB(t, files)
-	mustServe(t, "request 1", balDo(l, "GET", "/", nil, ""), p1.Name)
-	mustServe(t, "request 2", balDo(l, "GET", "/", nil, ""), p2.Name)
+	mustServe(t, "request 1", request(l, "GET", "/", ""), p1.Name)
+	mustServe(t, "request 2", request(l, "GET", "/", ""), p2.Name)
 
 	if ss := mustServerStatus(t, l, "platform", p1.Addr); ss.Name != "platform-a" {
 		t.Errorf("/status: the name of %s is %q, want platform-a", p1.Addr, ss.Name)

@@ -340,11 +340,9 @@ func TestDiscoveryAcrossReloadsKeepsOrReplacesTheProviderAndAnEmptyListEmptiesTh
 // mustPoolDiscovery returns pool's discovery status.
 func mustPoolDiscovery(t *testing.T, l *LB, pool string) admin.DiscoveryStatus {
 	t.Helper()
-	for _, p := range l.Status().Pools {
-		if p.Name == pool && p.Discovery != nil {
-			return *p.Discovery
-		}
+	d := poolStatus(t, l, pool).Discovery
+	if d == nil {
+		t.Fatalf("pool %s has no discovery status", pool)
 	}
-	t.Fatalf("pool %s has no discovery status", pool)
-	return admin.DiscoveryStatus{}
+	return *d
 }

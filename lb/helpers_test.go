@@ -2,9 +2,12 @@ package lb
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 )
 
@@ -111,16 +115,250 @@ func startLBOpts(t testing.TB, dir string, o Options) (*LB, *logSink) {
 
 var testClient = &http.Client{Timeout: 10 * time.Second}
 
+// reply is what a client got for one request through fairlead.
+type reply struct {
+	status int
+	by     string // X-Served-By
+	header http.Header
+	body   string
+	err    error
+}
+
+func (r reply) String() string {
+	if r.err != nil {
+		return "error: " + r.err.Error()
+	}
+	return fmt.Sprintf("%d from %q (%q)", r.status, r.by, strings.TrimSpace(r.body))
+}
+
+// request sends method path to fairlead with testClient, with body ("" for none; else with a
+// Content-Length) and header pairs (name, value, ...), and reads the whole answer. Unlike testkit.Do
+// it never fails the test, so that a goroutine may call it: a failure to send or to read is r.err.
+func request(l *LB, method, path, body string, hdr ...string) reply {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+l.Addr()+path, rd)
+	if err != nil {
+		return reply{err: err}
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	return replyOf(testClient.Do(req))
+}
+
+// replyOf reads and closes the answer of a client's Do.
+func replyOf(resp *http.Response, err error) reply {
+	if err != nil {
+		return reply{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, by: resp.Header.Get("X-Served-By"), header: resp.Header, body: string(b), err: err}
+}
+
+// inBackground is request in a goroutine of its own; the reply arrives on the channel.
+func inBackground(l *LB, method, path, body string, hdr ...string) <-chan reply {
+	ch := make(chan reply, 1)
+	go func() { ch <- request(l, method, path, body, hdr...) }()
+	return ch
+}
+
+// replied reports whether a background request has its reply (without waiting for it).
+func replied(ch <-chan reply) bool { return len(ch) > 0 }
+
+// awaitReply waits for a background reply (bounded by the test client's timeout).
+func awaitReply(t *testing.T, ch <-chan reply) reply {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(hang):
+		t.Fatalf("no reply after %s", hang)
+		return reply{}
+	}
+}
+
+// mustServe fails the test unless the reply is a 200 from want ("" for any server) and returns the
+// server's name.
+func mustServe(t *testing.T, what string, r reply, want string) string {
+	t.Helper()
+	if r.err != nil || r.status != 200 || want != "" && r.by != want {
+		w := want
+		if w == "" {
+			w = "any server"
+		}
+		t.Fatalf("%s: got %s, want 200 from %s", what, r, w)
+	}
+	return r.by
+}
+
 // get sends GET path to fairlead and returns the status and the X-Served-By header.
 func get(t *testing.T, l *LB, path string) (int, string) {
 	t.Helper()
-	resp, err := testClient.Get("http://" + l.Addr() + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+	r := request(l, "GET", path, "")
+	if r.err != nil {
+		t.Fatalf("GET %s: %v", path, r.err)
 	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
-	return resp.StatusCode, resp.Header.Get("X-Served-By")
+	return r.status, r.by
+}
+
+// opAdmin sends method path to the admin listener at addr (host:port) with the Authorization header
+// auth ("" for none) and returns the status, the headers and the body.
+func opAdmin(t *testing.T, addr, method, path, auth string) (int, http.Header, []byte) {
+	t.Helper()
+	var hdr []string
+	if auth != "" {
+		hdr = []string{"Authorization", auth}
+	}
+	resp, body := testkit.Do(t, testClient, method, "http://"+addr+path, nil, hdr...)
+	return resp.StatusCode, resp.Header, body
+}
+
+// apiStatus reads GET /api/status on the admin listener at addr with auth, as an operator's tools do.
+func apiStatus(t *testing.T, addr, auth string) admin.Status {
+	t.Helper()
+	code, _, body := opAdmin(t, addr, http.MethodGet, "/api/status", auth)
+	var st admin.Status
+	if code != 200 {
+		t.Fatalf("GET /api/status: %d %s", code, body)
+	} else if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("GET /api/status: %v", err)
+	}
+	return st
+}
+
+// findPool returns the entry of pool in l.Status(), and whether it is there.
+func findPool(l *LB, pool string) (admin.PoolStatus, bool) {
+	for _, p := range l.Status().Pools {
+		if p.Name == pool {
+			return p, true
+		}
+	}
+	return admin.PoolStatus{}, false
+}
+
+// poolStatus returns the /status entry of pool.
+func poolStatus(t *testing.T, l *LB, pool string) admin.PoolStatus {
+	t.Helper()
+	p, ok := findPool(l, pool)
+	if !ok {
+		t.Fatalf("/status does not list pool %s", pool)
+	}
+	return p
+}
+
+// poolLeader is the leader /status names for pool ("" for none).
+func poolLeader(l *LB, pool string) string {
+	p, _ := findPool(l, pool)
+	return p.Leader
+}
+
+// listedServers returns the addresses /status lists for pool.
+func listedServers(l *LB, pool string) []string {
+	var addrs []string
+	p, _ := findPool(l, pool)
+	for _, s := range p.Servers {
+		addrs = append(addrs, s.Addr)
+	}
+	return addrs
+}
+
+// serverStatus returns the /status entry of the server at addr in pool; ok is false if the pool does
+// not list it.
+func serverStatus(l *LB, pool, addr string) (ss admin.ServerStatus, ok bool) {
+	p, _ := findPool(l, pool)
+	for _, s := range p.Servers {
+		if s.Addr == addr {
+			return s, true
+		}
+	}
+	return admin.ServerStatus{}, false
+}
+
+// mustServerStatus is serverStatus for a server that must be listed.
+func mustServerStatus(t *testing.T, l *LB, pool, addr string) admin.ServerStatus {
+	t.Helper()
+	ss, ok := serverStatus(l, pool, addr)
+	if !ok {
+		t.Fatalf("/status does not list %s in pool %s", addr, pool)
+	}
+	return ss
+}
+
+// serverAvailable reports whether /status shows the server at addr of pool as available.
+func serverAvailable(l *LB, pool, addr string) bool {
+	ss, _ := serverStatus(l, pool, addr)
+	return ss.Available
+}
+
+// metricsAt returns the text of GET /metrics on the admin listener at addr, scraped with auth.
+func metricsAt(t *testing.T, addr, auth string) string {
+	t.Helper()
+	code, _, body := opAdmin(t, addr, http.MethodGet, "/metrics", auth)
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	return string(body)
+}
+
+// scrapeMetrics returns the text of GET /metrics on l's admin listener.
+func scrapeMetrics(t *testing.T, l *LB) string {
+	t.Helper()
+	return metricsAt(t, l.AdminAddr(), "")
+}
+
+// metricValue returns the value of series (a name with its labels, exactly as /metrics writes them) in
+// page, and whether page has it.
+func metricValue(page, series string) (float64, bool) {
+	for _, ln := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(ln, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// mustMetric is metricValue that fails the test when the series is missing.
+func mustMetric(t *testing.T, page, series string) float64 {
+	t.Helper()
+	v, ok := metricValue(page, series)
+	if !ok {
+		t.Fatalf("/metrics has no %s:\n%s", series, page)
+	}
+	return v
+}
+
+// opMetric returns the value of the /metrics series named exactly series (name and labels), or -1 if
+// there is none (or its value does not parse); the scrape goes to addr with auth.
+func opMetric(t *testing.T, addr, auth, series string) float64 {
+	t.Helper()
+	if v, ok := metricValue(metricsAt(t, addr, auth), series); ok {
+		return v
+	}
+	return -1
+}
+
+// wantMetrics fails the test unless /metrics has every line of want, exactly.
+func wantMetrics(t *testing.T, l *LB, want ...string) {
+	t.Helper()
+	text := scrapeMetrics(t, l)
+	lines := strings.Split(text, "\n")
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			name, _, _ := strings.Cut(w, "{")
+			var near []string
+			for _, ln := range lines {
+				if strings.HasPrefix(ln, name) {
+					near = append(near, ln)
+				}
+			}
+			t.Errorf("/metrics has no line %q; lines of %s:\n%s", w, name, strings.Join(near, "\n"))
+		}
+	}
 }
 
 // failedProbesSince counts the LeaderCheck answers other than 200 that p gave after since.
@@ -139,21 +377,6 @@ func mustSetState(t *testing.T, p *sim.Platform, s sim.State) {
 	if err := p.SetState(s); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// serverAvailable reports whether /status shows the server at addr of pool as available.
-func serverAvailable(l *LB, pool, addr string) bool {
-	for _, p := range l.Status().Pools {
-		if p.Name != pool {
-			continue
-		}
-		for _, s := range p.Servers {
-			if s.Addr == addr {
-				return s.Available
-			}
-		}
-	}
-	return false
 }
 
 // logLine returns the first log line containing every part, or "".

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,28 +15,6 @@ import (
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
-
-// metricValue returns the value of series (a name with its labels, exactly as /metrics writes them) in
-// page, and whether page has it.
-func metricValue(page, series string) (float64, bool) {
-	for _, ln := range strings.Split(page, "\n") {
-		if v, ok := strings.CutPrefix(ln, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
-
-// mustMetric is metricValue that fails the test when the series is missing.
-func mustMetric(t *testing.T, page, series string) float64 {
-	t.Helper()
-	v, ok := metricValue(page, series)
-	if !ok {
-		t.Fatalf("/metrics has no %s:\n%s", series, page)
-	}
-	return v
-}
 
 // startLBWithOptions is startLB with the caller's Options (a logger, a version).
 func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
@@ -55,30 +31,18 @@ func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
 	return l
 }
 
-// send sends one request through fairlead and returns the response's Content-Length (-1 when the
-// answer had none), having read its body.
+// send sends one request through fairlead, fails the test unless it is answered 200, and returns the
+// answer's Content-Length (-1 when it had none).
 func send(t *testing.T, l *LB, method, path string, body []byte) int64 {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
+	r := request(l, method, path, string(body))
+	if r.err != nil || r.status != 200 {
+		t.Fatalf("%s %s: %s", method, path, r)
 	}
-	req, err := http.NewRequest(method, "http://"+l.Addr()+path, r)
-	if err != nil {
-		t.Fatal(err)
+	if n, err := strconv.ParseInt(r.header.Get("Content-Length"), 10, 64); err == nil {
+		return n
 	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != 200 {
-		t.Fatalf("%s %s: status %d", method, path, resp.StatusCode)
-	}
-	return resp.ContentLength
+	return -1
 }
 
 func TestMetricsCountEachRequestsDurationAndItsBodyBytesPerPool(t *testing.T) {
@@ -162,13 +126,8 @@ func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {
 	files["05-nobody.toml"] = nobody.String()
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)
-	resp, err := testClient.Get("http://" + l.Addr() + "/nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Fatalf("GET /nobody: %d, want 503", resp.StatusCode)
+	if code, _ := get(t, l, "/nobody"); code != 503 {
+		t.Fatalf("GET /nobody: %d, want 503", code)
 	}
 
 	page := scrapeMetrics(t, l)

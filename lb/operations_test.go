@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,18 +34,6 @@ func opSecret(t *testing.T, value string) string {
 		t.Fatal(err)
 	}
 	return f
-}
-
-// opAdmin sends method path to the admin listener at addr (host:port) with the Authorization header
-// auth ("" for none) and returns the status, the headers and the body.
-func opAdmin(t *testing.T, addr, method, path, auth string) (int, http.Header, []byte) {
-	t.Helper()
-	var hdr []string
-	if auth != "" {
-		hdr = []string{"Authorization", auth}
-	}
-	resp, body := testkit.Do(t, testClient, method, "http://"+addr+path, nil, hdr...)
-	return resp.StatusCode, resp.Header, body
 }
 
 // opAction posts ACTION for the server at addr of pool and returns the status and the body.
@@ -74,26 +61,6 @@ func opMustAction(t *testing.T, l *LB, pool, addr, action, auth string) admin.Se
 	return ss
 }
 
-// opMetric returns the value of the /metrics series named exactly series (name and labels), or -1 if
-// there is none; the scrape goes to addr with auth.
-func opMetric(t *testing.T, addr, auth, series string) float64 {
-	t.Helper()
-	code, _, body := opAdmin(t, addr, http.MethodGet, "/metrics", auth)
-	if code != 200 {
-		t.Fatalf("GET /metrics: %d %s", code, body)
-	}
-	for _, ln := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(ln, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("/metrics: bad value in %q", ln)
-			}
-			return f
-		}
-	}
-	return -1
-}
-
 const adminActionSeries = `fairlead_events_total{kind="admin_action"}`
 
 // opAdminActions is the admin_action event count of /metrics.
@@ -106,20 +73,9 @@ func opAdminActions(t *testing.T, l *LB, auth string) float64 {
 // reads it) shows the server with these state, admin_state and available.
 func opWantState(t *testing.T, l *LB, auth, pool, addr, state, adminState string, available bool) {
 	t.Helper()
-	code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, "/api/status", auth)
-	if code != 200 {
-		t.Fatalf("GET /api/status: %d %s", code, body)
-	}
-	var st admin.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		t.Fatalf("GET /api/status: %v", err)
-	}
-	for _, p := range st.Pools {
-		if p.Name != pool {
-			continue
-		}
+	for _, p := range apiStatus(t, l.AdminAddr(), auth).Pools {
 		for _, s := range p.Servers {
-			if s.Addr == addr {
+			if p.Name == pool && s.Addr == addr {
 				if s.State != state || s.AdminState != adminState || s.Available != available {
 					t.Fatalf("/api/status: %s: state %q, admin_state %q, available %v; want %q, %q, %v",
 						addr, s.State, s.AdminState, s.Available, state, adminState, available)
@@ -768,18 +724,7 @@ func TestAFailedReloadRevertedClearsTheBannerWithTheMetric(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	failed := func() *admin.ReloadFailure {
-		t.Helper()
-		code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, "/api/status", "")
-		if code != 200 {
-			t.Fatalf("GET /api/status: %d %s", code, body)
-		}
-		var st admin.Status
-		if err := json.Unmarshal(body, &st); err != nil {
-			t.Fatalf("GET /api/status: %v", err)
-		}
-		return st.LastReloadFailed
-	}
+	failed := func() *admin.ReloadFailure { t.Helper(); return apiStatus(t, l.AdminAddr(), "").LastReloadFailed }
 	metric := func() float64 {
 		t.Helper()
 		return opMetric(t, l.AdminAddr(), "", "fairlead_config_last_reload_successful")

@@ -2,9 +2,7 @@ package lb
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -17,16 +15,6 @@ import (
 
 // What an operator leans on during an incident (issue #24): the alarm when a leader pool has no leader,
 // the history a page opened afterwards shows, and server states that say what they mean.
-
-// poolLeader is the leader /api/status names for pool ("" for none).
-func poolLeader(l *LB, pool string) string {
-	for _, p := range l.Status().Pools {
-		if p.Name == pool {
-			return p.Leader
-		}
-	}
-	return ""
-}
 
 func TestAPageOpenedAfterTheLeadersAreLostShowsTheAlarmAndTheLeaderChangesBeforeItAndClearsItWhenALeaderIsBack(t *testing.T) {
 	c := startCluster(t, 2, 0)
@@ -87,8 +75,7 @@ func TestTheStatusSaysUpForTheLeaderStandbyForAHealthyNonLeaderAndDownForAServer
 	want := map[string]string{leader.Addr: admin.StateUp, standby.Addr: admin.StateStandby, dead.Addr: admin.StateDown}
 	var st admin.Status
 	testkit.Eventually(t, "the three states in /api/status", 10*time.Second, func() bool {
-		code, _, body := opAdmin(t, l.AdminAddr(), http.MethodGet, "/api/status", "")
-		if code != 200 || json.Unmarshal(body, &st) != nil || len(st.Pools) != 1 {
+		if st = apiStatus(t, l.AdminAddr(), ""); len(st.Pools) != 1 {
 			return false
 		}
 		for _, s := range st.Pools[0].Servers {

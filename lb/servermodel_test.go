@@ -2,10 +2,8 @@ package lb
 
 import (
 	"fmt"
-	"io"
 	"maps"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
@@ -37,45 +34,6 @@ func reloadWith(t *testing.T, l *LB, files map[string]string) {
 	if err := l.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// serverStatus returns the /status entry of the server at addr in pool; ok is false if the pool does
-// not list it.
-func serverStatus(l *LB, pool, addr string) (ss admin.ServerStatus, ok bool) {
-	for _, p := range l.Status().Pools {
-		if p.Name != pool {
-			continue
-		}
-		for _, s := range p.Servers {
-			if s.Addr == addr {
-				return s, true
-			}
-		}
-	}
-	return admin.ServerStatus{}, false
-}
-
-// mustServerStatus is serverStatus for a server that must be listed.
-func mustServerStatus(t *testing.T, l *LB, pool, addr string) admin.ServerStatus {
-	t.Helper()
-	ss, ok := serverStatus(l, pool, addr)
-	if !ok {
-		t.Fatalf("/status does not list %s in pool %s", addr, pool)
-	}
-	return ss
-}
-
-// listedServers returns the addresses /status lists for pool.
-func listedServers(l *LB, pool string) []string {
-	var addrs []string
-	for _, p := range l.Status().Pools {
-		if p.Name == pool {
-			for _, s := range p.Servers {
-				addrs = append(addrs, s.Addr)
-			}
-		}
-	}
-	return addrs
 }
 
 // placedOn is the server that sticky placement gives the X-Asset-Id (or X-User) value among addrs, all
@@ -312,27 +270,6 @@ func appPool(servers ...*sim.Platform) (file, body string) {
 	return "01-app.toml", conf.String()
 }
 
-type answer struct {
-	status int
-	by     string
-	err    error
-}
-
-// getAsUser sends GET path to fairlead with X-User user.
-func getAsUser(l *LB, path, user string) answer {
-	req, _ := http.NewRequest("GET", "http://"+l.Addr()+path, nil)
-	req.Header.Set("X-User", user)
-	resp, err := testClient.Do(req)
-	if err != nil {
-		return answer{err: err}
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return answer{err: err}
-	}
-	return answer{status: resp.StatusCode, by: resp.Header.Get("X-Served-By")}
-}
-
 func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlightRequestFinish(t *testing.T) {
 	c := startCluster(t, 3, 3)
 	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
@@ -361,18 +298,15 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 
 	// A user of platform2, whose slow request is in flight during the reload.
 	user := valuesPlacedOn(t, "user-", 1, p2.Addr, p1.Addr, p2.Addr, p3.Addr)[0]
-	if a := getAsUser(l, "/app/x", user); a.err != nil || a.status != 200 || a.by != p2.Name {
+	if a := request(l, "GET", "/app/x", "", "X-User", user); a.err != nil || a.status != 200 || a.by != p2.Name {
 		t.Fatalf("GET as %s: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, p2.Name)
 	}
-	slow := make(chan answer, 1)
-	go func() { slow <- getAsUser(l, "/app/slow?delay=1s", user) }()
+	slow := inBackground(l, "GET", "/app/slow?delay=1s", "", "X-User", user)
 	testkit.Eventually(t, "the slow request to be in flight on platform2", hang, func() bool {
 		return mustServerStatus(t, l, "app", p2.Addr).InFlight == 1
 	})
-	select {
-	case a := <-slow:
-		t.Fatalf("the slow request was answered before the reload: %+v", a)
-	default:
+	if replied(slow) {
+		t.Fatalf("the slow request was answered before the reload: %s", <-slow)
 	}
 
 	files = maps.Clone(files)
@@ -410,7 +344,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 		}
 	}
 	want := map[string]string{p1.Addr: p1.Name, p3.Addr: p3.Name}[placedOn(user, p1.Addr, p3.Addr)]
-	if a := getAsUser(l, "/app/x", user); a.err != nil || a.status != 200 || a.by != want {
+	if a := request(l, "GET", "/app/x", "", "X-User", user); a.err != nil || a.status != 200 || a.by != want {
 		t.Fatalf("GET as %s after the reload: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, want)
 	}
 }

@@ -122,7 +122,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 	if _, by := get(t, first, "/"); by != p2.Name {
 		t.Fatalf("first run: served by %q, want the leader %s", by, p2.Name)
 	}
-	if a := getAsUser(first, "/app/x", user); a.err != nil || a.by != placed.Name {
+	if a := request(first, "GET", "/app/x", "", "X-User", user); a.err != nil || a.by != placed.Name {
 		t.Fatalf("first run: %s served by %q (%v), want %s", user, a.by, a.err, placed.Name)
 	}
 	if _, err := os.Stat(path); err == nil {
@@ -149,7 +149,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 	if code, by := get(t, second, "/"); code != 200 || by != p2.Name {
 		t.Fatalf("second run: %d from %q, want 200 from the remembered leader %s\n%s", code, by, p2.Name, logs.all())
 	}
-	if a := getAsUser(second, "/app/x", user); a.err != nil || a.by != placed.Name {
+	if a := request(second, "GET", "/app/x", "", "X-User", user); a.err != nil || a.by != placed.Name {
 		t.Fatalf("second run: %s served by %q (%v), want its remembered server %s, not platform1", user, a.by, a.err, placed.Name)
 	}
 	if !strings.Contains(logs.all(), "state: pool app: fast start with 3 of 3 servers up, sticky keys: 1 restored") {
@@ -185,10 +185,10 @@ func TestFastStartIgnoresThePoolsWhoseStateNoLongerFitsAndDropsKeysOfServersNotI
 			t.Errorf("log lacks %q:\n%s", want, logs.all())
 		}
 	}
-	if a := getAsUser(l, "/app/x", onP3); a.by != p3.Name {
+	if a := request(l, "GET", "/app/x", "", "X-User", onP3); a.by != p3.Name {
 		t.Fatalf("%s served by %q, want its remembered server %s", onP3, a.by, p3.Name)
 	}
-	if a := getAsUser(l, "/app/x", onP1); a.by != p2.Name {
+	if a := request(l, "GET", "/app/x", "", "X-User", onP1); a.by != p2.Name {
 		t.Fatalf("%s, remembered on a server that left, served by %q; want placement anew on %s", onP1, a.by, p2.Name)
 	}
 }
@@ -292,7 +292,7 @@ func TestTheStateFileIsReplacedAtomicallyAndAlwaysParsesWhileItIsWritten(t *test
 	files[f] = body
 	l, _ := startLB(t, files)
 	for i := range 200 { // a few kilobytes of sticky keys per write
-		if a := getAsUser(l, "/app/x", fmt.Sprint("user-", i)); a.err != nil || a.status != 200 {
+		if a := request(l, "GET", "/app/x", "", "X-User", fmt.Sprint("user-", i)); a.err != nil || a.status != 200 {
 			t.Fatalf("GET as user-%d: %+v", i, a)
 		}
 	}
@@ -385,7 +385,7 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	f, body := appPool(c.Platforms...)
 	files[f] = body
 	l, _ := startLB(t, files)
-	if a := getAsUser(l, "/app/x", "user-1"); a.err != nil || a.status != 200 {
+	if a := request(l, "GET", "/app/x", "", "X-User", "user-1"); a.err != nil || a.status != 200 {
 		t.Fatalf("GET as user-1: %+v", a)
 	}
 	written := func() time.Time {
@@ -404,12 +404,12 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	// Five ticks with nothing changed: the file stays as it was, even though user-1 keeps using its key.
 	for range 5 {
 		time.Sleep(stateWriteInterval)
-		getAsUser(l, "/app/x", "user-1")
+		request(l, "GET", "/app/x", "", "X-User", "user-1")
 	}
 	if got := written(); !got.Equal(first) {
 		t.Fatalf("the state file was rewritten at %v although nothing changed since %v", got, first)
 	}
-	if a := getAsUser(l, "/app/x", "user-2"); a.err != nil || a.status != 200 {
+	if a := request(l, "GET", "/app/x", "", "X-User", "user-2"); a.err != nil || a.status != 200 {
 		t.Fatalf("GET as user-2: %+v", a)
 	}
 	testkit.Eventually(t, "the new key in the state file", 5*time.Second, func() bool {
