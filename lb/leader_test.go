@@ -4,8 +4,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,34 +59,18 @@ func TestNoLeaderGives503AfterQueueTimeoutAndTrafficResumesWhenOneAppears(t *tes
 	l, _ := startLB(t, platformConfig(c, `queue_timeout = "500ms"`, ""))
 
 	start := time.Now()
-	resp, err := testClient.Get("http://" + l.Addr() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("got %d Retry-After=%q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	if r := request(l, "GET", "/", ""); r.status != 503 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("got %s Retry-After=%q, want 503 with Retry-After", r, r.header.Get("Retry-After"))
 	}
 	if waited := time.Since(start); waited < 450*time.Millisecond {
 		t.Fatalf("503 after %s, want after queue_timeout (500ms)", waited)
 	}
 
 	// A request waiting in the queue is served as soon as a leader appears.
-	done := make(chan string, 1)
-	go func() {
-		resp, err := testClient.Get("http://" + l.Addr() + "/")
-		if err != nil {
-			done <- err.Error()
-			return
-		}
-		resp.Body.Close()
-		done <- resp.Status + " " + resp.Header.Get("X-Served-By")
-	}()
-	time.Sleep(50 * time.Millisecond)
+	done := inBackground(l, "GET", "/", "")
+	testkit.Eventually(t, "the request to wait in the queue", hang, func() bool { return poolStatus(t, l, "platform").Waiting == 1 })
 	mustSetState(t, p2, sim.Leader)
-	if got := <-done; got != "200 OK "+p2.Name {
-		t.Fatalf("queued request got %q, want 200 from platform2", got)
-	}
+	mustServe(t, "queued request", awaitReply(t, done), p2.Name)
 }
 
 func TestA64MiBUploadAndDownloadStreamThroughWithoutBeingHeld(t *testing.T) {
@@ -144,45 +126,18 @@ func TestFailoverLosesNoIdempotentRequest(t *testing.T) {
 			p1, p2 := c.Platforms[0], c.Platforms[1]
 			l, logs := startLB(t, platformConfig(c, "", ""))
 
-			var ok, failed atomic.Int64
-			var firstFail atomic.Value
 			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			for w := 0; w < 4; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
-						if err != nil {
-							failed.Add(1)
-							firstFail.CompareAndSwap(nil, err.Error())
-							continue
-						}
-						io.Copy(io.Discard, resp.Body) //nolint:errcheck
-						resp.Body.Close()
-						if resp.StatusCode != 200 {
-							failed.Add(1)
-							firstFail.CompareAndSwap(nil, resp.Status)
-						} else {
-							ok.Add(1)
-						}
-					}
-				}()
-			}
+			wait := loadLoop(l, stop)
 			time.Sleep(200 * time.Millisecond)
 			mustSetState(t, p1, tc.old)
 			mustSetState(t, p2, sim.Leader)
 			testkit.Eventually(t, "platform2 to serve", 5*time.Second, func() bool { return p2.Requests() > 50 })
 			close(stop)
-			wg.Wait()
-			if failed.Load() != 0 {
-				t.Fatalf("%d of %d requests failed (first: %v)", failed.Load(), failed.Load()+ok.Load(), firstFail.Load())
+			all := wait()
+			for i, a := range all {
+				if a.err != nil || a.status != 200 {
+					t.Fatalf("request %d of %d failed: %s", i, len(all), a.reply)
+				}
 			}
 			if r := l.Status().Pools[0].Retries; r == 0 {
 				t.Fatal("no request was held and retried: the failover was not exercised")
@@ -200,20 +155,11 @@ func TestNonIdempotentRequestGets502WhenItReachedTheServerAnd504OnTimeout(t *tes
 	l, _ := startLB(t, platformConfig(c, `response_timeout = "1s"`, ""))
 
 	// The POST reaches platform1, which dies before answering: it must not be replayed.
-	done := make(chan int, 1)
-	go func() {
-		resp, err := testClient.Post("http://"+l.Addr()+"/slow?delay=2s", "text/plain", strings.NewReader("x"))
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := inBackground(l, "POST", "/slow?delay=2s", "x")
 	testkit.Eventually(t, "the POST to reach platform1", 2*time.Second, func() bool { return p1.Requests() == 1 })
 	mustSetState(t, p1, sim.Dead)
-	if code := <-done; code != 502 {
-		t.Fatalf("POST cut by the server got %d, want 502", code)
+	if r := awaitReply(t, done); r.status != 502 {
+		t.Fatalf("POST cut by the server got %s, want 502", r)
 	}
 	if n := p1.Requests(); n != 1 {
 		t.Fatalf("POST reached the server %d times, want once", n)
@@ -233,13 +179,8 @@ func TestA503ToANonIdempotentRequestIsRelayedNotRetriedButTriggersProbes(t *test
 	mustSetState(t, p1, sim.Standby)
 	mustSetState(t, p2, sim.Leader)
 	before := len(p2.Probes())
-	resp, err := testClient.Post("http://"+l.Addr()+"/Thingworx/Things/x/Services/Do", "application/json", strings.NewReader("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 503 || resp.Header.Get("X-Served-By") != p1.Name {
-		t.Fatalf("POST got %d from %q, want the leader's own 503", resp.StatusCode, resp.Header.Get("X-Served-By"))
+	if r := request(l, "POST", "/Thingworx/Things/x/Services/Do", "{}"); r.status != 503 || r.by != p1.Name {
+		t.Fatalf("POST got %s, want the leader's own 503", r)
 	}
 	if p2.Requests() != 0 {
 		t.Fatal("the POST was replayed on another server")

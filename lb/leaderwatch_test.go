@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,39 +25,27 @@ interval_max = "40s"`))
 
 	mustSetState(t, p1, sim.Hung)
 	mustSetState(t, p2, sim.Leader)
-	type reply struct {
-		code int
-		by   string
-		err  error
-	}
 	send := func(method, id string) <-chan reply {
 		ch := make(chan reply, 1)
 		go func() {
 			req, _ := http.NewRequest(method, "http://"+l.Addr()+"/Thingworx/Things", strings.NewReader("body"))
 			req.Header.Set("X-Id", id)
-			resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-			if err != nil {
-				ch <- reply{err: err}
-				return
-			}
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
-			ch <- reply{code: resp.StatusCode, by: resp.Header.Get("X-Served-By")}
+			ch <- replyOf((&http.Client{Timeout: 20 * time.Second}).Do(req))
 		}()
 		return ch
 	}
 	getReply, postReply := send(http.MethodGet, "get-1"), send(http.MethodPost, "post-1")
 
 	r := <-getReply
-	if r.err != nil || r.code != 200 || r.by != p2.Name {
-		t.Fatalf("GET: %d from %q (%v), want 200 from %s before its response_timeout", r.code, r.by, r.err, p2.Name)
+	if r.err != nil || r.status != 200 || r.by != p2.Name {
+		t.Fatalf("GET: %s, want 200 from %s before its response_timeout", r, p2.Name)
 	}
 	if st := l.Status().Pools[0]; st.InflightFailovers != 1 || st.Leader != p2.Addr {
 		t.Errorf("inflight_failovers %d, leader %s; want 1 and %s", st.InflightFailovers, st.Leader, p2.Addr)
 	}
 	r = <-postReply
-	if r.err != nil || r.code != 504 {
-		t.Fatalf("POST: %d (%v), want 504 after its response_timeout", r.code, r.err)
+	if r.err != nil || r.status != 504 {
+		t.Fatalf("POST: %s, want 504 after its response_timeout", r)
 	}
 	d := c.Deliveries()
 	if d["get-1"] != 2 || d["post-1"] != 1 {

@@ -107,16 +107,9 @@ func landsOn(t *testing.T, l *LB, asset string) string {
 // settles waits until check returns "" and fails with its last answer if that never happens.
 func settles(t *testing.T, what string, check func() string) {
 	t.Helper()
-	deadline := time.Now().Add(hang)
-	for {
-		msg := check()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", hang, what, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var msg string
+	if !testkit.Within(hang, func() bool { msg = check(); return msg == "" }) {
+		t.Fatalf("timed out after %s waiting for %s: %s", hang, what, msg)
 	}
 }
 

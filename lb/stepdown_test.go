@@ -1,8 +1,6 @@
 package lb
 
 import (
-	"io"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -27,10 +25,8 @@ func stepDownConfig(c *sim.Cluster) map[string]string {
 
 // answered is one request of the load loop as its client saw it.
 type answered struct {
-	sent     time.Time
-	status   int // 0 on a transport error
-	servedBy string
-	err      error
+	sent time.Time
+	reply
 }
 
 // loadLoop sends GETs through fairlead from a few clients until stop is closed, and returns every answer.
@@ -39,9 +35,7 @@ func loadLoop(l *LB, stop <-chan struct{}) (wait func() []answered) {
 	var all []answered
 	var wg sync.WaitGroup
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -49,19 +43,12 @@ func loadLoop(l *LB, stop <-chan struct{}) (wait func() []answered) {
 				default:
 				}
 				a := answered{sent: time.Now()}
-				resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
-				if err != nil {
-					a.err = err
-				} else {
-					io.Copy(io.Discard, resp.Body) //nolint:errcheck
-					resp.Body.Close()
-					a.status, a.servedBy = resp.StatusCode, resp.Header.Get("X-Served-By")
-				}
+				a.reply = request(l, "GET", "/Thingworx/Things", "")
 				mu.Lock()
 				all = append(all, a)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	return func() []answered {
 		wg.Wait()
@@ -112,14 +99,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 	flip := time.Now()
 	mustSetState(t, p1, sim.Backup)
 	mustSetState(t, p2, sim.Leader)
-	resp, err := testClient.Post("http://"+l.AdminAddr()+"/api/servers/platform/"+p2.Addr+"/probe", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("probe action: %d", resp.StatusCode)
-	}
+	opMustAction(t, l, "platform", p2.Addr, "probe", "")
 
 	var ev event.Event
 	select {
@@ -146,14 +126,14 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 		if a.err != nil || a.status != 200 {
 			t.Fatalf("request %d of %d failed: status %d, %v", i, len(all), a.status, a.err)
 		}
-		if a.servedBy == p2.Name {
+		if a.by == p2.Name {
 			onNew++
 		}
 		if a.sent.After(ev.Time) {
 			afterSwitch++
-			if a.servedBy != p2.Name {
+			if a.by != p2.Name {
 				t.Fatalf("a request sent %v after the switch was served by %q, want %s",
-					a.sent.Sub(ev.Time), a.servedBy, p2.Name)
+					a.sent.Sub(ev.Time), a.by, p2.Name)
 			}
 		}
 	}

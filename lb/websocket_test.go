@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
 )
@@ -65,9 +62,7 @@ func TestSameAssetLandsOnTheSameConnectionServerAcross100Reconnects(t *testing.T
 	for _, asset := range []string{"pump-1", "pump-2", "valve-7"} {
 		first := ""
 		for i := 0; i < 100; i++ {
-			conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
-			conn.Close()
-			if first == "" {
+			if by := landsOn(t, l, asset); first == "" {
 				first = by
 			} else if by != first {
 				t.Fatalf("%s: reconnect %d went to %s, first went to %s", asset, i, by, first)
@@ -195,26 +190,18 @@ func TestADialFailureIsInvisibleToTheClient(t *testing.T) {
 	// Find an asset placed on cx1, then kill cx1 before it connects.
 	asset := ""
 	for i := 0; asset == ""; i++ {
-		conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprint("a", i)))
-		conn.Close()
-		if by == c.Connections[0].Name {
+		if landsOn(t, l, fmt.Sprint("a", i)) == c.Connections[0].Name {
 			asset = fmt.Sprint("a", i)
 		}
 	}
 	if err := c.Connections[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
-	defer conn.Close()
+	conn, by := dialAsset(t, l, asset)
 	if by != c.Connections[1].Name {
 		t.Fatalf("after the dial failure the asset landed on %q, want %s", by, c.Connections[1].Name)
 	}
-	if err := conn.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
-		t.Fatal(err)
-	}
-	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "hi" {
-		t.Fatalf("echo: %q %v", msg, err)
-	}
+	mustEcho(t, conn, "hi")
 }
 
 func openFDs(t testing.TB) int {
@@ -233,8 +220,7 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 			l, _ := startLB(t, cxConfig(c, ""))
 			// The tunnel engine (its poller and workers) starts with the first tunnel: start it before
 			// taking the baseline.
-			warm, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("warm-up"))
-			warm.Close()
+			landsOn(t, l, "warm-up")
 			testkit.Eventually(t, "the warm-up tunnel to close", 5*time.Second, func() bool {
 				return c.Connections[0].OpenTunnels()+c.Connections[1].OpenTunnels() == 0
 			})
@@ -258,30 +244,15 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 			} else {
 				victim.SetHealthy(false) // alive, but its health check fails: fairlead must close the tunnels
 			}
-			// Every tunnel ends (the read fails with a close or EOF, not with the deadline, which only
-			// guards against a hang): killing closes the sockets; a failing health check takes the server
-			// down after fall (2) probes and fairlead closes its tunnels.
-			var wg sync.WaitGroup
+			// Every tunnel ends: killing closes the sockets; a failing health check takes the server down
+			// after fall (2) probes and fairlead closes its tunnels.
+			opCloseTimes(t, conns)
 			for _, conn := range conns {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					conn.SetReadDeadline(time.Now().Add(20 * time.Second)) //nolint:errcheck
-					_, _, err := conn.ReadMessage()
-					if err == nil {
-						t.Error("tunnel still delivers messages")
-					} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-						t.Error("tunnel still open: the read timed out")
-					}
-					conn.Close()
-				}()
+				conn.Close()
 			}
-			wg.Wait()
 			testkit.Eventually(t, "fairlead to see the server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", victim.Addr) })
 			for _, a := range assets[:20] {
-				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(a))
-				conn.Close()
-				if by != survivor.Name {
+				if by := landsOn(t, l, a); by != survivor.Name {
 					t.Fatalf("%s reconnected to %s, want the survivor %s", a, by, survivor.Name)
 				}
 			}
@@ -296,31 +267,25 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.sticky]\nidle_timeout = \"300ms\"\n"))
 	p := l.px.gen.Load().pools["cxserver"]
-	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
+	by := landsOn(t, l, "sleepy")
 	// Take the asset's server down: the key is re-placed on the other server while it is down.
 	idx := map[string]int{c.Connections[0].Name: 0, c.Connections[1].Name: 1}[by]
-	conn.Close()
 	c.Connections[idx].SetHealthy(false)
 	testkit.Eventually(t, "server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
-	conn, by2, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
-	conn.Close()
+	by2 := landsOn(t, l, "sleepy")
 	if by2 == by {
 		t.Fatalf("placed on the down server %s", by)
 	}
 	c.Connections[idx].SetHealthy(true)
 	testkit.Eventually(t, "server up", 3*time.Second, func() bool { return serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
 	// While the key is remembered it stays on the server it moved to.
-	conn, by3, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
-	conn.Close()
-	if by3 != by2 {
+	if by3 := landsOn(t, l, "sleepy"); by3 != by2 {
 		t.Fatalf("remembered key moved from %s to %s", by2, by3)
 	}
 	// Idle past idle_timeout, it is forgotten and placed anew by hashing: back on its first server.
 	time.Sleep(400 * time.Millisecond)
 	p.stickyTable().Expire()
-	conn, by4, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("sleepy"))
-	conn.Close()
-	if by4 != by {
+	if by4 := landsOn(t, l, "sleepy"); by4 != by {
 		t.Fatalf("after idle expiry placed on %s, want the hashing choice %s", by4, by)
 	}
 }
@@ -352,16 +317,8 @@ func TestNon101AnswerIsRelayedAsItIs(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, _ := startLB(t, cxConfig(c, ""))
 	// The connection servers answer 400 to a request that is not a valid WebSocket handshake.
-	req, _ := http.NewRequest("GET", "http://"+l.Addr()+"/Thingworx/WS", nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "websocket")
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 400 {
-		t.Fatalf("got %d, want the connection server's own 400", resp.StatusCode)
+	if r := request(l, "GET", "/Thingworx/WS", "", "Connection", "Upgrade", "Upgrade", "websocket"); r.status != 400 {
+		t.Fatalf("got %s, want the connection server's own 400", r)
 	}
 	if n := c.Connections[0].Upgrades() + c.Connections[1].Upgrades(); n != 0 {
 		t.Fatalf("%d upgrades", n)
@@ -372,23 +329,10 @@ func TestReloadKeepsOpenTunnels(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	files := cxConfig(c, "")
 	l, _ := startLB(t, files)
-	conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("survivor"))
-	defer conn.Close()
-
+	conn, _ := dialAsset(t, l, "survivor")
 	files["40-reload.toml"] = "[pools.platform]\nqueue_timeout = \"3s\"\n[pools.cxserver.check]\ninterval = \"150ms\"\n"
-	cfg, err := config.Load(testkit.WriteFiles(t, files))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.WriteMessage(websocket.TextMessage, []byte("still here")); err != nil {
-		t.Fatal(err)
-	}
-	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "still here" {
-		t.Fatalf("after reload: %q %v", msg, err)
-	}
+	reloadWith(t, l, files)
+	mustEcho(t, conn, "still here")
 	if code, _ := get(t, l, "/"); code != 200 {
 		t.Fatalf("GET after reload: %d", code)
 	}
@@ -410,46 +354,33 @@ func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
 	// A user identified by a header always lands on one server.
 	first := ""
 	for i := 0; i < 20; i++ {
-		req, _ := http.NewRequest("GET", "http://"+l.Addr()+"/app", nil)
-		req.Header.Set("X-User", "alice")
-		resp, err := testClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		r := request(l, "GET", "/app", "", "X-User", "alice")
+		if r.err != nil {
+			t.Fatal(r.err)
 		}
-		resp.Body.Close()
-		by := resp.Header.Get("X-Served-By")
 		if first == "" {
-			first = by
-		} else if by != first {
-			t.Fatalf("request %d for alice went to %s, first to %s", i, by, first)
+			first = r.by
+		} else if r.by != first {
+			t.Fatalf("request %d for alice went to %s, first to %s", i, r.by, first)
 		}
 	}
 	// A cookie-keeping client without the header gets the cookie and sticks by it.
-	resp, err := testClient.Get("http://" + l.Addr() + "/app")
-	if err != nil {
-		t.Fatal(err)
+	r := request(l, "GET", "/app", "")
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	resp.Body.Close()
 	var ck *http.Cookie
-	for _, x := range resp.Cookies() {
+	for _, x := range (&http.Response{Header: r.header}).Cookies() {
 		if x.Name == "SESSION_LB" {
 			ck = x
 		}
 	}
 	if ck == nil {
-		t.Fatalf("no SESSION_LB cookie: %v", resp.Header)
+		t.Fatalf("no SESSION_LB cookie: %v", r.header)
 	}
-	by := resp.Header.Get("X-Served-By")
 	for i := 0; i < 20; i++ {
-		req, _ := http.NewRequest("GET", "http://"+l.Addr()+"/app", nil)
-		req.AddCookie(ck)
-		resp, err := testClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if got := resp.Header.Get("X-Served-By"); got != by {
-			t.Fatalf("cookie request %d went to %s, want %s", i, got, by)
+		if got := request(l, "GET", "/app", "", "Cookie", ck.Name+"="+ck.Value); got.err != nil || got.by != r.by {
+			t.Fatalf("cookie request %d went to %s, want %s", i, got, r.by)
 		}
 	}
 }

@@ -18,70 +18,45 @@ import (
 // allocate nothing per request, so whatever is counted is fairlead's (or the libraries' it runs). make
 // test runs these without -race (the race detector allocates on its own).
 
-// rawServer is an upstream that answers every request head with a fixed answer, and an upgrade request
-// with a fixed 101 followed by an echo of every byte: no allocation per request or message.
-type rawServer struct {
-	ln     net.Listener
-	answer []byte
-}
-
-func startRawServer(t testing.TB, body int) *rawServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rawServer{ln: ln, answer: []byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s",
-		body, bytes.Repeat([]byte("x"), body)))}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+// rawServe answers every request head on c with the fixed answer, and an upgrade request with a fixed
+// 101 followed by an echo of every byte: no allocation per request or message (testkit.RawServer
+// allocates per connection only).
+func rawServe(answer []byte) func(c net.Conn) {
+	return func(c net.Conn) {
+		buf := make([]byte, 16<<10)
+		n := 0
 		for {
-			c, err := ln.Accept()
+			m, err := c.Read(buf[n:])
 			if err != nil {
 				return
 			}
-			go s.serve(c)
+			n += m
+			for {
+				end := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+				if end < 0 {
+					break
+				}
+				if bytes.Contains(buf[:end], []byte("\nUpgrade: websocket")) {
+					if _, err := c.Write(rawSwitch); err != nil {
+						return
+					}
+					if rest := buf[end+4 : n]; len(rest) > 0 {
+						c.Write(rest) //nolint:errcheck
+					}
+					io.CopyBuffer(c, onlyReader{c}, buf) //nolint:errcheck // echo until closed
+					return
+				}
+				if _, err := c.Write(answer); err != nil {
+					return
+				}
+				n = copy(buf, buf[end+4:n])
+			}
 		}
-	}()
-	return s
+	}
 }
 
 var rawSwitch = []byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 	"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
-
-func (s *rawServer) serve(c net.Conn) {
-	defer c.Close()
-	buf := make([]byte, 16<<10)
-	n := 0
-	for {
-		m, err := c.Read(buf[n:])
-		if err != nil {
-			return
-		}
-		n += m
-		for {
-			end := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-			if end < 0 {
-				break
-			}
-			head := buf[:end]
-			if bytes.Contains(head, []byte("\nUpgrade: websocket")) {
-				if _, err := c.Write(rawSwitch); err != nil {
-					return
-				}
-				if rest := buf[end+4 : n]; len(rest) > 0 {
-					c.Write(rest) //nolint:errcheck
-				}
-				io.CopyBuffer(c, onlyReader{c}, buf) //nolint:errcheck // echo until closed
-				return
-			}
-			if _, err := c.Write(s.answer); err != nil {
-				return
-			}
-			n = copy(buf, buf[end+4:n])
-		}
-	}
-}
 
 // onlyReader hides a conn's WriterTo/ReaderFrom so that io.CopyBuffer uses the given buffer.
 type onlyReader struct{ r io.Reader }
@@ -142,28 +117,18 @@ func wholePathConfig(server string) map[string]string {
 }
 
 func startWholePath(tb testing.TB, body int) *rawClient {
-	s := startRawServer(tb, body)
-	l, _ := startLB(tb, wholePathConfig(s.ln.Addr().String()))
-	waitLeader(tb, l)
+	s := testkit.StartRawServer(tb, rawServe(fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s",
+		body, bytes.Repeat([]byte("x"), body))))
+	l, _ := startLB(tb, wholePathConfig(s.Addr))
+	testkit.Eventually(tb, "fairlead to forward (its first check to find the leader)", 10*time.Second, func() bool {
+		return request(l, "GET", "/Thingworx/Things", "").status == 200
+	})
 	c, err := net.Dial("tcp", l.Addr())
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
 	return &rawClient{c: c, buf: make([]byte, 64<<10)}
-}
-
-// waitLeader waits until fairlead forwards (its first check found the leader).
-func waitLeader(tb testing.TB, l *LB) {
-	testkit.Eventually(tb, "fairlead to forward (its first check to find the leader)", 10*time.Second, func() bool {
-		resp, err := testClient.Get("http://" + l.Addr() + "/Thingworx/Things")
-		if err != nil {
-			return false
-		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 }
 
 var wholePathGET = []byte("GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
