@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -699,13 +698,7 @@ rise = 2
 	testkit.Eventually(t, "the primaries to serve again", 10*time.Second, func() bool {
 		return poolStatus(t, l, "platform").Serving == "primaries"
 	})
-	passed := 0
-	for _, pr := range p1.Probes() {
-		if pr.At.After(back) && pr.Status == 200 {
-			passed++
-		}
-	}
-	if passed < 2 {
+	if passed := probesSince(p1, back, true); passed < 2 {
 		t.Errorf("platform1 took the traffic back after %d passing probes, want rise (2)", passed)
 	}
 	before := onBackups()
@@ -738,14 +731,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	// backup's run of 200 answers is longer.
 	since := time.Now()
 	mustSetState(t, p2, sim.Leader)
-	testkit.Eventually(t, "platform2 to answer 200", hang, func() bool {
-		for _, pr := range p2.Probes() {
-			if pr.At.After(since) && pr.Status == 200 {
-				return true
-			}
-		}
-		return false
-	})
+	testkit.Eventually(t, "platform2 to answer 200", hang, func() bool { return probesSince(p2, since, true) > 0 })
 	p1.SetLeaderCheckStatus(503)
 	testkit.Eventually(t, "platform1 to lose the lead", hang, func() bool { return leader() != p1.Addr })
 	if got := leader(); got != p2.Addr {
@@ -770,14 +756,7 @@ func TestALeaderPoolElectsABackupOnlyWhenNoPrimaryAnswers200(t *testing.T) {
 	// platform1 answers 200 again and the backup steps down: platform1 leads, traffic is back.
 	since = time.Now()
 	p1.SetLeaderCheckStatus(0) // platform1 is still in state Leader: 200
-	testkit.Eventually(t, "platform1 to answer 200", hang, func() bool {
-		for _, pr := range p1.Probes() {
-			if pr.At.After(since) && pr.Status == 200 {
-				return true
-			}
-		}
-		return false
-	})
+	testkit.Eventually(t, "platform1 to answer 200", hang, func() bool { return probesSince(p1, since, true) > 0 })
 	p3.SetLeaderCheckStatus(503)
 	testkit.Eventually(t, "platform1 to lead again", hang, func() bool { return leader() == p1.Addr })
 	mustServe(t, "request after the failback", request(l, "GET", "/", ""), p1.Name)
@@ -854,26 +833,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 
 			// Every tunnel on the backup closes, spread over failback_close_spread; the devices
 			// reconnect to the primary.
-			closedAt := make([]time.Time, n)
-			var wg sync.WaitGroup
-			for i, conn := range conns {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					conn.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
-					_, _, err := conn.ReadMessage()
-					closedAt[i] = time.Now()
-					if err == nil {
-						t.Errorf("tunnel %d on the backup still delivers messages", i)
-					} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-						t.Errorf("tunnel %d on the backup still open after the failback", i)
-					}
-				}()
-			}
-			wg.Wait()
-			if t.Failed() {
-				return
-			}
+			closedAt := opCloseTimes(t, conns)
 			// The last close is due 5/6 of the spread (500ms) after the first.
 			if span := timeSpan(closedAt); span < 250*time.Millisecond {
 				t.Errorf("the %d tunnels closed within %s, want them spread over failback_close_spread (600ms)", n, span)

@@ -361,11 +361,11 @@ func wantMetrics(t *testing.T, l *LB, want ...string) {
 	}
 }
 
-// failedProbesSince counts the LeaderCheck answers other than 200 that p gave after since.
-func failedProbesSince(p *sim.Platform, since time.Time) int {
+// probesSince counts the LeaderCheck answers p gave after since: the 200s if passed, else the others.
+func probesSince(p *sim.Platform, since time.Time, passed bool) int {
 	n := 0
 	for _, pr := range p.Probes() {
-		if pr.At.After(since) && pr.Status != 200 {
+		if pr.At.After(since) && (pr.Status == 200) == passed {
 			n++
 		}
 	}

@@ -9,12 +9,15 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 )
 
 // The election's rules (the third non-200 answer switches, a hung leader counts by timeout, split brain
 // keeps the leader, the credentials sent exactly, the steady pace) are tested in healthcheck; here, that
-// traffic follows the elected leader and nothing else, through a split brain too.
-func TestTrafficGoesOnlyToTheLeaderNeverToBackupsAnswering400_401_503AndStaysThroughASplitBrain(t *testing.T) {
+// traffic follows the elected leader and nothing else, through a split brain too. Standbys answering
+// 400, 401 or 503 are there to take over: no server_down, and the status says standby.
+func TestTrafficGoesOnlyToTheLeaderNeverToStandbysAnswering400_401_503WhichAreNotDownAndStaysThroughASplitBrain(t *testing.T) {
 	c := startCluster(t, 4, 0)
 	p1, p2, p3, p4 := c.Platforms[0], c.Platforms[1], c.Platforms[2], c.Platforms[3]
 	mustSetState(t, p1, sim.Backup)
@@ -24,6 +27,8 @@ func TestTrafficGoesOnlyToTheLeaderNeverToBackupsAnswering400_401_503AndStaysThr
 	p3.SetLeaderCheckStatus(401)
 	mustSetState(t, p4, sim.Backup) // 503
 	l, logs := startLB(t, platformConfig(c, "", ""))
+	rec := recordEvents(t, l)
+	since := time.Now()
 
 	for i := 0; i < 50; i++ {
 		if code, by := get(t, l, "/Thingworx/Things"); code != 200 || by != p2.Name {
@@ -34,6 +39,35 @@ func TestTrafficGoesOnlyToTheLeaderNeverToBackupsAnswering400_401_503AndStaysThr
 		if n := b.Requests(); n != 0 {
 			t.Errorf("backup %s got %d requests, want 0", b.Name, n)
 		}
+	}
+	testkit.Eventually(t, "four probes of every server", 10*time.Second, func() bool {
+		for _, p := range c.Platforms {
+			if probesSince(p, since, true)+probesSince(p, since, false) < 4 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range c.Platforms {
+		if rec.count(event.ServerDown, p.Addr) != 0 {
+			t.Fatalf("server_down of %s:\n%s", p.Name, logs.all())
+		}
+	}
+	if strings.Contains(logs.all(), "server down") {
+		t.Fatalf("a server down line:\n%s", logs.all())
+	}
+	// The row, the metrics and the alarms say the same: standbys (before, 400 and 401 showed down).
+	st := l.Status()
+	for _, ss := range st.Pools[0].Servers {
+		if want := map[bool]string{true: admin.StateUp, false: admin.StateStandby}[ss.Addr == p2.Addr]; ss.State != want {
+			t.Errorf("%s (LeaderCheck answers %d) is %q, want %q", ss.Addr, ss.Check.LastStatus, ss.State, want)
+		}
+	}
+	if len(st.Alarms) != 0 {
+		t.Errorf("alarms %+v with three standbys", st.Alarms)
+	}
+	if m := scrapeMetrics(t, l); !strings.Contains(m, `fairlead_pool_redundancy_lost{pool="platform"} 0`) {
+		t.Error("fairlead_pool_redundancy_lost is not 0 with three standbys")
 	}
 
 	// platform4 answers 200 too: split brain, counted and logged; the current leader keeps the traffic.

@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
-	"github.com/fasthttp/websocket"
 )
 
 // startLBWithOptions is startLB with the caller's Options (a logger, a version).
@@ -149,15 +147,10 @@ func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {
 func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 	c := startCluster(t, 1, 2)
 	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.sticky]\nmax_entries = 2\n"))
-	msg := []byte("hello, connection server")
+	const msg = "hello, connection server"
 	for i := 0; i < 5; i++ {
-		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("asset-%d", i)))
-		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, got, err := conn.ReadMessage(); err != nil || !bytes.Equal(got, msg) {
-			t.Fatalf("echo: %q, %v", got, err)
-		}
+		conn, _ := dialAsset(t, l, fmt.Sprintf("asset-%d", i))
+		mustEcho(t, conn, msg)
 		conn.Close()
 	}
 	testkit.Eventually(t, "the tunnels to close", 3*time.Second, func() bool {

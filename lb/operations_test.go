@@ -347,12 +347,7 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	var newAddr, newAdmin string
 	for try := 1; ; try++ {
 		newAddr, newAdmin = testkit.Addr(t), testkit.Addr(t)
-		cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-listen.toml",
-			fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = l.Reload(cfg)
+		err := tryReload(t, l, opCopy(files, "50-listen.toml", fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", newAddr, newAdmin)))
 		if err == nil {
 			break
 		}
@@ -400,23 +395,11 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	}
 	defer held.Close()
 	extraPool := fmt.Sprintf("[pools.extra]\nbalance = \"roundrobin\"\nservers = [%q]\n", c.Platforms[1].Addr)
-	hasExtra := func() bool {
-		for _, p := range l.Status().Pools {
-			if p.Name == "extra" {
-				return true
-			}
-		}
-		return false
-	}
+	hasExtra := func() bool { _, ok := findPool(l, "extra"); return ok }
 	metric := func(name string) float64 { t.Helper(); return opMetric(t, l.AdminAddr(), "", name) }
 
 	// The frontend's new address is taken.
-	cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
-		fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = l.Reload(cfg)
+	err = tryReload(t, l, opCopy(files, "50-bad.toml", fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool)))
 	if err == nil {
 		t.Fatal("a reload to a taken frontend address succeeded")
 	}
@@ -444,12 +427,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 
 	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
 	free := testkit.Addr(t)
-	cfg, err = config.Load(testkit.WriteFiles(t, opCopy(files, "50-bad.toml",
-		fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = l.Reload(cfg)
+	err = tryReload(t, l, opCopy(files, "50-bad.toml", fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool)))
 	if err == nil {
 		t.Fatal("a reload to a taken admin address succeeded")
 	}
@@ -661,13 +639,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("second-T0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatalf("reload: %v", err)
-	}
+	mustReloadDir(t, l, dir)
 	if code := action("first-T0ken"); code != 401 {
 		t.Errorf("after the token was rotated in its file and fairlead reloaded, the old token still gets %d, want 401", code)
 	}
@@ -680,13 +652,7 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "30-extra.toml"), []byte(fmt.Sprintf("[admin]\ntoken_file = %q\n", newFile)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err = config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatalf("reload: %v", err)
-	}
+	mustReloadDir(t, l, dir)
 	for _, old := range []string{"first-T0ken", "second-T0ken"} {
 		if code := action(old); code != 401 {
 			t.Errorf("after a reload to another token file, the old token %s gets %d, want 401", old, code)

@@ -24,14 +24,21 @@ import (
 // hang is the deadline of the waits below: long enough to fail only on a hang.
 const hang = 20 * time.Second
 
-// reloadWith loads files as a new config and applies it, as SIGHUP does.
-func reloadWith(t *testing.T, l *LB, files map[string]string) {
+// tryReload loads files as a new config (they must load) and applies it, as SIGHUP does, returning
+// Reload's error.
+func tryReload(t *testing.T, l *LB, files map[string]string) error {
 	t.Helper()
 	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Reload(cfg); err != nil {
+	return l.Reload(cfg)
+}
+
+// reloadWith is tryReload for a reload that must succeed.
+func reloadWith(t *testing.T, l *LB, files map[string]string) {
+	t.Helper()
+	if err := tryReload(t, l, files); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -253,23 +260,23 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	stayUp("at the end")
 }
 
-// appPool is a sticky plain-HTTP pool over the given platform servers, keyed by X-User, for paths under
-// /app. Its file sorts first, so that its route comes before the catch-all platform route.
-func appPool(servers ...*sim.Platform) (file, body string) {
+// withApp adds to files a sticky plain-HTTP pool "app" over the given platform servers, keyed by X-User,
+// for paths under /app, and returns files. Its file sorts first, so that its route comes before the
+// catch-all platform route.
+func withApp(files map[string]string, servers ...*sim.Platform) map[string]string {
 	var conf testkit.Config
 	conf.Table("pools.app").Set("balance", "sticky").Set("servers", addrsOf(servers)).Set("queue_timeout", time.Second)
 	conf.Table("pools.app.sticky").Set("keys", []string{"header:X-User"})
 	conf.Array("routes").Set("paths", []string{"/app"}).Set("pool", "app")
-	return "01-app.toml", conf.String()
+	files["01-app.toml"] = conf.String()
+	return files
 }
 
 func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlightRequestFinish(t *testing.T) {
 	c := startCluster(t, 3, 3)
 	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
 	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
-	files := cxConfig(c, "")
-	f, body := appPool(p1, p2, p3)
-	files[f] = body
+	files := withApp(cxConfig(c, ""), p1, p2, p3)
 	l, _ := startLB(t, files)
 
 	// Ten tunnels to each connection server.
@@ -302,9 +309,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 		t.Fatalf("the slow request was answered before the reload: %s", <-slow)
 	}
 
-	files = maps.Clone(files)
-	f, body = appPool(p1, p3)
-	files[f] = body
+	files = withApp(maps.Clone(files), p1, p3)
 	files["30-extra.toml"] = fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", cx1.Addr, cx3.Addr)
 	reloadWith(t, l, files)
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/config"
 )
 
 // burst fires n GETs of path at once (one connection each), with the X-Forwarded-For value xff if not
@@ -163,14 +162,7 @@ func TestLimitsPerSourceApplyOnReloadWithoutDroppingTunnels(t *testing.T) {
 	if ok, _, _ := burst(t, l.Addr(), "/x", "", 30); ok != 30 {
 		t.Fatalf("without limits: %d of 30 served", ok)
 	}
-	cfg, err := config.Load(testkit.WriteFiles(t, opCopy(files, "50-limits.toml",
-		"[frontend]\nrate_per_source = 10\n[pools.cxserver]\nnew_tunnels_per_second = 1\nslow_start = \"10s\"\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
+	reloadWith(t, l, opCopy(files, "50-limits.toml", "[frontend]\nrate_per_source = 10\n[pools.cxserver]\nnew_tunnels_per_second = 1\nslow_start = \"10s\"\n"))
 	if ok, limited, _ := burst(t, l.Addr(), "/x", "", 30); ok != 10 || limited != 20 {
 		t.Fatalf("after the reload: %d of 30 served, %d 429; want 10 and 20", ok, limited)
 	}

@@ -102,9 +102,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 	user := valuesPlacedOn(t, "user-", 1, p1.Addr, p1.Addr, p2.Addr, p3.Addr)[0]
 	placed := map[string]*sim.Platform{p2.Addr: p2, p3.Addr: p3}[placedOn(user, p2.Addr, p3.Addr)]
 
-	files := withState(platformConfig(c, "", ""), path, "normal", "")
-	f, body := appPool(p2, p3)
-	files[f] = body
+	files := withApp(withState(platformConfig(c, "", ""), path, "normal", ""), p2, p3)
 	cfg, err := config.Load(testkit.WriteFiles(t, files))
 	if err != nil {
 		t.Fatal(err)
@@ -142,9 +140,7 @@ func TestAStateWrittenAtCloseByOneRunIsReadByTheNext(t *testing.T) {
 
 	// The second run: every LeaderCheck hangs, platform1 is in the app pool again.
 	hangLeaderChecks(c)
-	files = withState(platformConfig(c, "", ""), path, "fast", "")
-	f, body = appPool(p1, p2, p3)
-	files[f] = body
+	files = withApp(withState(platformConfig(c, "", ""), path, "fast", ""), p1, p2, p3)
 	second, logs := startLB(t, files)
 	if code, by := get(t, second, "/"); code != 200 || by != p2.Name {
 		t.Fatalf("second run: %d from %q, want 200 from the remembered leader %s\n%s", code, by, p2.Name, logs.all())
@@ -169,9 +165,7 @@ func TestFastStartIgnoresThePoolsWhoseStateNoLongerFitsAndDropsKeysOfServersNotI
 		fmt.Sprintf(`"app": {"balance": "sticky", "servers": [{"addr": %q, "up": true}, {"addr": %q, "up": false}],
 			"sticky": [{"key": "h:%s", "server": %q, "idle_ms": 1000}, {"key": "h:%s", "server": %q, "idle_ms": 0}]}`,
 			p1.Addr, p3.Addr, onP3, p3.Addr, onP1, p1.Addr)))
-	files := withState(platformConfig(c, "", ""), path, "fast", "")
-	f, body := appPool(p2, p3)
-	files[f] = body
+	files := withApp(withState(platformConfig(c, "", ""), path, "fast", ""), p2, p3)
 	l, logs := startLB(t, files)
 
 	if _, by := get(t, l, "/"); by != p1.Name {
@@ -227,9 +221,9 @@ func TestFastStartWithAnUnusableStateFileWarnsAndStartsNormally(t *testing.T) {
 		start := time.Now()
 		l, logs := startLB(t, withState(platformConfig(c, "", ""), path, "fast", extra))
 		// A normal start: Start returned after the first round, which elected the real leader.
-		if st := l.Status().Pools[0]; st.Leader != p1.Addr || failedProbesSince(p2, start) == 0 {
+		if st := l.Status().Pools[0]; st.Leader != p1.Addr || probesSince(p2, start, false) == 0 {
 			t.Fatalf("%s: leader %q when Start returned (platform2 probed %d times); want %s after a first round",
-				name, st.Leader, failedProbesSince(p2, start), p1.Addr)
+				name, st.Leader, probesSince(p2, start, false), p1.Addr)
 		}
 		if _, by := get(t, l, "/"); by != p1.Name {
 			t.Fatalf("%s: served by %q, want %s", name, by, p1.Name)
@@ -266,15 +260,15 @@ func TestARememberedLeaderIsReplacedAfterThreeNon200AnswersLikeAnyLeader(t *test
 	if _, by := get(t, l, "/"); by != p1.Name {
 		t.Fatalf("served by %q at once, want the remembered leader %s", by, p1.Name)
 	}
-	testkit.Eventually(t, "two failed LeaderChecks", 5*time.Second, func() bool { return failedProbesSince(p1, start) >= 2 })
-	if n := failedProbesSince(p1, start); n == 2 {
+	testkit.Eventually(t, "two failed LeaderChecks", 5*time.Second, func() bool { return probesSince(p1, start, false) >= 2 })
+	if n := probesSince(p1, start, false); n == 2 {
 		_, by := get(t, l, "/")
-		if failedProbesSince(p1, start) == 2 && by != p1.Name {
+		if probesSince(p1, start, false) == 2 && by != p1.Name {
 			t.Fatalf("after two non-200 answers traffic went to %q, want the remembered leader %s", by, p1.Name)
 		}
 	}
 	testkit.Eventually(t, "traffic on platform2", 5*time.Second, func() bool { _, by := get(t, l, "/"); return by == p2.Name })
-	if n := failedProbesSince(p1, start); n < 3 {
+	if n := probesSince(p1, start, false); n < 3 {
 		t.Fatalf("switched after %d non-200 answers, want 3", n)
 	}
 	if n := l.Status().Pools[0].SplitBrains; n != 0 {
@@ -287,9 +281,7 @@ func TestTheStateFileIsReplacedAtomicallyAndAlwaysParsesWhileItIsWritten(t *test
 	c := startCluster(t, 3, 0)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
-	files := withState(platformConfig(c, "", ""), path, "normal", "")
-	f, body := appPool(c.Platforms...)
-	files[f] = body
+	files := withApp(withState(platformConfig(c, "", ""), path, "normal", ""), c.Platforms...)
 	l, _ := startLB(t, files)
 	for i := range 200 { // a few kilobytes of sticky keys per write
 		if a := request(l, "GET", "/app/x", "", "X-User", fmt.Sprint("user-", i)); a.err != nil || a.status != 200 {
@@ -381,9 +373,7 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	t.Cleanup(func() { stateRefreshTicks = old })
 	c := startCluster(t, 2, 0)
 	path := filepath.Join(t.TempDir(), "state.json")
-	files := withState(platformConfig(c, "", ""), path, "normal", "")
-	f, body := appPool(c.Platforms...)
-	files[f] = body
+	files := withApp(withState(platformConfig(c, "", ""), path, "normal", ""), c.Platforms...)
 	l, _ := startLB(t, files)
 	if a := request(l, "GET", "/app/x", "", "X-User", "user-1"); a.err != nil || a.status != 200 {
 		t.Fatalf("GET as user-1: %+v", a)

@@ -158,16 +158,29 @@ func TestAHungLeadersStatusSaysItsRequestsWaitAndItsProbeIsOverdueWhileItIsStill
 // Issue 36: "pool down" and "leader changed → none" had grey and blue badges while a routine "server
 // down" was red. Each event a running fairlead publishes carries its severity, which /api/status's
 // history keeps (the page colours each badge by it: lb/admin's TestTheEventLogColoursEachEventBySeverity).
-func TestTheStatusEventsCarryTheSeverityOfALostStandbyALostLeaderAndItsReturn(t *testing.T) {
+// And the rate history fairlead keeps for the page's first paint (lb/admin's
+// TestTheStatusPagesFirstPaintShowsTheRatesOfTheHistoryAndItsLegendAgreesWithErrorsPerSecond): a pool's
+// requests and the errors it answered itself (unavailable_status without a leader) are counted in it.
+func TestTheStatusEventsCarryTheirSeverityAndTheRateHistoryAPoolsRequestsAndItsOwnErrors(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	p1, p2 := c.Platforms[0], c.Platforms[1]
-	l, _ := startLB(t, platformConfig(c, "", ""))
-	// The standby dies (a loss that still serves), then the leader steps down (an outage), then it
-	// leads again (a recovery).
+	l, _ := startLB(t, platformConfig(c, `queue_timeout = "200ms"`, ""))
+	for range 20 {
+		if code, _ := get(t, l, "/"); code != 200 {
+			t.Fatalf("got %d, want 200 from the leader", code)
+		}
+	}
+	// The standby dies (a loss that still serves), then the leader steps down (an outage): three
+	// requests get unavailable_status, fairlead's own errors; then it leads again (a recovery).
 	mustSetState(t, p2, sim.Dead)
 	testkit.Eventually(t, "platform2 down", 10*time.Second, func() bool { return mustServerStatus(t, l, "platform", p2.Addr).State == "down" })
 	mustSetState(t, p1, sim.Backup)
 	testkit.Eventually(t, "no leader", 10*time.Second, func() bool { return poolLeader(l, "platform") == "" })
+	for range 3 {
+		if code, _ := get(t, l, "/"); code != 503 {
+			t.Fatalf("got %d without a leader, want 503", code)
+		}
+	}
 	mustSetState(t, p1, sim.Leader)
 	testkit.Eventually(t, "platform1 leads again", 10*time.Second, func() bool { return poolLeader(l, "platform") == p1.Addr })
 
@@ -187,36 +200,11 @@ func TestTheStatusEventsCarryTheSeverityOfALostStandbyALostLeaderAndItsReturn(t 
 	if got := strings.Join(leaders, ", "); !strings.HasSuffix(got, " outage, "+p1.Addr+" ok") {
 		t.Errorf("/api/status leader changes: %s; want to none (outage), then to %s (ok)", got, p1.Addr)
 	}
-}
-
-// The rate history fairlead keeps for the page's first paint (lb/admin's
-// TestTheStatusPagesFirstPaintShowsTheRatesOfTheHistoryAndItsLegendAgreesWithErrorsPerSecond): a pool's
-// requests and the errors it answered itself (unavailable_status without a leader) are counted in it.
-func TestTheStatusRateHistoryHoldsAPoolsRequestsAndItsOwnErrors(t *testing.T) {
-	c := startCluster(t, 2, 0)
-	p1, p2 := c.Platforms[0], c.Platforms[1]
-	l, _ := startLB(t, platformConfig(c, `queue_timeout = "200ms"`, ""))
-	for range 20 {
-		if code, _ := get(t, l, "/"); code != 200 {
-			t.Fatalf("got %d, want 200 from the leader", code)
-		}
-	}
-	// No leader: three requests get unavailable_status, fairlead's own errors.
-	mustSetState(t, p1, sim.Backup)
-	mustSetState(t, p2, sim.Backup)
-	testkit.Eventually(t, "no leader", 10*time.Second, func() bool { return poolLeader(l, "platform") == "" })
-	for range 3 {
-		if code, _ := get(t, l, "/"); code != 503 {
-			t.Fatalf("got %d without a leader, want 503", code)
-		}
-	}
 	testkit.Eventually(t, "the 23 requests and 3 errors in the rate history", 5*time.Second, func() bool {
 		var req, errs uint64
-		for _, p := range l.Status().Pools {
-			if p.Name == "platform" && p.Rates != nil {
-				for i := range p.Rates.Requests {
-					req, errs = req+p.Rates.Requests[i], errs+p.Rates.Errors[i]
-				}
+		if p := poolStatus(t, l, "platform"); p.Rates != nil {
+			for i := range p.Rates.Requests {
+				req, errs = req+p.Rates.Requests[i], errs+p.Rates.Errors[i]
 			}
 		}
 		return req == 23 && errs == 3

@@ -113,7 +113,7 @@ func TestAStepDownWhileTheOldLeaderStillServesMovesTrafficWithinAFewFastInterval
 		t.Fatalf("leader changed to %q from %q, want %s from %s", ev.Server, ev.Old, p2.Addr, p1.Addr)
 	}
 	// Three non-200 LeaderChecks of platform1 made the switch: fast probes, not its steady one.
-	if n := failedProbesSince(p1, flip); n < 3 {
+	if n := probesSince(p1, flip, false); n < 3 {
 		t.Fatalf("switched after %d non-200 answers of platform1, want 3", n)
 	}
 	time.Sleep(300 * time.Millisecond) // a few more requests, all after the switch

@@ -44,10 +44,7 @@ fall = 2
 			// Eight devices whose keys belong to cx1.
 			var devices []string
 			for i := 0; len(devices) < 8; i++ {
-				id := fmt.Sprint("device-", i)
-				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(id))
-				conn.Close()
-				if by == cx1.Name {
+				if id := fmt.Sprint("device-", i); landsOn(t, l, id) == cx1.Name {
 					devices = append(devices, id)
 				}
 			}
@@ -55,16 +52,11 @@ fall = 2
 
 			cx1.SetUpgradeFault(tc.fault)
 			for _, id := range devices {
-				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(id))
+				conn, by := dialAsset(t, l, id)
 				if by != cx2.Name {
 					t.Errorf("%s: tunnel to %q, want %s", id, by, cx2.Name)
 				}
-				if err := conn.WriteMessage(websocket.TextMessage, []byte(id)); err != nil {
-					t.Fatal(err)
-				}
-				if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != id {
-					t.Fatalf("%s: echo %q %v", id, msg, err)
-				}
+				mustEcho(t, conn, id)
 				conn.Close()
 			}
 
