@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,17 +51,14 @@ func addrsOf(ps []*sim.Platform) []string {
 // readyPath with short intervals, behind a catch-all route. extra (TOML with its own table headers) goes
 // into a second file, merged over the first as conf.d files are.
 func balConfig(servers, backups []*sim.Platform, extra string) map[string]string {
-	var base testkit.Config
-	listenAnywhere(&base)
-	pool := base.Table("pools.platform").Set("balance", "roundrobin").Set("servers", addrsOf(servers))
+	base, pool, check, _ := poolConf("platform", "roundrobin", addrsOf(servers), true)
 	if len(backups) > 0 {
 		pool.Set("backups", addrsOf(backups))
 	}
 	pool.Set("queue_timeout", 2*time.Second)
-	base.Table("pools.platform.check").Set("path", readyPath).Set("credentials", sim.DefaultCredentials).
+	check.Set("path", readyPath).Set("credentials", sim.DefaultCredentials).
 		Set("interval", 100*time.Millisecond).Set("interval_max", 150*time.Millisecond).
 		Set("fast_interval", 100*time.Millisecond).Set("timeout", time.Second).Set("fall", 2).Set("rise", 2)
-	base.Array("routes").Set("pool", "platform")
 	files := map[string]string{"10-base.toml": base.String()}
 	if extra != "" {
 		files["20-extra.toml"] = extra
@@ -97,39 +92,6 @@ func countsUnchanged(t *testing.T, what string, ps []*sim.Platform, before map[s
 		if n := p.Requests(); n != before[p.Name] {
 			t.Errorf("%s: %s received %d requests, want none", what, p.Name, n-before[p.Name])
 		}
-	}
-}
-
-// concurrentGets sends n GETs of path at once in the background; the function returned waits for
-// them and counts the answers by "status X-Served-By".
-func concurrentGets(t *testing.T, l *LB, path string, n int) func() map[string]int {
-	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
-	var (
-		mu   sync.Mutex
-		byOf = map[string]int{}
-		wg   sync.WaitGroup
-	)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := client.Get("http://" + l.Addr() + path)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
-			mu.Lock()
-			byOf[fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-Served-By"))]++
-			mu.Unlock()
-		}()
-	}
-	return func() map[string]int {
-		wg.Wait()
-		client.CloseIdleConnections()
-		return byOf
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,13 +89,11 @@ func newFake(t *testing.T, name string) (string, *fakeProvider) {
 // ordinary requests), checked on "/" every 100 ms (rise 1), with the seed servers and the fake provider
 // id; extra are more lines of its [pools.rr.discovery] table.
 func discoveryConfig(id string, seed []string, extra string) map[string]string {
-	var c testkit.Config
-	listenAnywhere(&c)
-	c.Table("pools.rr").Set("balance", "roundrobin").Set("servers", seed).Set("queue_timeout", 300*time.Millisecond)
-	c.Table("pools.rr.check").Set("path", "/").Set("interval", 100*time.Millisecond).
+	c, pool, check, _ := poolConf("rr", "roundrobin", seed, true)
+	pool.Set("queue_timeout", 300*time.Millisecond)
+	check.Set("path", "/").Set("interval", 100*time.Millisecond).
 		Set("fast_interval", 50*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("rise", 1)
-	c.Table("pools.rr.discovery").Lines(fmt.Sprintf("provider = \"fake\"\nfile = %q\n%s", id, extra))
-	c.Array("routes").Set("pool", "rr")
+	pool.Table("pools.rr.discovery").Lines(fmt.Sprintf("provider = \"fake\"\nfile = %q\n%s", id, extra))
 	return map[string]string{"10-rr.toml": c.String()}
 }
 
@@ -141,7 +140,7 @@ func TestADiscoveredListIsPutInForceInItsPoolAsAServerSetChange(t *testing.T) {
 
 	// platform1 leaves the list while a slow request is in flight on each server: it drains (its request
 	// finishes) and takes no new request.
-	slow := slowGets(l, 3, time.Second)
+	slow := concurrentGets(t, l, "/x?delay=1s", 3)
 	testkit.Eventually(t, "a slow request in flight on platform1", 5*time.Second, func() bool {
 		return mustServerStatus(t, l, "rr", p1.Addr).InFlight == 1
 	})
@@ -151,13 +150,8 @@ func TestADiscoveredListIsPutInForceInItsPoolAsAServerSetChange(t *testing.T) {
 			return e.Kind == event.ServerRemoved && e.Pool == "rr" && e.Server == p1.Addr
 		})
 	})
-	var answered []string
-	for by := range slow {
-		answered = append(answered, by)
-	}
-	slices.Sort(answered)
-	if want := []string{p1.Name, p2.Name, p3.Name}; !slices.Equal(answered, want) {
-		t.Fatalf("slow requests in flight during the removal were answered by %v, want %v", answered, want)
+	if got, want := slow(), map[string]int{"200 " + p1.Name: 1, "200 " + p2.Name: 1, "200 " + p3.Name: 1}; !maps.Equal(got, want) {
+		t.Fatalf("slow requests in flight during the removal were answered %v, want one 200 by each of %s, %s, %s", got, p1.Name, p2.Name, p3.Name)
 	}
 	if got := servedBy(t, l, 8); got[p2.Name] != 4 || got[p3.Name] != 4 {
 		t.Fatalf("after platform1 left the list: %v", got)
@@ -174,30 +168,6 @@ func TestADiscoveredListIsPutInForceInItsPoolAsAServerSetChange(t *testing.T) {
 	if logLine(logs, `msg="discovery: fake: 2 servers (added none; removed `+p1.Addr+`)"`, "pool=rr") == "" {
 		t.Errorf("no log line of the change:\n%s", logs.all())
 	}
-}
-
-// slowGets sends n GET /x?delay=d concurrently and returns a channel of their X-Served-By (the error or
-// the status for a failure), closed when all answered.
-func slowGets(l *LB, n int, d time.Duration) <-chan string {
-	out := make(chan string, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			resp, err := testClient.Get(fmt.Sprintf("http://%s/x?delay=%s", l.Addr(), d))
-			if err != nil {
-				out <- "error: " + err.Error()
-				return
-			}
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				out <- fmt.Sprint("status ", resp.StatusCode)
-				return
-			}
-			out <- resp.Header.Get("X-Served-By")
-		})
-	}
-	go func() { wg.Wait(); close(out) }()
-	return out
 }
 
 func TestAPoolsNameAndTLSReachItsDiscoveryProvider(t *testing.T) {
@@ -228,14 +198,13 @@ func TestABadListOrAFailedReadKeepsTheRunningSetAndItsTunnels(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "cx-servers.toml")
 	discoverytest.WriteFile(t, file, discoverytest.TOMLServers(cx1.Addr, cx2.Addr))
 	// A sticky connection-server pool behind the WebSocket route, its servers from file (no seed).
-	var conf testkit.Config
-	listenAnywhere(&conf)
-	conf.Table("pools.cxserver").Set("balance", "sticky").Set("queue_timeout", time.Second)
-	conf.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id"})
-	conf.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).
+	conf, pool, check, route := poolConf("cxserver", "sticky", nil, true)
+	pool.Set("queue_timeout", time.Second)
+	pool.Table("pools.cxserver.sticky").Set("keys", []string{"header:X-Asset-Id"})
+	check.Set("path", "/health").Set("interval", 100*time.Millisecond).
 		Set("fast_interval", 50*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("rise", 1)
-	conf.Table("pools.cxserver.discovery").Set("provider", "file").Set("file", file)
-	conf.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"}).Set("pool", "cxserver")
+	pool.Table("pools.cxserver.discovery").Set("provider", "file").Set("file", file)
+	route.Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
 	l, logs := startLB(t, map[string]string{"10-cx.toml": conf.String()})
 	discovered := func() []string { return mustPoolDiscovery(t, l, "cxserver").Servers }
 	sorted := func(a ...string) []string { return slices.Sorted(slices.Values(a)) }

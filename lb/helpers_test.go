@@ -39,16 +39,27 @@ func listenAnywhere(conf *testkit.Config) {
 	conf.Table("admin").Set("listen", "127.0.0.1:0")
 }
 
+// poolConf is the one config builder of lb's tests: a config with pool NAME of balance over servers
+// and a route to it (routed true: catch-all; the caller narrows it), returned with the pool's table and
+// its [check] table for the test's keys. listen puts the front end and the admin listener on ports of
+// the kernel's choosing (false for a file merged over one that does).
+func poolConf(name, balance string, servers []string, listen bool) (conf *testkit.Config, pool, check, route *testkit.Table) {
+	conf = new(testkit.Config)
+	if listen {
+		listenAnywhere(conf)
+	}
+	pool = conf.Table("pools."+name).Set("balance", balance).Set("servers", servers)
+	check = pool.Table("pools." + name + ".check")
+	return conf, pool, check, conf.Array("routes").Set("pool", name)
+}
+
 // platformConfig is a config with one leader pool over the cluster's platform servers. extraPool and
 // extraCheck override keys of the [pools.platform] and [pools.platform.check] tables: they go into a
 // second file, merged over the first as conf.d files are.
 func platformConfig(c *sim.Cluster, extraPool, extraCheck string) map[string]string {
-	var base testkit.Config
-	listenAnywhere(&base)
-	base.Table("pools.platform").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)).
-		Set("queue_timeout", 2*time.Second)
-	fastChecks(base.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials))
-	base.Array("routes").Set("pool", "platform")
+	base, pool, check, _ := poolConf("platform", "leader", testkit.PlatformAddrs(c), true)
+	pool.Set("queue_timeout", 2*time.Second)
+	fastChecks(check.Set("credentials", sim.DefaultCredentials))
 	override := fmt.Sprintf("[pools.platform]\n%s\n[pools.platform.check]\n%s\n", extraPool, extraCheck)
 	return map[string]string{"10-base.toml": base.String(), "20-override.toml": override}
 }
@@ -193,6 +204,35 @@ func mustServe(t *testing.T, what string, r reply, want string) string {
 		t.Fatalf("%s: got %s, want 200 from %s", what, r, w)
 	}
 	return r.by
+}
+
+// concurrentGets sends n GETs of path at once in the background, each on a connection of its own; the
+// function returned waits for them and counts the answers by "status X-Served-By".
+func concurrentGets(t *testing.T, l *LB, path string, n int) func() map[string]int {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	var (
+		mu   sync.Mutex
+		byOf = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for range n {
+		wg.Go(func() {
+			r := replyOf(client.Get("http://" + l.Addr() + path))
+			if r.err != nil {
+				t.Error(r.err)
+				return
+			}
+			mu.Lock()
+			byOf[fmt.Sprint(r.status, " ", r.by)]++
+			mu.Unlock()
+		})
+	}
+	return func() map[string]int {
+		wg.Wait()
+		client.CloseIdleConnections()
+		return byOf
+	}
 }
 
 // get sends GET path to fairlead and returns the status and the X-Served-By header.

@@ -116,11 +116,10 @@ func TestQueueWaitIsObservedForARequestThatWaitedForAServer(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	files := platformConfig(c, "", "")
 	// A leader pool whose only server is not there: its requests wait queue_timeout, then get 503.
-	var nobody testkit.Config
-	nobody.Table("pools.nobody").Set("balance", "leader").Set("servers", []string{testkit.Addr(t)}).
-		Set("queue_timeout", 300*time.Millisecond)
-	nobody.Table("pools.nobody.check").Set("timeout", 300*time.Millisecond)
-	nobody.Array("routes").Set("paths", []string{"/nobody"}).Set("pool", "nobody")
+	nobody, pool, check, route := poolConf("nobody", "leader", []string{testkit.Addr(t)}, false)
+	pool.Set("queue_timeout", 300*time.Millisecond)
+	check.Set("timeout", 300*time.Millisecond)
+	route.Set("paths", []string{"/nobody"})
 	files["05-nobody.toml"] = nobody.String()
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)
@@ -185,10 +184,9 @@ func TestStickyEvictionsAndTunnelBytesAreCountedPerPool(t *testing.T) {
 func TestARemovedPoolsSeriesDisappear(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	files := platformConfig(c, "", "")
-	var other testkit.Config
-	other.Table("pools.other").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)[:1])
-	other.Table("pools.other.check").Set("credentials", sim.DefaultCredentials)
-	other.Array("routes").Set("paths", []string{"/other"}).Set("pool", "other")
+	other, _, check, route := poolConf("other", "leader", testkit.PlatformAddrs(c)[:1], false)
+	check.Set("credentials", sim.DefaultCredentials)
+	route.Set("paths", []string{"/other"})
 	files["05-other.toml"] = other.String()
 	l, _ := startLB(t, files)
 	send(t, l, "GET", "/Thingworx/Things/A", nil)

@@ -264,10 +264,9 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 // for paths under /app, and returns files. Its file sorts first, so that its route comes before the
 // catch-all platform route.
 func withApp(files map[string]string, servers ...*sim.Platform) map[string]string {
-	var conf testkit.Config
-	conf.Table("pools.app").Set("balance", "sticky").Set("servers", addrsOf(servers)).Set("queue_timeout", time.Second)
-	conf.Table("pools.app.sticky").Set("keys", []string{"header:X-User"})
-	conf.Array("routes").Set("paths", []string{"/app"}).Set("pool", "app")
+	conf, pool, _, route := poolConf("app", "sticky", addrsOf(servers), false)
+	pool.Set("queue_timeout", time.Second).Table("pools.app.sticky").Set("keys", []string{"header:X-User"})
+	route.Set("paths", []string{"/app"})
 	files["01-app.toml"] = conf.String()
 	return files
 }

@@ -28,27 +28,25 @@ func burst(t *testing.T, addr, path, xff string, n int) (ok, limited, retryAfter
 			if xff != "" {
 				req.Header.Set("X-Forwarded-For", xff)
 			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Error(err)
+			r := replyOf(client.Do(req))
+			if r.err != nil {
+				t.Error(r.err)
 				return
 			}
-			io.Copy(io.Discard, resp.Body) //nolint:errcheck
-			resp.Body.Close()
 			mu.Lock()
 			defer mu.Unlock()
-			switch resp.StatusCode {
+			switch r.status {
 			case 200:
 				ok++
 			case 429:
 				limited++
-				r, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-				if err != nil || r < 1 {
-					t.Errorf("429 with Retry-After %q, want whole seconds ≥ 1", resp.Header.Get("Retry-After"))
+				ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+				if err != nil || ra < 1 {
+					t.Errorf("429 with Retry-After %q, want whole seconds ≥ 1", r.header.Get("Retry-After"))
 				}
-				retryAfter = max(retryAfter, r)
+				retryAfter = max(retryAfter, ra)
 			default:
-				t.Errorf("answered %d", resp.StatusCode)
+				t.Errorf("answered %d", r.status)
 			}
 		})
 	}

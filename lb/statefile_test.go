@@ -33,16 +33,21 @@ func mustWriteFile(t *testing.T, path, content string) {
 	}
 }
 
-// readState parses the state file at path.
+// parseState reads and parses the state file at path.
+func parseState(path string) (st savedState, err error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	return st, err
+}
+
+// readState is parseState for a state file that must be there and parse.
 func readState(t *testing.T, path string) *savedState {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	st, err := parseState(path)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var st savedState
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("state file %s does not parse: %v\n%s", path, err, b)
+		t.Fatalf("state file %s: %v", path, err)
 	}
 	return &st
 }
@@ -289,19 +294,14 @@ func TestTheStateFileIsReplacedAtomicallyAndAlwaysParsesWhileItIsWritten(t *test
 		}
 	}
 	testkit.Eventually(t, "a state file with the 200 keys", 5*time.Second, func() bool {
-		b, err := os.ReadFile(path)
-		var st savedState
-		return err == nil && json.Unmarshal(b, &st) == nil && st.Pools["app"] != nil && len(st.Pools["app"].Sticky) == 200
+		st, err := parseState(path)
+		return err == nil && st.Pools["app"] != nil && len(st.Pools["app"].Sticky) == 200
 	})
 	reads := 0
 	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); {
-		b, err := os.ReadFile(path)
+		st, err := parseState(path)
 		if err != nil {
-			t.Fatal(err)
-		}
-		var st savedState
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatalf("read %d: the state file does not parse (%v): a partial file was visible", reads, err)
+			t.Fatalf("read %d: the state file cannot be read or does not parse (%v): a partial file was visible", reads, err)
 		}
 		if st.Version != 1 || st.Pools["app"] == nil || len(st.Pools["app"].Sticky) != 200 || st.Pools["platform"].Leader != c.Platforms[0].Addr {
 			t.Fatalf("read %d: state %+v, want every pool with 200 sticky keys in app", reads, st)
@@ -378,14 +378,7 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	if a := request(l, "GET", "/app/x", "", "X-User", "user-1"); a.err != nil || a.status != 200 {
 		t.Fatalf("GET as user-1: %+v", a)
 	}
-	written := func() time.Time {
-		b, err := os.ReadFile(path)
-		var st savedState
-		if err != nil || json.Unmarshal(b, &st) != nil {
-			return time.Time{}
-		}
-		return st.Written
-	}
+	written := func() time.Time { st, _ := parseState(path); return st.Written }
 	testkit.Eventually(t, "a state file with user-1", 5*time.Second, func() bool {
 		st := written()
 		return !st.IsZero() && len(readState(t, path).Pools["app"].Sticky) == 1

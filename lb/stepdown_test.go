@@ -14,12 +14,8 @@ import (
 // stepDownConfig is a leader pool over the cluster's platform servers with the steady intervals of a
 // real deployment (15–20 s) and every other check setting at its default (fast_interval among them).
 func stepDownConfig(c *sim.Cluster) map[string]string {
-	var conf testkit.Config
-	listenAnywhere(&conf)
-	conf.Table("pools.platform").Set("balance", "leader").Set("servers", testkit.PlatformAddrs(c)[:2])
-	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).
-		Set("interval", 15*time.Second).Set("interval_max", 20*time.Second)
-	conf.Array("routes").Set("pool", "platform")
+	conf, _, check, _ := poolConf("platform", "leader", testkit.PlatformAddrs(c)[:2], true)
+	check.Set("credentials", sim.DefaultCredentials).Set("interval", 15*time.Second).Set("interval_max", 20*time.Second)
 	return map[string]string{"10-platform.toml": conf.String()}
 }
 

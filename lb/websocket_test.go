@@ -21,17 +21,13 @@ import (
 // websocket route, as conf.d ships it, with test-sized intervals. extra is merged over it.
 func cxConfig(c *sim.Cluster, extra string) map[string]string {
 	files := platformConfig(c, "", "")
-	var cx testkit.Config
-	cx.Table("pools.cxserver").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(c)).
-		Set("queue_timeout", time.Second)
-	cx.Table("pools.cxserver.sticky").
+	cx, pool, check, route := poolConf("cxserver", "sticky", testkit.ConnectionAddrs(c), false)
+	pool.Set("queue_timeout", time.Second).Table("pools.cxserver.sticky").
 		Set("keys", []string{"header:X-Asset-Id", "query:assetId", "cookie:FAIRLEAD_CX", "source"}).
 		Set("cookie", "FAIRLEAD_CX").Set("idle_timeout", 10*time.Minute)
-	cx.Table("pools.cxserver.check").Set("path", "/health").Set("interval", 100*time.Millisecond).
+	check.Set("path", "/health").Set("interval", 100*time.Millisecond).
 		Set("fast_interval", 100*time.Millisecond).Set("timeout", 300*time.Millisecond).Set("fall", 2).Set("rise", 2)
-	cx.Array("routes").Set("websocket", true).
-		Set("paths", []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"}).
-		Set("pool", "cxserver")
+	route.Set("websocket", true).Set("paths", []string{"/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelClient", "/Thingworx/VWS"})
 	files["05-cxserver.toml"] = cx.String()
 	if extra != "" {
 		files["30-extra.toml"] = extra
@@ -343,12 +339,8 @@ func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
 	for _, p := range c.Platforms {
 		mustSetState(t, p, sim.Backup) // all serve ordinary requests
 	}
-	var conf testkit.Config
-	conf.Table("frontend").Set("listen", "127.0.0.1:0")
-	conf.Table("admin").Set("listen", "")
-	conf.Table("pools.app").Set("balance", "sticky").Set("servers", testkit.PlatformAddrs(c))
-	conf.Table("pools.app.sticky").Set("keys", []string{"cookie:SESSION_LB", "header:X-User"}).Set("cookie", "SESSION_LB")
-	conf.Array("routes").Set("pool", "app")
+	conf, pool, _, _ := poolConf("app", "sticky", testkit.PlatformAddrs(c), true)
+	pool.Table("pools.app.sticky").Set("keys", []string{"cookie:SESSION_LB", "header:X-User"}).Set("cookie", "SESSION_LB")
 	l, _ := startLB(t, map[string]string{"a.toml": conf.String()})
 
 	// A user identified by a header always lands on one server.

@@ -106,12 +106,9 @@ func (rc *rawClient) roundTrip(tb testing.TB, req []byte) []byte {
 // wholePathConfig puts a leader pool over server, checked rarely (no probe during a measurement), with a
 // WebSocket route to it too.
 func wholePathConfig(server string) map[string]string {
-	var conf testkit.Config
-	listenAnywhere(&conf)
-	conf.Table("pools.platform").Set("balance", "leader").Set("servers", []string{server})
-	conf.Table("pools.platform.check").Set("credentials", sim.DefaultCredentials).
-		Set("interval", time.Hour).Set("interval_max", time.Hour)
-	conf.Array("routes").Set("pool", "platform").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
+	conf, _, check, route := poolConf("platform", "leader", []string{server}, true)
+	check.Set("credentials", sim.DefaultCredentials).Set("interval", time.Hour).Set("interval_max", time.Hour)
+	route.Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
 	conf.Array("routes").Set("pool", "platform")
 	return map[string]string{"10-base.toml": conf.String()}
 }
