@@ -102,7 +102,7 @@ func startLBDir(t testing.TB, dir string) (*LB, *logSink) {
 	return startLBOpts(t, dir, Options{})
 }
 
-// startLBOpts is startLBDir with options (the log is the test's).
+// startLBOpts is startLBDir with options; the log is the test's unless o has a Logf.
 func startLBOpts(t testing.TB, dir string, o Options) (*LB, *logSink) {
 	t.Helper()
 	cfg, err := config.Load(dir)
@@ -110,7 +110,9 @@ func startLBOpts(t testing.TB, dir string, o Options) (*LB, *logSink) {
 		t.Fatal(err)
 	}
 	logs := &logSink{}
-	o.Logf = logs.logf
+	if o.Logf == nil {
+		o.Logf = logs.logf
+	}
 	l := New(cfg, o)
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)

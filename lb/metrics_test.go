@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -11,21 +10,13 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/config"
 )
 
-// startLBWithOptions is startLB with the caller's Options (a logger, a version).
+// startLBWithOptions is startLB with the caller's Options (a logger, a version): startLBOpts, kept with
+// its name for accesslog_test.go.
 func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
 	t.Helper()
-	cfg, err := config.Load(testkit.WriteFiles(t, files))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := New(cfg, o)
-	if err := l.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
+	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), o)
 	return l
 }
 
@@ -105,7 +96,7 @@ func TestMetricsHaveEachServersProbeLatencies(t *testing.T) {
 
 func TestBuildInfoReportsTheVersionAndGoVersion(t *testing.T) {
 	c := startCluster(t, 1, 0)
-	l := startLBWithOptions(t, platformConfig(c, "", ""), Options{Logf: func(string, ...any) {}, Version: "1.2.3"})
+	l, _ := startLBOpts(t, testkit.WriteFiles(t, platformConfig(c, "", "")), Options{Version: "1.2.3"})
 	mustMetric(t, scrapeMetrics(t, l), fmt.Sprintf(`fairlead_build_info{version="1.2.3",goversion=%q}`, runtime.Version()))
 
 	l2, _ := startLB(t, platformConfig(c, "", ""))
