@@ -52,21 +52,6 @@ func dialWS(t testing.TB, l *LB, path string, h http.Header) (*websocket.Conn, s
 
 func assetHeader(id string) http.Header { return http.Header{"X-Asset-Id": {id}} }
 
-func TestSameAssetLandsOnTheSameConnectionServerAcross100Reconnects(t *testing.T) {
-	c := startCluster(t, 2, 3)
-	l, _ := startLB(t, cxConfig(c, ""))
-	for _, asset := range []string{"pump-1", "pump-2", "valve-7"} {
-		first := ""
-		for i := 0; i < 100; i++ {
-			if by := landsOn(t, l, asset); first == "" {
-				first = by
-			} else if by != first {
-				t.Fatalf("%s: reconnect %d went to %s, first went to %s", asset, i, by, first)
-			}
-		}
-	}
-}
-
 // candidates lets the tests predict rendezvous placement as fairlead computes it.
 type testCandidates []string
 
@@ -74,130 +59,137 @@ func (c testCandidates) Len() int          { return len(c) }
 func (c testCandidates) Name(i int) string { return c[i] }
 func (c testCandidates) Up(int) bool       { return true }
 
-func TestStickyKeySourcesAreTriedInOrder(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, ""))
-	cand := testCandidates{c.Connections[0].Addr, c.Connections[1].Addr}
-	place := func(key string) string {
-		return c.Connections[stickiness.NewTable(stickiness.TableOptions{}).Place([]byte(key), cand)].Name
+// One fairlead in front of three connection servers, as conf.d ships it. (A refused dial is invisible to
+// the client: TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTakeTheServerDown.)
+func TestAStickyWebSocketRouteKeepsEachKeyOnOneServerAndCarriesTunnelsIntactAcrossAReload(t *testing.T) {
+	c := startCluster(t, 2, 3)
+	files := cxConfig(c, "")
+	l, _ := startLB(t, files)
+	upgrades := func() (n int64) {
+		for _, s := range c.Connections {
+			n += s.Upgrades()
+		}
+		return n
 	}
-	// Values whose placement differs, so that the winner is visible.
-	valueOn := func(prefix, server string) string {
-		for i := 0; ; i++ {
-			v := fmt.Sprintf("v%d", i)
-			if place(prefix+v) == server {
-				return v
+
+	t.Run("the same asset lands on the same connection server across 100 reconnects", func(t *testing.T) {
+		for _, asset := range []string{"pump-1", "pump-2", "valve-7"} {
+			first := landsOn(t, l, asset)
+			for i := 1; i < 100; i++ {
+				if by := landsOn(t, l, asset); by != first {
+					t.Fatalf("%s: reconnect %d went to %s, first went to %s", asset, i, by, first)
+				}
 			}
 		}
-	}
-	cx1, cx2 := c.Connections[0].Name, c.Connections[1].Name
-	srcOn := place("s:127.0.0.1")
-	other := map[string]string{cx1: cx2, cx2: cx1}
-	cookieFor := map[string]string{cx1: serverCookie(c.Connections[0].Addr), cx2: serverCookie(c.Connections[1].Addr)}
+	})
 
-	f := func(name string, h http.Header, query string, want string) {
-		t.Helper()
-		conn, by, _ := dialWS(t, l, "/Thingworx/WS"+query, h)
+	t.Run("sticky key sources are tried in order", func(t *testing.T) {
+		cand := testCandidates(testkit.ConnectionAddrs(c))
+		place := func(key string) string {
+			return c.Connections[stickiness.NewTable(stickiness.TableOptions{}).Place([]byte(key), cand)].Name
+		}
+		// Values whose placement differs, so that the winner is visible.
+		valueOn := func(prefix, server string) string {
+			for i := 0; ; i++ {
+				if v := fmt.Sprintf("v%d", i); place(prefix+v) == server {
+					return v
+				}
+			}
+		}
+		srcOn, other := place("s:127.0.0.1"), c.Connections[0].Name
+		if other == srcOn {
+			other = c.Connections[1].Name
+		}
+		cookieFor := map[string]string{}
+		for _, s := range c.Connections {
+			cookieFor[s.Name] = serverCookie(s.Addr)
+		}
+		f := func(name string, h http.Header, query string, want string) {
+			t.Helper()
+			conn, by, _ := dialWS(t, l, "/Thingworx/WS"+query, h)
+			conn.Close()
+			if by != want {
+				t.Errorf("%s: landed on %s, want %s", name, by, want)
+			}
+		}
+		f("header beats query", http.Header{"X-Asset-Id": {valueOn("h:", other)}}, "?assetId="+valueOn("q:", srcOn), other)
+		f("query beats cookie", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookieFor[srcOn]}}, "?assetId="+valueOn("q:", other), other)
+		f("cookie beats source", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookieFor[other]}}, "", other)
+		f("source alone", nil, "", srcOn)
+	})
+
+	t.Run("the sticky cookie is set on the 101 and honoured", func(t *testing.T) {
+		conn, by, resp := dialWS(t, l, "/Thingworx/WSTunnelServer", assetHeader("edge-42"))
 		conn.Close()
-		if by != want {
-			t.Errorf("%s: landed on %s, want %s", name, by, want)
+		var cookie *http.Cookie
+		for _, ck := range resp.Cookies() {
+			if ck.Name == "FAIRLEAD_CX" {
+				cookie = ck
+			}
 		}
-	}
-	hv := valueOn("h:", other[srcOn])
-	qv := valueOn("q:", srcOn)
-	f("header beats query", http.Header{"X-Asset-Id": {hv}}, "?assetId="+qv, other[srcOn])
-	qv2 := valueOn("q:", other[srcOn])
-	f("query beats cookie", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookieFor[srcOn]}}, "?assetId="+qv2, other[srcOn])
-	f("cookie beats source", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookieFor[other[srcOn]]}}, "", other[srcOn])
-	f("source alone", nil, "", srcOn)
-}
+		if cookie == nil {
+			t.Fatalf("no FAIRLEAD_CX cookie on the 101: %v", resp.Header)
+		}
+		// Without the asset header, the cookie alone brings the client back to the same server, every time.
+		for i := 0; i < 20; i++ {
+			conn, by2, resp2 := dialWS(t, l, "/Thingworx/WSTunnelServer", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookie.Value}})
+			conn.Close()
+			if by2 != by {
+				t.Fatalf("cookie sent back: landed on %s, want %s", by2, by)
+			}
+			if len(resp2.Cookies()) != 0 {
+				t.Fatalf("cookie set again though the client sent it: %v", resp2.Cookies())
+			}
+		}
+	})
 
-func TestStickyCookieIsSetOn101AndHonoured(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, ""))
-	conn, by, resp := dialWS(t, l, "/Thingworx/WSTunnelServer", assetHeader("edge-42"))
-	conn.Close()
-	var cookie *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == "FAIRLEAD_CX" {
-			cookie = ck
+	t.Run("ordinary requests never reach a connection server and a non-101 answer is relayed as it is", func(t *testing.T) {
+		before := upgrades()
+		for _, path := range []string{"/Thingworx/WS", "/Thingworx/VWS/x", "/Thingworx/Things"} {
+			if code, by := get(t, l, path); code != 200 || !strings.HasPrefix(by, "platform") {
+				t.Errorf("GET %s: %d from %q, want 200 from a platform server", path, code, by)
+			}
 		}
-	}
-	if cookie == nil {
-		t.Fatalf("no FAIRLEAD_CX cookie on the 101: %v", resp.Header)
-	}
-	// Without the asset header, the cookie alone brings the client back to the same server, every time.
-	for i := 0; i < 20; i++ {
-		conn, by2, resp2 := dialWS(t, l, "/Thingworx/WSTunnelServer", http.Header{"Cookie": {"FAIRLEAD_CX=" + cookie.Value}})
-		conn.Close()
-		if by2 != by {
-			t.Fatalf("cookie sent back: landed on %s, want %s", by2, by)
+		// The connection servers answer 400 to a request that is not a valid WebSocket handshake.
+		if r := request(l, "GET", "/Thingworx/WS", "", "Connection", "Upgrade", "Upgrade", "websocket"); r.status != 400 {
+			t.Errorf("a bad handshake got %s, want the connection server's own 400", r)
 		}
-		if len(resp2.Cookies()) != 0 {
-			t.Fatalf("cookie set again though the client sent it: %v", resp2.Cookies())
+		if n := upgrades() - before; n != 0 {
+			t.Errorf("the connection servers got %d upgrades", n)
 		}
-	}
-}
+	})
 
-func TestOrdinaryRequestsNeverReachAConnectionServer(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, ""))
-	for _, path := range []string{"/Thingworx/WS", "/Thingworx/VWS/x", "/Thingworx/Things"} {
-		if code, by := get(t, l, path); code != 200 || !strings.HasPrefix(by, "platform") {
-			t.Errorf("GET %s: %d from %q, want 200 from a platform server", path, code, by)
+	t.Run("1 MiB binary and text messages pass intact both ways", func(t *testing.T) {
+		conn, _ := dialAsset(t, l, "big")
+		bin := make([]byte, 1<<20)
+		rand.Read(bin) //nolint:errcheck
+		text := bytes.Repeat([]byte("ThingWorx edge ✓ "), (1<<20)/19)
+		for _, m := range []struct {
+			kind int
+			data []byte
+		}{{websocket.BinaryMessage, bin}, {websocket.TextMessage, text}} {
+			if err := conn.WriteMessage(m.kind, m.data); err != nil {
+				t.Fatal(err)
+			}
+			kind, got, err := conn.ReadMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind != m.kind || !bytes.Equal(got, m.data) {
+				t.Fatalf("message of type %d and %d bytes came back as type %d with %d bytes", m.kind, len(m.data), kind, len(got))
+			}
 		}
-	}
-	for _, s := range c.Connections {
-		if n := s.Upgrades(); n != 0 {
-			t.Errorf("%s got %d upgrades", s.Name, n)
-		}
-	}
-}
+	})
 
-func TestOneMiBBinaryAndTextMessagesPassIntactBothWays(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, ""))
-	conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("big"))
-	defer conn.Close()
-	bin := make([]byte, 1<<20)
-	rand.Read(bin) //nolint:errcheck
-	text := bytes.Repeat([]byte("ThingWorx edge ✓ "), (1<<20)/19)
-	for _, m := range []struct {
-		kind int
-		data []byte
-	}{{websocket.BinaryMessage, bin}, {websocket.TextMessage, text}} {
-		if err := conn.WriteMessage(m.kind, m.data); err != nil {
-			t.Fatal(err)
+	t.Run("a reload keeps open tunnels", func(t *testing.T) {
+		conn, _ := dialAsset(t, l, "survivor")
+		files["40-reload.toml"] = "[pools.platform]\nqueue_timeout = \"3s\"\n[pools.cxserver.check]\ninterval = \"150ms\"\n"
+		reloadWith(t, l, files)
+		mustEcho(t, conn, "still here")
+		if code, _ := get(t, l, "/"); code != 200 {
+			t.Fatalf("GET after reload: %d", code)
 		}
-		kind, got, err := conn.ReadMessage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if kind != m.kind || !bytes.Equal(got, m.data) {
-			t.Fatalf("message of type %d and %d bytes came back as type %d with %d bytes", m.kind, len(m.data), kind, len(got))
-		}
-	}
-}
-
-func TestADialFailureIsInvisibleToTheClient(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	// A long check interval: only the failed dial can tell fairlead the server is gone.
-	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.check]\ninterval = \"1h\"\n"))
-	// Find an asset placed on cx1, then kill cx1 before it connects.
-	asset := ""
-	for i := 0; asset == ""; i++ {
-		if landsOn(t, l, fmt.Sprint("a", i)) == c.Connections[0].Name {
-			asset = fmt.Sprint("a", i)
-		}
-	}
-	if err := c.Connections[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	conn, by := dialAsset(t, l, asset)
-	if by != c.Connections[1].Name {
-		t.Fatalf("after the dial failure the asset landed on %q, want %s", by, c.Connections[1].Name)
-	}
-	mustEcho(t, conn, "hi")
+	})
 }
 
 func openFDs(t testing.TB) int {
@@ -306,31 +298,6 @@ func TestTunnelIdleTimeoutClosesASilentTunnel(t *testing.T) {
 	quiet.SetReadDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
 	if _, _, err := quiet.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("silent tunnel: %v, want it closed by fairlead", err)
-	}
-}
-
-func TestNon101AnswerIsRelayedAsItIs(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, ""))
-	// The connection servers answer 400 to a request that is not a valid WebSocket handshake.
-	if r := request(l, "GET", "/Thingworx/WS", "", "Connection", "Upgrade", "Upgrade", "websocket"); r.status != 400 {
-		t.Fatalf("got %s, want the connection server's own 400", r)
-	}
-	if n := c.Connections[0].Upgrades() + c.Connections[1].Upgrades(); n != 0 {
-		t.Fatalf("%d upgrades", n)
-	}
-}
-
-func TestReloadKeepsOpenTunnels(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	files := cxConfig(c, "")
-	l, _ := startLB(t, files)
-	conn, _ := dialAsset(t, l, "survivor")
-	files["40-reload.toml"] = "[pools.platform]\nqueue_timeout = \"3s\"\n[pools.cxserver.check]\ninterval = \"150ms\"\n"
-	reloadWith(t, l, files)
-	mustEcho(t, conn, "still here")
-	if code, _ := get(t, l, "/"); code != 200 {
-		t.Fatalf("GET after reload: %d", code)
 	}
 }
 
