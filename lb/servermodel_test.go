@@ -18,8 +18,9 @@ import (
 )
 
 // Black-box tests of the server model over real sockets: servers are keyed by address and survive
-// reloads with their health, sticky keys and tunnels; removed servers drain; live failures reach the
-// health check, which alone takes a server down; a leader change ends the old leader's tunnels.
+// reloads with their health, sticky keys, tunnels and tunnel counts; removed servers drain; live
+// failures reach the health check, which alone takes a server down; a leader change ends the old
+// leader's tunnels; in_flight_since.
 
 // hang is the deadline of the waits below: long enough to fail only on a hang.
 const hang = 20 * time.Second
@@ -111,6 +112,25 @@ func landsOn(t *testing.T, l *LB, asset string) string {
 	return by
 }
 
+// dialOn is dialAsset for a tunnel that must land on the server named want.
+func dialOn(t *testing.T, l *LB, asset, want string) *websocket.Conn {
+	t.Helper()
+	conn, by := dialAsset(t, l, asset)
+	if by != want {
+		t.Fatalf("%s landed on %s, want %s", asset, by, want)
+	}
+	return conn
+}
+
+// mustLand fails the test unless a tunnel for asset (opened and closed, as landsOn does) lands on the
+// server named want; what says when.
+func mustLand(t *testing.T, l *LB, what, asset, want string) {
+	t.Helper()
+	if by := landsOn(t, l, asset); by != want {
+		t.Fatalf("%s: %s landed on %s, want %s", what, asset, by, want)
+	}
+}
+
 // settles waits until check returns "" and fails with its last answer if that never happens.
 func settles(t *testing.T, what string, check func() string) {
 	t.Helper()
@@ -143,7 +163,7 @@ func (w *probeWatch) see(addr string) uint64 {
 	return n
 }
 
-func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServerOnlyAfterAPassingProbe(t *testing.T) {
+func TestAReloadAddingAServerKeepsTunnelsStickyKeysHealthAndTunnelCountsAndFeedsTheNewServerOnlyAfterAPassingProbe(t *testing.T) {
 	c := startCluster(t, 2, 3)
 	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
 	name := map[string]string{cx1.Addr: cx1.Name, cx2.Addr: cx2.Name, cx3.Addr: cx3.Name}
@@ -169,12 +189,30 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	conns := map[string]*websocket.Conn{}
 	home := map[string]string{} // asset → server name
 	for _, a := range assets {
-		conn, by := dialAsset(t, l, a)
-		if want := name[placedOn(a, cx1.Addr, cx2.Addr)]; by != want {
-			t.Fatalf("%s landed on %s, want %s", a, by, want)
-		}
-		conns[a], home[a] = conn, by
+		home[a] = name[placedOn(a, cx1.Addr, cx2.Addr)]
+		conns[a] = dialOn(t, l, a, home[a])
 	}
+	// /status and the servers agree on each server's tunnels: those of conns still open.
+	countsAgree := func(when string) {
+		t.Helper()
+		settles(t, "tunnel counts "+when, func() string {
+			want := map[string]int{}
+			for a, conn := range conns {
+				if conn != nil {
+					want[home[a]]++
+				}
+			}
+			var bad []string
+			for _, s := range c.Connections {
+				ss, _ := serverStatus(l, "cxserver", s.Addr) // before the reload cx3 is not listed: 0
+				if ss.Tunnels != int64(want[s.Name]) || s.OpenTunnels() != want[s.Name] {
+					bad = append(bad, fmt.Sprintf("%s: /status %d, open on the server %d, want %d", s.Name, ss.Tunnels, s.OpenTunnels(), want[s.Name]))
+				}
+			}
+			return strings.Join(bad, "; ")
+		})
+	}
+	countsAgree("before the reload")
 
 	// Health before the reload: both up, a few probes answered.
 	w := &probeWatch{t: t, l: l, pool: "cxserver", last: map[string]uint64{}}
@@ -191,10 +229,12 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	}
 	stayUp("before the reload")
 
-	// The third server fails its health check when the reload adds it.
+	// The third server fails its health check when the reload adds it. The reload changes queue_timeout
+	// too, which gives every server a new upstream connection pool.
 	cx3.SetHealthy(false)
-	reloadWith(t, l, cxConfig(c, ""))
+	reloadWith(t, l, cxConfig(c, "[pools.cxserver]\nqueue_timeout = \"2s\"\n"))
 	stayUp("just after the reload")
+	countsAgree("after the reload")
 	if !slices.Contains(listedServers(l, "cxserver"), cx3.Addr) {
 		t.Fatalf("/status does not list the added server: %v", listedServers(l, "cxserver"))
 	}
@@ -203,11 +243,8 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 		mustEcho(t, conns[a], "after the reload: "+a)
 	}
 	for _, a := range assets {
-		if slices.Contains(movable, a) {
-			continue
-		}
-		if by := landsOn(t, l, a); by != home[a] {
-			t.Fatalf("after the reload %s reconnected to %s, want its server %s", a, by, home[a])
+		if !slices.Contains(movable, a) {
+			mustLand(t, l, "reconnected after the reload", a, home[a])
 		}
 	}
 
@@ -237,19 +274,14 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 	cx3.SetHealthy(true)
 	testkit.Eventually(t, "the added server to pass its probes", hang, func() bool { return serverAvailable(l, "cxserver", cx3.Addr) })
 	for _, a := range valuesPlacedOn(t, "fresh-", 20, cx3.Addr, cx1.Addr, cx2.Addr, cx3.Addr) {
-		if by := landsOn(t, l, a); by != cx3.Name {
-			t.Fatalf("new key %s landed on %s, want the added server %s", a, by, cx3.Name)
-		}
+		conns[a], home[a] = dialOn(t, l, a, cx3.Name), cx3.Name
 	}
+	countsAgree("with tunnels opened after the reload")
 	for _, a := range placedWhileDown {
-		if by := landsOn(t, l, a); by != homeWhileDown[a] {
-			t.Fatalf("%s, placed on %s while the added server was down, moved to %s", a, homeWhileDown[a], by)
-		}
+		mustLand(t, l, "placed while the added server was down", a, homeWhileDown[a])
 	}
 	for _, a := range assets { // the movable ones for the first time since the reload
-		if by := landsOn(t, l, a); by != home[a] {
-			t.Fatalf("once the added server is up %s reconnected to %s, want its server %s", a, by, home[a])
-		}
+		mustLand(t, l, "once the added server is up", a, home[a])
 		mustEcho(t, conns[a], "at the end: "+a)
 	}
 
@@ -258,6 +290,18 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysAndHealthAndFeedsTheNewServer
 		return w.see(cx1.Addr) > before[cx1.Addr]+2 && w.see(cx2.Addr) > before[cx2.Addr]+2
 	})
 	stayUp("at the end")
+
+	// The counts follow the tunnels as they close: a third of them, then all.
+	for _, every := range []int{3, 1} {
+		i := 0
+		for a, conn := range conns {
+			if i++; conn != nil && i%every == 0 {
+				conn.Close()
+				conns[a] = nil
+			}
+		}
+		countsAgree(fmt.Sprintf("after 1 in %d of the tunnels closed", every))
+	}
 }
 
 // withApp adds to files a sticky plain-HTTP pool "app" over the given platform servers, keyed by X-User,
@@ -284,11 +328,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 	var removedAssets []string
 	for _, s := range []*sim.ConnServer{cx1, cx2, cx3} {
 		for _, a := range valuesPlacedOn(t, "asset-"+s.Name+"-", 10, s.Addr, cxAddrs...) {
-			conn, by := dialAsset(t, l, a)
-			if by != s.Name {
-				t.Fatalf("%s landed on %s, want %s", a, by, s.Name)
-			}
-			conns[s] = append(conns[s], conn)
+			conns[s] = append(conns[s], dialOn(t, l, a, s.Name))
 			if s == cx2 {
 				removedAssets = append(removedAssets, a)
 			}
@@ -297,9 +337,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 
 	// A user of platform2, whose slow request is in flight during the reload.
 	user := valuesPlacedOn(t, "user-", 1, p2.Addr, p1.Addr, p2.Addr, p3.Addr)[0]
-	if a := request(l, "GET", "/app/x", "", "X-User", user); a.err != nil || a.status != 200 || a.by != p2.Name {
-		t.Fatalf("GET as %s: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, p2.Name)
-	}
+	mustServe(t, "GET as "+user, request(l, "GET", "/app/x", "", "X-User", user), p2.Name)
 	slow := inBackground(l, "GET", "/app/slow?delay=1s", "", "X-User", user)
 	testkit.Eventually(t, "the slow request to be in flight on platform2", hang, func() bool {
 		return mustServerStatus(t, l, "app", p2.Addr).InFlight == 1
@@ -312,9 +350,7 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 	files["30-extra.toml"] = fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", cx1.Addr, cx3.Addr)
 	reloadWith(t, l, files)
 
-	if a := <-slow; a.err != nil || a.status != 200 || a.by != p2.Name {
-		t.Fatalf("in-flight request to the removed server: %d from %q (%v), want 200 from %s", a.status, a.by, a.err, p2.Name)
-	}
+	mustServe(t, "in-flight request to the removed server", awaitReply(t, slow), p2.Name)
 	if got := listedServers(l, "app"); slices.Contains(got, p2.Addr) || len(got) != 2 {
 		t.Fatalf("/status lists %v in pool app, want platform1 and platform3 only", got)
 	}
@@ -335,15 +371,10 @@ func TestAReloadRemovingAServerClosesItsTunnelsReplacesItsKeysAndLetsItsInFlight
 
 	// Its keys are placed anew among the servers that stay.
 	for _, a := range removedAssets {
-		by := landsOn(t, l, a)
-		if want := map[string]string{cx1.Addr: cx1.Name, cx3.Addr: cx3.Name}[placedOn(a, cx1.Addr, cx3.Addr)]; by != want {
-			t.Fatalf("%s of the removed server reconnected to %s, want %s", a, by, want)
-		}
+		mustLand(t, l, "a key of the removed server", a, map[string]string{cx1.Addr: cx1.Name, cx3.Addr: cx3.Name}[placedOn(a, cx1.Addr, cx3.Addr)])
 	}
 	want := map[string]string{p1.Addr: p1.Name, p3.Addr: p3.Name}[placedOn(user, p1.Addr, p3.Addr)]
-	if a := request(l, "GET", "/app/x", "", "X-User", user); a.err != nil || a.status != 200 || a.by != want {
-		t.Fatalf("GET as %s after the reload: %d from %q (%v), want 200 from %s", user, a.status, a.by, a.err, want)
-	}
+	mustServe(t, "GET as "+user+" after the reload", request(l, "GET", "/app/x", "", "X-User", user), want)
 }
 
 // slowChecks makes the connection servers' probes wait 10s: only live failures can change their health
@@ -363,18 +394,12 @@ func TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTake
 
 	var open []*websocket.Conn
 	for _, asset := range valuesPlacedOn(t, "open-", 5, a.Addr, a.Addr, b.Addr) {
-		conn, by := dialAsset(t, l, asset)
-		if by != a.Name {
-			t.Fatalf("%s landed on %s, want %s", asset, by, a.Name)
-		}
-		open = append(open, conn)
+		open = append(open, dialOn(t, l, asset, a.Name))
 	}
 	// Assets known to be on A, disconnected for now.
 	later := valuesPlacedOn(t, "later-", 3, a.Addr, a.Addr, b.Addr)
 	for _, asset := range later {
-		if by := landsOn(t, l, asset); by != a.Name {
-			t.Fatalf("%s landed on %s, want %s", asset, by, a.Name)
-		}
+		mustLand(t, l, "before the listener pauses", asset, a.Name)
 	}
 	testkit.Eventually(t, "A to hold only the open tunnels", hang, func() bool { return a.OpenTunnels() == len(open) })
 
@@ -383,10 +408,7 @@ func TestOneRefusedDialIsInvisibleAndClosesNoTunnelButFallRefusedDialsInARowTake
 	}
 	for i, asset := range later {
 		// Each dial to A is refused; the client gets its 101 from B without seeing an error.
-		conn, by := dialAsset(t, l, asset)
-		if by != b.Name {
-			t.Fatalf("refused dial %d: %s landed on %q, want %s", i+1, asset, by, b.Name)
-		}
+		conn := dialOn(t, l, asset, b.Name)
 		mustEcho(t, conn, "redirected "+asset)
 		conn.Close()
 		if i+1 == len(later) {
@@ -425,10 +447,7 @@ func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeade
 
 	var conns []*websocket.Conn
 	for i := 0; i < 5; i++ {
-		conn, by := dialAsset(t, l, fmt.Sprint("edge-", i))
-		if by != p1.Name {
-			t.Fatalf("tunnel %d went to %q, want the leader %s", i, by, p1.Name)
-		}
+		conn := dialOn(t, l, fmt.Sprint("edge-", i), p1.Name)
 		mustEcho(t, conn, fmt.Sprint("to the leader ", i))
 		conns = append(conns, conn)
 	}
@@ -443,89 +462,13 @@ func TestALeaderChangeClosesTheTunnelsToTheOldLeaderAndNewTunnelsGoToTheNewLeade
 		mustClose(t, conn, "tunnel to the old leader")
 	}
 	testkit.Eventually(t, "the old leader's tunnels to close on its side", hang, func() bool { return p1.OpenTunnels() == 0 })
-	if leader := l.Status().Pools[0].Leader; leader != p2.Addr {
+	if leader := poolLeader(l, "platform"); leader != p2.Addr {
 		t.Fatalf("tunnels closed, but /status shows leader %q, want %s", leader, p2.Addr)
 	}
-	conn, by := dialAsset(t, l, "edge-new")
-	if by != p2.Name {
-		t.Fatalf("new tunnel went to %q, want the new leader %s", by, p2.Name)
-	}
-	mustEcho(t, conn, "to the new leader")
+	mustEcho(t, dialOn(t, l, "edge-new", p2.Name), "to the new leader")
 	testkit.Eventually(t, "the new tunnel counted on platform2", hang, func() bool {
 		return mustServerStatus(t, l, "platform", p2.Addr).Tunnels == 1 && mustServerStatus(t, l, "platform", p1.Addr).Tunnels == 0
 	})
-}
-
-func TestStatusCountsEachServersTunnelsAcrossAReloadAndAsTheyClose(t *testing.T) {
-	c := startCluster(t, 2, 3)
-	servers := c.Connections
-	byName := map[string]*sim.ConnServer{}
-	for _, s := range servers {
-		byName[s.Name] = s
-	}
-	l, _ := startLB(t, cxConfig(c, fmt.Sprintf("[pools.cxserver]\nservers = [%q, %q]\n", servers[0].Addr, servers[1].Addr)))
-
-	type tunnel struct {
-		conn   *websocket.Conn
-		server *sim.ConnServer
-	}
-	var tunnels []tunnel
-	open := func(prefix string, n int) {
-		for i := 0; i < n; i++ {
-			conn, by := dialAsset(t, l, fmt.Sprint(prefix, i))
-			tunnels = append(tunnels, tunnel{conn, byName[by]})
-		}
-	}
-	// The counts agree with the tunnels open, as fairlead's /status and as the servers see them.
-	countsAgree := func(when string) {
-		t.Helper()
-		settles(t, "tunnel counts "+when, func() string {
-			want := map[*sim.ConnServer]int{}
-			for _, tu := range tunnels {
-				if tu.conn != nil {
-					want[tu.server]++
-				}
-			}
-			var bad []string
-			for _, s := range servers {
-				ss, _ := serverStatus(l, "cxserver", s.Addr) // before the reload the third is not listed: 0
-				if ss.Tunnels != int64(want[s]) || s.OpenTunnels() != want[s] {
-					bad = append(bad, fmt.Sprintf("%s: /status %d, open on the server %d, want %d", s.Name, ss.Tunnels, s.OpenTunnels(), want[s]))
-				}
-			}
-			return strings.Join(bad, "; ")
-		})
-	}
-
-	open("count-", 30)
-	countsAgree("before the reload")
-
-	// A reload that adds a server and changes queue_timeout (which gives every server a new upstream
-	// connection pool).
-	reloadWith(t, l, cxConfig(c, "[pools.cxserver]\nqueue_timeout = \"2s\"\n"))
-	countsAgree("after the reload")
-	testkit.Eventually(t, "the added server to pass its probes", hang, func() bool { return serverAvailable(l, "cxserver", servers[2].Addr) })
-	open("after-", 30)
-	if servers[2].Upgrades() == 0 {
-		t.Fatalf("no tunnel of 30 went to the added server")
-	}
-	countsAgree("with tunnels opened after the reload")
-
-	for i := range tunnels {
-		if i%3 != 0 {
-			continue
-		}
-		tunnels[i].conn.Close()
-		tunnels[i].conn = nil
-	}
-	countsAgree("after a third of the tunnels closed")
-	for i := range tunnels {
-		if tunnels[i].conn != nil {
-			tunnels[i].conn.Close()
-			tunnels[i].conn = nil
-		}
-	}
-	countsAgree("after every tunnel closed")
 }
 
 // Issue 36: a hung server's requests in flight say since when they wait; a server that answers,
