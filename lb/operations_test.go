@@ -107,11 +107,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	assets := valuesPlacedOn(t, "op-held-", 3, cx1.Addr, both...)
 	var conns []*websocket.Conn
 	for _, a := range assets {
-		conn, by := dialAsset(t, l, a)
-		if by != cx1.Name {
-			t.Fatalf("%s landed on %s, want %s", a, by, cx1.Name)
-		}
-		conns = append(conns, conn)
+		conns = append(conns, dialOn(t, l, a, cx1.Name))
 	}
 	testkit.Eventually(t, "3 tunnels open on cx1", 5*time.Second, func() bool { return cx1.OpenTunnels() == 3 })
 
@@ -127,14 +123,10 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 		mustEcho(t, conn, fmt.Sprint("drained but open ", i))
 	}
 	for _, a := range assets {
-		if by := landsOn(t, l, a); by != cx2.Name {
-			t.Errorf("while cx1 drains, held key %s landed on %s, want %s", a, by, cx2.Name)
-		}
+		mustLand(t, l, "a held key while cx1 drains", a, cx2.Name)
 	}
 	for i := 0; i < 3; i++ {
-		if a := next(); landsOn(t, l, a) != cx2.Name {
-			t.Errorf("while cx1 drains, new key %s did not land on %s", a, cx2.Name)
-		}
+		mustLand(t, l, "a new key while cx1 drains", next(), cx2.Name)
 	}
 	if n := cx1.OpenTunnels(); n != 3 {
 		t.Errorf("cx1 has %d open tunnels while it drains, want its 3", n)
@@ -146,9 +138,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	wantActions()
 	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
 	for i := 0; i < 3; i++ {
-		if a := next(); landsOn(t, l, a) != cx1.Name {
-			t.Errorf("after ready, new key %s placed on cx1 did not land there", a)
-		}
+		mustLand(t, l, "a new key placed on cx1 after ready", next(), cx1.Name)
 	}
 	for i, conn := range conns {
 		mustEcho(t, conn, fmt.Sprint("ready ", i))
@@ -160,9 +150,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	files["40-reload.toml"] = "[pools.cxserver]\nqueue_timeout = \"2s\"\n"
 	reloadWith(t, l, files)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
-	if a := next(); landsOn(t, l, a) != cx2.Name {
-		t.Errorf("drained before a reload, cx1 took new key %s after it", a)
-	}
+	mustLand(t, l, "a new key after a reload, cx1 drained before it", next(), cx2.Name)
 
 	// maint: its tunnels are closed and it takes nothing.
 	opMustAction(t, l, "cxserver", cx1.Addr, "maint", "")
@@ -174,9 +162,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	}
 	testkit.Eventually(t, "cx1's tunnels to end", 5*time.Second, func() bool { return cx1.OpenTunnels() == 0 })
 	for i := 0; i < 3; i++ {
-		if a := next(); landsOn(t, l, a) != cx2.Name {
-			t.Errorf("cx1 in maintenance took new key %s", a)
-		}
+		mustLand(t, l, "a new key while cx1 is in maintenance", next(), cx2.Name)
 	}
 	if n := cx1.OpenTunnels(); n != 0 {
 		t.Errorf("cx1 in maintenance has %d open tunnels", n)
@@ -186,9 +172,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	actions++
 	wantActions()
 	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
-	if a := next(); landsOn(t, l, a) != cx1.Name {
-		t.Errorf("after maint and ready, new key %s placed on cx1 did not land there", a)
-	}
+	mustLand(t, l, "a new key placed on cx1 after maint and ready", next(), cx1.Name)
 
 	// Wrong requests: nothing done, nothing published.
 	for _, x := range []struct {
@@ -376,9 +360,7 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	}
 	testkit.Eventually(t, "the old frontend address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAddr) })
 	testkit.Eventually(t, "the old admin address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAdmin) })
-	if n := opMetric(t, newAdmin, "", "fairlead_config_reloads_total"); n != 1 {
-		t.Errorf("fairlead_config_reloads_total = %v, want 1", n)
-	}
+	wantMetrics(t, l, "fairlead_config_reloads_total 1") // on newAdmin, now l.AdminAddr()
 	if !strings.Contains(logs.all(), "frontend: now listening on "+newAddr) {
 		t.Errorf("no log line about the frontend's new address")
 	}
@@ -396,55 +378,36 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	defer held.Close()
 	extraPool := fmt.Sprintf("[pools.extra]\nbalance = \"roundrobin\"\nservers = [%q]\n", c.Platforms[1].Addr)
 	hasExtra := func() bool { _, ok := findPool(l, "extra"); return ok }
-	metric := func(name string) float64 { t.Helper(); return opMetric(t, l.AdminAddr(), "", name) }
 
-	// The frontend's new address is taken.
-	err = tryReload(t, l, opCopy(files, "50-bad.toml", fmt.Sprintf("[frontend]\nlisten = %q\n%s", held.Addr(), extraPool)))
-	if err == nil {
-		t.Fatal("a reload to a taken frontend address succeeded")
+	// A reload to a taken address fails whole: the error names the file and the key, the new pool is
+	// not there, the old frontend address serves, and /metrics counts the n-th failure.
+	f := func(n int, listen, key string) {
+		t.Helper()
+		err := tryReload(t, l, opCopy(files, "50-bad.toml", listen+extraPool))
+		if err == nil {
+			t.Fatalf("a reload to a taken %s address succeeded", key)
+		}
+		if !strings.Contains(err.Error(), "50-bad.toml") || !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not name the file and %s", err, key)
+		}
+		if hasExtra() {
+			t.Errorf("the failed reload's new pool is in /status")
+		}
+		if got := l.Addr(); got != oldAddr {
+			t.Errorf("Addr() = %s after the failed reload, want %s", got, oldAddr)
+		}
+		if code, by := get(t, l, "/Thingworx/still"); code != 200 || by != "platform1" {
+			t.Errorf("the old address after the failed reload: %d from %q", code, by)
+		}
+		wantMetrics(t, l, fmt.Sprint("fairlead_config_reload_failures_total ", n),
+			"fairlead_config_last_reload_successful 0", "fairlead_config_reloads_total 0")
 	}
-	if !strings.Contains(err.Error(), "50-bad.toml") || !strings.Contains(err.Error(), "frontend.listen") {
-		t.Errorf("error %q does not name the file and frontend.listen", err)
-	}
-	if hasExtra() {
-		t.Errorf("the failed reload's new pool is in /status")
-	}
-	if got := l.Addr(); got != oldAddr {
-		t.Errorf("Addr() = %s after the failed reload, want %s", got, oldAddr)
-	}
-	if code, by := get(t, l, "/Thingworx/still"); code != 200 || by != "platform1" {
-		t.Errorf("the old address after the failed reload: %d from %q", code, by)
-	}
-	if n := metric("fairlead_config_reload_failures_total"); n != 1 {
-		t.Errorf("fairlead_config_reload_failures_total = %v, want 1", n)
-	}
-	if n := metric("fairlead_config_last_reload_successful"); n != 0 {
-		t.Errorf("fairlead_config_last_reload_successful = %v, want 0", n)
-	}
-	if n := metric("fairlead_config_reloads_total"); n != 0 {
-		t.Errorf("fairlead_config_reloads_total = %v, want 0", n)
-	}
-
+	f(1, fmt.Sprintf("[frontend]\nlisten = %q\n", held.Addr()), "frontend.listen")
 	// The frontend's new address is free but the admin's is taken: the frontend does not move either.
 	free := testkit.Addr(t)
-	err = tryReload(t, l, opCopy(files, "50-bad.toml", fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n%s", free, held.Addr(), extraPool)))
-	if err == nil {
-		t.Fatal("a reload to a taken admin address succeeded")
-	}
-	if !strings.Contains(err.Error(), "admin.listen") {
-		t.Errorf("error %q does not name admin.listen", err)
-	}
-	if hasExtra() {
-		t.Errorf("the failed reload's new pool is in /status")
-	}
-	if got := l.Addr(); got != oldAddr {
-		t.Errorf("Addr() = %s after the failed reload, want %s", got, oldAddr)
-	}
+	f(2, fmt.Sprintf("[frontend]\nlisten = %q\n[admin]\nlisten = %q\n", free, held.Addr()), "admin.listen")
 	if !opRefused(free) {
 		t.Errorf("the failed reload left a listener on the frontend's new address %s", free)
-	}
-	if n := metric("fairlead_config_reload_failures_total"); n != 2 {
-		t.Errorf("fairlead_config_reload_failures_total = %v, want 2", n)
 	}
 
 	// A good reload after them applies.
@@ -452,12 +415,7 @@ func TestAReloadToAnAddressThatCannotBeBoundAppliesNothing(t *testing.T) {
 	if !hasExtra() {
 		t.Errorf("the good reload's new pool is not in /status")
 	}
-	if n := metric("fairlead_config_reloads_total"); n != 1 {
-		t.Errorf("fairlead_config_reloads_total = %v, want 1", n)
-	}
-	if n := metric("fairlead_config_last_reload_successful"); n != 1 {
-		t.Errorf("fairlead_config_last_reload_successful = %v, want 1", n)
-	}
+	wantMetrics(t, l, "fairlead_config_reloads_total 1", "fairlead_config_last_reload_successful 1")
 }
 
 // opCloseTimes waits until every tunnel of conns ends and returns when each client saw it end.
@@ -518,12 +476,8 @@ func TestTunnelCloseSpreadSpreadsTheClosesOfADownServersTunnels(t *testing.T) {
 			cx1, cx2 := c.Connections[0], c.Connections[1]
 			var conns []*websocket.Conn
 			for _, a := range valuesPlacedOn(t, "spread-", 6, cx1.Addr, cx1.Addr, cx2.Addr) {
-				conn, by := dialAsset(t, l, a)
-				if by != cx1.Name {
-					t.Fatalf("%s landed on %s, want %s", a, by, cx1.Name)
-				}
-				mustEcho(t, conn, "before "+a)
-				conns = append(conns, conn)
+				conns = append(conns, dialOn(t, l, a, cx1.Name))
+				mustEcho(t, conns[len(conns)-1], "before "+a)
 			}
 			// The health check fails; the server stays alive, so only fairlead closes the tunnels.
 			cx1.SetHealthy(false)
@@ -560,23 +514,8 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 		t.Fatalf("idle keep-alive connection: %d", code)
 	}
 
-	type result struct {
-		code int
-		body string
-		err  error
-	}
-	slow := make(chan result, 1)
 	before := leader.Requests()
-	go func() {
-		resp, err := testClient.Get("http://" + addr + "/Thingworx/slow?delay=1s")
-		if err != nil {
-			slow <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		slow <- result{code: resp.StatusCode, body: string(b), err: err}
-	}()
+	slow := inBackground(l, "GET", "/Thingworx/slow?delay=1s", "")
 	testkit.Eventually(t, "the slow request to reach the leader", 5*time.Second, func() bool { return leader.Requests() > before })
 	arrived := time.Now()
 
@@ -587,13 +526,8 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 	}()
 	testkit.Eventually(t, "new connections to be refused once Close began", 2*time.Second, func() bool { return opRefused(addr) })
 
-	select {
-	case r := <-slow:
-		if r.err != nil || r.code != 200 || r.body != "hello from platform1\n" {
-			t.Fatalf("the slow request in flight at Close: %d %q %v, want 200 from platform1", r.code, r.body, r.err)
-		}
-	case <-time.After(hang):
-		t.Fatal("the slow request in flight at Close never got an answer")
+	if r := awaitReply(t, slow); r.err != nil || r.status != 200 || r.body != "hello from platform1\n" {
+		t.Fatalf("the slow request in flight at Close: %s, want 200 from platform1", r)
 	}
 	var done time.Time
 	select {
