@@ -95,9 +95,10 @@ func countsUnchanged(t *testing.T, what string, ps []*sim.Platform, before map[s
 	}
 }
 
-func TestRoundRobinVisitsTheServersInConfigOrderAndSplitsConcurrentRequestsEvenly(t *testing.T) {
+func TestRoundRobinVisitsTheServersInConfigOrderSplitsConcurrentRequestsEvenlyAndSkipsAServerThatIsNotConnectedUntilItRises(t *testing.T) {
 	c := startReadyCluster(t, 3)
 	ps := c.Platforms
+	p1, p2, p3 := ps[0], ps[1], ps[2]
 	l, _ := startLB(t, balConfig(ps, nil, ""))
 
 	// One client, one request after the other: platform1 platform2 platform3, over and over.
@@ -126,21 +127,15 @@ func TestRoundRobinVisitsTheServersInConfigOrderAndSplitsConcurrentRequestsEvenl
 	if st := poolStatus(t, l, "platform"); st.Balance != "roundrobin" || st.Serving != "primaries" || st.Requests != 42 {
 		t.Errorf("/status: balance %q serving %q requests %d, want roundrobin, primaries, 42", st.Balance, st.Serving, st.Requests)
 	}
-}
-
-func TestRoundRobinSkipsAServerThatIsNotConnectedAndTakesItBackWhenItRises(t *testing.T) {
-	c := startReadyCluster(t, 3)
-	p1, p2, p3 := c.Platforms[0], c.Platforms[1], c.Platforms[2]
-	l, _ := startLB(t, balConfig(c.Platforms, nil, ""))
 
 	// platform2 fails its readiness checks but still answers requests: none may reach it.
 	p2.SetLeaderCheckStatus(503)
 	testkit.Eventually(t, "platform2 to be down", hang, func() bool { return !serverAvailable(l, "platform", p2.Addr) })
-	before := p2.Requests()
+	before = requestCounts(ps)
 	for i := 0; i < 6; i++ {
 		mustServe(t, fmt.Sprintf("request %d with platform2 down", i+1), request(l, "GET", "/", ""), "")
 	}
-	if n := p2.Requests() - before; n != 0 {
+	if n := p2.Requests() - before[p2.Name]; n != 0 {
 		t.Fatalf("platform2, not connected, received %d requests", n)
 	}
 	// The cycle goes on after the server chosen: platform1 and platform3 alternate.
@@ -184,33 +179,24 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 		// hold sends the request that takes platform1 past its watermark, and returns its reply and
 		// what ends it.
 		hold func(t *testing.T, l *LB) (<-chan reply, func())
-		// inFlight is platform1's request and body bytes in flight while it is held.
-		inFlight, inFlightBytes int64
-		check                   func(t *testing.T, st admin.PoolStatus)
+		// inFlight is platform1's request and body bytes in flight while it is held; hw and hwBytes are
+		// the pool's watermarks /status shows.
+		inFlight, inFlightBytes, hwBytes int64
+		hw                               int
 	}{{
 		name:  "high_watermark",
 		extra: "[pools.platform]\nhigh_watermark = 1\n",
 		hold: func(t *testing.T, l *LB) (<-chan reply, func()) {
 			return inBackground(l, "GET", "/slow?delay=1500ms", ""), func() {}
 		},
-		inFlight: 1,
-		check: func(t *testing.T, st admin.PoolStatus) {
-			if st.HighWatermark != 1 {
-				t.Errorf("/status: high_watermark %d, want 1", st.HighWatermark)
-			}
-		},
+		inFlight: 1, hw: 1,
 	}, {
 		name:  "high_watermark_bytes with a Content-Length",
 		extra: "[pools.platform]\nhigh_watermark_bytes = 1000\n",
 		hold: func(t *testing.T, l *LB) (<-chan reply, func()) {
 			return inBackground(l, "POST", "/slow?delay=1500ms", strings.Repeat("b", 4000)), func() {}
 		},
-		inFlight: 1, inFlightBytes: 4000,
-		check: func(t *testing.T, st admin.PoolStatus) {
-			if st.HighWatermarkBytes != 1000 {
-				t.Errorf("/status: high_watermark_bytes %d, want 1000", st.HighWatermarkBytes)
-			}
-		},
+		inFlight: 1, inFlightBytes: 4000, hwBytes: 1000,
 	}, {
 		name:  "high_watermark_bytes with a streaming chunked body",
 		extra: "[pools.platform]\nhigh_watermark_bytes = 1000\n",
@@ -219,8 +205,7 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 			go w.Write([]byte(strings.Repeat("c", 4000))) //nolint:errcheck // the reply tells
 			return ch, func() { w.Close() }
 		},
-		inFlight: 1, inFlightBytes: 4000,
-		check: func(t *testing.T, st admin.PoolStatus) {},
+		inFlight: 1, inFlightBytes: 4000, hwBytes: 1000,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startReadyCluster(t, 3)
@@ -247,7 +232,9 @@ func TestAServerPastItsWatermarkIsSkippedAndRejoinsWhenItsRequestsEnd(t *testing
 				t.Errorf("/status: platform1 writable %v available %v in_flight %d in_flight_bytes %d while past its watermark, want false, true, %d, %d",
 					ss.Writable, ss.Available, ss.InFlight, ss.InFlightBytes, tc.inFlight, tc.inFlightBytes)
 			}
-			tc.check(t, st)
+			if st.HighWatermark != tc.hw || st.HighWatermarkBytes != tc.hwBytes {
+				t.Errorf("/status: high_watermark %d high_watermark_bytes %d, want %d and %d", st.HighWatermark, st.HighWatermarkBytes, tc.hw, tc.hwBytes)
+			}
 			for _, p := range []*sim.Platform{p2, p3} {
 				if s := mustServerStatus(t, l, "platform", p.Addr); !s.Writable || s.InFlight != 0 {
 					t.Errorf("/status: %s writable %v in_flight %d, want true and 0", p.Name, s.Writable, s.InFlight)
@@ -509,12 +496,7 @@ func TestMultipartChunksStayOnTheirServerAndFailWith502WhenItIsNotConnectedOrNot
 	// Upload E: a chunk whose server is past its watermark (a slow chunk of the same upload is in
 	// flight there) fails with 502 at once, without waiting for the slow one, and reaches no server.
 	eHome := mustServe(t, "chunk 1 of upload-E", sendChunk(l, "upload-E", "/upload", 1), "")
-	var eServer *sim.Platform
-	for _, p := range ps {
-		if p.Name == eHome {
-			eServer = p
-		}
-	}
+	eServer := c.Platform(eHome)
 	eBefore := eServer.Requests()
 	slow := make(chan reply, 1)
 	go func() { slow <- sendChunk(l, "upload-E", "/upload?delay=1500ms", 2) }()
@@ -760,12 +742,8 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			testkit.Eventually(t, "the backup to serve", hang, func() bool { return cxStatus().Serving == "backups" })
 			conns = conns[:0]
 			for i := 0; i < n; i++ {
-				conn, by := dialAsset(t, l, fmt.Sprint("device-", i))
-				if by != cx3.Name {
-					t.Fatalf("device-%d reconnected to %s, want the backup %s", i, by, cx3.Name)
-				}
-				mustEcho(t, conn, "on the backup")
-				conns = append(conns, conn)
+				conns = append(conns, dialOn(t, l, fmt.Sprint("device-", i), cx3.Name))
+				mustEcho(t, conns[i], "on the backup")
 			}
 
 			// cx1 comes back.
@@ -785,11 +763,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 				if got := cx3.OpenTunnels(); got != n {
 					t.Fatalf("the backup has %d open tunnels, want %d", got, n)
 				}
-				conn, by := dialAsset(t, l, "new-device")
-				if by != cx1.Name {
-					t.Fatalf("a new device landed on %s after the failback, want %s", by, cx1.Name)
-				}
-				conn.Close()
+				mustLand(t, l, "a new device after the failback", "new-device", cx1.Name)
 				return
 			}
 
@@ -802,11 +776,7 @@ func TestFailbackCloseTunnelsMovesTheBackupsTunnelsBackToThePrimaries(t *testing
 			}
 			testkit.Eventually(t, "the backup's tunnels to close on its side", hang, func() bool { return cx3.OpenTunnels() == 0 })
 			for i := 0; i < n; i++ {
-				conn, by := dialAsset(t, l, fmt.Sprint("device-", i))
-				if by != cx1.Name {
-					t.Fatalf("device-%d reconnected to %s after the failback, want the primary %s", i, by, cx1.Name)
-				}
-				mustEcho(t, conn, "back on the primary")
+				mustEcho(t, dialOn(t, l, fmt.Sprint("device-", i), cx1.Name), "back on the primary")
 			}
 			if !strings.Contains(logs.all(), "moving 6 tunnels from the backups back to the primaries") {
 				t.Errorf("no log line about moving the tunnels back")
@@ -835,10 +805,7 @@ func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 		"fairlead_server_up{"+platformLabels(p1.Addr, "platform-a")+"} 1")
 
 	// GET /status shows it too.
-	resp, err := testClient.Get("http://" + l.AdminAddr() + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, body := testkit.Do(t, testClient, "GET", "http://"+l.AdminAddr()+"/status", nil)
 	var doc struct {
 		Pools []struct {
 			Servers []struct {
@@ -847,9 +814,7 @@ func TestDisplayNamesShowInStatusMetricsAndLogs(t *testing.T) {
 			} `json:"servers"`
 		} `json:"pools"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&doc)
-	resp.Body.Close()
-	if err != nil || len(doc.Pools) != 1 || len(doc.Pools[0].Servers) != 2 || doc.Pools[0].Servers[0].Name != "platform-a" ||
+	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Pools) != 1 || len(doc.Pools[0].Servers) != 2 || doc.Pools[0].Servers[0].Name != "platform-a" ||
 		doc.Pools[0].Servers[1].Name != p2.Addr {
 		t.Errorf("GET /status: %+v (%v), want platform-a and %s as the names", doc, err, p2.Addr)
 	}
