@@ -310,78 +310,56 @@ func TestConcurrentRequestsNeverTakeAServerPastItsWatermark(t *testing.T) {
 	}
 }
 
-func TestEveryServerUnwritableGivesTheConfiguredStatusWithinQueueTimeout(t *testing.T) {
-	for _, tc := range []struct {
-		extra      string
-		status     int
-		retryAfter bool
-	}{
-		{"", 503, true},
-		{"unavailable_status = 500\n", 500, false},
-	} {
-		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+func TestEveryServerUnwritableOrDownGivesTheConfiguredStatusAfterQueueTimeoutAndAWaitingRequestTakesTheFirstSlotFreed(t *testing.T) {
+	// f makes both servers unusable, each past its watermark with a slow request (or down, not ready
+	// but still answering whatever reaches it), and checks that a third request waits queue_timeout
+	// (300ms), then gets status, with a Retry-After or not, without reaching a server.
+	f := func(name, extra string, down bool, status int, retryAfter bool) {
+		t.Run(name, func(t *testing.T) {
 			c := startReadyCluster(t, 2)
-			p1, p2 := c.Platforms[0], c.Platforms[1]
-			l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nhigh_watermark = 1\nqueue_timeout = \"300ms\"\n"+tc.extra))
+			l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nqueue_timeout = \"300ms\"\n"+extra))
+			var slow []<-chan reply
+			for _, p := range c.Platforms {
+				if down {
+					p.SetLeaderCheckStatus(503)
+					testkit.Eventually(t, p.Name+" to be down", hang, func() bool { return !serverAvailable(l, "platform", p.Addr) })
+					continue
+				}
+				slow = append(slow, inBackground(l, "GET", "/slow?delay=1500ms", ""))
+				testkit.Eventually(t, "the slow request on "+p.Name, hang, func() bool {
+					return mustServerStatus(t, l, "platform", p.Addr).InFlight == 1 && p.Requests() == 1
+				})
+			}
 
-			// One slow request on each server: neither is writable.
-			slow1 := inBackground(l, "GET", "/slow?delay=1500ms", "")
-			testkit.Eventually(t, "the first slow request on platform1", hang, func() bool {
-				return mustServerStatus(t, l, "platform", p1.Addr).InFlight == 1
-			})
-			slow2 := inBackground(l, "GET", "/slow?delay=1500ms", "")
-			testkit.Eventually(t, "the second slow request on platform2", hang, func() bool {
-				return mustServerStatus(t, l, "platform", p2.Addr).InFlight == 1 && p1.Requests() == 1 && p2.Requests() == 1
-			})
-
+			before := requestCounts(c.Platforms)
 			start := time.Now()
 			r := request(l, "GET", "/quick", "")
 			waited := time.Since(start)
-			if replied(slow1) || replied(slow2) {
-				t.Fatal("a slow request ended before the third one was answered: the test cannot tell")
+			for _, ch := range slow {
+				if replied(ch) {
+					t.Fatal("a slow request ended before the third one was answered: the test cannot tell")
+				}
 			}
-			if r.err != nil || r.status != tc.status {
-				t.Fatalf("third request: got %s, want %d while both servers are past their watermark", r, tc.status)
-			}
-			if got := r.header.Get("Retry-After"); (got != "") != tc.retryAfter {
-				t.Errorf("Retry-After = %q, want one: %v", got, tc.retryAfter)
+			if got := r.header.Get("Retry-After"); r.err != nil || r.status != status || (got != "") != retryAfter {
+				t.Fatalf("third request: got %s (Retry-After %q), want %d, with a Retry-After: %v", r, got, status, retryAfter)
 			}
 			if waited < 250*time.Millisecond {
-				t.Errorf("answered %d after %s, want it to wait for queue_timeout (300ms) first", tc.status, waited)
+				t.Errorf("answered %d after %s, want it to wait for queue_timeout (300ms) first", status, waited)
 			}
-			if p1.Requests() != 1 || p2.Requests() != 1 {
-				t.Errorf("the refused request reached a server: requests %d and %d, want 1 and 1", p1.Requests(), p2.Requests())
-			}
+			countsUnchanged(t, "the refused request", c.Platforms, before)
 			if st := poolStatus(t, l, "platform"); st.Waiting != 0 {
 				t.Errorf("/status: waiting %d, want 0", st.Waiting)
 			}
-			wantMetrics(t, l, fmt.Sprintf(`fairlead_pool_errors_total{pool="platform",code="%d"} 1`, tc.status),
+			wantMetrics(t, l, fmt.Sprintf(`fairlead_pool_errors_total{pool="platform",code="%d"} 1`, status),
 				`fairlead_pool_unavailable_total{pool="platform"} 1`)
-			mustServe(t, "first slow request", awaitReply(t, slow1), p1.Name)
-			mustServe(t, "second slow request", awaitReply(t, slow2), p2.Name)
+			for i, ch := range slow {
+				mustServe(t, "slow request", awaitReply(t, ch), c.Platforms[i].Name)
+			}
 		})
 	}
-
-	t.Run("every server down", func(t *testing.T) {
-		c := startReadyCluster(t, 2)
-		l, _ := startLB(t, balConfig(c.Platforms, nil, "[pools.platform]\nqueue_timeout = \"300ms\"\n"))
-		for _, p := range c.Platforms {
-			p.SetLeaderCheckStatus(503) // not ready, but still answering whatever reaches it
-		}
-		testkit.Eventually(t, "both servers to be down", hang, func() bool {
-			return !serverAvailable(l, "platform", c.Platforms[0].Addr) && !serverAvailable(l, "platform", c.Platforms[1].Addr)
-		})
-		before := requestCounts(c.Platforms)
-		start := time.Now()
-		r := request(l, "GET", "/", "")
-		if r.err != nil || r.status != 503 || r.header.Get("Retry-After") == "" {
-			t.Fatalf("request with every server down: got %s (Retry-After %q), want 503 with Retry-After", r, r.header.Get("Retry-After"))
-		}
-		if waited := time.Since(start); waited < 250*time.Millisecond {
-			t.Errorf("answered 503 after %s, want it to wait for queue_timeout (300ms) first", waited)
-		}
-		countsUnchanged(t, "a request with every server down", c.Platforms, before)
-	})
+	f("503 past the watermarks", "high_watermark = 1\n", false, 503, true)
+	f("unavailable_status 500 past the watermarks", "high_watermark = 1\nunavailable_status = 500\n", false, 500, false)
+	f("503 with every server down", "", true, 503, true)
 
 	t.Run("a waiting request is served as soon as a slot frees", func(t *testing.T) {
 		c := startReadyCluster(t, 2)
