@@ -52,6 +52,16 @@ func dialWS(t testing.TB, l *LB, path string, h http.Header) (*websocket.Conn, s
 
 func assetHeader(id string) http.Header { return http.Header{"X-Asset-Id": {id}} }
 
+// setCookie returns the cookie named name that an answer with header h sets, or nil.
+func setCookie(h http.Header, name string) *http.Cookie {
+	for _, ck := range (&http.Response{Header: h}).Cookies() {
+		if ck.Name == name {
+			return ck
+		}
+	}
+	return nil
+}
+
 // candidates lets the tests predict rendezvous placement as fairlead computes it.
 type testCandidates []string
 
@@ -121,12 +131,7 @@ func TestAStickyWebSocketRouteKeepsEachKeyOnOneServerAndCarriesTunnelsIntactAcro
 	t.Run("the sticky cookie is set on the 101 and honoured", func(t *testing.T) {
 		conn, by, resp := dialWS(t, l, "/Thingworx/WSTunnelServer", assetHeader("edge-42"))
 		conn.Close()
-		var cookie *http.Cookie
-		for _, ck := range resp.Cookies() {
-			if ck.Name == "FAIRLEAD_CX" {
-				cookie = ck
-			}
-		}
+		cookie := setCookie(resp.Header, "FAIRLEAD_CX")
 		if cookie == nil {
 			t.Fatalf("no FAIRLEAD_CX cookie on the 101: %v", resp.Header)
 		}
@@ -311,35 +316,18 @@ func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
 	l, _ := startLB(t, map[string]string{"a.toml": conf.String()})
 
 	// A user identified by a header always lands on one server.
-	first := ""
-	for i := 0; i < 20; i++ {
-		r := request(l, "GET", "/app", "", "X-User", "alice")
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if first == "" {
-			first = r.by
-		} else if r.by != first {
-			t.Fatalf("request %d for alice went to %s, first to %s", i, r.by, first)
-		}
+	first := mustServe(t, "request 1 for alice", request(l, "GET", "/app", "", "X-User", "alice"), "")
+	for i := 2; i <= 20; i++ {
+		mustServe(t, fmt.Sprint("request ", i, " for alice"), request(l, "GET", "/app", "", "X-User", "alice"), first)
 	}
 	// A cookie-keeping client without the header gets the cookie and sticks by it.
 	r := request(l, "GET", "/app", "")
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	var ck *http.Cookie
-	for _, x := range (&http.Response{Header: r.header}).Cookies() {
-		if x.Name == "SESSION_LB" {
-			ck = x
-		}
-	}
+	mustServe(t, "a request without the header", r, "")
+	ck := setCookie(r.header, "SESSION_LB")
 	if ck == nil {
 		t.Fatalf("no SESSION_LB cookie: %v", r.header)
 	}
-	for i := 0; i < 20; i++ {
-		if got := request(l, "GET", "/app", "", "Cookie", ck.Name+"="+ck.Value); got.err != nil || got.by != r.by {
-			t.Fatalf("cookie request %d went to %s, want %s", i, got, r.by)
-		}
+	for i := 1; i <= 20; i++ {
+		mustServe(t, fmt.Sprint("cookie request ", i), request(l, "GET", "/app", "", "Cookie", ck.Name+"="+ck.Value), r.by)
 	}
 }
