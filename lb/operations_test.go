@@ -22,9 +22,9 @@ import (
 )
 
 // Black-box tests of the operations features over real sockets: the admin config's secrets and their
-// reload, admin actions (drain, maint, ready, probe) and what they do to a server, listen address
-// rebinding on reload, tunnel_close_spread, and the drain at Close. Who may read and act on the admin
-// listener is package admin's test (lb/admin/access_test.go).
+// reload, the reload-failed banner, admin actions (drain, maint, ready, probe) and what they do to a
+// server, listen address rebinding on reload, tunnel_close_spread, and the drain at Close. Who may read
+// and act on the admin listener is package admin's test (lb/admin/access_test.go).
 
 // opSecret writes a secret file (with a trailing newline, as editors leave it) and returns its path.
 func opSecret(t *testing.T, value string) string {
@@ -551,7 +551,7 @@ func TestCloseDrainsInFlightRequestsRefusesNewConnectionsAndClosesTunnels(t *tes
 	}
 }
 
-func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
+func TestAReloadReadsTheAdminTokenAgainAndABadEditPutBackClearsTheReloadFailedBannerWithTheMetric(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	tokenFile := opSecret(t, "first-T0ken")
 	files := cxConfig(c, fmt.Sprintf("[admin]\ntoken_file = %q\n", tokenFile))
@@ -595,59 +595,41 @@ func TestAReloadReadsTheAdminTokenAgain(t *testing.T) {
 	if code := action("third-T0ken"); code != 200 {
 		t.Errorf("after a reload to another token file, its token gets %d, want 200", code)
 	}
+
+	// A bad edit put back as it was: the reload that follows finds the files unchanged (the running
+	// config's), and the page's "Reload failed" banner (/api/status last_reload_failed) goes with the
+	// metric back to 1: the three agree.
+	const auth = "Bearer third-T0ken"
+	path := filepath.Join(dir, "20-override.toml")
+	reloads := opMetric(t, l.AdminAddr(), auth, "fairlead_config_reloads_total")
+	for _, edit := range []struct {
+		text   string
+		failed bool
+	}{{files["20-override.toml"] + "nonsense = \n", true}, {files["20-override.toml"], false}} {
+		if err := os.WriteFile(path, []byte(edit.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := config.Load(dir); err != nil {
+			l.ReloadFailed(err) // as fairlead's reload loop does
+		} else if err := l.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+		f, n := apiStatus(t, l.AdminAddr(), auth).LastReloadFailed, opMetric(t, l.AdminAddr(), auth, "fairlead_config_last_reload_successful")
+		if (f != nil) != edit.failed || (n == 0) != edit.failed || n < 0 {
+			t.Fatalf("after the edit (failed %v): last_reload_failed %+v, fairlead_config_last_reload_successful %v; want a failure and 0, or none and 1", edit.failed, f, n)
+		}
+	}
+	if n := opMetric(t, l.AdminAddr(), auth, "fairlead_config_reloads_total"); n != reloads {
+		t.Errorf("fairlead_config_reloads_total = %v, want %v (nothing new was applied)", n, reloads)
+	}
+	if !strings.Contains(logs.all(), "config unchanged") {
+		t.Errorf("the log does not say the config is unchanged:\n%s", logs.all())
+	}
 	// The admin listener's refusals (package admin counts them) reach /metrics: one per 401 above.
 	wantMetrics(t, l, "fairlead_admin_unauthorized_total 3")
 	for _, secret := range []string{"first-T0ken", "second-T0ken", "third-T0ken"} {
 		if strings.Contains(logs.all(), secret) {
 			t.Errorf("the log shows the token %s", secret)
 		}
-	}
-}
-
-// A bad edit put back as it was: the reload that follows finds the files unchanged (the running
-// config's), and the page's "Reload failed" banner (/api/status last_reload_failed) goes with the
-// metric back to 1: the three agree.
-func TestAFailedReloadRevertedClearsTheBannerWithTheMetric(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	files := platformConfig(c, "", "")
-	dir := testkit.WriteFiles(t, files)
-	l, logs := startLBDir(t, dir)
-	path := filepath.Join(dir, "20-override.toml")
-	reload := func() {
-		t.Helper()
-		cfg, err := config.Load(dir)
-		if err != nil {
-			l.ReloadFailed(err) // as fairlead's reload loop does
-			return
-		}
-		if err := l.Reload(cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	failed := func() *admin.ReloadFailure { t.Helper(); return apiStatus(t, l.AdminAddr(), "").LastReloadFailed }
-	metric := func() float64 {
-		t.Helper()
-		return opMetric(t, l.AdminAddr(), "", "fairlead_config_last_reload_successful")
-	}
-
-	if err := os.WriteFile(path, []byte(files["20-override.toml"]+"nonsense = \n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reload()
-	if f, n := failed(), metric(); f == nil || n != 0 {
-		t.Fatalf("after a bad edit: last_reload_failed %+v, fairlead_config_last_reload_successful %v; want a failure and 0", f, n)
-	}
-	if err := os.WriteFile(path, []byte(files["20-override.toml"]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reload()
-	if f, n := failed(), metric(); f != nil || n != 1 {
-		t.Fatalf("after the edit was put back: last_reload_failed %+v, fairlead_config_last_reload_successful %v; want none and 1", f, n)
-	}
-	if n := opMetric(t, l.AdminAddr(), "", "fairlead_config_reloads_total"); n != 0 {
-		t.Errorf("fairlead_config_reloads_total = %v, want 0 (nothing new was applied)", n)
-	}
-	if !strings.Contains(logs.all(), "config unchanged") {
-		t.Errorf("the log does not say the config is unchanged:\n%s", logs.all())
 	}
 }
