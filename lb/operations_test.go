@@ -93,11 +93,10 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	l, _ := startLB(t, files)
 	cx1, cx2 := c.Connections[0], c.Connections[1]
 	both := []string{cx1.Addr, cx2.Addr}
-	actions := 0.0
-	wantActions := func() {
+	wantActions := func(want float64) {
 		t.Helper()
-		if n := opAdminActions(t, l, ""); n != actions {
-			t.Fatalf("%s = %v, want %v", adminActionSeries, n, actions)
+		if n := opAdminActions(t, l, ""); n != want {
+			t.Fatalf("%s = %v, want %v", adminActionSeries, n, want)
 		}
 	}
 	// Fresh asset names placed on cx1 by hashing over both servers, handed out one at a time.
@@ -116,8 +115,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	if ss.State != "drain" || ss.AdminState != "drain" || ss.Available {
 		t.Errorf("the answer to drain: %+v", ss)
 	}
-	actions++
-	wantActions()
+	wantActions(1)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
 	for i, conn := range conns {
 		mustEcho(t, conn, fmt.Sprint("drained but open ", i))
@@ -134,8 +132,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 
 	// ready: it takes new traffic again.
 	opMustAction(t, l, "cxserver", cx1.Addr, "ready", "")
-	actions++
-	wantActions()
+	wantActions(2)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
 	for i := 0; i < 3; i++ {
 		mustLand(t, l, "a new key placed on cx1 after ready", next(), cx1.Name)
@@ -146,7 +143,6 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 
 	// The operator's state survives a reload that keeps the server.
 	opMustAction(t, l, "cxserver", cx1.Addr, "drain", "")
-	actions++
 	files["40-reload.toml"] = "[pools.cxserver]\nqueue_timeout = \"2s\"\n"
 	reloadWith(t, l, files)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "drain", "drain", false)
@@ -154,8 +150,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 
 	// maint: its tunnels are closed and it takes nothing.
 	opMustAction(t, l, "cxserver", cx1.Addr, "maint", "")
-	actions++
-	wantActions()
+	wantActions(4)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "maint", "maint", false)
 	for i, conn := range conns {
 		mustClose(t, conn, fmt.Sprint("tunnel ", i, " to cx1 in maintenance"))
@@ -169,8 +164,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	}
 
 	opMustAction(t, l, "cxserver", cx1.Addr, "ready", "")
-	actions++
-	wantActions()
+	wantActions(5)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
 	mustLand(t, l, "a new key placed on cx1 after maint and ready", next(), cx1.Name)
 
@@ -196,7 +190,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 			t.Errorf("%s %s: 405 with Allow %q, want POST", x.method, x.path, h.Get("Allow"))
 		}
 	}
-	wantActions()
+	wantActions(5)
 	opWantState(t, l, "", "cxserver", cx1.Addr, "up", "ready", true)
 }
 

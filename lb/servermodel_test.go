@@ -140,29 +140,6 @@ func settles(t *testing.T, what string, check func() string) {
 	}
 }
 
-// probeWatch follows the probe counts of servers in /status and fails the test if one ever goes down.
-type probeWatch struct {
-	t    *testing.T
-	l    *LB
-	pool string
-	last map[string]uint64
-}
-
-// see returns the server's probe count now, checking that it did not go down since the last look.
-func (w *probeWatch) see(addr string) uint64 {
-	w.t.Helper()
-	ss := mustServerStatus(w.t, w.l, w.pool, addr)
-	if ss.Check == nil {
-		w.t.Fatalf("%s: /status has no check state", addr)
-	}
-	n := ss.Check.Probes
-	if n < w.last[addr] {
-		w.t.Fatalf("%s: probe count went from %d down to %d: its health was reset", addr, w.last[addr], n)
-	}
-	w.last[addr] = n
-	return n
-}
-
 func TestAReloadAddingAServerKeepsTunnelsStickyKeysHealthAndTunnelCountsAndFeedsTheNewServerOnlyAfterAPassingProbe(t *testing.T) {
 	c := startCluster(t, 2, 3)
 	cx1, cx2, cx3 := c.Connections[0], c.Connections[1], c.Connections[2]
@@ -215,16 +192,27 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysHealthAndTunnelCountsAndFeeds
 	countsAgree("before the reload")
 
 	// Health before the reload: both up, a few probes answered.
-	w := &probeWatch{t: t, l: l, pool: "cxserver", last: map[string]uint64{}}
-	testkit.Eventually(t, "a few probes of each server", hang, func() bool { return w.see(cx1.Addr) >= 3 && w.see(cx2.Addr) >= 3 })
-	before := map[string]uint64{cx1.Addr: w.see(cx1.Addr), cx2.Addr: w.see(cx2.Addr)}
+	// see returns a server's probe count in /status, failing the test if it ever goes down (its health
+	// was reset).
+	last := map[string]uint64{}
+	see := func(addr string) uint64 {
+		t.Helper()
+		ss := mustServerStatus(t, l, "cxserver", addr)
+		if ss.Check == nil || ss.Check.Probes < last[addr] {
+			t.Fatalf("%s: /status shows check %+v, want one with at least the %d probes seen before", addr, ss.Check, last[addr])
+		}
+		last[addr] = ss.Check.Probes
+		return last[addr]
+	}
+	testkit.Eventually(t, "a few probes of each server", hang, func() bool { return see(cx1.Addr) >= 3 && see(cx2.Addr) >= 3 })
+	before := map[string]uint64{cx1.Addr: see(cx1.Addr), cx2.Addr: see(cx2.Addr)}
 	stayUp := func(when string) {
 		t.Helper()
 		for _, s := range []*sim.ConnServer{cx1, cx2} {
 			if ss := mustServerStatus(t, l, "cxserver", s.Addr); ss.State != "up" || !ss.Available {
 				t.Fatalf("%s: %s is %q (available %v), want up", when, s.Name, ss.State, ss.Available)
 			}
-			w.see(s.Addr)
+			see(s.Addr)
 		}
 	}
 	stayUp("before the reload")
@@ -287,7 +275,7 @@ func TestAReloadAddingAServerKeepsTunnelsStickyKeysHealthAndTunnelCountsAndFeeds
 
 	// The kept servers' checks went on from where they were.
 	testkit.Eventually(t, "more probes of the kept servers", hang, func() bool {
-		return w.see(cx1.Addr) > before[cx1.Addr]+2 && w.see(cx2.Addr) > before[cx2.Addr]+2
+		return see(cx1.Addr) > before[cx1.Addr]+2 && see(cx2.Addr) > before[cx2.Addr]+2
 	})
 	stayUp("at the end")
 

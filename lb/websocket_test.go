@@ -221,16 +221,9 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 
 			victim, survivor := c.Connections[0], c.Connections[1]
 			var conns []*websocket.Conn
-			var assets []string
-			for i := 0; len(conns) < 200; i++ {
-				a := fmt.Sprint("asset-", i)
-				conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(a))
-				if by != victim.Name {
-					conn.Close()
-					continue
-				}
-				conns = append(conns, conn)
-				assets = append(assets, a)
+			assets := valuesPlacedOn(t, "asset-", 200, victim.Addr, victim.Addr, survivor.Addr)
+			for _, a := range assets {
+				conns = append(conns, dialOn(t, l, a, victim.Name))
 			}
 			if how == "killed" {
 				victim.Kill() //nolint:errcheck
@@ -262,15 +255,15 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	p := l.px.gen.Load().pools["cxserver"]
 	by := landsOn(t, l, "sleepy")
 	// Take the asset's server down: the key is re-placed on the other server while it is down.
-	idx := map[string]int{c.Connections[0].Name: 0, c.Connections[1].Name: 1}[by]
-	c.Connections[idx].SetHealthy(false)
-	testkit.Eventually(t, "server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
+	s := c.Connection(by)
+	s.SetHealthy(false)
+	testkit.Eventually(t, "server down", 3*time.Second, func() bool { return !serverAvailable(l, "cxserver", s.Addr) })
 	by2 := landsOn(t, l, "sleepy")
 	if by2 == by {
 		t.Fatalf("placed on the down server %s", by)
 	}
-	c.Connections[idx].SetHealthy(true)
-	testkit.Eventually(t, "server up", 3*time.Second, func() bool { return serverAvailable(l, "cxserver", c.Connections[idx].Addr) })
+	s.SetHealthy(true)
+	testkit.Eventually(t, "server up", 3*time.Second, func() bool { return serverAvailable(l, "cxserver", s.Addr) })
 	// While the key is remembered it stays on the server it moved to.
 	if by3 := landsOn(t, l, "sleepy"); by3 != by2 {
 		t.Fatalf("remembered key moved from %s to %s", by2, by3)
