@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -230,9 +231,8 @@ func TestAdminProbeActionProbesTheServerAtOnce(t *testing.T) {
 
 	// A platform server of the leader pool: the simulator records the LeaderCheck.
 	for _, p := range []struct {
-		name string
-		addr string
-		sim  func() int
+		name, addr string
+		sim        func() int
 	}{
 		{"platform1 (leader)", p1.Addr, func() int { return len(p1.Probes()) }},
 		{"platform2", p2.Addr, func() int { return len(p2.Probes()) }},
@@ -352,8 +352,9 @@ func TestReloadMovesTheListenersWithoutCuttingKeepAliveConnections(t *testing.T)
 	if code, _, body := opAdmin(t, newAdmin, http.MethodGet, "/healthz", ""); code != 200 {
 		t.Fatalf("admin on the new address: %d %s", code, body)
 	}
-	testkit.Eventually(t, "the old frontend address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAddr) })
-	testkit.Eventually(t, "the old admin address to refuse connections", 5*time.Second, func() bool { return opRefused(oldAdmin) })
+	testkit.Eventually(t, "the old frontend and admin addresses to refuse connections", 5*time.Second, func() bool {
+		return opRefused(oldAddr) && opRefused(oldAdmin)
+	})
 	wantMetrics(t, l, "fairlead_config_reloads_total 1") // on newAdmin, now l.AdminAddr()
 	if !strings.Contains(logs.all(), "frontend: now listening on "+newAddr) {
 		t.Errorf("no log line about the frontend's new address")
@@ -456,11 +457,7 @@ func timeSpan(times []time.Time) time.Duration {
 
 func TestTunnelCloseSpreadSpreadsTheClosesOfADownServersTunnels(t *testing.T) {
 	for _, spread := range []string{"600ms", ""} {
-		name := spread
-		if name == "" {
-			name = "default 0s"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run("tunnel_close_spread="+cmp.Or(spread, "default 0s"), func(t *testing.T) {
 			c := startCluster(t, 2, 2)
 			extra := ""
 			if spread != "" {

@@ -249,9 +249,20 @@ func TestServerDownClosesItsTunnelsAndReconnectsLandOnSurvivors(t *testing.T) {
 	}
 }
 
-func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
+func TestTunnelIdleTimeoutClosesASilentTunnelAndAnIdleStickyKeyIsForgottenAndPlacedAnew(t *testing.T) {
 	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, "[pools.cxserver.sticky]\nidle_timeout = \"300ms\"\n"))
+	l, _ := startLB(t, cxConfig(c, "[pools.cxserver]\ntunnel_idle_timeout = \"300ms\"\n[pools.cxserver.sticky]\nidle_timeout = \"300ms\"\n"))
+	busy, _ := dialAsset(t, l, "busy")
+	quiet, _ := dialAsset(t, l, "quiet")
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mustEcho(t, busy, "ping") // an active tunnel stays open
+	}
+	quiet.SetReadDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
+	if _, _, err := quiet.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("silent tunnel: %v, want it closed by fairlead", err)
+	}
+	busy.Close()
+
 	p := l.px.gen.Load().pools["cxserver"]
 	by := landsOn(t, l, "sleepy")
 	// Take the asset's server down: the key is re-placed on the other server while it is down.
@@ -265,38 +276,11 @@ func TestIdleStickyKeyIsForgottenAndCanBePlacedAnew(t *testing.T) {
 	s.SetHealthy(true)
 	testkit.Eventually(t, "server up", 3*time.Second, func() bool { return serverAvailable(l, "cxserver", s.Addr) })
 	// While the key is remembered it stays on the server it moved to.
-	if by3 := landsOn(t, l, "sleepy"); by3 != by2 {
-		t.Fatalf("remembered key moved from %s to %s", by2, by3)
-	}
+	mustLand(t, l, "the remembered key", "sleepy", by2)
 	// Idle past idle_timeout, it is forgotten and placed anew by hashing: back on its first server.
 	time.Sleep(400 * time.Millisecond)
 	p.stickyTable().Expire()
-	if by4 := landsOn(t, l, "sleepy"); by4 != by {
-		t.Fatalf("after idle expiry placed on %s, want the hashing choice %s", by4, by)
-	}
-}
-
-func TestTunnelIdleTimeoutClosesASilentTunnel(t *testing.T) {
-	c := startCluster(t, 2, 2)
-	l, _ := startLB(t, cxConfig(c, "[pools.cxserver]\ntunnel_idle_timeout = \"300ms\"\n"))
-	busy, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("busy"))
-	defer busy.Close()
-	quiet, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("quiet"))
-	defer quiet.Close()
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if err := busy.WriteMessage(websocket.TextMessage, []byte("ping")); err != nil {
-			t.Fatalf("an active tunnel was closed: %v", err)
-		}
-		if _, _, err := busy.ReadMessage(); err != nil {
-			t.Fatalf("an active tunnel was closed: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	quiet.SetReadDeadline(time.Now().Add(2 * time.Second)) //nolint:errcheck
-	if _, _, err := quiet.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
-		t.Fatalf("silent tunnel: %v, want it closed by fairlead", err)
-	}
+	mustLand(t, l, "after idle expiry, the hashing choice", "sleepy", by)
 }
 
 func TestStickyBalanceWorksForPlainHTTPPoolsWithACookie(t *testing.T) {
