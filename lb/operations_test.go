@@ -64,12 +64,6 @@ func opMustAction(t *testing.T, l *LB, pool, addr, action, auth string) admin.Se
 
 const adminActionSeries = `fairlead_events_total{kind="admin_action"}`
 
-// opAdminActions is the admin_action event count of /metrics.
-func opAdminActions(t *testing.T, l *LB, auth string) float64 {
-	t.Helper()
-	return opMetric(t, l.AdminAddr(), auth, adminActionSeries)
-}
-
 // opWantState fails the test unless /api/status (read as JSON over the admin listener, as an operator
 // reads it) shows the server with these state, admin_state and available.
 func opWantState(t *testing.T, l *LB, auth, pool, addr, state, adminState string, available bool) {
@@ -94,12 +88,7 @@ func TestAdminActionsDrainMaintReadyOnAStickyWebSocketPool(t *testing.T) {
 	l, _ := startLB(t, files)
 	cx1, cx2 := c.Connections[0], c.Connections[1]
 	both := []string{cx1.Addr, cx2.Addr}
-	wantActions := func(want float64) {
-		t.Helper()
-		if n := opAdminActions(t, l, ""); n != want {
-			t.Fatalf("%s = %v, want %v", adminActionSeries, n, want)
-		}
-	}
+	wantActions := func(want int) { t.Helper(); wantMetrics(t, l, fmt.Sprint(adminActionSeries, " ", want)) }
 	// Fresh asset names placed on cx1 by hashing over both servers, handed out one at a time.
 	fresh := valuesPlacedOn(t, "op-fresh-", 20, cx1.Addr, both...)
 	next := func() string { a := fresh[0]; fresh = fresh[1:]; return a }
@@ -248,9 +237,7 @@ func TestAdminProbeActionProbesTheServerAtOnce(t *testing.T) {
 	opMustAction(t, l, "cxserver", cx2.Addr, "probe", "")
 	testkit.Eventually(t, "cx2 to get a probe", 3*time.Second, func() bool { return probes(cx2.Addr)() > before })
 	opWantState(t, l, "", "cxserver", cx2.Addr, "up", "ready", true)
-	if n := opAdminActions(t, l, ""); n != 3 {
-		t.Errorf("%s = %v after 3 probes, want 3", adminActionSeries, n)
-	}
+	wantMetrics(t, l, adminActionSeries+" 3") // one per probe
 }
 
 // opKeepAlive is a client connection that sends HTTP/1.1 requests one after the other on one socket.
