@@ -17,8 +17,8 @@ import (
 
 // Black-box tests of the balancing features over real sockets: balance = "roundrobin" over connected
 // and writable servers, high watermarks, unavailable_status after queue_timeout, multi-part pins,
-// backup tiers with failover and failback (checker and leader pools), failback_close_tunnels, display
-// names, and the config errors of the new keys.
+// backup tiers with failover and failback (checker and leader pools), failback_close_tunnels and display
+// names. The config errors of these keys are lb/config's tests (lb/config/balancing_test.go).
 
 // readyPath is the readiness probe of the roundrobin pools below. The simulated platforms are started
 // with it as their LeaderCheck path, so that probes are recorded as probes and never counted in
