@@ -201,7 +201,7 @@ func TestJSONLogLinesParseAndCarryTheAccessAndEventFields(t *testing.T) {
 	var buf testkit.SyncBuffer
 	files := platformConfig(c, "", "")
 	files["30-global.toml"] = "[global]\nlog_format = \"json\"\naccess_log = true\n"
-	l := startLBWithOptions(t, files, Options{Logger: NewLogger("json", nil, &buf)})
+	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), Options{Logger: NewLogger("json", nil, &buf)})
 	sendWithSecrets(t, l, "/Thingworx/Things/A")
 	mustSetState(t, c.Platforms[0], sim.Backup)
 	mustSetState(t, c.Platforms[1], sim.Leader)
@@ -282,7 +282,8 @@ func handleDo(tb testing.TB, l *LB, hdr ...string) func() {
 func newAccessLogBench(tb testing.TB) func() {
 	files := platformConfig(startCluster(tb, 2, 0), "", "")
 	files["30-global.toml"] = "[global]\naccess_log = true\n"
-	return handleDo(tb, startLBWithOptions(tb, files, Options{Logger: NewLogger("text", nil, io.Discard)}))
+	l, _ := startLBOpts(tb, testkit.WriteFiles(tb, files), Options{Logger: NewLogger("text", nil, io.Discard)})
+	return handleDo(tb, l)
 }
 
 func BenchmarkProxyHandlerGETWithAccessLog(b *testing.B) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -185,9 +184,7 @@ func TestAPoolsNameAndTLSReachItsDiscoveryProvider(t *testing.T) {
 	}
 	// A reload that only turns on the pool's [tls] rebuilds the provider with it (a Curator instance's
 	// sslPort is then used), though its [discovery] table is unchanged.
-	if err := os.WriteFile(filepath.Join(dir, "30-tls.toml"), []byte(tlsTable("rr", "insecure_skip_verify = true")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, filepath.Join(dir, "30-tls.toml"), tlsTable("rr", "insecure_skip_verify = true"))
 	mustReloadDir(t, l, dir)
 	testkit.Eventually(t, "the provider rebuilt with TLS", 5*time.Second, func() bool { o := opts(); return o.Pool == "rr" && o.TLS })
 }

@@ -30,26 +30,17 @@ func FuzzNewBuildsFromEveryConfigThatLoads(f *testing.F) {
 		// The shipped files name their demo files relative to the repository's root (`make run` runs
 		// fairlead there); the copies name them from here, the package's directory.
 		b = bytes.ReplaceAll(b, []byte(`"conf.d/`), []byte(`"../conf.d/`))
-		if err := os.WriteFile(filepath.Join(over, filepath.Base(file)), b, 0o600); err != nil {
-			f.Fatal(err)
-		}
+		mustWriteFile(f, filepath.Join(over, filepath.Base(file)), string(b))
 	}
 	f.Add([]byte(minimalConfig))
 	f.Add([]byte(""))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, dir := range []string{alone, over} {
-			writeFile(t, filepath.Join(dir, "99-fuzz.toml"), data)
+			mustWriteFile(t, filepath.Join(dir, "99-fuzz.toml"), string(data))
 			if cfg, err := config.Load(dir); err == nil {
 				New(cfg, Options{Logf: func(string, ...any) {}}).Close()
 			}
 		}
 	})
-}
-
-func writeFile(t *testing.T, name string, b []byte) {
-	t.Helper()
-	if err := os.WriteFile(name, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }

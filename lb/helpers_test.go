@@ -1,11 +1,21 @@
 package lb
 
 import (
+	"bufio"
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/fasthttp/websocket"
 	"io"
+	"maps"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +25,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -259,14 +270,26 @@ func opAdmin(t *testing.T, addr, method, path, auth string) (int, http.Header, [
 	return resp.StatusCode, resp.Header, body
 }
 
+// adminPage returns the body of GET path on the admin listener at addr, sent with auth; the answer must
+// be a 200.
+func adminPage(t testing.TB, addr, path, auth string) string {
+	t.Helper()
+	var hdr []string
+	if auth != "" {
+		hdr = []string{"Authorization", auth}
+	}
+	resp, body := testkit.Do(t, testClient, http.MethodGet, "http://"+addr+path, nil, hdr...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	return string(body)
+}
+
 // apiStatus reads GET /api/status on the admin listener at addr with auth, as an operator's tools do.
 func apiStatus(t *testing.T, addr, auth string) admin.Status {
 	t.Helper()
-	code, _, body := opAdmin(t, addr, http.MethodGet, "/api/status", auth)
 	var st admin.Status
-	if code != 200 {
-		t.Fatalf("GET /api/status: %d %s", code, body)
-	} else if err := json.Unmarshal(body, &st); err != nil {
+	if err := json.Unmarshal([]byte(adminPage(t, addr, "/api/status", auth)), &st); err != nil {
 		t.Fatalf("GET /api/status: %v", err)
 	}
 	return st
@@ -337,17 +360,13 @@ func serverAvailable(l *LB, pool, addr string) bool {
 }
 
 // metricsAt returns the text of GET /metrics on the admin listener at addr, scraped with auth.
-func metricsAt(t *testing.T, addr, auth string) string {
+func metricsAt(t testing.TB, addr, auth string) string {
 	t.Helper()
-	code, _, body := opAdmin(t, addr, http.MethodGet, "/metrics", auth)
-	if code != 200 {
-		t.Fatalf("GET /metrics: %d %s", code, body)
-	}
-	return string(body)
+	return adminPage(t, addr, "/metrics", auth)
 }
 
 // scrapeMetrics returns the text of GET /metrics on l's admin listener.
-func scrapeMetrics(t *testing.T, l *LB) string {
+func scrapeMetrics(t testing.TB, l *LB) string {
 	t.Helper()
 	return metricsAt(t, l.AdminAddr(), "")
 }
@@ -376,7 +395,7 @@ func mustMetric(t *testing.T, page, series string) float64 {
 
 // opMetric returns the value of the /metrics series named exactly series (name and labels), or -1 if
 // there is none (or its value does not parse); the scrape goes to addr with auth.
-func opMetric(t *testing.T, addr, auth, series string) float64 {
+func opMetric(t testing.TB, addr, auth, series string) float64 {
 	t.Helper()
 	if v, ok := metricValue(metricsAt(t, addr, auth), series); ok {
 		return v
@@ -401,6 +420,96 @@ func wantMetrics(t *testing.T, l *LB, want ...string) {
 			t.Errorf("/metrics has no line %q; lines of %s:\n%s", w, name, strings.Join(near, "\n"))
 		}
 	}
+}
+
+// platformRequests is the number of ordinary requests the platforms of c received, all together.
+func platformRequests(c *sim.Cluster) int64 {
+	var n int64
+	for _, p := range c.Platforms {
+		n += p.Requests()
+	}
+	return n
+}
+
+// echoedHeaders parses an /echo-headers body: lower-case header name → values, in order.
+func echoedHeaders(body string) map[string][]string {
+	got := map[string][]string{}
+	for _, line := range strings.Split(body, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			k = strings.ToLower(k)
+			got[k] = append(got[k], v)
+		}
+	}
+	return got
+}
+
+// mergeFiles returns files with the files of each of more added (later names merge over earlier ones).
+func mergeFiles(files map[string]string, more ...map[string]string) map[string]string {
+	for _, m := range more {
+		maps.Copy(files, m)
+	}
+	return files
+}
+
+// mustWriteFile writes content to path (mode 0600), failing the test on an error.
+func mustWriteFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reloadDir loads the config directory again and reloads fairlead with it; a config that does not load
+// is a failed reload too (its error is returned).
+func reloadDir(l *LB, dir string) error {
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return err
+	}
+	return l.Reload(cfg)
+}
+
+// mustReloadDir is reloadDir for a reload that must succeed.
+func mustReloadDir(t testing.TB, l *LB, dir string) {
+	t.Helper()
+	if err := reloadDir(l, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventLog records the events of an LB's stream.
+type eventLog struct {
+	mu sync.Mutex
+	ev []event.Event
+}
+
+func recordEvents(t *testing.T, l *LB) *eventLog {
+	el := &eventLog{}
+	t.Cleanup(l.Subscribe(func(e event.Event) {
+		el.mu.Lock()
+		el.ev = append(el.ev, e)
+		el.mu.Unlock()
+	}))
+	return el
+}
+
+func (el *eventLog) has(match func(event.Event) bool) bool {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	return slices.ContainsFunc(el.ev, match)
+}
+
+// count counts the events of kind about server.
+func (el *eventLog) count(kind event.Kind, server string) int {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	n := 0
+	for _, e := range el.ev {
+		if e.Kind == kind && e.Server == server {
+			n++
+		}
+	}
+	return n
 }
 
 // probesSince counts the LeaderCheck answers p gave after since: the 200s if passed, else the others.
@@ -433,4 +542,204 @@ func logLine(logs *logSink, parts ...string) string {
 		}
 	}
 	return ""
+}
+
+// TLS: a test CA, the front end's certificate and its clients (tls_frontend_test.go, tls_upstream_test.go,
+// relays_test.go, h2_test.go, hostile_helpers_test.go's rawFront).
+
+// tlsName is the DNS name of the front end's certificate in most tests (the certificates also hold
+// 127.0.0.1, the address the clients connect to).
+const tlsName = "fairlead.example"
+
+// tlsEnv is a test CA and a directory of certificate files.
+type tlsEnv struct {
+	ca  *sim.CA
+	dir string
+}
+
+func newTLSEnv(t testing.TB, caName string) *tlsEnv {
+	t.Helper()
+	ca, err := sim.NewCA(caName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tlsEnv{ca: ca, dir: t.TempDir()}
+}
+
+// tlsCert is an issued certificate and where its files are.
+type tlsCert struct {
+	leaf          *sim.Leaf
+	cert          *x509.Certificate
+	certFile, key string
+}
+
+// issue issues a leaf for names and writes it as dir/file.crt and dir/file.key (replacing any earlier
+// files of that name).
+func (e *tlsEnv) issue(t testing.TB, file string, names ...string) *tlsCert {
+	t.Helper()
+	leaf, err := e.ca.Issue(names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.Write(e.dir, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(leaf.TLS.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tlsCert{leaf: leaf, cert: cert, certFile: certFile, key: keyFile}
+}
+
+// writeCA writes the CA certificate as dir/name.crt.
+func (e *tlsEnv) writeCA(t testing.TB, name string) string {
+	t.Helper()
+	path, err := e.ca.WriteCA(e.dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// clientConfig verifies the front end's chain against the CA, for serverName.
+func (e *tlsEnv) clientConfig(serverName string) *tls.Config {
+	return &tls.Config{RootCAs: e.ca.Pool(), ServerName: serverName}
+}
+
+// clientWith is clientConfig(tlsName) presenting dev's certificate whatever CAs the server names as
+// acceptable (crypto/tls would otherwise send none when the issuer is not among them).
+func (e *tlsEnv) clientWith(dev *tlsCert) *tls.Config {
+	cfg := e.clientConfig(tlsName)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &dev.leaf.TLS, nil }
+	return cfg
+}
+
+// tlsFrontendToml is a config file setting [frontend] tls_listen, tls_cert and tls_key (when cert is
+// not nil) and the lines of more (further [frontend] keys, then any [[frontend.certs]] tables).
+func tlsFrontendToml(tlsAddr string, cert *tlsCert, more string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[frontend]\ntls_listen = %q\n", tlsAddr)
+	if cert != nil {
+		fmt.Fprintf(&b, "tls_cert = %q\ntls_key = %q\n", cert.certFile, cert.key)
+	}
+	b.WriteString(more)
+	b.WriteString("\n")
+	return b.String()
+}
+
+// startTLSLB starts fairlead on files with a TLS front end on a free address, its certificate cert
+// (more: further [frontend] keys), and returns fairlead, its log, the TLS address and the config
+// directory.
+func startTLSLB(t testing.TB, files map[string]string, cert *tlsCert, more string) (*LB, *logSink, string, string) {
+	t.Helper()
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, more)
+	dir := testkit.WriteFiles(t, files)
+	l, logs := startLBDir(t, dir)
+	return l, logs, tlsAddr, dir
+}
+
+// tlsDial opens a TLS connection to addr and completes the handshake (5 s at most).
+func tlsDial(addr string, cfg *tls.Config) (*tls.Conn, error) {
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second}, Config: cfg}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := conn.(*tls.Conn)
+	tc.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	return tc, nil
+}
+
+// tlsResult is what one request on a new TLS connection gave: its reply (status 0 when the handshake or
+// the exchange failed) and the connection's state.
+type tlsResult struct {
+	reply
+	state tls.ConnectionState
+}
+
+// over says whether r is a 200 over want's certificate: "" if so, else what it was.
+func (r tlsResult) over(want *tlsCert) string {
+	if p := r.state.PeerCertificates; r.status == 200 && len(p) > 0 && bytes.Equal(p[0].Raw, want.cert.Raw) {
+		return ""
+	} else if len(p) > 0 {
+		return fmt.Sprintf("%v over the certificate of %v, serial %s", r, p[0].DNSNames, p[0].SerialNumber)
+	}
+	return r.String()
+}
+
+// refused reports whether the attempt failed at the handshake or at the first read with an error other
+// than a timeout (a refused client is told so, or cut off, rather than left hanging).
+func (r tlsResult) refused() bool {
+	if r.status != 0 || r.err == nil {
+		return false
+	}
+	var ne net.Error
+	return !(errors.As(r.err, &ne) && ne.Timeout())
+}
+
+// tlsRequest sends one request (GET path with headers h) on a new TLS connection to addr and reads the
+// answer. The handshake is completed first, then the request written and the answer read: with TLS 1.3
+// a server that refuses the client's certificate says so only after the client's handshake returned.
+func tlsRequest(addr string, cfg *tls.Config, path string, h http.Header) tlsResult {
+	conn, err := tlsDial(addr, cfg)
+	if err != nil {
+		return tlsResult{reply: reply{err: fmt.Errorf("handshake: %w", err)}}
+	}
+	defer conn.Close()
+	r := tlsResult{state: conn.ConnectionState()}
+	req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
+	req.Host = cmp.Or(cfg.ServerName, addr)
+	maps.Copy(req.Header, h)
+	if err := req.Write(conn); err != nil {
+		r.err = fmt.Errorf("writing the request: %w", err)
+	} else if r.reply = replyOf(http.ReadResponse(bufio.NewReader(conn), req)); r.err != nil {
+		r.status = 0
+	}
+	return r
+}
+
+// dialWSS opens a wss:// tunnel through fairlead's TLS listener and returns it with the name of the
+// connection server.
+func dialWSS(t testing.TB, tlsAddr string, cfg *tls.Config, path string, h http.Header) (*websocket.Conn, string) {
+	t.Helper()
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: cfg}
+	conn, resp, err := d.Dial("wss://"+tlsAddr+path, h)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dial wss://%s%s: %v (status %d)", tlsAddr, path, err, status)
+	}
+	return conn, resp.Header.Get("X-Served-By")
+}
+
+// wsEcho sends data as one message of kind and checks that it comes back intact.
+func wsEcho(t testing.TB, conn *websocket.Conn, kind int, data []byte) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if err := conn.WriteMessage(kind, data); err != nil {
+		t.Fatalf("writing a %d-byte message: %v", len(data), err)
+	}
+	gotKind, got, err := conn.ReadMessage()
+	if err != nil {
+		t.Fatalf("reading the echo of a %d-byte message: %v", len(data), err)
+	}
+	if gotKind != kind || !bytes.Equal(got, data) {
+		t.Fatalf("a message of type %d and %d bytes came back as type %d with %d bytes", kind, len(data), gotKind, len(got))
+	}
+}
+
+// pumpGoroutines counts the goroutines of streamed tunnels (tunnel's pump, two per streamed tunnel):
+// none when every tunnel is on the event loops.
+func pumpGoroutines() int {
+	n := 0
+	for _, g := range testkit.Goroutines() {
+		if strings.Contains(g, "tunnel.(*Engine).pump(") {
+			n++
+		}
+	}
+	return n
 }

@@ -24,77 +24,15 @@ import (
 // hostilePath is the path of the hostile requests sent to the platform pool.
 const hostilePath = "/Thingworx/hostile"
 
-// hostilePlatformRequests is the number of ordinary requests every platform of c received.
-func hostilePlatformRequests(c *sim.Cluster) int64 {
-	var n int64
-	for _, p := range c.Platforms {
-		n += p.Requests()
-	}
-	return n
-}
-
-// hostileEchoed parses an /echo-headers body: lower-case header name → values, in order.
-func hostileEchoed(body []byte) map[string][]string {
-	got := map[string][]string{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if k, v, ok := strings.Cut(line, ": "); ok {
-			k = strings.ToLower(k)
-			got[k] = append(got[k], v)
-		}
-	}
-	return got
-}
-
-// hostileAdminGet returns the body of GET path on the admin listener (200 required).
-func hostileAdminGet(t testing.TB, l *LB, path string) string {
-	t.Helper()
-	resp, err := testClient.Get("http://" + l.AdminAddr() + path)
-	if err != nil {
-		t.Fatalf("GET admin %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET admin %s: %v", path, err)
-	}
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET admin %s: %s", path, resp.Status)
-	}
-	return string(b)
-}
-
-// hostileServerConns is /status's open upstream connections of the server at addr of pool.
-func hostileServerConns(l *LB, pool, addr string) int {
-	for _, p := range l.Status().Pools {
-		if p.Name == pool {
-			for _, s := range p.Servers {
-				if s.Addr == addr {
-					return s.Conns
-				}
-			}
-		}
-	}
-	return -1
-}
-
-// hostileFiles returns files with more added (later names merge over earlier ones).
-func hostileFiles(files map[string]string, more map[string]string) map[string]string {
-	for k, v := range more {
-		files[k] = v
-	}
-	return files
-}
-
 // hostileRawPool is the config of a leader pool named name over the one server addr (a
 // hostileUpstream) with a route of paths to it; extraPool and extraCheck are merged over its
 // [pools.NAME] and [pools.NAME.check] tables from a second file. Its file names sort before
 // platformConfig's, so its route is tried first.
 func hostileRawPool(name, addr string, paths []string, extraPool, extraCheck string) map[string]string {
-	var conf testkit.Config
-	conf.Table("pools."+name).Set("balance", "leader").Set("servers", []string{addr}).
-		Set("queue_timeout", 2*time.Second).Set("response_timeout", 3*time.Second)
-	fastChecks(conf.Table("pools."+name+".check").Set("credentials", sim.DefaultCredentials))
-	conf.Array("routes").Set("pool", name).Set("paths", paths)
+	conf, pool, check, route := poolConf(name, "leader", []string{addr}, false)
+	pool.Set("queue_timeout", 2*time.Second).Set("response_timeout", 3*time.Second)
+	fastChecks(check.Set("credentials", sim.DefaultCredentials))
+	route.Set("paths", paths)
 	return map[string]string{
 		"05-" + name + ".toml":          conf.String(),
 		"06-" + name + "-override.toml": fmt.Sprintf("[pools.%[1]s]\n%[2]s\n[pools.%[1]s.check]\n%[3]s\n", name, extraPool, extraCheck),
@@ -214,15 +152,10 @@ type rawFront struct {
 // keys, extra further config files.
 func startRawFront(t testing.TB, handler func(*hostileUpstream, net.Conn, *bufio.Reader, string) bool, more string, extra ...map[string]string) *rawFront {
 	t.Helper()
-	f := &rawFront{env: newTLSEnv(t, "fairlead test CA"), u: startHostileUpstream(t, handler), c: startCluster(t, 2, 0), tlsAddr: testkit.Addr(t)}
-	cert := f.env.issue(t, "frontend", tlsName, "127.0.0.1")
-	files := hostileFiles(platformConfig(f.c, "", ""), hostileRawPool("raw", f.u.addr, []string{"/raw"}, "", ""))
-	files["40-tls.toml"] = tlsFrontendToml(f.tlsAddr, cert, more)
-	files["30-access.toml"] = "[global]\naccess_log = true\n"
-	for _, e := range extra {
-		files = hostileFiles(files, e)
-	}
-	f.l, f.logs = startLB(t, files)
+	f := &rawFront{env: newTLSEnv(t, "fairlead test CA"), u: startHostileUpstream(t, handler), c: startCluster(t, 2, 0)}
+	files := mergeFiles(platformConfig(f.c, "", ""), append(extra, hostileRawPool("raw", f.u.addr, []string{"/raw"}, "", ""),
+		map[string]string{"30-access.toml": "[global]\naccess_log = true\n"})...)
+	f.l, f.logs, f.tlsAddr, _ = startTLSLB(t, files, f.env.issue(t, "frontend", tlsName, "127.0.0.1"), more)
 	return f
 }
 
@@ -242,17 +175,4 @@ func nextHead(t testing.TB, u *hostileUpstream) upstreamBody {
 		t.Fatal("the server received no request")
 		return upstreamBody{}
 	}
-}
-
-// hostileMetric is the value of the metric line named name on the admin /metrics (-1 if absent).
-func hostileMetric(t testing.TB, l *LB, name string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(hostileAdminGet(t, l, "/metrics"), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var f float64
-			fmt.Sscan(v, &f) //nolint:errcheck
-			return f
-		}
-	}
-	return -1
 }

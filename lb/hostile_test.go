@@ -16,7 +16,6 @@ import (
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
-	"github.com/fasthttp/websocket"
 )
 
 // Hostile input through a whole fairlead: raw bytes over TCP (frames over HTTP/2) to its front end, the
@@ -49,7 +48,9 @@ func TestHostileRefusalsReachNoServer(t *testing.T) {
 		}
 		return b.String() + "0\r\n\r\n"
 	}
-	badRequests := func(code string) float64 { return hostileMetric(t, l, `fairlead_bad_requests_total{code="`+code+`"}`) }
+	badRequests := func(code string) float64 {
+		return opMetric(t, l.AdminAddr(), "", `fairlead_bad_requests_total{code="`+code+`"}`)
+	}
 	before, refused := map[string]float64{}, map[string]float64{}
 	for _, code := range []string{"400", "405", "408", "413", "431", "505"} {
 		before[code] = badRequests(code)
@@ -366,8 +367,8 @@ func TestHostileBodyGoingBadAfterItWasForwardedIsAbortedUpstream(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			t.Errorf("%s: 3s after the client's end the upstream request is still open with a partial body: fairlead did not abort it", name)
 		}
-		if !testkit.Within(3*time.Second, func() bool { return hostileServerConns(l, "raw", u.addr) == 0 }) {
-			t.Errorf("%s: fairlead still holds %d upstream connections to the server 3s after", name, hostileServerConns(l, "raw", u.addr))
+		if !testkit.Within(3*time.Second, func() bool { return mustServerStatus(t, l, "raw", u.addr).Conns == 0 }) {
+			t.Errorf("%s: fairlead still holds %d upstream connections to the server 3s after", name, mustServerStatus(t, l, "raw", u.addr).Conns)
 		}
 	}
 	f("a bad chunk", "POST /raw/c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", func(c *frontendtest.Conn, _ time.Time) {
@@ -422,15 +423,11 @@ func TestHostileInvalidWebSocketUpgradesGet400AndDialNoConnectionServer(t *testi
 	if n := upgrades() - before; n != 0 {
 		t.Errorf("the connection servers upgraded %d of the invalid requests", n)
 	}
-	conn, by, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("hostile-ok"))
-	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(frontendtest.AnswerWait)) //nolint:errcheck
-	if err := conn.WriteMessage(websocket.TextMessage, []byte("ping")); err != nil || !strings.HasPrefix(by, "cx") {
-		t.Fatalf("a valid upgrade: upgraded by %q (want a connection server), %v", by, err)
+	conn, by := dialAsset(t, l, "hostile-ok")
+	if !strings.HasPrefix(by, "cx") {
+		t.Fatalf("a valid upgrade: upgraded by %q, want a connection server", by)
 	}
-	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "ping" {
-		t.Fatalf("a valid upgrade's echo: %q, %v", msg, err)
-	}
+	mustEcho(t, conn, "ping")
 }
 
 func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
@@ -456,13 +453,12 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 		return false
 	})
 	credCheck := fmt.Sprintf("credentials = %q", cred)
-	files := hostileFiles(platformConfig(c, "", credCheck),
+	files := mergeFiles(platformConfig(c, "", credCheck),
 		hostileRawPool("raw", u.addr, []string{"/Thingworx/raw"}, `response_timeout = "500ms"`, credCheck))
-	var nolead testkit.Config
-	nolead.Table("pools.nolead").Set("balance", "leader").Set("servers", []string{testkit.Addr(t)}).
-		Set("queue_timeout", 300*time.Millisecond)
-	fastChecks(nolead.Table("pools.nolead.check").Set("credentials", cred))
-	nolead.Array("routes").Set("pool", "nolead").Set("paths", []string{"/Thingworx/nolead"})
+	nolead, pool, check, route := poolConf("nolead", "leader", []string{testkit.Addr(t)}, false)
+	pool.Set("queue_timeout", 300*time.Millisecond)
+	fastChecks(check.Set("credentials", cred))
+	route.Set("paths", []string{"/Thingworx/nolead"})
 	files["07-nolead.toml"] = nolead.String()
 	files["30-hostile.toml"] = "[global]\naccess_log = true\n"
 	l, logs := startLB(t, files)
@@ -489,9 +485,9 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 		}
 		leaks("the "+tc.name+" answer", string(r.Raw))
 	}
-	leaks("/api/status", hostileAdminGet(t, l, "/api/status"))
-	leaks("/status", hostileAdminGet(t, l, "/status"))
-	leaks("/metrics", hostileAdminGet(t, l, "/metrics"))
+	leaks("/api/status", adminPage(t, l.AdminAddr(), "/api/status", ""))
+	leaks("/status", adminPage(t, l.AdminAddr(), "/status", ""))
+	leaks("/metrics", adminPage(t, l.AdminAddr(), "/metrics", ""))
 
 	ev := testkit.DialSSE(t, l.AdminAddr(), "/events")
 	for deadline := time.Now().Add(time.Second); time.Until(deadline) > 0; {
@@ -511,7 +507,7 @@ func TestHostileCheckCredentialsNeverLeak(t *testing.T) {
 // WARN line says so.
 func TestConnectionsOverMaxConnsAreCountedAsLimitAndWarned(t *testing.T) {
 	c := startCluster(t, 2, 0)
-	l, logs := startLB(t, hostileFiles(platformConfig(c, "", ""), map[string]string{"30-limit.toml": "[frontend]\nmax_conns = 2\n"}))
+	l, logs := startLB(t, mergeFiles(platformConfig(c, "", ""), map[string]string{"30-limit.toml": "[frontend]\nmax_conns = 2\n"}))
 	req := "GET " + hostilePath + " HTTP/1.1\r\nHost: a\r\n\r\n"
 	for i := range 3 {
 		conn := frontendtest.Dial(t, l.Addr())
@@ -523,7 +519,7 @@ func TestConnectionsOverMaxConnsAreCountedAsLimitAndWarned(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, "the refused connection to be counted and logged", 3*time.Second, func() bool {
-		return hostileMetric(t, l, `fairlead_frontend_connection_errors_total{kind="limit"}`) >= 1 &&
+		return opMetric(t, l.AdminAddr(), "", `fairlead_frontend_connection_errors_total{kind="limit"}`) >= 1 &&
 			strings.Contains(logs.all(), `level=WARN msg="frontend: connection limit reached: new connections are refused" kind=limit detail="2 connections open"`)
 	})
 }

@@ -12,14 +12,6 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 )
 
-// startLBWithOptions is startLB with the caller's Options (a logger, a version): startLBOpts, kept with
-// its name for accesslog_test.go.
-func startLBWithOptions(t testing.TB, files map[string]string, o Options) *LB {
-	t.Helper()
-	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), o)
-	return l
-}
-
 // send sends one request through fairlead, fails the test unless it is answered 200, and returns the
 // answer's Content-Length (-1 when it had none).
 func send(t *testing.T, l *LB, method, path string, body []byte) int64 {

@@ -28,14 +28,14 @@ import (
 // nothing, and fairlead closes its connection after the answer.
 func TestProxyPassesARequestOnWithoutHopByHopFieldsAndWithXForwarded(t *testing.T) {
 	fr := startRawFront(t, hostileRecordBody, "")
-	trusted, _ := startLB(t, hostileFiles(platformConfig(fr.c, "", ""), map[string]string{"30-trusted.toml": "[frontend]\ntrusted_proxies = [\"127.0.0.0/8\"]\n"}))
+	trusted, _ := startLB(t, mergeFiles(platformConfig(fr.c, "", ""), map[string]string{"30-trusted.toml": "[frontend]\ntrusted_proxies = [\"127.0.0.0/8\"]\n"}))
 	f := func(name string, status int, servedBy, body string, want map[string]string, absent ...string) {
 		t.Helper()
 		if status != 200 || servedBy != fr.c.Platforms[0].Name {
 			t.Errorf("%s: %d from %q, want the leader's 200", name, status, servedBy)
 			return
 		}
-		got := hostileEchoed([]byte(body))
+		got := echoedHeaders(body)
 		for k, v := range want {
 			if len(got[k]) != 1 || got[k][0] != v {
 				t.Errorf("%s: the platform received %s %q, want exactly %q", name, k, got[k], v)
@@ -99,10 +99,9 @@ func TestProxyRelaysAServersAnswerAsAProxyMust(t *testing.T) {
 	ws := startHostileUpstream(t, hostileAnswerWith("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"+
 		"Connection: Upgrade, X-Internal\r\nX-Internal: secret\r\nKeep-Alive: timeout=5\r\n"+
 		"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nX-Keep: yes\r\n\r\n", true))
-	var wsConf testkit.Config
-	wsConf.Table("pools.ws").Set("balance", "leader").Set("servers", []string{ws.addr})
-	fastChecks(wsConf.Table("pools.ws.check"))
-	wsConf.Array("routes").Set("pool", "ws").Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
+	wsConf, _, wsCheck, wsRoute := poolConf("ws", "leader", []string{ws.addr}, false)
+	fastChecks(wsCheck)
+	wsRoute.Set("websocket", true).Set("paths", []string{"/Thingworx/WS"})
 	fr := startRawFront(t, hostileAnswerWith(sent, false), "", hostileRawPool("up101", up101.addr, []string{"/up101"}, "", ""),
 		hostileRawPool("silent", silent.addr, []string{"/silent"}, `response_timeout = "300ms"`, ""), map[string]string{"05-ws.toml": wsConf.String()})
 	l := fr.l

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -94,18 +92,6 @@ func dialRelayBoth(t testing.TB, addr, topic string) (*testkit.SSE, *websocket.C
 
 // relayKeyHdr is the client key header pair.
 var relayKeyHdr = []string{testkit.RelayClientHeader, testkit.RelayClientKey}
-
-// relayReload loads dir and reloads l with it.
-func relayReload(t testing.TB, l *LB, dir string) {
-	t.Helper()
-	nc, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(nc); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // lb's health check of the relay's pool (relayPool) moves the relay: it starts on the backup when the
 // primary is down, fails back within a failback interval once the primary answers, and has its
@@ -300,10 +286,8 @@ func TestRelayReloadKeepsAnUnchangedRelayAndReplacesAChangedOne(t *testing.T) {
 	sse, ws := dialRelayBoth(t, l.Addr(), topic)
 	reload := func(more string) {
 		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(more), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		relayReload(t, l, dir)
+		mustWriteFile(t, filepath.Join(dir, "20-more.toml"), more)
+		mustReloadDir(t, l, dir)
 	}
 	cfg.ResetCounters()
 
@@ -374,22 +358,16 @@ func TestRelayAReloadOfTheKeysFileAppliesToTheRelayAtOnce(t *testing.T) {
 	// The keys file rotated in place.
 	cfg := l.px.gen.Load().cfg
 	keysFile := cfg.Relays["appconfig"].Auth.KeysFile
-	if err := os.WriteFile(keysFile, []byte("second-key\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	relayReload(t, l, dir)
+	mustWriteFile(t, keysFile, "second-key\n")
+	mustReloadDir(t, l, dir)
 	f("the old key after the keys file was rotated", testkit.RelayClientKey, 401)
 	f("the new key after the keys file was rotated", "second-key", 200)
 
 	// Another keys file, the whole [relays.appconfig.auth] table set again in a later file.
 	newKeys := filepath.Join(t.TempDir(), "keys2")
-	if err := os.WriteFile(newKeys, []byte("third-key\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\nheader = %q\n", newKeys, testkit.RelayClientHeader)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	relayReload(t, l, dir)
+	mustWriteFile(t, newKeys, "third-key\n")
+	mustWriteFile(t, filepath.Join(dir, "20-more.toml"), fmt.Sprintf("[relays.appconfig.auth]\nkeys_file = %q\nheader = %q\n", newKeys, testkit.RelayClientHeader))
+	mustReloadDir(t, l, dir)
 	f("the rotated key after another keys file", "second-key", 401)
 	f("the key of the other keys file", "third-key", 200)
 }
@@ -424,9 +402,7 @@ func TestRelayServesGETSSEAndWebSocketOverTheTLSFrontEnd(t *testing.T) {
 	t.Parallel()
 	c := testkit.StartRelaySim(t, 1)
 	env := newTLSEnv(t, "relay CA")
-	cert := env.issue(t, "front", tlsName, "127.0.0.1")
-	tlsAddr := testkit.Addr(t)
-	l, _ := startLB(t, relayFiles(t, testkit.ConfigAddrs(c), "", "", tlsFrontendToml(tlsAddr, cert, "")))
+	l, _, tlsAddr, _ := startTLSLB(t, relayFiles(t, testkit.ConfigAddrs(c), "", "", ""), env.issue(t, "front", tlsName, "127.0.0.1"), "")
 	ccfg := env.clientConfig(tlsName)
 	const topic = "inventory/dev"
 
@@ -467,14 +443,8 @@ func TestRelayConfigABadReloadKeepsTheRunningRelay(t *testing.T) {
 	// A relay config that Load refuses never reaches a reload (lb/config's
 	// TestRelayConfigErrorsNameTheFileAndTheKey). A valid config whose new relay cannot start (start = "normal", upstream unreachable) fails the
 	// reload, which keeps the running relay.
-	if err := os.WriteFile(filepath.Join(dir, "20-more.toml"), []byte(fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(nc); err == nil || !strings.Contains(err.Error(), "relays.appconfig") {
+	mustWriteFile(t, filepath.Join(dir, "20-more.toml"), fmt.Sprintf("[pools.appconfig]\nservers = [%q]\nbackups = []\n", testkit.Addr(t)))
+	if err := reloadDir(l, dir); err == nil || !strings.Contains(err.Error(), "relays.appconfig") {
 		t.Errorf("a reload to an unreachable upstream with start = \"normal\": %v, want an error naming the relay", err)
 	}
 	v := testkit.Publish(t, c, "inventory/dev", `{"after":"bad reload"}`)

@@ -1,10 +1,8 @@
 package lb
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,18 +29,13 @@ func authFiles(t testing.TB, keys ...string) (keysFile, valueFile string) {
 	dir := t.TempDir()
 	keysFile, valueFile = filepath.Join(dir, "client-keys"), filepath.Join(dir, "platform-appkey")
 	writeAuthKeys(t, keysFile, keys...)
-	if err := os.WriteFile(valueFile, []byte("  "+platformAppKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, valueFile, "  "+platformAppKey+"\n")
 	return keysFile, valueFile
 }
 
 func writeAuthKeys(t testing.TB, file string, keys ...string) {
 	t.Helper()
-	body := "# client keys of the test\n\n" + strings.Join(keys, "\n  ") + "\n"
-	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, file, "# client keys of the test\n\n"+strings.Join(keys, "\n  ")+"\n")
 }
 
 // authRoute is a [[routes]] entry to the platform pool on /echo-headers and /Thingworx with a
@@ -78,23 +71,6 @@ func authGet(t *testing.T, l *LB, path string, headers ...string) (int, http.Hea
 	t.Helper()
 	resp, body := testkit.Do(t, testClient, http.MethodGet, "http://"+l.Addr()+path, nil, headers...)
 	return resp.StatusCode, resp.Header, string(body)
-}
-
-// authEchoed parses an /echo-headers body into the values of each header, by lower-case name.
-func authEchoed(body string) map[string][]string {
-	h := map[string][]string{}
-	for _, line := range strings.Split(body, "\n") {
-		if name, value, ok := strings.Cut(line, ": "); ok {
-			h[strings.ToLower(name)] = append(h[strings.ToLower(name)], value)
-		}
-	}
-	return h
-}
-
-func authMetrics(l *LB) string {
-	var b bytes.Buffer
-	l.WriteMetrics(&b)
-	return b.String()
 }
 
 func TestRouteAuthRefusesAMissingOrWrongKeyWithoutForwardingIt(t *testing.T) {
@@ -133,10 +109,8 @@ func TestRouteAuthRefusesAMissingOrWrongKeyWithoutForwardingIt(t *testing.T) {
 			t.Errorf("pool %s counted %d requests, want 0: refused requests never reach a pool", p.Name, p.Requests)
 		}
 	}
-	if want := `fairlead_route_unauthorized_total{route="0",pool="platform"} 7`; !strings.Contains(authMetrics(l), want) {
-		t.Errorf("/metrics has no %s", want)
-	}
-	if strings.Contains(authMetrics(l), `fairlead_route_unauthorized_total{route="1"`) {
+	wantMetrics(t, l, `fairlead_route_unauthorized_total{route="0",pool="platform"} 7`)
+	if strings.Contains(scrapeMetrics(t, l), `fairlead_route_unauthorized_total{route="1"`) {
 		t.Errorf("/metrics has a series for routes.1, which has no [routes.auth]")
 	}
 	var denied int
@@ -166,7 +140,7 @@ func TestRouteAuthAdmitsTheRightKeyAndInjectsTheUpstreamCredential(t *testing.T)
 		if code != http.StatusOK {
 			t.Fatalf("%s: status %d, want 200", name, code)
 		}
-		h := authEchoed(body)
+		h := echoedHeaders(body)
 		if got := h["appkey"]; len(got) != 1 || got[0] != platformAppKey {
 			t.Errorf("%s: the platform saw appKey %q, want only the value file's", name, got)
 		}

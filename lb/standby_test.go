@@ -16,19 +16,6 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 )
 
-// count counts the events of kind about server.
-func (el *eventLog) count(kind event.Kind, server string) int {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	n := 0
-	for _, e := range el.ev {
-		if e.Kind == kind && e.Server == server {
-			n++
-		}
-	}
-	return n
-}
-
 // Issue 36: the leader serves, the other platform node dies: that is said (a server_down event and a
 // WARN line, and fairlead_pool_redundancy_lost is 1 while it lasts), and said again when it comes back
 // (server_up, the metric 0 again); the leader stays.

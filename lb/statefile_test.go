@@ -26,13 +26,6 @@ func stateJSON(written time.Time, pools ...string) string {
 	return fmt.Sprintf(`{"version": 1, "written": %q, "pools": {%s}}`, written.Format(time.RFC3339Nano), strings.Join(pools, ","))
 }
 
-func mustWriteFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // parseState reads and parses the state file at path.
 func parseState(path string) (st savedState, err error) {
 	b, err := os.ReadFile(path)

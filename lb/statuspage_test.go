@@ -3,7 +3,6 @@ package lb
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,9 +27,7 @@ func TestTheStatusPageFollowsALeaderChangeWithoutReloadingAndItsDrainButtonDrain
 	cx1 := c.Connections[0]
 	const token = "s3cret-token"
 	tokenFile := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, tokenFile, token+"\n")
 	// cx1's display name is markup: the page must show it as text.
 	const evilName = `<img src=x onerror=document.title=1>cx1`
 	l, _ := startLB(t, cxConfig(c, fmt.Sprintf(`

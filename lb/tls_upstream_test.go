@@ -3,11 +3,9 @@ package lb
 import (
 	"crypto/tls"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
-	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
 )
 
@@ -42,40 +39,6 @@ func tlsSim(t *testing.T, ca *sim.CA, opts sim.Options, names ...string) *sim.Cl
 // tlsTable is a conf.d file holding [pools.POOL.tls] with enabled = true and the given lines.
 func tlsTable(pool string, lines ...string) string {
 	return fmt.Sprintf("[pools.%s.tls]\nenabled = true\n%s\n", pool, strings.Join(lines, "\n"))
-}
-
-// mustReloadDir loads dir again and reloads l with it, failing the test on an error.
-func mustReloadDir(t *testing.T, l *LB, dir string) {
-	t.Helper()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reload(cfg); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// eventLog records the events of an LB's stream.
-type eventLog struct {
-	mu sync.Mutex
-	ev []event.Event
-}
-
-func recordEvents(t *testing.T, l *LB) *eventLog {
-	el := &eventLog{}
-	t.Cleanup(l.Subscribe(func(e event.Event) {
-		el.mu.Lock()
-		el.ev = append(el.ev, e)
-		el.mu.Unlock()
-	}))
-	return el
-}
-
-func (el *eventLog) has(match func(event.Event) bool) bool {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return slices.ContainsFunc(el.ev, match)
 }
 
 // The servers speak nothing but TLS, with certificates of a private CA: fairlead verifies them with the
@@ -116,9 +79,7 @@ func TestUpstreamTLSWithAPrivateCAReachesTheLeaderElectedOverHTTPSAndAReloadRepl
 	// Only the CA file changes: the reload applies it (the file counts in the digest), the servers get
 	// new transports (the old keep-alive connection, verified with the old CA, is not reused) and new
 	// probes, which now fail.
-	if err := os.WriteFile(caFile, other.ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, caFile, string(other.ca.CertPEM))
 	mustReloadDir(t, l, dir)
 	if strings.Contains(logs.all(), "config unchanged") {
 		t.Fatal("a reload after replacing the CA file found nothing to do")
@@ -176,9 +137,7 @@ func TestUpstreamTLSWithAPrivateCAReachesTheLeaderElectedOverHTTPSAndAReloadRepl
 		}
 	}
 
-	if err := os.WriteFile(caFile, pca.ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mustWriteFile(t, caFile, string(pca.ca.CertPEM))
 	mustReloadDir(t, l, dir)
 	testkit.Eventually(t, "platform1 elected again", 5*time.Second, func() bool { return poolStatus(t, l, "platform").Leader == c.Platforms[0].Addr })
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
@@ -201,7 +160,7 @@ func TestUpstreamTLSInsecureSkipVerifyLogsAWarningAtStartAndAtEachReloadThatKeep
 	if status, by := get(t, l, "/x"); status != 200 || by != "platform1" {
 		t.Fatalf("GET: %d from %q", status, by)
 	}
-	writeFile(t, filepath.Join(dir, "40-more.toml"), []byte("[pools.platform]\nresponse_timeout = \"30s\"\n"))
+	mustWriteFile(t, filepath.Join(dir, "40-more.toml"), "[pools.platform]\nresponse_timeout = \"30s\"\n")
 	mustReloadDir(t, l, dir)
 	if n := strings.Count(logs.all(), warning); n != 2 {
 		t.Fatalf("%d warnings after a reload that keeps it, want 2", n)
