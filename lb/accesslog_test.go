@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/tunnel"
 	"github.com/fasthttp/websocket"
-	"github.com/valyala/fasthttp"
 )
 
 // Secrets a client or the config may hold, none of which may reach the log.
@@ -253,31 +251,6 @@ func TestLogFormatChoosesTheDefaultLoggersHandler(t *testing.T) {
 	f("text", false)
 }
 
-// handleDo returns a function that sends GET /Thingworx/Things/Asset1/Properties with the header pairs
-// (name, value, ...) through l's handler, without a socket, and fails unless it is answered 200: the
-// request of the allocation guards.
-func handleDo(tb testing.TB, l *LB, hdr ...string) func() {
-	var ctx fasthttp.RequestCtx
-	var req fasthttp.Request
-	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
-	return func() {
-		req.Reset()
-		req.Header.SetMethod("GET")
-		req.SetRequestURI("/Thingworx/Things/Asset1/Properties")
-		req.Header.SetHost("thingworx.example.com")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		ctx.Init(&req, remote, nil)
-		l.px.handle(&ctx)
-		if ctx.Response.StatusCode() != 200 {
-			tb.Fatalf("status %d", ctx.Response.StatusCode())
-		}
-		ctx.Response.Body()
-		ctx.Response.Reset()
-	}
-}
-
 // newAccessLogBench is newHandlerBench with the access log on, written as text to io.Discard.
 func newAccessLogBench(tb testing.TB) func() {
 	files := platformConfig(startCluster(tb, 2, 0), "", "")
@@ -301,12 +274,8 @@ func TestAccessLogCostsABoundedNumberOfAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
-	do := newAccessLogBench(t)
-	for i := 0; i < 200; i++ {
-		do()
-	}
 	const harness, fasthttpStreaming, accessLine = 1, 4, 6
-	if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming+accessLine {
+	if n := allocsPerRequest(newAccessLogBench(t)); n > harness+fasthttpStreaming+accessLine {
 		t.Errorf("%.1f allocations per request with the access log on, want at most %d", n, harness+fasthttpStreaming+accessLine)
 	}
 }

@@ -13,24 +13,22 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// newHandlerBench starts a cluster and fairlead and returns a function that runs one request through the
-// handler itself (no client socket), so allocations of the proxy path can be counted. extraPool
-// overrides keys of the platform pool (another balance); header, if not empty, is set on every request.
-func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
-	c := startCluster(tb, 2, 0)
-	l, _ := startLB(tb, platformConfig(c, extraPool, ""))
-	var ctx fasthttp.RequestCtx
-	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
-	var req fasthttp.Request
-	// The request is read from its bytes, as the front end reads it: the head sent upstream is built
-	// from the raw header lines (headers.go).
-	raw := "GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
-		"X-Forwarded-For: 203.0.113.9\r\nConnection: keep-alive\r\n"
-	if len(header) == 2 {
-		raw += header[0] + ": " + header[1] + "\r\n"
+// handleDo returns a function that runs GET /Thingworx/Things/Asset1/Properties with the header pairs
+// (name, value, ...) through l's handler itself (no client socket), so that allocations of the proxy
+// path can be counted, and fails unless it is answered 200. The request is read from its bytes, as the
+// front end reads it: the head sent upstream is built from the raw header lines (headers.go).
+func handleDo(tb testing.TB, l *LB, hdr ...string) func() {
+	raw := "GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		raw += hdr[i] + ": " + hdr[i+1] + "\r\n"
 	}
 	rawBytes := []byte(raw + "\r\n")
-	var src bytes.Reader
+	var (
+		ctx    fasthttp.RequestCtx
+		req    fasthttp.Request
+		src    bytes.Reader
+		remote = &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 4567}
+	)
 	br := bufio.NewReader(&src)
 	return func() {
 		req.Reset()
@@ -46,6 +44,36 @@ func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
 		}
 		ctx.Response.Body() // drain the streamed body so the upstream connection is reused
 		ctx.Response.Reset()
+	}
+}
+
+// newHandlerBench starts a cluster and fairlead and returns handleDo of it, the request from a proxy
+// (X-Forwarded-For) on a keep-alive connection. extraPool overrides keys of the platform pool (another
+// balance); header, if not empty, is set on every request.
+func newHandlerBench(tb testing.TB, extraPool string, header ...string) func() {
+	l, _ := startLB(tb, platformConfig(startCluster(tb, 2, 0), extraPool, ""))
+	return handleDo(tb, l, append([]string{"X-Forwarded-For", "203.0.113.9", "Connection", "keep-alive"}, header...)...)
+}
+
+// allocsPerRequest warms the pools and connections with 200 runs of do, then returns the allocations of
+// one, averaged over 500.
+func allocsPerRequest(do func()) float64 {
+	for range 200 {
+		do()
+	}
+	return testing.AllocsPerRun(500, do)
+}
+
+// wantNoOwnAllocations fails the test if fairlead's own code allocates per run of do (ownAllocations
+// over 400 runs: a site with a quarter as many objects is per request, not a pool or a connection
+// warming up).
+func wantNoOwnAllocations(t *testing.T, do func()) {
+	t.Helper()
+	const requests = 400
+	for site, n := range ownAllocations(t, requests, do) {
+		if n >= requests/4 {
+			t.Errorf("fairlead's own code allocates per request: %d objects in %d requests at %s", n, requests, site)
+		}
 	}
 }
 
@@ -94,23 +122,13 @@ func TestProxyPathDoesNotAllocatePerRequest(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			do := newHandlerBench(t, tc.pool, tc.header...)
-			for i := 0; i < 200; i++ { // warm pools and connections
-				do()
-			}
 			// RequestCtx.Init in this harness allocates 1 (the whole path over real sockets, with no
 			// harness of its own, allocates nothing: wholepath_timing_test.go).
 			const harness = 1
-			if n := testing.AllocsPerRun(500, do); n > harness {
+			if n := allocsPerRequest(do); n > harness {
 				t.Errorf("%.1f allocations per proxied request, want at most %d (the harness's)", n, harness)
 			}
-
-			const requests = 400
-			own := ownAllocations(t, requests, do)
-			for site, n := range own {
-				if n >= requests/4 { // per request, not a pool or a connection warming up
-					t.Errorf("fairlead's own code allocates per request: %d objects in %d requests at %s", n, requests, site)
-				}
-			}
+			wantNoOwnAllocations(t, do)
 		})
 	}
 }

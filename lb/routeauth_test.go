@@ -300,19 +300,11 @@ func TestRouteAuthPathDoesNotAllocatePerRequest(t *testing.T) {
 				name = "Authorization"
 			}
 			do := handleDo(t, l, "Connection", "keep-alive", name, tc.key)
-			for i := 0; i < 200; i++ {
-				do()
-			}
 			const harness, fasthttpStreaming = 1, 4 // as in TestProxyPathDoesNotAllocatePerRequest
-			if n := testing.AllocsPerRun(500, do); n > harness+fasthttpStreaming {
+			if n := allocsPerRequest(do); n > harness+fasthttpStreaming {
 				t.Errorf("%.1f allocations per proxied request, want at most %d", n, harness+fasthttpStreaming)
 			}
-			const requests = 400
-			for site, n := range ownAllocations(t, requests, do) {
-				if n >= requests/4 {
-					t.Errorf("fairlead's own code allocates per request: %d objects in %d requests at %s", n, requests, site)
-				}
-			}
+			wantNoOwnAllocations(t, do)
 		})
 	}
 }

@@ -120,12 +120,39 @@ func startWholePath(tb testing.TB, body int) *rawClient {
 	testkit.Eventually(tb, "fairlead to forward (its first check to find the leader)", 10*time.Second, func() bool {
 		return request(l, "GET", "/Thingworx/Things", "").status == 200
 	})
-	c, err := net.Dial("tcp", l.Addr())
+	return dialRawClient(tb, l.Addr())
+}
+
+// dialRawClient connects a rawClient to addr, closed at the end of the test.
+func dialRawClient(tb testing.TB, addr string) *rawClient {
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
 	return &rawClient{c: c, buf: make([]byte, 64<<10)}
+}
+
+// wantNoAllocs fails the test if do allocates, measured over 2000 runs after 200 that warm the pools: a
+// stray runtime allocation (a timer, a goroutine stack growing) is allowed over 2000; one per run is not.
+func wantNoAllocs(t *testing.T, what string, do func()) {
+	t.Helper()
+	for range 200 {
+		do()
+	}
+	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
+		t.Errorf("%.3f allocations per %s, want 0", n, what)
+	}
+}
+
+// wantNoAllocsGET is wantNoAllocs of req sent on rc, each answered 200 OK.
+func wantNoAllocsGET(t *testing.T, rc *rawClient, req []byte, what string) {
+	t.Helper()
+	wantNoAllocs(t, what, func() {
+		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
+			t.Fatalf("status line %q", status)
+		}
+	})
 }
 
 var wholePathGET = []byte("GET /Thingworx/Things/Asset1/Properties HTTP/1.1\r\nHost: thingworx.example.com\r\n" +
@@ -139,20 +166,7 @@ func TestWholePathDoesNotAllocatePerRequest(t *testing.T) {
 	}
 	for _, size := range []int{64, 16 << 10, 48 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			rc := startWholePath(t, size)
-			do := func() {
-				if status := rc.roundTrip(t, wholePathGET); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
-					t.Fatalf("status line %q", status)
-				}
-			}
-			for range 200 { // warm the pools
-				do()
-			}
-			// A stray runtime allocation (a timer, a goroutine stack growing) is allowed over 2000
-			// requests; one per request is not.
-			if n := testing.AllocsPerRun(2000, do); n > 0.02 {
-				t.Errorf("%.3f allocations per proxied request (%d-byte answers), want 0", n, size)
-			}
+			wantNoAllocsGET(t, startWholePath(t, size), wholePathGET, fmt.Sprintf("proxied request (%d-byte answers)", size))
 		})
 	}
 }
@@ -170,20 +184,14 @@ func TestWholePathDoesNotAllocatePerMessage(t *testing.T) {
 		t.Fatalf("upgrade answered %q", status)
 	}
 	var msg, got [64]byte
-	do := func() {
+	wantNoAllocs(t, "tunnelled round trip", func() {
 		if _, err := rc.c.Write(msg[:]); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := io.ReadFull(rc.c, got[:]); err != nil {
 			t.Fatal(err)
 		}
-	}
-	for range 200 {
-		do()
-	}
-	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
-		t.Errorf("%.3f allocations per tunnelled round trip, want 0", n)
-	}
+	})
 }
 
 // BenchmarkWholePathGET is one proxied request over real sockets, client and server in this process.
@@ -203,25 +211,9 @@ func TestRelaySnapshotGETDoesNotAllocate(t *testing.T) {
 	}
 	c := testkit.StartRelaySim(t, 1)
 	l, _ := startLB(t, openRelayFiles(t, testkit.ConfigAddrs(c), []string{"inventory/dev"}, ""))
-	conn, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rc := &rawClient{c: conn, buf: make([]byte, 64<<10)}
-	req := []byte("GET /relay/inventory/dev HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n")
-	do := func() {
-		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
-			t.Fatalf("status line %q", status)
-		}
-	}
+	rc := dialRawClient(t, l.Addr())
 	testkit.Eventually(t, "the topic's upstream session", 5*time.Second, func() bool { return l.Status().Relays[0].Sessions == 1 })
-	for range 200 {
-		do()
-	}
-	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
-		t.Errorf("%.3f allocations per relay snapshot GET, want 0", n)
-	}
+	wantNoAllocsGET(t, rc, []byte("GET /relay/inventory/dev HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n"), "relay snapshot GET")
 }
 
 func TestAnAppConfigurationConfigGETOfAReadyTopicDoesNotAllocate(t *testing.T) {
@@ -229,22 +221,6 @@ func TestAnAppConfigurationConfigGETOfAReadyTopicDoesNotAllocate(t *testing.T) {
 		t.Skip("the race detector allocates on its own; make test runs this without -race")
 	}
 	e := startAppConfigRelay(t, time.Hour, "")
-	conn, err := net.Dial("tcp", e.l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rc := &rawClient{c: conn, buf: make([]byte, 64<<10)}
 	req := []byte("GET " + testkit.AppConfigPath(acGUID, "inventory/dev") + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + acClientKey + "\r\n\r\n")
-	do := func() {
-		if status := rc.roundTrip(t, req); !bytes.Equal(status, []byte("HTTP/1.1 200 OK")) {
-			t.Fatalf("status line %q", status)
-		}
-	}
-	for range 200 {
-		do()
-	}
-	if n := testing.AllocsPerRun(2000, do); n > 0.02 {
-		t.Errorf("%.3f allocations per App Configuration GET, want 0", n)
-	}
+	wantNoAllocsGET(t, dialRawClient(t, e.l.Addr()), req, "App Configuration GET")
 }
