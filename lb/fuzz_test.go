@@ -1,12 +1,11 @@
 package lb
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
@@ -48,20 +47,8 @@ func FuzzRequestPath(f *testing.F) {
 			}
 		}
 		// fairlead still serves.
-		conn, err = net.Dial("tcp", l.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))           //nolint:errcheck
-		io.WriteString(conn, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n") //nolint:errcheck
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-		if err != nil {
-			t.Fatalf("after %q: %v", in, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("after %q: status %d", in, resp.StatusCode)
+		if r := frontendtest.AnswerTo(t, l.Addr(), "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n", 5*time.Second); r.Status != 200 {
+			t.Fatalf("after %q: %s", in, r)
 		}
 	})
 }

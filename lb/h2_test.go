@@ -40,16 +40,11 @@ func TestH2StreamsOnAnOpenConnectionFollowALeaderChange(t *testing.T) {
 	client := fr.h2Client(t)
 	get := func() string {
 		t.Helper()
-		resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
-		if err != nil {
-			t.Fatal(err)
+		r := replyOf(client.Get("https://" + tlsAddr + "/Thingworx/Things"))
+		if r.err != nil || r.status != 200 || r.proto != "HTTP/2.0" {
+			t.Fatalf("%s over %s during the leader change, want 200 over HTTP/2.0", r, r.proto)
 		}
-		io.Copy(io.Discard, resp.Body) //nolint:errcheck
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Proto != "HTTP/2.0" {
-			t.Fatalf("%d over %s during the leader change, want 200 over HTTP/2.0", resp.StatusCode, resp.Proto)
-		}
-		return resp.Header.Get("X-Served-By")
+		return r.by
 	}
 	if by := get(); by != c.Platforms[0].Name {
 		t.Fatalf("served by %s, want the leader %s", by, c.Platforms[0].Name)
@@ -68,11 +63,9 @@ func TestH2AccessLogAndMetricsNameTheProtocol(t *testing.T) {
 	l, logs, env, tlsAddr := fr.l, fr.logs, fr.env, fr.tlsAddr
 	client := fr.h2Client(t)
 	for _, path := range []string{"/h2-one", "/h2-two"} {
-		resp, err := client.Get("https://" + tlsAddr + path)
-		if err != nil {
-			t.Fatal(err)
+		if r := replyOf(client.Get("https://" + tlsAddr + path)); r.err != nil {
+			t.Fatal(r.err)
 		}
-		resp.Body.Close()
 	}
 	cfg := env.clientConfig(tlsName)
 	cfg.NextProtos = []string{"http/1.1"}
@@ -208,16 +201,15 @@ func TestH2StreamsCountAgainstRatePerSource(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 40 {
 		wg.Go(func() {
-			resp, err := client.Get("https://" + tlsAddr + "/Thingworx/Things")
-			if err != nil {
-				t.Error(err)
+			r := replyOf(client.Get("https://" + tlsAddr + "/Thingworx/Things"))
+			if r.err != nil {
+				t.Error(r.err)
 				return
 			}
-			resp.Body.Close()
 			mu.Lock()
-			codes[resp.StatusCode]++
+			codes[r.status]++
 			mu.Unlock()
-			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+			if r.status == 429 && r.header.Get("Retry-After") == "" {
 				t.Error("429 without Retry-After")
 			}
 		})

@@ -142,6 +142,7 @@ var testClient = &http.Client{Timeout: 10 * time.Second}
 // reply is what a client got for one request through fairlead.
 type reply struct {
 	status int
+	proto  string // HTTP/1.1, HTTP/2.0
 	by     string // X-Served-By
 	header http.Header
 	body   string
@@ -180,7 +181,7 @@ func replyOf(resp *http.Response, err error) reply {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, by: resp.Header.Get("X-Served-By"), header: resp.Header, body: string(b), err: err}
+	return reply{status: resp.StatusCode, proto: resp.Proto, by: resp.Header.Get("X-Served-By"), header: resp.Header, body: string(b), err: err}
 }
 
 // inBackground is request in a goroutine of its own; the reply arrives on the channel.

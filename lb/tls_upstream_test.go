@@ -179,13 +179,8 @@ func TestUpstreamTLSFailedHandshakeIsAFailedDialAndEvenAPOSTMovesToAnotherServer
 		"servers = [%q, %q]\n[pools.rr.check]\nfall = 100\n[[routes]]\npool = \"rr\"\n", bad.Platforms[0].Addr, good.Platforms[0].Addr)
 	l, _ := startLB(t, map[string]string{"10-rr.toml": cfg, "30-tls.toml": tlsTable("rr", fmt.Sprintf("ca_file = %q", pca.writeCA(t, "platform-ca")))})
 	for i := 0; i < 6; i++ {
-		resp, err := testClient.Post("http://"+l.Addr()+"/Thingworx/Things/x", "text/plain", strings.NewReader("once"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != "good" {
-			t.Fatalf("POST %d: %d from %q, want 200 from good", i, resp.StatusCode, resp.Header.Get("X-Served-By"))
+		if r := request(l, "POST", "/Thingworx/Things/x", "once", "Content-Type", "text/plain"); r.err != nil || r.status != 200 || r.by != "good" {
+			t.Fatalf("POST %d: %s, want 200 from good", i, r)
 		}
 	}
 	if r := bad.Platforms[0].Requests(); r != 0 {
