@@ -3,7 +3,6 @@ package lb
 import (
 	"bytes"
 	"fmt"
-	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"io"
 	"net"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // The whole request path under arbitrary bytes (make fuzz): fairlead never crashes and serves on, a
@@ -82,14 +82,12 @@ func FuzzClientFaultIsNoServerFailure(f *testing.F) {
 		f.Add([]byte(s), uint16(len(s)/2), true)
 	}
 	c := startCluster(f, 2, 0)
-	var conf testkit.Config
+	conf, pool, check, _ := poolConf("rr", "roundrobin", testkit.PlatformAddrs(c)[:2], false)
 	conf.Table("frontend").Set("listen", "127.0.0.1:0").Set("read_timeout", 300*time.Millisecond).
 		Set("header_timeout", 300*time.Millisecond).Set("max_body_size", 65536)
 	conf.Table("admin").Set("listen", "")
-	conf.Table("pools.rr").Set("balance", "roundrobin").Set("servers", testkit.PlatformAddrs(c)[:2]).
-		Set("queue_timeout", time.Second).Set("response_timeout", 2*time.Second)
-	conf.Table("pools.rr.check").Set("path", "/Thingworx/ready").Set("interval", 30*time.Second).Set("fall", 1)
-	conf.Array("routes").Set("pool", "rr")
+	pool.Set("queue_timeout", time.Second).Set("response_timeout", 2*time.Second)
+	check.Set("path", "/Thingworx/ready").Set("interval", 30*time.Second).Set("fall", 1)
 	l, _ := startLB(f, map[string]string{"10-rr.toml": conf.String()})
 	p := l.px.gen.Load().pools["rr"]
 	f.Fuzz(func(t *testing.T, in []byte, cut uint16, close bool) {

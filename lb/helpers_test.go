@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fasthttp/websocket"
 	"io"
 	"maps"
 	"net"
@@ -28,6 +27,7 @@ import (
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fasthttp/websocket"
 )
 
 // startCluster starts a simulated cluster of n platform servers (platform1 leader) and m connection

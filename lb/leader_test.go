@@ -183,7 +183,7 @@ func TestFailoverLosesNoIdempotentRequest(t *testing.T) {
 	}
 }
 
-func TestNonIdempotentRequestGets502WhenItReachedTheServerAnd504OnTimeout(t *testing.T) {
+func TestNonIdempotentRequestGets502WhenItReachedTheServer(t *testing.T) {
 	c := startCluster(t, 2, 0)
 	p1 := c.Platforms[0]
 	l, _ := startLB(t, platformConfig(c, `response_timeout = "1s"`, ""))
@@ -198,11 +198,7 @@ func TestNonIdempotentRequestGets502WhenItReachedTheServerAnd504OnTimeout(t *tes
 	if n := p1.Requests(); n != 1 {
 		t.Fatalf("POST reached the server %d times, want once", n)
 	}
-	mustSetState(t, p1, sim.Leader)
-
-	if code, _ := get(t, l, "/slow?delay=3s"); code != 504 {
-		t.Fatalf("silent server: got %d, want 504", code)
-	}
+	// (A silent server's 504, the request sent once: proxy_test.go's TestProxyRelaysAServersAnswerAsAProxyMust.)
 }
 
 func TestA503ToANonIdempotentRequestIsRelayedNotRetriedButTriggersProbes(t *testing.T) {

@@ -1,7 +1,6 @@
 package lb
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
 // burst fires n GETs of path at once (one connection each), with the X-Forwarded-For value xff if not
@@ -78,17 +78,9 @@ func TestRatePerSourceAnswers429WithRetryAfterAndForwardsNothing(t *testing.T) {
 		t.Errorf("the leader got %d requests, want only the %d served", n, ok)
 	}
 	// An upgrade while the bucket is empty: 429 too, and its connection closes.
-	conn, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
-	fmt.Fprintf(conn, "GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Asset-Id: a1\r\n\r\n")
-	answer, _ := io.ReadAll(conn)
-	if len(answer) < 12 || string(answer[9:12]) != "429" {
-		t.Errorf("an upgrade over the rate: %.40q, want 429 and the connection closed", answer)
+	if r := frontendtest.Request(t, l.Addr(), "GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Asset-Id: a1\r\n\r\n"); r.Status != 429 || !r.Closed {
+		t.Errorf("an upgrade over the rate: %s, want 429 and the connection closed", r)
 	}
 	if n := l.px.front.Sources().RateLimited.Load(); n != uint64(limited+1) {
 		t.Errorf("%d counted in fairlead_frontend_limited_total{reason=\"rate_per_source\"}, want %d", n, limited+1)
