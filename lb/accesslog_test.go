@@ -15,7 +15,6 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/tunnel"
-	"github.com/fasthttp/websocket"
 )
 
 // Secrets a client or the config may hold, none of which may reach the log.
@@ -118,12 +117,7 @@ func TestAccessLogHasALinePerRequestAndPerTunnelAndNoSecrets(t *testing.T) {
 	h.Set("Authorization", "Basic "+leaderCredentials)
 	conn, by, _ := dialWS(t, l, "/Thingworx/WS", h)
 	msg := []byte("twelve bytes")
-	if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := conn.ReadMessage(); err != nil {
-		t.Fatal(err)
-	}
+	mustEcho(t, conn, string(msg))
 	conn.Close()
 	var server string
 	for _, cs := range c.Connections {
@@ -286,14 +280,8 @@ func TestAccessLogCostsABoundedNumberOfAllocations(t *testing.T) {
 func TestATunnelOpenAtCloseIsLoggedWithReasonShutdown(t *testing.T) {
 	c := startCluster(t, 2, 2)
 	l, logs := startLB(t, cxConfig(c, "[global]\naccess_log = true\n"))
-	conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader("asset-7"))
-	defer conn.Close()
-	if err := conn.WriteMessage(websocket.BinaryMessage, []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := conn.ReadMessage(); err != nil {
-		t.Fatal(err)
-	}
+	conn, _ := dialAsset(t, l, "asset-7")
+	mustEcho(t, conn, "hello")
 	l.Close()
 	tl := accessLines(t, logs, "tunnel")
 	if len(tl) != 1 || tl[0]["reason"] != "shutdown" {

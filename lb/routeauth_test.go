@@ -201,12 +201,7 @@ func TestRouteAuthChecksAWebSocketUpgradeBeforeDialling(t *testing.T) {
 
 	conn, _, _ := dialWS(t, l, "/Thingworx/WS", http.Header{"appKey": {clientKeyA}})
 	defer conn.Close()
-	if err := conn.WriteMessage(websocket.TextMessage, []byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	if _, msg, err := conn.ReadMessage(); err != nil || string(msg) != "hello" {
-		t.Fatalf("echo: %q, %v", msg, err)
-	}
+	mustEcho(t, conn, "hello")
 	var got http.Header
 	for _, s := range c.Connections {
 		if s.Upgrades() == 1 {

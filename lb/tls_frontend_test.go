@@ -105,8 +105,7 @@ func TestTLSWebSocketTunnelsEchoStickRideTheEventLoopsAndMoveWhenTheirServerIsDo
 	}
 	conn.Close()
 	for _, asset := range []string{"pump-1", "pump-2", "valve-7", "meter-9"} {
-		plain, want, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(asset))
-		plain.Close()
+		want := landsOn(t, l, asset)
 		for i := 0; i < 20; i++ {
 			conn, by := dialWSS(t, tlsAddr, cfg, "/Thingworx/WS", assetHeader(asset))
 			conn.Close()

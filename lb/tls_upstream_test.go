@@ -206,8 +206,7 @@ func TestUpstreamTLSWebSocketUpgradeToATLSConnectionServerPoolEchoes(t *testing.
 	l, logs := startLB(t, cxConfig(c, extra))
 	const assets = 8
 	for i := 0; i < assets; i++ {
-		conn, _, _ := dialWS(t, l, "/Thingworx/WS", assetHeader(fmt.Sprintf("edge-%d", i)))
-		defer conn.Close()
+		conn, _ := dialAsset(t, l, fmt.Sprintf("edge-%d", i))
 		wsEcho(t, conn, websocket.TextMessage, []byte(fmt.Sprintf("hello over TLS %d", i)))
 	}
 	if n := pumpGoroutines(); n != 0 {
