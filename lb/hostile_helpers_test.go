@@ -41,7 +41,8 @@ func hostileRawPool(name, addr string, paths []string, extraPool, extraCheck str
 
 // hostileUpstream is a raw TCP server standing in for a ThingWorx node: it answers the LeaderCheck with
 // 200 (so that it is elected in a leader pool) and hands every other request to its handler with the
-// raw head, so that a test sees exactly what fairlead forwards and can answer anything.
+// raw head, so that a test sees exactly what fairlead forwards and can answer anything. It runs on a
+// testkit.RawServer, which counts only accepted connections: the requests and the bodies are this one's.
 type hostileUpstream struct {
 	addr     string
 	handler  func(u *hostileUpstream, c net.Conn, br *bufio.Reader, head string) (keep bool)
