@@ -217,29 +217,7 @@ func TestRelayRouteAuthRefusesAMissingOrWrongKeyAndNoKeyShowsToClientsOrInTheLog
 	}
 
 	// Admitted: a GET, an on-demand GET, an SSE stream and a WebSocket.
-	resp, body := relayGet(t, l, http.MethodGet, "/relay/"+topic, relayKeyHdr...)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET: %d %q", resp.StatusCode, body)
-	}
-	dump("GET", resp.Header, body)
-	resp, body = relayGet(t, l, http.MethodGet, "/relay/on/demand", relayKeyHdr...)
-	dump("GET of an on-demand topic", resp.Header, body)
-	sse := testkit.DialSSE(t, l.Addr(), "/relay/"+topic, relayKeyHdr...)
-	sse.WaitVersion(t, 1, 5*time.Second)
-	ws, wsResp, err := d.Dial("ws://"+l.Addr()+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
-	dump("WebSocket handshake", wsResp.Header, nil)
-	v := testkit.Publish(t, c, topic, `{"k":1}`)
-	sse.WaitVersion(t, v, 5*time.Second)
-	_, msg, err := testkit.ReadChange(ws, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dump("WebSocket message", nil, msg)
-	dump("SSE stream", nil, sse.Raw.Bytes())
+	seen.Write(testkit.RelayClientSees(t, c, l.Addr(), topic, relayKeyHdr...))
 	for _, p := range []string{"/status", "/api/status", "/metrics", "/api/config", "/"} {
 		code, h, b := opAdmin(t, l.AdminAddr(), http.MethodGet, p, "")
 		dump(fmt.Sprintf("admin %s (%d)", p, code), h, b)

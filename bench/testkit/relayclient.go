@@ -351,3 +351,46 @@ func (hr *HeaderRecorder) All() []http.Header {
 	defer hr.mu.Unlock()
 	return append([]http.Header(nil), hr.headers...)
 }
+
+// RelayClientSees is all a client of the relay route at addr gets for topic: a GET (which must answer
+// 200), a GET of an on-demand topic, an SSE stream and a WebSocket, each sent with the header pairs hdr,
+// then the change it publishes in c as both streams deliver it. It returns every header and body,
+// each under a "== what" line, for tests that no secret reaches a client.
+func RelayClientSees(t testing.TB, c *sim.Cluster, addr, topic string, hdr ...string) []byte {
+	t.Helper()
+	var seen bytes.Buffer
+	dump := func(what string, h http.Header, body []byte) {
+		fmt.Fprintf(&seen, "== %s\n", what)
+		h.Write(&seen) //nolint:errcheck // a bytes.Buffer
+		seen.Write(body)
+	}
+	resp, body := Do(t, http.DefaultClient, http.MethodGet, "http://"+addr+"/relay/"+topic, nil, hdr...)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /relay/%s: %d %q", topic, resp.StatusCode, body)
+	}
+	dump("GET", resp.Header, body)
+	resp, body = Do(t, http.DefaultClient, http.MethodGet, "http://"+addr+"/relay/on/demand", nil, hdr...)
+	dump("GET of an on-demand topic", resp.Header, body)
+	sse := DialSSE(t, addr, "/relay/"+topic, hdr...)
+	sse.WaitVersion(t, 1, 5*time.Second)
+	wh := http.Header{}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		wh.Set(hdr[i], hdr[i+1])
+	}
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	ws, wsResp, err := d.Dial("ws://"+addr+"/relay/"+topic, wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	dump("WebSocket handshake", wsResp.Header, nil)
+	v := Publish(t, c, topic, `{"k":1}`)
+	sse.WaitVersion(t, v, 5*time.Second)
+	_, msg, err := ReadChange(ws, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump("WebSocket message", nil, msg)
+	dump("SSE stream", nil, sse.Raw.Bytes())
+	return seen.Bytes()
+}

@@ -230,17 +230,7 @@ func clientAuthFront(t *testing.T, mode string) (addr string, f *Front, handled 
 	}
 	addr, f, handled = loadedTLSFront(t, certToml(writeCert(t, ca, dir, "frontend", testServerName, "127.0.0.1"))+
 		fmt.Sprintf("client_ca = %q\nclient_auth = %q\n", clientCA, mode))
-	client = func(from *sim.CA, ver uint16) *tls.Config {
-		c := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName, MaxVersion: ver}
-		if from != nil {
-			leaf, err := from.Issue("device-1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
-		}
-		return c
-	}
+	client = func(from *sim.CA, ver uint16) *tls.Config { return clientTLS(t, ca, from, ver) }
 	return addr, f, handled, ca, clients, client
 }
 

@@ -135,17 +135,7 @@ func TestTLSHandshakeFailuresAreCountedAndReachNoHandler(t *testing.T) {
 		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients.Pool()}
 	f := New(Limits{MaxHeader: 8 << 10, HeaderTimeout: 500 * time.Millisecond}, slog.New(slog.DiscardHandler))
 	addr, handled := tlsFront(t, f, func() *tls.Config { return cfg })
-	withCert := func(from *sim.CA, ver uint16) *tls.Config {
-		c := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName, MinVersion: ver, MaxVersion: ver}
-		if from != nil {
-			leaf, err := from.Issue("device-1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
-		}
-		return c
-	}
+	withCert := func(from *sim.CA, ver uint16) *tls.Config { return clientTLS(t, ca, from, ver) }
 	failed := func(what string, try func()) {
 		t.Helper()
 		before := f.Errors.Count(ConnTLS)
@@ -223,4 +213,20 @@ func TestRedirectHTTPSSendsTheSameURIToTheTLSPort(t *testing.T) {
 			t.Errorf("port %q, %q: %s with Location %q; want %s to %q", tc.port, tc.raw, r, r.Header.Get("Location"), tc.status, tc.location)
 		}
 	}
+}
+
+// clientTLS is a client's config trusting ca for testServerName, of version ver only (0: any the two
+// ends share), presenting a certificate from the CA from (none if nil) whatever CAs the server names
+// as acceptable.
+func clientTLS(t *testing.T, ca, from *sim.CA, ver uint16) *tls.Config {
+	t.Helper()
+	c := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName, MinVersion: ver, MaxVersion: ver}
+	if from != nil {
+		leaf, err := from.Issue("device-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &leaf.TLS, nil }
+	}
+	return c
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/testkit"
-	"github.com/fasthttp/websocket"
 )
 
 func TestRelayRefusesAnUnlistedTopicAPOSTAndPathsItsTemplateDoesNotMatchWithoutAskingTheUpstream(t *testing.T) {
@@ -64,36 +63,7 @@ func TestRelayAnswersNeverShowTheUpstreamKeyAndItsUpstreamRequestsNeverCarryTheC
 	testkit.Eventually(t, "the sessions", 5*time.Second, func() bool { return testkit.OneSessionPerTopic(cfg, testkit.RelayTopics...) })
 	const topic = "inventory/dev"
 	key := []string{testkit.RelayClientHeader, testkit.RelayClientKey} // what a client sends; route auth is lb's
-	var seen bytes.Buffer
-	dump := func(what string, h http.Header, body []byte) {
-		fmt.Fprintf(&seen, "== %s\n", what)
-		h.Write(&seen) //nolint:errcheck
-		seen.Write(body)
-	}
-	resp, body := e.get(t, http.MethodGet, "/relay/"+topic, key...)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET: %d %q", resp.StatusCode, body)
-	}
-	dump("GET", resp.Header, body)
-	resp, body = e.get(t, http.MethodGet, "/relay/on/demand", key...)
-	dump("GET of an on-demand topic", resp.Header, body)
-	sse := testkit.DialSSE(t, e.addr, "/relay/"+topic, key...)
-	sse.WaitVersion(t, 1, 5*time.Second)
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	ws, wsResp, err := d.Dial("ws://"+e.addr+"/relay/"+topic, http.Header{key[0]: {key[1]}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
-	dump("WebSocket handshake", wsResp.Header, nil)
-	v := testkit.Publish(t, c, topic, `{"k":1}`)
-	sse.WaitVersion(t, v, 5*time.Second)
-	_, msg, err := testkit.ReadChange(ws, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dump("WebSocket message", nil, msg)
-	dump("SSE stream", nil, sse.Raw.Bytes())
+	seen := bytes.NewBuffer(testkit.RelayClientSees(t, c, e.addr, topic, key...))
 	if st := cfg.Stats(); st.Unauthorized != 0 {
 		t.Errorf("the config server refused %d requests: the upstream key was not sent", st.Unauthorized)
 	}
