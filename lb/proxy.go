@@ -189,16 +189,7 @@ func (px *proxy) closeUnlessTunnel(ctx *fasthttp.RequestCtx, upgradeHeader bool)
 // a chunked body, a body over max_body_size, a client silent for read_timeout, a client gone): its
 // status, and the connection closes. The server is not at fault: nothing is reported to its check.
 func (px *proxy) clientFailed(ctx *fasthttp.RequestCtx, err error) {
-	status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
-	fe := frontend.Claim(ctx.Conn())
-	switch {
-	case fe != nil:
-		status, reason = fe.Status, fe.Reason
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
-	case isTimeout(err):
-		status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
-	}
+	status, reason := frontend.BodyRefusal(ctx.Conn(), err)
 	px.front.Refused(status)
 	dropAnswer(&ctx.Response)
 	ctx.Error(frontend.RefusalBody(status, reason), status)

@@ -78,6 +78,21 @@ func (f *Front) ErrorHandler(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Error(RefusalBody(status, reason), status)
 }
 
+// BodyRefusal is the answer to a request whose body could not be read (err, on connection c): the
+// framer's refusal when it cut the body (claimed here), else 413 past max_body_size, 408 when the body
+// stopped arriving, else 400. The client is at fault, never a server.
+func BodyRefusal(c net.Conn, err error) (status int, reason string) {
+	switch fe := Claim(c); {
+	case fe != nil:
+		return fe.Status, fe.Reason
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge, "request body too large"
+	case isTimeout(err):
+		return fasthttp.StatusRequestTimeout, "the request body stopped arriving"
+	}
+	return fasthttp.StatusBadRequest, "the request body could not be read"
+}
+
 // Claim returns the refusal the framer found on c, a connection fasthttp handed to the handler (a
 // violation in a streamed body, failing the body's read), if nobody answered it yet, and marks it
 // answered: the caller answers it (with RefusalBody and Connection: close) and counts it (Refused).

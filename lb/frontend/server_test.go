@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -160,16 +159,7 @@ func (tf *testFront) handle(ctx *fasthttp.RequestCtx) {
 		body = ctx.PostBody()
 	}
 	if err != nil {
-		status, reason := fasthttp.StatusBadRequest, "the request body could not be read"
-		fe := Claim(ctx.Conn())
-		switch {
-		case fe != nil:
-			status, reason = fe.Status, fe.Reason
-		case errors.Is(err, fasthttp.ErrBodyTooLarge):
-			status, reason = fasthttp.StatusRequestEntityTooLarge, "request body too large"
-		case isTimeout(err):
-			status, reason = fasthttp.StatusRequestTimeout, "the request body stopped arriving"
-		}
+		status, reason := BodyRefusal(ctx.Conn(), err)
 		tf.f.Refused(status)
 		ctx.Error(RefusalBody(status, reason), status)
 		ctx.SetConnectionClose()
