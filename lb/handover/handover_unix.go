@@ -1,0 +1,165 @@
+//go:build unix
+
+package handover
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+)
+
+// The kinds of message, in the order they pass.
+const (
+	kindHello     = "hello"
+	kindListeners = "listeners"
+	kindState     = "state"
+	kindDone      = "done"
+)
+
+// Hello is what a new process says of itself.
+type Hello struct {
+	PID     int    `json:"pid"`
+	Version string `json:"version"`
+}
+
+// Given is what an old process gives a new one before it starts: its listeners by config key
+// ("listen", "tls_listen", "admin.listen") and its state (the state file's document).
+type Given struct {
+	Listeners map[string]net.Listener
+	State     []byte
+}
+
+// listenerNote is a listener as a message names it; its socket is the message's file of the same index.
+type listenerNote struct {
+	Key  string `json:"key"`
+	Addr string `json:"addr"`
+}
+
+// Serve answers each hello on shared until it is closed: give runs the handover over the new
+// process's private channel (and closes it), one at a time.
+func Serve(shared *Channel, give func(ch *Channel, h Hello)) {
+	for {
+		m, err := shared.Receive()
+		if err != nil {
+			if errors.Is(err, errEOF) || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue // a hello cut short by a new process that died: wait for the next
+		}
+		if m.Kind != kindHello || len(m.Files) != 1 {
+			for _, f := range m.Files {
+				f.Close()
+			}
+			continue
+		}
+		var h Hello
+		json.Unmarshal(m.Body, &h) //nolint:errcheck // a hello without its fields is still one
+		ch, err := FromFile(m.Files[0])
+		if err != nil {
+			continue
+		}
+		give(ch, h)
+	}
+}
+
+// Join says hello on the shared channel inherited as f and returns the private channel of this
+// handover.
+func Join(f *os.File, h Hello) (*Channel, error) {
+	shared, err := FromFile(f)
+	if err != nil {
+		return nil, err
+	}
+	defer shared.Close()
+	ch, peer, err := Pair()
+	if err != nil {
+		return nil, err
+	}
+	defer peer.Close()
+	body, _ := json.Marshal(h)
+	if err := shared.Send(Message{Kind: kindHello, Body: body, Files: []*os.File{peer}}); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	return ch, nil
+}
+
+// Give sends a new process what it needs to start: the listeners and the state.
+func Give(ch *Channel, g Given) error {
+	var notes []listenerNote
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for key, ln := range g.Listeners {
+		tl, ok := ln.(interface{ File() (*os.File, error) })
+		if !ok {
+			return fmt.Errorf("handover: listener %s (%T) has no socket to give", key, ln)
+		}
+		f, err := tl.File()
+		if err != nil {
+			return fmt.Errorf("handover: listener %s: %w", key, err)
+		}
+		files = append(files, f)
+		notes = append(notes, listenerNote{Key: key, Addr: ln.Addr().String()})
+	}
+	body, _ := json.Marshal(notes)
+	if err := ch.Send(Message{Kind: kindListeners, Body: body, Files: files}); err != nil {
+		return err
+	}
+	return ch.Send(Message{Kind: kindState, Body: g.State})
+}
+
+// Take receives what Give sent: the listeners, as this process's own, and the state.
+func Take(ch *Channel) (Given, error) {
+	m, err := ch.Receive()
+	if err != nil {
+		return Given{}, err
+	}
+	if m.Kind != kindListeners {
+		return Given{}, fmt.Errorf("handover: %s where the listeners were expected", m.Kind)
+	}
+	var notes []listenerNote
+	if err := json.Unmarshal(m.Body, &notes); err != nil || len(notes) != len(m.Files) {
+		for _, f := range m.Files {
+			f.Close()
+		}
+		return Given{}, fmt.Errorf("handover: the listeners' message does not name its %d sockets", len(m.Files))
+	}
+	g := Given{Listeners: map[string]net.Listener{}}
+	for i, n := range notes {
+		ln, err := net.FileListener(m.Files[i])
+		m.Files[i].Close()
+		if err != nil {
+			return Given{}, fmt.Errorf("handover: listener %s (%s): %w", n.Key, n.Addr, err)
+		}
+		g.Listeners[n.Key] = ln
+	}
+	s, err := ch.Receive()
+	if err != nil {
+		return Given{}, err
+	}
+	if s.Kind != kindState {
+		return Given{}, fmt.Errorf("handover: %s where the state was expected", s.Kind)
+	}
+	g.State = s.Body
+	return g, nil
+}
+
+// Done tells the new process that nothing more comes.
+func Done(ch *Channel) error { return ch.Send(Message{Kind: kindDone}) }
+
+// WaitDone waits for Done (or the old process's end).
+func WaitDone(ch *Channel) error {
+	m, err := ch.Receive()
+	if err != nil {
+		return err
+	}
+	if m.Kind != kindDone {
+		return fmt.Errorf("handover: %s where done was expected", m.Kind)
+	}
+	return nil
+}
