@@ -43,12 +43,14 @@ import (
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/handover"
 	"github.com/fairlead/fairlead/lb/relay"
 	"github.com/valyala/fasthttp"
 )
 
 // LB is a running load balancer.
 type LB struct {
+	given handover.Given // Options.Given: what the old process of a binary upgrade handed over
 	// px is the request path: every request is served by it alone (proxy.go).
 	px      *proxy
 	log     *slog.Logger         // events and the access log (log.go)
@@ -117,6 +119,10 @@ type Options struct {
 	// Now is the clock of the limits per client address (rate_per_source's buckets); time.Now if nil.
 	// Tests inject one.
 	Now func() time.Time
+	// Given is what the old process of a binary upgrade handed over (package handover): Start serves
+	// on its listeners where the config names the same addresses, and starts from its state (each pool's
+	// leader and health, the sticky keys) instead of the first round of probes. Nil: a start of its own.
+	Given *handover.Given
 }
 
 // New builds a load balancer for cfg, a Config that config.Load returned. Start makes it listen.
@@ -128,6 +134,9 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.px.front = frontend.New(frontLimits(&cfg.Frontend), o.Logger)
 	lb.px.front.OnRefused = lb.px.logRefused
 	lb.now = o.Now
+	if o.Given != nil {
+		lb.given = *o.Given
+	}
 	lb.px.front.Sources().SetLimits(sourceLimits(&cfg.Frontend, lb.now))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
@@ -189,7 +198,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	ctx, lb.cancel = context.WithCancel(ctx)
 	lb.ctx = ctx
 	g := lb.px.gen.Load()
-	lb.restoreState(g) // start = "fast": pools with a remembered state are ready before their first probe
+	lb.restoreState(g, lb.given.State) // start = "fast" or a binary upgrade: pools with a remembered state are ready before their first probe
 	for _, p := range g.pools {
 		p.start(ctx)
 	}
@@ -217,7 +226,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	var fls []net.Listener // the plain and the HTTPS listener, as configured
 	for _, f := range lb.frontListeners() {
 		if addr := f.addr(g.cfg); addr != "" {
-			ln, err := net.Listen("tcp", addr)
+			raw, err := listenAs(&lb.given, f.key, addr)
 			if err != nil {
 				for _, l := range fls {
 					l.Close() //nolint:errcheck
@@ -225,8 +234,8 @@ func (lb *LB) Start(ctx context.Context) error {
 				lb.cancel()
 				return fmt.Errorf("frontend: %s: %w", f.key, err)
 			}
-			ln = f.wrap(ln)
-			lb.lns.set(f.id, ln)
+			ln := f.wrap(raw)
+			lb.lns.set(f.id, ln, raw, addr)
 			fls = append(fls, ln)
 		}
 	}
@@ -269,17 +278,28 @@ func (lb *LB) Start(ctx context.Context) error {
 	}
 
 	if g.cfg.Admin.Listen != "" {
-		aln, err := net.Listen("tcp", g.cfg.Admin.Listen)
+		aln, err := listenAs(&lb.given, "admin.listen", g.cfg.Admin.Listen)
 		if err != nil {
 			lb.Close()
 			return fmt.Errorf("admin: %w", err)
 		}
-		lb.lns.set(lnAdmin, aln)
+		lb.lns.set(lnAdmin, aln, aln, g.cfg.Admin.Listen)
 		lb.adminServer = &fasthttp.Server{Handler: lb.adminHandler.Handle, Name: "fairlead-admin", ReadTimeout: 10 * time.Second,
 			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
 		lb.serve(lb.adminServer, aln, "admin")
 	}
+	for key, hl := range lb.given.Listeners { // handed over for an address the config no longer names
+		hl.Close() //nolint:errcheck
+		delete(lb.given.Listeners, key)
+	}
 	return nil
+}
+
+// HandOver is what a new process of a binary upgrade needs to start in this one's place: the listening
+// sockets (the new process serves on them beside this one, which then stops accepting) and the state
+// (each pool's leader and health, the sticky keys). cmd/fairlead sends it (package handover).
+func (lb *LB) HandOver() handover.Given {
+	return handover.Given{Listeners: lb.lns.handover(), State: lb.stateDocument()}
 }
 
 // serve runs srv on ln until ln is closed (Close, or a reload that moved the listener).
@@ -295,9 +315,9 @@ func (lb *LB) serve(srv *fasthttp.Server, ln net.Listener, what string) {
 
 // rebind moves the listener id to nl: the new one serves first, then the old one closes; connections
 // accepted on the old one (keep-alive clients, requests in flight) are served to their end.
-func (lb *LB) rebind(srv *fasthttp.Server, id listenerID, nl net.Listener, what string) {
+func (lb *LB) rebind(srv *fasthttp.Server, id listenerID, nl, raw net.Listener, addr, what string) {
 	lb.serve(srv, nl, what)
-	old := lb.lns.set(id, nl)
+	old := lb.lns.set(id, nl, raw, addr)
 	old.Close() //nolint:errcheck // its Serve returns
 	lb.logf("%s: now listening on %s (was %s)", what, nl.Addr(), old.Addr())
 }

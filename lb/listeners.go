@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/handover"
 	"github.com/valyala/fasthttp"
 )
 
@@ -24,18 +25,49 @@ const (
 	numListeners
 )
 
-// listeners are the LB's listening sockets, nil where none is configured. Safe for concurrent use.
+// listenerKeys are the listeners' config keys, by listenerID: the names a binary upgrade hands them
+// over by (package handover).
+var listenerKeys = [numListeners]string{lnPlain: "listen", lnTLS: "tls_listen", lnAdmin: "admin.listen"}
+
+// listeners are the LB's listening sockets, nil where none is configured, each with the socket under
+// the front end's wrapping and the address its config named. Safe for concurrent use.
 type listeners struct {
-	mu sync.Mutex
-	ln [numListeners]net.Listener
+	mu     sync.Mutex
+	ln     [numListeners]net.Listener
+	raw    [numListeners]net.Listener
+	config [numListeners]string
 }
 
-// set makes ln the listener id and returns the one it replaces (nil: none).
-func (l *listeners) set(id listenerID, ln net.Listener) (old net.Listener) {
+// set makes ln the listener id (raw its socket, config its configured address) and returns the one it
+// replaces (nil: none).
+func (l *listeners) set(id listenerID, ln, raw net.Listener, config string) (old net.Listener) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	old, l.ln[id] = l.ln[id], ln
+	old, l.ln[id], l.raw[id], l.config[id] = l.ln[id], ln, raw, config
 	return old
+}
+
+// handover returns the listening sockets by config key, for a new process of a binary upgrade.
+func (l *listeners) handover() map[string]handover.Listener {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[string]handover.Listener)
+	for id, raw := range l.raw {
+		if raw != nil {
+			m[listenerKeys[id]] = handover.Listener{Config: l.config[id], Listener: raw}
+		}
+	}
+	return m
+}
+
+// listenAs listens on addr for the listener key: on the socket the old process of a binary upgrade
+// handed over for that key when its config named the same address (it is taken: used once), else anew.
+func listenAs(given *handover.Given, key, addr string) (net.Listener, error) {
+	if hl, ok := given.Listeners[key]; ok && hl.Config == addr {
+		delete(given.Listeners, key)
+		return hl.Listener, nil
+	}
+	return net.Listen("tcp", addr)
 }
 
 // addr returns the address of the listener id, or "" if there is none.

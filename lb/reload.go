@@ -35,8 +35,9 @@ type reload struct {
 
 // boundListener is a front-end listener of the new config, bound before anything applies.
 type boundListener struct {
-	spec frontListenerSpec
-	ln   net.Listener
+	spec    frontListenerSpec
+	ln, raw net.Listener // wrapped for the front end, and its socket
+	addr    string       // as the config names it
 }
 
 // bind binds the new listen addresses: if one cannot be, nothing of the reload applies. A listener
@@ -55,7 +56,7 @@ func (r *reload) bind() error {
 				r.unbind()
 				return fmt.Errorf("%s: frontend.%s: %w", cfg.FileOf("frontend."+f.key), f.key, err)
 			}
-			r.listens = append(r.listens, boundListener{f, f.wrap(ln)})
+			r.listens = append(r.listens, boundListener{spec: f, ln: f.wrap(ln), raw: ln, addr: now})
 		}
 	}
 	if lb.adminServer != nil && cfg.Admin.Listen != "" && cfg.Admin.Listen != r.old.cfg.Admin.Listen {
@@ -129,10 +130,10 @@ func (r *reload) rebind() {
 		if b.spec.key != "listen" {
 			what += " " + b.spec.key
 		}
-		r.lb.rebind(r.lb.frontServer, b.spec.id, b.ln, what)
+		r.lb.rebind(r.lb.frontServer, b.spec.id, b.ln, b.raw, b.addr, what)
 	}
 	if r.adminLn != nil {
-		r.lb.rebind(r.lb.adminServer, lnAdmin, r.adminLn, "admin")
+		r.lb.rebind(r.lb.adminServer, lnAdmin, r.adminLn, r.adminLn, r.cfg.Admin.Listen, "admin")
 	}
 }
 

@@ -231,17 +231,30 @@ func readStateFile(path string, maxAge time.Duration, now time.Time) (*savedStat
 // restoreState is the fast start (start = "fast"): before the first probes, every pool of g that has a
 // usable state in the state file gets it back, and so needs no first round of probes before it serves.
 // Anything unusable is logged and falls back to the normal start (of every pool, or of that pool).
-func (lb *LB) restoreState(g *generation) {
+//
+// A process that a binary upgrade started (Options.Given) takes the old process's state the same way,
+// whatever start says: it is a second old, not a file's age.
+func (lb *LB) restoreState(g *generation, given []byte) {
 	gl := g.cfg.Global
-	if gl.Start != "fast" {
-		return
-	}
 	now := time.Now()
-	st, err := readStateFile(gl.StateFile, gl.StateMaxAge.D, now)
-	if err != nil {
-		lb.log.Warn("state: start = \"fast\", but the state file is not usable; normal start: waiting for the first round of probes",
-			"file", gl.StateFile, "reason", err.Error())
+	var st *savedState
+	switch {
+	case given != nil:
+		st = new(savedState)
+		if err := json.Unmarshal(given, st); err != nil || st.Version != stateVersion {
+			lb.log.Warn("state: the old process's state is not usable; waiting for the first round of probes", "reason", fmt.Sprint(err))
+			return
+		}
+	case gl.Start != "fast":
 		return
+	default:
+		var err error
+		st, err = readStateFile(gl.StateFile, gl.StateMaxAge.D, now)
+		if err != nil {
+			lb.log.Warn("state: start = \"fast\", but the state file is not usable; normal start: waiting for the first round of probes",
+				"file", gl.StateFile, "reason", err.Error())
+			return
+		}
 	}
 	age := max(now.Sub(st.Written), 0)
 	for name, p := range g.pools {
@@ -339,4 +352,11 @@ func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.
 		what += fmt.Sprintf(" (%d dropped: their server left the pool)", dropped)
 	}
 	return what
+}
+
+// stateDocument is the state of the generation in force as the state file holds it, for a new process
+// of a binary upgrade (handover.Given.State).
+func (lb *LB) stateDocument() []byte {
+	b, _ := json.Marshal(lb.px.gen.Load().saved(time.Now())) // plain data: Marshal cannot fail
+	return b
 }

@@ -34,6 +34,7 @@ func run(args []string) int {
 	configPath := fs.String("config", "conf.d", "config directory (its *.toml files are merged in lexical order) or one file")
 	check := fs.Bool("check", false, "validate the config and exit: 0 if valid, 2 with every error otherwise")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	pidFile := fs.String("pidfile", "", "write the PID of the process that serves to this file (a binary upgrade, SIGUSR2, rewrites it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,13 +65,38 @@ func run(args []string) int {
 	level := new(slog.LevelVar) // [global] log_level: New sets it, a reload changes it
 	logger := lb.NewLogger(cfg.Global.LogFormat, level, os.Stderr)
 	slog.SetDefault(logger) // main's own log lines go through it too
-	l := lb.New(cfg, lb.Options{Logger: logger, Level: level, Version: version})
+	// A binary upgrade (SIGUSR2, upgrade_*.go): this process may be the new one of an upgrade, which
+	// takes the old one's listeners and state before it starts.
+	up, err := newUpgrader(*pidFile, version, logger)
+	if err != nil {
+		logger.Error("fairlead: cannot start: " + err.Error())
+		return 1
+	}
+	defer up.stop()
+	given, handedOver, err := up.join()
+	if err != nil {
+		logger.Error("fairlead: cannot start: " + err.Error())
+		return 1
+	}
+	l := lb.New(cfg, lb.Options{Logger: logger, Level: level, Version: version, Given: given})
 	if err := l.Start(ctx); err != nil {
 		// Fatal (a listen address in use, a relay that cannot start): an ERROR line, not log.Print,
 		// which the default slog logger writes at INFO.
 		logger.Error("fairlead: cannot start: " + err.Error())
 		return 1
 	}
+	if err := up.ready(l); err != nil {
+		logger.Error("fairlead: cannot start: " + err.Error())
+		l.Close()
+		return 1
+	}
+	go handedOver() // what the old process hands over once this one serves
+	upgraded := make(chan struct{})
+	up.notify(func() {
+		if up.upgrade() {
+			close(upgraded)
+		}
+	})
 	log.Print(startupLine(version, l.Addr(), l.TLSAddr(), l.AdminAddr()))
 
 	// SIGHUP (not on Windows), or a change to a config file, reloads the config; a bad config is reported
@@ -115,8 +141,11 @@ func run(args []string) int {
 	})
 	go watchConfig(ctx, *configPath, reload, catchUp, l.SecretFiles, applied, log.Printf)
 
-	<-ctx.Done()
-	log.Print("fairlead: stopping: draining")
+	select {
+	case <-ctx.Done():
+		log.Print("fairlead: stopping: draining")
+	case <-upgraded:
+	}
 	l.Close()
 	return 0
 }

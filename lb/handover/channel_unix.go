@@ -41,7 +41,13 @@ type Channel struct{ c *net.UnixConn }
 // Pair returns a new channel and the file of its other end, to give to another process (as an
 // inherited file, or in a Message over another channel); the caller closes the file once given.
 func Pair() (*Channel, *os.File, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	syscall.ForkLock.RLock() // no exec between the pair's creation and its close-on-exec (not every Unix has SOCK_CLOEXEC)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, nil, fmt.Errorf("handover: socketpair: %w", err)
 	}

@@ -30,7 +30,7 @@ func TestANewProcessTakesTheListenersAndTheStateWhole(t *testing.T) {
 		if h.PID != 42 || h.Version != "v2" {
 			t.Errorf("hello %+v", h)
 		}
-		if err := Give(ch, Given{Listeners: map[string]net.Listener{"listen": ln}, State: state}); err != nil {
+		if err := Give(ch, Given{Listeners: map[string]Listener{"listen": {Config: "127.0.0.1:0", Listener: ln}}, State: state}); err != nil {
 			served <- err
 			return
 		}
@@ -56,7 +56,7 @@ func TestANewProcessTakesTheListenersAndTheStateWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	taken := g.Listeners["listen"]
-	if taken == nil || taken.Addr().String() != ln.Addr().String() {
+	if taken.Listener == nil || taken.Config != "127.0.0.1:0" || taken.Addr().String() != ln.Addr().String() {
 		t.Fatalf("listeners %v, want listen at %s", g.Listeners, ln.Addr())
 	}
 	// The old listener closes: the taken one, the same socket, still accepts.

@@ -24,17 +24,10 @@ type Hello struct {
 	Version string `json:"version"`
 }
 
-// Given is what an old process gives a new one before it starts: its listeners by config key
-// ("listen", "tls_listen", "admin.listen") and its state (the state file's document).
-type Given struct {
-	Listeners map[string]net.Listener
-	State     []byte
-}
-
 // listenerNote is a listener as a message names it; its socket is the message's file of the same index.
 type listenerNote struct {
-	Key  string `json:"key"`
-	Addr string `json:"addr"`
+	Key    string `json:"key"`
+	Config string `json:"config"`
 }
 
 // Serve answers each hello on shared until it is closed: give runs the handover over the new
@@ -95,16 +88,16 @@ func Give(ch *Channel, g Given) error {
 		}
 	}()
 	for key, ln := range g.Listeners {
-		tl, ok := ln.(interface{ File() (*os.File, error) })
+		tl, ok := ln.Listener.(interface{ File() (*os.File, error) })
 		if !ok {
-			return fmt.Errorf("handover: listener %s (%T) has no socket to give", key, ln)
+			return fmt.Errorf("handover: listener %s (%T) has no socket to give", key, ln.Listener)
 		}
 		f, err := tl.File()
 		if err != nil {
 			return fmt.Errorf("handover: listener %s: %w", key, err)
 		}
 		files = append(files, f)
-		notes = append(notes, listenerNote{Key: key, Addr: ln.Addr().String()})
+		notes = append(notes, listenerNote{Key: key, Config: ln.Config})
 	}
 	body, _ := json.Marshal(notes)
 	if err := ch.Send(Message{Kind: kindListeners, Body: body, Files: files}); err != nil {
@@ -129,14 +122,14 @@ func Take(ch *Channel) (Given, error) {
 		}
 		return Given{}, fmt.Errorf("handover: the listeners' message does not name its %d sockets", len(m.Files))
 	}
-	g := Given{Listeners: map[string]net.Listener{}}
+	g := Given{Listeners: map[string]Listener{}}
 	for i, n := range notes {
 		ln, err := net.FileListener(m.Files[i])
 		m.Files[i].Close()
 		if err != nil {
-			return Given{}, fmt.Errorf("handover: listener %s (%s): %w", n.Key, n.Addr, err)
+			return Given{}, fmt.Errorf("handover: listener %s (%s): %w", n.Key, n.Config, err)
 		}
-		g.Listeners[n.Key] = ln
+		g.Listeners[n.Key] = Listener{Config: n.Config, Listener: ln}
 	}
 	s, err := ch.Receive()
 	if err != nil {

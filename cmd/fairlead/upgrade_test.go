@@ -1,0 +1,228 @@
+//go:build linux
+
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
+)
+
+// upgradeProc is a fairlead started from a copy of the binary that a test may replace, as an operator
+// installs a new version over the old, with its PID file and its log in files (a pipe would keep the
+// old process's Wait waiting for the new process, which inherits it).
+type upgradeProc struct {
+	t                testing.TB
+	exe, pidFile     string
+	addr, admin, log string
+	cmd              *exec.Cmd
+	done             chan error
+}
+
+func startUpgradable(t *testing.T, c *sim.Cluster) *upgradeProc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &upgradeProc{t: t, exe: filepath.Join(dir, "fairlead"), pidFile: filepath.Join(dir, "fairlead.pid"),
+		addr: testkit.Addr(t), admin: testkit.Addr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan error, 1)}
+	copyFile(t, testkit.Binary(t, "cmd/fairlead"), p.exe)
+	conf := testkit.WriteFiles(t, map[string]string{"10-base.toml": baseConfig(p.addr, p.admin, c)})
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	p.cmd = exec.Command(p.exe, "-pidfile", p.pidFile, "-config", conf)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = testkit.DieWithTest()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill() //nolint:errcheck
+		if pid := p.pid(); pid > 0 {
+			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // the new process of an upgrade
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("log:\n%s", testkit.Tail(string(b), 6000))
+		}
+	})
+	testkit.Eventually(t, "fairlead to serve", 15*time.Second, func() bool { return p.pid() == p.cmd.Process.Pid && getOK(p.addr) })
+	return p
+}
+
+// pid is the PID the PID file names, 0 without one.
+func (p *upgradeProc) pid() int {
+	b, _ := os.ReadFile(p.pidFile)
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+func (p *upgradeProc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	tmp := to + ".new"
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	if err := os.Rename(tmp, to); err != nil { // as an install does: the running file stays whole
+		t.Fatal(err)
+	}
+}
+
+func getOK(addr string) bool {
+	c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// connLoad opens a new connection for each GET, from two goroutines, until stop; it counts the
+// attempts and those refused, reset or answered other than 200.
+func connLoad(addr string, stop <-chan struct{}) (sofar func() int64, wait func() (tries, failed int64, first string)) {
+	var tries, failed atomic.Int64
+	var mu sync.Mutex
+	var firstErr string
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tries.Add(1)
+				resp, err := c.Get("http://" + addr + "/")
+				if err == nil {
+					io.Copy(io.Discard, resp.Body) //nolint:errcheck
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						err = &net.AddrError{Err: "status " + resp.Status}
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if firstErr == "" {
+						firstErr = err.Error()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	return tries.Load, func() (int64, int64, string) { wg.Wait(); return tries.Load(), failed.Load(), firstErr }
+}
+
+// Issue 38: SIGUSR2 starts the binary now at the path fairlead was started from and hands the
+// listeners over: connection attempts during the switch are never refused or reset, the new process
+// (a new PID in the PID file) serves from the old one's state, and the old one exits 0. Twice in a row.
+func TestSIGUSR2HandsTheListenersToTheNewProcessWithoutRefusingAConnection(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradable(t, c)
+	for round := 1; round <= 2; round++ {
+		old := p.pid()
+		stop := make(chan struct{})
+		sofar, wait := connLoad(p.addr, stop)
+		testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool { return sofar() >= 20 })
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "a new process in the PID file", 30*time.Second, func() bool { return p.pid() != old && p.pid() != 0 })
+		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return gone(old) })
+		after := sofar()
+		testkit.Eventually(t, "load after the switch", 10*time.Second, func() bool { return sofar() >= after+20 })
+		close(stop)
+		tries, failed, first := wait()
+		if failed != 0 || tries < 10 {
+			t.Errorf("round %d: %d of %d connection attempts failed during the switch (first: %s)", round, failed, tries, first)
+		}
+		if round == 1 {
+			if err := <-p.done; err != nil {
+				t.Errorf("the old process exited %v, want 0", err)
+			}
+		}
+		if !strings.Contains(p.logText(), "binary upgrade: the new process serves") {
+			t.Errorf("round %d: no line saying the new process serves", round)
+		}
+	}
+}
+
+// A new executable that exits at once: the old process keeps serving, says why at WARN, and a later
+// SIGUSR2 with a good executable upgrades.
+func TestABrokenNewExecutableLeavesTheOldProcessServing(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradable(t, c)
+	good := p.exe + ".good"
+	copyFile(t, p.exe, good)
+	if err := os.WriteFile(p.exe+".bad", []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p.exe+".bad", p.exe); err != nil {
+		t.Fatal(err)
+	}
+	old := p.pid()
+	stop := make(chan struct{})
+	_, wait := connLoad(p.addr, stop)
+	syscall.Kill(old, syscall.SIGUSR2) //nolint:errcheck
+	testkit.Eventually(t, "the failure to be logged", 30*time.Second, func() bool {
+		return strings.Contains(p.logText(), "binary upgrade failed; this process keeps serving")
+	})
+	close(stop)
+	if tries, failed, first := wait(); failed != 0 {
+		t.Errorf("%d of %d requests failed while the upgrade failed (first: %s)", failed, tries, first)
+	}
+	if p.pid() != old || gone(old) || !getOK(p.addr) {
+		t.Fatalf("after the failed upgrade: PID file %d (was %d), serving %v", p.pid(), old, getOK(p.addr))
+	}
+	if err := os.Rename(good, p.exe); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(old, syscall.SIGUSR2) //nolint:errcheck
+	testkit.Eventually(t, "a new process", 30*time.Second, func() bool { return p.pid() != old && gone(old) && getOK(p.addr) })
+}
+
+// gone reports whether the process pid has exited (a zombie not yet waited for counts as exited).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "Z"
+}

@@ -1,0 +1,165 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cloudflare/tableflip"
+	"github.com/fairlead/fairlead/lb"
+	"github.com/fairlead/fairlead/lb/handover"
+)
+
+// A binary upgrade (SIGUSR2, nginx's signal for it): fairlead starts the executable now at the path
+// it was started from, with the same arguments, and hands itself over (package handover). The process
+// part — the new process started with the one inherited file, its readiness, a bound on the wait, the
+// PID file — is cloudflare/tableflip's. Only the shared handover channel goes through tableflip's
+// files: a listener given to tableflip stays open in its list for the life of the process (it has no
+// way to drop one), so a reload that moved a listener would leave the old address bound and accepting
+// connections nobody serves. The listeners go over the handover channel instead, with the state.
+
+// handoverFile is the name of the inherited file that carries the shared handover channel.
+const handoverFile = "fairlead-handover"
+
+// upgradeTimeout bounds how long the old process waits for the new one to be ready; then the new one
+// is killed and the old one keeps everything.
+const upgradeTimeout = 60 * time.Second
+
+// upgrader is this process's side of binary upgrades: as the new process of one (join), and as the
+// old process of the next (serve, upgrade).
+type upgrader struct {
+	upg     *tableflip.Upgrader
+	version string
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	busy    bool
+	pending *handover.Channel // the new process's private channel, once it said hello
+}
+
+// newUpgrader sets up binary upgrades; pidFile ("" for none) gets the PID of the process that serves.
+func newUpgrader(pidFile, version string, logger *slog.Logger) (*upgrader, error) {
+	upg, err := tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: upgradeTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &upgrader{upg: upg, version: version, logger: logger}, nil
+}
+
+// join takes over from the old process, if this process is the new one of a binary upgrade: it says
+// hello and receives the listeners and the state; rest then takes what the old process hands over
+// once this one serves, until it is done. nil: no old process.
+func (u *upgrader) join() (g *handover.Given, rest func(), err error) {
+	if !u.upg.HasParent() {
+		return nil, func() {}, nil
+	}
+	f, err := u.upg.File(handoverFile)
+	if err != nil || f == nil {
+		return nil, nil, fmt.Errorf("binary upgrade: no handover channel from the old process (%v)", err)
+	}
+	ch, err := handover.Join(f, handover.Hello{PID: os.Getpid(), Version: u.version})
+	if err != nil {
+		return nil, nil, err
+	}
+	given, err := handover.Take(ch)
+	if err != nil {
+		ch.Close()
+		return nil, nil, err
+	}
+	return &given, func() {
+		handover.WaitDone(ch) //nolint:errcheck // the old process's end is the end either way
+		ch.Close()
+	}, nil
+}
+
+// ready tells the old process, if any, that this one serves (it then stops accepting and goes), and
+// opens this process's own shared channel for the next upgrade, served for l.
+func (u *upgrader) ready(l *lb.LB) error {
+	shared, peer, err := handover.Pair()
+	if err != nil {
+		return err
+	}
+	defer peer.Close()
+	if err := u.upg.AddFile(handoverFile, peer); err != nil {
+		shared.Close()
+		return err
+	}
+	go handover.Serve(shared, func(ch *handover.Channel, h handover.Hello) {
+		if err := handover.Give(ch, l.HandOver()); err != nil {
+			u.logger.Warn("binary upgrade: handing over to the new process failed: " + err.Error())
+			ch.Close()
+			return
+		}
+		u.mu.Lock()
+		u.pending = ch
+		u.mu.Unlock()
+	})
+	return u.upg.Ready()
+}
+
+// notify runs upgrade at each SIGUSR2.
+func (u *upgrader) notify(upgrade func()) {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		for range usr2 {
+			upgrade()
+		}
+	}()
+}
+
+// upgrade starts the new process and waits until it serves (true: this one must go) or fails (false:
+// this one keeps everything, and says why). A second SIGUSR2 during an upgrade is refused.
+func (u *upgrader) upgrade() bool {
+	u.mu.Lock()
+	if u.busy {
+		u.mu.Unlock()
+		u.logger.Warn("binary upgrade: SIGUSR2 refused: an upgrade is already under way")
+		return false
+	}
+	u.busy = true
+	u.mu.Unlock()
+	defer func() { u.mu.Lock(); u.busy = false; u.mu.Unlock() }()
+
+	exe, _ := os.Executable()
+	u.logger.Info("binary upgrade: starting the new process", "executable", exe)
+	err := u.upg.Upgrade()
+	u.mu.Lock()
+	ch := u.pending
+	u.pending = nil
+	u.mu.Unlock()
+	if err != nil {
+		if ch != nil {
+			ch.Close()
+		}
+		u.logger.Warn("binary upgrade failed; this process keeps serving", "reason", upgradeReason(err))
+		return false
+	}
+	if ch != nil {
+		handover.Done(ch) //nolint:errcheck // the new process serves either way
+		ch.Close()
+	}
+	u.logger.Info("binary upgrade: the new process serves; this one stops accepting, drains and exits")
+	return true
+}
+
+// upgradeReason is tableflip's error in fairlead's words.
+func upgradeReason(err error) string {
+	if errors.Is(err, tableflip.ErrNotSupported) {
+		return "binary upgrades are not supported here"
+	}
+	return err.Error()
+}
+
+// exited is closed once a new process has taken over.
+func (u *upgrader) exited() <-chan struct{} { return u.upg.Exit() }
+
+// stop gives up the upgrader's files (at exit without an upgrade).
+func (u *upgrader) stop() { u.upg.Stop() }

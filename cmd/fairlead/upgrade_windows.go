@@ -1,0 +1,20 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/fairlead/fairlead/lb"
+	"github.com/fairlead/fairlead/lb/handover"
+)
+
+// upgrader does nothing on Windows: it has no SIGUSR2 and no inherited sockets of this kind; an
+// upgrade there is a restart.
+type upgrader struct{}
+
+func newUpgrader(string, string, *slog.Logger) (*upgrader, error) { return &upgrader{}, nil }
+func (u *upgrader) join() (*handover.Given, func(), error)        { return nil, func() {}, nil }
+func (u *upgrader) ready(*lb.LB) error                            { return nil }
+func (u *upgrader) notify(func())                                 {}
+func (u *upgrader) upgrade() bool                                 { return false }
+func (u *upgrader) exited() <-chan struct{}                       { return nil }
+func (u *upgrader) stop()                                         {}
