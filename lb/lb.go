@@ -22,7 +22,8 @@
 // (lb/frontend), the field names treated by name (lb/httpfield), the upstream client (lb/upstream)
 // and the dialer it shares with the health checks' probes (lb/dialer, a leaf), the tunnel engine
 // (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin listener and status document
-// (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile).
+// (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile), and the hand-over of a running
+// process to a new one of a binary upgrade (lb/handover; HandOver and Options.Given here).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.

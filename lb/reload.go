@@ -22,6 +22,11 @@ import (
 //
 // A step that can fail comes before anything is in force: a new listen address that cannot be bound,
 // a relay that cannot start, and the running config stays whole.
+//
+// A binary upgrade (package handover, SIGUSR2) hands the same list to a new process of fairlead: the
+// listeners' sockets and the pools' state (each leader and its health, the sticky keys) before it starts
+// (LB.HandOver, Options.Given); its relays, discovery and history start anew. The tunnels are not
+// handed over yet: the old process's drain closes them.
 type reload struct {
 	lb      *LB
 	cfg     *config.Config
