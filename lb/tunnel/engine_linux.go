@@ -510,7 +510,7 @@ func (r *Engine) yield(s *side) {
 // watchLocked adds (op EPOLL_CTL_ADD) or re-registers (EPOLL_CTL_MOD) s's socket, unless the
 // tunnel has closed (its fd may be closed already) or s has reached EOF.
 func (r *Engine) watchLocked(s *side, op int) error {
-	if s.t.closed || s.t.eof[s.i] {
+	if s.t.closed || s.t.handing || s.t.eof[s.i] {
 		return nil
 	}
 	ev := unix.EpollEvent{Events: watchEvents, Fd: int32(uint32(s.id)), Pad: int32(uint32(s.id >> 32))}
@@ -847,4 +847,21 @@ func (r *Engine) sysClosedWrite(t *Tunnel, i int) {
 			r.closeTunnel(t, Error)
 		}
 	}()
+}
+
+// sysQuiesce waits, for Detach, until neither side of t is owned — no turn reading or writing it, no
+// blocked write finishing — and takes both, so that none starts: t's sockets are out of epoll already.
+func (r *Engine) sysQuiesce(t *Tunnel, timeout time.Duration) error {
+	r.sysForget(t) // events fetched before the DEL are dropped
+	deadline := time.Now().Add(timeout)
+	for i := range t.sides {
+		s := &t.sides[i]
+		for !s.state.CompareAndSwap(sideIdle, sideRunning) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("tunnel: detach: a write toward %s still blocked after %s", [2]string{"the server", "the client"}[i], timeout)
+			}
+			time.Sleep(time.Millisecond) // a turn or a blocked write is finishing: rare, and short
+		}
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ package tunnel
 // (to use and test it there) or -tags nbio_portable (the epoll engine needs lb/nbio's Linux half: its
 // free system calls and evented mode).
 
+import "time"
+
 const epollEngine = false
 
 type sysEngine struct{}
@@ -33,3 +35,5 @@ func (r *Engine) sysDetachLocked(*Tunnel) {}
 func (r *Engine) sysForget(*Tunnel) {}
 
 func (r *Engine) sysClosedWrite(*Tunnel, int) {}
+
+func (r *Engine) sysQuiesce(*Tunnel, time.Duration) error { return ErrNotDetachable }

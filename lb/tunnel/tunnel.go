@@ -26,6 +26,7 @@ import (
 	"errors"
 	"log"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -94,11 +95,13 @@ const (
 	Closed
 	// Shutdown: by Tunnel.Shutdown or Engine.Close (the program is stopping).
 	Shutdown
+	// HandedOver: by Tunnel.Detach: its sockets went on, open, to be relayed elsewhere.
+	HandedOver
 
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"closed by client", "closed by server", "error", "idle timeout", "closed", "shutdown"}
+var reasonNames = [numReasons]string{"closed by client", "closed by server", "error", "idle timeout", "closed", "shutdown", "handed over"}
 
 func (r Reason) String() string {
 	if r >= 0 && r < numReasons {
@@ -168,10 +171,11 @@ type Tunnel struct {
 	lastActive atomic.Int64     // Engine.now() after the last relayed bytes
 	bytes      [2]atomic.Uint64 // relayed, indexed by the reading side: [clientSide] = to the server
 
-	mu     sync.Mutex // guards what follows and the platform's registration state in sides
-	closed bool
-	eof    [2]bool // the side's read returned EOF (and the peer was shut for writing)
-	first  int8    // the side that reached EOF first, -1 if none
+	mu      sync.Mutex // guards what follows and the platform's registration state in sides
+	closed  bool
+	handing bool    // Detach is under way: no socket is watched again
+	eof     [2]bool // the side's read returned EOF (and the peer was shut for writing)
+	first   int8    // the side that reached EOF first, -1 if none
 
 	sides [2]side // platform-specific per-side state
 }
@@ -309,6 +313,73 @@ func (t *Tunnel) Close() { t.r.closeTunnel(t, Closed) }
 
 // Shutdown is Close at the program's stop: the reason is Shutdown.
 func (t *Tunnel) Shutdown() { t.r.closeTunnel(t, Shutdown) }
+
+// ErrNotDetachable is Detach's answer for a tunnel whose state is more than its two sockets: a TLS
+// side (its session), a streamed tunnel, one side closed already.
+var ErrNotDetachable = errors.New("tunnel: not detachable: a TLS, streamed or half-closed tunnel")
+
+// Detach stops relaying t and returns its two sockets as files, open, for another process to relay
+// (Add there, with net.FileConn): nothing read from either side stays unwritten here — a turn or a
+// blocked write under way finishes first, within timeout — and neither end sees anything. The tunnel
+// then ends here with reason HandedOver (onClose runs); the caller owns the files. A tunnel that
+// cannot be detached in time is closed (reason Error).
+func (t *Tunnel) Detach(timeout time.Duration) (client, server *os.File, err error) {
+	return t.r.detach(t, timeout)
+}
+
+// detach is Detach; the platform's part waits for the sides (sysDetach).
+func (r *Engine) detach(t *Tunnel, timeout time.Duration) (client, server *os.File, err error) {
+	t.mu.Lock()
+	switch {
+	case t.closed || t.handing:
+		t.mu.Unlock()
+		return nil, nil, ErrClosed
+	case t.streams[0] != nil || t.tlsConns[0] != nil || t.tlsConns[1] != nil || t.eof[0] || t.eof[1]:
+		t.mu.Unlock()
+		return nil, nil, ErrNotDetachable
+	}
+	t.handing = true
+	r.sysDetachLocked(t)
+	t.mu.Unlock()
+	if err := r.sysQuiesce(t, timeout); err != nil {
+		r.closeTunnel(t, Error)
+		return nil, nil, err
+	}
+	t.mu.Lock()
+	if t.closed { // the janitor, or a close, came first
+		t.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	t.closed = true
+	t.mu.Unlock()
+	var files [2]*os.File
+	for i, c := range t.conns {
+		if files[i], err = c.File(); err != nil {
+			break
+		}
+	}
+	r.unregister(t)
+	t.conns[0].Close()
+	t.conns[1].Close()
+	r.stats.closed.Add(1)
+	reason := HandedOver
+	if err != nil {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+		reason = Error
+	}
+	r.stats.byReason[reason].Add(1)
+	if t.onClose != nil {
+		t.onClose(reason)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return files[0], files[1], nil
+}
 
 // Group is the label given to Add.
 func (t *Tunnel) Group() string { return t.group }
