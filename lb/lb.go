@@ -23,7 +23,8 @@
 // and the dialer it shares with the health checks' probes (lb/dialer, a leaf), the tunnel engine
 // (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin listener and status document
 // (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile), and the hand-over of a running
-// process to a new one of a binary upgrade (lb/handover; HandOver and Options.Given here).
+// process to a new one of a binary upgrade (lb/handover; handover.go here: HandOver, the tunnels'
+// hand-over and adoption, and Options.Given).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.

@@ -183,6 +183,7 @@ type tunnelEnd struct {
 	s      *Server
 	client net.Addr
 	opened time.Time
+	key    []byte // the sticky key the tunnel holds, nil for none
 
 	mu    sync.Mutex
 	t     *tunnel.Tunnel
@@ -195,6 +196,9 @@ func (e *tunnelEnd) added(t *tunnel.Tunnel) {
 	e.mu.Lock()
 	e.t = t
 	ended := e.ended
+	if !ended {
+		e.px.live.Store(t, e)
+	}
 	e.mu.Unlock()
 	if ended {
 		e.account()
@@ -206,6 +210,9 @@ func (e *tunnelEnd) closed(why tunnel.Reason) {
 	e.mu.Lock()
 	e.why, e.ended = why, true
 	t := e.t
+	if t != nil {
+		e.px.live.Delete(t)
+	}
 	e.mu.Unlock()
 	if t != nil {
 		e.account()

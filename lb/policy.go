@@ -38,7 +38,8 @@ type refuser interface{ refuses(status int) bool }
 // called when the tunnel closes). removed forgets what it remembers of s (it left the pool).
 type clientPins interface {
 	cookie(ctx *fasthttp.RequestCtx, s *Server) (name, value string)
-	hold(ctx *fasthttp.RequestCtx, s *Server) (release func())
+	hold(ctx *fasthttp.RequestCtx, s *Server) (key []byte, release func())
+	holdKey(key []byte) (release func())
 	removed(s *Server)
 }
 
@@ -207,13 +208,19 @@ func (sp *stickyPolicy) cookie(ctx *fasthttp.RequestCtx, s *Server) (string, str
 	return sp.cookieName, s.cookie
 }
 
-func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) func() {
+func (sp *stickyPolicy) hold(ctx *fasthttp.RequestCtx, _ *Server) ([]byte, func()) {
 	var buf [160]byte
 	k, _, ok := sp.keys.Key(buf[:0], ctx)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	key := bytes.Clone(k)
+	return key, sp.holdKey(key)
+}
+
+// holdKey holds key as a tunnel open in this process does (a tunnel handed over by the old process of
+// a binary upgrade holds the key it held there).
+func (sp *stickyPolicy) holdKey(key []byte) func() {
 	sp.table.Acquire(key)
 	return func() { sp.table.Release(key) }
 }

@@ -37,6 +37,7 @@ import (
 // supervisor, lb.go) builds it, swaps its generation at a reload and stops it; every method of the path
 // above is proxy's.
 type proxy struct {
+	live  sync.Map                   // *tunnel.Tunnel → *tunnelEnd: the open tunnels, for a binary upgrade to hand over
 	gen   atomic.Pointer[generation] // the running generation: a request holds the one it started with
 	log   *slog.Logger               // the access log and the path's lines (log.go)
 	logf  func(string, ...any)

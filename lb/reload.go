@@ -25,8 +25,9 @@ import (
 //
 // A binary upgrade (package handover, SIGUSR2) hands the same list to a new process of fairlead: the
 // listeners' sockets and the pools' state (each leader and its health, the sticky keys) before it starts
-// (LB.HandOver, Options.Given); its relays, discovery and history start anew. The tunnels are not
-// handed over yet: the old process's drain closes them.
+// (LB.HandOver, Options.Given); its relays, discovery and history start anew. Once it serves, the old
+// process stops accepting and hands over every plain tunnel, its two sockets open (handover.go); a TLS
+// tunnel is not handed over yet: the old process's drain closes it.
 type reload struct {
 	lb      *LB
 	cfg     *config.Config

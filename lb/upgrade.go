@@ -148,11 +148,11 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 	handshakeReaders.Put(br)
 	conn.SetDeadline(time.Time{}) //nolint:errcheck
 
+	var key []byte
 	var release func()
 	if st.pins != nil {
-		release = st.pins.hold(ctx, s)
+		key, release = st.pins.hold(ctx, s)
 	}
-	engine, group := px.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(p.name, s.Addr)
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		// The client's socket under fasthttp's hijack wrapper and the front end's connection, and the
@@ -162,26 +162,6 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 		client = frontend.Socket(client)
 		if err == nil {
 			_, err = client.Write(out)
-		}
-		var t *tunnel.Tunnel
-		if err == nil {
-			s.tunnels.Add(1)
-			end := &tunnelEnd{px: px, p: p, s: s, client: client.RemoteAddr(), opened: time.Now()}
-			t, err = engine.Add(client, conn, pending, toClient, group, func(why tunnel.Reason) {
-				s.tunnels.Add(-1)
-				if release != nil {
-					release()
-				}
-				if uncount != nil {
-					uncount()
-				}
-				end.closed(why)
-			})
-			if err != nil {
-				s.tunnels.Add(-1)
-			} else {
-				end.added(t)
-			}
 		}
 		if err != nil {
 			px.logf("tunnel: %s: %v", s.label(), err)
@@ -195,14 +175,54 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 			}
 			return
 		}
-		p.tunnelsOpened.Add(1)
-		if !s.keepsTunnels() {
-			// The server went down, left the pool or went into maintenance while this tunnel was being
-			// set up, after its tunnels were closed: close this one too. (Not when it drains: a draining
-			// server keeps its tunnels, and the client may already have its 101.)
-			t.Close()
+		end := &tunnelEnd{px: px, p: p, s: s, client: client.RemoteAddr(), opened: time.Now(), key: key}
+		if px.relay(st, end, client, conn, pending, toClient, release, uncount) {
+			p.tunnelsOpened.Add(1)
+		} else {
+			c.Close()
 		}
 	})
+}
+
+// relay makes the tunnel of end between client and server in the engine of st's tunnel_idle_timeout,
+// counted on its server until it ends, when release and uncount (either may be nil) run. pending and
+// toClient are bytes read already, written first. A server that no longer keeps tunnels (it went down,
+// left the pool or went into maintenance meanwhile) gets it closed at once. false: it could not be made
+// (logged; server is closed, the caller closes client).
+func (px *proxy) relay(st *poolView, end *tunnelEnd, client, server net.Conn, pending, toClient []byte, release, uncount func()) bool {
+	s := end.s
+	engine, group := px.tunnels.engine(st.cfg.TunnelIdleTimeout.D), tunnelGroup(end.p.name, s.Addr)
+	s.tunnels.Add(1)
+	t, err := engine.Add(client, server, pending, toClient, group, func(why tunnel.Reason) {
+		s.tunnels.Add(-1)
+		if release != nil {
+			release()
+		}
+		if uncount != nil {
+			uncount()
+		}
+		end.closed(why)
+	})
+	if err != nil {
+		s.tunnels.Add(-1)
+		px.logf("tunnel: %s: %v", s.label(), err)
+		server.Close()
+		if uncount != nil {
+			uncount()
+		}
+		if release != nil {
+			release()
+		}
+		return false
+	}
+	end.added(t)
+	if !s.keepsTunnels() {
+		// The server went down, left the pool or went into maintenance while this tunnel was being
+		// set up, after its tunnels were closed: close this one too. (Not when it drains: a draining
+		// server keeps its tunnels, and the client may already have its 101.)
+		t.Close()
+	}
+	return true
 }
 
 // readHead returns the response head (status line and headers, through the blank line) without consuming

@@ -90,10 +90,10 @@ func run(args []string) int {
 		l.Close()
 		return 1
 	}
-	go handedOver() // what the old process hands over once this one serves
+	go handedOver(l) // what the old process hands over once this one serves: its tunnels
 	upgraded := make(chan struct{})
 	up.notify(func() {
-		if up.upgrade() {
+		if up.upgrade(l) {
 			close(upgraded)
 		}
 	})

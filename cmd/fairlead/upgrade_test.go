@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fasthttp/websocket"
 )
 
 // upgradeProc is a fairlead started from a copy of the binary that a test may replace, as an operator
@@ -32,13 +33,17 @@ type upgradeProc struct {
 	done             chan error
 }
 
-func startUpgradable(t *testing.T, c *sim.Cluster) *upgradeProc {
+func startUpgradable(t *testing.T, c *sim.Cluster, files ...string) *upgradeProc {
 	t.Helper()
 	dir := t.TempDir()
 	p := &upgradeProc{t: t, exe: filepath.Join(dir, "fairlead"), pidFile: filepath.Join(dir, "fairlead.pid"),
 		addr: testkit.Addr(t), admin: testkit.Addr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan error, 1)}
 	copyFile(t, testkit.Binary(t, "cmd/fairlead"), p.exe)
-	conf := testkit.WriteFiles(t, map[string]string{"10-base.toml": baseConfig(p.addr, p.admin, c)})
+	all := map[string]string{"10-base.toml": baseConfig(p.addr, p.admin, c)}
+	for i := 0; i+1 < len(files); i += 2 {
+		all[files[i]] = files[i+1]
+	}
+	conf := testkit.WriteFiles(t, all)
 	logf, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
@@ -225,4 +230,85 @@ func gone(pid int) bool {
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) > 0 && f[0] == "Z"
+}
+
+// Issue 38: every plain WebSocket tunnel survives a binary upgrade: messages flowing both ways through
+// it during the switch arrive whole, once and in order, neither end sees anything, and the connection
+// servers see no new upgrade.
+func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
+	p := startUpgradable(t, c, "05-cx.toml", cxPool(c))
+	const n = 20
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+		ws, _, err := d.Dial("ws://"+p.addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		conns[i] = ws
+	}
+	upgrades := func() (sum int64) {
+		for _, cs := range c.Connections {
+			sum += cs.Upgrades()
+		}
+		return sum
+	}
+	before := upgrades()
+	var echoed atomic.Int64
+	stop := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i, ws := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				msg := strconv.Itoa(i) + ":" + strconv.Itoa(k)
+				ws.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+				if err := ws.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					errs <- err
+					return
+				}
+				_, got, err := ws.ReadMessage()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if string(got) != msg {
+					errs <- &net.AddrError{Err: "echo " + string(got) + ", want " + msg}
+					return
+				}
+				echoed.Add(1)
+			}
+		}()
+	}
+	testkit.Eventually(t, "messages before the switch", 10*time.Second, func() bool { return echoed.Load() >= 200 })
+	old := p.pid()
+	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
+	after := echoed.Load()
+	testkit.Eventually(t, "messages after the switch", 10*time.Second, func() bool { return echoed.Load() >= after+200 })
+	close(stop)
+	wg.Wait()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("a tunnel's messages: %v", err)
+		}
+	}
+	if got := upgrades(); got != before {
+		t.Errorf("the connection servers saw %d new upgrades, want none", got-before)
+	}
+	if !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels handed over") || !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels taken over") {
+		t.Errorf("the log does not say %d tunnels moved", n)
+	}
 }

@@ -56,9 +56,9 @@ func newUpgrader(pidFile, version string, logger *slog.Logger) (*upgrader, error
 // join takes over from the old process, if this process is the new one of a binary upgrade: it says
 // hello and receives the listeners and the state; rest then takes what the old process hands over
 // once this one serves, until it is done. nil: no old process.
-func (u *upgrader) join() (g *handover.Given, rest func(), err error) {
+func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 	if !u.upg.HasParent() {
-		return nil, func() {}, nil
+		return nil, func(*lb.LB) {}, nil
 	}
 	f, err := u.upg.File(handoverFile)
 	if err != nil || f == nil {
@@ -73,9 +73,20 @@ func (u *upgrader) join() (g *handover.Given, rest func(), err error) {
 		ch.Close()
 		return nil, nil, err
 	}
-	return &given, func() {
-		handover.WaitDone(ch) //nolint:errcheck // the old process's end is the end either way
+	return &given, func(l *lb.LB) {
+		adopted, closed := 0, 0
+		err := handover.ReceiveTunnels(ch, func(t handover.Tunnel) {
+			if l.AdoptTunnel(t) {
+				adopted++
+			} else {
+				closed++
+			}
+		})
 		ch.Close()
+		if err != nil {
+			u.logger.Warn("binary upgrade: the old process's tunnels stopped coming: " + err.Error())
+		}
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
 	}, nil
 }
 
@@ -117,7 +128,7 @@ func (u *upgrader) notify(upgrade func()) {
 
 // upgrade starts the new process and waits until it serves (true: this one must go) or fails (false:
 // this one keeps everything, and says why). A second SIGUSR2 during an upgrade is refused.
-func (u *upgrader) upgrade() bool {
+func (u *upgrader) upgrade(l *lb.LB) bool {
 	u.mu.Lock()
 	if u.busy {
 		u.mu.Unlock()
@@ -142,11 +153,13 @@ func (u *upgrader) upgrade() bool {
 		u.logger.Warn("binary upgrade failed; this process keeps serving", "reason", upgradeReason(err))
 		return false
 	}
+	u.logger.Info("binary upgrade: the new process serves; this one stops accepting, hands its tunnels over, drains and exits")
 	if ch != nil {
+		moved, stayed := l.HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (TLS)", moved, stayed))
 	}
-	u.logger.Info("binary upgrade: the new process serves; this one stops accepting, drains and exits")
 	return true
 }
 

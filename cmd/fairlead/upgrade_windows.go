@@ -12,9 +12,9 @@ import (
 type upgrader struct{}
 
 func newUpgrader(string, string, *slog.Logger) (*upgrader, error) { return &upgrader{}, nil }
-func (u *upgrader) join() (*handover.Given, func(), error)        { return nil, func() {}, nil }
+func (u *upgrader) join() (*handover.Given, func(*lb.LB), error)  { return nil, func(*lb.LB) {}, nil }
 func (u *upgrader) ready(*lb.LB) error                            { return nil }
 func (u *upgrader) notify(func())                                 {}
-func (u *upgrader) upgrade() bool                                 { return false }
+func (u *upgrader) upgrade(*lb.LB) bool                           { return false }
 func (u *upgrader) exited() <-chan struct{}                       { return nil }
 func (u *upgrader) stop()                                         {}

@@ -1,6 +1,10 @@
 package handover
 
-import "net"
+import (
+	"net"
+	"os"
+	"time"
+)
 
 // Given is what an old process gives a new one before it starts: its listeners by config key
 // ("listen", "tls_listen", "admin.listen") and its state (the state file's document).
@@ -14,4 +18,16 @@ type Given struct {
 type Listener struct {
 	Config string
 	net.Listener
+}
+
+// Tunnel is a WebSocket tunnel as it passes to the new process: what it belongs to, and its two
+// sockets (their files travel beside the message).
+type Tunnel struct {
+	Pool   string    `json:"pool"`
+	Server string    `json:"server"`        // the server's address in the pool
+	Key    []byte    `json:"key,omitempty"` // the sticky key it holds, if any
+	Client string    `json:"client"`        // the client's address, for the log
+	Opened time.Time `json:"opened"`
+
+	ClientFile, ServerFile *os.File `json:"-"`
 }

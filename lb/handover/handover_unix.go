@@ -15,6 +15,7 @@ const (
 	kindHello     = "hello"
 	kindListeners = "listeners"
 	kindState     = "state"
+	kindTunnels   = "tunnels"
 	kindDone      = "done"
 )
 
@@ -155,4 +156,61 @@ func WaitDone(ch *Channel) error {
 		return fmt.Errorf("handover: %s where done was expected", m.Kind)
 	}
 	return nil
+}
+
+// tunnelsPerMessage keeps a message's sockets under maxFiles: two each.
+const tunnelsPerMessage = maxFiles / 2
+
+// SendTunnels sends ts, their sockets beside them, in messages of up to tunnelsPerMessage; the files
+// stay open here (the caller closes them once sent).
+func SendTunnels(ch *Channel, ts []Tunnel) error {
+	for len(ts) > 0 {
+		n := min(len(ts), tunnelsPerMessage)
+		batch := ts[:n]
+		ts = ts[n:]
+		files := make([]*os.File, 0, 2*n)
+		for _, t := range batch {
+			files = append(files, t.ClientFile, t.ServerFile)
+		}
+		body, err := json.Marshal(batch)
+		if err != nil {
+			return err
+		}
+		if err := ch.Send(Message{Kind: kindTunnels, Body: body, Files: files}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReceiveTunnels gives each tunnel that comes to adopt, which owns its files, until the old process
+// says it is done (nil) or the channel fails.
+func ReceiveTunnels(ch *Channel, adopt func(Tunnel)) error {
+	for {
+		m, err := ch.Receive()
+		if err != nil {
+			return err
+		}
+		switch m.Kind {
+		case kindDone:
+			return nil
+		case kindTunnels:
+		default:
+			for _, f := range m.Files {
+				f.Close()
+			}
+			return fmt.Errorf("handover: %s where tunnels or done were expected", m.Kind)
+		}
+		var batch []Tunnel
+		if err := json.Unmarshal(m.Body, &batch); err != nil || 2*len(batch) != len(m.Files) {
+			for _, f := range m.Files {
+				f.Close()
+			}
+			return fmt.Errorf("handover: a tunnels message that does not name its %d sockets", len(m.Files))
+		}
+		for i := range batch {
+			batch[i].ClientFile, batch[i].ServerFile = m.Files[2*i], m.Files[2*i+1]
+			adopt(batch[i])
+		}
+	}
 }
