@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb"
@@ -35,6 +36,7 @@ func run(args []string) int {
 	check := fs.Bool("check", false, "validate the config and exit: 0 if valid, 2 with every error otherwise")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	pidFile := fs.String("pidfile", "", "write the PID of the process that serves to this file (a binary upgrade, SIGUSR2, rewrites it)")
+	upgradeTimeout := fs.Duration("upgrade-timeout", time.Minute, "a binary upgrade's new process must serve within this, or it is killed and this one keeps serving")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -67,7 +69,7 @@ func run(args []string) int {
 	slog.SetDefault(logger) // main's own log lines go through it too
 	// A binary upgrade (SIGUSR2, upgrade_*.go): this process may be the new one of an upgrade, which
 	// takes the old one's listeners and state before it starts.
-	up, err := newUpgrader(*pidFile, version, logger)
+	up, err := newUpgrader(*pidFile, *upgradeTimeout, version, logger)
 	if err != nil {
 		logger.Error("fairlead: cannot start: " + err.Error())
 		return 1

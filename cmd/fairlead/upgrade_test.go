@@ -29,6 +29,7 @@ type upgradeProc struct {
 	t                testing.TB
 	exe, pidFile     string
 	addr, admin, log string
+	conf             string // the config directory
 	cmd              *exec.Cmd
 	done             chan error
 }
@@ -49,7 +50,8 @@ func startUpgradable(t *testing.T, c *sim.Cluster, files ...string) *upgradeProc
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	p.cmd = exec.Command(p.exe, "-pidfile", p.pidFile, "-config", conf)
+	p.conf = conf
+	p.cmd = exec.Command(p.exe, "-pidfile", p.pidFile, "-upgrade-timeout", "3s", "-config", conf)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = testkit.DieWithTest()
 	if err := p.cmd.Start(); err != nil {
@@ -311,4 +313,48 @@ func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T)
 	if !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels handed over") || !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels taken over") {
 		t.Errorf("the log does not say %d tunnels moved", n)
 	}
+}
+
+// A new process that cannot start (a bad config: it exits 2) or never becomes ready (killed after
+// -upgrade-timeout): the old process keeps serving, with nothing dropped, and says why.
+func TestAnUpgradeToABadConfigOrAHungProcessLeavesTheOldOneServing(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradable(t, c)
+	old := p.pid()
+	try := func(what, want string) {
+		t.Helper()
+		stop := make(chan struct{})
+		_, wait := connLoad(p.addr, stop)
+		before := strings.Count(p.logText(), "binary upgrade failed")
+		syscall.Kill(old, syscall.SIGUSR2) //nolint:errcheck
+		testkit.Eventually(t, what+": the failure logged", 30*time.Second, func() bool {
+			return strings.Count(p.logText(), "binary upgrade failed") > before
+		})
+		close(stop)
+		if tries, failed, first := wait(); failed != 0 {
+			t.Errorf("%s: %d of %d requests failed (first: %s)", what, failed, tries, first)
+		}
+		if p.pid() != old || gone(old) || !getOK(p.addr) {
+			t.Errorf("%s: the old process does not serve on", what)
+		}
+		if !strings.Contains(p.logText(), want) {
+			t.Errorf("%s: the log does not say %q", what, want)
+		}
+	}
+	bad := filepath.Join(p.conf, "30-bad.toml")
+	if err := os.WriteFile(bad, []byte("[pools.platform]\nbalance = \"nope\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	try("a bad config", "exited")
+	os.Remove(bad) //nolint:errcheck
+	if err := os.WriteFile(p.exe+".hang", []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := p.exe + ".good"
+	copyFile(t, p.exe, good)
+	if err := os.Rename(p.exe+".hang", p.exe); err != nil {
+		t.Fatal(err)
+	}
+	try("a new process that never becomes ready", "timed out")
+	os.Rename(good, p.exe) //nolint:errcheck
 }

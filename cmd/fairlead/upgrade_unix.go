@@ -28,10 +28,6 @@ import (
 // handoverFile is the name of the inherited file that carries the shared handover channel.
 const handoverFile = "fairlead-handover"
 
-// upgradeTimeout bounds how long the old process waits for the new one to be ready; then the new one
-// is killed and the old one keeps everything.
-const upgradeTimeout = 60 * time.Second
-
 // upgrader is this process's side of binary upgrades: as the new process of one (join), and as the
 // old process of the next (serve, upgrade).
 type upgrader struct {
@@ -44,9 +40,10 @@ type upgrader struct {
 	pending *handover.Channel // the new process's private channel, once it said hello
 }
 
-// newUpgrader sets up binary upgrades; pidFile ("" for none) gets the PID of the process that serves.
-func newUpgrader(pidFile, version string, logger *slog.Logger) (*upgrader, error) {
-	upg, err := tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: upgradeTimeout})
+// newUpgrader sets up binary upgrades; pidFile ("" for none) gets the PID of the process that serves;
+// a new process not ready within timeout is killed and the old one keeps everything.
+func newUpgrader(pidFile string, timeout time.Duration, version string, logger *slog.Logger) (*upgrader, error) {
+	upg, err := tableflip.New(tableflip.Options{PIDFile: pidFile, UpgradeTimeout: timeout})
 	if err != nil {
 		return nil, err
 	}

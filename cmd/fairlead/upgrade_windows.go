@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/fairlead/fairlead/lb"
 	"github.com/fairlead/fairlead/lb/handover"
@@ -11,10 +12,12 @@ import (
 // upgrade there is a restart.
 type upgrader struct{}
 
-func newUpgrader(string, string, *slog.Logger) (*upgrader, error) { return &upgrader{}, nil }
-func (u *upgrader) join() (*handover.Given, func(*lb.LB), error)  { return nil, func(*lb.LB) {}, nil }
-func (u *upgrader) ready(*lb.LB) error                            { return nil }
-func (u *upgrader) notify(func())                                 {}
-func (u *upgrader) upgrade(*lb.LB) bool                           { return false }
-func (u *upgrader) exited() <-chan struct{}                       { return nil }
-func (u *upgrader) stop()                                         {}
+func newUpgrader(string, time.Duration, string, *slog.Logger) (*upgrader, error) {
+	return &upgrader{}, nil
+}
+func (u *upgrader) join() (*handover.Given, func(*lb.LB), error) { return nil, func(*lb.LB) {}, nil }
+func (u *upgrader) ready(*lb.LB) error                           { return nil }
+func (u *upgrader) notify(func())                                {}
+func (u *upgrader) upgrade(*lb.LB) bool                          { return false }
+func (u *upgrader) exited() <-chan struct{}                      { return nil }
+func (u *upgrader) stop()                                        {}
