@@ -1,19 +1,55 @@
 package lb
 
 import (
+	"fmt"
 	"net"
+	"os"
 
 	"time"
 
+	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb/handover"
 	"github.com/fairlead/fairlead/lb/tunnel"
 )
 
 // A binary upgrade's part in lb (package handover carries it between the processes): the old process
-// gives its listeners and state (HandOver, in lb.go), then, once the new one serves, stops accepting
-// and gives it every plain tunnel, open, with the sticky key it holds (HandOverTunnels); the new one
-// relays them as its own (AdoptTunnel). A TLS tunnel is not handed over yet: it closes with the old
+// gives its listeners and state (Succession.Give), then, once the new one serves, stops accepting and
+// gives it every plain tunnel, open, with the sticky key it holds (HandOverTunnels); the new one relays
+// them as its own (Adopt). A TLS tunnel is not handed over yet: it closes with the old
 // process's drain, and its device reconnects.
+
+// Succession is LB's side of binary upgrades (LB.Succession): what the old process gives, what the new
+// one takes, and what each says of it (events, fairlead_upgrades_total).
+type Succession struct{ lb *LB }
+
+// Succession returns l's side of binary upgrades.
+func (lb *LB) Succession() Succession { return Succession{lb} }
+
+// Give is what a new process needs to start in this one's place: the listening sockets (the new process
+// serves on them beside this one, which then stops accepting), the state (each pool's leader and
+// health, the sticky keys) and the count of upgrades so far.
+func (sc Succession) Give() handover.Given {
+	lb := sc.lb
+	return handover.Given{Listeners: lb.lns.handover(), State: lb.stateDocument(),
+		Upgrades: handover.Upgrades{OK: lb.upgrades[0].Load(), Failed: lb.upgrades[1].Load()},
+		From:     handover.Hello{PID: os.Getpid(), Version: lb.version}}
+}
+
+// Failed says that a new process failed (err says why) and this one keeps serving: a WARN line through
+// the upgrade_failed event, and fairlead_upgrades_total{result="failed"}.
+func (sc Succession) Failed(err error) {
+	sc.lb.upgrades[1].Add(1)
+	sc.lb.bus.Publish(event.Event{Kind: event.UpgradeFailed, Detail: "binary upgrade failed; this process keeps serving: " + err.Error()})
+}
+
+// TookOver says that this process serves in place of the old one of a binary upgrade (its PID and
+// version), with the tunnels it adopted and those it closed: the upgraded event, and
+// fairlead_upgrades_total{result="ok"} (counted on from the old process's count).
+func (sc Succession) TookOver(from handover.Hello, adopted, closed int) {
+	sc.lb.upgrades[0].Add(1)
+	sc.lb.bus.Publish(event.Event{Kind: event.Upgraded, Detail: fmt.Sprintf("took over from PID %d (%s): %d tunnels adopted, %d closed (their pool or server is gone)",
+		from.PID, from.Version, adopted, closed)})
+}
 
 // detachTimeout bounds how long a tunnel's move waits for a write toward a slow receiver to finish.
 const detachTimeout = 2 * time.Second
@@ -21,7 +57,8 @@ const detachTimeout = 2 * time.Second
 // HandOverTunnels stops accepting (the new process accepts on the same sockets) and gives every plain
 // tunnel to the new process with send, batch by batch; it returns how many moved and how many stay (to
 // close with the drain). Each moved tunnel ends here with reason handed over.
-func (lb *LB) HandOverTunnels(send func([]handover.Tunnel) error) (moved, stayed int) {
+func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved, stayed int) {
+	lb := sc.lb
 	lb.lns.closeAll() // our descriptors only: the sockets live on in the new process
 	var batch []handover.Tunnel
 	flush := func() {
@@ -56,10 +93,11 @@ func (lb *LB) HandOverTunnels(send func([]handover.Tunnel) error) (moved, stayed
 	return moved, stayed
 }
 
-// AdoptTunnel relays a tunnel the old process of a binary upgrade handed over, as its own: in its pool,
+// Adopt relays a tunnel the old process of a binary upgrade handed over, as its own: in its pool,
 // to its server, holding its sticky key. A tunnel whose pool or server this process's config no longer
 // has is closed (its device reconnects). It owns the tunnel's files.
-func (lb *LB) AdoptTunnel(ht handover.Tunnel) bool {
+func (sc Succession) Adopt(ht handover.Tunnel) bool {
+	lb := sc.lb
 	defer ht.ClientFile.Close()
 	defer ht.ServerFile.Close()
 	g := lb.px.gen.Load()

@@ -23,8 +23,8 @@
 // and the dialer it shares with the health checks' probes (lb/dialer, a leaf), the tunnel engine
 // (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin listener and status document
 // (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile), and the hand-over of a running
-// process to a new one of a binary upgrade (lb/handover; handover.go here: HandOver, the tunnels'
-// hand-over and adoption, and Options.Given).
+// process to a new one of a binary upgrade (lb/handover; handover.go here: LB.Succession, and
+// Options.Given).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.
@@ -52,7 +52,8 @@ import (
 
 // LB is a running load balancer.
 type LB struct {
-	given handover.Given // Options.Given: what the old process of a binary upgrade handed over
+	given    handover.Given   // Options.Given: what the old process of a binary upgrade handed over
+	upgrades [2]atomic.Uint64 // binary upgrades: ok (this process or an ancestor took over), failed
 	// px is the request path: every request is served by it alone (proxy.go).
 	px      *proxy
 	log     *slog.Logger         // events and the access log (log.go)
@@ -138,6 +139,8 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.now = o.Now
 	if o.Given != nil {
 		lb.given = *o.Given
+		lb.upgrades[0].Store(o.Given.Upgrades.OK)
+		lb.upgrades[1].Store(o.Given.Upgrades.Failed)
 	}
 	lb.px.front.Sources().SetLimits(sourceLimits(&cfg.Frontend, lb.now))
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
@@ -295,13 +298,6 @@ func (lb *LB) Start(ctx context.Context) error {
 		delete(lb.given.Listeners, key)
 	}
 	return nil
-}
-
-// HandOver is what a new process of a binary upgrade needs to start in this one's place: the listening
-// sockets (the new process serves on them beside this one, which then stops accepting) and the state
-// (each pool's leader and health, the sticky keys). cmd/fairlead sends it (package handover).
-func (lb *LB) HandOver() handover.Given {
-	return handover.Given{Listeners: lb.lns.handover(), State: lb.stateDocument()}
 }
 
 // serve runs srv on ln until ln is closed (Close, or a reload that moved the listener).

@@ -159,6 +159,8 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminHandler.Unauthorized())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())
+	metrics.WriteCounterUint64(w, `fairlead_upgrades_total{result="ok"}`, lb.upgrades[0].Load())
+	metrics.WriteCounterUint64(w, `fairlead_upgrades_total{result="failed"}`, lb.upgrades[1].Load())
 	metrics.WriteGaugeUint64(w, "fairlead_config_last_reload_successful", boolGauge(lb.lastReloadOK.Load()))
 	for _, k := range event.Kinds() {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`fairlead_events_total{kind=%q}`, k), lb.events[k].Load())

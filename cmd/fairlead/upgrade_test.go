@@ -187,6 +187,13 @@ func TestSIGUSR2HandsTheListenersToTheNewProcessWithoutRefusingAConnection(t *te
 		if !strings.Contains(p.logText(), "binary upgrade: the new process serves") {
 			t.Errorf("round %d: no line saying the new process serves", round)
 		}
+		// The new process counts on from the old one's count, and says whom it took over from.
+		testkit.Eventually(t, "the upgrades counted", 10*time.Second, func() bool {
+			return testkit.Metric(p.admin, `fairlead_upgrades_total{result="ok"}`) == strconv.Itoa(round)
+		})
+		if !strings.Contains(p.logText(), "took over from PID "+strconv.Itoa(old)) {
+			t.Errorf("round %d: no upgraded event naming the old process %d", round, old)
+		}
 	}
 }
 
@@ -357,4 +364,10 @@ func TestAnUpgradeToABadConfigOrAHungProcessLeavesTheOldOneServing(t *testing.T)
 	}
 	try("a new process that never becomes ready", "timed out")
 	os.Rename(good, p.exe) //nolint:errcheck
+	if got := testkit.Metric(p.admin, `fairlead_upgrades_total{result="failed"}`); got != "2" {
+		t.Errorf(`fairlead_upgrades_total{result="failed"} = %q, want 2`, got)
+	}
+	if n := strings.Count(p.logText(), "kind=upgrade_failed"); n != 2 {
+		t.Errorf("%d upgrade_failed events logged, want 2", n)
+	}
 }

@@ -73,7 +73,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 	return &given, func(l *lb.LB) {
 		adopted, closed := 0, 0
 		err := handover.ReceiveTunnels(ch, func(t handover.Tunnel) {
-			if l.AdoptTunnel(t) {
+			if l.Succession().Adopt(t) {
 				adopted++
 			} else {
 				closed++
@@ -84,6 +84,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 			u.logger.Warn("binary upgrade: the old process's tunnels stopped coming: " + err.Error())
 		}
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
+		l.Succession().TookOver(given.From, adopted, closed)
 	}, nil
 }
 
@@ -100,7 +101,7 @@ func (u *upgrader) ready(l *lb.LB) error {
 		return err
 	}
 	go handover.Serve(shared, func(ch *handover.Channel, h handover.Hello) {
-		if err := handover.Give(ch, l.HandOver()); err != nil {
+		if err := handover.Give(ch, l.Succession().Give()); err != nil {
 			u.logger.Warn("binary upgrade: handing over to the new process failed: " + err.Error())
 			ch.Close()
 			return
@@ -147,12 +148,12 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 		if ch != nil {
 			ch.Close()
 		}
-		u.logger.Warn("binary upgrade failed; this process keeps serving", "reason", upgradeReason(err))
+		l.Succession().Failed(errors.New(upgradeReason(err))) // a WARN line, the event, the metric
 		return false
 	}
 	u.logger.Info("binary upgrade: the new process serves; this one stops accepting, hands its tunnels over, drains and exits")
 	if ch != nil {
-		moved, stayed := l.HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
+		moved, stayed := l.Succession().HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (TLS)", moved, stayed))

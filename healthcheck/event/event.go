@@ -32,12 +32,14 @@ const (
 	DiscoveryChanged                 // a pool's service discovery found a new server list (Detail)
 	PoolDown                         // no server of a pool is available at all: its requests wait, then get unavailable_status
 	PoolUp                           // a server of a pool is available again after PoolDown (Detail)
+	Upgraded                         // this process took over from the old one of a binary upgrade (Detail: which, with what)
+	UpgradeFailed                    // a binary upgrade's new process failed; this one keeps serving (Detail: why)
 	NumKinds                         // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
 	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-	"discovery_changed", "pool_down", "pool_up"}
+	"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed"}
 
 func (k Kind) String() string {
 	if k > 0 && k < NumKinds {
@@ -103,7 +105,7 @@ func (e Event) Severity() Severity {
 			return SeverityOutage
 		}
 		return SeverityOK
-	case ServerDown, Failover, SplitBrain, ReloadFailed:
+	case ServerDown, Failover, SplitBrain, ReloadFailed, UpgradeFailed:
 		return SeverityWarning
 	case ServerUp, PoolUp, Failback:
 		return SeverityOK

@@ -151,8 +151,8 @@ func TestKindsHaveNames(t *testing.T) {
 	if s := Kind(0).String(); s != "kind(0)" {
 		t.Fatalf("Kind(0) is %q, want kind(0)", s)
 	}
-	if s := NumKinds.String(); s != "kind(16)" {
-		t.Fatalf("an unknown kind is %q, want kind(16)", s)
+	if s := NumKinds.String(); s != "kind(18)" {
+		t.Fatalf("an unknown kind is %q, want kind(18)", s)
 	}
 }
 
@@ -175,6 +175,7 @@ func TestEverySeverityIsByMeaning(t *testing.T) {
 	f(Event{Kind: Failover}, "warn")
 	f(Event{Kind: SplitBrain, Server: "10.0.0.2:8080"}, "warn")
 	f(Event{Kind: ReloadFailed}, "warn")
+	f(Event{Kind: UpgradeFailed}, "warn")
 	// Recoveries.
 	f(Event{Kind: ServerUp, Server: "10.0.0.2:8080"}, "ok")
 	f(Event{Kind: PoolUp}, "ok")
@@ -182,7 +183,7 @@ func TestEverySeverityIsByMeaning(t *testing.T) {
 	f(Event{Kind: LeaderChanged, Server: "10.0.0.2:8080"}, "ok")
 	f(Event{Kind: LeaderChanged, Server: "10.0.0.2:8080", Old: "10.0.0.1:8080"}, "ok")
 	// Information.
-	for _, k := range []Kind{ServerAdded, ServerRemoved, CheckAnswered, ReloadApplied, AdminAction, DiscoveryChanged} {
+	for _, k := range []Kind{ServerAdded, ServerRemoved, CheckAnswered, ReloadApplied, AdminAction, DiscoveryChanged, Upgraded} {
 		f(Event{Kind: k, Server: "10.0.0.2:8080"}, "info")
 	}
 	for _, k := range Kinds() {

@@ -19,6 +19,7 @@ var metricFamilies = []metricFamily{
 	{"fairlead_admin_unauthorized_total", "counter", "", "admin requests answered 401"},
 	{"fairlead_config_reloads_total", "counter", "", "reloads applied"},
 	{"fairlead_config_reload_failures_total", "counter", "", "reloads that kept the running config"},
+	{"fairlead_upgrades_total", "counter", "result", "binary upgrades (SIGUSR2): ok, a new process took over (counted on across the processes); failed, the new process failed and the old one kept serving"},
 	{"fairlead_config_last_reload_successful", "gauge", "", "1 when the last reload attempt left the files in force (applied, or found identical to the running config, as when a bad edit is put back; a reload whose changes partly need a restart counts as 1), 0 when it kept the running config (a config error, a listen address that cannot be bound, a relay that cannot start); 1 at start"},
 	{"fairlead_events_total", "counter", "kind", "events published on the event stream, by kind (see Event kinds)"},
 	{"fairlead_tunnels_opened_total", "counter", "", "WebSocket tunnels opened"},

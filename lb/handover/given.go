@@ -11,6 +11,15 @@ import (
 type Given struct {
 	Listeners map[string]Listener
 	State     []byte
+	Upgrades  Upgrades
+	From      Hello // the old process
+}
+
+// Upgrades counts the binary upgrades of a chain of processes (fairlead_upgrades_total), so that the
+// counter goes on across them.
+type Upgrades struct {
+	OK     uint64 `json:"ok"`
+	Failed uint64 `json:"failed"`
 }
 
 // Listener is a listening socket and the address its config named (":8080" listens on every address:

@@ -15,6 +15,7 @@ const (
 	kindHello     = "hello"
 	kindListeners = "listeners"
 	kindState     = "state"
+	kindUpgrades  = "upgrades"
 	kindTunnels   = "tunnels"
 	kindDone      = "done"
 )
@@ -29,6 +30,12 @@ type Hello struct {
 type listenerNote struct {
 	Key    string `json:"key"`
 	Config string `json:"config"`
+}
+
+// about is the old process and the count of upgrades so far.
+type about struct {
+	Upgrades Upgrades `json:"upgrades"`
+	From     Hello    `json:"from"`
 }
 
 // Serve answers each hello on shared until it is closed: give runs the handover over the new
@@ -104,7 +111,11 @@ func Give(ch *Channel, g Given) error {
 	if err := ch.Send(Message{Kind: kindListeners, Body: body, Files: files}); err != nil {
 		return err
 	}
-	return ch.Send(Message{Kind: kindState, Body: g.State})
+	if err := ch.Send(Message{Kind: kindState, Body: g.State}); err != nil {
+		return err
+	}
+	body, _ = json.Marshal(about{g.Upgrades, g.From})
+	return ch.Send(Message{Kind: kindUpgrades, Body: body})
 }
 
 // Take receives what Give sent: the listeners, as this process's own, and the state.
@@ -140,6 +151,15 @@ func Take(ch *Channel) (Given, error) {
 		return Given{}, fmt.Errorf("handover: %s where the state was expected", s.Kind)
 	}
 	g.State = s.Body
+	u, err := ch.Receive()
+	if err != nil {
+		return Given{}, err
+	}
+	var a about
+	if u.Kind != kindUpgrades || json.Unmarshal(u.Body, &a) != nil {
+		return Given{}, fmt.Errorf("handover: %s where the upgrades' count was expected", u.Kind)
+	}
+	g.Upgrades, g.From = a.Upgrades, a.From
 	return g, nil
 }
 
