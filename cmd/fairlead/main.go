@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/fairlead/fairlead/healthcheck/event"
 	"github.com/fairlead/fairlead/lb"
 	"github.com/fairlead/fairlead/lb/config"
@@ -93,6 +94,9 @@ func run(args []string) int {
 		return 1
 	}
 	go handedOver(l) // what the old process hands over once this one serves: its tunnels
+	// systemd (Type=notify): this process serves. After a binary upgrade it is the service's main
+	// process from now on (the old one exits), which NotifyAccess=all lets it say.
+	notifySystemd(fmt.Sprintf("MAINPID=%d\nREADY=1", os.Getpid()))
 	upgraded := make(chan struct{})
 	up.notify(func() {
 		if up.upgrade(l) {
@@ -168,4 +172,11 @@ func startupLine(version, addr, tlsAddr, adminAddr string) string {
 		return line + ", admin on " + adminAddr
 	}
 	return line + ", no admin listener"
+}
+
+// notifySystemd sends state to systemd's notify socket, when there is one (sd_notify(3)).
+func notifySystemd(state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		slog.Warn("systemd: cannot notify: " + err.Error())
+	}
 }

@@ -30,14 +30,21 @@ type upgradeProc struct {
 	exe, pidFile     string
 	addr, admin, log string
 	conf             string // the config directory
+	env              []string
 	cmd              *exec.Cmd
 	done             chan error
 }
 
 func startUpgradable(t *testing.T, c *sim.Cluster, files ...string) *upgradeProc {
 	t.Helper()
+	return startUpgradableEnv(t, c, nil, files...)
+}
+
+// startUpgradableEnv is startUpgradable with more environment variables.
+func startUpgradableEnv(t *testing.T, c *sim.Cluster, env []string, files ...string) *upgradeProc {
+	t.Helper()
 	dir := t.TempDir()
-	p := &upgradeProc{t: t, exe: filepath.Join(dir, "fairlead"), pidFile: filepath.Join(dir, "fairlead.pid"),
+	p := &upgradeProc{t: t, env: env, exe: filepath.Join(dir, "fairlead"), pidFile: filepath.Join(dir, "fairlead.pid"),
 		addr: testkit.Addr(t), admin: testkit.Addr(t), log: filepath.Join(dir, "fairlead.log"), done: make(chan error, 1)}
 	copyFile(t, testkit.Binary(t, "cmd/fairlead"), p.exe)
 	all := map[string]string{"10-base.toml": baseConfig(p.addr, p.admin, c)}
@@ -53,6 +60,7 @@ func startUpgradable(t *testing.T, c *sim.Cluster, files ...string) *upgradeProc
 	p.conf = conf
 	p.cmd = exec.Command(p.exe, "-pidfile", p.pidFile, "-upgrade-timeout", "3s", "-config", conf)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.SysProcAttr = testkit.DieWithTest()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -369,5 +377,51 @@ func TestAnUpgradeToABadConfigOrAHungProcessLeavesTheOldOneServing(t *testing.T)
 	}
 	if n := strings.Count(p.logText(), "kind=upgrade_failed"); n != 2 {
 		t.Errorf("%d upgrade_failed events logged, want 2", n)
+	}
+}
+
+// systemd (Type=notify, NotifyAccess=all): fairlead says READY=1 with its PID when it serves, and the
+// new process of a binary upgrade says MAINPID= its own, so that systemd follows it as the service's
+// main process when the old one exits (and systemctl stop stops it). The test is systemd's notify
+// socket: a datagram socket as systemd makes it, named by NOTIFY_SOCKET.
+func TestSystemdIsToldTheNewMainPIDAfterABinaryUpgrade(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	got := make(chan string, 16)
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := nc.Read(b)
+			if err != nil {
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no notification %s", what)
+			return ""
+		}
+	}
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradableEnv(t, c, []string{"NOTIFY_SOCKET=" + sock})
+	old := p.pid()
+	if m := next("at start"); m != "MAINPID="+strconv.Itoa(old)+"\nREADY=1" {
+		t.Fatalf("at start: %q", m)
+	}
+	syscall.Kill(old, syscall.SIGUSR2) //nolint:errcheck
+	m := next("after the upgrade")
+	testkit.Eventually(t, "a new process", 30*time.Second, func() bool { return p.pid() != old })
+	if want := "MAINPID=" + strconv.Itoa(p.pid()) + "\nREADY=1"; m != want {
+		t.Fatalf("after the upgrade: %q, want %q", m, want)
 	}
 }

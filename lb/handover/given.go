@@ -40,3 +40,9 @@ type Tunnel struct {
 
 	ClientFile, ServerFile *os.File `json:"-"`
 }
+
+// Hello is what a new process says of itself.
+type Hello struct {
+	PID     int    `json:"pid"`
+	Version string `json:"version"`
+}

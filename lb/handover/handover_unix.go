@@ -20,12 +20,6 @@ const (
 	kindDone      = "done"
 )
 
-// Hello is what a new process says of itself.
-type Hello struct {
-	PID     int    `json:"pid"`
-	Version string `json:"version"`
-}
-
 // listenerNote is a listener as a message names it; its socket is the message's file of the same index.
 type listenerNote struct {
 	Key    string `json:"key"`
