@@ -129,7 +129,8 @@ func (sc Succession) Adopt(ht handover.Tunnel) bool {
 		release = st.pins.holdKey(ht.Key)
 	}
 	end := &tunnelEnd{px: lb.px, p: p, s: s, client: addrOf(ht.Client), opened: ht.Opened, key: ht.Key}
-	if !lb.px.relay(st, end, client, server, nil, nil, release, nil) {
+	uncount := lb.px.front.Sources().Adopt(client) // max_conns_per_source counts it here from now on
+	if !lb.px.relay(st, end, client, server, nil, nil, release, uncount) {
 		client.Close()
 		return false
 	}

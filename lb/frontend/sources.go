@@ -142,7 +142,7 @@ func (s *Sources) Admit(a netip.Addr) (ok bool, retryAfter int) {
 
 // open counts a connection of a (counted); ok is false (nothing counted) when a has
 // max_conns_per_source open. A connection not counted (the shard is full of busy addresses) passes.
-func (s *Sources) open(a netip.Addr) (counted, ok bool) {
+func (s *Sources) open(a netip.Addr, force bool) (counted, ok bool) {
 	lim := s.lim.Load()
 	sh := s.shard(a)
 	sh.mu.Lock()
@@ -151,7 +151,7 @@ func (s *Sources) open(a netip.Addr) (counted, ok bool) {
 	switch {
 	case e == nil:
 		return false, true
-	case lim.MaxConns > 0 && e.conns >= lim.MaxConns:
+	case !force && lim.MaxConns > 0 && e.conns >= lim.MaxConns:
 		return false, false
 	}
 	e.conns++
@@ -184,7 +184,18 @@ func (s *Sources) Conns(a netip.Addr) int {
 
 // accept counts a new connection c of the front end: nil, or the function that uncounts it (once)
 // when it closes; ok is false when it is over max_conns_per_source (counted; the caller closes it).
-func (s *Sources) accept(c net.Conn) (release func(), ok bool) {
+func (s *Sources) accept(c net.Conn) (release func(), ok bool) { return s.count(c, false) }
+
+// Adopt counts c, a connection the old process of a binary upgrade admitted and handed over (a
+// tunnel's), against max_conns_per_source as if accepted here, whatever the count; release uncounts it
+// (once). nil when nothing is counted.
+func (s *Sources) Adopt(c net.Conn) (release func()) {
+	release, _ = s.count(c, true)
+	return release
+}
+
+// count is accept, or Adopt when force.
+func (s *Sources) count(c net.Conn, force bool) (release func(), ok bool) {
 	lim := s.lim.Load()
 	if lim.MaxConns <= 0 {
 		return nil, true
@@ -199,7 +210,7 @@ func (s *Sources) accept(c net.Conn) (release func(), ok bool) {
 			return nil, true
 		}
 	}
-	counted, ok := s.open(a)
+	counted, ok := s.open(a, force)
 	switch {
 	case !ok:
 		s.ConnLimited.Add(1)
