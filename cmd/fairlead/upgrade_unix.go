@@ -169,8 +169,5 @@ func upgradeReason(err error) string {
 	return err.Error()
 }
 
-// exited is closed once a new process has taken over.
-func (u *upgrader) exited() <-chan struct{} { return u.upg.Exit() }
-
 // stop gives up the upgrader's files (at exit without an upgrade).
 func (u *upgrader) stop() { u.upg.Stop() }

@@ -19,5 +19,4 @@ func (u *upgrader) join() (*handover.Given, func(*lb.LB), error) { return nil, f
 func (u *upgrader) ready(*lb.LB) error                           { return nil }
 func (u *upgrader) notify(func())                                {}
 func (u *upgrader) upgrade(*lb.LB) bool                          { return false }
-func (u *upgrader) exited() <-chan struct{}                      { return nil }
 func (u *upgrader) stop()                                        {}
