@@ -140,7 +140,7 @@ func TestAdminStatesHaveNames(t *testing.T) {
 func TestKindsHaveNames(t *testing.T) {
 	want := []string{"server_up", "server_down", "server_added", "server_removed", "leader_changed",
 		"split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-		"discovery_changed", "pool_down", "pool_up"}
+		"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed"}
 	var got []string
 	for _, k := range Kinds() {
 		got = append(got, k.String())
