@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck"
@@ -35,7 +36,11 @@ func (lb *LB) Status() admin.Status {
 // alarms, the relays.
 func (lb *LB) status() admin.Status {
 	g := lb.px.gen.Load()
-	st := admin.Status{ConfigFiles: g.cfg.Files, Alarms: []admin.Alarm{}}
+	st := admin.Status{ConfigFiles: g.cfg.Files, Alarms: []admin.Alarm{},
+		Process: admin.ProcessStatus{Version: lb.version, PID: os.Getpid(), Since: lb.started}}
+	if from := lb.given.From; from.PID != 0 {
+		st.Process.UpgradedFrom = &admin.Predecessor{Version: from.Version, PID: from.PID}
+	}
 	var warnings []admin.Alarm // after the critical alarms
 	for _, name := range g.poolNames() {
 		p := g.pools[name]

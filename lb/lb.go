@@ -54,6 +54,7 @@ import (
 type LB struct {
 	given    handover.Given   // Options.Given: what the old process of a binary upgrade handed over
 	upgrades [2]atomic.Uint64 // binary upgrades: ok (this process or an ancestor took over), failed
+	started  time.Time        // when Start began to serve (admin.ProcessStatus.Since)
 	// px is the request path: every request is served by it alone (proxy.go).
 	px      *proxy
 	log     *slog.Logger         // events and the access log (log.go)
@@ -293,6 +294,7 @@ func (lb *LB) Start(ctx context.Context) error {
 			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
 		lb.serve(lb.adminServer, aln, "admin")
 	}
+	lb.started = time.Now().UTC().Truncate(time.Second)
 	for key, hl := range lb.given.Listeners { // handed over for an address the config no longer names
 		hl.Close() //nolint:errcheck
 		delete(lb.given.Listeners, key)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -201,6 +202,24 @@ func TestSIGUSR2HandsTheListenersToTheNewProcessWithoutRefusingAConnection(t *te
 		})
 		if !strings.Contains(p.logText(), "took over from PID "+strconv.Itoa(old)) {
 			t.Errorf("round %d: no upgraded event naming the old process %d", round, old)
+		}
+		// The status document (and the page's footer) names the process that serves and its predecessor.
+		var st struct {
+			Process struct {
+				PID          int `json:"pid"`
+				UpgradedFrom struct {
+					PID int `json:"pid"`
+				} `json:"upgraded_from"`
+			} `json:"process"`
+		}
+		resp, err := http.Get("http://" + p.admin + "/api/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st) //nolint:errcheck // checked below
+		resp.Body.Close()
+		if st.Process.PID != p.pid() || st.Process.UpgradedFrom.PID != old {
+			t.Errorf("round %d: /api/status process %+v, want PID %d upgraded from %d", round, st.Process, p.pid(), old)
 		}
 	}
 }

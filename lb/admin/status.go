@@ -12,6 +12,9 @@ import (
 
 // Status is the JSON document of GET /status.
 type Status struct {
+	// Process is the fairlead process that serves: its version, PID and since when, and the process it
+	// took over from by a binary upgrade (SIGUSR2).
+	Process ProcessStatus `json:"process"`
 	// ConfigFiles are the files the running config was read from, in merge order.
 	ConfigFiles []string `json:"config_files"`
 	// Alarms are the conditions that must not be missed, while they last, at most one per pool: a
@@ -31,6 +34,21 @@ type Status struct {
 	// /events sends them but for a detail longer than 512 bytes, which is cut. /events' first snapshot carries them; its later snapshots have null here
 	// (the stream sends each event as it happens).
 	Events []StreamEvent `json:"events"`
+}
+
+// ProcessStatus is the fairlead process that serves.
+type ProcessStatus struct {
+	Version string    `json:"version"` // fairlead's version (fairlead_build_info)
+	PID     int       `json:"pid"`
+	Since   time.Time `json:"since"` // when it began to serve
+	// UpgradedFrom is the process it took over from by a binary upgrade; omitted after a start of its own.
+	UpgradedFrom *Predecessor `json:"upgraded_from,omitempty"`
+}
+
+// Predecessor is the old process of a binary upgrade.
+type Predecessor struct {
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
 }
 
 // Alarm is a condition an operator must not miss, present while it lasts.
