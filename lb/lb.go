@@ -54,7 +54,7 @@ import (
 type LB struct {
 	given    handover.Given   // Options.Given: what the old process of a binary upgrade handed over
 	upgrades [2]atomic.Uint64 // binary upgrades: ok (this process or an ancestor took over), failed
-	started  time.Time        // when Start began to serve (admin.ProcessStatus.Since)
+	started  time.Time        // when Start was called (admin.ProcessStatus.Since); set before its goroutines
 	// px is the request path: every request is served by it alone (proxy.go).
 	px      *proxy
 	log     *slog.Logger         // events and the access log (log.go)
@@ -201,6 +201,7 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 // "fast", a pool restored from the state file does not wait, see statefile.go) and then opens the front end
 // and the admin listener. It returns once both listen.
 func (lb *LB) Start(ctx context.Context) error {
+	lb.started = time.Now().UTC().Truncate(time.Second) // before any goroutine reads it (status)
 	ctx, lb.cancel = context.WithCancel(ctx)
 	lb.ctx = ctx
 	g := lb.px.gen.Load()
@@ -294,7 +295,6 @@ func (lb *LB) Start(ctx context.Context) error {
 			Logger: lb.adminConnErrs.Logger(), SecureErrorLogMessage: true}
 		lb.serve(lb.adminServer, aln, "admin")
 	}
-	lb.started = time.Now().UTC().Truncate(time.Second)
 	for key, hl := range lb.given.Listeners { // handed over for an address the config no longer names
 		hl.Close() //nolint:errcheck
 		delete(lb.given.Listeners, key)
