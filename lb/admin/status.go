@@ -39,16 +39,16 @@ type Status struct {
 // ProcessStatus is the fairlead process that serves.
 type ProcessStatus struct {
 	Version string    `json:"version"` // fairlead's version (fairlead_build_info)
-	PID     int       `json:"pid"`
-	Since   time.Time `json:"since"` // when it began to serve
+	PID     int       `json:"pid"`     // its process ID
+	Since   time.Time `json:"since"`   // when it began to serve
 	// UpgradedFrom is the process it took over from by a binary upgrade; omitted after a start of its own.
 	UpgradedFrom *Predecessor `json:"upgraded_from,omitempty"`
 }
 
 // Predecessor is the old process of a binary upgrade.
 type Predecessor struct {
-	Version string `json:"version"`
-	PID     int    `json:"pid"`
+	Version string `json:"version"` // its version
+	PID     int    `json:"pid"`     // its process ID (it has exited)
 }
 
 // Alarm is a condition an operator must not miss, present while it lasts.
