@@ -1,0 +1,5 @@
+//go:build !race
+
+package tlsrecord
+
+const raceEnabled = false
