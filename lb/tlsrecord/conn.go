@@ -108,7 +108,7 @@ func New(rw io.ReadWriter, st State) (*Conn, error) {
 	if len(st.Pending)+len(st.Plain) > MaxRecord {
 		return nil, errors.New("tlsrecord: a state holds more than a record's bytes")
 	}
-	if len(st.Pending)+len(st.Plain) > 0 && !c.readClosed {
+	if len(st.Pending)+len(st.Plain) > 0 {
 		c.buf = inPool.Get().(*[]byte)
 		c.pEnd = copy(*c.buf, st.Plain)
 		c.rOff = c.pEnd
@@ -162,7 +162,8 @@ func (h *half) xorNonce() []byte {
 }
 
 // State returns a copy of c's state, for a handover: the caller makes sure no Read or Write runs.
-// It holds keys: never log it.
+// A Conn that failed (a read or write error other than a temporary one) is not to be handed over:
+// its State does not carry the failure. It holds keys: never log it.
 func (c *Conn) State() State {
 	st := State{Version: c.version, Suite: c.suiteID, Client: c.client,
 		Read: c.direction(&c.in), Write: c.direction(&c.out),

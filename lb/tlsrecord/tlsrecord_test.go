@@ -134,12 +134,9 @@ func TestInteropTLS13NoAES(t *testing.T) {
 	}
 }
 
-// pair returns two Conns, client and server, of version and suite over a TCP connection, from
-// random secrets.
-func pair(t testing.TB, version, suite uint16) (cli, srv *Conn, cliRaw, srvRaw *net.TCPConn) {
+// states returns the States of a client and a server of version and suite, from random secrets.
+func states(t testing.TB, version, suite uint16) (cs, ss State) {
 	t.Helper()
-	cliRaw, srvRaw = tcpPair(t)
-	var cs, ss State
 	var err1, err2 error
 	if version == tls.VersionTLS13 {
 		s, _ := lookup(version, suite)
@@ -159,6 +156,15 @@ func pair(t testing.TB, version, suite uint16) (cli, srv *Conn, cliRaw, srvRaw *
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
+	return cs, ss
+}
+
+// pair returns two Conns, client and server, of version and suite over a TCP connection, from
+// random secrets.
+func pair(t testing.TB, version, suite uint16) (cli, srv *Conn, cliRaw, srvRaw *net.TCPConn) {
+	t.Helper()
+	cliRaw, srvRaw = tcpPair(t)
+	cs, ss := states(t, version, suite)
 	var err error
 	if cli, err = New(cliRaw, cs); err != nil {
 		t.Fatal(err)
@@ -506,4 +512,34 @@ func TestPostHandshakeMessages(t *testing.T) {
 	if _, err := cli.Read(make([]byte, MaxRecord)); err == nil || !strings.Contains(err.Error(), "renegotiation") {
 		t.Fatalf("read %v", err)
 	}
+}
+
+// TestHandoverClosed: a State carries the ends that close_notify closed.
+func TestHandoverClosed(t *testing.T) {
+	cli, srv, cliRaw, srvRaw := pair(t, tls.VersionTLS13, tls.TLS_CHACHA20_POLY1305_SHA256)
+	if err := srv.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Read(make([]byte, MaxRecord)); err != io.EOF {
+		t.Fatalf("read %v", err)
+	}
+	cst, sst := cli.State(), srv.State()
+	if !cst.ReadClosed || cst.WriteClosed || sst.ReadClosed || !sst.WriteClosed {
+		t.Fatalf("closed: client %v/%v, server %v/%v", cst.ReadClosed, cst.WriteClosed, sst.ReadClosed, sst.WriteClosed)
+	}
+	cli2, err := New(cliRaw, cst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2, err := New(srvRaw, sst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli2.Read(make([]byte, 10)); err != io.EOF {
+		t.Fatalf("read %v after the handover", err)
+	}
+	if _, err := srv2.Write([]byte("x")); err == nil {
+		t.Fatal("a write after close_notify, after the handover")
+	}
+	roundTrip(t, cli2, srv2, 5000)
 }
