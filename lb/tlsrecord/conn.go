@@ -278,7 +278,7 @@ func (c *Conn) readInPlace(b []byte) (int, error) {
 	for {
 		n, err := recordLen(b[:r])
 		if err != nil {
-			c.rerr = err
+			c.fail(err)
 			return 0, err
 		}
 		if n == 0 {
@@ -326,7 +326,7 @@ func (c *Conn) openAll(b []byte, r int) (w, used int, err error) {
 	for {
 		n, err := recordLen(b[used:r])
 		if err != nil {
-			c.rerr = err
+			c.fail(err)
 			return w, used, err
 		}
 		if n == 0 {
@@ -356,7 +356,7 @@ func (c *Conn) readSmall(b []byte) (int, error) {
 	for {
 		n, err := recordLen(buf[c.rOff:c.rEnd])
 		if err != nil {
-			c.rerr = err
+			c.fail(err)
 			return 0, err
 		}
 		if n == 0 {
@@ -412,6 +412,9 @@ func (c *Conn) open(rec []byte) (typ byte, pt []byte, err error) {
 		pt, err = h.aead.Open(body[:0], h.xorNonce(), body, rec[:headerLen])
 		if err != nil {
 			return c.fail(errBadRecordMAC)
+		}
+		if len(pt) > maxPlaintext+1 { // TLSInnerPlaintext, padding included (RFC 8446 5.4)
+			return c.fail(errRecordOverflow)
 		}
 		i := len(pt) - 1
 		for i >= 0 && pt[i] == 0 {
@@ -471,9 +474,30 @@ func (c *Conn) open(rec []byte) (typ byte, pt []byte, err error) {
 	return c.fail(fmt.Errorf("tlsrecord: a record of type %d", typ))
 }
 
-// fail makes err c's read error for good.
+// fail makes err c's read error for good, and tells the peer with a fatal alert (RFC 8446 6.2)
+// unless the failure is the peer's alert.
 func (c *Conn) fail(err error) (byte, []byte, error) {
 	c.rerr = err
+	var desc byte
+	switch err {
+	case errBadRecordMAC:
+		desc = 20 // bad_record_mac
+	case errRecordOverflow:
+		desc = 22 // record_overflow
+	default:
+		if _, peers := err.(AlertError); peers {
+			return 0, nil, err
+		}
+		desc = 10 // unexpected_message
+	}
+	c.wmu.Lock()
+	if c.werr == nil {
+		alert := [2]byte{2, desc} // fatal
+		if _, werr := c.writeRecords(typeAlert, alert[:]); werr == nil {
+			c.werr = err
+		}
+	}
+	c.wmu.Unlock()
 	return 0, nil, err
 }
 

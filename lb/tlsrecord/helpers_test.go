@@ -93,14 +93,26 @@ func (f *firstBytes) Write(p []byte) (int, error) {
 	return f.Conn.Write(p)
 }
 
-// corrupter flips a bit of what is written to its connection once armed.
+// corrupter flips a bit of what is written to its connection once armed; with mem, it reads and
+// writes that buffer instead of its connection (a benchmark's).
 type corrupter struct {
 	net.Conn
 	mu    sync.Mutex
 	armed bool
+	mem   *bytes.Buffer
+}
+
+func (c *corrupter) Read(p []byte) (int, error) {
+	if c.mem != nil {
+		return c.mem.Read(p)
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *corrupter) Write(p []byte) (int, error) {
+	if c.mem != nil {
+		return c.mem.Write(p)
+	}
 	c.mu.Lock()
 	if c.armed && len(p) > headerLen+4 {
 		q := append([]byte(nil), p...)

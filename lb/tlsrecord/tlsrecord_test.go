@@ -432,6 +432,9 @@ func TestBadRecords(t *testing.T) {
 				if n, err := c.Read(make([]byte, MaxRecord)); n != 0 || err == nil || isTemporary(err) {
 					t.Fatalf("%s: read %d, %v", name, n, err)
 				}
+				if _, err := s.srv.Read(make([]byte, 10)); err == nil || !strings.Contains(err.Error(), "remote error") {
+					t.Fatalf("%s: the peer read %v", name, err)
+				}
 			}
 			s := handshake(t, tc.version, tc.suite, tc.rsa)
 			c, peer := s.ours(t, true)
@@ -446,6 +449,13 @@ func TestBadRecords(t *testing.T) {
 				if n, err := c.Read(make([]byte, MaxRecord)); n != 0 || err != errBadRecordMAC {
 					t.Fatalf("read %d, %v", n, err)
 				}
+			}
+			// Ours told crypto/tls, with an alert.
+			if _, err := peer.Read(make([]byte, 10)); err == nil || !strings.Contains(err.Error(), "remote error: tls: bad record MAC") {
+				t.Fatalf("the peer read %v", err)
+			}
+			if _, err := c.Write([]byte("x")); err != errBadRecordMAC {
+				t.Fatalf("a write after a failure: %v", err)
 			}
 			// A fatal alert: crypto/tls sends one for our corrupted record.
 			s = handshake(t, tc.version, tc.suite, tc.rsa)
