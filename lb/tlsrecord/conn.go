@@ -182,10 +182,11 @@ func (c *Conn) direction(h *half) Direction {
 	return Direction{Key: clone(h.key), IV: clone(h.iv[:h.ivLen]), Seq: h.seq}
 }
 
-// Buffered returns the raw bytes c holds, read from rw but not yet opened.
+// Buffered returns the raw bytes c holds, read from rw but not yet opened. For the reading goroutine.
 func (c *Conn) Buffered() int { return c.rEnd - c.rOff }
 
-// HasRecord reports whether c holds plaintext or a whole record: Read would not need rw.
+// HasRecord reports whether c holds plaintext or a whole record: Read would not need rw (an event
+// loop must turn it again rather than wait for the socket). For the reading goroutine.
 func (c *Conn) HasRecord() bool {
 	if c.pEnd > c.pOff {
 		return true

@@ -235,11 +235,11 @@ func (s *session) state(t testing.TB, client bool) State {
 		}
 	} else {
 		// The Finished messages took sequence number 0 of each direction.
-		h := s.hello.buf
-		if len(h) < 43 || h[0] != 22 || h[5] != 2 {
-			t.Fatalf("no ServerHello first: % x", h)
+		sr, err := ServerRandom(s.hello.buf)
+		if err != nil {
+			t.Fatal(err)
 		}
-		master, cr, sr := s.log.secrets["CLIENT_RANDOM"], s.log.clientRandom, h[11:43]
+		master, cr := s.log.secrets["CLIENT_RANDOM"], s.log.clientRandom
 		if client {
 			st, err = TLS12(s.suite, true, master, cr, sr, 1+s.srvSent, 1+s.cliSent)
 		} else {

@@ -10,6 +10,10 @@
 // TLS 1.3 post-handshake messages a connection meets (KeyUpdate both ways, NewSessionTicket to a
 // client). Renegotiation and everything else after the handshake fail the connection.
 //
+// Limits: a post-handshake handshake message must lie whole in one record (crypto/tls's do); TLS 1.2
+// alerts other than close_notify fail the connection, warnings included; a Conn that failed is not
+// to be handed over (its State does not carry the failure).
+//
 // Only AEAD suites are supported: TLS 1.3's three, and TLS 1.2's ECDHE suites with AES-GCM or
 // ChaCha20-Poly1305.
 //
@@ -139,6 +143,17 @@ func TLS12(suiteID uint16, client bool, master, clientRandom, serverRandom []byt
 		st.Write = Direction{Key: sKey, IV: sIV, Seq: writeSeq}
 	}
 	return st, nil
+}
+
+// ServerRandom returns the server random of a TLS 1.2 handshake from the first bytes the server
+// wrote (read by the client, written by the server): its ServerHello's record. crypto/tls does not
+// tell it, and TLS12 needs it. b may hold more than the ServerHello; an error if it holds less.
+func ServerRandom(b []byte) ([]byte, error) {
+	// record header (5), handshake header (4), server_version (2), random (32)
+	if len(b) < 5+4+2+32 || b[0] != typeHandshake || b[5] != 2 {
+		return nil, errors.New("tlsrecord: no ServerHello")
+	}
+	return clone(b[11:43]), nil
 }
 
 // prf12 fills out with the TLS 1.2 PRF: P_hash(secret, label + seed) (RFC 5246 5).

@@ -553,3 +553,25 @@ func TestHandoverClosed(t *testing.T) {
 	}
 	roundTrip(t, cli2, srv2, 5000)
 }
+
+// TestRefused: suites and versions outside the supported ones, secrets of the wrong length, and
+// bytes that are not a ServerHello are refused.
+func TestRefused(t *testing.T) {
+	k32, k48 := make([]byte, 32), make([]byte, 48)
+	for name, err := range map[string]error{
+		"1.3 CBC suite":  second(TLS13(tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, true, k32, k32, 0, 0)),
+		"1.3 short":      second(TLS13(tls.TLS_AES_256_GCM_SHA384, true, k32, k32, 0, 0)),
+		"1.2 1.3 suite":  second(TLS12(tls.TLS_AES_128_GCM_SHA256, true, k48, k32, k32, 0, 0)),
+		"1.2 RSA kex":    second(TLS12(tls.TLS_RSA_WITH_AES_128_GCM_SHA256, true, k48, k32, k32, 0, 0)),
+		"1.2 short":      second(TLS12(tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, true, k32, k32, k32, 0, 0)),
+		"TLS 1.1":        second(New(nil, State{Version: tls.VersionTLS11, Suite: tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256})),
+		"no ServerHello": second(ServerRandom([]byte{21, 3, 3, 0, 2, 2, 40})),
+		"short hello":    second(ServerRandom(make([]byte, 42))),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
