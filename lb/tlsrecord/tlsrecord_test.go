@@ -114,7 +114,7 @@ func TestInteropTLS13(t *testing.T) {
 
 // TestInteropTLS13NoAES runs TestInteropTLS13 in a process of its own with GODEBUG=cpu.aes=off,
 // under which crypto/tls prefers TLS_CHACHA20_POLY1305_SHA256. (No crypto/tls end ever picks
-// TLS 1.3's AES-256-GCM when the other is crypto/tls: TestPairs covers it.)
+// TLS 1.3's AES-256-GCM when the other is crypto/tls: TestOpenSSLAES256 covers it.)
 func TestInteropTLS13NoAES(t *testing.T) {
 	if os.Getenv("TLSRECORD_CHILD") != "" {
 		suite := runInterop(t, interopCase{tls.VersionTLS13, 0, false})
