@@ -52,16 +52,25 @@ func (d *Dialer) DialUnder(under func(sock net.Conn, nb *nbio.TCPConn) net.Conn,
 		}
 		c = under(c, nb)
 	} else if tc, ok := c.(*net.TCPConn); ok && d.TLS != nil {
-		// A connection for a tunnel: under TLS, the tunnel engine reads and writes it in evented mode.
+		// A connection for a tunnel: under TLS, the tunnel engine reads and writes it in evented mode,
+		// and relays it with its own record layer once it has taken the session over (lb/tunnel).
 		if nc, err := nbio.NewTCPConn(tc); err == nil {
-			nc.CountTLSRecords()
+			nc.CaptureTLS(false)
 			c = nc
 		}
 	}
 	if d.TLS == nil {
 		return c, nil
 	}
-	tc, err := handshakeTLS(c, d.TLS, d.Timeout)
+	cfg := d.TLS
+	nc, _ := c.(*nbio.TCPConn)
+	if nc != nil && nc.TLSSession() != nil {
+		cfg = nc.TLSSession().Config(cfg)
+	}
+	tc, err := handshakeTLS(c, cfg, d.Timeout)
+	if err == nil && nc != nil {
+		nc.HandshakeDone()
+	}
 	if err != nil {
 		return nil, &Error{err}
 	}

@@ -73,7 +73,7 @@ func (l *listener) wrap(c net.Conn, release func()) net.Conn {
 		if nc, err := nbio.NewTCPConn(tcp); err == nil {
 			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
 			if l.tls != nil {
-				nc.CountTLSRecords() // for the tunnel engine, if it becomes a wss:// tunnel
+				nc.CaptureTLS(true) // for the tunnel engine, if it becomes a wss:// tunnel (lb/tunnel takes its session over)
 			}
 		}
 	}

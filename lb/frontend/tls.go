@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // TLSListener wraps ln, the HTTPS listener: every accepted connection becomes a TLS server connection
@@ -28,10 +30,13 @@ import (
 func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.Listener {
 	base := &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			c := config()
 			if c == nil {
 				return nil, errNoTLS
+			}
+			if nc, ok := hello.Conn.(*nbio.TCPConn); ok && nc.TLSSession() != nil {
+				c = nc.TLSSession().Config(c) // its secrets and tickets, should it become a tunnel
 			}
 			return c, nil
 		},
@@ -68,6 +73,9 @@ func (c *frontConn) handshake() error {
 			c.noteError(ConnTLS)
 		}
 		return c.hsErr
+	}
+	if nc, ok := c.tc.NetConn().(*nbio.TCPConn); ok {
+		nc.HandshakeDone()
 	}
 	c.tc.SetWriteDeadline(time.Time{}) //nolint:errcheck
 	c.sockDeadline = c.deadline

@@ -31,8 +31,88 @@ import (
 	"syscall"
 )
 
-// recordCount is a TCPConn's count of the TLS records it read (both builds).
-type recordCount struct{ rec *records }
+// recordCount is a TCPConn's count of the TLS records it read, and what it learns of the TLS session
+// over it when asked (CaptureTLS) (both builds).
+type recordCount struct {
+	rec   *records
+	sess  *TLSSession
+	exact bool // reads stop at the end of the record under way (CaptureTLS, until HandshakeDone)
+	hold  bool // reads answer ErrWouldBlock without reading the socket (Hold)
+}
+
+// CaptureTLS makes c count the TLS records it reads (CountTLSRecords) and learn what it takes to take
+// the TLS session over it from crypto/tls once its handshake is done (TLSSession); server tells which
+// end of the session c is. Call it before c's first read, and Config the handshake's configuration.
+func (c *recordCount) CaptureTLS(server bool) {
+	c.rec = new(records)
+	c.sess = &TLSSession{server: server}
+	c.exact = true
+}
+
+// TLSSession returns what c learns of its TLS session (CaptureTLS), or nil.
+func (c *recordCount) TLSSession() *TLSSession { return c.sess }
+
+// HandshakeDone tells c that the handshake of the TLS session over it ended (Handshake returned nil):
+// the records it read and wrote so far were the handshake's, and its reads need not stop at records'
+// ends any more. For the reading goroutine, once.
+func (c *recordCount) HandshakeDone() {
+	c.exact = false
+	if s := c.sess; s != nil {
+		s.mu.Lock()
+		s.hsRead, s.hsWritten, s.done = c.rec.complete, s.written.complete, true
+		s.mu.Unlock()
+	}
+}
+
+// TLSCaptured returns what c learned of its TLS session, once its handshake is done (false before,
+// or without CaptureTLS). For the reading goroutine, with no write under way.
+func (c *recordCount) TLSCaptured() (TLSCaptured, bool) {
+	s := c.sess
+	if s == nil {
+		return TLSCaptured{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		return TLSCaptured{}, false
+	}
+	g := TLSCaptured{ClientRandom: s.clientRandom, ClientSecret: s.clientSecret, ServerSecret: s.serverSecret,
+		Master: s.master, Tickets: s.tickets, Read: c.rec.complete - s.hsRead, Written: s.written.complete - s.hsWritten,
+		Whole: c.rec.whole()}
+	if s.randomSeen == len(s.serverRandom) {
+		g.ServerRandom = s.serverRandom[:]
+	}
+	return g, true
+}
+
+// Hold makes c's reads answer ErrWouldBlock without reading the socket (on), or read it again (off):
+// the layer above can then take out what it holds already, and nothing more. For the reading goroutine.
+func (c *recordCount) Hold(on bool) { c.hold = on }
+
+// clip is the part of b a read may fill: to the end of the record under way during a captured
+// session's handshake, all of it otherwise.
+func (c *recordCount) clip(b []byte) []byte {
+	if c.exact {
+		return b[:c.rec.boundary(len(b))]
+	}
+	return b
+}
+
+// sawRead and sawWrite follow what was read and written.
+func (c *recordCount) sawRead(b []byte) {
+	if c.rec != nil {
+		c.rec.observe(b)
+		if c.sess != nil {
+			c.sess.sawRead(b)
+		}
+	}
+}
+
+func (c *recordCount) sawWrite(b []byte) {
+	if c.sess != nil {
+		c.sess.sawWrite(b)
+	}
+}
 
 // CountTLSRecords makes c count the TLS records whose last byte it has read (TLSRecords): an event
 // loop reading a TLS connection over c can then tell, without reading the socket again, whether the

@@ -299,14 +299,18 @@ func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
 // Read reads as net.Conn.Read does; in evented mode it makes one read that never parks, and answers
 // ErrWouldBlock when nothing is there.
 func (c *TCPConn) Read(b []byte) (n int, err error) {
+	if c.hold {
+		return 0, ErrWouldBlock
+	}
+	b = c.clip(b)
 	if c.ev.on.Load() {
 		n, err = c.nb.readNow(b)
 		c.ev.drained = err == ErrWouldBlock || n > 0 && n < len(b)
 	} else {
 		n, err = c.nb.Read(b)
 	}
-	if c.rec != nil && n > 0 {
-		c.rec.observe(b[:n])
+	if n > 0 {
+		c.sawRead(b[:n])
 	}
 	return n, err
 }
@@ -318,11 +322,16 @@ func (c *TCPConn) Drained() bool { return c.ev.drained }
 
 // Write writes as net.Conn.Write does; in evented mode it never parks: what the socket does not take
 // at once is kept for Flush (Blocked reports it), and it answers len(b) unless the socket failed.
-func (c *TCPConn) Write(b []byte) (int, error) {
+func (c *TCPConn) Write(b []byte) (n int, err error) {
 	if c.ev.on.Load() {
-		return c.writeEvented(b)
+		n, err = c.writeEvented(b)
+	} else {
+		n, err = c.nb.Write(b)
 	}
-	return c.nb.Write(b)
+	if n > 0 {
+		c.sawWrite(b[:n])
+	}
+	return n, err
 }
 
 // SetEvented switches evented mode on or off. The caller makes sure that no Read or Write is under way

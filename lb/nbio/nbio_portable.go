@@ -74,9 +74,22 @@ func NewTCPConn(tc *net.TCPConn) (*TCPConn, error) {
 
 // Read reads as net.Conn.Read does.
 func (c *TCPConn) Read(b []byte) (int, error) {
+	if c.hold {
+		return 0, ErrWouldBlock
+	}
+	b = c.clip(b)
 	n, err := c.TCPConn.Read(b)
-	if c.rec != nil && n > 0 {
-		c.rec.observe(b[:n])
+	if n > 0 {
+		c.sawRead(b[:n])
+	}
+	return n, err
+}
+
+// Write writes as net.Conn.Write does.
+func (c *TCPConn) Write(b []byte) (int, error) {
+	n, err := c.TCPConn.Write(b)
+	if n > 0 {
+		c.sawWrite(b[:n])
 	}
 	return n, err
 }
