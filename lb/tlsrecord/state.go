@@ -205,3 +205,9 @@ func clone(b []byte) []byte {
 	}
 	return append([]byte(nil), b...)
 }
+
+// Supports reports whether the record layer has the suite of a session of that version.
+func Supports(version, suite uint16) bool {
+	_, err := lookup(version, suite)
+	return err == nil
+}
