@@ -51,6 +51,9 @@ type TLSCaptured struct {
 	Whole                      bool   // what was read ends with a whole record: no part of one is held above
 }
 
+// Server reports whether the connection is the session's server end.
+func (s *TLSSession) Server() bool { return s.server }
+
 // Write is the KeyLogWriter's: one NSS key log line per call ("LABEL <client random> <secret>").
 func (s *TLSSession) Write(line []byte) (int, error) {
 	f := bytes.Fields(line)
