@@ -15,8 +15,9 @@ import (
 // A binary upgrade's part in lb (package handover carries it between the processes): the old process
 // gives its listeners and state (Succession.Give), then, once the new one serves, stops accepting and
 // gives it every plain tunnel, open, with the sticky key it holds (HandOverTunnels); the new one relays
-// them as its own (Adopt). A TLS tunnel is not handed over yet: it closes with the old
-// process's drain, and its device reconnects.
+// them as its own (Adopt), TLS ones with their sessions (fairlead's record layer relays a TLS side once
+// the tunnel is made: lb/tunnel's session.go). A tunnel whose TLS session crypto/tls kept (a suite the
+// record layer lacks) closes with the old process's drain, and its device reconnects.
 
 // Succession is LB's side of binary upgrades (LB.Succession): what the old process gives, what the new
 // one takes, and what each says of it (events, fairlead_upgrades_total).
@@ -76,13 +77,13 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 	}
 	lb.px.live.Range(func(k, v any) bool {
 		t, e := k.(*tunnel.Tunnel), v.(*tunnelEnd)
-		cf, sf, err := t.Detach(detachTimeout)
+		d, err := t.Detach(detachTimeout)
 		if err != nil {
 			stayed++
 			return true
 		}
 		batch = append(batch, handover.Tunnel{Pool: e.p.name, Server: e.s.Addr, Key: e.key, Client: e.client.String(),
-			Opened: e.opened, ClientFile: cf, ServerFile: sf})
+			Opened: e.opened, ClientFile: d.Client, ServerFile: d.Server, ClientTLS: d.ClientTLS, ServerTLS: d.ServerTLS})
 		moved++
 		if len(batch) == 100 {
 			flush()
@@ -98,8 +99,14 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 // has is closed (its device reconnects). It owns the tunnel's files.
 func (sc Succession) Adopt(ht handover.Tunnel) bool {
 	lb := sc.lb
-	defer ht.ClientFile.Close()
-	defer ht.ServerFile.Close()
+	defer func() { // those Resume has not taken
+		if ht.ClientFile != nil {
+			ht.ClientFile.Close()
+		}
+		if ht.ServerFile != nil {
+			ht.ServerFile.Close()
+		}
+	}()
 	g := lb.px.gen.Load()
 	p := g.pools[ht.Pool]
 	if p == nil {
@@ -115,11 +122,13 @@ func (sc Succession) Adopt(ht handover.Tunnel) bool {
 	if s == nil {
 		return false
 	}
-	client, err := net.FileConn(ht.ClientFile)
+	client, err := tunnel.Resume(ht.ClientFile, ht.ClientTLS)
+	ht.ClientFile = nil
 	if err != nil {
 		return false
 	}
-	server, err := net.FileConn(ht.ServerFile)
+	server, err := tunnel.Resume(ht.ServerFile, ht.ServerTLS)
+	ht.ServerFile = nil
 	if err != nil {
 		client.Close()
 		return false

@@ -3,7 +3,9 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -273,12 +275,30 @@ func gone(pid int) bool {
 // servers see no new upgrade.
 func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
-	p := startUpgradable(t, c, "05-cx.toml", cxPool(c))
-	const n = 20
+	ca, err := sim.NewCA("upgrade test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr := testkit.Addr(t)
+	p := startUpgradable(t, c, "05-cx.toml", cxPool(c),
+		"20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
+	const n = 20 // half ws://, half wss:// (whose TLS sessions move with them)
 	conns := make([]*websocket.Conn, n)
 	for i := range conns {
-		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-		ws, _, err := d.Dial("ws://"+p.addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
+		url := "ws://" + p.addr + "/Thingworx/WS"
+		if i%2 == 1 {
+			url = "wss://" + tlsAddr + "/Thingworx/WS"
+		}
+		ws, _, err := d.Dial(url, http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})
 		if err != nil {
 			t.Fatal(err)
 		}

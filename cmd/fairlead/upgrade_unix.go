@@ -156,7 +156,7 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 		moved, stayed := l.Succession().HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
-		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (TLS)", moved, stayed))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (a TLS session crypto/tls kept, or half-closed)", moved, stayed))
 	}
 	return true
 }

@@ -4,6 +4,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Given is what an old process gives a new one before it starts: its listeners by config key
@@ -37,6 +39,11 @@ type Tunnel struct {
 	Key    []byte    `json:"key,omitempty"` // the sticky key it holds, if any
 	Client string    `json:"client"`        // the client's address, for the log
 	Opened time.Time `json:"opened"`
+
+	// Each TLS side's session (fairlead's record layer's state: keys, sequence numbers, the part of a
+	// record read), nil for a plain side. It passes only over the handover's private socket pair.
+	ClientTLS *tlsrecord.State `json:"client_tls,omitempty"`
+	ServerTLS *tlsrecord.State `json:"server_tls,omitempty"`
 
 	ClientFile, ServerFile *os.File `json:"-"`
 }

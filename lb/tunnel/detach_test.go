@@ -3,11 +3,16 @@
 package tunnel
 
 import (
+	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Issue 38: a tunnel detached from one engine and added to another — as a binary upgrade moves it from
@@ -100,17 +105,18 @@ func TestADetachedTunnelAddedToAnotherEngineRelaysEveryByteOnceInOrder(t *testin
 
 	for move := range 5 {
 		<-progress // bytes are flowing
-		cf, sf, err := tun.Detach(5 * time.Second)
+		d, err := tun.Detach(5 * time.Second)
 		if err != nil {
 			t.Fatalf("move %d: %v", move, err)
 		}
 		if r := <-reasons; r != HandedOver {
 			t.Fatalf("move %d: the old tunnel ended %v, want handed over", move, r)
 		}
-		cc, err1 := net.FileConn(cf)
-		sc, err2 := net.FileConn(sf)
-		cf.Close()
-		sf.Close()
+		if d.ClientTLS != nil || d.ServerTLS != nil {
+			t.Fatalf("move %d: a plain tunnel detached with a TLS session", move)
+		}
+		cc, err1 := Resume(d.Client, nil)
+		sc, err2 := Resume(d.Server, nil)
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
 		}
@@ -126,5 +132,109 @@ func TestADetachedTunnelAddedToAnotherEngineRelaysEveryByteOnceInOrder(t *testin
 	}
 	if n := engines[0].Len() + engines[1].Len(); n != 1 {
 		t.Errorf("%d tunnels in the two engines, want the one moved", n)
+	}
+}
+
+// Issue 38: a TLS tunnel moves the same way, with its sessions: each TLS side's record layer state
+// (keys, sequence numbers, the part of a record read) passes through JSON, as a binary upgrade sends
+// it, and the engine it is added to relays on with it. Both sides are TLS (a wss:// client, a TLS
+// upstream), for each protocol version and AEAD suite the record layer has; the tunnel moves five
+// times while a counted stream is echoed, and neither TLS peer sees anything.
+func TestADetachedTLSTunnelMovesWithItsSessions(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		max   uint16
+		suite uint16
+	}{
+		{"TLS 1.3", tls.VersionTLS13, 0},
+		{"TLS 1.2 AES-128-GCM", tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256},
+		{"TLS 1.2 AES-256-GCM", tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384},
+		{"TLS 1.2 ChaCha20-Poly1305", tls.VersionTLS12, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTLSEnv(t, Options{Loops: 1})
+			e.server.MaxVersion = c.max
+			if c.suite != 0 {
+				e.server.CipherSuites = []uint16{c.suite}
+			}
+			client, up, tun := e.openTLS("g", true, nil, nil)
+			go io.Copy(up, up) //nolint:errcheck // the TLS upstream echoes
+			other, err := NewEngine(Options{Loops: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			engines := []*Engine{e.r, other}
+
+			const words = 100_000
+			wrote := make(chan error, 1)
+			go func() {
+				var b [8]byte
+				for i := range uint64(words) {
+					binary.BigEndian.PutUint64(b[:], i)
+					if _, err := client.Write(b[:]); err != nil { // a record each
+						wrote <- err
+						return
+					}
+				}
+				wrote <- nil
+			}()
+			read := make(chan error, 1)
+			progress := make(chan uint64, 1024)
+			go func() {
+				var b [8]byte
+				for i := range uint64(words) {
+					if _, err := io.ReadFull(client, b[:]); err != nil {
+						read <- err
+						return
+					}
+					if got := binary.BigEndian.Uint64(b[:]); got != i {
+						read <- fmt.Errorf("word %d where %d was due", got, i)
+						return
+					}
+					if i%5_000 == 0 {
+						select {
+						case progress <- i:
+						default:
+						}
+					}
+				}
+				read <- nil
+			}()
+			for move := range 5 {
+				<-progress
+				d, err := tun.Detach(5 * time.Second)
+				if err != nil {
+					t.Fatalf("move %d: %v", move, err)
+				}
+				if d.ClientTLS == nil || d.ServerTLS == nil {
+					t.Fatalf("move %d: the sessions did not come with the sockets", move)
+				}
+				var states [2]tlsrecord.State
+				for i, st := range []*tlsrecord.State{d.ClientTLS, d.ServerTLS} {
+					b, err := json.Marshal(st)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := json.Unmarshal(b, &states[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cc, err1 := Resume(d.Client, &states[0])
+				sc, err2 := Resume(d.Server, &states[1])
+				if err1 != nil || err2 != nil {
+					t.Fatal(err1, err2)
+				}
+				if tun, err = engines[(move+1)%2].Add(cc, sc, nil, nil, "g", nil); err != nil {
+					t.Fatalf("move %d: Add: %v", move, err)
+				}
+			}
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-read; err != nil {
+				t.Fatalf("the echoed stream: %v", err)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // How it works on Linux.
@@ -172,8 +173,9 @@ type side struct {
 	reg   bool            // added to epoll; guarded by t.mu
 	state atomic.Uint32   // sideIdle, sideRunning or sidePending; next to reg, in its padding
 	peer  *side
-	tls   *tls.Conn     // read (and written) instead of the socket, when the side is TLS
-	nb    *nbio.TCPConn // under tls, in evented mode while the tunnel lives
+	tls   tlsSide         // read (and written) instead of the socket, when the side is TLS
+	nb    *nbio.TCPConn   // under tls, in evented mode while the tunnel lives
+	own   *tlsrecord.Conn // tls's record layer when the session is fairlead's (session.go), else nil
 
 	// A TLS side's owner's: whether nb's record count is known to match what tls consumed (synced,
 	// from the first read that found nothing), the records tls has returned data from since (each
@@ -325,8 +327,11 @@ func (r *Engine) sysPrepare(t *Tunnel) error {
 		}
 		s := &t.sides[i]
 		s.t, s.i, s.raw, s.peer = t, i, raw, &t.sides[1-i]
-		if tc := t.tlsConns[i]; tc != nil {
+		switch tc := t.tlsConns[i].(type) {
+		case *tls.Conn:
 			s.tls, s.nb = tc, tc.NetConn().(*nbio.TCPConn)
+		case *ownTLS:
+			s.tls, s.nb, s.own = tc, tc.TCPConn, tc.rec
 		}
 		var fd int
 		if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
@@ -647,7 +652,7 @@ func (w *worker) turn(s *side, events uint32) {
 		}
 		switch {
 		case rerr == errDrained:
-			if s.tls != nil { // tls has taken every whole record: the count is exact from here
+			if s.tls != nil && s.own == nil { // tls has taken every whole record: the count is exact from here
 				s.synced, s.apps = true, s.nb.TLSRecords()
 			}
 			r.relayed(s, moved)
@@ -679,10 +684,14 @@ func (w *worker) turn(s *side, events uint32) {
 // without reading it again. A plain side: a short read of a stream socket (epoll(7), Q&A 9), unless
 // the claiming event reported the peer's end. A TLS side: its connection's last read from the socket
 // was short too, and it has returned data from every whole record read (none waits decrypted or not);
-// a partial record waits for bytes whose arrival is an event.
+// a partial record waits for bytes whose arrival is an event. A TLS side relayed with fairlead's record
+// layer: its last read from the socket was short, and it holds no whole record.
 func (s *side) drained(m, size int, events uint32) bool {
 	if s.tls == nil {
 		return m < size && events&eofEvents == 0
+	}
+	if s.own != nil { // fairlead's record layer says what it holds
+		return m > 0 && !s.hup && s.nb.Drained() && !s.own.HasRecord()
 	}
 	if m == 0 || !s.synced || s.hup || size < maxTLSPlaintext {
 		return false

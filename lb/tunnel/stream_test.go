@@ -20,6 +20,7 @@ import (
 type tlsEnv struct {
 	*env
 	server, client *tls.Config
+	kept           bool // evented: crypto/tls keeps the sessions (tls_test.go)
 }
 
 func newTLSEnv(tb testing.TB, o Options) *tlsEnv {

@@ -18,19 +18,31 @@ import (
 // is done before Add; then the loop reads its records only when the socket is readable, and writes
 // never park it.
 
-// evented returns the TLS end the engine gets, over tc (an nbio.TCPConn counting TLS records), once
-// both handshakes are done (the test's end, over peer, is returned as well).
+// evented returns the TLS end the engine gets, over tc (an nbio.TCPConn capturing its TLS session, as
+// the front end and the dialer make them: Add takes the session over), once both handshakes are done
+// (the test's end, over peer, is returned as well). With e.kept, tc only counts TLS records, as for a
+// session the engine cannot take: crypto/tls keeps it.
 func (e *tlsEnv) evented(tc, peer *net.TCPConn, engineIsServer bool) (engineEnd, testEnd *tls.Conn) {
 	e.tb.Helper()
 	nc, err := nbio.NewTCPConn(tc)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	nc.CountTLSRecords() // as the front end and the dialer do
-	if engineIsServer {
-		engineEnd, testEnd = tls.Server(nc, e.server), tls.Client(peer, e.client)
+	server, client := e.server, e.client
+	if e.kept {
+		nc.CountTLSRecords()
 	} else {
-		engineEnd, testEnd = tls.Client(nc, e.client), tls.Server(peer, e.server)
+		nc.CaptureTLS(engineIsServer)
+		if engineIsServer {
+			server = nc.TLSSession().Config(server)
+		} else {
+			client = nc.TLSSession().Config(client)
+		}
+	}
+	if engineIsServer {
+		engineEnd, testEnd = tls.Server(nc, server), tls.Client(peer, client)
+	} else {
+		engineEnd, testEnd = tls.Client(nc, client), tls.Server(peer, server)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- engineEnd.Handshake() }()
@@ -40,6 +52,7 @@ func (e *tlsEnv) evented(tc, peer *net.TCPConn, engineIsServer bool) (engineEnd,
 	if err := <-errc; err != nil {
 		e.tb.Fatal(err)
 	}
+	nc.HandshakeDone()
 	return engineEnd, testEnd
 }
 
@@ -61,6 +74,9 @@ func (e *tlsEnv) openTLS(group string, tlsUp bool, toServer []byte, onClose func
 	if epollEngine && (tun.streams[clientSide] != nil || tun.tlsConns[clientSide] == nil) {
 		e.tb.Fatal("a TLS connection over an nbio.TCPConn is streamed, not carried by a loop")
 	}
+	if _, own := tun.tlsConns[clientSide].(*ownTLS); epollEngine && own == e.kept {
+		e.tb.Fatalf("the client side's session is fairlead's: %v, want %v", own, !e.kept)
+	}
 	e.tb.Cleanup(func() {
 		client.Close()
 		up.Close()
@@ -69,9 +85,14 @@ func (e *tlsEnv) openTLS(group string, tlsUp bool, toServer []byte, onClose func
 }
 
 func TestTLSTunnelsOnTheLoopsRelayBothWaysByteExact(t *testing.T) {
-	for _, tlsUp := range []bool{false, true} {
-		t.Run(map[bool]string{false: "to a plain server", true: "to a TLS server"}[tlsUp], func(t *testing.T) {
+	for _, c := range []struct {
+		tlsUp, kept bool
+	}{{false, false}, {true, false}, {true, true}} {
+		tlsUp := c.tlsUp
+		name := map[bool]string{false: "to a plain server", true: "to a TLS server"}[tlsUp] + map[bool]string{false: "", true: ", sessions kept by crypto/tls"}[c.kept]
+		t.Run(name, func(t *testing.T) {
 			e := newTLSEnv(t, Options{Loops: 1})
+			e.kept = c.kept
 			client, up, tun := e.openTLS("g", tlsUp, nil, nil)
 			// Small messages, one at a time.
 			for i := range 20 {
@@ -131,44 +152,66 @@ func (h *heldWrites) flush() error {
 // Bytes that the engine's TLS connection read before Add (records that came with the upgrade) are
 // relayed at once, though the socket announces nothing more.
 func TestATLSTunnelRelaysTheRecordsItsConnectionHadAlreadyRead(t *testing.T) {
-	e := newTLSEnv(t, Options{Loops: 1})
-	c := e.conns()
-	defer c.up.Close()
-	nc, err := nbio.NewTCPConn(c.relayClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayClient := tls.Server(nc, e.server)
-	held := &heldWrites{Conn: c.client}
-	client := tls.Client(held, e.client)
-	defer client.Close()
-	errc := make(chan error, 1)
-	go func() { errc <- relayClient.Handshake() }()
-	if err := client.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	// Two records in one TCP segment; the first byte is read before Add, as the upgrade's reader
-	// would: the rest of the first record and all of the second are left in the TLS connection, and
-	// the socket is empty.
-	held.hold = true
-	client.Write([]byte("first record")) //nolint:errcheck
-	client.Write([]byte("+second"))      //nolint:errcheck
-	if err := held.flush(); err != nil {
-		t.Fatal(err)
-	}
-	one := make([]byte, 1)
-	relayClient.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
-	if _, err := io.ReadFull(relayClient, one); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.r.Add(relayClient, c.relayServer, one, nil, "g", nil); err != nil {
-		t.Fatal(err)
-	}
-	if got := readN(t, c.up, len("first record+second"), hang); string(got) != "first record+second" {
-		t.Fatalf("server got %q", got)
+	for _, kept := range []bool{false, true} {
+		e := newTLSEnv(t, Options{Loops: 1})
+		c := e.conns()
+		defer c.up.Close()
+		nc, err := nbio.NewTCPConn(c.relayClient)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := e.server
+		if kept {
+			nc.CountTLSRecords()
+		} else {
+			nc.CaptureTLS(true)
+			server = nc.TLSSession().Config(server)
+		}
+		relayClient := tls.Server(nc, server)
+		held := &heldWrites{Conn: c.client}
+		client := tls.Client(held, e.client)
+		defer client.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- relayClient.Handshake() }()
+		if err := client.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		nc.HandshakeDone()
+		// Two records in one TCP segment; the first byte is read before Add, as the upgrade's reader
+		// would: the rest of the first record and all of the second are left in the TLS connection, and
+		// the socket is empty. When the engine takes the session over, they come out of crypto/tls first.
+		held.hold = true
+		client.Write([]byte("first record")) //nolint:errcheck
+		client.Write([]byte("+second"))      //nolint:errcheck
+		if err := held.flush(); err != nil {
+			t.Fatal(err)
+		}
+		one := make([]byte, 1)
+		relayClient.SetReadDeadline(time.Now().Add(hang)) //nolint:errcheck
+		if _, err := io.ReadFull(relayClient, one); err != nil {
+			t.Fatal(err)
+		}
+		tun, err := e.r.Add(relayClient, c.relayServer, one, nil, "g", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, own := tun.tlsConns[clientSide].(*ownTLS); epollEngine && own == kept {
+			t.Fatalf("session kept by crypto/tls %v, but the engine's: %v", kept, own)
+		}
+		if got := readN(t, c.up, len("first record+second"), hang); string(got) != "first record+second" {
+			t.Fatalf("server got %q", got)
+		}
+		client.Write([]byte("third")) //nolint:errcheck // the next record, under the sequence number that follows
+		if got := readN(t, c.up, len("third"), hang); string(got) != "third" {
+			t.Fatalf("server got %q", got)
+		}
+		c.up.Write([]byte("back")) //nolint:errcheck
+		if got := readN(t, client, 4, hang); string(got) != "back" {
+			t.Fatalf("client got %q", got)
+		}
 	}
 }
 
@@ -217,10 +260,16 @@ func TestMemoryPerIdleTLSTunnel(t *testing.T) {
 			t.Fatal(err)
 		}
 		readN(t, es[i].c.up, 2, hang)
+		if !e.kept {
+			es[i].relay = nil // the session is the engine's now: crypto/tls's connection is garbage
+		}
 	}
 	m2 := heapInuse()
 	per := float64(int64(m2)-int64(m1)) / n
-	t.Logf("per idle TLS tunnel, added to the engine: %.0f B (heap+stack in use)", per)
+	// The engine's record layer (its two AEADs and its state) replaces crypto/tls's connection, which
+	// nothing holds once the tunnel is made (the front end lets it go at the hijack): less than nothing
+	// is added.
+	t.Logf("per idle TLS tunnel, added to the engine (crypto/tls's connection let go): %.0f B (heap+stack in use)", per)
 	if per >= 2048 {
 		t.Fatalf("adding an idle TLS tunnel costs %.0f B, budget 2048 (no goroutine, no buffer)", per)
 	}

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Options configure an Engine. The zero value is usable: no idle timeout, 32 KiB buffers,
@@ -165,7 +166,7 @@ type Tunnel struct {
 	group    string
 	onClose  func(Reason)
 	conns    [2]*net.TCPConn // referenced until the end, so no finalizer closes an fd under the engine
-	tlsConns [2]*tls.Conn    // the TLS connection over conns[i], read and written instead of it; or nil
+	tlsConns [2]tlsSide      // the TLS connection over conns[i], read and written instead of it; or nil
 	streams  [2]net.Conn     // instead, for a streamed tunnel (stream.go)
 
 	lastActive atomic.Int64     // Engine.now() after the last relayed bytes
@@ -227,6 +228,17 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 	cc, ctls := socketOf(client)
 	sc, stls := socketOf(server)
 	streamed := cc == nil || sc == nil
+	if !streamed && epollEngine {
+		var left [2][]byte
+		ctls, left[clientSide] = r.ownSession(ctls)
+		stls, left[serverSide] = r.ownSession(stls)
+		if left[clientSide] != nil {
+			toServer = append(append([]byte(nil), toServer...), left[clientSide]...) // read before it
+		}
+		if left[serverSide] != nil {
+			toClient = append(append([]byte(nil), toClient...), left[serverSide]...)
+		}
+	}
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
@@ -245,7 +257,7 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 		t.streams = [2]net.Conn{client, server}
 	} else {
 		t.conns = [2]*net.TCPConn{cc, sc}
-		t.tlsConns = [2]*tls.Conn{ctls, stls}
+		t.tlsConns = [2]tlsSide{ctls, stls}
 	}
 	t.touch()
 	if !streamed {
@@ -295,8 +307,8 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 
 // socketOf returns the TCP socket that carries c's bytes, if the engine can watch it: c itself, or the
 // socket under a TLS connection whose handshake is done, over an *nbio.TCPConn (the front end's and the
-// upstream dialer's), returned as well. Otherwise nil: c is streamed.
-func socketOf(c net.Conn) (*net.TCPConn, *tls.Conn) {
+// upstream dialer's), or resumed (Resume), returned as well. Otherwise nil: c is streamed.
+func socketOf(c net.Conn) (*net.TCPConn, tlsSide) {
 	switch c := c.(type) {
 	case *net.TCPConn:
 		return c, nil
@@ -304,8 +316,26 @@ func socketOf(c net.Conn) (*net.TCPConn, *tls.Conn) {
 		if nc, ok := c.NetConn().(*nbio.TCPConn); ok && nc.TCPConn != nil && c.ConnectionState().HandshakeComplete {
 			return nc.TCPConn, c
 		}
+	case *ownTLS:
+		return c.TCPConn.TCPConn, c
 	}
 	return nil, nil
+}
+
+// ownSession takes a TLS side's session over from crypto/tls (session.go), if it can; it returns the
+// side's connection from here, and the plaintext crypto/tls held, to relay first.
+func (r *Engine) ownSession(c tlsSide) (tlsSide, []byte) {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return c, nil
+	}
+	bp := r.streamBufs.Get().(*[]byte)
+	defer r.streamBufs.Put(bp)
+	own, left := takeOver(tc, tc.NetConn().(*nbio.TCPConn), *bp)
+	if own == nil {
+		return c, left
+	}
+	return own, left
 }
 
 // Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
@@ -314,45 +344,64 @@ func (t *Tunnel) Close() { t.r.closeTunnel(t, Closed) }
 // Shutdown is Close at the program's stop: the reason is Shutdown.
 func (t *Tunnel) Shutdown() { t.r.closeTunnel(t, Shutdown) }
 
-// ErrNotDetachable is Detach's answer for a tunnel whose state is more than its two sockets: a TLS
-// side (its session), a streamed tunnel, one side closed already.
-var ErrNotDetachable = errors.New("tunnel: not detachable: a TLS, streamed or half-closed tunnel")
+// ErrNotDetachable is Detach's answer for a tunnel whose state is more than its two sockets and its
+// sessions: a TLS side whose session crypto/tls kept (session.go), a streamed tunnel, one side closed
+// already.
+var ErrNotDetachable = errors.New("tunnel: not detachable: a TLS session crypto/tls kept, a streamed or a half-closed tunnel")
 
-// Detach stops relaying t and returns its two sockets as files, open, for another process to relay
-// (Add there, with net.FileConn): nothing read from either side stays unwritten here — a turn or a
-// blocked write under way finishes first, within timeout — and neither end sees anything. The tunnel
-// then ends here with reason HandedOver (onClose runs); the caller owns the files. A tunnel that
-// cannot be detached in time is closed (reason Error).
-func (t *Tunnel) Detach(timeout time.Duration) (client, server *os.File, err error) {
+// Detached is a tunnel as Detach gives it up: its two sockets, open, and each TLS side's session (its
+// keys: never log it), nil for a plain side.
+type Detached struct {
+	Client, Server       *os.File
+	ClientTLS, ServerTLS *tlsrecord.State
+}
+
+// Detach stops relaying t and returns its two sockets as files, open, with the TLS sessions, for
+// another process to relay (Add there, with the connections Resume makes): nothing read from either
+// side stays unwritten here — a turn or a blocked write under way finishes first, within timeout —
+// and neither end sees anything. The tunnel then ends here with reason HandedOver (onClose runs);
+// the caller owns the files. A tunnel that cannot be detached in time is closed (reason Error).
+func (t *Tunnel) Detach(timeout time.Duration) (Detached, error) {
 	return t.r.detach(t, timeout)
 }
 
 // detach is Detach; the platform's part waits for the sides (sysDetach).
-func (r *Engine) detach(t *Tunnel, timeout time.Duration) (client, server *os.File, err error) {
+func (r *Engine) detach(t *Tunnel, timeout time.Duration) (Detached, error) {
 	t.mu.Lock()
+	_, kept0 := t.tlsConns[0].(*tls.Conn)
+	_, kept1 := t.tlsConns[1].(*tls.Conn)
 	switch {
 	case t.closed || t.handing:
 		t.mu.Unlock()
-		return nil, nil, ErrClosed
-	case t.streams[0] != nil || t.tlsConns[0] != nil || t.tlsConns[1] != nil || t.eof[0] || t.eof[1]:
+		return Detached{}, ErrClosed
+	case t.streams[0] != nil || kept0 || kept1 || t.eof[0] || t.eof[1]:
 		t.mu.Unlock()
-		return nil, nil, ErrNotDetachable
+		return Detached{}, ErrNotDetachable
 	}
 	t.handing = true
 	r.sysDetachLocked(t)
 	t.mu.Unlock()
 	if err := r.sysQuiesce(t, timeout); err != nil {
 		r.closeTunnel(t, Error)
-		return nil, nil, err
+		return Detached{}, err
 	}
 	t.mu.Lock()
 	if t.closed { // the janitor, or a close, came first
 		t.mu.Unlock()
-		return nil, nil, ErrClosed
+		return Detached{}, ErrClosed
 	}
 	t.closed = true
 	t.mu.Unlock()
+	var d Detached
+	var states [2]*tlsrecord.State
+	for i, c := range t.tlsConns {
+		if own, ok := c.(*ownTLS); ok { // quiesced: no write of it is pending
+			st := own.rec.State()
+			states[i] = &st
+		}
+	}
 	var files [2]*os.File
+	var err error
 	for i, c := range t.conns {
 		if files[i], err = c.File(); err != nil {
 			break
@@ -376,9 +425,10 @@ func (r *Engine) detach(t *Tunnel, timeout time.Duration) (client, server *os.Fi
 		t.onClose(reason)
 	}
 	if err != nil {
-		return nil, nil, err
+		return Detached{}, err
 	}
-	return files[0], files[1], nil
+	d = Detached{Client: files[0], Server: files[1], ClientTLS: states[0], ServerTLS: states[1]}
+	return d, nil
 }
 
 // Group is the label given to Add.
