@@ -21,7 +21,8 @@
 // Packages of their own: the config (lb/config), the front end's framer, HTTP/2 and limits
 // (lb/frontend), the field names treated by name (lb/httpfield), the upstream client (lb/upstream)
 // and the dialer it shares with the health checks' probes (lb/dialer, a leaf), the tunnel engine
-// (lb/tunnel) over lb/nbio, discovery (lb/discovery), the admin listener and status document
+// (lb/tunnel) over lb/nbio, with fairlead's own TLS record layer for the sessions it takes over from
+// crypto/tls (lb/tlsrecord, a leaf), discovery (lb/discovery), the admin listener and status document
 // (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile), and the hand-over of a running
 // process to a new one of a binary upgrade (lb/handover; handover.go here: LB.Succession, and
 // Options.Given).

@@ -11,8 +11,12 @@
 //	old → new   listeners    each listener's config key and address, with its socket
 //	old → new   state        the state file's document: each pool's leader and health, the sticky keys
 //	            (the new process starts, then tells tableflip it is ready; the old one stops accepting)
+//	old → new   tunnels      batches of tunnels: each one's pool, server, sticky key, and the TLS session
+//	                         of each TLS side (lb/tlsrecord's state: keys, sequence numbers, the part
+//	                         of a record read), with its two sockets
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //
 // Only a process the old one started can say hello: the shared channel is a file it inherited, not a
-// name anyone can connect to.
+// name anyone can connect to. The TLS sessions' keys pass only over the private socket pair, and are
+// never written anywhere else.
 package handover
