@@ -288,16 +288,33 @@ func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T)
 		t.Fatal(err)
 	}
 	tlsAddr := testkit.Addr(t)
-	p := startUpgradable(t, c, "05-cx.toml", cxPool(c),
+	// A connection server that speaks TLS only: a tunnel to it is TLS on both sides.
+	sleaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := testkit.StartCluster(t, sim.Options{Platforms: 1, Connections: 1, TLS: &tls.Config{Certificates: []tls.Certificate{sleaf.TLS}},
+		Logf: func(string, ...any) {}})
+	caFile, err := ca.WriteCA(t.TempDir(), "upgrade-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cxtls testkit.Config
+	cxtls.Table("pools.cxtls").Set("balance", "sticky").Set("servers", testkit.ConnectionAddrs(tc))
+	cxtls.Table("pools.cxtls.sticky").Set("keys", []string{"header:X-Asset-Id"})
+	cxtls.Table("pools.cxtls.check").Set("path", "/health").Set("interval", "200ms")
+	cxtls.Table("pools.cxtls.tls").Set("enabled", true).Set("ca_file", caFile)
+	cxtls.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WSTunnelServer"}).Set("pool", "cxtls")
+	p := startUpgradable(t, c, "05-cx.toml", cxPool(c), "04-cxtls.toml", cxtls.String(),
 		"20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
-	const n = 20 // half ws://, half wss:// (whose TLS sessions move with them)
+	// A quarter each: ws://, wss:// to a plain server, ws:// to the TLS server, wss:// to it (TLS both
+	// sides); every TLS session moves with its tunnel.
+	const n = 20
 	conns := make([]*websocket.Conn, n)
 	for i := range conns {
 		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
-		url := "ws://" + p.addr + "/Thingworx/WS"
-		if i%2 == 1 {
-			url = "wss://" + tlsAddr + "/Thingworx/WS"
-		}
+		url := [4]string{"ws://" + p.addr, "wss://" + tlsAddr, "ws://" + p.addr, "wss://" + tlsAddr}[i%4] +
+			[4]string{"/Thingworx/WS", "/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelServer"}[i%4]
 		ws, _, err := d.Dial(url, http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})
 		if err != nil {
 			t.Fatal(err)
@@ -306,7 +323,7 @@ func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T)
 		conns[i] = ws
 	}
 	upgrades := func() (sum int64) {
-		for _, cs := range c.Connections {
+		for _, cs := range append(c.Connections, tc.Connections...) {
 			sum += cs.Upgrades()
 		}
 		return sum
