@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -235,7 +236,7 @@ func (s *session) state(t testing.TB, client bool) State {
 		}
 	} else {
 		// The Finished messages took sequence number 0 of each direction.
-		sr, err := ServerRandom(s.hello.buf)
+		sr, err := serverRandom(s.hello.buf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,4 +319,15 @@ func payload(n int, seed byte) []byte {
 		b[i] = byte(i*7) + seed
 	}
 	return b
+}
+
+// serverRandom returns the server random of a TLS 1.2 handshake from the first bytes the server
+// wrote (read by the client, written by the server): its ServerHello's record. crypto/tls does not
+// tell it, and TLS12 needs it (fairlead takes it from nbio's capture; the tests from the bytes). b may hold more than the ServerHello; an error if it holds less.
+func serverRandom(b []byte) ([]byte, error) {
+	// record header (5), handshake header (4), server_version (2), random (32)
+	if len(b) < 5+4+2+32 || b[0] != typeHandshake || b[5] != 2 {
+		return nil, errors.New("tlsrecord: no ServerHello")
+	}
+	return clone(b[11:43]), nil
 }

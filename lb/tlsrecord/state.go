@@ -145,17 +145,6 @@ func TLS12(suiteID uint16, client bool, master, clientRandom, serverRandom []byt
 	return st, nil
 }
 
-// ServerRandom returns the server random of a TLS 1.2 handshake from the first bytes the server
-// wrote (read by the client, written by the server): its ServerHello's record. crypto/tls does not
-// tell it, and TLS12 needs it. b may hold more than the ServerHello; an error if it holds less.
-func ServerRandom(b []byte) ([]byte, error) {
-	// record header (5), handshake header (4), server_version (2), random (32)
-	if len(b) < 5+4+2+32 || b[0] != typeHandshake || b[5] != 2 {
-		return nil, errors.New("tlsrecord: no ServerHello")
-	}
-	return clone(b[11:43]), nil
-}
-
 // prf12 fills out with the TLS 1.2 PRF: P_hash(secret, label + seed) (RFC 5246 5).
 func prf12(h func() hash.Hash, out, secret []byte, label string, seed []byte) {
 	ls := append([]byte(label), seed...)

@@ -565,8 +565,8 @@ func TestRefused(t *testing.T) {
 		"1.2 RSA kex":    second(TLS12(tls.TLS_RSA_WITH_AES_128_GCM_SHA256, true, k48, k32, k32, 0, 0)),
 		"1.2 short":      second(TLS12(tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, true, k32, k32, k32, 0, 0)),
 		"TLS 1.1":        second(New(nil, State{Version: tls.VersionTLS11, Suite: tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256})),
-		"no ServerHello": second(ServerRandom([]byte{21, 3, 3, 0, 2, 2, 40})),
-		"short hello":    second(ServerRandom(make([]byte, 42))),
+		"no ServerHello": second(serverRandom([]byte{21, 3, 3, 0, 2, 2, 40})),
+		"short hello":    second(serverRandom(make([]byte, 42))),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)

@@ -331,11 +331,12 @@ func (r *Engine) ownSession(c tlsSide) (tlsSide, []byte) {
 	}
 	bp := r.streamBufs.Get().(*[]byte)
 	defer r.streamBufs.Put(bp)
-	own, left := takeOver(tc, tc.NetConn().(*nbio.TCPConn), *bp)
-	if own == nil {
+	nb := tc.NetConn().(*nbio.TCPConn)
+	rec, left := tlsrecord.TakeOver(tc, nb, *bp)
+	if rec == nil {
 		return c, left
 	}
-	return own, left
+	return &ownTLS{TCPConn: nb, rec: rec}, left
 }
 
 // Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
