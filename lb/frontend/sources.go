@@ -1,10 +1,12 @@
 package frontend
 
 import (
+	"cmp"
 	"hash/maphash"
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,4 +226,66 @@ func (s *Sources) count(c net.Conn, force bool) (release func(), ok bool) {
 			s.close(a)
 		}
 	}, true
+}
+
+// Bucket is one address's request bucket as a binary upgrade hands it over (Sources.Export,
+// Sources.Import): the tokens it had left at the moment of the export.
+type Bucket struct {
+	Addr   netip.Addr `json:"addr"`
+	Tokens float64    `json:"tokens"`
+}
+
+// Export returns, as of at (the clock's now), the buckets that are not full: of at most n addresses,
+// those that spent the most (a bucket nearly full lets a whole burst through whatever it is told, and
+// an address that spent its rate is the one the limit is for). Nothing when rate_per_source is off.
+func (s *Sources) Export(n int) (at time.Time, buckets []Bucket) {
+	lim := s.lim.Load()
+	at = lim.Now()
+	if lim.Rate <= 0 || n <= 0 {
+		return at, nil
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for a, e := range sh.m {
+			if t := e.refill(lim, at); t < lim.Burst {
+				buckets = append(buckets, Bucket{Addr: a, Tokens: t})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if len(buckets) > n {
+		slices.SortFunc(buckets, func(x, y Bucket) int { return cmp.Compare(x.Tokens, y.Tokens) })
+		buckets = buckets[:n]
+	}
+	return at, buckets
+}
+
+// Import takes the buckets another process exported at at (the old process of a binary upgrade): each
+// address has what it had left then plus what the rate refilled since, so that an address that spent
+// its rate before the upgrade has spent it after. An address known here already keeps the emptier of
+// the two buckets. It returns how many buckets it took (a full one, or one for a full shard, is not).
+func (s *Sources) Import(at time.Time, buckets []Bucket) int {
+	lim := s.lim.Load()
+	if lim.Rate <= 0 {
+		return 0
+	}
+	now := lim.Now()
+	refill := max(now.Sub(at), 0).Seconds() * lim.Rate
+	n := 0
+	for _, b := range buckets {
+		tokens := min(lim.Burst, b.Tokens+refill)
+		if !b.Addr.IsValid() || tokens >= lim.Burst {
+			continue
+		}
+		a := b.Addr.Unmap()
+		sh := s.shard(a)
+		sh.mu.Lock()
+		if e := sh.entry(a, lim, now); e != nil {
+			e.tokens = min(e.refill(lim, now), tokens)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }

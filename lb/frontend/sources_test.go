@@ -127,3 +127,83 @@ func TestSourcesTableIsBounded(t *testing.T) {
 		t.Fatalf("%d addresses kept after their buckets refilled, want one shard swept", got)
 	}
 }
+
+// A binary upgrade hands the buckets over: an address that spent its rate in the old process has spent
+// it in the new one, refilled by the rate for the time between the export and the import and no more;
+// a full bucket is not handed over; the export keeps the emptiest buckets when it must choose.
+func TestSourcesBucketsPassToAnotherTable(t *testing.T) {
+	clock := &testkit.Clock{}
+	lim := SourceLimits{Rate: 10, Burst: 20, Now: clock.Now}
+	old := NewSources(lim)
+	spent, half, idle := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("192.0.2.3")
+	for range 20 {
+		old.Admit(spent)
+	}
+	if ok, _ := old.Admit(spent); ok {
+		t.Fatal("the 21st request of a burst of 20 passed")
+	}
+	for range 10 {
+		old.Admit(half)
+	}
+	old.Admit(idle)
+	clock.Advance(100 * time.Millisecond) // idle's bucket is full again (1 token at 10/s), spent has 1
+	at, buckets := old.Export(100)
+	if !at.Equal(clock.Now()) || len(buckets) != 2 {
+		t.Fatalf("export at %v: %v, want the two buckets not full at %v", at, buckets, clock.Now())
+	}
+
+	clock.Advance(50 * time.Millisecond) // the gap of the switch
+	nu := NewSources(lim)
+	if n := nu.Import(at, buckets); n != 2 {
+		t.Fatalf("%d buckets imported, want 2", n)
+	}
+	admitted := func(s *Sources, a netip.Addr, n int) (got int) {
+		for range n {
+			if ok, _ := s.Admit(a); ok {
+				got++
+			}
+		}
+		return got
+	}
+	// spent: 1 token at the export, 0.5 refilled since: one request, then refused with the old Retry-After.
+	if got := admitted(nu, spent, 5); got != 1 {
+		t.Fatalf("the address that spent its burst: %d of 5 admitted after the import, want 1", got)
+	}
+	if ok, retry := nu.Admit(spent); ok || retry != 1 {
+		t.Fatalf("over the rate after the import: ok %v, Retry-After %d; want refused, 1", ok, retry)
+	}
+	// half: 10 left + 1 at the export, 0.5 since.
+	if got := admitted(nu, half, 20); got != 11 {
+		t.Fatalf("the address that spent half: %d of 20 admitted, want 11", got)
+	}
+	if got := admitted(nu, idle, 30); got != 20 {
+		t.Fatalf("an address with a full bucket: %d of 30 admitted, want its burst of 20", got)
+	}
+
+	// A long gap refills: nothing to take. The rate off: nothing exported, nothing imported.
+	if n := NewSources(lim).Import(at.Add(-time.Hour), buckets); n != 0 {
+		t.Errorf("buckets exported an hour ago: %d imported, want 0 (full by now)", n)
+	}
+	if _, b := NewSources(SourceLimits{Now: clock.Now}).Export(100); b != nil {
+		t.Errorf("rate_per_source off: exported %v", b)
+	}
+
+	// At most n: the emptiest.
+	many := NewSources(lim)
+	for i := range 50 {
+		a := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+		for range i % 20 {
+			many.Admit(a)
+		}
+	}
+	_, top := many.Export(5)
+	if len(top) != 5 {
+		t.Fatalf("export of at most 5: %d buckets", len(top))
+	}
+	// Left: 1 token at .19 and .39, 2 at .18 and .38, 3 at .17 and .37, more at the others.
+	for _, b := range top {
+		if b.Tokens > 3 {
+			t.Errorf("export of at most 5: %v is not among the 5 emptiest (3 tokens left or fewer)", b)
+		}
+	}
+}
