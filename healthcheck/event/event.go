@@ -203,6 +203,22 @@ func (b *Bus) rebuildLocked() {
 	b.list = list
 }
 
+// Seq is the seq of the last event published, 0 before the first.
+func (b *Bus) Seq() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seq
+}
+
+// Continue makes the stream go on after seq: the next event is numbered seq+1, unless the stream is
+// past it already. A binary upgrade's new process continues the old one's stream, so that its events
+// follow those it was handed (a reader that keeps the highest seq it saw misses none).
+func (b *Bus) Continue(seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq = max(b.seq, seq)
+}
+
 // Publish numbers e, stamps it with the time if it has none and calls every subscriber; then, if e may
 // change what its pool serves with, it wakes the waiters of Changed for that pool (for every pool on
 // ReloadApplied, which has none).

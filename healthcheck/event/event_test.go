@@ -192,3 +192,18 @@ func TestEverySeverityIsByMeaning(t *testing.T) {
 		}
 	}
 }
+
+// A new process of a binary upgrade continues the old one's stream: its first event follows the last
+// one handed over, and Continue never numbers the stream back.
+func TestBusContinueNumbersOnFromAnotherStream(t *testing.T) {
+	b := NewBus()
+	var seqs []uint64
+	b.Subscribe(func(e Event) { seqs = append(seqs, e.Seq) })
+	b.Continue(41)
+	b.Publish(Event{Kind: ServerUp})
+	b.Continue(7) // behind the stream: no effect
+	b.Publish(Event{Kind: ServerUp})
+	if !slices.Equal(seqs, []uint64{42, 43}) || b.Seq() != 43 {
+		t.Fatalf("seqs %v, Seq %d; want 42 43 after Continue(41), and Seq 43", seqs, b.Seq())
+	}
+}

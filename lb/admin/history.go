@@ -11,7 +11,8 @@ import (
 // What the status document remembers of the past, so that a page opened after an incident shows it:
 // the last events, each pool's request and error counts over the last hour at a coarse step, each
 // server's state since when and its last change, when each alarm began, and the last failed reload
-// while it is the latest. All of it is in memory and bounded; a restart forgets it.
+// while it is the latest. All of it is in memory and bounded; a binary upgrade hands it to the new
+// process (Export, Import), a restart forgets it.
 //
 // History knows no clock of its own: every method that depends on time takes the time, so that tests
 // drive it with chosen times and no sleeps. Package lb calls Record from the event bus, Sample and
@@ -271,4 +272,95 @@ func shorten(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// HistoryState is what a History remembers, as the old process of a binary upgrade hands it to the new
+// one (Export, Import): the page and /events of the new process go on with the old one's past.
+type HistoryState struct {
+	Events  []StreamEvent          `json:"events"`           // oldest first
+	Reload  *ReloadFailure         `json:"reload,omitempty"` // the last reload, when it failed
+	Rates   map[string]RateHistory `json:"rates,omitempty"`
+	Servers []ServerSince          `json:"servers,omitempty"`
+	Alarms  []Alarm                `json:"alarms,omitempty"` // Kind, Pool and Since only
+}
+
+// ServerSince is a server's remembered state: since when, and its last change.
+type ServerSince struct {
+	Pool  string       `json:"pool"`
+	Addr  string       `json:"addr"`
+	State string       `json:"state"`
+	Since time.Time    `json:"since"`
+	Last  *StateChange `json:"last,omitempty"`
+}
+
+// Export returns what h remembers.
+func (h *History) Export() HistoryState {
+	var st HistoryState
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := min(h.nEvents, EventHistory)
+	st.Events = make([]StreamEvent, 0, n)
+	for i := h.nEvents - n; i < h.nEvents; i++ {
+		st.Events = append(st.Events, h.events[i%EventHistory])
+	}
+	st.Reload = h.reload
+	st.Rates = make(map[string]RateHistory, len(h.rates))
+	for name, r := range h.rates {
+		rh := RateHistory{StepSeconds: int(RateStep / time.Second), Start: time.Unix(0, r.first*int64(RateStep)).UTC(), Through: r.through.UTC()}
+		for idx := r.first; idx <= r.last; idx++ {
+			rh.Requests = append(rh.Requests, r.slots[idx%RateSlots].req)
+			rh.Errors = append(rh.Errors, r.slots[idx%RateSlots].err)
+		}
+		st.Rates[name] = rh
+	}
+	for k, sh := range h.servers {
+		st.Servers = append(st.Servers, ServerSince{Pool: k.pool, Addr: k.addr, State: sh.state, Since: sh.since, Last: sh.last})
+	}
+	for a, since := range h.alarms {
+		st.Alarms = append(st.Alarms, Alarm{Kind: a.Kind, Pool: a.Pool, Since: since})
+	}
+	return st
+}
+
+// Import gives h, which has recorded nothing yet (a new process, before its first event), the past st
+// that another process exported: its events come before those recorded from now on, in their order
+// and with their times; each pool's rates go on in the same steps (this process's counters count from
+// zero at its first sample); servers and alarms keep their since while they stay as they were.
+func (h *History) Import(st HistoryState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	evs := st.Events[max(0, len(st.Events)-EventHistory):]
+	for _, e := range evs {
+		e.Detail = shorten(e.Detail, EventDetailMax)
+		h.events[h.nEvents%EventHistory] = e
+		h.nEvents++
+	}
+	if st.Reload != nil {
+		r := *st.Reload
+		h.reload = &r
+	}
+	for name, rh := range st.Rates {
+		if rh.StepSeconds != int(RateStep/time.Second) || len(rh.Requests) == 0 || len(rh.Requests) != len(rh.Errors) {
+			continue // another step: not comparable
+		}
+		first := rh.Start.UnixNano() / int64(RateStep)
+		steps := min(len(rh.Requests), RateSlots)
+		skip := len(rh.Requests) - steps
+		r := &rateRing{first: first + int64(skip), last: first + int64(len(rh.Requests)) - 1, through: rh.Through}
+		for i := skip; i < len(rh.Requests); i++ {
+			r.slots[(first+int64(i))%RateSlots] = struct{ req, err uint64 }{rh.Requests[i], rh.Errors[i]}
+		}
+		h.rates[name] = r
+	}
+	for _, s := range st.Servers {
+		var last *StateChange
+		if s.Last != nil {
+			c := *s.Last
+			last = &c
+		}
+		h.servers[serverKey{s.Pool, s.Addr}] = &serverHistory{state: s.State, since: s.Since, seen: s.Since, last: last}
+	}
+	for _, a := range st.Alarms {
+		h.alarms[Alarm{Kind: a.Kind, Pool: a.Pool}] = a.Since
+	}
 }

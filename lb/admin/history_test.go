@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -144,5 +145,67 @@ func TestTheEventHistoryKeepsTheLast500EventsAndTheLastFailedReloadWhileItIsTheL
 	st = fill()
 	if len(st.Events) != EventHistory || st.Events[0].Seq != 105 || st.Events[EventHistory-1].Seq != 604 {
 		t.Fatalf("%d events, seq %d to %d; want %d, 105 to 604", len(st.Events), st.Events[0].Seq, st.Events[len(st.Events)-1].Seq, EventHistory)
+	}
+}
+
+// A binary upgrade hands the history over (Export, through JSON, Import): the new process's page shows
+// the old one's events in their order and times, then its own; each pool's rates go on in the same
+// steps, counting the new process's counters from zero; a server up before the switch is up since the
+// same time, and an alarm that lasts keeps its start.
+func TestTheHistoryPassesToANewProcessAndGoesOn(t *testing.T) {
+	old := NewHistory()
+	for i := range EventHistory + 20 {
+		old.Record(event.Event{Seq: uint64(i + 1), Time: t0.Add(time.Duration(i) * time.Second), Kind: event.ServerDown, Pool: "platform", Server: "a"})
+	}
+	old.Record(event.Event{Seq: EventHistory + 21, Time: t0.Add(time.Hour), Kind: event.ReloadFailed, Detail: "bad"})
+	old.Sample(t0, []PoolCount{{Pool: "platform", Requests: 1000, Errors: 10}})
+	old.Sample(t0.Add(15*time.Second), []PoolCount{{Pool: "platform", Requests: 1100, Errors: 12}})
+	noLeader := Alarm{Kind: AlarmNoLeader, Pool: "platform", Severity: SeverityCritical}
+	observe := func(h *History, at time.Duration, state string, alarms ...Alarm) Status {
+		st := Status{Pools: []PoolStatus{{Name: "platform", Servers: []ServerStatus{{Addr: "a", State: state}}}}, Alarms: alarms}
+		h.Observe(t0.Add(at), &st)
+		return st
+	}
+	observe(old, 0, StateDown)
+	observe(old, 3*time.Second, StateUp, noLeader)
+
+	b, err := json.Marshal(old.Export())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs HistoryState
+	if err := json.Unmarshal(b, &hs); err != nil {
+		t.Fatal(err)
+	}
+	nu := NewHistory()
+	nu.Import(hs)
+	nu.Record(event.Event{Seq: EventHistory + 22, Time: t0.Add(time.Hour + time.Second), Kind: event.Upgraded})
+	nu.Sample(t0.Add(18*time.Second), []PoolCount{{Pool: "platform", Requests: 7, Errors: 1}}) // this process's counters
+	st := observe(nu, 20*time.Second, StateUp, noLeader)
+	nu.Fill(&st)
+
+	ev := st.Events
+	if len(ev) != EventHistory || ev[len(ev)-1].Kind != "upgraded" || ev[len(ev)-2].Kind != "reload_failed" ||
+		ev[0].Seq != 23 || !ev[0].Time.Equal(t0.Add(22*time.Second)) {
+		t.Fatalf("events after the import: %d, first %+v, last two %+v; want the last %d of the old ones then upgraded",
+			len(ev), ev[0], ev[len(ev)-2:], EventHistory-1)
+	}
+	for i := 1; i < len(ev); i++ {
+		if ev[i].Seq != ev[i-1].Seq+1 || ev[i].Time.Before(ev[i-1].Time) {
+			t.Fatalf("events out of order at %d: %+v then %+v", i, ev[i-1], ev[i])
+		}
+	}
+	if st.LastReloadFailed == nil || st.LastReloadFailed.Detail != "bad" {
+		t.Errorf("the last failed reload after the import: %+v", st.LastReloadFailed)
+	}
+	r := st.Pools[0].Rates
+	if r == nil || !r.Start.Equal(t0) || !slices.Equal(r.Requests, []uint64{0, 107}) || !slices.Equal(r.Errors, []uint64{0, 3}) {
+		t.Fatalf("rates after the import %+v; want from %v: requests 0 then 100+7, errors 0 then 2+1", r, t0)
+	}
+	if s := st.Pools[0].Servers[0]; !s.Since.Equal(t0.Add(3*time.Second)) || s.LastChange == nil || s.LastChange.From != StateDown {
+		t.Errorf("the server after the import: since %v, last change %+v; want up since +3s, from down", s.Since, s.LastChange)
+	}
+	if a := st.Alarms[0]; !a.Since.Equal(t0.Add(3 * time.Second)) {
+		t.Errorf("the alarm after the import: since %v, want +3s", a.Since)
 	}
 }
