@@ -87,3 +87,40 @@ func (px *proxy) noteAdmitted(s *Server, at time.Time) {
 func spreadRetry(wait time.Duration) int {
 	return 1 + rand.IntN(max(1, int(math.Ceil(wait.Seconds()))))
 }
+
+// admitTokens is what s's limiter holds at at: the new tunnels it may admit at once, negative when
+// upgrades wait for slots reserved ahead. ok is false when s has no limiter or its burst is whole
+// (nothing to hand over).
+func (s *Server) admitTokens(at time.Time) (tokens float64, ok bool) {
+	l := s.admit.Load()
+	if l == nil || l.Limit() <= 0 {
+		return 0, false
+	}
+	tokens = l.TokensAt(at)
+	return tokens, tokens < float64(l.Burst())
+}
+
+// restoreAdmitter gives s, which has admitted nothing yet, a limiter at r new tunnels per second that
+// holds what another process's held at at (tokens), refilled at r from at to now: the upgrades an old
+// process of a binary upgrade admitted, or reserved slots for, count here as if admitted here. It
+// returns the tokens it holds at now; nothing is done (r's full burst) when s has a limiter already.
+func (s *Server) restoreAdmitter(r int, tokens float64, at, now time.Time) float64 {
+	burst := float64(r)
+	want := min(burst, tokens+max(now.Sub(at), 0).Seconds()*burst)
+	if r <= 0 || want >= burst {
+		return burst
+	}
+	l := rate.NewLimiter(rate.Limit(r), r)
+	// rate.Limiter sets its tokens only by reserving whole ones: reserve n = ceil(burst - want) at a
+	// moment t0 early enough that the rate refills the fraction by now (burst - n + (now-t0)·r = want),
+	// in reservations of at most a burst each (more than a burst is slots reserved ahead).
+	n := math.Ceil(burst - want)
+	t0 := now.Add(-time.Duration((n - (burst - want)) / burst * float64(time.Second)))
+	for left := int(n); left > 0; left -= r {
+		l.ReserveN(t0, min(left, r))
+	}
+	if !s.admit.CompareAndSwap(nil, l) {
+		return s.admit.Load().TokensAt(now)
+	}
+	return l.TokensAt(now)
+}

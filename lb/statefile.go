@@ -28,7 +28,9 @@ import (
 
 	"github.com/fairlead/fairlead/healthcheck"
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/atomicfile"
+	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/stickiness"
 )
 
@@ -52,7 +54,43 @@ type savedState struct {
 	Version int                   `json:"version"`
 	Written time.Time             `json:"written"`
 	Pools   map[string]*savedPool `json:"pools"`
+	// Handover is what only a binary upgrade's state document carries (stateDocument), never the
+	// file: see handoverState.
+	Handover *handoverState `json:"handover,omitempty"`
 }
+
+// handoverState is what a binary upgrade hands over besides the file's content: what is worth keeping
+// across a switch of milliseconds between two processes on one clock, not across a restart. The
+// admission limiters and the buckets per source are rates over seconds: a file written up to
+// stateWriteInterval before a stop misses what was spent since, and after a restart's gap of seconds
+// they are full again anyway; the new process of an upgrade takes them as they were a moment ago, so
+// that devices limited before the switch are not let through in a burst after it. The event history
+// (with the rates, the servers' since and the alarms of the status document) is what this process saw;
+// the new process of an upgrade goes on with it, the page and /events showing what happened before
+// the switch, then upgraded. A restart is a new process that saw nothing: its page starts empty, the
+// log has the past.
+type handoverState struct {
+	At  time.Time `json:"at"`  // when the admission limiters' tokens were read (full precision)
+	Seq uint64    `json:"seq"` // the event stream's last seq: the new process numbers on from it
+	// Admission is, per pool and server, the tokens of new_tunnels_per_second's limiter at At, for
+	// those not full.
+	Admission map[string][]savedAdmit `json:"admission,omitempty"`
+	// Buckets are rate_per_source's buckets that were not full at BucketsAt, on the buckets' clock (at
+	// most handoverBuckets: the emptiest).
+	BucketsAt time.Time           `json:"buckets_at"`
+	Buckets   []frontend.Bucket   `json:"buckets,omitempty"`
+	History   *admin.HistoryState `json:"history,omitempty"`
+}
+
+// savedAdmit is a server's admission limiter: its tokens at handoverState.At (negative: slots reserved
+// ahead for upgrades waiting in the old process's queue).
+type savedAdmit struct {
+	Server string  `json:"server"`
+	Tokens float64 `json:"tokens"`
+}
+
+// handoverBuckets bounds the buckets per source a binary upgrade hands over: about 1 MiB of JSON.
+const handoverBuckets = 16384
 
 // savedPool is one pool in the state file.
 type savedPool struct {
@@ -245,6 +283,9 @@ func (lb *LB) restoreState(g *generation, given []byte) {
 			lb.log.Warn("state: the old process's state is not usable; waiting for the first round of probes", "reason", fmt.Sprint(err))
 			return
 		}
+		if st.Handover != nil { // first: the pools' restore may publish events, which follow the old ones
+			lb.logf("state: %s", lb.restoreHandover(g, st.Handover, now))
+		}
 	case gl.Start != "fast":
 		return
 	default:
@@ -354,9 +395,63 @@ func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.
 	return what
 }
 
-// stateDocument is the state of the generation in force as the state file holds it, for a new process
-// of a binary upgrade (handover.Given.State).
+// stateDocument is the state of the generation in force as the state file holds it, with what only a
+// binary upgrade hands over (handoverState), for its new process (handover.Given.State).
 func (lb *LB) stateDocument() []byte {
-	b, _ := json.Marshal(lb.px.gen.Load().saved(time.Now())) // plain data: Marshal cannot fail
+	g := lb.px.gen.Load()
+	st := g.saved(time.Now())
+	st.Handover = lb.handoverState(g, time.Now())
+	b, _ := json.Marshal(st) // plain data: Marshal cannot fail
 	return b
+}
+
+// handoverState is what only a binary upgrade hands over, as of now.
+func (lb *LB) handoverState(g *generation, now time.Time) *handoverState {
+	hs := &handoverState{At: now, Seq: lb.bus.Seq()}
+	for name, p := range g.pools {
+		for _, s := range p.view.Load().servers {
+			if tokens, ok := s.admitTokens(now); ok {
+				if hs.Admission == nil {
+					hs.Admission = map[string][]savedAdmit{}
+				}
+				hs.Admission[name] = append(hs.Admission[name], savedAdmit{Server: s.Addr, Tokens: tokens})
+			}
+		}
+	}
+	hs.BucketsAt, hs.Buckets = lb.px.front.Sources().Export(handoverBuckets)
+	h := lb.hist.Export()
+	hs.History = &h
+	return hs
+}
+
+// restoreHandover takes what the old process of a binary upgrade handed over besides its pools (hs) into
+// this one, which has served nothing yet, at now: the event stream numbers on from the old one's, the
+// history goes on from the old one's, each server's admission limiter and each source's bucket hold what
+// they held then, refilled by their rate since. It describes what it restored.
+func (lb *LB) restoreHandover(g *generation, hs *handoverState, now time.Time) string {
+	lb.bus.Continue(hs.Seq)
+	events := 0
+	if hs.History != nil {
+		lb.hist.Import(*hs.History)
+		events = len(hs.History.Events)
+	}
+	limiters := 0
+	for name, admits := range hs.Admission {
+		p := g.pools[name]
+		if p == nil {
+			continue
+		}
+		st := p.view.Load()
+		for _, a := range admits {
+			for _, s := range st.servers {
+				if s.Addr == a.Server && st.cfg.NewTunnelsPerSecond > 0 {
+					s.restoreAdmitter(st.cfg.NewTunnelsPerSecond, a.Tokens, hs.At, now)
+					limiters++
+				}
+			}
+		}
+	}
+	buckets := lb.px.front.Sources().Import(hs.BucketsAt, hs.Buckets)
+	return fmt.Sprintf("handed over: %s of history, %s, %s per source (the event stream goes on from seq %d)",
+		plural(events, "event"), plural(limiters, "admission limiter"), plural(buckets, "bucket"), hs.Seq+1)
 }

@@ -4,15 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/config"
+	"github.com/fairlead/fairlead/lb/handover"
+	"github.com/fasthttp/websocket"
 )
 
 // withState adds a [global] table to files: state_file = path, start, and extra keys.
@@ -381,4 +388,152 @@ func TestAnUnchangedStateIsNotWrittenAgainButANewStickyKeyIs(t *testing.T) {
 	testkit.Eventually(t, "the new key in the state file", 5*time.Second, func() bool {
 		return written().After(first) && len(readState(t, path).Pools["app"].Sticky) == 2
 	})
+}
+
+// The token arithmetic of an admission limiter handed over: what the old process's limiter held at the
+// export (negative: slots reserved ahead for upgrades waiting in its queue), refilled by the rate for
+// the time to the import, and no more than a burst.
+func TestAnAdmissionLimiterHandedOverHoldsWhatTheOldOneHeld(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	old := &Server{}
+	l := old.admitter(10)
+	l.ReserveN(t0, 10) // the burst
+	for range 3 {      // three upgrades waiting for their slots
+		l.ReserveN(t0, 1)
+	}
+	at := t0.Add(50 * time.Millisecond)
+	tokens, ok := old.admitTokens(at)
+	if !ok || math.Abs(tokens-(-2.5)) > 1e-9 {
+		t.Fatalf("the old limiter at +50ms: %v tokens (%v), want -2.5: 3 reserved ahead, 0.5 refilled", tokens, ok)
+	}
+	nu := &Server{}
+	now := at.Add(20 * time.Millisecond)
+	if got := nu.restoreAdmitter(10, tokens, at, now); math.Abs(got-(-2.3)) > 1e-6 {
+		t.Fatalf("restored at +70ms: %v tokens, want -2.3", got)
+	}
+	// The next upgrade waits for its slot behind the old process's queue: 3.3 tokens at 10/s.
+	if d := nu.admit.Load().ReserveN(now, 1).DelayFrom(now); d < 329*time.Millisecond || d > 331*time.Millisecond {
+		t.Fatalf("the next upgrade after the import waits %v, want 330ms", d)
+	}
+	// A rate raised by the new config: tokens refill at the new rate, capped at its burst.
+	if got := (&Server{}).restoreAdmitter(20, 1.5, at, now); math.Abs(got-1.9) > 1e-6 {
+		t.Errorf("restored at 20/s: %v tokens, want 1.9", got)
+	}
+	// Full by the import (or the limit off): no limiter made; a server with one keeps its own.
+	full := &Server{}
+	if got := full.restoreAdmitter(10, 9.9, at, at.Add(time.Second)); got != 10 || full.admit.Load() != nil {
+		t.Errorf("a limiter full again by the import: %v tokens, limiter %v; want 10 and none made", got, full.admit.Load())
+	}
+	if _, ok := full.admitTokens(at); ok {
+		t.Error("a server without a limiter has tokens to hand over")
+	}
+	if got := nu.restoreAdmitter(10, 0, now, now); math.Abs(got-(-3.3)) > 1e-6 {
+		t.Errorf("a second restore changed the limiter: %v tokens, want -3.3 (-2.3, and the upgrade above)", got)
+	}
+}
+
+// A binary upgrade's state document carries the admission limiters, the buckets per source and the
+// history (two LBs in this process, the second given the first's document as a new process would be):
+// the second refuses the address that spent its rate_per_source with the same 429, admits its next
+// tunnel in the slot after those the first had reserved, and its status document has the first's
+// events, in order, before its own upgraded event.
+func TestABinaryUpgradeHandsOverTheLimitersTheBucketsAndTheHistory(t *testing.T) {
+	c := startCluster(t, 2, 1) // one connection server: one limiter
+	clock := &testkit.Clock{}  // rate_per_source's clock, stopped: the buckets refill only when the test says
+	files := cxConfig(c, "[frontend]\nrate_per_source = 20\n")
+	files["40-admission.toml"] = "[pools.cxserver]\nnew_tunnels_per_second = 2\nqueue_timeout = \"3s\"\n"
+	old := startLBClock(t, files, clock)
+	var mu sync.Mutex
+	var slots []time.Time
+	hook := func(_ *Server, at time.Time) {
+		mu.Lock()
+		slots = append(slots, at)
+		mu.Unlock()
+	}
+	old.px.admitted.Store(&hook)
+
+	// Six devices at once: two admitted (the burst), four waiting for slots 0.5 s apart.
+	var conns sync.WaitGroup
+	dial := func(l *LB, id string) {
+		conn, resp, err := (&websocket.Dialer{HandshakeTimeout: 10 * time.Second}).Dial("ws://"+l.Addr()+"/Thingworx/WS", http.Header{"X-Asset-Id": {id}})
+		if err != nil {
+			t.Errorf("device %s: %v (%v)", id, err, resp)
+			return
+		}
+		t.Cleanup(func() { conn.Close() })
+	}
+	for i := range 6 {
+		conns.Go(func() { dial(old, "before-"+strconv.Itoa(i)) })
+	}
+	testkit.Eventually(t, "two upgrades admitted and four waiting", 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(slots) == 2 && old.px.gen.Load().pools["cxserver"].waiting.Load() == 4
+	})
+	mu.Lock()
+	first := slots[0]
+	mu.Unlock()
+	// The address spends the rest of its rate_per_source (20, 6 spent by the upgrades).
+	if ok, limited, _ := burst(t, old.Addr(), "/Thingworx/Things", "", 20); ok != 14 || limited != 6 {
+		t.Fatalf("before the upgrade: %d served, %d limited; want 14 and 6", ok, limited)
+	}
+	before := old.Status().Events
+	if len(before) == 0 {
+		t.Fatal("no event before the upgrade")
+	}
+	for i := range before {
+		before[i].Time = before[i].Time.UTC().Round(0) // the wall clock only, as another process reads it
+	}
+	doc := old.stateDocument()
+
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	nu := New(cfg, Options{Logf: logs.logf, Now: clock.Now, Given: &handover.Given{State: doc}})
+	nu.px.admitted.Store(&hook)
+	if err := nu.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nu.Close)
+	if !strings.Contains(logs.all(), "state: handed over: ") || !strings.Contains(logs.all(), "1 admission limiter, 1 bucket per source") {
+		t.Errorf("no log of what was handed over:\n%s", logs.all())
+	}
+
+	// The bucket: spent in the old process, spent here.
+	if ok, limited, retry := burst(t, nu.Addr(), "/Thingworx/Things", "", 3); ok != 0 || limited != 3 || retry != 1 {
+		t.Fatalf("after the upgrade: %d served, %d limited (Retry-After %d); want 0 and 3, Retry-After 1 as before", ok, limited, retry)
+	}
+	clock.Advance(time.Second) // the bucket refills: the next upgrade passes rate_per_source
+
+	// The limiter: the next tunnel's slot comes after the four the old process reserved.
+	mu.Lock()
+	n := len(slots)
+	mu.Unlock()
+	dial(nu, "after")
+	conns.Wait()
+	mu.Lock()
+	last := slots[n:]
+	mu.Unlock()
+	if len(last) == 0 {
+		t.Fatal("the upgrade after the handover was not admitted")
+	}
+	if got := last[len(last)-1].Sub(first); got < 2500*time.Millisecond-10*time.Millisecond {
+		t.Fatalf("the first tunnel after the upgrade is admitted in the slot %v after the first before it, want 2.5 s or later (2 at once, then 4 more at 2 per second reserved by the old process)", got)
+	}
+
+	// The history: the old events, in order and with their seqs and times, then the new process's own.
+	nu.Succession().TookOver(handover.Hello{PID: 1, Version: "old"}, 0, 0)
+	after := nu.Status().Events
+	for i := range after {
+		after[i].Time = after[i].Time.UTC().Round(0)
+	}
+	if len(after) < len(before)+1 || !slices.Equal(after[:len(before)], before) {
+		t.Fatalf("events after the upgrade:\n%v\nwant first the events before it:\n%v", after, before)
+	}
+	up := after[len(after)-1]
+	if up.Kind != "upgraded" || up.Seq <= before[len(before)-1].Seq {
+		t.Fatalf("the last event after the upgrade is %+v, want upgraded, numbered after %d", up, before[len(before)-1].Seq)
+	}
 }
