@@ -57,7 +57,7 @@ const (
 // StreamEvent is an event as /events sends it: the data line of every message but snapshots.
 // Its fields are those of event.Event, with the kind as its name and the latency in milliseconds.
 type StreamEvent struct {
-	Seq       uint64    `json:"seq"`        // position in the stream, from 1 (also the message's id)
+	Seq       uint64    `json:"seq"`        // position in the stream, from 1, numbered on by the new process of a binary upgrade (also the message's id)
 	Time      time.Time `json:"time"`       // when it was published
 	Kind      string    `json:"kind"`       // the event kind, as in the message's event field
 	Pool      string    `json:"pool"`       // the pool ("" for reloads)
