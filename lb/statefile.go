@@ -271,7 +271,8 @@ func readStateFile(path string, maxAge time.Duration, now time.Time) (*savedStat
 // Anything unusable is logged and falls back to the normal start (of every pool, or of that pool).
 //
 // A process that a binary upgrade started (Options.Given) takes the old process's state the same way,
-// whatever start says: it is a second old, not a file's age.
+// whatever start says: it is a second old, not a file's age; and first what only a handover carries
+// (handoverState: the event stream, the history, the admission limiters, the buckets per source).
 func (lb *LB) restoreState(g *generation, given []byte) {
 	gl := g.cfg.Global
 	now := time.Now()

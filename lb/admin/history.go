@@ -322,16 +322,25 @@ func (h *History) Export() HistoryState {
 	return st
 }
 
-// Import gives h, which has recorded nothing yet (a new process, before its first event), the past st
-// that another process exported: its events come before those recorded from now on, in their order
-// and with their times; each pool's rates go on in the same steps (this process's counters count from
-// zero at its first sample); servers and alarms keep their since while they stay as they were.
+// Import gives h the past st that another process exported (the old one of a binary upgrade, before
+// this one serves): its events come before those h recorded, in their order and with their times;
+// each pool's rates go on in the same steps (this process's counters count from zero at its first
+// sample); servers and alarms keep their since while they stay as they were.
 func (h *History) Import(st HistoryState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	evs := st.Events[max(0, len(st.Events)-EventHistory):]
-	for _, e := range evs {
+	n := min(h.nEvents, EventHistory)
+	own := make([]StreamEvent, 0, n)
+	for i := h.nEvents - n; i < h.nEvents; i++ {
+		own = append(own, h.events[i%EventHistory])
+	}
+	h.nEvents = 0
+	for _, e := range st.Events[max(0, len(st.Events)+len(own)-EventHistory):] {
 		e.Detail = shorten(e.Detail, EventDetailMax)
+		h.events[h.nEvents%EventHistory] = e
+		h.nEvents++
+	}
+	for _, e := range own {
 		h.events[h.nEvents%EventHistory] = e
 		h.nEvents++
 	}

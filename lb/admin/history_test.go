@@ -178,17 +178,19 @@ func TestTheHistoryPassesToANewProcessAndGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	nu := NewHistory()
+	// An event of the new process before the import (its pools' restore) comes after the old ones.
+	nu.Record(event.Event{Seq: EventHistory + 22, Time: t0.Add(time.Hour + time.Second), Kind: event.ServerUp, Pool: "platform", Server: "a"})
 	nu.Import(hs)
-	nu.Record(event.Event{Seq: EventHistory + 22, Time: t0.Add(time.Hour + time.Second), Kind: event.Upgraded})
+	nu.Record(event.Event{Seq: EventHistory + 23, Time: t0.Add(time.Hour + 2*time.Second), Kind: event.Upgraded})
 	nu.Sample(t0.Add(18*time.Second), []PoolCount{{Pool: "platform", Requests: 7, Errors: 1}}) // this process's counters
 	st := observe(nu, 20*time.Second, StateUp, noLeader)
 	nu.Fill(&st)
 
 	ev := st.Events
-	if len(ev) != EventHistory || ev[len(ev)-1].Kind != "upgraded" || ev[len(ev)-2].Kind != "reload_failed" ||
-		ev[0].Seq != 23 || !ev[0].Time.Equal(t0.Add(22*time.Second)) {
-		t.Fatalf("events after the import: %d, first %+v, last two %+v; want the last %d of the old ones then upgraded",
-			len(ev), ev[0], ev[len(ev)-2:], EventHistory-1)
+	if len(ev) != EventHistory || ev[len(ev)-1].Kind != "upgraded" || ev[len(ev)-2].Kind != "server_up" || ev[len(ev)-3].Kind != "reload_failed" ||
+		ev[0].Seq != 24 || !ev[0].Time.Equal(t0.Add(23*time.Second)) {
+		t.Fatalf("events after the import: %d, first %+v, last three %+v; want the last %d of the old ones, then server_up and upgraded",
+			len(ev), ev[0], ev[len(ev)-3:], EventHistory-2)
 	}
 	for i := 1; i < len(ev); i++ {
 		if ev[i].Seq != ev[i-1].Seq+1 || ev[i].Time.Before(ev[i-1].Time) {
