@@ -28,7 +28,8 @@ func (lb *LB) Succession() Succession { return Succession{lb} }
 
 // Give is what a new process needs to start in this one's place: the listening sockets (the new process
 // serves on them beside this one, which then stops accepting), the state (each pool's leader and
-// health, the sticky keys) and the count of upgrades so far.
+// health, the sticky keys, and for a handover only: the admission limiters, the buckets per source and
+// the event history, statefile.go) and the count of upgrades so far.
 func (sc Succession) Give() handover.Given {
 	lb := sc.lb
 	return handover.Given{Listeners: lb.lns.handover(), State: lb.stateDocument(),
