@@ -96,6 +96,8 @@ type metric struct {
 	// needs names a 0/1 metric that must be 1 for the value to be meaningful (e.g. a converged failover);
 	// otherwise the value is a lower bound, shown with ">".
 	needs string
+	// progress shows the metric in the progress line (as the charted ones are).
+	progress bool
 }
 
 // ScenarioNames lists every scenario in run order.
@@ -113,6 +115,7 @@ func scenarios() []*scenario {
 		wsEchoScenario(), wsIdleScenario(),
 		failoverScenario(), reloadScenario(), fanInScenario(), fanOutScenario(), fanOutAppConfigScenario(),
 		httpsSmallScenario(), wssEchoScenario(), wsIdleTLSScenario(), httpsSmallH2Scenario(), stormScenario(),
+		upgradeScenario(),
 	}
 }
 
@@ -506,7 +509,7 @@ func (sc *scenario) brief(r *Result) string {
 	}
 	for _, m := range sc.metrics {
 		v, ok := r.Metrics[m.key]
-		if !ok || !(m.chart || m.key == "failed" || m.key == "tunnels_lost" || m.key == "split") {
+		if !ok || !(m.chart || m.progress || m.key == "failed" || m.key == "tunnels_lost" || m.key == "split") {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", m.label, m.fmt(v, r.Metrics)))

@@ -157,7 +157,35 @@ type Setup struct {
 	// TunnelCap, if non-zero, caps each connection server's connections: HAProxy server maxconn with
 	// a backend queue (timeout queue 5s), nginx limit_conn (storm).
 	TunnelCap int
+	// Upgradable starts the proxy so that its binary can be upgraded in place (upgrade): fairlead from a
+	// copy of its binary in Dir (FairleadExe, which the upgrade replaces) with a PID file (PIDFile);
+	// nginx through a launcher that leaves it orphaned once it wrote its PID file (nginxLauncher: nginx
+	// ignores USR2 while its parent is still the process that started it). HAProxy needs nothing more
+	// than its master-worker mode (-W) and its stats socket with expose-fd listeners, always there.
+	Upgradable bool
+	// HardStopAfter, if non-zero, is HAProxy's hard-stop-after: how long an old worker may keep its
+	// connections (tunnels) after a reload before it is stopped (upgrade).
+	HardStopAfter time.Duration
 }
+
+// FairleadExe is the copy of the fairlead binary an Upgradable fairlead runs from.
+func (s Setup) FairleadExe() string { return filepath.Join(s.Dir, "fairlead") }
+
+// PIDFile is the PID file of an Upgradable fairlead (-pidfile: the PID of the process that serves) or
+// of nginx (its pid directive, always).
+func (s Setup) PIDFile(base string) string { return filepath.Join(s.Dir, base+".pid") }
+
+// HardStopAfterMS is HardStopAfter in milliseconds.
+func (s Setup) HardStopAfterMS() int64 { return s.HardStopAfter.Milliseconds() }
+
+// nginxLauncher starts nginx ("$@", with daemon off) in a subshell that exits once nginx wrote its PID
+// file ($1), so that nginx's parent is no longer the process that started it: nginx ignores USR2 ("the
+// changing binary signal is ignored") while getppid() is still the parent it had at start. The launcher
+// itself stays, and exits once neither the PID file nor the old binary's (.oldbin) exists, i.e. when
+// nginx has stopped, so that the harness sees the proxy end as with any other peer.
+const nginxLauncher = `pid=$1; shift; rm -f "$pid" "$pid.oldbin"
+( "$@" & n=0; while [ ! -s "$pid" ] && kill -0 $! 2>/dev/null && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done )
+while [ -s "$pid" ] || [ -s "$pid.oldbin" ]; do sleep 0.2; done`
 
 // TLS13Suites is the TLS 1.3 cipher suite preference of the OpenSSL-based peers (HAProxy, nginx): Go's
 // (fairlead's and Caddy's) on hardware with AES instructions, so that every peer negotiates the same
@@ -311,6 +339,9 @@ global
 	no strict-limits
 {{- end}}
 	stats socket {{.Dir}}/haproxy.sock mode 600 level admin expose-fd listeners
+{{- if .HardStopAfter}}
+	hard-stop-after {{.HardStopAfterMS}}ms
+{{- end}}
 {{- if .TLSPort}}
 	ssl-default-bind-ciphersuites {{.TLS13Suites}}
 {{- end}}
@@ -632,12 +663,18 @@ func (p *Peer) command(s Setup, conf string) (argv, env []string) {
 	switch p.Base {
 	case "fairlead":
 		argv = []string{p.Bin, "-config", conf}
+		if s.Upgradable {
+			argv = []string{s.FairleadExe(), "-pidfile", s.PIDFile("fairlead"), "-config", conf}
+		}
 		env = []string{procs}
 	case "haproxy":
 		// master-worker mode in the foreground: soft reloads with SIGUSR2 to the master.
 		argv = []string{p.Bin, "-W", "-f", conf}
 	case "nginx":
 		argv = []string{p.Bin, "-e", filepath.Join(s.Dir, "nginx-error.log"), "-p", s.Dir, "-c", conf}
+		if s.Upgradable {
+			argv = append([]string{"/bin/sh", "-c", nginxLauncher, "nginx-launcher", s.PIDFile("nginx")}, argv...)
+		}
 	case "caddy":
 		argv = []string{p.Bin, "run", "--config", conf, "--adapter", "caddyfile"}
 		env = []string{procs, "HOME=" + s.Dir, "XDG_CONFIG_HOME=" + s.Dir, "XDG_DATA_HOME=" + s.Dir}
@@ -655,6 +692,11 @@ func (p *Peer) Start(s Setup, core int) (*Instance, error) {
 	conf, err := p.writeConfig(s)
 	if err != nil {
 		return nil, err
+	}
+	if s.Upgradable && p.Base == "fairlead" {
+		if err := installExe(p.Bin, s.FairleadExe()); err != nil {
+			return nil, err
+		}
 	}
 	argv, env := p.command(s, conf)
 	proc, err := startProc(p.Name, core, env, filepath.Join(s.Dir, p.Base+".log"), argv...)

@@ -72,6 +72,22 @@ type Plan struct {
 	StormDevices int           `json:"storm_devices"`
 	StormRate    int           `json:"storm_rate"`
 	StormWindow  time.Duration `json:"storm_window"`
+
+	// UpgradeDevices is the upgrade scenario's devices, each holding a tunnel (lowered to what the
+	// descriptor limits allow); each echoes a message every UpgradeEvery (at its own phase), an echo
+	// later than UpgradeEchoTimeout counting as missing. Beside them UpgradeHTTPRate keep-alive GETs/s and
+	// UpgradeAttemptRate new connections/s. The upgrade comes after UpgradeWarmup; the wait for the old
+	// process to be gone is bounded by UpgradeBound (from the signal), and the load goes on UpgradeAfter
+	// longer. UpgradeHardStop is HAProxy's hard-stop-after (how long its old worker keeps tunnels).
+	UpgradeDevices     int           `json:"upgrade_devices"`
+	UpgradeEvery       time.Duration `json:"upgrade_every"`
+	UpgradeEchoTimeout time.Duration `json:"upgrade_echo_timeout"`
+	UpgradeHTTPRate    int           `json:"upgrade_http_rate"`
+	UpgradeAttemptRate int           `json:"upgrade_attempt_rate"`
+	UpgradeWarmup      time.Duration `json:"upgrade_warmup"`
+	UpgradeHardStop    time.Duration `json:"upgrade_hard_stop"`
+	UpgradeBound       time.Duration `json:"upgrade_bound"`
+	UpgradeAfter       time.Duration `json:"upgrade_after"`
 }
 
 // FullPlan is the real run: 3 rounds, 10 s measurements, 8,000 idle tunnels, failovers waited for up
@@ -88,6 +104,9 @@ func FullPlan() Plan {
 		FanInClients: 20000, FanInRequests: 3, FanInCap: 64,
 		FanOutSizes: [2]int{1000, 10000}, FanOutChanges: 10, FanOutInterval: time.Second,
 		StormDevices: 5000, StormRate: 200, StormWindow: 90 * time.Second,
+		UpgradeDevices: 8000, UpgradeEvery: 5 * time.Second, UpgradeEchoTimeout: 5 * time.Second,
+		UpgradeHTTPRate: 400, UpgradeAttemptRate: 100, UpgradeWarmup: 10 * time.Second,
+		UpgradeHardStop: 60 * time.Second, UpgradeBound: 70 * time.Second, UpgradeAfter: 5 * time.Second,
 	}
 }
 
@@ -106,6 +125,9 @@ func QuickPlan() Plan {
 		FanInClients: 1000, FanInRequests: 3, FanInCap: 64,
 		FanOutSizes: [2]int{200, 1000}, FanOutChanges: 3, FanOutInterval: time.Second,
 		StormDevices: 1000, StormRate: 200, StormWindow: 30 * time.Second,
+		UpgradeDevices: 1000, UpgradeEvery: 2 * time.Second, UpgradeEchoTimeout: 5 * time.Second,
+		UpgradeHTTPRate: 200, UpgradeAttemptRate: 100, UpgradeWarmup: 4 * time.Second,
+		UpgradeHardStop: 30 * time.Second, UpgradeBound: 35 * time.Second, UpgradeAfter: 3 * time.Second,
 	}
 }
 
@@ -122,6 +144,9 @@ func TinyPlan() Plan {
 		FanInClients: 200, FanInRequests: 2, FanInCap: 16,
 		FanOutSizes: [2]int{20, 0}, FanOutChanges: 3, FanOutInterval: 200 * time.Millisecond,
 		StormDevices: 60, StormRate: 20, StormWindow: 10 * time.Second,
+		UpgradeDevices: 40, UpgradeEvery: 200 * time.Millisecond, UpgradeEchoTimeout: 3 * time.Second,
+		UpgradeHTTPRate: 100, UpgradeAttemptRate: 50, UpgradeWarmup: 500 * time.Millisecond,
+		UpgradeHardStop: 3 * time.Second, UpgradeBound: 8 * time.Second, UpgradeAfter: 500 * time.Millisecond,
 	}
 }
 

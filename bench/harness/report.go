@@ -326,6 +326,17 @@ func (rep *Report) targets() []Target {
 		}
 		ts = append(ts, t)
 	}
+	if ran("upgrade") {
+		t := Target{Name: "upgrade", Goal: "0 tunnels dropped, 0 devices reconnected, 0 connection attempts and 0 GETs failed"}
+		if f := rep.peerSummary("upgrade", "fairlead"); f != nil {
+			d, rec, att, get := f.Values["dropped"].Max, f.Values["reconnected"].Max, f.Values["attempts_failed"].Max, f.Values["http_failed"].Max
+			t.Value = fmt.Sprintf("%s dropped, %s reconnected, %s attempts and %s GETs failed (%s devices); old process gone after %s s",
+				fmtNum(d, ""), fmtNum(rec, ""), fmtNum(att, ""), fmtNum(get, ""), fmtNum(f.Values["devices"].Min, ""),
+				cell(metricOf(upgradeScenario(), "old_gone_s"), f.Values["old_gone_s"], nil))
+			t.Met = boolp(d == 0 && rec == 0 && att == 0 && get == 0)
+		}
+		ts = append(ts, t)
+	}
 	if ran("fan-in") {
 		t := Target{Name: "fan-in upstream conns", Goal: "≤ cap (max_conns)"}
 		if f := rep.peerSummary("fan-in", "fairlead"); f != nil {

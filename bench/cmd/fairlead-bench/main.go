@@ -42,6 +42,7 @@ func run() int {
 	fairlead := fs.String("fairlead", "bin/fairlead", "fairlead binary")
 	pin := fs.Bool("pin", true, "pin proxies to core 0 and this process (generators, simulated servers) to core 1 with taskset (not with -threads above 1)")
 	tunnels := fs.Int("tunnels", 0, "ws-idle: number of idle tunnels N (default 8000, 300 with -quick)")
+	devices := fs.Int("upgrade-devices", 0, "upgrade: devices N holding a tunnel through the binary upgrade (default 8000, 1000 with -quick; lowered to what the fd limits allow)")
 	keep := fs.Bool("keep", false, "keep the generated configs and proxy logs (their directory is printed)")
 	threads := fs.Int("threads", 1, "workers per proxy (HAProxy nbthread, nginx worker_processes, fairlead and Caddy GOMAXPROCS); above 1 nothing is pinned, so proxies and load share every core")
 	costs := fs.Bool("costs", false, "http-small and https-small-h2: after each peer's measurement, extra 3 s phases measuring the proxy's CPU µs and context switches, the host's TCP segments and (with strace, if installed) the proxy's system calls per request")
@@ -84,6 +85,9 @@ func run() int {
 	}
 	if *tunnels > 0 {
 		plan.IdleTunnels = *tunnels
+	}
+	if *devices > 0 {
+		plan.UpgradeDevices = *devices
 	}
 	opts := harness.Options{
 		Plan: plan, FairleadBin: *fairlead, Pin: *pin, Threads: *threads, Progress: os.Stderr, KeepTemp: *keep, Costs: *costs,
