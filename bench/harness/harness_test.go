@@ -144,6 +144,22 @@ func TestHarnessTiny(t *testing.T) {
 		t.Errorf("reload: %v tunnels open before the reload", v)
 	}
 	positive("reload", "requests")
+	// upgrade: fairlead's binary upgrade breaks nothing (issue #38), the new process serves and the old
+	// one is gone within the bound.
+	for _, k := range []string{"dropped", "reconnected", "attempts_failed", "http_failed"} {
+		if v := get("upgrade", "fairlead", k); v != 0 {
+			t.Errorf("upgrade: %s = %v, want 0 (notes: %q)", k, v, rep.result("upgrade", "fairlead", 1).Notes)
+		}
+	}
+	if v := get("upgrade", "fairlead", "devices"); v != float64(TinyPlan().UpgradeDevices) {
+		t.Errorf("upgrade: %v devices", v)
+	}
+	if v := get("upgrade", "fairlead", "old_gone"); v != 1 {
+		t.Errorf("upgrade: the old process was not gone within the bound")
+	}
+	for _, k := range []string{"echoes", "attempts", "requests", "old_rss_mib", "new_rss_mib", "new_s", "old_gone_s"} {
+		positive("upgrade", k)
+	}
 	if up, c := get("fan-in", "fairlead", "upstream_max"), get("fan-in", "fairlead", "cap"); up < 1 || c != float64(TinyPlan().FanInCap) {
 		t.Errorf("fan-in: upstream max %v, cap %v", up, c)
 	}

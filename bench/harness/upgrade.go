@@ -505,15 +505,81 @@ func newUpgrader(in *Instance) (*upgrader, error) {
 	return u, nil
 }
 
-// signal starts the upgrade: fairlead's binary installed again and SIGUSR2; HAProxy's master SIGUSR2;
-// nginx's master USR2.
+// signal starts the upgrade: fairlead's binary installed again and SIGUSR2; HAProxy's master SIGUSR2
+// once it is settled (haproxySettled); nginx's master USR2.
 func (u *upgrader) signal() error {
-	if u.in.Peer.Base == "fairlead" {
+	switch u.in.Peer.Base {
+	case "fairlead":
 		if err := installExe(u.in.Peer.Bin, u.in.Setup.FairleadExe()); err != nil {
+			return err
+		}
+	case "haproxy":
+		if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+			if !haproxySettled(u.master) {
+				return fmt.Errorf("HAProxy's master %d not in wait mode with a SIGUSR2 handler", u.master)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	case "nginx":
+		// nginx ignores USR2 while its parent is the one it had at start: wait until the launcher's
+		// subshell has left it (its parent is then outside the group: PID 1 or a subreaper).
+		if err := waitFor(10*time.Second, 20*time.Millisecond, func() error {
+			if parentInGroup(u.oldMain, u.pgrp) {
+				return fmt.Errorf("nginx's master %d still has its launcher as parent", u.oldMain)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
 	}
 	return syscall.Kill(u.oldMain, syscall.SIGUSR2)
+}
+
+// parentInGroup reports whether pid's parent is in process group pgrp.
+func parentInGroup(pid, pgrp int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	p, ok := parseStat(b)
+	if !ok {
+		return false
+	}
+	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.ppid))
+	if err != nil {
+		return false
+	}
+	pp, ok := parseStat(b)
+	return ok && pp.pgrp == pgrp
+}
+
+// haproxySettled reports whether HAProxy's master (2.6) is ready for a reload. After starting its worker
+// the master executes itself again in "wait mode" (HAPROXY_MWORKER_WAIT_ONLY=1 in its environment); a
+// SIGUSR2 that comes before that one has installed its handler kills it (the default action) or is lost
+// (seen here, a few times in ten, even after "Loading success").
+func haproxySettled(pid int) bool {
+	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	waiting := slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool {
+		return string(kv) == "HAPROXY_MWORKER_WAIT_ONLY=1"
+	})
+	if !waiting {
+		return false
+	}
+	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return catches(st, syscall.SIGUSR2)
+}
+
+// catches reports whether the SigCgt line of a /proc/PID/status says the process catches sig.
+func catches(status []byte, sig syscall.Signal) bool {
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			return err == nil && sig >= 1 && sig <= 64 && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }
 
 // newServing reports whether the new process serves: fairlead's PID file names another live process;
