@@ -58,7 +58,7 @@ func upgradeScenario() *scenario {
 		metrics: []metric{
 			{key: "dropped", label: "tunnels dropped", better: "lower", progress: true},
 			{key: "reconnected", label: "devices reconnected", better: "lower", progress: true},
-			{key: "attempts_failed", label: "connection attempts refused/reset", better: "lower", progress: true},
+			{key: "attempts_failed", label: "new connections failed (refused, reset, …)", better: "lower", progress: true},
 			{key: "http_failed", label: "HTTP requests failed", better: "lower", progress: true},
 			{key: "old_gone_s", label: "old process gone after s", better: "lower", format: "%.1f", needs: "old_gone", progress: true},
 			{key: "new_s", label: "new process serving after s", format: "%.2f"},
@@ -69,6 +69,7 @@ func upgradeScenario() *scenario {
 			{key: "echoes", label: "echoes checked"},
 			{key: "attempts", label: "connection attempts"},
 			{key: "requests", label: "HTTP requests"},
+			{key: "stale_retries", label: "GETs resent on a fresh connection"},
 		},
 		variants: func(base []string) []string {
 			var out []string
@@ -767,13 +768,16 @@ func runUpgrade(rc *runCtx) (*Result, error) {
 	if attFail > 0 {
 		rc.note("connection attempts failed: %s", fmtKinds(attFailed))
 	}
-	var httpN, httpFail int
+	var httpN, httpFail, retried int
 	httpKinds := map[string]int{}
 	for _, s := range ss {
 		if s.End.Before(t0) {
 			continue
 		}
 		httpN++
+		if s.Retried {
+			retried++
+		}
 		if !s.OK() {
 			httpFail++
 			httpKinds[s.Kind()]++
@@ -799,6 +803,7 @@ func runUpgrade(rc *runCtx) (*Result, error) {
 		"echoes":          float64(dc.Echoes),
 		"attempts":        float64(nAtt),
 		"requests":        float64(httpN),
+		"stale_retries":   float64(retried),
 		"old_gone":        b2f(w.goneAt != 0),
 		"old_gone_s":      p.UpgradeBound.Seconds(),
 	}}
