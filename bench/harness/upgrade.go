@@ -61,6 +61,7 @@ func upgradeScenario() *scenario {
 			{key: "attempts_failed", label: "new connections failed (refused, reset, …)", better: "lower", progress: true},
 			{key: "http_failed", label: "HTTP requests failed", better: "lower", progress: true},
 			{key: "old_gone_s", label: "old process gone after s", better: "lower", format: "%.1f", needs: "old_gone", progress: true},
+			{key: "old_sockets", label: "sockets still held by old processes at the bound"},
 			{key: "new_s", label: "new process serving after s", format: "%.2f"},
 			{key: "old_rss_mib", label: "old RSS MiB (peak)", format: "%.1f"},
 			{key: "new_rss_mib", label: "new RSS MiB (peak)", format: "%.1f"},
@@ -447,10 +448,11 @@ func sumRSS(pids []int) int64 {
 }
 
 // procTitle is a process's command line as it shows it (nginx: "nginx: worker process is shutting
-// down").
+// down"), up to its first option.
 func procTitle(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	t, _, _ := strings.Cut(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), " -")
+	return strings.TrimSpace(t)
 }
 
 // socketsOf counts the sockets a process holds open (its tunnels' two ends, connections, listeners).
@@ -620,8 +622,11 @@ type switchWatch struct {
 	newAt, goneAt  time.Duration // since the signal; 0: not seen
 	oldRSS, newRSS int64         // peaks
 	samples        int
-	// oldLeft are the old processes still there when the watch ended (at the bound).
-	oldLeft []int
+	// oldLeft are the old processes still there when the watch ended (at the bound), and what each is
+	// (its title and the sockets it held then).
+	oldLeft     []int
+	oldLeftDesc []string
+	oldSockets  int
 }
 
 // watch samples the old and new processes every step from t0 until the old ones are gone and the new
@@ -649,6 +654,10 @@ func (u *upgrader) watch(t0 time.Time, bound, step time.Duration) (switchWatch, 
 		}
 		if (w.goneAt != 0 && w.newAt != 0) || el > bound {
 			w.oldLeft = old
+			for _, pid := range old {
+				w.oldSockets += socketsOf(pid)
+				w.oldLeftDesc = append(w.oldLeftDesc, fmt.Sprintf("%q holding %d sockets", procTitle(pid), socketsOf(pid)))
+			}
 			return w, retireErr
 		}
 		time.Sleep(step)
@@ -796,6 +805,7 @@ func runUpgrade(rc *runCtx) (*Result, error) {
 		"attempts_failed": float64(attFail),
 		"http_failed":     float64(httpFail),
 		"new_s":           w.newAt.Seconds(),
+		"old_sockets":     float64(w.oldSockets),
 		"old_rss_mib":     float64(w.oldRSS) / (1 << 20),
 		"new_rss_mib":     float64(w.newRSS) / (1 << 20),
 		"rss_before_mib":  float64(rssBefore) / (1 << 20),
@@ -810,11 +820,7 @@ func runUpgrade(rc *runCtx) (*Result, error) {
 	if w.goneAt != 0 {
 		res.Metrics["old_gone_s"] = w.goneAt.Seconds()
 	} else {
-		var left []string
-		for _, pid := range w.oldLeft {
-			left = append(left, fmt.Sprintf("%q holding %d sockets", procTitle(pid), socketsOf(pid)))
-		}
-		rc.note("old processes still there %s after the upgrade signal (the bound): %s", p.UpgradeBound, strings.Join(left, ", "))
+		rc.note("old processes still there %s after the upgrade signal (the bound): %s", p.UpgradeBound, strings.Join(w.oldLeftDesc, ", "))
 	}
 	return res, nil
 }
