@@ -154,8 +154,8 @@ func TestHarnessTiny(t *testing.T) {
 	if v := get("upgrade", "fairlead", "devices"); v != float64(TinyPlan().UpgradeDevices) {
 		t.Errorf("upgrade: %v devices", v)
 	}
-	if v := get("upgrade", "fairlead", "old_gone"); v != 1 {
-		t.Errorf("upgrade: the old process was not gone within the bound")
+	if v, s := get("upgrade", "fairlead", "old_gone"), get("upgrade", "fairlead", "old_sockets"); v != 1 || s != 0 {
+		t.Errorf("upgrade: the old process was not gone within the bound (%v sockets left)", s)
 	}
 	for _, k := range []string{"echoes", "attempts", "requests", "old_rss_mib", "new_rss_mib", "new_s", "old_gone_s"} {
 		positive("upgrade", k)
