@@ -64,6 +64,11 @@ type LB struct {
 	version string               // fairlead_build_info
 
 	frontServer *fasthttp.Server
+	// frontConns counts the front end's open connections (HTTP/1.1 and HTTP/2; a hijacked one, now a
+	// tunnel's or a relay stream's, leaves the count); draining is set by Close: every answer on an
+	// HTTP/1.1 connection then says Connection: close (frontHandle). See drainKeepAlive.
+	frontConns  atomic.Int64
+	draining    atomic.Bool
 	h2          *frontend.H2 // the front end's HTTP/2 streams
 	adminServer *fasthttp.Server
 	lns         listeners // the front end's and the admin's (listeners.go)
@@ -248,7 +253,8 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	lb.frontServer = &fasthttp.Server{
-		Handler:      lb.px.handle,
+		Handler:      lb.frontHandle,
+		ConnState:    lb.frontConnState,
 		ErrorHandler: lb.px.frontendError,
 		// No Server, Date or Content-Type of fasthttp's own on relayed answers: they pass as the server
 		// sent them (headers.go adds a missing Date).
@@ -358,6 +364,7 @@ func (lb *LB) Close() {
 		lb.h2.Shutdown() // HTTP/2 clients are told GOAWAY; their connections close with their last stream
 	}
 	if lb.frontServer != nil {
+		lb.drainKeepAlive(ctx, min(keepAliveGrace, g.cfg.Frontend.DrainTimeout.D/2))
 		lb.frontServer.ShutdownWithContext(ctx) //nolint:errcheck // best effort on stop
 	}
 	if lb.h2 != nil {
@@ -376,6 +383,53 @@ func (lb *LB) Close() {
 	}
 	lb.px.tunnels.close()
 	lb.wg.Wait()
+}
+
+// keepAliveGrace is how long the drain lets HTTP/1.1 keep-alive clients send their next request (see
+// drainKeepAlive).
+const keepAliveGrace = time.Second
+
+// drainKeepAlive ends the front end's HTTP/1.1 keep-alive connections without dropping a request: from
+// now on every answer says Connection: close, and the connection closes after it; this waits grace (or
+// until no front-end connection is left) before the shutdown closes the idle ones. Closing an idle
+// connection at once, as fasthttp's shutdown does, drops the request a busy client has already sent on
+// it (seen in a binary upgrade under load: requests written whole, unanswered, and sent again by the
+// client); after the grace, only a client idle for that long can meet the close, as it can meet
+// idle_timeout's.
+func (lb *LB) drainKeepAlive(ctx context.Context, grace time.Duration) {
+	lb.draining.Store(true)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for lb.frontConns.Load() > 0 {
+		select {
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// frontHandle serves a request of the front end's HTTP/1.1 connections (HTTP/2 streams go to the proxy
+// directly); while Close drains, the answer ends its connection.
+func (lb *LB) frontHandle(ctx *fasthttp.RequestCtx) {
+	lb.px.handle(ctx)
+	if lb.draining.Load() && !ctx.Hijacked() {
+		ctx.SetConnectionClose()
+	}
+}
+
+// frontConnState counts the front end's open connections (frontConns).
+func (lb *LB) frontConnState(_ net.Conn, s fasthttp.ConnState) {
+	switch s {
+	case fasthttp.StateNew:
+		lb.frontConns.Add(1)
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		lb.frontConns.Add(-1)
+	}
 }
 
 // Reload swaps in cfg. Pools with the same balance keep running and get a server set change: servers
