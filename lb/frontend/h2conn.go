@@ -619,7 +619,27 @@ func (c *h2conn) onIdle() {
 	}
 	c.mu.Unlock()
 	c.writeGoAway(http2.ErrCodeNo)
-	c.tc.Close() //nolint:errcheck // the serving goroutine's read ends
+	c.lingerClose()
+}
+
+// h2Linger bounds how long a connection that said its last GOAWAY waits for its client to close.
+const h2Linger = time.Second
+
+// lingerClose ends the connection once its last frames are out (the GOAWAY flushed them) without
+// losing them: the write side closes (TLS close_notify, then the socket's FIN) and the serving
+// goroutine reads on until the client closes its side, for at most h2Linger, before the socket
+// closes. Closing at once loses the end of the last answers: the client still sends (a WINDOW_UPDATE
+// for the DATA it reads, a PING), the kernel answers a socket closed with bytes still coming by a
+// reset, and a reset makes the client's kernel drop what the client has not read yet (seen in a
+// binary upgrade: a slow stream in flight at the GOAWAY cut short, "unexpected EOF").
+func (c *h2conn) lingerClose() {
+	c.tc.SetReadDeadline(time.Now().Add(h2Linger)) //nolint:errcheck // the read ends at it either way
+	c.lockWrite()
+	c.tc.CloseWrite() //nolint:errcheck // a failed close_notify leaves the FIN and the close below
+	if cw, ok := c.tc.NetConn().(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite() //nolint:errcheck
+	}
+	c.unlockWrite(false) //nolint:errcheck // nothing more goes out
 }
 
 // shutdown ends the connection: every stream's waits end, and the socket is closed.
