@@ -333,15 +333,21 @@ func (c *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return nil
 	}
 	c.lastID = id
-	c.lastSeen.Store(id)
 	c.opened++
 	if f.HasPriority() && f.Priority.StreamDep == id {
+		c.lastSeen.Store(id)
 		c.resetID(id, http2.ErrCodeProtocol) // a stream cannot depend on itself
 		c.logRefused(f, 0, http2.ErrCodeProtocol, "a stream depending on itself", time.Time{})
 		return nil
 	}
 	c.mu.Lock()
 	full, gone := c.active >= int(c.conf.MaxStreams), c.goneAway || c.closed
+	if !gone {
+		// A GOAWAY names the last stream taken: decided with goneAway under mu, so that a stream left
+		// unanswered because the connection goes away is never one the GOAWAY says was taken (its
+		// client would neither get an answer nor send it again).
+		c.lastSeen.Store(id)
+	}
 	c.mu.Unlock()
 	switch {
 	case gone:
@@ -433,6 +439,8 @@ func (c *h2conn) onData(f *http2.DataFrame) error {
 			c.resetAgainLocked(id, http2.ErrCodeStreamClosed)
 		case s != nil && !s.reset:
 			c.resetLocked(s, http2.ErrCodeStreamClosed) // DATA after END_STREAM
+		case s == nil && c.goneAway && id > c.lastSeen.Load():
+			// a stream above the GOAWAY's last: not taken, and its client sends it again elsewhere
 		case s == nil:
 			if _, weReset := c.endedAs(id); !weReset {
 				c.resetAgainLocked(id, http2.ErrCodeStreamClosed)

@@ -658,3 +658,47 @@ func TestH2AuthorityAndPathAreCheckedLikeHostAndTarget(t *testing.T) {
 	f("GET", "127.0.0.1", "/Thingworx/a#b", nil, "400")
 	f("GET", "127.0.0.1", "/Thingworx/Things?a[]=1", nil, "200")
 }
+
+// A stream the client opens after the server's GOAWAY (above its last stream: one the client sends
+// again on another connection, RFC 9113 §6.8) is ignored whole, its DATA included: never handled, never
+// reset (a reset would fail a request the client could have sent again), while the stream in flight
+// is answered and the connection then closes.
+func TestH2AStreamAboveTheGoAwaysLastIsIgnoredWhole(t *testing.T) {
+	tf := startFront(t, frontOptions{})
+	busy := tf.dialH2(t)
+	busy.Headers(1, true, get(tf.tlsAddr, "/slow?delay=1s")...)
+	testkit.Eventually(t, "the slow stream to reach the handler", 5*time.Second, func() bool { return tf.h2.Counts().Streams == 1 })
+	before := tf.requests.Load()
+	go tf.h2.Shutdown()
+	f := busy.Next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	if f == nil {
+		t.Fatal("no GOAWAY")
+	}
+	if ga := f.(*http2.GoAwayFrame); ga.LastStreamID != 1 || ga.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("GOAWAY last stream %d %s, want 1 NO_ERROR", ga.LastStreamID, ga.ErrCode)
+	}
+	busy.Headers(3, false, ":method", "POST", ":scheme", "https", ":authority", tf.tlsAddr, ":path", "/Things")
+	busy.Fr.WriteData(3, true, []byte("a body")) //nolint:errcheck // the read below says what came of it
+	var got []string
+	end := busy.Next(func(f http2.Frame) bool {
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			got = append(got, fmt.Sprintf("RST_STREAM %d %s", f.StreamID, f.ErrCode))
+			return f.StreamID == 1
+		case *http2.HeadersFrame:
+			if f.StreamID != 1 {
+				got = append(got, fmt.Sprintf("HEADERS %d", f.StreamID))
+			}
+		case *http2.DataFrame:
+			return f.StreamID == 1 && f.StreamEnded()
+		}
+		return false
+	})
+	if end == nil || len(got) != 0 {
+		t.Errorf("after GOAWAY: stream 1 answered %v; frames for the stream above the last: %v, want none", end != nil, got)
+	}
+	busy.WaitClosed(busy.WatchClose(), "Shutdown, once its last stream was answered")
+	if n := tf.requests.Load() - before; n != 0 {
+		t.Errorf("the handler was given %d requests after the GOAWAY, want none", n)
+	}
+}
