@@ -347,8 +347,10 @@ func (lb *LB) TLSAddr() string { return lb.lns.addr(lnTLS) }
 // AdminAddr returns the admin listener's address, or "" if disabled.
 func (lb *LB) AdminAddr() string { return lb.lns.addr(lnAdmin) }
 
-// Close is the drain at exit (SIGTERM): it stops accepting, lets in-flight requests finish for up to
-// [frontend] drain_timeout, closes the tunnels (each pool's spread over its tunnel_close_spread), then
+// Close is the drain at exit (SIGTERM, or the old process's after a binary upgrade): it stops
+// accepting, ends keep-alive connections after their next answer (drainKeepAlive) and HTTP/2 ones by
+// GOAWAY after their last stream, lets in-flight requests finish for up to [frontend] drain_timeout,
+// closes the tunnels (each pool's spread over its tunnel_close_spread), then
 // stops the checks and the admin listener.
 func (lb *LB) Close() {
 	g := lb.px.gen.Load()

@@ -221,9 +221,13 @@ func TestSIGUSR2UnderHTTP1AndHTTP2LoadFailsNoRequestAndTheOldProcessDrains(t *te
 		return &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
 	}, stop)
 	h2 := startKeepAliveLoad("HTTP/2", "https://"+tf.addr+"/h2?bytes=1000", 2, func() http.RoundTripper { return tf.h2Transport() }, stop)
+	// New connections: plain (connLoad) and TLS, one per request.
 	sofar, connWait := connLoad(p.addr, stop)
+	tlsConns := startKeepAliveLoad("HTTPS, a connection per request", "https://"+tf.addr+"/c?bytes=1000", 1, func() http.RoundTripper {
+		return &http.Transport{DisableKeepAlives: true, TLSClientConfig: tf.client.Clone()}
+	}, stop)
 	testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool {
-		return h1.done.Load() >= 100 && h2.done.Load() >= 100 && sofar() >= 20
+		return h1.done.Load() >= 100 && h2.done.Load() >= 100 && sofar() >= 20 && tlsConns.done.Load() >= 20
 	})
 
 	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
@@ -265,13 +269,14 @@ func TestSIGUSR2UnderHTTP1AndHTTP2LoadFailsNoRequestAndTheOldProcessDrains(t *te
 	t.Logf("the old process was gone %v after the new one served (drain_timeout %v)", time.Since(served).Round(10*time.Millisecond), upgradeDrain)
 
 	// Load after the switch, on the new process.
-	after1, after2, afterC := h1.done.Load(), h2.done.Load(), sofar()
+	after1, after2, afterC, afterT := h1.done.Load(), h2.done.Load(), sofar(), tlsConns.done.Load()
 	testkit.Eventually(t, "load after the switch", 10*time.Second, func() bool {
-		return h1.done.Load() >= after1+100 && h2.done.Load() >= after2+100 && sofar() >= afterC+20
+		return h1.done.Load() >= after1+100 && h2.done.Load() >= after2+100 && sofar() >= afterC+20 && tlsConns.done.Load() >= afterT+20
 	})
 	close(stop)
 	h1.check(t, true)
 	h2.check(t, false)
+	tlsConns.check(t, true)
 	if tries, failed, first := connWait(); failed != 0 {
 		t.Errorf("%d of %d connection attempts failed during the switch (first: %s)", failed, tries, first)
 	}
