@@ -437,13 +437,16 @@ func (cs census) differs(want census, slack map[string]int) []string {
 // handover channel, file or goroutine is left behind.
 //
 // The slack, unit by unit:
-//   - conns to platform and to cxserver: 1 each — a health probe (200ms interval) may be between its
-//     dial and its close when the count is taken; the upstream keep-alive connections themselves are
-//     made equal by the load (each client's GETs are sequential, and the same clients run before and
-//     after).
-//   - goroutines: 2 — a probe's goroutines in flight (as above); fasthttp's idle workers and HTTP/2
-//     stream workers end after 10s without work, which the census waits out (it is taken when the
-//     counts are still).
+//   - conns to platform: 1 — the upstream keep-alive connection of the GETs (one: each client's GETs
+//     are sequential) closes 10s after its last use (lb/upstream.IdleTimeout), so a count may be taken
+//     just before or just after (seen: 3 in the idle baseline, the start's readiness GET's connection
+//     still open, 2 at the end).
+//   - conns to cxserver: 1 — a health probe (200ms interval) may be between its dial and its close.
+//   - goroutines: 2 — one for a probe in flight (as above), one for a worker goroutine fasthttp keeps
+//     up to 10s after its connection ended (seen: the idle baseline, taken soon after the first
+//     tunnel's connection was hijacked, had one more such worker than the new process at the end).
+//     The census is taken once two readings in a row agree, which waits out most of them and the
+//     HTTP/2 stream workers (10s idle too).
 func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	tf := newTLSFront(t)
@@ -472,6 +475,7 @@ func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 			if time.Now().After(deadline) {
 				if want != nil {
 					t.Errorf("%s: %s", what, strings.Join(cur.differs(want, slack), "; "))
+					t.Logf("%s: its goroutines:\n%s", what, goroutineDump(p.admin))
 				}
 				t.Logf("%s: %s (not settled)", what, cur)
 				return cur
@@ -562,4 +566,17 @@ func patterned(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// goroutineDump is the goroutines of the fairlead whose admin is admin, grouped by stack (Go's
+// profiler, debug=1), for a test's failure.
+func goroutineDump(admin string) string {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + admin + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
