@@ -215,6 +215,23 @@ func TestSIGUSR2UnderHTTP1AndHTTP2LoadFailsNoRequestAndTheOldProcessDrains(t *te
 		slow <- answer{body: b, err: err, at: time.Now()}
 	}()
 	testkit.Eventually(t, "the slow stream to be open", 5*time.Second, func() bool { return cc.State().StreamsActive == 1 })
+	// And a slow HTTP/1.1 request in flight on a keep-alive connection: answered whole, its answer
+	// saying the connection closes.
+	slow1 := make(chan answer, 1)
+	go func() {
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		resp, err := c.Get("http://" + p.addr + "/slow?delay=5s&bytes=" + strconv.Itoa(slowBytes))
+		if err != nil {
+			slow1 <- answer{err: err, at: time.Now()}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && (resp.StatusCode != 200 || !resp.Close) {
+			err = fmt.Errorf("%s, Connection: close %v; want 200 and the connection closed", resp.Status, resp.Close)
+		}
+		slow1 <- answer{body: b, err: err, at: time.Now()}
+	}()
 
 	stop := make(chan struct{})
 	h1 := startKeepAliveLoad("HTTP/1.1 keep-alive", "http://"+p.addr+"/ka?bytes=1000", 4, func() http.RoundTripper {
@@ -261,6 +278,9 @@ func TestSIGUSR2UnderHTTP1AndHTTP2LoadFailsNoRequestAndTheOldProcessDrains(t *te
 	}
 	if a.at.Before(goaway) {
 		t.Errorf("the slow stream ended before GOAWAY was seen")
+	}
+	if a := <-slow1; a.err != nil || len(a.body) != slowBytes || !patterned(a.body) {
+		t.Errorf("the slow HTTP/1.1 request in flight at the switch: %v, %d bytes (whole and right: %v), want %d", a.err, len(a.body), patterned(a.body), slowBytes)
 	}
 	testkit.Eventually(t, "the old process to exit", upgradeDrain+5*time.Second, func() bool { return gone(old) })
 	if err := <-p.done; err != nil {
@@ -513,21 +533,25 @@ func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 	h2c := &http.Client{Timeout: 10 * time.Second, Transport: tf.h2Transport()}
 	// use sends a few GETs on each client's connection and a message through each tunnel: the same
 	// clients, the same use, before and after the upgrade.
+	// The HTTP/1.1 clients sit idle on their keep-alive connections during the switch, and the old
+	// process closes them: none of their next requests may be sent and then dropped (keepAliveLoad's
+	// strict check).
+	h1Use := &keepAliveLoad{what: "idle HTTP/1.1 keep-alive clients"}
 	use := func(when string) {
 		t.Helper()
 		for round := range 3 {
-			for i, hc := range append(h1s, h2c) {
-				url := "http://" + p.addr + "/c" + strconv.Itoa(i)
-				if hc == h2c {
-					url = "https://" + tf.addr + "/h2"
-				}
-				resp, err := hc.Get(url)
-				if err != nil {
-					t.Fatalf("%s: client %d: %v", when, i, err)
-				}
-				io.Copy(io.Discard, resp.Body) //nolint:errcheck
-				resp.Body.Close()
+			for i, hc := range h1s {
+				h1Use.get(hc, "http://"+p.addr+"/c"+strconv.Itoa(i)+"?bytes=1000")
 			}
+			if f := h1Use.failed.Load(); f != 0 {
+				t.Fatalf("%s: %d HTTP/1.1 requests failed (first: %s)", when, f, h1Use.first)
+			}
+			resp, err := h2c.Get("https://" + tf.addr + "/h2")
+			if err != nil {
+				t.Fatalf("%s: the HTTP/2 client: %v", when, err)
+			}
+			io.Copy(io.Discard, resp.Body) //nolint:errcheck
+			resp.Body.Close()
 			for i, ws := range wss {
 				if err := testkit.Echo(ws, []byte(when+strconv.Itoa(round)), 5*time.Second); err != nil {
 					t.Fatalf("%s: tunnel %d: %v", when, i, err)
@@ -539,14 +563,18 @@ func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 	held := settled("with the clients, before the upgrade", p.pid(), nil)
 	t.Logf("with the clients, before the upgrade: %s", held)
 
-	old := p.pid()
-	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
-		t.Fatal(err)
+	// Two upgrades in a row: nothing builds up from one process to the next.
+	for round := 1; round <= 2; round++ {
+		old := p.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && p.pid() != 0 && gone(old) })
+		use("after") // the HTTP clients reconnect to the new process; the tunnels moved
+		now := settled(fmt.Sprintf("with the same clients, after upgrade %d", round), p.pid(), held)
+		t.Logf("with the same clients, after upgrade %d: %s", round, now)
 	}
-	testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && p.pid() != 0 && gone(old) })
-	use("after") // the HTTP clients reconnect to the new process; the tunnels moved
-	now := settled("with the same clients, after the upgrade", p.pid(), held)
-	t.Logf("with the same clients, after the upgrade: %s", now)
+	h1Use.check(t, true)
 
 	for _, ws := range wss {
 		ws.Close()
@@ -554,8 +582,8 @@ func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 	for _, hc := range append(h1s, h2c) {
 		hc.CloseIdleConnections()
 	}
-	gone := settled("the clients gone, after the upgrade", p.pid(), idle)
-	t.Logf("the clients gone, after the upgrade: %s", gone)
+	gone := settled("the clients gone, after the upgrades", p.pid(), idle)
+	t.Logf("the clients gone, after the upgrades: %s", gone)
 }
 
 // patterned reports whether b is the simulator's ?bytes=N body: byte i is 'a'+i%26.
