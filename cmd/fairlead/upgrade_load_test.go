@@ -515,10 +515,17 @@ func TestSIGUSR2LeavesTheNewProcessHoldingWhatTheOldHeld(t *testing.T) {
 	idle := settled("an idle fairlead", p.pid(), nil)
 	t.Logf("idle, before the upgrade: %s", idle)
 
-	const tunnels = 10
+	const tunnels = 10 // half ws://, half wss:// (their TLS sessions move with them)
 	var wss []*websocket.Conn
 	for i := range tunnels {
-		ws, _, err := testkit.DialTunnel(p.addr, "/Thingworx/WS", "asset-"+strconv.Itoa(i), 5*time.Second)
+		var ws *websocket.Conn
+		var err error
+		if i%2 == 0 {
+			ws, _, err = testkit.DialTunnel(p.addr, "/Thingworx/WS", "asset-"+strconv.Itoa(i), 5*time.Second)
+		} else {
+			d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: tf.client.Clone()}
+			ws, _, err = d.Dial("wss://"+tf.addr+"/Thingworx/WS", http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
