@@ -71,19 +71,29 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 		return nil, nil, err
 	}
 	return &given, func(l *lb.LB) {
-		adopted, closed := 0, 0
-		err := handover.ReceiveTunnels(ch, func(t handover.Tunnel) {
-			if l.Succession().Adopt(t) {
-				adopted++
-			} else {
-				closed++
-			}
+		adopted, closed, streams, ended := 0, 0, 0, 0
+		err := handover.Receive(ch, handover.Adopter{
+			Tunnel: func(t handover.Tunnel) {
+				if l.Succession().Adopt(t) {
+					adopted++
+				} else {
+					closed++
+				}
+			},
+			Stream: func(s handover.Stream) {
+				if l.Succession().AdoptStream(s) {
+					streams++
+				} else {
+					ended++
+				}
+			},
 		})
 		ch.Close()
 		if err != nil {
 			u.logger.Warn("binary upgrade: the old process's tunnels stopped coming: " + err.Error())
 		}
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams taken over from the old process, %d closed (their relay or topic is gone)", streams, ended))
 		l.Succession().TookOver(given.From, adopted, closed)
 	}, nil
 }
@@ -154,9 +164,11 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 	u.logger.Info("binary upgrade: the new process serves; this one stops accepting, hands its tunnels over, drains and exits")
 	if ch != nil {
 		moved, stayed := l.Succession().HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
+		smoved, sstayed := l.Succession().HandOverStreams(func(ss []handover.Stream) error { return handover.SendStreams(ch, ss) })
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (a TLS session crypto/tls kept, or half-closed)", moved, stayed))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams handed over; %d end with the drain (TLS, or their client gone)", smoved, sstayed))
 	}
 	return true
 }

@@ -197,34 +197,65 @@ func SendTunnels(ch *Channel, ts []Tunnel) error {
 	return nil
 }
 
-// ReceiveTunnels gives each tunnel that comes to adopt, which owns its files, until the old process
-// says it is done (nil) or the channel fails.
-func ReceiveTunnels(ch *Channel, adopt func(Tunnel)) error {
+// An Adopter takes what the old process hands over once the new one serves, each kind by its own
+// function, which owns the sockets it is given.
+type Adopter struct {
+	Tunnel func(Tunnel)
+	Stream func(Stream)
+}
+
+// Receive gives each tunnel and stream that comes to a, until the old process says it is done or the
+// channel fails (that error). A message of a kind a has no function for is refused, its sockets
+// closed (their clients reconnect), and the rest still received; the first one is then the error
+// returned at done.
+func Receive(ch *Channel, a Adopter) error {
+	var refused error
 	for {
 		m, err := ch.Receive()
 		if err != nil {
 			return err
 		}
-		switch m.Kind {
-		case kindDone:
-			return nil
-		case kindTunnels:
+		switch {
+		case m.Kind == kindDone:
+			return refused
+		case m.Kind == kindTunnels && a.Tunnel != nil:
+			err = receiveTunnels(m, a.Tunnel)
+		case m.Kind == kindStreams && a.Stream != nil:
+			err = receiveStreams(m, a.Stream)
 		default:
-			for _, f := range m.Files {
-				f.Close()
+			closeAll(m.Files)
+			if refused == nil {
+				refused = fmt.Errorf("handover: %s refused: this process takes no such thing", m.Kind)
 			}
-			return fmt.Errorf("handover: %s where tunnels or done were expected", m.Kind)
 		}
-		var batch []Tunnel
-		if err := json.Unmarshal(m.Body, &batch); err != nil || 2*len(batch) != len(m.Files) {
-			for _, f := range m.Files {
-				f.Close()
-			}
-			return fmt.Errorf("handover: a tunnels message that does not name its %d sockets", len(m.Files))
+		if err != nil {
+			return err
 		}
-		for i := range batch {
-			batch[i].ClientFile, batch[i].ServerFile = m.Files[2*i], m.Files[2*i+1]
-			adopt(batch[i])
-		}
+	}
+}
+
+// ReceiveTunnels is Receive of tunnels alone.
+func ReceiveTunnels(ch *Channel, adopt func(Tunnel)) error {
+	return Receive(ch, Adopter{Tunnel: adopt})
+}
+
+// receiveTunnels gives each tunnel of m to adopt, which owns its files.
+func receiveTunnels(m Message, adopt func(Tunnel)) error {
+	var batch []Tunnel
+	if err := json.Unmarshal(m.Body, &batch); err != nil || 2*len(batch) != len(m.Files) {
+		closeAll(m.Files)
+		return fmt.Errorf("handover: a tunnels message that does not name its %d sockets", len(m.Files))
+	}
+	for i := range batch {
+		batch[i].ClientFile, batch[i].ServerFile = m.Files[2*i], m.Files[2*i+1]
+		adopt(batch[i])
+	}
+	return nil
+}
+
+// closeAll closes the sockets of a message refused.
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
 }

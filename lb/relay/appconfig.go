@@ -217,8 +217,9 @@ func (rr *Route) serveAppConfigSSE(ctx *fasthttp.RequestCtx, topic string) {
 	cur := rr.hub.Snapshot(topic)
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, rr.opts, func(c net.Conn, _ []byte) func() {
-		st := &sseStream{conn: c, sub: sub, opts: rr.opts, first: sseRegistration, next: sseConfigPayload}
-		return func() { st.run(cur, true) }
+		st := &sseStream{conn: c, sub: sub, opts: rr.opts, first: sseRegistration, next: sseConfigPayload,
+			h: rr.opts.Streams.add(c, topic, "sse")}
+		return func() { defer st.h.done(); st.run(cur, true) }
 	})
 }
 
@@ -227,6 +228,7 @@ func (rr *Route) serveAppConfigSSE(ctx *fasthttp.RequestCtx, topic string) {
 type appConfigWS struct {
 	topic string
 	since uint64
+	snap  *Snapshot // the snapshot of version since, when known
 }
 
 // changeFrame returns App Configuration's change frame for the snapshot of topic, framed once for

@@ -43,6 +43,8 @@ type Snapshot struct {
 	change         encoding
 	// flatForm is the snapshot in the older REST form of App Configuration (appconfig.go), made once.
 	flatForm encoding
+	// sum is the SHA-256 of Body, for a binary upgrade's streams to compare (handover.go), made once.
+	sum encoding
 }
 
 // A Message is what a subscriber receives: exactly one of its fields is set.

@@ -82,7 +82,7 @@ func NewRoute(spec *config.RelaySpec, rc *config.Relay, pc *config.Pool, pool Po
 	rr := &Route{name: spec.Name, spec: spec, cfg: *rc, logf: logf, backups: slices.Clone(pc.Backups),
 		known: map[string]string{}, watched: map[string]bool{}, pending: map[string]*pendingFetch{},
 		stop: make(chan struct{}),
-		opts: ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true}}
+		opts: ServeOptions{KeepAlive: rc.KeepAlive.D, WriteTimeout: rc.WriteTimeout.D, KeepHijacked: true, Streams: NewStreams()}}
 	prefix := "relay " + spec.Name + ": "
 	rr.hub = NewHub(Options{SubscriberBuffer: rc.SubscriberBuffer, TopicIdleTimeout: rc.TopicIdleTimeout.D,
 		OnFetchError: func(topic string, err error) { logf("%stopic %s: %v", prefix, topic, err) }})

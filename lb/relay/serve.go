@@ -32,6 +32,9 @@ type ServeOptions struct {
 	// request's context. Without it a stream runs in the hijack goroutine, since fasthttp
 	// closes the connection when that returns.
 	KeepHijacked bool
+	// Streams, if set, holds the running streams, so that a binary upgrade can move them to the new
+	// process (Streams.Detach, Route.Adopt).
+	Streams *Streams
 }
 
 // run runs stream, in a goroutine of its own when the server keeps hijacked connections.
@@ -256,8 +259,9 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 	// connection (no chunked framing), as a stream that only ends when the connection does.
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, opts, func(c net.Conn, _ []byte) func() {
-		st := &sseStream{conn: c, sub: sub, opts: opts, first: sseSnapshot, next: sseSnapshot}
-		return func() { st.run(cur, resend) }
+		st := &sseStream{conn: c, sub: sub, opts: opts, first: sseSnapshot, next: sseSnapshot,
+			h: opts.Streams.add(c, topic, "sse")}
+		return func() { defer st.h.done(); st.run(cur, resend) }
 	})
 }
 
@@ -375,6 +379,15 @@ type sseStream struct {
 	sub         *Subscriber
 	opts        ServeOptions
 	first, next sseName // how the current snapshot is sent at the start, and each one after it
+	h           *stream // its entry in ServeOptions.Streams; nil without
+
+	// What the client was sent: the version of its latest snapshot (sent, or which it had: its
+	// Last-Event-ID), whether that was a seed, the snapshot itself when known, and how the next one
+	// is named.
+	last uint64
+	seed bool
+	sent *Snapshot
+	name sseName
 }
 
 // run writes the stream: cur first (none when resend is false: the client has it; or when cur is
@@ -391,45 +404,74 @@ func (st *sseStream) run(cur *Snapshot, resend bool) {
 	if _, err := st.conn.Write(head); err != nil {
 		return
 	}
-	var last uint64
-	seed, name := false, st.next
+	st.name = st.next
 	if cur != nil {
-		last, seed = cur.Version, cur.Seed
+		st.last, st.seed, st.sent = cur.Version, cur.Seed, cur
 	} else {
-		name = st.first
+		st.name = st.first
 	}
+	st.loop()
+}
+
+// loop writes each newer snapshot, and a keep-alive comment when idle, until the stream ends or is
+// detached (a binary upgrade moves it).
+func (st *sseStream) loop() {
 	idle := time.NewTimer(st.opts.KeepAlive)
 	defer idle.Stop()
 	for {
 		select {
 		case m, ok := <-st.sub.C():
-			if st.sub.Dropped() {
-				// Tell the client, if the connection still takes writes; its client
-				// reconnects with Last-Event-ID.
-				st.deadline()
-				_, _ = st.conn.Write(sseDropped)
+			if !st.receive(m, ok) {
 				return
 			}
-			if !ok {
-				return // Hub.Close
-			}
-			// The fetched snapshot that replaces a seed is sent whatever its version.
-			if m.Snapshot == nil || m.Snapshot.Version <= last && !(seed && !m.Snapshot.Seed) {
-				continue
-			}
-			st.deadline()
-			if _, err := st.conn.Write(m.Snapshot.sseEvent(name)); err != nil {
-				return
-			}
-			last, seed, name = m.Snapshot.Version, m.Snapshot.Seed, st.next
 		case <-idle.C:
 			st.deadline()
 			if _, err := st.conn.Write(sseKeepAlive); err != nil {
 				return
 			}
+		case <-st.h.detaching():
+			// Between two events: what is queued is sent here first, the rest goes on in the new
+			// process from the version sent.
+			for {
+				select {
+				case m, ok := <-st.sub.C():
+					if !st.receive(m, ok) {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			st.h.hand(st.conn, Resume{Version: st.last, Seed: st.seed, Sum: resumeSum(st.sent), Started: st.name == st.next})
+			return
 		}
 		idle.Reset(st.opts.KeepAlive)
 	}
+}
+
+// receive writes m if it is a newer snapshot; false: the stream ends.
+func (st *sseStream) receive(m Message, ok bool) bool {
+	if st.sub.Dropped() {
+		// Tell the client, if the connection still takes writes; its client
+		// reconnects with Last-Event-ID.
+		st.deadline()
+		_, _ = st.conn.Write(sseDropped)
+		return false
+	}
+	if !ok {
+		return false // Hub.Close
+	}
+	// The fetched snapshot that replaces a seed is sent whatever its version.
+	if m.Snapshot == nil || m.Snapshot.Version <= st.last && !(st.seed && !m.Snapshot.Seed) {
+		return true
+	}
+	st.deadline()
+	if _, err := st.conn.Write(m.Snapshot.sseEvent(st.name)); err != nil {
+		return false
+	}
+	st.last, st.seed, st.sent, st.name = m.Snapshot.Version, m.Snapshot.Seed, m.Snapshot, st.next
+	return true
 }
 
 // deadline bounds the writes of the connection that follow, so a client that stops reading
@@ -529,29 +571,54 @@ func serveWebSocketAs(ctx *fasthttp.RequestCtx, hub *Hub, topic string, opts Ser
 	if appConfig {
 		ac = &appConfigWS{topic: topic}
 		if s := hub.Snapshot(topic); s != nil {
-			ac.since = s.Version
+			ac.since, ac.snap = s.Version, s
 		}
 	}
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, opts, func(c net.Conn, pending []byte) func() {
 		// The handshake runs in fasthttp's hijack goroutine, so that the stream's own goroutine
 		// starts with a small stack.
-		w := &hijackWriter{conn: c, pending: pending}
+		fc := &wsConn{Conn: c, pending: pending} // the pending bytes are the client's first frames
+		w := &hijackWriter{conn: fc}
 		wc, err := wsUpgrader.Upgrade(w, req, nil)
 		if err != nil {
 			return nil // answered by the upgrader through w
 		}
+		ws := &wsStream{c: wc, fc: fc, sub: sub, opts: opts, ac: ac, hub: hub, topic: topic,
+			h: opts.Streams.add(c, topic, "websocket")}
 		return func() {
 			defer wc.Close()
-			serveWebSocketConn(wc, sub, opts, ac)
+			defer ws.h.done()
+			ws.run()
 		}
 	})
 }
 
-// serveWebSocketConn relays sub's change messages to c until either ends; with ac (an App
-// Configuration subscriber, whose sub wants Snapshots), the change frame of each new snapshot instead,
-// and "test message" with each keep-alive ping.
-func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions, ac *appConfigWS) {
+// wsStream is a WebSocket subscriber: its connection and what it was sent.
+type wsStream struct {
+	c     *websocket.Conn
+	fc    *wsConn // under c: follows the client's frames, so that the reading stops between two
+	sub   *Subscriber
+	opts  ServeOptions
+	ac    *appConfigWS // an App Configuration subscriber (its sub wants Snapshots); nil: the upstream's change messages
+	hub   *Hub
+	topic string
+	h     *stream // its entry in ServeOptions.Streams; nil without
+
+	// A subscriber of change messages taken over from an old process (Route.Adopt): first is sent
+	// before anything (App Configuration: the change it missed); while watching, a snapshot
+	// unlike what the old process saw, with no change message sent here before it, is a change whose
+	// message was missed during the switch, and the client is told to resync.
+	first    *websocket.PreparedMessage
+	watching bool
+	seen     Resume
+}
+
+// run relays sub's change messages to c until either ends; with ac (an App Configuration
+// subscriber, whose sub wants Snapshots), the change frame of each new snapshot instead, and "test
+// message" with each keep-alive ping.
+func (ws *wsStream) run() {
+	c, sub, opts, ac := ws.c, ws.sub, ws.opts, ws.ac
 	// A client that answers no ping nor sends anything for this long is gone.
 	readTimeout := 2*opts.KeepAlive + opts.WriteTimeout
 	// The hijacked connection's Close is a no-op (fasthttp closes it once this handler
@@ -569,12 +636,18 @@ func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions, a
 		}
 		return c.SetReadDeadline(time.Now().Add(readTimeout))
 	}
-	readDone := make(chan struct{})
-	defer func() {
+	stop := func(detach bool) {
 		mu.Lock()
 		stopped = true
+		if detach {
+			ws.fc.stopping.Store(true) // between two frames: the reader returns errDetached
+		}
 		_ = c.SetReadDeadline(time.Unix(1, 0))
 		mu.Unlock()
+	}
+	readDone := make(chan struct{})
+	defer func() {
+		stop(false)
 		<-readDone
 	}()
 	c.SetReadLimit(wsReadLimit)
@@ -609,52 +682,106 @@ func serveWebSocketConn(c *websocket.Conn, sub *Subscriber, opts ServeOptions, a
 		case <-t.C:
 		}
 	}
+	write := func(frame *websocket.PreparedMessage) bool {
+		_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
+		return c.WritePreparedMessage(frame) == nil
+	}
+	// receive writes what m tells the client; false: the stream ends.
+	receive := func(m Message, ok bool) bool {
+		if sub.Dropped() {
+			closeWith(websocket.CloseTryAgainLater, "slow consumer")
+			return false
+		}
+		if !ok && sub.Resynced() {
+			// Changes were missed while the upstream session was down: reconnect and
+			// fetch the snapshot.
+			closeWith(websocket.CloseServiceRestart, "resync")
+			return false
+		}
+		if !ok {
+			closeWith(websocket.CloseGoingAway, "")
+			return false
+		}
+		var frame *websocket.PreparedMessage
+		switch {
+		case ac != nil && m.Snapshot != nil && m.Snapshot.Version > ac.since:
+			frame, ac.since, ac.snap = m.Snapshot.changeFrame(ac.topic), m.Snapshot.Version, m.Snapshot
+		case ac == nil && m.Change != nil:
+			frame, ws.watching = m.prepared(), false
+		case ws.watching && m.Snapshot != nil && differs(m.Snapshot, ws.seen):
+			closeWith(websocket.CloseServiceRestart, "resync") // its change message came before this process took the stream
+			return false
+		default:
+			return true
+		}
+		return write(frame)
+	}
 
+	if ws.first != nil && !write(ws.first) {
+		return
+	}
 	ping := time.NewTimer(opts.KeepAlive)
 	defer ping.Stop()
 	for {
 		select {
 		case m, ok := <-sub.C():
-			if sub.Dropped() {
-				closeWith(websocket.CloseTryAgainLater, "slow consumer")
-				return
-			}
-			if !ok && sub.Resynced() {
-				// Changes were missed while the upstream session was down: reconnect and
-				// fetch the snapshot.
-				closeWith(websocket.CloseServiceRestart, "resync")
-				return
-			}
-			if !ok {
-				closeWith(websocket.CloseGoingAway, "")
-				return
-			}
-			var frame *websocket.PreparedMessage
-			switch {
-			case ac != nil && m.Snapshot != nil && m.Snapshot.Version > ac.since:
-				frame, ac.since = m.Snapshot.changeFrame(ac.topic), m.Snapshot.Version
-			case ac == nil && m.Change != nil:
-				frame = m.prepared()
-			default:
-				continue
-			}
-			_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
-			if err := c.WritePreparedMessage(frame); err != nil {
+			if !receive(m, ok) {
 				return
 			}
 		case <-ping.C:
-			if ac != nil {
-				_ = c.SetWriteDeadline(time.Now().Add(opts.WriteTimeout))
-				if err := c.WritePreparedMessage(appConfigHeartbeatFrame); err != nil {
-					return
-				}
+			if ac != nil && !write(appConfigHeartbeatFrame) {
+				return
 			}
 			if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(opts.WriteTimeout)); err != nil {
 				return
 			}
 		case <-readDone:
 			return // the client closed, or broke, the connection
+		case <-ws.h.detaching():
+			// The reading stops between two of the client's frames, the writing between two
+			// messages, once what is queued is sent: the rest goes on in the new process.
+			stop(true)
+			t := time.NewTimer(wsDetachWait)
+			select {
+			case <-readDone:
+			case <-t.C:
+			}
+			t.Stop()
+			if !ws.fc.detached.Load() {
+				// The client went, or stayed in the middle of a frame: it stays here, and
+				// reconnects.
+				closeWith(websocket.CloseGoingAway, "")
+				return
+			}
+			for {
+				select {
+				case m, ok := <-sub.C():
+					if !receive(m, ok) {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			ws.h.hand(ws.fc.Conn, ws.resume())
+			return
 		}
 		ping.Reset(opts.KeepAlive)
 	}
+}
+
+// resume is what the client was sent, for the new process to go on from.
+func (ws *wsStream) resume() Resume {
+	s := ws.hub.Snapshot(ws.topic) // change messages: the topic as this process saw it
+	if ws.ac != nil {
+		if ws.ac.snap == nil {
+			return Resume{Version: ws.ac.since}
+		}
+		s = ws.ac.snap
+	}
+	if s == nil {
+		return Resume{}
+	}
+	return Resume{Version: s.Version, Seed: s.Seed, Sum: resumeSum(s)}
 }
