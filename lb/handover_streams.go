@@ -34,7 +34,7 @@ func (sc Succession) HandOverStreams(send func([]handover.Stream) error) (moved,
 		stayed += st
 		for _, m := range ms {
 			batch = append(batch, handover.Stream{Relay: name, Topic: m.Topic, Kind: m.Kind, Version: m.Resume.Version,
-				Seed: m.Resume.Seed, Sum: m.Resume.Sum, Started: m.Resume.Started, Client: m.Client, Opened: m.Opened, File: m.File})
+				Seed: m.Resume.Seed, Sum: m.Resume.Sum, Started: m.Resume.Started, Change: m.Resume.Change, Client: m.Client, Opened: m.Opened, File: m.File})
 		}
 	}
 	if len(batch) == 0 {
@@ -70,7 +70,7 @@ func (sc Succession) AdoptStream(hs handover.Stream) bool {
 	}
 	uncount := lb.px.front.Sources().Adopt(conn) // max_conns_per_source counts it here from now on
 	m := relay.Moved{Topic: hs.Topic, Kind: hs.Kind, Client: hs.Client, Opened: hs.Opened,
-		Resume: relay.Resume{Version: hs.Version, Seed: hs.Seed, Sum: hs.Sum, Started: hs.Started}}
+		Resume: relay.Resume{Version: hs.Version, Seed: hs.Seed, Sum: hs.Sum, Started: hs.Started, Change: hs.Change}}
 	if err := rr.Adopt(m, conn, uncount); err != nil {
 		if uncount != nil {
 			uncount()

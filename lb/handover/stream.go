@@ -21,9 +21,11 @@ type Stream struct {
 	Sum     []byte `json:"sum,omitempty"`
 	// Started: an SSE stream whose first event was sent (App Configuration names it otherwise than
 	// the ones after it).
-	Started bool      `json:"started,omitempty"`
-	Client  string    `json:"client"` // the client's address, for the log
-	Opened  time.Time `json:"opened"`
+	Started bool `json:"started,omitempty"`
+	// Change: a WebSocket of the upstream's change messages: the last one it was sent.
+	Change []byte    `json:"change,omitempty"`
+	Client string    `json:"client"` // the client's address, for the log
+	Opened time.Time `json:"opened"`
 
 	File *os.File `json:"-"`
 }

@@ -29,6 +29,10 @@ import (
 // two of the client's frames.
 const wsDetachWait = 2 * time.Second
 
+// wsHoldWait is how long a WebSocket subscriber taken over holds the change messages it receives when
+// this process may be behind the old one (wsStream.holdC).
+const wsHoldWait = time.Second
+
 // Resume is what a subscriber was sent, for another process to go on from: the version of the last
 // snapshot it got (a subscriber of change messages: the topic's version when it stopped), whether
 // that was a seed, and, when the versions are not the upstream's (local counts, a seed's), the
@@ -37,7 +41,8 @@ type Resume struct {
 	Version uint64
 	Seed    bool
 	Sum     []byte
-	Started bool // an SSE stream whose first event was sent (App Configuration names it apart)
+	Started bool   // an SSE stream whose first event was sent (App Configuration names it apart)
+	Change  []byte // a WebSocket of change messages: the last one it was sent
 }
 
 // Moved is a stream detached from this process (Streams.Detach), to go on in another (Route.Adopt).
@@ -319,24 +324,34 @@ func (rr *Route) adoptWebSocket(m Moved, topic string, conn net.Conn, release fu
 	if err != nil {
 		return err
 	}
-	kind := WebSocket | Snapshots // change messages, and the snapshots while watching for one missed
-	if appConfig {
-		kind = Snapshots
-	}
-	ws := &wsStream{c: wc, fc: fc, opts: rr.opts, hub: rr.hub, topic: topic, sub: rr.hub.Subscribe(topic, kind)}
-	cur := rr.hub.Snapshot(topic)
+	ws := &wsStream{c: wc, fc: fc, opts: rr.opts, hub: rr.hub, topic: topic, lastChange: r.Change}
 	resync := false
 	if appConfig {
+		ws.sub = rr.hub.Subscribe(topic, Snapshots)
+		cur := rr.hub.Snapshot(topic)
 		ws.ac = &appConfigWS{topic: topic, since: r.Version}
 		switch {
 		case cur != nil && differs(cur, r):
-			ws.first, ws.ac.since, ws.ac.snap = cur.changeFrame(topic), cur.Version, cur
+			ws.firstFrame, ws.ac.since, ws.ac.snap = cur.changeFrame(topic), cur.Version, cur
 		case cur != nil && same(cur, r):
 			ws.ac.since, ws.ac.snap = cur.Version, cur
 		}
 	} else {
-		ws.watching, ws.seen = true, r
-		resync = cur != nil && differs(cur, r)
+		// Change messages, and snapshots while watching for one missed. The messages this process
+		// got after the last one the client was sent are sent first; when that one is not among
+		// them (none was sent, it is older than those kept, or this process's session is behind),
+		// the client is told to resync if the topic changed, and what comes is held a moment in case
+		// it arrives.
+		var found bool
+		ws.sub, ws.first, found = rr.hub.SubscribeAfter(topic, WebSocket|Snapshots, r.Change)
+		if !found {
+			cur := rr.hub.Snapshot(topic)
+			ws.watching, ws.seen = true, r
+			resync = cur != nil && differs(cur, r)
+			if r.Change != nil {
+				ws.skipTo, ws.holdC = r.Change, time.After(wsHoldWait)
+			}
+		}
 	}
 	ws.h = rr.entry(conn, m, topic)
 	go func() {

@@ -167,6 +167,12 @@ type topic struct {
 
 	publishes, drops, fetches, fetchErrors atomic.Uint64
 
+	// history holds the topic's latest change messages, the one of count n-1 at (n-1)%historyLen,
+	// for a subscriber taken over from another process to be sent those it missed
+	// (SubscribeAfter); under pubMu.
+	history [historyLen][]byte
+	changes uint64
+
 	refreshMu sync.Mutex
 	running   bool                                         // a Refresh goroutine is fetching; under refreshMu
 	dirty     bool                                         // fetch again when it ends; under refreshMu
@@ -288,9 +294,13 @@ func (h *Hub) Publish(topic string, s *Snapshot) bool {
 	return true
 }
 
+// historyLen is how many of its latest change messages a topic keeps (SubscribeAfter).
+const historyLen = 32
+
 // PublishChange sends a copy of msg (one copy, shared by all) to every subscriber of the
-// topic that wants Changes. A topic with no subscriber is not created, and msg is then not
-// copied. Like Publish, it never blocks on a subscriber.
+// topic that wants Changes, and keeps it among the topic's latest (SubscribeAfter). A topic that
+// does not exist is not created, and msg is then not copied. Like Publish, it never blocks on a
+// subscriber.
 func (h *Hub) PublishChange(topic string, msg []byte) {
 	t := h.lookup(topic)
 	if t == nil {
@@ -298,10 +308,38 @@ func (h *Hub) PublishChange(topic string, msg []byte) {
 	}
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
+	c := append([]byte(nil), msg...)
+	t.history[t.changes%historyLen] = c
+	t.changes++
 	if subs := t.subs.Load(); subs == nil || len(*subs) == 0 {
 		return
 	}
-	t.fanOut(Message{Change: append([]byte(nil), msg...), encoded: &encoding{}}, Changes)
+	t.fanOut(Message{Change: c, encoded: &encoding{}}, Changes)
+}
+
+// SubscribeAfter is Subscribe for a subscriber of change messages that another process (the old
+// one of a binary upgrade) last sent the change message last: it also returns the change messages
+// the topic got after last, in order, to send it first, with found true; found is false when last
+// (nil: none was sent) is not among the topic's latest messages, and nothing can then be said of
+// what it missed. No message published after it returns is among them.
+func (h *Hub) SubscribeAfter(topic string, kind Kind, last []byte) (s *Subscriber, missed [][]byte, found bool) {
+	t := h.get(topic)
+	t.pubMu.Lock() // no change message between the subscription and the look at the latest
+	defer t.pubMu.Unlock()
+	s = h.Subscribe(topic, kind)
+	if last == nil {
+		return s, nil, false
+	}
+	for i := range min(t.changes, historyLen) { // the newest first: a message repeated is the last one sent
+		k := t.changes - 1 - i
+		if bytes.Equal(t.history[k%historyLen], last) {
+			for j := k + 1; j < t.changes; j++ {
+				missed = append(missed, t.history[j%historyLen])
+			}
+			return s, missed, true
+		}
+	}
+	return s, nil, false
 }
 
 // fanOut sends m to every open subscriber that wants kind, dropping those whose buffer is

@@ -605,13 +605,23 @@ type wsStream struct {
 	topic string
 	h     *stream // its entry in ServeOptions.Streams; nil without
 
-	// A subscriber of change messages taken over from an old process (Route.Adopt): first is sent
-	// before anything (App Configuration: the change it missed); while watching, a snapshot
-	// unlike what the old process saw, with no change message sent here before it, is a change whose
-	// message was missed during the switch, and the client is told to resync.
-	first    *websocket.PreparedMessage
-	watching bool
-	seen     Resume
+	// lastChange is the last change message sent (Resume.Change).
+	lastChange []byte
+
+	// A subscriber taken over from an old process (Route.Adopt): first is sent before anything
+	// (what it missed during the switch; firstFrame for App Configuration). While watching, a
+	// snapshot unlike what the old process saw (seen), with no change message received here before
+	// it, is a change whose message was missed during the switch: the client is told to resync.
+	// While holding (this process's session may be behind the old one's), the change messages
+	// received are held until skipTo, the last one the old process sent, arrives (it and those
+	// before it are dropped: the client has them) or holdC fires (they are sent).
+	first      [][]byte
+	firstFrame *websocket.PreparedMessage // App Configuration's: the change frame of a snapshot it missed
+	watching   bool
+	seen       Resume
+	skipTo     []byte
+	held       []Message
+	holdC      <-chan time.Time
 }
 
 // run relays sub's change messages to c until either ends; with ac (an App Configuration
@@ -706,8 +716,16 @@ func (ws *wsStream) run() {
 		switch {
 		case ac != nil && m.Snapshot != nil && m.Snapshot.Version > ac.since:
 			frame, ac.since, ac.snap = m.Snapshot.changeFrame(ac.topic), m.Snapshot.Version, m.Snapshot
+		case ac == nil && m.Change != nil && ws.holdC != nil:
+			ws.watching = false
+			if bytes.Equal(m.Change, ws.skipTo) {
+				ws.held, ws.holdC = nil, nil // the client has it, and those before it
+			} else {
+				ws.held = append(ws.held, m)
+			}
+			return true
 		case ac == nil && m.Change != nil:
-			frame, ws.watching = m.prepared(), false
+			frame, ws.watching, ws.lastChange = m.prepared(), false, m.Change
 		case ws.watching && m.Snapshot != nil && differs(m.Snapshot, ws.seen):
 			closeWith(websocket.CloseServiceRestart, "resync") // its change message came before this process took the stream
 			return false
@@ -717,8 +735,27 @@ func (ws *wsStream) run() {
 		return write(frame)
 	}
 
-	if ws.first != nil && !write(ws.first) {
+	// flush sends the change messages held (holdC).
+	flush := func() bool {
+		held := ws.held
+		ws.held, ws.holdC = nil, nil
+		for _, m := range held {
+			if !write(m.prepared()) {
+				return false
+			}
+			ws.lastChange = m.Change
+		}
+		return true
+	}
+	if ws.firstFrame != nil && !write(ws.firstFrame) {
 		return
+	}
+	for _, msg := range ws.first {
+		m := Message{Change: msg}
+		if !write(m.prepared()) {
+			return
+		}
+		ws.lastChange = msg
 	}
 	ping := time.NewTimer(opts.KeepAlive)
 	defer ping.Stop()
@@ -733,6 +770,10 @@ func (ws *wsStream) run() {
 				return
 			}
 			if err := c.WriteControl(websocket.PingMessage, nil, time.Now().Add(opts.WriteTimeout)); err != nil {
+				return
+			}
+		case <-ws.holdC:
+			if !flush() {
 				return
 			}
 		case <-readDone:
@@ -764,6 +805,9 @@ func (ws *wsStream) run() {
 				}
 				break
 			}
+			if !flush() {
+				return
+			}
 			ws.h.hand(ws.fc.Conn, ws.resume())
 			return
 		}
@@ -781,7 +825,7 @@ func (ws *wsStream) resume() Resume {
 		s = ws.ac.snap
 	}
 	if s == nil {
-		return Resume{}
+		return Resume{Change: ws.lastChange}
 	}
-	return Resume{Version: s.Version, Seed: s.Seed, Sum: resumeSum(s)}
+	return Resume{Version: s.Version, Seed: s.Seed, Sum: resumeSum(s), Change: ws.lastChange}
 }

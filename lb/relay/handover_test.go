@@ -1,0 +1,237 @@
+package relay
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fasthttp/websocket"
+)
+
+// moveStreams detaches from's streams and adopts them in to, as a binary upgrade does between two
+// processes; it returns how many moved.
+func moveStreams(t *testing.T, from, to *Route) int {
+	t.Helper()
+	moved, stayed := from.DetachStreams(5 * time.Second)
+	if stayed != 0 {
+		t.Errorf("%d streams stayed", stayed)
+	}
+	for _, m := range moved {
+		conn, err := net.FileConn(m.File)
+		m.File.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := to.Adopt(*m, conn, nil); err != nil {
+			conn.Close()
+			t.Fatal(err)
+		}
+	}
+	return len(moved)
+}
+
+// Issue 38: an SSE stream and a WebSocket move from one relay to another (the relays of two
+// processes on the same upstream) while changes are published every few milliseconds and the
+// WebSocket's client sends frames: the SSE stream's events arrive whole, each a newer version than
+// the one before, up to the last; the WebSocket gets every change message once, in order, none
+// missing; neither connection ends, and the client's frames after the move are read by the new
+// relay (its close is answered).
+func TestStreamsMoveBetweenRelaysWithChangesFlowingNothingLostRepeatedOrCut(t *testing.T) {
+	c := testkit.StartRelaySim(t, 1)
+	const topic = "inventory/dev"
+	files := routeFiles(t, testkit.ConfigAddrs(c), "keepalive = \"50ms\"\n")
+	old, next := startRoute(t, files, "appconfig"), startRoute(t, files, "appconfig")
+	sse := testkit.DialSSE(t, old.addr, "/relay/"+topic)
+	firstEv := sse.WaitVersion(t, 1, 5*time.Second)
+	ws := old.ws(t, "/relay/"+topic)
+	testkit.Eventually(t, "two streams", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 2 })
+
+	// The client sends frames all along (the relay reads and discards them): the move stops the
+	// relay's reading between two of them.
+	stopSending := make(chan struct{})
+	var sending sync.WaitGroup
+	sending.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stopSending:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			ws.SetWriteDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+			if err := ws.WriteMessage(websocket.TextMessage, []byte("client frame "+strconv.Itoa(i))); err != nil {
+				return
+			}
+		}
+	})
+	// The changes, every 5ms, before, during and after the move.
+	var last atomic.Uint64
+	stopPublishing := make(chan struct{})
+	var publishing sync.WaitGroup
+	publishing.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stopPublishing:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			last.Store(testkit.Publish(t, c, topic, `{"n":`+strconv.Itoa(n)+`}`))
+		}
+	})
+	// The readers: every SSE event and every change message, whole and checked, until an error.
+	sseIDs, wsVersions := make(chan uint64, 10000), make(chan uint64, 10000)
+	sseErr, wsErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		for {
+			ev, err := sse.Next(time.Minute)
+			if err != nil {
+				sseErr <- err
+				return
+			}
+			id, _ := strconv.ParseUint(ev.ID, 10, 64)
+			var s RelaySnapshotForTest
+			if ev.Event != "snapshot" || json.Unmarshal([]byte(ev.Data), &s) != nil || s.Version != id {
+				sseErr <- &net.AddrError{Err: "a cut or foreign event: " + ev.ID + " " + ev.Event + ": " + ev.Data}
+				return
+			}
+			sseIDs <- id
+		}
+	}()
+	go func() {
+		for {
+			ch, _, err := testkit.ReadChange(ws, time.Minute)
+			if err != nil {
+				wsErr <- err
+				return
+			}
+			wsVersions <- ch.Version
+		}
+	}()
+	// upTo collects what a reader got until version v.
+	upTo := func(what string, got <-chan uint64, failed <-chan error, v uint64) (all []uint64) {
+		t.Helper()
+		timeout := time.After(15 * time.Second)
+		for len(all) == 0 || all[len(all)-1] < v {
+			select {
+			case n := <-got:
+				all = append(all, n)
+			case err := <-failed:
+				t.Fatalf("%s: %v after %v", what, err, all)
+			case <-timeout:
+				t.Fatalf("%s: %v, want up to version %d", what, all, v)
+			}
+		}
+		return all
+	}
+
+	time.Sleep(300 * time.Millisecond) // changes flowing through the old relay
+	if n := moveStreams(t, old.rr, next.rr); n != 2 {
+		t.Fatalf("%d streams moved, want 2", n)
+	}
+	time.Sleep(300 * time.Millisecond) // and through the new one
+	close(stopPublishing)
+	publishing.Wait()
+	v := last.Load()
+	close(stopSending)
+	sending.Wait()
+	first, _ := strconv.ParseUint(firstEv.ID, 10, 64)
+	ids := upTo("SSE", sseIDs, sseErr, v)
+	for i, id := range ids {
+		if i == 0 && id <= first || i > 0 && id <= ids[i-1] {
+			t.Fatalf("SSE: version %d after %d (each newer than the one before): %v", id, max(first, ids[max(i-1, 0)]), ids)
+		}
+	}
+	changes := upTo("WebSocket", wsVersions, wsErr, v)
+	for i := 1; i < len(changes); i++ {
+		if changes[i] != changes[i-1]+1 {
+			t.Fatalf("WebSocket: change %d after %d (every change once, in order): %v", changes[i], changes[i-1], changes)
+		}
+	}
+	if ids[len(ids)-1] != v || changes[len(changes)-1] != v {
+		t.Errorf("the last version: SSE %d, WebSocket %d, want %d", ids[len(ids)-1], changes[len(changes)-1], v)
+	}
+	t.Logf("%d SSE events, %d change messages, up to version %d", len(ids), len(changes), v)
+	if old.rr.opts.Streams.Len() != 0 || next.rr.opts.Streams.Len() != 2 {
+		t.Errorf("streams: %d in the old relay, %d in the new, want 0 and 2", old.rr.opts.Streams.Len(), next.rr.opts.Streams.Len())
+	}
+	// The new relay reads the client's frames: a close is answered.
+	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(5*time.Second)) //nolint:errcheck
+	select {
+	case err := <-wsErr:
+		if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+			t.Errorf("after the close: %v, want the new relay's answer (1000)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the new relay did not answer the close")
+	}
+}
+
+// RelaySnapshotForTest is the simulator's snapshot body, as far as the test reads it.
+type RelaySnapshotForTest struct {
+	Version uint64 `json:"version"`
+}
+
+// The reader's view of a client's frames: between two frames only at their ends, whatever the
+// bytes' split, with lengths of 7, 16 and 64 bits, and not inside a fragmented message.
+func TestFramesFollowsTheClientsFramesAcrossAnySplit(t *testing.T) {
+	frame := func(fin bool, op byte, n int) []byte {
+		b := []byte{op, 0x80}
+		if fin {
+			b[0] |= 0x80
+		}
+		switch {
+		case n < 126:
+			b[1] |= byte(n)
+		case n < 1<<16:
+			b[1] |= 126
+			b = binary.BigEndian.AppendUint16(b, uint16(n))
+		default:
+			b[1] |= 127
+			b = binary.BigEndian.AppendUint64(b, uint64(n))
+		}
+		b = append(b, 1, 2, 3, 4) // the mask
+		return append(b, make([]byte, n)...)
+	}
+	var stream []byte
+	var ends []int // where a frame ends between two messages
+	add := func(b []byte, between bool) {
+		stream = append(stream, b...)
+		if between {
+			ends = append(ends, len(stream))
+		}
+	}
+	add(frame(true, 1, 5), true)
+	add(frame(true, 10, 0), true) // a pong
+	add(frame(true, 2, 300), true)
+	add(frame(false, 1, 3), false) // a message in fragments, a ping between them
+	add(frame(true, 9, 2), false)
+	add(frame(true, 0, 4), true)
+	add(frame(true, 1, 70000), true)
+	for _, step := range []int{1, 2, 3, 7, 64, 1000, len(stream)} {
+		var f frames
+		var got []int
+		for i := 0; i < len(stream); i += step {
+			end := min(i+step, len(stream))
+			f.scan(stream[i:end])
+			if f.between() {
+				got = append(got, end)
+			} else if slices.Contains(ends, end) {
+				t.Fatalf("step %d: not between two frames at %d", step, end)
+			}
+		}
+		for _, p := range got {
+			if !slices.Contains(ends, p) {
+				t.Fatalf("step %d: between two frames at %d, inside one (ends %v)", step, p, ends)
+			}
+		}
+		if len(got) == 0 || got[len(got)-1] != len(stream) {
+			t.Fatalf("step %d: not between two frames at the end", step)
+		}
+	}
+}
