@@ -235,3 +235,100 @@ func TestFramesFollowsTheClientsFramesAcrossAnySplit(t *testing.T) {
 		}
 	}
 }
+
+// Issue 38, App Configuration: a client SDK's SSE stream and a server SDK's wsfeature WebSocket move
+// to another relay (whose versions are its own counts: the two compare the configurations) with a
+// change published between the old relay's stop and the new one's start. The SSE stream gets it as
+// SSEConfig_payload (not a new Registration), the WebSocket one change frame for it; then one of
+// each per change, none repeated, and the heartbeats go on.
+func TestAppConfigurationStreamsMoveWithAChangeMadeDuringTheMove(t *testing.T) {
+	const topic = "payments/prod"
+	env := testkit.StartAppConfigEnv(t, testkit.AppConfigEnvOptions{APIKey: acAPIKey, ClientKey: acClientKey,
+		GUID: acGUID, Topics: acTopics, ExpiresIn: time.Hour})
+	var c testkit.Config
+	c.Table("frontend").Set("listen", "127.0.0.1:0")
+	env.Relay(&c, `response_timeout = "2s"`, `keepalive = "200ms"`)
+	files := map[string]string{"10-ibm.toml": c.String()}
+	old := &acRoute{routeEnv: startRoute(t, files, "ibm"), env: env}
+	next := startRoute(t, files, "ibm")
+	testkit.Eventually(t, "both relays' sessions", 10*time.Second, func() bool {
+		return env.Primary.Stats().Topics[topic].WSSessions == 2
+	})
+	sse := testkit.DialSSE(t, old.addr, "/apprapp/feature/v1/instances/"+acGUID+"/environments/prod/sse/subscribe?collection_id=payments",
+		"Authorization", acClientKey)
+	if ev, err := sse.Next(5 * time.Second); err != nil || ev.Event != "Registration" || testkit.AppConfigVersion(t, []byte(ev.Data)) != 1 {
+		t.Fatalf("first event: %+v, %v", ev, err)
+	}
+	ws, _, err := old.dialWSFeature(t, acGUID, topic, acClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changeFrames, wsErr := make(chan string, 100), make(chan error, 1)
+	go func() {
+		for {
+			ws.SetReadDeadline(time.Now().Add(time.Minute)) //nolint:errcheck
+			_, msg, err := ws.ReadMessage()
+			if err != nil {
+				wsErr <- err
+				return
+			}
+			if string(msg) != "test message" {
+				changeFrames <- string(msg)
+			}
+		}
+	}()
+	nextChange := func(when string) {
+		t.Helper()
+		select {
+		case <-changeFrames:
+		case err := <-wsErr:
+			t.Fatalf("%s: the WebSocket ended: %v", when, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no change frame", when)
+		}
+	}
+	nextPayload := func(when string, n int) {
+		t.Helper()
+		ev, err := sse.Next(10 * time.Second)
+		if err != nil || ev.Event != "SSEConfig_payload" || testkit.AppConfigVersion(t, []byte(ev.Data)) != n {
+			t.Fatalf("%s: %+v, %v; want SSEConfig_payload of %d", when, ev, err, n)
+		}
+	}
+	testkit.Eventually(t, "two streams", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 2 })
+	n := env.Primary.Bump(topic)
+	nextPayload("before the move", n)
+	nextChange("before the move")
+
+	moved, stayed := old.rr.DetachStreams(5 * time.Second)
+	if len(moved) != 2 || stayed != 0 {
+		t.Fatalf("%d moved, %d stayed, want 2 and 0", len(moved), stayed)
+	}
+	n = env.Primary.Bump(topic) // between the old relay's stop and the new one's start
+	testkit.Eventually(t, "the new relay to have the change", 10*time.Second, func() bool {
+		s := next.rr.hub.Snapshot(topic)
+		return s != nil && testkit.AppConfigVersion(t, s.Body) == n
+	})
+	for _, m := range moved {
+		conn, err := net.FileConn(m.File)
+		m.File.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.rr.Adopt(*m, conn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextPayload("the change made during the move", n)
+	nextChange("the change made during the move")
+	n = env.Primary.Bump(topic)
+	nextPayload("after the move", n)
+	nextChange("after the move")
+	time.Sleep(time.Second) // five heartbeats: no change frame repeated among them
+	select {
+	case m := <-changeFrames:
+		t.Errorf("a change frame more: %q", m)
+	case err := <-wsErr:
+		t.Fatalf("the WebSocket ended: %v", err)
+	default:
+	}
+}
