@@ -14,6 +14,7 @@
 //	old → new   tunnels      batches of tunnels: each one's pool, server, sticky key, and the TLS session
 //	                         of each TLS side (lb/tlsrecord's state: keys, sequence numbers, the part
 //	                         of a record read), with its two sockets
+//	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, with its socket
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //
 // Only a process the old one started can say hello: the shared channel is a file it inherited, not a
