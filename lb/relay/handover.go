@@ -33,6 +33,11 @@ const wsDetachWait = 2 * time.Second
 // this process may be behind the old one (wsStream.holdC).
 const wsHoldWait = time.Second
 
+// wsWatchWait is how long a WebSocket subscriber taken over that was sent no change message is watched
+// for a change it missed during the switch (wsStream.watchC): the fetch that a change published then
+// causes has ended.
+const wsWatchWait = 5 * time.Second
+
 // Resume is what a subscriber was sent, for another process to go on from: the version of the last
 // snapshot it got (a subscriber of change messages: the topic's version when it stopped), whether
 // that was a seed, and, when the versions are not the upstream's (local counts, a seed's), the
@@ -336,22 +341,27 @@ func (rr *Route) adoptWebSocket(m Moved, topic string, conn net.Conn, release fu
 		case cur != nil && same(cur, r):
 			ws.ac.since, ws.ac.snap = cur.Version, cur
 		}
-	} else {
-		// Change messages, and snapshots while watching for one missed. The messages this process
-		// got after the last one the client was sent are sent first; when that one is not among
-		// them (none was sent, it is older than those kept, or this process's session is behind),
-		// the client is told to resync if the topic changed, and what comes is held a moment in case
-		// it arrives.
+	} else if r.Change != nil {
+		// The change messages this process got after the last one the client was sent are sent
+		// first; when that one is not among them, they are held (wsStream.holdC).
+		var latest [][]byte
 		var found bool
-		ws.sub, ws.first, found = rr.hub.SubscribeAfter(topic, WebSocket|Snapshots, r.Change)
-		if !found {
-			cur := rr.hub.Snapshot(topic)
-			ws.watching, ws.seen = true, r
-			resync = cur != nil && differs(cur, r)
-			if r.Change != nil {
-				ws.skipTo, ws.holdC = r.Change, time.After(wsHoldWait)
+		ws.sub, latest, found = rr.hub.SubscribeAfter(topic, WebSocket, r.Change)
+		if found {
+			ws.first = latest
+		} else {
+			for _, msg := range latest {
+				ws.held = append(ws.held, Message{Change: msg})
 			}
+			ws.skipTo, ws.holdC = r.Change, time.After(wsHoldWait)
 		}
+	} else {
+		// No change message sent yet: which of this process's came before the client subscribed
+		// cannot be told, so snapshots are watched for a change it missed (wsStream.watchC).
+		ws.sub = rr.hub.Subscribe(topic, WebSocket|Snapshots)
+		cur := rr.hub.Snapshot(topic)
+		ws.watching, ws.seen, ws.watchC = true, r, time.After(wsWatchWait)
+		resync = cur != nil && differs(cur, r)
 	}
 	ws.h = rr.entry(conn, m, topic)
 	go func() {
@@ -361,7 +371,7 @@ func (rr *Route) adoptWebSocket(m Moved, topic string, conn net.Conn, release fu
 			}
 		}()
 		defer conn.Close()
-		defer ws.sub.Close()
+		defer func() { ws.sub.Close() }() // the subscriber of the end (unwatch replaces it)
 		defer wc.Close()
 		defer ws.h.done()
 		if resync {

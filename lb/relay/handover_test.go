@@ -332,3 +332,57 @@ func TestAppConfigurationStreamsMoveWithAChangeMadeDuringTheMove(t *testing.T) {
 	default:
 	}
 }
+
+// Issue 38: a relay whose session opened after the last change message a WebSocket was sent (the
+// new process of an upgrade, started after it) takes the WebSocket over with a change published
+// during the move: the change comes once, then the next, and nothing more.
+func TestAWebSocketMovedToARelayStartedAfterItsLastChangeGetsTheChangeOfTheMoveOnce(t *testing.T) {
+	c := testkit.StartRelaySim(t, 1)
+	const topic = "inventory/dev"
+	files := routeFiles(t, testkit.ConfigAddrs(c), "")
+	old := startRoute(t, files, "appconfig")
+	ws := old.ws(t, "/relay/"+topic)
+	sse := testkit.DialSSE(t, old.addr, "/relay/"+topic)
+	sse.WaitVersion(t, 1, 5*time.Second)
+	testkit.Eventually(t, "two streams", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 2 })
+	v := testkit.Publish(t, c, topic, `{"n":2}`)
+	testkit.WaitChange(t, ws, topic, v, 5*time.Second)
+	sse.WaitVersion(t, v, 5*time.Second)
+
+	next := startRoute(t, files, "appconfig") // its session opens after the change the client was sent
+	testkit.Eventually(t, "the new relay's session", 5*time.Second, func() bool {
+		return next.rr.origin.Sessions() == len(testkit.RelayTopics)
+	})
+	moved, stayed := old.rr.DetachStreams(5 * time.Second)
+	if len(moved) != 2 || stayed != 0 {
+		t.Fatalf("%d moved, %d stayed, want 2 and 0", len(moved), stayed)
+	}
+	during := testkit.Publish(t, c, topic, `{"n":3}`)
+	testkit.Eventually(t, "the new relay to have the change", 5*time.Second, func() bool {
+		s := next.rr.hub.Snapshot(topic)
+		return s != nil && s.Version == during
+	})
+	for _, m := range moved {
+		conn, err := net.FileConn(m.File)
+		m.File.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.rr.Adopt(*m, conn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := testkit.Publish(t, c, topic, `{"n":4}`)
+	for _, want := range []uint64{during, after} {
+		ch, raw, err := testkit.ReadChange(ws, 5*time.Second)
+		if err != nil || ch.Version != want {
+			t.Fatalf("change message %q, %v; want version %d", raw, err, want)
+		}
+		if ev := sse.WaitVersion(t, want, 5*time.Second); ev.ID != strconv.FormatUint(want, 10) {
+			t.Fatalf("SSE event %s, want version %d", ev.ID, want)
+		}
+	}
+	if ch, raw, err := testkit.ReadChange(ws, 1500*time.Millisecond); err == nil {
+		t.Errorf("a change message more: %q (%+v)", raw, ch)
+	}
+}

@@ -319,27 +319,52 @@ func (h *Hub) PublishChange(topic string, msg []byte) {
 
 // SubscribeAfter is Subscribe for a subscriber of change messages that another process (the old
 // one of a binary upgrade) last sent the change message last: it also returns the change messages
-// the topic got after last, in order, to send it first, with found true; found is false when last
-// (nil: none was sent) is not among the topic's latest messages, and nothing can then be said of
-// what it missed. No message published after it returns is among them.
-func (h *Hub) SubscribeAfter(topic string, kind Kind, last []byte) (s *Subscriber, missed [][]byte, found bool) {
+// the topic got after last, in order, to send it first, with found true. When last is not among the
+// topic's latest messages, found is false and latest holds them all: this process's session is
+// behind the other's (last is to come, after some of them), or opened after last (they all came
+// after it). No message published after it returns is among them.
+func (h *Hub) SubscribeAfter(topic string, kind Kind, last []byte) (s *Subscriber, latest [][]byte, found bool) {
 	t := h.get(topic)
 	t.pubMu.Lock() // no change message between the subscription and the look at the latest
 	defer t.pubMu.Unlock()
 	s = h.Subscribe(topic, kind)
-	if last == nil {
-		return s, nil, false
-	}
-	for i := range min(t.changes, historyLen) { // the newest first: a message repeated is the last one sent
+	n := min(t.changes, historyLen)
+	for i := range n { // the newest first: a message repeated is the last one sent
 		k := t.changes - 1 - i
 		if bytes.Equal(t.history[k%historyLen], last) {
 			for j := k + 1; j < t.changes; j++ {
-				missed = append(missed, t.history[j%historyLen])
+				latest = append(latest, t.history[j%historyLen])
 			}
-			return s, missed, true
+			return s, latest, true
 		}
 	}
-	return s, nil, false
+	for j := t.changes - n; j < t.changes; j++ {
+		latest = append(latest, t.history[j%historyLen])
+	}
+	return s, latest, false
+}
+
+// Resubscribe replaces s by a subscriber of its topic that wants kind, with no message published in
+// between: it returns the new one and the messages s had queued, in order, for the caller to handle
+// first; s is closed. A closed s is returned as it is.
+func (h *Hub) Resubscribe(s *Subscriber, kind Kind) (*Subscriber, []Message) {
+	t := s.t
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	if s.closed {
+		return s, nil
+	}
+	ns := h.Subscribe(t.name, kind)
+	var queued []Message
+	for len(s.ch) > 0 {
+		queued = append(queued, <-s.ch)
+	}
+	s.closed = true
+	close(s.ch)
+	t.subsMu.Lock()
+	t.removed(1)
+	t.subsMu.Unlock()
+	return ns, queued
 }
 
 // fanOut sends m to every open subscriber that wants kind, dropping those whose buffer is

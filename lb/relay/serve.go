@@ -609,12 +609,14 @@ type wsStream struct {
 	lastChange []byte
 
 	// A subscriber taken over from an old process (Route.Adopt): first is sent before anything
-	// (what it missed during the switch; firstFrame for App Configuration). While watching, a
-	// snapshot unlike what the old process saw (seen), with no change message received here before
-	// it, is a change whose message was missed during the switch: the client is told to resync.
-	// While holding (this process's session may be behind the old one's), the change messages
-	// received are held until skipTo, the last one the old process sent, arrives (it and those
-	// before it are dropped: the client has them) or holdC fires (they are sent).
+	// (what it missed during the switch; firstFrame for App Configuration). While holding (the
+	// last change message the old process sent, skipTo, is not among this process's: its session
+	// is behind, or opened after it), the change messages are held, this process's latest first,
+	// until skipTo arrives (it and those before it are dropped: the client has them) or holdC fires
+	// (they are all sent: they came after it). A client the old process sent no change message is
+	// watched instead, until the first change message or watchC: a snapshot unlike what the old
+	// process saw (seen) is a change whose message it may have missed during the switch, and it is
+	// told to resync.
 	first      [][]byte
 	firstFrame *websocket.PreparedMessage // App Configuration's: the change frame of a snapshot it missed
 	watching   bool
@@ -622,13 +624,28 @@ type wsStream struct {
 	skipTo     []byte
 	held       []Message
 	holdC      <-chan time.Time
+	watchC     <-chan time.Time // the watch ends (unwatch)
+}
+
+// unwatch ends the watch for a change missed during the switch: the subscriber no longer wants
+// snapshots (Hub.Resubscribe), and what it had queued goes to receive; false: the stream ends.
+func (ws *wsStream) unwatch(receive func(Message, bool) bool) bool {
+	ws.watching, ws.watchC = false, nil
+	sub, queued := ws.hub.Resubscribe(ws.sub, WebSocket)
+	ws.sub = sub
+	for _, m := range queued {
+		if !receive(m, true) {
+			return false
+		}
+	}
+	return true
 }
 
 // run relays sub's change messages to c until either ends; with ac (an App Configuration
 // subscriber, whose sub wants Snapshots), the change frame of each new snapshot instead, and "test
 // message" with each keep-alive ping.
 func (ws *wsStream) run() {
-	c, sub, opts, ac := ws.c, ws.sub, ws.opts, ws.ac
+	c, opts, ac := ws.c, ws.opts, ws.ac
 	// A client that answers no ping nor sends anything for this long is gone.
 	readTimeout := 2*opts.KeepAlive + opts.WriteTimeout
 	// The hijacked connection's Close is a no-op (fasthttp closes it once this handler
@@ -641,6 +658,9 @@ func (ws *wsStream) run() {
 	arm := func() error {
 		mu.Lock()
 		defer mu.Unlock()
+		if stopped && ws.fc.stopping.Load() {
+			return nil // detaching: the reader goes on to the frames' end (wsConn.Read), then stops
+		}
 		if stopped {
 			return net.ErrClosed
 		}
@@ -697,12 +717,13 @@ func (ws *wsStream) run() {
 		return c.WritePreparedMessage(frame) == nil
 	}
 	// receive writes what m tells the client; false: the stream ends.
-	receive := func(m Message, ok bool) bool {
-		if sub.Dropped() {
+	var receive func(m Message, ok bool) bool
+	receive = func(m Message, ok bool) bool {
+		if ws.sub.Dropped() {
 			closeWith(websocket.CloseTryAgainLater, "slow consumer")
 			return false
 		}
-		if !ok && sub.Resynced() {
+		if !ok && ws.sub.Resynced() {
 			// Changes were missed while the upstream session was down: reconnect and
 			// fetch the snapshot.
 			closeWith(websocket.CloseServiceRestart, "resync")
@@ -717,7 +738,6 @@ func (ws *wsStream) run() {
 		case ac != nil && m.Snapshot != nil && m.Snapshot.Version > ac.since:
 			frame, ac.since, ac.snap = m.Snapshot.changeFrame(ac.topic), m.Snapshot.Version, m.Snapshot
 		case ac == nil && m.Change != nil && ws.holdC != nil:
-			ws.watching = false
 			if bytes.Equal(m.Change, ws.skipTo) {
 				ws.held, ws.holdC = nil, nil // the client has it, and those before it
 			} else {
@@ -725,7 +745,11 @@ func (ws *wsStream) run() {
 			}
 			return true
 		case ac == nil && m.Change != nil:
-			frame, ws.watching, ws.lastChange = m.prepared(), false, m.Change
+			ws.lastChange = m.Change
+			if !write(m.prepared()) {
+				return false
+			}
+			return !ws.watching || ws.unwatch(receive) // a change message came: none was missed
 		case ws.watching && m.Snapshot != nil && differs(m.Snapshot, ws.seen):
 			closeWith(websocket.CloseServiceRestart, "resync") // its change message came before this process took the stream
 			return false
@@ -761,7 +785,7 @@ func (ws *wsStream) run() {
 	defer ping.Stop()
 	for {
 		select {
-		case m, ok := <-sub.C():
+		case m, ok := <-ws.sub.C():
 			if !receive(m, ok) {
 				return
 			}
@@ -774,6 +798,10 @@ func (ws *wsStream) run() {
 			}
 		case <-ws.holdC:
 			if !flush() {
+				return
+			}
+		case <-ws.watchC:
+			if !ws.unwatch(receive) {
 				return
 			}
 		case <-readDone:
@@ -796,7 +824,7 @@ func (ws *wsStream) run() {
 			}
 			for {
 				select {
-				case m, ok := <-sub.C():
+				case m, ok := <-ws.sub.C():
 					if !receive(m, ok) {
 						return
 					}
