@@ -386,3 +386,114 @@ func TestAWebSocketMovedToARelayStartedAfterItsLastChangeGetsTheChangeOfTheMoveO
 		t.Errorf("a change message more: %q (%+v)", raw, ch)
 	}
 }
+
+// The hub's side of a WebSocket taken over: SubscribeAfter returns the change messages after the last
+// one the client was sent (the newest of equal ones), or all those kept (the latest 32) when it is
+// not among them; what is published after it goes to the subscriber.
+func TestSubscribeAfterReturnsTheChangesAfterTheLastOneSent(t *testing.T) {
+	h := NewHub(Options{})
+	defer h.Close()
+	h.Publish("t", snap(1))
+	for _, m := range []string{"a", "b", "a", "c"} {
+		h.PublishChange("t", []byte(m))
+	}
+	str := func(ms [][]byte) (out []string) {
+		for _, m := range ms {
+			out = append(out, string(m))
+		}
+		return out
+	}
+	s, latest, found := h.SubscribeAfter("t", Changes, []byte("a"))
+	if !found || !slices.Equal(str(latest), []string{"c"}) {
+		t.Errorf("after a: %v %v, want [c] found", str(latest), found)
+	}
+	if _, latest, found := h.SubscribeAfter("t", Changes, []byte("z")); found || !slices.Equal(str(latest), []string{"a", "b", "a", "c"}) {
+		t.Errorf("after z: %v %v, want all four, not found", str(latest), found)
+	}
+	h.PublishChange("t", []byte("d"))
+	if m := <-s.C(); string(m.Change) != "d" {
+		t.Errorf("then %q, want d", m.Change)
+	}
+	for i := range 40 {
+		h.PublishChange("t", []byte(strconv.Itoa(i)))
+	}
+	if _, latest, found := h.SubscribeAfter("t", Changes, []byte("c")); found || len(latest) != historyLen || string(latest[historyLen-1]) != "39" {
+		t.Errorf("after 40 more: found %v, %d kept (the last %q), want %d up to 39", found, len(latest), latest[len(latest)-1], historyLen)
+	}
+}
+
+// Resubscribe swaps a subscriber for one of another kind with no message lost or repeated: what the
+// old one had queued is returned, it is closed, and the new one gets what follows.
+func TestResubscribeReturnsWhatWasQueuedAndMissesNothing(t *testing.T) {
+	h := NewHub(Options{})
+	defer h.Close()
+	h.Publish("t", snap(1))
+	s := h.Subscribe("t", Changes|Snapshots)
+	h.PublishChange("t", []byte("x"))
+	h.Publish("t", snap(2))
+	ns, queued := h.Resubscribe(s, Changes)
+	if len(queued) != 2 || string(queued[0].Change) != "x" || queued[1].Snapshot == nil || queued[1].Snapshot.Version != 2 {
+		t.Fatalf("queued %+v, want x then snapshot 2", queued)
+	}
+	expectClosed(t, s.C())
+	h.PublishChange("t", []byte("y"))
+	h.Publish("t", snap(3)) // not wanted any more
+	if m := <-ns.C(); string(m.Change) != "y" {
+		t.Errorf("then %+v, want y", m)
+	}
+	expectEmpty(t, ns.C())
+	if n := stats(h, "t").Subscribers; n != 1 {
+		t.Errorf("%d subscribers, want 1", n)
+	}
+	if again, q := h.Resubscribe(s, Changes); again != s || q != nil {
+		t.Error("a closed subscriber was resubscribed")
+	}
+}
+
+// A WebSocket the old relay sent no change message yet: moved, it gets each change published after
+// the move once; moved while a change is published, it cannot be told whether it missed it, and is
+// told to resync (close 1012), as after a gap in the relay's upstream session.
+func TestAWebSocketSentNoChangeYetIsWatchedAfterTheMove(t *testing.T) {
+	c := testkit.StartRelaySim(t, 1)
+	const topic = "inventory/dev"
+	files := routeFiles(t, testkit.ConfigAddrs(c), "")
+	old, next := startRoute(t, files, "appconfig"), startRoute(t, files, "appconfig")
+	move := func(during func()) {
+		t.Helper()
+		moved, _ := old.rr.DetachStreams(5 * time.Second)
+		if len(moved) != 1 {
+			t.Fatalf("%d moved, want 1", len(moved))
+		}
+		during()
+		conn, err := net.FileConn(moved[0].File)
+		moved[0].File.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.rr.Adopt(*moved[0], conn, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws := old.ws(t, "/relay/"+topic)
+	testkit.Eventually(t, "the stream", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 1 })
+	move(func() {})
+	for range 2 {
+		v := testkit.Publish(t, c, topic, `{}`)
+		if ch, raw, err := testkit.ReadChange(ws, 5*time.Second); err != nil || ch.Version != v {
+			t.Fatalf("change message %q, %v; want version %d", raw, err, v)
+		}
+	}
+	if _, raw, err := testkit.ReadChange(ws, time.Second); err == nil {
+		t.Errorf("a change message more: %q", raw)
+	}
+
+	ws = old.ws(t, "/relay/"+topic)
+	testkit.Eventually(t, "the stream", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 1 })
+	move(func() {
+		v := testkit.Publish(t, c, topic, `{}`)
+		testkit.Eventually(t, "the new relay to have the change", 5*time.Second, func() bool { return next.rr.hub.Snapshot(topic).Version == v })
+	})
+	if _, _, err := testkit.ReadChange(ws, 5*time.Second); !websocket.IsCloseError(err, websocket.CloseServiceRestart) {
+		t.Errorf("moved during a change: %v, want close 1012 (resync)", err)
+	}
+}
