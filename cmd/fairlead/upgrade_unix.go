@@ -90,7 +90,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 		})
 		ch.Close()
 		if err != nil {
-			u.logger.Warn("binary upgrade: the old process's tunnels stopped coming: " + err.Error())
+			u.logger.Warn("binary upgrade: what the old process hands over (tunnels, relay streams) stopped coming: " + err.Error())
 		}
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams taken over from the old process, %d closed (their relay or topic is gone)", streams, ended))
