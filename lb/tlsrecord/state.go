@@ -50,6 +50,9 @@ type State struct {
 	// ReadClosed: the peer's close_notify has been read (Read answers io.EOF); WriteClosed: ours
 	// has been sent (CloseWrite).
 	ReadClosed, WriteClosed bool
+	// What the handshake negotiated besides the keys (NetConn's ConnectionState): the server name the
+	// client asked for and the application protocol (ALPN).
+	ServerName, ALPN string
 }
 
 // Direction is the protection of the records of one direction.

@@ -8,11 +8,11 @@ import (
 
 // TakeOver takes tc's session over from crypto/tls, once its handshake is done over nb, which captured
 // it (nbio's CaptureTLS, with the handshake's configuration from its TLSSession's Config and
-// HandshakeDone called): the Conn that carries it on over nb from here, and the plaintext tc held, to
-// be delivered first (buf is scratch for it). A nil Conn: tc keeps its session, and gives the rest
+// HandshakeDone called): the connection that carries it on over nb from here, and the plaintext tc held, to
+// be delivered first (buf is scratch for it). A nil one: tc keeps its session, and gives the rest
 // after left — the session was not captured, its suite is not one this package has, or tc holds part
 // of a record, or the peer's close_notify. For the goroutine that reads tc, with no write under way.
-func TakeOver(tc *tls.Conn, nb *nbio.TCPConn, buf []byte) (c *Conn, left []byte) {
+func TakeOver(tc *tls.Conn, nb *nbio.TCPConn, buf []byte) (c *NetConn, left []byte) {
 	cs := tc.ConnectionState()
 	got, ok := nb.TLSCaptured()
 	if !ok || !got.Whole || !Supports(cs.Version, cs.CipherSuite) {
@@ -53,8 +53,10 @@ func TakeOver(tc *tls.Conn, nb *nbio.TCPConn, buf []byte) (c *Conn, left []byte)
 	if err != nil {
 		return nil, left
 	}
-	if c, err = New(nb, st); err != nil {
+	st.ServerName, st.ALPN = cs.ServerName, cs.NegotiatedProtocol
+	rec, err := New(nb, st)
+	if err != nil {
 		return nil, left
 	}
-	return c, left
+	return NewNetConn(nb, rec, st), left
 }

@@ -330,8 +330,8 @@ func (r *Engine) sysPrepare(t *Tunnel) error {
 		switch tc := t.tlsConns[i].(type) {
 		case *tls.Conn:
 			s.tls, s.nb = tc, tc.NetConn().(*nbio.TCPConn)
-		case *ownTLS:
-			s.tls, s.nb, s.own = tc, tc.TCPConn, tc.rec
+		case *tlsrecord.NetConn:
+			s.tls, s.nb, s.own = tc, tc.TCPConn, tc.TLS
 		}
 		var fd int
 		if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {

@@ -4,7 +4,6 @@ import (
 	"net"
 	"os"
 
-	"github.com/fairlead/fairlead/lb/nbio"
 	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
@@ -19,43 +18,19 @@ import (
 // A session it cannot take (not captured, a suite the record layer lacks, part of a record held by
 // crypto/tls) stays crypto/tls's: relayed the same way, but not handed over (ErrNotDetachable).
 
-// tlsSide is a TLS side's connection: crypto/tls's, or fairlead's record layer (ownTLS).
+// tlsSide is a TLS side's connection: crypto/tls's, or fairlead's record layer (*tlsrecord.NetConn).
 type tlsSide interface {
 	net.Conn
 	CloseWrite() error
 }
 
-// ownTLS is a TLS side relayed with fairlead's record layer over its socket.
-type ownTLS struct {
-	*nbio.TCPConn // the socket: addresses, deadlines, evented mode, Close
-	rec           *tlsrecord.Conn
-}
-
-func (c *ownTLS) Read(b []byte) (int, error)  { return c.rec.Read(b) }
-func (c *ownTLS) Write(b []byte) (int, error) { return c.rec.Write(b) }
-func (c *ownTLS) CloseWrite() error           { return c.rec.CloseWrite() }
-
 // Resume returns the connection of a tunnel's side handed over as f (whose ownership it takes) with
 // its TLS session st (nil for a plain side), to give to Add.
 func Resume(f *os.File, st *tlsrecord.State) (net.Conn, error) {
+	if st != nil {
+		return tlsrecord.Resume(f, *st)
+	}
 	c, err := net.FileConn(f)
 	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok || st == nil {
-		return c, nil
-	}
-	nb, err := nbio.NewTCPConn(tc)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	rec, err := tlsrecord.New(nb, *st)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	return &ownTLS{TCPConn: nb, rec: rec}, nil
+	return c, err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // TLS tunnels on the event loops: the engine's side of a TLS connection is a *tls.Conn over an
@@ -74,7 +75,7 @@ func (e *tlsEnv) openTLS(group string, tlsUp bool, toServer []byte, onClose func
 	if epollEngine && (tun.streams[clientSide] != nil || tun.tlsConns[clientSide] == nil) {
 		e.tb.Fatal("a TLS connection over an nbio.TCPConn is streamed, not carried by a loop")
 	}
-	if _, own := tun.tlsConns[clientSide].(*ownTLS); epollEngine && own == e.kept {
+	if _, own := tun.tlsConns[clientSide].(*tlsrecord.NetConn); epollEngine && own == e.kept {
 		e.tb.Fatalf("the client side's session is fairlead's: %v, want %v", own, !e.kept)
 	}
 	e.tb.Cleanup(func() {
@@ -198,7 +199,7 @@ func TestATLSTunnelRelaysTheRecordsItsConnectionHadAlreadyRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, own := tun.tlsConns[clientSide].(*ownTLS); epollEngine && own == kept {
+		if _, own := tun.tlsConns[clientSide].(*tlsrecord.NetConn); epollEngine && own == kept {
 			t.Fatalf("session kept by crypto/tls %v, but the engine's: %v", kept, own)
 		}
 		if got := readN(t, c.up, len("first record+second"), hang); string(got) != "first record+second" {

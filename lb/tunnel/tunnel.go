@@ -316,7 +316,7 @@ func socketOf(c net.Conn) (*net.TCPConn, tlsSide) {
 		if nc, ok := c.NetConn().(*nbio.TCPConn); ok && nc.TCPConn != nil && c.ConnectionState().HandshakeComplete {
 			return nc.TCPConn, c
 		}
-	case *ownTLS:
+	case *tlsrecord.NetConn:
 		return c.TCPConn.TCPConn, c
 	}
 	return nil, nil
@@ -331,12 +331,11 @@ func (r *Engine) ownSession(c tlsSide) (tlsSide, []byte) {
 	}
 	bp := r.streamBufs.Get().(*[]byte)
 	defer r.streamBufs.Put(bp)
-	nb := tc.NetConn().(*nbio.TCPConn)
-	rec, left := tlsrecord.TakeOver(tc, nb, *bp)
-	if rec == nil {
+	own, left := tlsrecord.TakeOver(tc, tc.NetConn().(*nbio.TCPConn), *bp)
+	if own == nil {
 		return c, left
 	}
-	return &ownTLS{TCPConn: nb, rec: rec}, left
+	return own, left
 }
 
 // Close ends the tunnel now (reason Closed) and closes both conns; no-op once it has ended.
@@ -396,8 +395,8 @@ func (r *Engine) detach(t *Tunnel, timeout time.Duration) (Detached, error) {
 	var d Detached
 	var states [2]*tlsrecord.State
 	for i, c := range t.tlsConns {
-		if own, ok := c.(*ownTLS); ok { // quiesced: no write of it is pending
-			st := own.rec.State()
+		if own, ok := c.(*tlsrecord.NetConn); ok { // quiesced: no write of it is pending
+			st := own.State()
 			states[i] = &st
 		}
 	}
