@@ -25,6 +25,11 @@ type Front struct {
 	// OnRefused, if set (before the front end serves), is told of every request the front end refuses
 	// before a handler reads it, HTTP/1.1 and HTTP/2 (the access log's line of it).
 	OnRefused func(*RefusedRequest)
+	// A binary upgrade's hand-over of idle connections (idle.go): the plain connections, the hand-over
+	// under way, and whether it ran (answers close their connection from then on).
+	idle    idleConns
+	handing atomic.Pointer[handing]
+	leaving atomic.Bool
 }
 
 // New returns a front end checking requests against lim; its connection errors are logged to log.
@@ -48,22 +53,39 @@ type listener struct {
 	net.Listener
 	front *Front
 	tls   *tls.Config // the HTTPS listener's (tls.go), nil for the plain one
+	inj   injected    // connections a binary upgrade's old process handed over (Inject, idle.go)
 }
 
 func (l *listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	for err == nil && l.front.sources != nil {
-		release, ok := l.front.sources.accept(c)
-		if ok {
+	for {
+		if c := l.inj.pop(); c != nil {
+			var release func()
+			if l.front.sources != nil {
+				release = l.front.sources.Adopt(c) // admitted by the old process: counted whatever the count
+			}
+			return l.wrap(c, release), nil
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if l.inj.woke(l.Listener, err) {
+				continue
+			}
+			return nil, err
+		}
+		if l.front.sources == nil {
+			return l.wrap(c, nil), nil
+		}
+		if release, ok := l.front.sources.accept(c); ok {
 			return l.wrap(c, release), nil
 		}
 		c.Close() //nolint:errcheck // over max_conns_per_source: closed at accept
-		c, err = l.Listener.Accept()
 	}
-	if err != nil {
-		return nil, err
-	}
-	return l.wrap(c, nil), nil
+}
+
+// Close closes the listener, and the connections injected that it did not accept yet.
+func (l *listener) Close() error {
+	l.inj.close()
+	return l.Listener.Close()
 }
 
 // wrap makes an accepted connection the front end's; release (if not nil) uncounts it from its
@@ -81,10 +103,16 @@ func (l *listener) wrap(c net.Conn, release func()) net.Conn {
 		tc := tls.Server(c, l.tls)
 		fc := &frontConn{Conn: tc, front: l.front, tc: tc, release: release}
 		fc.f.lim = &l.front.lim
+		fc.hand.Store(handNever) // its TLS session cannot be given to another process
 		return tlsFrontConn{fc}
 	}
 	fc := &frontConn{Conn: c, front: l.front, release: release}
 	fc.f.lim = &l.front.lim
+	if hasSocket(c) {
+		l.front.idle.list(fc) // may be idle at a binary upgrade (idle.go)
+	} else {
+		fc.hand.Store(handNever)
+	}
 	return fc
 }
 
@@ -128,6 +156,11 @@ type frontConn struct {
 	lineAt   time.Time
 	lineOf   int64 // the framer's headStart for the message the line is of
 	lineDone bool  // the line is whole (or as long as kept)
+	// Its part in a binary upgrade's hand-over of idle connections (idle.go): handBusy, handIdle…,
+	// and its place in the front end's list of plain connections (guarded by the list's lock).
+	hand       atomic.Int32
+	listed     bool
+	prev, next *frontConn
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -137,18 +170,29 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	if c.pending != nil {
 		return 0, c.fail(c.pending)
 	}
+	idle, late := c.idleRead() // waiting for its next request: a binary upgrade may take it (idle.go)
+	if late {
+		return 0, io.EOF
+	}
 	n, err := c.Conn.Read(p)
 	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
-		// The socket's deadline may be earlier than the one in force (armRead).
+		// The socket's deadline may be earlier than the one in force (armRead), or a hand-over that
+		// did not take the connection after all set it.
 		t := c.wanted()
 		if !t.IsZero() && !time.Now().Before(t) {
 			break // the one in force passed
 		}
+		if idle && c.taken() {
+			break // woken by the hand-over
+		}
 		c.sockDeadline = t
-		if c.Conn.SetReadDeadline(t) != nil {
+		if c.Conn.SetReadDeadline(t) != nil || idle && c.taken() { // taken meanwhile: its wake may be undone
 			break
 		}
 		n, err = c.Conn.Read(p)
+	}
+	if idle && c.woken(n, err) {
+		return 0, io.EOF
 	}
 	if n > 0 && c.f.state != stOpaque {
 		base := c.f.base
@@ -207,7 +251,11 @@ func (c *frontConn) noteError(k ConnKind) {
 
 // handOver is called when the connection goes to a tunnel or a relay stream (UnwrapHijacked): from
 // then on its errors are not the front end's to count.
-func (c *frontConn) handOver() { c.errNoted.Store(true) }
+func (c *frontConn) handOver() {
+	c.errNoted.Store(true)
+	c.hand.Store(handNever) // never idle: its bytes are the tunnel's or the stream's
+	c.front.idle.unlist(c)
+}
 
 // headTimer starts header_timeout when a head did not arrive whole in one read, and stops it when
 // the head is complete. A head that arrives in one read (nearly all) costs nothing.
@@ -272,8 +320,12 @@ func (c *frontConn) claim() *Refusal {
 // a moment after the answer (a lingering close), so that closing does not reset the connection before
 // the client read the answer.
 func (c *frontConn) Close() error {
+	c.front.idle.unlist(c)
 	if c.release != nil {
 		c.release()
+	}
+	if c.hand.CompareAndSwap(handGiven, handNever) {
+		return c.giveSocket() // a binary upgrade's new process serves it from now on (idle.go)
 	}
 	if e := c.claim(); e != nil {
 		c.front.Refused(e.Status)
