@@ -202,9 +202,10 @@ func SendTunnels(ch *Channel, ts []Tunnel) error {
 type Adopter struct {
 	Tunnel func(Tunnel)
 	Stream func(Stream)
+	Conn   func(Conn) // an idle keep-alive connection (conns_unix.go)
 }
 
-// Receive gives each tunnel and stream that comes to a, until the old process says it is done or the
+// Receive gives each tunnel, stream and idle connection that comes to a, until the old process says it is done or the
 // channel fails (that error). A message of a kind a has no function for is refused, its sockets
 // closed (their clients reconnect), and the rest still received; the first one is then the error
 // returned at done.
@@ -222,6 +223,8 @@ func Receive(ch *Channel, a Adopter) error {
 			err = receiveTunnels(m, a.Tunnel)
 		case m.Kind == kindStreams && a.Stream != nil:
 			err = receiveStreams(m, a.Stream)
+		case m.Kind == kindConns && a.Conn != nil:
+			err = decodeConns(m, a.Conn)
 		default:
 			closeAll(m.Files)
 			if refused == nil {

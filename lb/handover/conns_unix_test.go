@@ -1,0 +1,116 @@
+//go:build unix
+
+package handover
+
+import (
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// Idle connections pass with their sockets, in batches under the kernel's limit, beside tunnels and
+// before done: each one received is the same socket (what its client sends is read at the other end,
+// and the other way), named by its listener and client.
+func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
+	a, f, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := FromFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const n = maxFiles + 3 // two messages
+	clients := make([]net.Conn, n)
+	var cs []Conn
+	for i := range n {
+		if clients[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		defer clients[i].Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, err := s.(*net.TCPConn).File()
+		s.Close() // the file keeps the socket open
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, Conn{Listener: "listen", Client: clients[i].LocalAddr().String(), File: sf})
+	}
+	sent := make(chan error, 1)
+	go func() {
+		err := SendConns(a, cs)
+		for _, c := range cs {
+			c.File.Close()
+		}
+		if err == nil {
+			err = Done(a)
+		}
+		sent <- err
+	}()
+	var got []Conn
+	err = Receive(b, Adopter{Tunnel: func(tn Tunnel) { t.Errorf("a tunnel: %+v", tn) }, Conn: func(c Conn) { got = append(got, c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("%d connections received, want %d", len(got), n)
+	}
+	for i, c := range got {
+		if c.Listener != "listen" || c.Client != clients[i].LocalAddr().String() {
+			t.Fatalf("connection %d: %+v, want listen, %s", i, c, clients[i].LocalAddr())
+		}
+		sc, err := net.FileConn(c.File)
+		c.File.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, clients[i], sc)
+		sc.Close()
+	}
+}
+
+// roundTrip checks that a and b are the two ends of one connection.
+func roundTrip(t *testing.T, a, b net.Conn) {
+	t.Helper()
+	for _, p := range [][2]net.Conn{{a, b}, {b, a}} {
+		p[1].SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := p[0].Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(p[1], buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+	}
+}
+
+// A connections message whose body does not name its sockets is refused, and its files are closed.
+func TestAConnectionsMessageThatDoesNotNameItsSocketsIsRefused(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	err = decodeConns(Message{Kind: kindConns, Body: []byte(`[]`), Files: []*os.File{r}}, func(Conn) { t.Error("adopted") })
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if err := r.Close(); err == nil {
+		t.Error("the message's file was left open")
+	}
+}
