@@ -419,7 +419,9 @@ func (lb *LB) drainKeepAlive(ctx context.Context, grace time.Duration) {
 // directly); while Close drains, the answer ends its connection.
 func (lb *LB) frontHandle(ctx *fasthttp.RequestCtx) {
 	lb.px.handle(ctx)
-	if lb.draining.Load() && !ctx.Hijacked() {
+	// Draining, or a binary upgrade took the idle connections (the new process serves their clients):
+	// an answer closes its connection.
+	if (lb.draining.Load() || lb.px.front.Leaving()) && !ctx.Hijacked() {
 		ctx.SetConnectionClose()
 	}
 }

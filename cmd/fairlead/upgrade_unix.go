@@ -71,7 +71,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 		return nil, nil, err
 	}
 	return &given, func(l *lb.LB) {
-		adopted, closed, streams, ended := 0, 0, 0, 0
+		adopted, closed, streams, ended, conns := 0, 0, 0, 0, 0
 		err := handover.Receive(ch, handover.Adopter{
 			Tunnel: func(t handover.Tunnel) {
 				if l.Succession().Adopt(t) {
@@ -87,6 +87,11 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 					ended++
 				}
 			},
+			Conn: func(c handover.Conn) {
+				if l.Succession().AdoptConn(c) {
+					conns++
+				}
+			},
 		})
 		ch.Close()
 		if err != nil {
@@ -94,6 +99,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 		}
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams taken over from the old process, %d closed (their relay or topic is gone)", streams, ended))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections taken over from the old process", conns))
 		l.Succession().TookOver(given.From, adopted, closed)
 	}, nil
 }
@@ -165,10 +171,12 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 	if ch != nil {
 		moved, stayed := l.Succession().HandOverTunnels(func(ts []handover.Tunnel) error { return handover.SendTunnels(ch, ts) })
 		smoved, sstayed := l.Succession().HandOverStreams(func(ss []handover.Stream) error { return handover.SendStreams(ch, ss) })
+		idle, busy := l.Succession().HandOverConns(func(cs []handover.Conn) error { return handover.SendConns(ch, cs) })
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (a TLS session crypto/tls kept, or half-closed)", moved, stayed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams handed over; %d end with the drain (TLS, or their client gone)", smoved, sstayed))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections handed over, %d answer here and close", idle, busy))
 	}
 	return true
 }
