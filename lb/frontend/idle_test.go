@@ -55,7 +55,7 @@ func startIdleFront(t *testing.T, name string, maxConns int) *idleFront {
 		CloseOnShutdown:   true,
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(fi.ln) }() //nolint:errcheck
+	go func() { defer close(done); srv.Serve(fi.ln) }()         //nolint:errcheck
 	t.Cleanup(func() { fi.ln.Close(); srv.Shutdown(); <-done }) //nolint:errcheck
 	return fi
 }
@@ -160,8 +160,8 @@ func TestIdleKeepAliveConnectionsMoveOnTheirSocketsAndARequestUnderWayIsAnswered
 		}
 		clients = append(clients, cl)
 	}
-	fresh := dialClient(t, old.addr) // connected, nothing sent yet
-	mid := dialClient(t, old.addr) // a request under way: its handler reads its body
+	fresh := dialClient(t, old.addr)                                                                        // connected, nothing sent yet
+	mid := dialClient(t, old.addr)                                                                          // a request under way: its handler reads its body
 	io.WriteString(mid.c, "POST /mid HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n") //nolint:errcheck // the rest later
 	<-old.inBody
 	waitIdle(t, old.f, n+1)
@@ -224,7 +224,7 @@ func TestAConnectionTakenThatBeginsARequestBeforeItsWakeIsServedAndClosed(t *tes
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection taken did not say what became of it")
 	}
-	taken[0].wake() // late: the socket's deadline is past, the connection sets its own again
+	taken[0].wake()                         // late: the socket's deadline is past, the connection sets its own again
 	io.WriteString(cl.c, "Host: x\r\n\r\n") //nolint:errcheck
 	r := cl.read(t, "/second")
 	if r.StatusCode != 200 || r.Header.Get("X-Served-By") != "old" || !r.Close {
@@ -260,7 +260,7 @@ func TestRequestsAroundAHandOverAreEachAnsweredOnce(t *testing.T) {
 				defer wg.Done()
 				<-start
 				time.Sleep(time.Duration(i*50) * time.Microsecond) // spread over the hand-over
-				for range 10000 { // the answers before the hand-over began are keep-alive: at most a few
+				for range 10000 {                                  // the answers before the hand-over began are keep-alive: at most a few
 					if _, err := io.WriteString(cl.c, "GET /during HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 						errs <- fmt.Sprintf("client %d: write: %v", i, err)
 						return
