@@ -253,7 +253,7 @@ func (lb *LB) Start(ctx context.Context) error {
 		}
 	}
 	lb.frontServer = &fasthttp.Server{
-		Handler:      lb.frontHandle,
+		Handler:      lb.px.front.Handler(lb.frontHandle), // and once a binary upgrade took the idle connections
 		ConnState:    lb.frontConnState,
 		ErrorHandler: lb.px.frontendError,
 		// No Server, Date or Content-Type of fasthttp's own on relayed answers: they pass as the server
@@ -419,9 +419,7 @@ func (lb *LB) drainKeepAlive(ctx context.Context, grace time.Duration) {
 // directly); while Close drains, the answer ends its connection.
 func (lb *LB) frontHandle(ctx *fasthttp.RequestCtx) {
 	lb.px.handle(ctx)
-	// Draining, or a binary upgrade took the idle connections (the new process serves their clients):
-	// an answer closes its connection.
-	if (lb.draining.Load() || lb.px.front.Leaving()) && !ctx.Hijacked() {
+	if lb.draining.Load() && !ctx.Hijacked() {
 		ctx.SetConnectionClose()
 	}
 }

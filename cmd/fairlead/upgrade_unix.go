@@ -99,7 +99,7 @@ func (u *upgrader) join() (g *handover.Given, rest func(*lb.LB), err error) {
 		}
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels taken over from the old process, %d closed (their pool or server is gone)", adopted, closed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams taken over from the old process, %d closed (their relay or topic is gone)", streams, ended))
-		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections taken over from the old process", conns))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections taken over", conns))
 		l.Succession().TookOver(given.From, adopted, closed)
 	}, nil
 }
@@ -176,7 +176,7 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 		ch.Close()
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (a TLS session crypto/tls kept, or half-closed)", moved, stayed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams handed over; %d end with the drain (TLS, or their client gone)", smoved, sstayed))
-		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections handed over, %d answer here and close", idle, busy))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections handed over (%d more began a request meanwhile: answered here, then closed)", idle, busy))
 	}
 	return true
 }

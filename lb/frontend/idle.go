@@ -177,6 +177,18 @@ func (h *handing) collect(wait time.Duration) (given []IdleConn, kept int) {
 	return h.given, h.kept + h.left
 }
 
+// Handler wraps h, the front end's HTTP/1.1 handler: once HandOverIdle ran, each answer closes its
+// connection (Connection: close), as the drain's answers do, so that no keep-alive connection waits
+// here for a request the process will not serve. A connection taken by a tunnel or a relay stream is
+// left as it is. It costs an atomic load per request.
+func (f *Front) Handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
+		if f.leaving.Load() && !ctx.Hijacked() {
+			ctx.SetConnectionClose()
+		}
+	}
+}
 
 // Leaving reports whether HandOverIdle ran: the front end's connections close after their answer.
 func (f *Front) Leaving() bool { return f.leaving.Load() }

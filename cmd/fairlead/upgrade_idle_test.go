@@ -1,0 +1,152 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/bench/testkit"
+)
+
+// rawConn is a client's keep-alive connection to fairlead, written and read byte by byte: the test sees
+// that the socket stays the same.
+type rawConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{c: c, br: bufio.NewReader(c)}
+}
+
+// get sends a GET on the connection and reads its answer.
+func (rc *rawConn) get(t *testing.T, what string) *http.Response {
+	t.Helper()
+	if _, err := io.WriteString(rc.c, "GET / HTTP/1.1\r\nHost: fairlead\r\n\r\n"); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return rc.answer(t, what)
+}
+
+func (rc *rawConn) answer(t *testing.T, what string) *http.Response {
+	t.Helper()
+	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	resp, err := http.ReadResponse(rc.br, nil)
+	if err != nil {
+		t.Fatalf("%s: no answer: %v", what, err)
+	}
+	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	resp.Body.Close()
+	return resp
+}
+
+// open reports whether fairlead left the connection open: a short read finds nothing, not its end.
+func (rc *rawConn) open() error {
+	rc.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) //nolint:errcheck
+	_, err := rc.br.ReadByte()
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return nil
+	}
+	if err == nil {
+		return errors.New("a byte nobody asked for")
+	}
+	return err
+}
+
+// Issue 38: idle keep-alive connections move to the new process of a binary upgrade. Clients hold
+// keep-alive connections, idle; after SIGUSR2, once the new process serves and the old one is gone,
+// each sends its next request on the same connection (none was closed) and the new process answers it
+// (its request count rises by them; the old one no longer exists). A client in the middle of a request
+// at the switch gets its answer from the old process, with Connection: close, and a clean close.
+func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradable(t, c)
+	const n = 10
+	var idle []*rawConn
+	for i := range n {
+		rc := dialRaw(t, p.addr)
+		if r := rc.get(t, "first request "+strconv.Itoa(i)); r.StatusCode != 200 || r.Close {
+			t.Fatalf("first request %d: %d (close %v)", i, r.StatusCode, r.Close)
+		}
+		idle = append(idle, rc)
+	}
+	mid := dialRaw(t, p.addr)
+	if r := mid.get(t, "the mid client's first request"); r.StatusCode != 200 {
+		t.Fatalf("the mid client's first request: %d", r.StatusCode)
+	}
+	io.WriteString(mid.c, "GET / HTTP/1.1\r\nHost: fair") //nolint:errcheck // the rest after the switch
+
+	old := p.pid()
+	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	handed := strconv.Itoa(n) + " idle keep-alive connections handed over"
+	testkit.Eventually(t, "the old process to hand the idle connections over", 30*time.Second, func() bool {
+		return strings.Contains(p.logText(), handed)
+	})
+	if !strings.Contains(p.logText(), strconv.Itoa(n)+" idle keep-alive connections taken over") {
+		t.Errorf("the new process does not say it took %d idle connections over", n)
+	}
+
+	// The request under way stays in the old process, which answers it and closes.
+	io.WriteString(mid.c, "lead\r\n\r\n") //nolint:errcheck
+	if r := mid.answer(t, "the request under way at the switch"); r.StatusCode != 200 || !r.Close {
+		t.Errorf("the request under way at the switch: %d (close %v), want 200 with Connection: close", r.StatusCode, r.Close)
+	}
+	if err := mid.open(); err != io.EOF {
+		t.Errorf("after the answer to the request under way: %v, want the connection closed", err)
+	}
+
+	testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
+	if err := <-p.done; err != nil {
+		t.Errorf("the old process exited %v, want 0", err)
+	}
+	var st struct {
+		Process struct {
+			PID int `json:"pid"`
+		} `json:"process"`
+	}
+	resp, err := http.Get("http://" + p.admin + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&st) //nolint:errcheck // checked below
+	resp.Body.Close()
+	if st.Process.PID != p.pid() || st.Process.PID == old {
+		t.Fatalf("/api/status: PID %d, want the new process's %d", st.Process.PID, p.pid())
+	}
+	const counted = `fairlead_frontend_requests_total{protocol="http/1.1"}`
+	before, _ := strconv.Atoi(testkit.Metric(p.admin, counted))
+
+	for i, rc := range idle {
+		if err := rc.open(); err != nil {
+			t.Fatalf("client %d: its idle connection after the switch: %v, want it open", i, err)
+		}
+		for k := range 2 {
+			what := "client " + strconv.Itoa(i) + ", request " + strconv.Itoa(k+2) + " on the same connection"
+			if r := rc.get(t, what); r.StatusCode != 200 || r.Close {
+				t.Errorf("%s: %d (close %v), want 200 kept alive", what, r.StatusCode, r.Close)
+			}
+		}
+	}
+	if after, _ := strconv.Atoi(testkit.Metric(p.admin, counted)); after-before != 2*n {
+		t.Errorf("the new process (PID %d) served %d requests, want the %d sent on the moved connections", p.pid(), after-before, 2*n)
+	}
+}
