@@ -6,11 +6,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -72,9 +75,10 @@ func (rc *rawConn) open() error {
 
 // Issue 38: idle keep-alive connections move to the new process of a binary upgrade. Clients hold
 // keep-alive connections, idle; after SIGUSR2, once the new process serves and the old one is gone,
-// each sends its next request on the same connection (none was closed) and the new process answers it
-// (its request count rises by them; the old one no longer exists). A client in the middle of a request
-// at the switch gets its answer from the old process, with Connection: close, and a clean close.
+// each sends its next requests on the same connection (none was closed) and the new process answers
+// them (its request count rises by them; the old one no longer exists). A client in the middle of a
+// request at the switch gets its answer from the old process, with Connection: close, and a clean
+// close. Twice in a row: a connection moved once moves again.
 func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
 	p := startUpgradable(t, c)
@@ -87,66 +91,176 @@ func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *te
 		}
 		idle = append(idle, rc)
 	}
-	mid := dialRaw(t, p.addr)
-	if r := mid.get(t, "the mid client's first request"); r.StatusCode != 200 {
-		t.Fatalf("the mid client's first request: %d", r.StatusCode)
-	}
-	io.WriteString(mid.c, "GET / HTTP/1.1\r\nHost: fair") //nolint:errcheck // the rest after the switch
-
-	old := p.pid()
-	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
-		t.Fatal(err)
-	}
-	handed := strconv.Itoa(n) + " idle keep-alive connections handed over"
-	testkit.Eventually(t, "the old process to hand the idle connections over", 30*time.Second, func() bool {
-		return strings.Contains(p.logText(), handed)
-	})
-
-	// The request under way stays in the old process, which answers it and closes.
-	io.WriteString(mid.c, "lead\r\n\r\n") //nolint:errcheck
-	if r := mid.answer(t, "the request under way at the switch"); r.StatusCode != 200 || !r.Close {
-		t.Errorf("the request under way at the switch: %d (close %v), want 200 with Connection: close", r.StatusCode, r.Close)
-	}
-	if err := mid.open(); err != io.EOF {
-		t.Errorf("after the answer to the request under way: %v, want the connection closed", err)
-	}
-
-	testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
-	testkit.Eventually(t, "the new process to say it took the idle connections over", 10*time.Second, func() bool {
-		return strings.Contains(p.logText(), strconv.Itoa(n)+" idle keep-alive connections taken over")
-	})
-	if err := <-p.done; err != nil {
-		t.Errorf("the old process exited %v, want 0", err)
-	}
-	var st struct {
-		Process struct {
-			PID int `json:"pid"`
-		} `json:"process"`
-	}
-	resp, err := http.Get("http://" + p.admin + "/api/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&st) //nolint:errcheck // checked below
-	resp.Body.Close()
-	if st.Process.PID != p.pid() || st.Process.PID == old {
-		t.Fatalf("/api/status: PID %d, want the new process's %d", st.Process.PID, p.pid())
-	}
-	const counted = `fairlead_frontend_requests_total{protocol="http/1.1"}`
-	before, _ := strconv.Atoi(testkit.Metric(p.admin, counted))
-
-	for i, rc := range idle {
-		if err := rc.open(); err != nil {
-			t.Fatalf("client %d: its idle connection after the switch: %v, want it open", i, err)
+	for round := 1; round <= 2; round++ {
+		mid := dialRaw(t, p.addr)
+		if r := mid.get(t, "the mid client's first request"); r.StatusCode != 200 {
+			t.Fatalf("round %d: the mid client's first request: %d", round, r.StatusCode)
 		}
-		for k := range 2 {
-			what := "client " + strconv.Itoa(i) + ", request " + strconv.Itoa(k+2) + " on the same connection"
-			if r := rc.get(t, what); r.StatusCode != 200 || r.Close {
-				t.Errorf("%s: %d (close %v), want 200 kept alive", what, r.StatusCode, r.Close)
+		io.WriteString(mid.c, "GET / HTTP/1.1\r\nHost: fair") //nolint:errcheck // the rest after the switch
+
+		old := p.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		handed := strconv.Itoa(n) + " idle keep-alive connections handed over"
+		testkit.Eventually(t, "the old process to hand the idle connections over", 30*time.Second, func() bool {
+			return strings.Count(p.logText(), handed) == round
+		})
+
+		// The request under way stays in the old process, which answers it and closes.
+		io.WriteString(mid.c, "lead\r\n\r\n") //nolint:errcheck
+		if r := mid.answer(t, "the request under way at the switch"); r.StatusCode != 200 || !r.Close {
+			t.Errorf("round %d: the request under way at the switch: %d (close %v), want 200 with Connection: close", round, r.StatusCode, r.Close)
+		}
+		if err := mid.open(); err != io.EOF {
+			t.Errorf("round %d: after the answer to the request under way: %v, want the connection closed", round, err)
+		}
+
+		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
+		if round == 1 {
+			if err := <-p.done; err != nil {
+				t.Errorf("the old process exited %v, want 0", err)
 			}
 		}
+		testkit.Eventually(t, "the new process to say it took the idle connections over", 10*time.Second, func() bool {
+			return strings.Count(p.logText(), strconv.Itoa(n)+" idle keep-alive connections taken over") == round
+		})
+		var st struct {
+			Process struct {
+				PID int `json:"pid"`
+			} `json:"process"`
+		}
+		resp, err := http.Get("http://" + p.admin + "/api/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&st) //nolint:errcheck // checked below
+		resp.Body.Close()
+		if st.Process.PID != p.pid() || st.Process.PID == old {
+			t.Fatalf("round %d: /api/status: PID %d, want the new process's %d", round, st.Process.PID, p.pid())
+		}
+		const counted = `fairlead_frontend_requests_total{protocol="http/1.1"}`
+		before, _ := strconv.Atoi(testkit.Metric(p.admin, counted))
+
+		for i, rc := range idle {
+			if err := rc.open(); err != nil {
+				t.Fatalf("round %d: client %d: its idle connection after the switch: %v, want it open", round, i, err)
+			}
+			for k := range 2 {
+				what := "round " + strconv.Itoa(round) + ": client " + strconv.Itoa(i) + ", request " + strconv.Itoa(k+1) + " on the same connection"
+				if r := rc.get(t, what); r.StatusCode != 200 || r.Close {
+					t.Errorf("%s: %d (close %v), want 200 kept alive", what, r.StatusCode, r.Close)
+				}
+			}
+		}
+		if after, _ := strconv.Atoi(testkit.Metric(p.admin, counted)); after-before != 2*n {
+			t.Errorf("round %d: the new process (PID %d) served %d requests, want the %d sent on the moved connections", round, p.pid(), after-before, 2*n)
+		}
 	}
-	if after, _ := strconv.Atoi(testkit.Metric(p.admin, counted)); after-before != 2*n {
-		t.Errorf("the new process (PID %d) served %d requests, want the %d sent on the moved connections", p.pid(), after-before, 2*n)
+}
+
+// keepAliveLoad sends GETs from each of clients goroutines, each on one keep-alive connection that it
+// opens again only when fairlead closes it after an answer that said so (Connection: close), until stop.
+// It counts the requests answered 200, and those that failed: refused, reset, closed without their
+// answer, answered otherwise, or closed without Connection: close.
+func keepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar func() int64, wait func() (ok, failed int64, first string)) {
+	var answered, failed atomic.Int64
+	var mu sync.Mutex
+	var firstErr string
+	fail := func(err string) {
+		failed.Add(1)
+		mu.Lock()
+		if firstErr == "" {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var c net.Conn
+			var br *bufio.Reader
+			defer func() {
+				if c != nil {
+					c.Close()
+				}
+			}()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c == nil {
+					var err error
+					if c, err = net.Dial("tcp", addr); err != nil {
+						fail("dial: " + err.Error())
+						c = nil
+						continue
+					}
+					br = bufio.NewReader(c)
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+				if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: fairlead\r\n\r\n"); err != nil {
+					fail("write: " + err.Error())
+					c.Close()
+					c = nil
+					continue
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					fail("no answer: " + err.Error())
+					c.Close()
+					c = nil
+					continue
+				}
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					fail("status " + resp.Status)
+				} else {
+					answered.Add(1)
+				}
+				if resp.Close {
+					if _, err := br.ReadByte(); err != io.EOF {
+						fail("after an answer with Connection: close, not the end: " + fmt.Sprint(err))
+					}
+					c.Close()
+					c = nil
+				}
+			}
+		}()
+	}
+	return answered.Load, func() (int64, int64, string) { wg.Wait(); return answered.Load(), failed.Load(), firstErr }
+}
+
+// Issue 38: HTTP/1.1 keep-alive clients sending requests without a pause through a binary upgrade see
+// no failure: each request is answered 200 by one process or the other, and a connection ends only
+// after an answer that says so.
+func TestKeepAliveLoadThroughAnUpgradeFailsNoRequest(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	p := startUpgradable(t, c)
+	for round := 1; round <= 2; round++ {
+		stop := make(chan struct{})
+		sofar, wait := keepAliveLoad(p.addr, 4, stop)
+		testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool { return sofar() >= 100 })
+		old := p.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
+		after := sofar()
+		testkit.Eventually(t, "load after the switch", 10*time.Second, func() bool { return sofar() >= after+100 })
+		close(stop)
+		if ok, failed, first := wait(); failed != 0 {
+			t.Errorf("round %d: %d of %d requests failed through the upgrade (first: %s)", round, failed, ok+failed, first)
+		}
+	}
+	for _, line := range strings.Split(p.logText(), "\n") {
+		if strings.Contains(line, "idle keep-alive connections") {
+			t.Log(line) // how many moved, how many were answered and closed by the old process
+		}
 	}
 }
