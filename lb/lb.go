@@ -25,7 +25,8 @@
 // crypto/tls (lb/tlsrecord, a leaf), discovery (lb/discovery), the admin listener and status document
 // (lb/admin), the relays (lb/relay), files replaced whole (lb/atomicfile), and the hand-over of a running
 // process to a new one of a binary upgrade (lb/handover; handover.go here: LB.Succession, and
-// Options.Given; handover_streams.go: the relays' subscribers).
+// Options.Given; handover_streams.go: the relays' subscribers; handover_conns.go: the idle keep-alive
+// connections).
 //
 // Configuration is an immutable generation read through one atomic pointer, so that a reload can swap it
 // whole; pools outlive generations, and a reload applies a server set change to each.

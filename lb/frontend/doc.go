@@ -20,7 +20,9 @@
 // ValidAuthority in authority.go says, origin-form :path, a content-length that agrees with the DATA)
 // and bounded by the same limits, and the answer is translated back. The limits per client address
 // (sources.go: rate_per_source, burst_per_source, max_conns_per_source, behind trusted_proxies) admit
-// connections at accept and requests at their first byte. conn.go is a connection's framer state.
+// connections at accept and requests at their first byte. conn.go is a connection's framer state. At
+// a binary upgrade the idle plain keep-alive connections move to the new process on their sockets
+// (idle.go: HandOverIdle, Inject).
 //
 // What routes and forwards a request is package lb's; this package knows neither pools nor config
 // generations: lb gives it the limits, the TLS configuration in force, and counts what the handler

@@ -15,6 +15,7 @@
 //	                         of each TLS side (lb/tlsrecord's state: keys, sequence numbers, the part
 //	                         of a record read), with its two sockets
 //	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, with its socket
+//	old → new   conns        the idle plain keep-alive connections, with their sockets (conns.go)
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //
 // Only a process the old one started can say hello: the shared channel is a file it inherited, not a
