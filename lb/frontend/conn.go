@@ -320,7 +320,9 @@ func (c *frontConn) claim() *Refusal {
 // a moment after the answer (a lingering close), so that closing does not reset the connection before
 // the client read the answer.
 func (c *frontConn) Close() error {
-	c.front.idle.unlist(c)
+	if c.tc == nil {
+		c.front.idle.unlist(c)
+	}
 	if c.release != nil {
 		c.release()
 	}

@@ -190,9 +190,6 @@ func (f *Front) Handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	}
 }
 
-// Leaving reports whether HandOverIdle ran: the front end's connections close after their answer.
-func (f *Front) Leaving() bool { return f.leaving.Load() }
-
 // idleRead says, at the start of a Read, whether c waits for its next request (handIdle from now
 // until woken): a plain connection between two messages, with nothing to answer first. late is true
 // when it goes idle once a hand-over began (its answer went out keep-alive just before, or it had not
