@@ -159,11 +159,11 @@ func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *te
 	}
 }
 
-// keepAliveLoad sends GETs from each of clients goroutines, each on one keep-alive connection that it
+// rawKeepAliveLoad sends GETs from each of clients goroutines, each on one keep-alive connection that it
 // opens again only when fairlead closes it after an answer that said so (Connection: close), until stop.
 // It counts the requests answered 200, and those that failed: refused, reset, closed without their
 // answer, answered otherwise, or closed without Connection: close.
-func keepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar func() int64, wait func() (ok, failed int64, first string)) {
+func rawKeepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar func() int64, wait func() (ok, failed int64, first string)) {
 	var answered, failed atomic.Int64
 	var mu sync.Mutex
 	var firstErr string
@@ -244,7 +244,7 @@ func TestKeepAliveLoadThroughAnUpgradeFailsNoRequest(t *testing.T) {
 	p := startUpgradable(t, c)
 	for round := 1; round <= 2; round++ {
 		stop := make(chan struct{})
-		sofar, wait := keepAliveLoad(p.addr, 4, stop)
+		sofar, wait := rawKeepAliveLoad(p.addr, 4, stop)
 		testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool { return sofar() >= 100 })
 		old := p.pid()
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
