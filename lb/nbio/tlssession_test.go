@@ -34,7 +34,11 @@ func TestCaptureTLSLearnsTheSecretsTicketsAndRecordsOfTheSessionOverIt(t *testin
 		t.Fatal(err)
 	}
 	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		c, peer := eventedPair(t)
+		nc, peer := pair(t)
+		c, err := NewTCPConn(nc.TCP())
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.CaptureTLS(true)
 		base := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, MaxVersion: v}
 		srv := tls.Server(c, c.TLSSession().Config(base))
