@@ -2,19 +2,20 @@ package lb
 
 import (
 	"maps"
-	"net"
 	"slices"
 	"time"
 
 	"github.com/fairlead/fairlead/lb/handover"
 	"github.com/fairlead/fairlead/lb/relay"
+	"github.com/fairlead/fairlead/lb/tunnel"
 )
 
 // A binary upgrade's relay subscribers (issue #38): the old process stops each SSE stream and
 // WebSocket of its relays between two messages, and gives its socket and what it was sent to the new
 // one (HandOverStreams), which subscribes it to the same topic of the same relay and goes on from
-// there (AdoptStream): the client keeps its connection and misses nothing. A TLS client's stream stays,
-// to end with the drain (its client reconnects).
+// there (AdoptStream): the client keeps its connection and misses nothing. A client over HTTPS moves
+// with its TLS session (relay's handover.go), which the new process resumes with fairlead's record
+// layer; one whose session crypto/tls keeps stays, to end with the drain (its client reconnects).
 
 // streamDetachTimeout bounds how long the streams' move waits for their writers to stop: a write to a
 // slow client under way, and a WebSocket's reader between two of the client's frames (relay's
@@ -34,7 +35,7 @@ func (sc Succession) HandOverStreams(send func([]handover.Stream) error) (moved,
 		stayed += st
 		for _, m := range ms {
 			batch = append(batch, handover.Stream{Relay: name, Topic: m.Topic, Kind: m.Kind, Version: m.Resume.Version,
-				Seed: m.Resume.Seed, Sum: m.Resume.Sum, Started: m.Resume.Started, Change: m.Resume.Change, Client: m.Client, Opened: m.Opened, File: m.File})
+				Seed: m.Resume.Seed, Sum: m.Resume.Sum, Started: m.Resume.Started, Change: m.Resume.Change, Client: m.Client, Opened: m.Opened, File: m.File, TLS: m.TLS})
 		}
 	}
 	if len(batch) == 0 {
@@ -64,12 +65,12 @@ func (sc Succession) AdoptStream(hs handover.Stream) bool {
 	if rr == nil {
 		return false
 	}
-	conn, err := net.FileConn(hs.File)
+	conn, err := tunnel.Resume(hs.File, hs.TLS) // a plain connection, or its TLS session resumed
 	if err != nil {
 		return false
 	}
 	uncount := lb.px.front.Sources().Adopt(conn) // max_conns_per_source counts it here from now on
-	m := relay.Moved{Topic: hs.Topic, Kind: hs.Kind, Client: hs.Client, Opened: hs.Opened,
+	m := relay.Moved{Topic: hs.Topic, Kind: hs.Kind, Client: hs.Client, Opened: hs.Opened, TLS: hs.TLS,
 		Resume: relay.Resume{Version: hs.Version, Seed: hs.Seed, Sum: hs.Sum, Started: hs.Started, Change: hs.Change}}
 	if err := rr.Adopt(m, conn, uncount); err != nil {
 		if uncount != nil {

@@ -14,7 +14,8 @@
 //	old → new   tunnels      batches of tunnels: each one's pool, server, sticky key, and the TLS session
 //	                         of each TLS side (lb/tlsrecord's state: keys, sequence numbers, the part
 //	                         of a record read), with its two sockets
-//	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, with its socket
+//	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, an HTTPS
+//	                         client's TLS session, with its socket
 //	old → new   conns        the idle plain keep-alive connections, with their sockets (conns.go)
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //

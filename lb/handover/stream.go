@@ -3,11 +3,13 @@ package handover
 import (
 	"os"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Stream is a relay's subscriber (an SSE stream or a WebSocket) as it passes to the new process: the
-// relay and topic it follows, what it has been sent, and its socket (the file travels beside the
-// message). The new process subscribes it to the same topic and goes on from there: a snapshot newer
+// relay and topic it follows, what it has been sent, its socket (the file travels beside the
+// message) and, over HTTPS, its TLS session. The new process subscribes it to the same topic and goes on from there: a snapshot newer
 // than the one it was sent, then each one after.
 type Stream struct {
 	Relay string `json:"relay"` // the relay's name ([relays.NAME])
@@ -26,6 +28,10 @@ type Stream struct {
 	Change []byte    `json:"change,omitempty"`
 	Client string    `json:"client"` // the client's address, for the log
 	Opened time.Time `json:"opened"`
+	// TLS is the session of a client over HTTPS (lb/tlsrecord's state: keys, sequence numbers, the
+	// plaintext it sent that the stream has not read), which the new process resumes with fairlead's
+	// record layer; nil for a plain client. It holds keys: never log it.
+	TLS *tlsrecord.State `json:"tls,omitempty"`
 
 	File *os.File `json:"-"`
 }

@@ -17,7 +17,8 @@
 //   - Serve (serve.go) answers a client: the snapshot, an SSE stream or a WebSocket, a writer
 //     goroutine per subscriber reading Subscriber.C.
 //   - Streams and Route.Adopt (handover.go) move the running subscribers to the new process of a
-//     binary upgrade: each stops between two messages, and goes on there from what it was sent.
+//     binary upgrade: each stops between two messages, and goes on there from what it was sent
+//     (an HTTPS client's with its TLS session, which fairlead's record layer carries on).
 //   - Origin (origin.go) holds the upstream sessions and fetches. It judges no server: it asks its
 //     Pool (package lb's pool, whose health check is the one verdict on the servers) which one to
 //     use, reports how each attempt ended, and follows the pool's changes.

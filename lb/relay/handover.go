@@ -6,11 +6,20 @@ package relay
 // which subscribes it to the same topic and goes on from there (Route.Adopt): the snapshot it has
 // that the client was not sent, then each one after. The client sees nothing: not a byte lost,
 // repeated or cut.
+//
+// A stream over HTTPS moves with its TLS session: once its writer and reader stopped, the session is
+// taken over from crypto/tls (tlsrecord.TakeOver, from what the front end's socket captured of it),
+// its state (keys, sequence numbers, the client's bytes read but not yet given to the stream) goes
+// with the socket, and the new process resumes it with fairlead's record layer (tlsrecord.Resume): the
+// stream's code there reads and writes a net.Conn as for a plain client. A session crypto/tls keeps
+// (not captured, a suite the record layer has not, part of a record or the client's close_notify
+// held) stays here, to end with the drain.
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,6 +31,8 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 	"github.com/fasthttp/websocket"
 )
 
@@ -58,6 +69,9 @@ type Moved struct {
 	Client string // the client's address
 	Opened time.Time
 	File   *os.File // its socket; the caller owns it
+	// TLS is the stream's TLS session, nil for a plain client: its state (keys: never log it), the
+	// plaintext the client sent that the stream has not read included (a WebSocket's next frames).
+	TLS *tlsrecord.State
 }
 
 // Streams are a relay's running subscriber streams (ServeOptions.Streams).
@@ -81,7 +95,7 @@ type stream struct {
 	ss                  *Streams
 	topic, kind, client string
 	opened              time.Time
-	movable             bool          // its socket can go to another process: a plain TCP connection, not TLS
+	movable             bool          // its socket can go to another process (movable)
 	detach              chan struct{} // closed by Detach: the writer stops at its next message boundary
 	result              chan *Moved   // the writer's answer to Detach: nil when it cannot move
 
@@ -94,9 +108,8 @@ func (ss *Streams) add(c net.Conn, topic, kind string) *stream {
 	if ss == nil {
 		return nil
 	}
-	_, movable := frontend.Socket(c).(interface{ File() (*os.File, error) })
 	h := &stream{ss: ss, topic: topic, kind: kind, client: c.RemoteAddr().String(), opened: time.Now(),
-		movable: movable, detach: make(chan struct{}), result: make(chan *Moved, 1)}
+		movable: movable(c), detach: make(chan struct{}), result: make(chan *Moved, 1)}
 	ss.mu.Lock()
 	ss.m[h] = struct{}{}
 	ss.mu.Unlock()
@@ -122,20 +135,71 @@ func (h *stream) done() {
 	h.answer(nil)
 }
 
+// movable reports whether the socket of c, a connection add accepted, can go to another process: a
+// plain TCP connection, a TLS one whose session the front end captured with a suite the record layer
+// has (tlsrecord.TakeOver can take it over from crypto/tls), or one whose session the record layer
+// carries already (a stream taken over from an old process).
+func movable(c net.Conn) bool {
+	switch s := frontend.Socket(c).(type) {
+	case *tls.Conn:
+		nb, ok := s.NetConn().(*nbio.TCPConn)
+		if !ok || nb.TLSSession() == nil {
+			return false
+		}
+		cs := s.ConnectionState()
+		return cs.HandshakeComplete && tlsrecord.Supports(cs.Version, cs.CipherSuite)
+	case interface{ File() (*os.File, error) }: // a *net.TCPConn, a *tlsrecord.NetConn
+		return true
+	}
+	return false
+}
+
 // hand gives the stream's socket (of c, a connection add accepted) and what its client was sent to
-// Detach; the writer then returns, and its connection closes here only.
-func (h *stream) hand(c net.Conn, r Resume) {
-	s, ok := frontend.Socket(c).(interface{ File() (*os.File, error) })
+// Detach, with its TLS session if it has one; the writer then returns, and its connection closes here
+// only. The reader and the writer of c have stopped. stays: the stream did not move and its connection
+// is as it was, for the writer to go on with (a TLS session crypto/tls keeps: TakeOver found part of a
+// record, or the client's close_notify); otherwise it ends here, moved or not.
+func (h *stream) hand(c net.Conn, r Resume) (stays bool) {
+	sock := frontend.Socket(c)
+	var st *tlsrecord.State
+	switch s := sock.(type) {
+	case *tls.Conn:
+		nb, ok := s.NetConn().(*nbio.TCPConn)
+		if !ok {
+			h.answer(nil)
+			return true
+		}
+		own, left := tlsrecord.TakeOver(s, nb, make([]byte, 4096))
+		if own == nil {
+			h.answer(nil) // what it took out of crypto/tls (left) is the client's bytes a stream ignores
+			return true
+		}
+		// The session is own's now: crypto/tls's close_notify, as c closes here, must not reach the
+		// socket. Its descriptor closes once File made the one that moves.
+		defer nb.Close()
+		cur := own.State()
+		if len(left)+len(cur.Plain)+len(cur.Pending) > tlsrecord.MaxRecord { // more than a Resume takes
+			h.answer(nil)
+			return false
+		}
+		cur.Plain = append(left, cur.Plain...) // the client's next bytes, read first in the new process
+		st, sock = &cur, own
+	case *tlsrecord.NetConn:
+		cur := s.State()
+		st = &cur
+	}
+	fs, ok := sock.(interface{ File() (*os.File, error) })
 	if !ok {
 		h.answer(nil)
-		return
+		return false
 	}
-	f, err := s.File()
+	f, err := fs.File()
 	if err != nil {
 		h.answer(nil)
-		return
+		return false
 	}
-	h.answer(&Moved{Topic: h.topic, Kind: h.kind, Resume: r, Client: h.client, Opened: h.opened, File: f})
+	h.answer(&Moved{Topic: h.topic, Kind: h.kind, Resume: r, Client: h.client, Opened: h.opened, File: f, TLS: st})
+	return false
 }
 
 // answer answers Detach once; a socket nobody waits for any more is closed (its client reconnects).
@@ -152,10 +216,11 @@ func (h *stream) answer(m *Moved) {
 	h.result <- m
 }
 
-// Detach stops every stream that can move (not a TLS client's) at its next message boundary, once
-// what is queued for it is sent, and returns them, their sockets open (the caller closes the files);
-// stayed counts those that stay here (TLS, gone meanwhile, or not stopped within timeout: a writer
-// blocked on a client that does not read), to end with the drain.
+// Detach stops every stream that can move (movable: plain, or over HTTPS with a session fairlead's
+// record layer can carry) at its next message boundary, once what is queued for it is sent, and
+// returns them, their sockets open (the caller closes the files) with their TLS sessions; stayed
+// counts those that stay here (a TLS session crypto/tls keeps, gone meanwhile, or not stopped within
+// timeout: a writer blocked on a client that does not read), to end with the drain.
 func (ss *Streams) Detach(timeout time.Duration) (moved []*Moved, stayed int) {
 	if ss == nil {
 		return nil, 0

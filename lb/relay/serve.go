@@ -418,6 +418,7 @@ func (st *sseStream) run(cur *Snapshot, resend bool) {
 func (st *sseStream) loop() {
 	idle := time.NewTimer(st.opts.KeepAlive)
 	defer idle.Stop()
+	detaching := st.h.detaching()
 	for {
 		select {
 		case m, ok := <-st.sub.C():
@@ -429,7 +430,7 @@ func (st *sseStream) loop() {
 			if _, err := st.conn.Write(sseKeepAlive); err != nil {
 				return
 			}
-		case <-st.h.detaching():
+		case <-detaching:
 			// Between two events: what is queued is sent here first, the rest goes on in the new
 			// process from the version sent.
 			for {
@@ -443,8 +444,10 @@ func (st *sseStream) loop() {
 				}
 				break
 			}
-			st.h.hand(st.conn, Resume{Version: st.last, Seed: st.seed, Sum: resumeSum(st.sent), Started: st.name == st.next})
-			return
+			if !st.h.hand(st.conn, Resume{Version: st.last, Seed: st.seed, Sum: resumeSum(st.sent), Started: st.name == st.next}) {
+				return
+			}
+			detaching = nil // a TLS session crypto/tls keeps: the stream stays, to end with the drain
 		}
 		idle.Reset(st.opts.KeepAlive)
 	}
@@ -836,7 +839,11 @@ func (ws *wsStream) run() {
 			if !flush() {
 				return
 			}
-			ws.h.hand(ws.fc.Conn, ws.resume())
+			if ws.h.hand(ws.fc.Conn, ws.resume()) {
+				// A TLS session crypto/tls keeps: its reader stopped, it ends here, and its client
+				// reconnects.
+				closeWith(websocket.CloseGoingAway, "")
+			}
 			return
 		}
 		ping.Reset(opts.KeepAlive)
