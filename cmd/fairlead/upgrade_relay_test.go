@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -78,6 +79,19 @@ func wsMessages(ws *websocket.Conn) (msgs <-chan string, ended <-chan error) {
 // nothing in between (no event lost, repeated or cut), the connections never close, and the new
 // process took no subscription request (no reconnect): it has the two subscribers all the same.
 func TestSIGUSR2MovesTheRelaysSubscribersOnTheirConnections(t *testing.T) {
+	moveRelaySubscribers(t, false)
+}
+
+// Issue 38: the same over HTTPS (tls_listen): an SSE stream (TLS 1.2) and a WebSocket (wss://, TLS
+// 1.3) keep their connections and their TLS sessions across two binary upgrades in a row (the second
+// moves sessions that fairlead's record layer carries already, not crypto/tls), and each gets every
+// change once.
+func TestSIGUSR2MovesTheRelaysHTTPSSubscribersWithTheirTLSSessions(t *testing.T) {
+	moveRelaySubscribers(t, true)
+}
+
+// moveRelaySubscribers is the tests above: over tls_listen when https, with two upgrades.
+func moveRelaySubscribers(t *testing.T, https bool) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, ConfigServers: 1, ConfigAPIKey: testkit.RelayUpstreamKey})
 	const topic = "inventory/dev"
 	publish := func(n int) string {
@@ -89,9 +103,43 @@ func TestSIGUSR2MovesTheRelaysSubscribersOnTheirConnections(t *testing.T) {
 		return strconv.FormatUint(v, 10)
 	}
 	v := publish(1)
-	p := startUpgradable(t, c, "20-relay.toml", upgradeRelayConfig(t, c.Configs[0].Addr))
+	files := []string{"20-relay.toml", upgradeRelayConfig(t, c.Configs[0].Addr)}
+	var (
+		dialSSE = func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
+		d       = websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+		scheme  = "ws://"
+		addr    string
+	)
+	upgrades := 1
+	if https {
+		ca, err := sim.NewCA("upgrade test CA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := ca.Issue("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = testkit.Addr(t)
+		files = append(files, "30-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", addr, certFile, keyFile))
+		dialSSE = func(addr string) (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+				&tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12})
+		}
+		d.TLSClientConfig = &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13}
+		scheme = "wss://"
+		upgrades = 2
+	}
+	p := startUpgradable(t, c, files...)
+	if addr == "" {
+		addr = p.addr
+	}
 
-	sse, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	sse, err := dialSSE(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +150,7 @@ func TestSIGUSR2MovesTheRelaysSubscribersOnTheirConnections(t *testing.T) {
 		t.Fatalf("SSE: %q %v", line, err)
 	}
 	ids, sseEnded := sseEvents(br)
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
-	ws, _, err := d.Dial("ws://"+p.addr+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
+	ws, _, err := d.Dial(scheme+addr+"/relay/"+topic, http.Header{testkit.RelayClientHeader: {testkit.RelayClientKey}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,17 +195,19 @@ func TestSIGUSR2MovesTheRelaysSubscribersOnTheirConnections(t *testing.T) {
 	})
 	next("before the switch", publish(2))
 
-	old := p.pid()
-	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
-		t.Fatal(err)
+	for i := 1; i <= upgrades; i++ {
+		old := p.pid()
+		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
+		if log := p.logText(); strings.Count(log, "2 relay streams handed over") != i || strings.Count(log, "2 relay streams taken over") != i {
+			t.Errorf("upgrade %d: the log does not say 2 relay streams moved", i)
+		}
+		time.Sleep(time.Second) // keep-alives cross the new process: SSE comments, pings and pongs
+		next(fmt.Sprintf("after switch %d", i), publish(2*i+1))
+		next(fmt.Sprintf("after the next change of switch %d", i), publish(2*i+2))
 	}
-	testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
-	if !strings.Contains(p.logText(), "2 relay streams handed over") || !strings.Contains(p.logText(), "2 relay streams taken over") {
-		t.Errorf("the log does not say 2 relay streams moved")
-	}
-	time.Sleep(time.Second) // keep-alives cross the new process: SSE comments, pings and pongs
-	next("after the switch", publish(3))
-	next("after the next change", publish(4))
 
 	// The same connections: they never ended, and the new process took no subscription.
 	select {
