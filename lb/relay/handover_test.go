@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -11,21 +14,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
 )
 
 // moveStreams detaches from's streams and adopts them in to, as a binary upgrade does between two
-// processes; it returns how many moved.
-func moveStreams(t *testing.T, from, to *Route) int {
+// processes; it returns how many moved. A stream over TLS moves with its session (want: each does),
+// resumed by fairlead's record layer.
+func moveStreams(t *testing.T, from, to *Route, wantTLS bool) int {
 	t.Helper()
 	moved, stayed := from.DetachStreams(5 * time.Second)
 	if stayed != 0 {
 		t.Errorf("%d streams stayed", stayed)
 	}
 	for _, m := range moved {
-		conn, err := net.FileConn(m.File)
-		m.File.Close()
+		if (m.TLS != nil) != wantTLS {
+			t.Fatalf("a %s stream moved with a TLS session %v, want %v", m.Kind, m.TLS != nil, wantTLS)
+		}
+		var conn net.Conn
+		var err error
+		if m.TLS != nil {
+			conn, err = tlsrecord.Resume(m.File, *m.TLS)
+		} else {
+			conn, err = net.FileConn(m.File)
+			m.File.Close()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,6 +54,71 @@ func moveStreams(t *testing.T, from, to *Route) int {
 	return len(moved)
 }
 
+// captureListener is the front end's HTTPS listener as far as a relay stream's move needs it: each
+// connection a TLS server connection over an nbio socket that captures its session (nbio's
+// CaptureTLS), its handshake done at Accept.
+type captureListener struct {
+	net.Listener
+	config *tls.Config
+}
+
+func (l captureListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		nb, err := nbio.NewTCPConn(c.(*net.TCPConn))
+		if err != nil {
+			c.Close()
+			continue
+		}
+		nb.CaptureTLS(true)
+		tc := tls.Server(nb, nb.TLSSession().Config(l.config))
+		tc.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			continue
+		}
+		tc.SetDeadline(time.Time{}) //nolint:errcheck
+		nb.HandshakeDone()
+		return tc, nil
+	}
+}
+
+// startRouteTLS is startRoute over HTTPS; the clients' config trusts its certificate.
+func startRouteTLS(t *testing.T, files map[string]string, name string) (*routeEnv, *tls.Config) {
+	t.Helper()
+	ca, err := sim.NewCA("relay test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, pool, logs := newRoute(t, files, name)
+	if err := rr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			var kb [256]byte
+			if req, ok := rr.Match(ctx, kb[:0]); ok {
+				rr.Serve(ctx, req)
+			}
+		},
+		KeepHijackedConns: true,
+	}
+	e := &routeEnv{rr: rr, pool: pool, logs: logs, addr: ln.Addr().String(),
+		client: serveForTest(t, srv, captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}, rr.Close, 10*time.Second)}
+	return e, &tls.Config{RootCAs: ca.Pool()}
+}
+
 // Issue 38: an SSE stream and a WebSocket move from one relay to another (the relays of two
 // processes on the same upstream) while changes are published every few milliseconds and the
 // WebSocket's client sends frames: the SSE stream's events arrive whole, each a newer version than
@@ -44,13 +126,52 @@ func moveStreams(t *testing.T, from, to *Route) int {
 // missing; neither connection ends, and the client's frames after the move are read by the new
 // relay (its close is answered).
 func TestStreamsMoveBetweenRelaysWithChangesFlowingNothingLostRepeatedOrCut(t *testing.T) {
+	testStreamsMove(t, false)
+}
+
+// Issue 38: the same over HTTPS: the streams move with their TLS sessions (TLS 1.2 for the SSE
+// stream, 1.3 for the WebSocket), taken over from crypto/tls with the client's frames flowing, then
+// once more from fairlead's record layer to a third relay.
+func TestHTTPSStreamsMoveBetweenRelaysWithTheirTLSSessions(t *testing.T) {
+	testStreamsMove(t, true)
+}
+
+func testStreamsMove(t *testing.T, https bool) {
 	c := testkit.StartRelaySim(t, 1)
 	const topic = "inventory/dev"
 	files := routeFiles(t, testkit.ConfigAddrs(c), "keepalive = \"50ms\"\n")
-	old, next := startRoute(t, files, "appconfig"), startRoute(t, files, "appconfig")
-	sse := testkit.DialSSE(t, old.addr, "/relay/"+topic)
+	var old, next, third *routeEnv
+	var sse *testkit.SSE
+	var ws *websocket.Conn
+	if https {
+		var clientTLS *tls.Config
+		old, clientTLS = startRouteTLS(t, files, "appconfig")
+		next = startRoute(t, files, "appconfig")
+		third = startRoute(t, files, "appconfig")
+		var err error
+		sse, _, err = testkit.TrySSE(old.addr, "/relay/"+topic, func() (net.Conn, error) {
+			cfg := clientTLS.Clone()
+			cfg.MaxVersion = tls.VersionTLS12
+			return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", old.addr, cfg)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sse.Conn.Close() })
+		cfg := clientTLS.Clone()
+		cfg.MinVersion = tls.VersionTLS13
+		d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, TLSClientConfig: cfg}
+		ws, _, err = d.Dial("wss://"+old.addr+"/relay/"+topic, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.Close() })
+	} else {
+		old, next = startRoute(t, files, "appconfig"), startRoute(t, files, "appconfig")
+		sse = testkit.DialSSE(t, old.addr, "/relay/"+topic)
+		ws = old.ws(t, "/relay/"+topic)
+	}
 	firstEv := sse.WaitVersion(t, 1, 5*time.Second)
-	ws := old.ws(t, "/relay/"+topic)
 	testkit.Eventually(t, "two streams", 5*time.Second, func() bool { return old.rr.opts.Streams.Len() == 2 })
 
 	// The client sends frames all along (the relay reads and discards them): the move stops the
@@ -131,10 +252,18 @@ func TestStreamsMoveBetweenRelaysWithChangesFlowingNothingLostRepeatedOrCut(t *t
 	}
 
 	time.Sleep(300 * time.Millisecond) // changes flowing through the old relay
-	if n := moveStreams(t, old.rr, next.rr); n != 2 {
+	if n := moveStreams(t, old.rr, next.rr, https); n != 2 {
 		t.Fatalf("%d streams moved, want 2", n)
 	}
 	time.Sleep(300 * time.Millisecond) // and through the new one
+	final := next
+	if third != nil { // and once more, from fairlead's record layer
+		if n := moveStreams(t, next.rr, third.rr, true); n != 2 {
+			t.Fatalf("%d streams moved again, want 2", n)
+		}
+		time.Sleep(300 * time.Millisecond)
+		final = third
+	}
 	close(stopPublishing)
 	publishing.Wait()
 	v := last.Load()
@@ -157,8 +286,8 @@ func TestStreamsMoveBetweenRelaysWithChangesFlowingNothingLostRepeatedOrCut(t *t
 		t.Errorf("the last version: SSE %d, WebSocket %d, want %d", ids[len(ids)-1], changes[len(changes)-1], v)
 	}
 	t.Logf("%d SSE events, %d change messages, up to version %d", len(ids), len(changes), v)
-	if old.rr.opts.Streams.Len() != 0 || next.rr.opts.Streams.Len() != 2 {
-		t.Errorf("streams: %d in the old relay, %d in the new, want 0 and 2", old.rr.opts.Streams.Len(), next.rr.opts.Streams.Len())
+	if old.rr.opts.Streams.Len() != 0 || final.rr.opts.Streams.Len() != 2 {
+		t.Errorf("streams: %d in the old relay, %d in the last, want 0 and 2", old.rr.opts.Streams.Len(), final.rr.opts.Streams.Len())
 	}
 	// The new relay reads the client's frames: a close is answered.
 	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(5*time.Second)) //nolint:errcheck
@@ -495,5 +624,91 @@ func TestAWebSocketSentNoChangeYetIsWatchedAfterTheMove(t *testing.T) {
 	})
 	if _, _, err := testkit.ReadChange(ws, 5*time.Second); !websocket.IsCloseError(err, websocket.CloseServiceRestart) {
 		t.Errorf("moved during a change: %v, want close 1012 (resync)", err)
+	}
+}
+
+// Issue 38: what crypto/tls read of a stream's client and held (plaintext the stream has not read
+// yet: a WebSocket's next frames) moves with its session and comes first in the new process, then the
+// client's next record; and crypto/tls, closing the connection in the old process, sends the client
+// nothing (no close_notify): the session goes on.
+func TestAStreamsTLSSessionMovesWithThePlaintextCryptoTLSHeld(t *testing.T) {
+	ca, err := sim.NewCA("relay test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cl := captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}
+	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, _ := cl.Accept()
+			accepted <- c
+		}()
+		client, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: ca.Pool(), MinVersion: version, MaxVersion: version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		server, ok := (<-accepted).(*tls.Conn)
+		if !ok {
+			t.Fatal("no connection accepted")
+		}
+		// One record of two frames' bytes; the stream reads the first only: crypto/tls holds the rest.
+		if _, err := client.Write([]byte("first|second")); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len("first|"))
+		server.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := io.ReadFull(server, got); err != nil || string(got) != "first|" {
+			t.Fatalf("read %q %v", got, err)
+		}
+		server.SetReadDeadline(time.Time{}) //nolint:errcheck
+
+		ss := NewStreams()
+		h := ss.add(server, "inventory/dev", "websocket")
+		handed := make(chan bool, 1)
+		go func() {
+			<-h.detaching()
+			stays := h.hand(server, Resume{Version: 7})
+			server.Close() // as the stream's writer does when it returns
+			handed <- stays
+		}()
+		moved, stayed := ss.Detach(5 * time.Second)
+		if len(moved) != 1 || stayed != 0 || <-handed {
+			t.Fatalf("%d moved, %d stayed, want 1 and 0", len(moved), stayed)
+		}
+		m := moved[0]
+		if m.TLS == nil || m.TLS.Version != version || string(m.TLS.Plain) != "second" || m.Resume.Version != 7 {
+			t.Fatalf("moved: TLS %v, version %x, plaintext held %q, want %x and %q", m.TLS != nil, m.TLS.Version, m.TLS.Plain, version, "second")
+		}
+		conn, err := tlsrecord.Resume(m.File, *m.TLS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := client.Write([]byte("|third")); err != nil {
+			t.Fatal(err)
+		}
+		got = make([]byte, len("second|third"))
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := io.ReadFull(conn, got); err != nil || string(got) != "second|third" {
+			t.Fatalf("the new process read %q %v, want %q", got, err, "second|third")
+		}
+		if _, err := conn.Write([]byte("answer")); err != nil {
+			t.Fatal(err)
+		}
+		got = make([]byte, len("answer"))
+		client.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+		if _, err := io.ReadFull(client, got); err != nil || string(got) != "answer" {
+			t.Fatalf("the client read %q %v, want the new process's answer (and no close_notify before it)", got, err)
+		}
 	}
 }
