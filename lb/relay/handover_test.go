@@ -712,3 +712,102 @@ func TestAStreamsTLSSessionMovesWithThePlaintextCryptoTLSHeld(t *testing.T) {
 		}
 	}
 }
+
+// splitWrites is a connection whose next write sends its first bytes only, and keeps the rest until
+// flush: a record that arrives in parts.
+type splitWrites struct {
+	net.Conn
+	split int
+	rest  []byte
+}
+
+func (s *splitWrites) Write(b []byte) (int, error) {
+	if s.split > 0 && len(b) > s.split {
+		s.rest = append([]byte(nil), b[s.split:]...)
+		b, s.split = b[:s.split], 0
+		if _, err := s.Conn.Write(b); err != nil {
+			return 0, err
+		}
+		return len(b) + len(s.rest), nil
+	}
+	return s.Conn.Write(b)
+}
+
+func (s *splitWrites) flush() error {
+	_, err := s.Conn.Write(s.rest)
+	return err
+}
+
+// Issue 38: a stream whose session crypto/tls keeps (it holds part of a record: the rest is still on
+// its way) does not move: Detach counts it as staying, the stream is told to go on, and crypto/tls
+// reads the record whole once the rest comes.
+func TestAStreamWhoseTLSSessionCryptoTLSKeepsStays(t *testing.T) {
+	ca, err := sim.NewCA("relay test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}.Accept()
+		accepted <- c
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &splitWrites{Conn: raw}
+	client := tls.Client(sw, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
+	defer client.Close()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	server, ok := (<-accepted).(*tls.Conn)
+	if !ok {
+		t.Fatal("no connection accepted")
+	}
+	defer server.Close()
+	sw.split = 3 // of the record's 5-byte header
+	if _, err := client.Write([]byte("frame")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	server.SetReadDeadline(time.Now().Add(200 * time.Millisecond)) //nolint:errcheck
+	if n, err := server.Read(buf); !isTimeout(err) {
+		t.Fatalf("read %q %v before the record's rest came, want a timeout", buf[:n], err)
+	}
+
+	ss := NewStreams()
+	h := ss.add(server, "inventory/dev", "sse")
+	handed := make(chan bool, 1)
+	go func() {
+		<-h.detaching()
+		handed <- h.hand(server, Resume{Version: 7})
+	}()
+	moved, stayed := ss.Detach(5 * time.Second)
+	if len(moved) != 0 || stayed != 1 || !<-handed {
+		t.Fatalf("%d moved, %d stayed, want 0 and 1, the stream told to go on", len(moved), stayed)
+	}
+	if err := sw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	server.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "frame" {
+		t.Fatalf("crypto/tls read %q %v, want %q", buf[:n], err, "frame")
+	}
+	if _, err := server.Write([]byte("event")); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+	if n, err := client.Read(buf); err != nil || string(buf[:n]) != "event" {
+		t.Fatalf("the client read %q %v, want %q", buf[:n], err, "event")
+	}
+}
