@@ -42,6 +42,7 @@ const upgradeDrain = 15 * time.Second
 // client needs to reach it.
 type tlsFront struct {
 	addr   string
+	ca     *sim.CA // its certificate's issuer (and the issuer of any other the test needs)
 	client *tls.Config
 	conf   string // a config file merged over 10-base.toml
 }
@@ -60,7 +61,7 @@ func newTLSFront(t *testing.T) *tlsFront {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &tlsFront{addr: testkit.Addr(t), client: &tls.Config{RootCAs: ca.Pool(), ServerName: tlsProcName}}
+	f := &tlsFront{addr: testkit.Addr(t), ca: ca, client: &tls.Config{RootCAs: ca.Pool(), ServerName: tlsProcName}}
 	var conf testkit.Config
 	conf.Table("frontend").Set("tls_listen", f.addr).Set("tls_cert", cert).Set("tls_key", key).Set("http2", true).
 		Set("drain_timeout", upgradeDrain.String())

@@ -112,25 +112,16 @@ func moveRelaySubscribers(t *testing.T, https bool) {
 	)
 	upgrades := 1
 	if https {
-		ca, err := sim.NewCA("upgrade test CA")
-		if err != nil {
-			t.Fatal(err)
-		}
-		leaf, err := ca.Issue("127.0.0.1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = testkit.Addr(t)
-		files = append(files, "30-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", addr, certFile, keyFile))
+		tf := newTLSFront(t)
+		addr = tf.addr
+		files = append(files, "30-tls.toml", tf.conf)
+		sseTLS := tf.client.Clone()
+		sseTLS.MaxVersion = tls.VersionTLS12
 		dialSSE = func(addr string) (net.Conn, error) {
-			return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
-				&tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12})
+			return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, sseTLS)
 		}
-		d.TLSClientConfig = &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13}
+		d.TLSClientConfig = tf.client.Clone()
+		d.TLSClientConfig.MinVersion = tls.VersionTLS13
 		scheme = "wss://"
 		upgrades = 2
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -275,19 +274,8 @@ func gone(pid int) bool {
 // servers see no new upgrade.
 func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
-	ca, err := sim.NewCA("upgrade test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsAddr := testkit.Addr(t)
+	tf := newTLSFront(t)
+	ca, tlsAddr := tf.ca, tf.addr
 	// A connection server that speaks TLS only: a tunnel to it is TLS on both sides.
 	sleaf, err := ca.Issue("127.0.0.1")
 	if err != nil {
@@ -305,14 +293,13 @@ func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T)
 	cxtls.Table("pools.cxtls.check").Set("path", "/health").Set("interval", "200ms")
 	cxtls.Table("pools.cxtls.tls").Set("enabled", true).Set("ca_file", caFile)
 	cxtls.Array("routes").Set("websocket", true).Set("paths", []string{"/Thingworx/WSTunnelServer"}).Set("pool", "cxtls")
-	p := startUpgradable(t, c, "05-cx.toml", cxPool(c), "04-cxtls.toml", cxtls.String(),
-		"20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
+	p := startUpgradable(t, c, "05-cx.toml", cxPool(c), "04-cxtls.toml", cxtls.String(), "20-tls.toml", tf.conf)
 	// A quarter each: ws://, wss:// to a plain server, ws:// to the TLS server, wss:// to it (TLS both
 	// sides); every TLS session moves with its tunnel.
 	const n = 20
 	conns := make([]*websocket.Conn, n)
 	for i := range conns {
-		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: tf.client.Clone()}
 		url := [4]string{"ws://" + p.addr, "wss://" + tlsAddr, "ws://" + p.addr, "wss://" + tlsAddr}[i%4] +
 			[4]string{"/Thingworx/WS", "/Thingworx/WS", "/Thingworx/WSTunnelServer", "/Thingworx/WSTunnelServer"}[i%4]
 		ws, _, err := d.Dial(url, http.Header{"X-Asset-Id": {"asset-" + strconv.Itoa(i)}})

@@ -68,40 +68,7 @@ func TestADetachedTunnelAddedToAnotherEngineRelaysEveryByteOnceInOrder(t *testin
 	}
 
 	const words = 400_000 // 3.2 MB each way
-	wrote := make(chan error, 1)
-	go func() {
-		var b [8]byte
-		for i := range uint64(words) {
-			binary.BigEndian.PutUint64(b[:], i)
-			if _, err := client.Write(b[:]); err != nil {
-				wrote <- err
-				return
-			}
-		}
-		wrote <- nil
-	}()
-	read := make(chan error, 1)
-	progress := make(chan uint64, 1024)
-	go func() {
-		var b [8]byte
-		for i := range uint64(words) {
-			if _, err := io.ReadFull(client, b[:]); err != nil {
-				read <- err
-				return
-			}
-			if got := binary.BigEndian.Uint64(b[:]); got != i {
-				read <- &net.AddrError{Err: "word out of order", Addr: string(rune(got))}
-				return
-			}
-			if i%20_000 == 0 {
-				select {
-				case progress <- i:
-				default:
-				}
-			}
-		}
-		read <- nil
-	}()
+	progress, wrote, read := countedEcho(client, words, 20_000)
 
 	for move := range 5 {
 		<-progress // bytes are flowing
@@ -166,41 +133,7 @@ func TestADetachedTLSTunnelMovesWithItsSessions(t *testing.T) {
 			defer other.Close()
 			engines := []*Engine{e.r, other}
 
-			const words = 100_000
-			wrote := make(chan error, 1)
-			go func() {
-				var b [8]byte
-				for i := range uint64(words) {
-					binary.BigEndian.PutUint64(b[:], i)
-					if _, err := client.Write(b[:]); err != nil { // a record each
-						wrote <- err
-						return
-					}
-				}
-				wrote <- nil
-			}()
-			read := make(chan error, 1)
-			progress := make(chan uint64, 1024)
-			go func() {
-				var b [8]byte
-				for i := range uint64(words) {
-					if _, err := io.ReadFull(client, b[:]); err != nil {
-						read <- err
-						return
-					}
-					if got := binary.BigEndian.Uint64(b[:]); got != i {
-						read <- fmt.Errorf("word %d where %d was due", got, i)
-						return
-					}
-					if i%5_000 == 0 {
-						select {
-						case progress <- i:
-						default:
-						}
-					}
-				}
-				read <- nil
-			}()
+			progress, wrote, read := countedEcho(client, 100_000, 5_000)
 			for move := range 5 {
 				<-progress
 				d, err := tun.Detach(5 * time.Second)
@@ -237,4 +170,43 @@ func TestADetachedTLSTunnelMovesWithItsSessions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countedEcho writes words counted 8-byte words to c, whose other end echoes them, and reads them back
+// checking that each comes once and in order: progress says every every-th word read (or drops it),
+// wrote and read end with the writer's and the reader's error, nil when all went and came back.
+func countedEcho(c io.ReadWriter, words, every uint64) (progress chan uint64, wrote, read chan error) {
+	wrote, read, progress = make(chan error, 1), make(chan error, 1), make(chan uint64, 1024)
+	go func() {
+		var b [8]byte
+		for i := range words {
+			binary.BigEndian.PutUint64(b[:], i)
+			if _, err := c.Write(b[:]); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	go func() {
+		var b [8]byte
+		for i := range words {
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				read <- err
+				return
+			}
+			if got := binary.BigEndian.Uint64(b[:]); got != i {
+				read <- fmt.Errorf("word %d where %d was due", got, i)
+				return
+			}
+			if i%every == 0 {
+				select {
+				case progress <- i:
+				default:
+				}
+			}
+		}
+		read <- nil
+	}()
+	return progress, wrote, read
 }
