@@ -14,10 +14,12 @@ import (
 
 // A binary upgrade's part in lb (package handover carries it between the processes): the old process
 // gives its listeners and state (Succession.Give), then, once the new one serves, stops accepting and
-// gives it every plain tunnel, open, with the sticky key it holds (HandOverTunnels); the new one relays
-// them as its own (Adopt), TLS ones with their sessions (fairlead's record layer relays a TLS side once
-// the tunnel is made: lb/tunnel's session.go). A tunnel whose TLS session crypto/tls kept (a suite the
-// record layer lacks) closes with the old process's drain, and its device reconnects.
+// gives it every tunnel, open, with the sticky key it holds (HandOverTunnels); the new one relays them
+// as its own (Adopt), TLS ones with their sessions (fairlead's record layer relays a TLS side once the
+// tunnel is made: lb/tunnel's session.go). A tunnel whose TLS session crypto/tls kept (a suite the
+// record layer lacks, part of a record held when the tunnel
+// was made, a KeyUpdate before it) or that is half-closed closes with the old process's drain, and its
+// device reconnects.
 
 // Succession is LB's side of binary upgrades (LB.Succession): what the old process gives, what the new
 // one takes, and what each says of it (events, fairlead_upgrades_total).
@@ -56,19 +58,24 @@ func (sc Succession) TookOver(from handover.Hello, adopted, closed int) {
 // detachTimeout bounds how long a tunnel's move waits for a write toward a slow receiver to finish.
 const detachTimeout = 2 * time.Second
 
-// HandOverTunnels stops accepting (the new process accepts on the same sockets) and gives every plain
-// tunnel to the new process with send, batch by batch; it returns how many moved and how many stay (to
-// close with the drain). Each moved tunnel ends here with reason handed over.
+// HandOverTunnels stops accepting (the new process accepts on the same sockets) and gives every tunnel
+// it can detach (TLS ones with their sessions) to the new process with send, batch by batch; it returns
+// how many moved and how many stay (to close with the drain: a TLS session crypto/tls kept, a
+// half-closed tunnel, and every one not detached yet once a send failed). Each moved tunnel ends here
+// with reason handed over; those of a batch whose send failed are lost (closed).
 func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved, stayed int) {
 	lb := sc.lb
 	lb.lns.closeAll() // our descriptors only: the sockets live on in the new process
 	var batch []handover.Tunnel
+	var failed error // a send failed: the tunnels not detached yet stay here
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		if err := send(batch); err != nil {
-			lb.log.Warn("binary upgrade: handing tunnels over failed: " + err.Error())
+		if failed = send(batch); failed != nil {
+			lb.log.Warn("binary upgrade: handing tunnels over failed: " + failed.Error())
+		} else {
+			moved += len(batch)
 		}
 		for _, t := range batch {
 			t.ClientFile.Close()
@@ -78,6 +85,10 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 	}
 	lb.px.live.Range(func(k, v any) bool {
 		t, e := k.(*tunnel.Tunnel), v.(*tunnelEnd)
+		if failed != nil {
+			stayed++
+			return true
+		}
 		d, err := t.Detach(detachTimeout)
 		if err != nil {
 			stayed++
@@ -85,7 +96,6 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 		}
 		batch = append(batch, handover.Tunnel{Pool: e.p.name, Server: e.s.Addr, Key: e.key, Client: e.client.String(),
 			Opened: e.opened, ClientFile: d.Client, ServerFile: d.Server, ClientTLS: d.ClientTLS, ServerTLS: d.ServerTLS})
-		moved++
 		if len(batch) == 100 {
 			flush()
 		}

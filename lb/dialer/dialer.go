@@ -65,7 +65,7 @@ func (d *Dialer) DialUnder(under func(sock net.Conn, nb *nbio.TCPConn) net.Conn,
 	cfg := d.TLS
 	nc, _ := c.(*nbio.TCPConn)
 	if nc != nil && nc.TLSSession() != nil {
-		cfg = nc.TLSSession().Config(cfg)
+		cfg = nc.TLSSession().Config(cfg, nil, nil)
 	}
 	tc, err := handshakeTLS(c, cfg, d.Timeout)
 	if err == nil && nc != nil {

@@ -28,18 +28,18 @@ import (
 // listener stays until a restart, serving nothing), and is checked by a framer once decrypted.
 // Connections handed to the handler expose their TLS state (fasthttp's RequestCtx.IsTLS).
 func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.Listener {
-	base := &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			c := config()
-			if c == nil {
-				return nil, errNoTLS
-			}
-			if nc, ok := hello.Conn.(*nbio.TCPConn); ok && nc.TLSSession() != nil {
-				c = nc.TLSSession().Config(c) // its secrets and tickets, should it become a tunnel
-			}
-			return c, nil
-		},
+	base := &tls.Config{MinVersion: tls.VersionTLS12}
+	base.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		c := config()
+		if c == nil {
+			return nil, errNoTLS
+		}
+		if nc, ok := hello.Conn.(*nbio.TCPConn); ok && nc.TLSSession() != nil {
+			// Its secrets and tickets, should its session move (a tunnel, a relay stream); its
+			// tickets encrypted with base's keys, which crypto/tls decrypts them with.
+			c = nc.TLSSession().Config(c, hello, base)
+		}
+		return c, nil
 	}
 	return &listener{Listener: ln, front: f, tls: base}
 }

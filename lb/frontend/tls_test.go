@@ -230,3 +230,41 @@ func clientTLS(t *testing.T, ca, from *sim.CA, ver uint16) *tls.Config {
 	}
 	return c
 }
+
+// A client resumes its TLS 1.3 session on a new connection, as it would without fairlead's capture of
+// each session (tickets encrypted with the keys the listener decrypts them with); a client that offers
+// only TLS 1.2 is sent no ticket (crypto/tls logs no secret for a resumed TLS 1.2 session, which could
+// then not move at a binary upgrade) and makes full handshakes.
+func TestTLSSessionsResumeThroughTheCapture(t *testing.T) {
+	ca, err := sim.NewCA("frontend test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ca.Issue(testServerName, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{l.TLS}}
+	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	addr, _ := tlsFront(t, f, func() *tls.Config { return cfg })
+	for _, c := range []struct {
+		max    uint16
+		resume bool
+	}{{tls.VersionTLS13, true}, {tls.VersionTLS12, false}} {
+		client := &tls.Config{RootCAs: ca.Pool(), ServerName: testServerName, MaxVersion: c.max,
+			ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+		for i := range 3 {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, _, err := tlsGetOn(conn); code != 200 { // a TLS 1.3 ticket comes after the handshake: read it
+				t.Fatalf("GET: %d %v", code, err)
+			}
+			if got, want := conn.ConnectionState().DidResume, c.resume && i > 0; got != want {
+				t.Errorf("%s, connection %d: resumed %v, want %v", tls.VersionName(c.max), i, got, want)
+			}
+			conn.Close()
+		}
+	}
+}

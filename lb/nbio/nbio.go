@@ -60,6 +60,7 @@ func (c *recordCount) HandshakeDone() {
 	if s := c.sess; s != nil {
 		s.mu.Lock()
 		s.hsRead, s.hsWritten, s.done = c.rec.complete, s.written.complete, true
+		s.hsUpdates = c.rec.updates
 		s.mu.Unlock()
 	}
 }
@@ -78,7 +79,7 @@ func (c *recordCount) TLSCaptured() (TLSCaptured, bool) {
 	}
 	g := TLSCaptured{ClientRandom: s.clientRandom, ClientSecret: s.clientSecret, ServerSecret: s.serverSecret,
 		Master: s.master, Tickets: s.tickets, Read: c.rec.complete - s.hsRead, Written: s.written.complete - s.hsWritten,
-		Whole: c.rec.whole()}
+		Whole: c.rec.whole(), MaybeUpdated: c.rec.updates != s.hsUpdates}
 	if s.randomSeen == len(s.serverRandom) {
 		g.ServerRandom = s.serverRandom[:]
 	}
@@ -136,7 +137,14 @@ type records struct {
 	hdr      [5]byte
 	hn       int // header bytes seen of the record under way
 	body     int // fragment bytes still to come
+	// The whole records whose fragment is 22 bytes, the size of a TLS 1.3 KeyUpdate (its 5 bytes, the
+	// inner content type and a 16-byte tag) — and of 5 bytes of data, which a client of fairlead hardly
+	// sends alone (a WebSocket client's smallest frame is 6, a request longer).
+	updates uint64
 }
+
+// keyUpdateLen is the length of a TLS 1.3 record that holds a KeyUpdate alone.
+const keyUpdateLen = 22
 
 func (r *records) observe(b []byte) {
 	for len(b) > 0 {
@@ -146,6 +154,9 @@ func (r *records) observe(b []byte) {
 			b = b[k:]
 			if r.body == 0 {
 				r.complete++
+				if r.hdr[3] == 0 && r.hdr[4] == keyUpdateLen {
+					r.updates++
+				}
 			}
 			continue
 		}

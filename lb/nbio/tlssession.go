@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/hex"
+	"io"
+	"slices"
 	"sync"
 )
 
@@ -38,6 +40,7 @@ type TLSSession struct {
 	server       bool
 	hsRead       uint64 // records read and written when the handshake ended
 	hsWritten    uint64
+	hsUpdates    uint64 // records of a KeyUpdate's size read when the handshake ended
 	done         bool
 }
 
@@ -49,6 +52,10 @@ type TLSCaptured struct {
 	Tickets                    int    // NewSessionTicket messages sent under a TLS 1.3 server's application key in its handshake
 	Read, Written              uint64 // whole records read and written since the handshake
 	Whole                      bool   // what was read ends with a whole record: no part of one is held above
+	// A record of a TLS 1.3 KeyUpdate's size was read since the handshake: crypto/tls may have replaced
+	// the traffic secrets captured (it logs no new one; it never starts a KeyUpdate, only answers one),
+	// so the session is not taken over.
+	MaybeUpdated bool
 }
 
 // Server reports whether the connection is the session's server end.
@@ -79,18 +86,40 @@ func (s *TLSSession) Write(line []byte) (int, error) {
 	return len(line), nil
 }
 
-// Config returns c for this connection's handshake: a copy that logs its secrets here and counts the
-// session tickets it sends (c's own ticket keys encrypt them, as without WrapSession).
-func (s *TLSSession) Config(c *tls.Config) *tls.Config {
+// Config returns c for this connection's handshake (hello is the client's, on a server; nil on a
+// client): a copy that logs the session's secrets here, beside any KeyLogWriter c has, and counts the
+// session tickets it sends. They are encrypted with the keys of tickets, the configuration crypto/tls
+// decrypts tickets with (a server's base configuration, whose GetConfigForClient returned c; c itself
+// when nil), so that a client resumes as without this. A session whose secrets would not be logged
+// is not let happen: TLS 1.2 resumption (crypto/tls logs no secret for a resumed TLS 1.2 handshake),
+// for a client that offers no TLS 1.3 and for a client end.
+func (s *TLSSession) Config(c *tls.Config, hello *tls.ClientHelloInfo, tickets *tls.Config) *tls.Config {
 	c = c.Clone()
-	c.KeyLogWriter = s
-	if !c.SessionTicketsDisabled && c.WrapSession == nil {
-		c.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-			s.mu.Lock()
-			s.tickets++
-			s.mu.Unlock()
-			return c.EncryptTicket(cs, ss)
-		}
+	var also io.Writer = c.KeyLogWriter
+	if also == nil {
+		c.KeyLogWriter = s
+	} else {
+		c.KeyLogWriter = io.MultiWriter(s, also)
+	}
+	if !s.server {
+		c.ClientSessionCache = nil // a resumed TLS 1.2 session's secret is not logged
+		return c
+	}
+	if hello != nil && !slices.Contains(hello.SupportedVersions, tls.VersionTLS13) {
+		c.SessionTicketsDisabled = true // TLS 1.2 only: a resumption would log no secret
+	}
+	if tickets == nil {
+		tickets = c
+	}
+	wrap := c.WrapSession
+	if wrap == nil {
+		wrap = tickets.EncryptTicket
+	}
+	c.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		s.mu.Lock()
+		s.tickets++
+		s.mu.Unlock()
+		return wrap(cs, ss)
 	}
 	return c
 }

@@ -41,7 +41,7 @@ func TestCaptureTLSLearnsTheSecretsTicketsAndRecordsOfTheSessionOverIt(t *testin
 		}
 		c.CaptureTLS(true)
 		base := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, MaxVersion: v}
-		srv := tls.Server(c, c.TLSSession().Config(base))
+		srv := tls.Server(c, c.TLSSession().Config(base, nil, nil))
 		var log keyLog
 		cli := tls.Client(peer, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", KeyLogWriter: &log,
 			ClientSessionCache: tls.NewLRUClientSessionCache(1)}) // so that a TLS 1.3 server sends a ticket

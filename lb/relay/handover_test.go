@@ -74,7 +74,7 @@ func (l captureListener) Accept() (net.Conn, error) {
 			continue
 		}
 		nb.CaptureTLS(true)
-		tc := tls.Server(nb, nb.TLSSession().Config(l.config))
+		tc := tls.Server(nb, nb.TLSSession().Config(l.config, nil, nil))
 		tc.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
 		if err := tc.Handshake(); err != nil {
 			c.Close()

@@ -10,12 +10,13 @@ import (
 // it (nbio's CaptureTLS, with the handshake's configuration from its TLSSession's Config and
 // HandshakeDone called): the connection that carries it on over nb from here, and the plaintext tc held, to
 // be delivered first (buf is scratch for it). A nil one: tc keeps its session, and gives the rest
-// after left — the session was not captured, its suite is not one this package has, or tc holds part
-// of a record, or the peer's close_notify. For the goroutine that reads tc, with no write under way.
+// after left — the session was not captured, its suite is not one this package has, a KeyUpdate may
+// have replaced its secrets (nbio.TLSCaptured's MaybeUpdated), tc holds part of a record, or the peer's
+// close_notify. For the goroutine that reads tc, with no write under way.
 func TakeOver(tc *tls.Conn, nb *nbio.TCPConn, buf []byte) (c *NetConn, left []byte) {
 	cs := tc.ConnectionState()
 	got, ok := nb.TLSCaptured()
-	if !ok || !got.Whole || !Supports(cs.Version, cs.CipherSuite) {
+	if !ok || !got.Whole || !Supports(cs.Version, cs.CipherSuite) || cs.Version == tls.VersionTLS13 && got.MaybeUpdated {
 		return nil, nil
 	}
 	server := nb.TLSSession().Server()

@@ -35,9 +35,9 @@ func (e *tlsEnv) evented(tc, peer *net.TCPConn, engineIsServer bool) (engineEnd,
 	} else {
 		nc.CaptureTLS(engineIsServer)
 		if engineIsServer {
-			server = nc.TLSSession().Config(server)
+			server = nc.TLSSession().Config(server, nil, nil)
 		} else {
-			client = nc.TLSSession().Config(client)
+			client = nc.TLSSession().Config(client, nil, nil)
 		}
 	}
 	if engineIsServer {
@@ -166,7 +166,7 @@ func TestATLSTunnelRelaysTheRecordsItsConnectionHadAlreadyRead(t *testing.T) {
 			nc.CountTLSRecords()
 		} else {
 			nc.CaptureTLS(true)
-			server = nc.TLSSession().Config(server)
+			server = nc.TLSSession().Config(server, nil, nil)
 		}
 		relayClient := tls.Server(nc, server)
 		held := &heldWrites{Conn: c.client}

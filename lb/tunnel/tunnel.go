@@ -217,11 +217,12 @@ func NewEngine(o Options) (*Engine, error) {
 // the client's (its UnsafeConn method returns it), and the bytes its reader had buffered past the
 // request belong in toServer. Add clears both conns' deadlines.
 //
-// On error from Add the caller still owns the conns. On success the engine owns them: it closes
+// On error from Add the caller still owns the conns (a TLS one whose session the engine had taken over
+// with its socket closed: see ownSession). On success the engine owns them: it closes
 // both when the tunnel ends, and the caller must neither use nor close them (close the Tunnel
 // instead). A failure to write the pending bytes is not an error of Add: the tunnel ends with
 // reason Error.
-func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (*Tunnel, error) {
+func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group string, onClose func(reason Reason)) (_ *Tunnel, err error) {
 	if client == nil || server == nil {
 		return nil, ErrNilConn
 	}
@@ -232,6 +233,18 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 		var left [2][]byte
 		ctls, left[clientSide] = r.ownSession(ctls)
 		stls, left[serverSide] = r.ownSession(stls)
+		// A session taken over is the engine's record layer's from here: should Add fail, the caller's
+		// crypto/tls connection must not write on it (its close_notify would reuse a nonce of the
+		// record layer's key), so its socket closes here.
+		defer func() {
+			if err != nil {
+				for _, c := range [2]tlsSide{ctls, stls} {
+					if own, ok := c.(*tlsrecord.NetConn); ok {
+						own.TCPConn.Close()
+					}
+				}
+			}
+		}()
 		if left[clientSide] != nil {
 			toServer = append(append([]byte(nil), toServer...), left[clientSide]...) // read before it
 		}
@@ -285,7 +298,6 @@ func (r *Engine) Add(client, server net.Conn, toServer, toClient []byte, group s
 	r.mu.Unlock()
 
 	var ioErr bool
-	var err error
 	if streamed {
 		r.startPumps(t, toServer, toClient)
 	} else {
