@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Front is what a front end's connections share: the framer's limits, and the counters of the requests
@@ -99,19 +100,27 @@ func (l *listener) wrap(c net.Conn, release func()) net.Conn {
 			}
 		}
 	}
-	if l.tls != nil {
-		tc := tls.Server(c, l.tls)
-		fc := &frontConn{Conn: tc, front: l.front, tc: tc, release: release}
-		fc.f.lim = &l.front.lim
-		fc.hand.Store(handNever) // its TLS session cannot be given to another process
-		return tlsFrontConn{fc}
-	}
 	fc := &frontConn{Conn: c, front: l.front, release: release}
 	fc.f.lim = &l.front.lim
-	if hasSocket(c) {
+	switch rc, resumed := c.(*tlsrecord.NetConn); {
+	case resumed: // injected with its TLS session (Inject): the handshake was the old process's
+		fc.rec, fc.shook = rc, true
+		fc.listable = true
+	case l.tls != nil:
+		fc.tc = tls.Server(c, l.tls)
+		fc.Conn = fc.tc
+		nc, ok := c.(*nbio.TCPConn)
+		fc.listable = ok && nc.TLSSession() != nil // its session can be taken over from crypto/tls (idle.go)
+	default:
+		fc.listable = hasSocket(c)
+	}
+	if fc.listable {
 		l.front.idle.list(fc) // may be idle at a binary upgrade (idle.go)
 	} else {
 		fc.hand.Store(handNever)
+	}
+	if l.tls != nil {
+		return tlsFrontConn{fc}
 	}
 	return fc
 }
@@ -131,9 +140,12 @@ func frontOf(c net.Conn) *frontConn {
 // fasthttp uses it from the connection's serving goroutine only (Close may also come from Shutdown).
 type frontConn struct {
 	net.Conn
-	front   *Front
-	tc      *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
-	shook   bool      // its handshake ran (tls.go), with this result:
+	front *Front
+	tc    *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
+	// rec is Conn when it is an HTTPS client's whose session fairlead's record layer carries (a
+	// connection a binary upgrade's old process handed over, Inject), nil otherwise.
+	rec     *tlsrecord.NetConn
+	shook   bool // its handshake ran (tls.go), with this result:
 	hsErr   error
 	f       framer
 	pending *Refusal // found, returned by the next Read
@@ -159,8 +171,15 @@ type frontConn struct {
 	// Its part in a binary upgrade's hand-over of idle connections (idle.go): handBusy, handIdle…,
 	// and its place in the front end's list of plain connections (guarded by the list's lock).
 	hand       atomic.Int32
+	listable   bool // it may be idle at a hand-over: listed from accept to Close
 	listed     bool
 	prev, next *frontConn
+	// A TLS connection given over (idle.go, takeSession): its session taken over from crypto/tls
+	// (own, nil for a connection whose record layer carries it already) and its state, to go with
+	// the socket; carry is plaintext crypto/tls gave back when it kept the session, read first.
+	own   *tlsrecord.NetConn
+	st    *tlsrecord.State
+	carry []byte
 }
 
 func (c *frontConn) Read(p []byte) (int, error) {
@@ -174,22 +193,29 @@ func (c *frontConn) Read(p []byte) (int, error) {
 	if late {
 		return 0, io.EOF
 	}
-	n, err := c.Conn.Read(p)
-	for n == 0 && err != nil && c.tc == nil && isTimeout(err) {
-		// The socket's deadline may be earlier than the one in force (armRead), or a hand-over that
-		// did not take the connection after all set it.
+	n, err := c.read(p)
+	for n == 0 && err != nil && isTimeout(err) {
+		// The socket's deadline may be earlier than the one in force (armRead), or a hand-over woke
+		// the connection, or set it on a connection it did not take after all.
+		if idle && c.taken() {
+			idle = false
+			if c.woken(n, err) {
+				return 0, io.EOF // woken by the hand-over, and given
+			}
+			// It stays here (its TLS session stays with crypto/tls): it reads on, as a busy one.
+		}
 		t := c.wanted()
 		if !t.IsZero() && !time.Now().Before(t) {
 			break // the one in force passed
 		}
-		if idle && c.taken() {
-			break // woken by the hand-over
-		}
 		c.sockDeadline = t
-		if c.Conn.SetReadDeadline(t) != nil || idle && c.taken() { // taken meanwhile: its wake may be undone
+		if c.Conn.SetReadDeadline(t) != nil {
 			break
 		}
-		n, err = c.Conn.Read(p)
+		if idle && c.taken() {
+			continue // taken meanwhile: its wake may be undone
+		}
+		n, err = c.read(p)
 	}
 	if idle && c.woken(n, err) {
 		return 0, io.EOF
@@ -221,6 +247,17 @@ func (c *frontConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// read reads the connection: first what crypto/tls gave back when a hand-over found that it keeps
+// the session (takeSession), then the connection itself.
+func (c *frontConn) read(p []byte) (int, error) {
+	if len(c.carry) > 0 {
+		n := copy(p, c.carry)
+		c.carry = c.carry[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *frontConn) fail(e *Refusal) error {
@@ -284,7 +321,8 @@ func (c *frontConn) wanted() time.Time {
 	return t
 }
 
-// armRead gives the socket the read deadline in force, lazily on a plain TCP connection: a deadline
+// armRead gives the socket the read deadline in force, lazily on a plain TCP connection (or one whose
+// TLS session fairlead's record layer carries, which keeps a partial record at a timeout): a deadline
 // later than the socket's is not set, the socket keeps its earlier one, and a read that times out
 // before the deadline in force sets it then and reads again (Read). fasthttp moves the deadline later
 // twice per request (idle_timeout while a keep-alive connection waits, read_timeout once a request
@@ -320,7 +358,7 @@ func (c *frontConn) claim() *Refusal {
 // a moment after the answer (a lingering close), so that closing does not reset the connection before
 // the client read the answer.
 func (c *frontConn) Close() error {
-	if c.tc == nil {
+	if c.listable {
 		c.front.idle.unlist(c)
 	}
 	if c.release != nil {

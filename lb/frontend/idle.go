@@ -1,17 +1,27 @@
 package frontend
 
 // Idle keep-alive connections at a binary upgrade. fasthttp has no word for a connection that waits
-// for its next request, but the front end sees it: a plain connection whose framer is between two
-// messages (the last request read whole, no byte of a next one) and that fasthttp reads again has
-// written its answer (the server flushes it before it waits for the next request) and is idle. The
-// old process takes those (HandOverIdle): it wakes each one's Read with a past read deadline, Read
-// returns no bytes, fasthttp closes the connection as it closes a keep-alive connection that timed
-// out (no answer written), and Close keeps a descriptor of the socket for the new process instead of
-// closing it. A connection that got a byte of a request before the wake is served here, and its
-// answer closes it (Connection: close, Handler). The new process puts each socket it is given in its
-// plain listener's Accept (Inject): fasthttp serves the connection's next request as that of a new
-// one. TLS connections (crypto/tls cannot give its session away), HTTP/2 ones and those a tunnel or a
-// relay stream took are never idle here: they stay with the old process's drain.
+// for its next request, but the front end sees it: a connection whose framer is between two messages
+// (the last request read whole, no byte of a next one) and that fasthttp reads again has written its
+// answer (the server flushes it before it waits for the next request) and is idle. The old process
+// takes those (HandOverIdle): it wakes each one's Read with a past read deadline, Read returns no
+// bytes, fasthttp closes the connection as it closes a keep-alive connection that timed out (no answer
+// written), and Close keeps a descriptor of the socket for the new process instead of closing it. A
+// connection that got a byte of a request before the wake is served here, and its answer closes it
+// (Connection: close, Handler). The new process puts each socket it is given in the listener it was
+// accepted on (Inject): fasthttp serves the connection's next request as that of a new one.
+//
+// An HTTPS connection (tls_listen) goes with its TLS session: once woken (crypto/tls's Read returns the
+// deadline's timeout, a temporary error that does not fail the connection), its Read takes the session
+// over from crypto/tls (tlsrecord.TakeOver, from what its socket captured of the handshake), and the
+// session's state goes with the socket; the new process resumes it with fairlead's record layer
+// (tlsrecord.Resume) and serves the connection from its TLS listener with no handshake, as HTTPS. A
+// session crypto/tls keeps (not captured, a suite the record layer has not, or part of a record held:
+// the client is sending its next request) stays: the connection reads on and is served here, and its
+// answer closes it. crypto/tls never writes on a socket given (no close_notify: its Close never runs).
+// A connection the new process took so moves on at the next upgrade with its record layer's state.
+// HTTP/2 connections and those a tunnel or a relay stream took are never idle here: HTTP/2 ones stay
+// with the old process's drain (GOAWAY), the others move as theirs.
 
 import (
 	"errors"
@@ -24,25 +34,28 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
-// A plain connection's part in a hand-over of idle connections (frontConn.hand).
+// A connection's part in a hand-over of idle connections (frontConn.hand).
 const (
 	handBusy  int32 = iota // reading or answering a request (or not read yet)
 	handIdle               // in Read, waiting for the first byte of its next request
 	handTaken              // taken while idle (HandOverIdle): its Read is woken
 	handGiven              // its Read ended by the wake: its Close gives the socket over
-	handNever              // a tunnel's or a relay stream's (handOver): never idle again
+	handNever              // a tunnel's, a relay stream's or HTTP/2's (handOver), or a TLS session that cannot move: never idle
 )
 
 // IdleConn is an idle keep-alive connection given over (HandOverIdle): a descriptor of its socket,
-// and its client's address.
+// its client's address, and for an HTTPS connection its TLS session (it holds keys: never log it).
 type IdleConn struct {
 	File   *os.File
 	Client net.Addr
+	TLS    *tlsrecord.State
 }
 
-// idleConns lists the front end's plain connections, those that may be idle at a hand-over.
+// idleConns lists the front end's connections that may be idle at a hand-over: the plain ones, and
+// the HTTPS ones whose TLS session can be taken over.
 type idleConns struct {
 	mu   sync.Mutex
 	head *frontConn
@@ -87,8 +100,9 @@ type handing struct {
 	over  bool          // the collection ended: a late socket is closed
 }
 
-// report says what became of a taken connection: its socket (f), or nil when it stays here or closed.
-func (h *handing) report(f *os.File, client net.Addr) {
+// report says what became of a taken connection: its socket (f) and its TLS session (st, nil for a
+// plain one), or f nil when it stays here or closed.
+func (h *handing) report(f *os.File, client net.Addr, st *tlsrecord.State) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -98,7 +112,7 @@ func (h *handing) report(f *os.File, client net.Addr) {
 		f.Close() //nolint:errcheck // too late: the new process was told it had everything
 		h.kept++
 	default:
-		h.given = append(h.given, IdleConn{File: f, Client: client})
+		h.given = append(h.given, IdleConn{File: f, Client: client, TLS: st})
 	}
 	if h.left--; h.left == 0 {
 		close(h.done)
@@ -118,11 +132,12 @@ func (h *handing) join() bool {
 	return true
 }
 
-// HandOverIdle gives the front end's idle plain keep-alive connections away, for a new process of a
+// HandOverIdle gives the front end's idle HTTP/1.1 keep-alive connections away, for a new process of a
 // binary upgrade: it takes every one idle now, wakes it and returns its socket (the caller closes the
-// files once given); kept counts those taken that began a request meanwhile (they are answered here,
-// and closed: from now on every HTTP/1.1 answer of the front end closes its connection, Handler) or
-// whose client closed. It waits at most wait for the connections taken to say which. Call it once the
+// files once given) with its TLS session if it is an HTTPS one; kept counts those taken that began a
+// request meanwhile, or whose TLS session crypto/tls keeps (they are answered here, and closed: from
+// now on every HTTP/1.1 answer of the front end closes its connection, Handler), or whose client
+// closed. It waits at most wait for the connections taken to say which. Call it once the
 // listeners are closed.
 func (f *Front) HandOverIdle(wait time.Duration) (given []IdleConn, kept int) {
 	h, taken := f.takeIdle()
@@ -191,19 +206,27 @@ func (f *Front) Handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 }
 
 // idleRead says, at the start of a Read, whether c waits for its next request (handIdle from now
-// until woken): a plain connection between two messages, with nothing to answer first. late is true
-// when it goes idle once a hand-over began (its answer went out keep-alive just before, or it had not
-// been read yet) and the hand-over still collects: it joins it without reading (its Read returns
-// io.EOF and its Close gives the socket over; bytes the client sent meanwhile wait in the socket for
-// the new process). Once the collection is over it reads on, and its answer closes it.
+// until woken): a connection between two messages, with nothing to answer first. late is true when it
+// goes idle once a hand-over began (its answer went out keep-alive just before, or it had not been
+// read yet) and the hand-over still collects: it joins it without reading (its Read returns io.EOF and
+// its Close gives the socket over; bytes the client sent meanwhile wait in the socket for the new
+// process, or in the record layer's state). A connection whose session crypto/tls carries joins it
+// taken, and awake: crypto/tls may hold the client's next request already, and a read that cannot wait
+// tells (woken). Once the collection is over it reads on, and its answer closes it.
 func (c *frontConn) idleRead() (idle, late bool) {
-	if c.tc != nil || c.pending != nil || c.f.state != stStart || !c.hand.CompareAndSwap(handBusy, handIdle) {
+	if c.pending != nil || c.f.state != stStart || !c.hand.CompareAndSwap(handBusy, handIdle) {
 		return false, false
 	}
 	if !c.front.leaving.Load() {
 		return true, false
 	}
 	if c.front.handing.Load().join() {
+		if c.tc != nil {
+			c.hand.Store(handTaken)
+			c.wake()
+			return true, false
+		}
+		c.takeSession()
 		c.hand.Store(handGiven)
 		return false, true
 	}
@@ -215,33 +238,79 @@ func (c *frontConn) idleRead() (idle, late bool) {
 func (c *frontConn) taken() bool { return c.hand.Load() == handTaken }
 
 // woken ends an idle Read that read n bytes and err, and reports whether a hand-over took the
-// connection meanwhile and woke it with nothing read: Read then returns io.EOF (fasthttp closes a
-// keep-alive connection that read nothing, without an answer) and Close gives its socket over. A
-// connection taken that read a byte of a request meanwhile is served here; one whose client closed
-// closes.
+// connection meanwhile and woke it with nothing read, and it could take its TLS session (takeSession):
+// Read then returns io.EOF (fasthttp closes a keep-alive connection that read nothing, without an
+// answer) and Close gives its socket over. A connection taken that read a byte of a request meanwhile,
+// or whose session crypto/tls keeps, is served here; one whose client closed closes.
 func (c *frontConn) woken(n int, err error) bool {
 	if c.hand.CompareAndSwap(handIdle, handBusy) {
 		return false
 	}
-	if n == 0 && err != nil && isTimeout(err) {
+	if n == 0 && err != nil && isTimeout(err) && c.takeSession() {
 		c.hand.Store(handGiven)
 		return true
 	}
 	c.hand.Store(handBusy)
-	c.front.handing.Load().report(nil, nil)
+	c.front.handing.Load().report(nil, nil, nil)
 	return false
 }
 
+// takeSession readies a connection to be given, in its Read: nothing to do for a plain one; the state
+// of the session of one whose record layer carries it (rec); and for one whose session crypto/tls
+// carries, the session taken over from crypto/tls (own) and its state. false when crypto/tls keeps it
+// (not captured, a suite the record layer has not, part of a record held, or the client's
+// close_notify): the connection reads on with crypto/tls, what it gave back first (carry).
+func (c *frontConn) takeSession() bool {
+	switch {
+	case c.rec != nil:
+		st := c.rec.State()
+		c.st = &st
+		return true
+	case c.tc == nil:
+		return true
+	}
+	nb, ok := c.tc.NetConn().(*nbio.TCPConn)
+	if !ok {
+		return false
+	}
+	own, left := tlsrecord.TakeOver(c.tc, nb, make([]byte, 4096))
+	if own == nil {
+		c.carry = left
+		return false
+	}
+	c.own = own // the session is own's: crypto/tls must not write on the socket again
+	st := own.State()
+	if len(left) > 0 {
+		// Plaintext crypto/tls held (none after a read that found nothing: it opens every whole
+		// record it has first): the client's, read first in the new process.
+		if len(left)+len(st.Plain)+len(st.Pending) > tlsrecord.MaxRecord {
+			return true // more than a Resume takes: given with no session, its socket closes here
+		}
+		st.Plain = append(left, st.Plain...)
+	}
+	c.st = &st
+	return true
+}
+
 // giveSocket is Close for a connection whose Read a hand-over woke: it gives a descriptor of the socket
-// to the hand-over and closes its own, without a byte or a FIN to the client.
+// to the hand-over, with the TLS session, and closes its own, without a byte or a FIN to the client
+// (the socket's: a session taken over from crypto/tls never sees crypto/tls's Close and its
+// close_notify).
 func (c *frontConn) giveSocket() error {
-	f, ferr := socketFile(c.Conn)
-	client := c.Conn.RemoteAddr()
-	err := c.Conn.Close()
-	if ferr != nil {
+	conn, st := c.Conn, c.st
+	if c.tc != nil {
+		conn = c.own
+	}
+	f, ferr := socketFile(conn)
+	client := conn.RemoteAddr()
+	err := conn.Close()
+	if ferr != nil || c.tc != nil && st == nil {
+		if f != nil {
+			f.Close() //nolint:errcheck
+		}
 		f = nil
 	}
-	c.front.handing.Load().report(f, client)
+	c.front.handing.Load().report(f, client, st)
 	return err
 }
 
@@ -276,13 +345,18 @@ type deadliner interface{ SetDeadline(time.Time) error }
 
 // Inject makes c, a client connection the old process of a binary upgrade accepted and handed over
 // (HandOverIdle), the next connection ln accepts: fasthttp serves it from its next request on, as a
-// connection accepted here, and max_conns_per_source counts it whatever the count. ln is one of the
-// front end's plain listeners (Listener). A listener's Accept that waits is woken by a past deadline,
-// which Accept takes back before it accepts again. On an error c is not taken (the caller closes it).
+// connection accepted here, and max_conns_per_source counts it whatever the count. ln is the front
+// end's plain listener (Listener) for a plain connection, its TLS listener (TLSListener) for one whose
+// TLS session fairlead's record layer resumed (a *tlsrecord.NetConn: no handshake, RequestCtx.IsTLS).
+// A listener's Accept that waits is woken by a past deadline, which Accept takes back before it accepts
+// again. On an error c is not taken (the caller closes it).
 func Inject(ln net.Listener, c net.Conn) error {
 	l, ok := ln.(*listener)
-	if !ok || l.tls != nil {
-		return errors.New("frontend: connections are injected in the front end's plain listener only")
+	if !ok {
+		return errors.New("frontend: connections are injected in the front end's listeners only")
+	}
+	if _, resumed := c.(*tlsrecord.NetConn); resumed != (l.tls != nil) {
+		return errors.New("frontend: a TLS connection is injected in the TLS listener, a plain one in the plain listener")
 	}
 	d, ok := l.Listener.(deadliner)
 	if !ok {

@@ -2,18 +2,22 @@ package frontend
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // idleFront is a front end served as lb serves its own (ReduceMemoryUsage, StreamRequestBody, the
@@ -29,6 +33,14 @@ type idleFront struct {
 
 func startIdleFront(t *testing.T, name string, maxConns int) *idleFront {
 	t.Helper()
+	return startIdleFrontOn(t, name, maxConns, nil)
+}
+
+// startIdleFrontOn is startIdleFront, on the front end's TLS listener with tlsConfig if not nil: the
+// handler then also says whether it sees a TLS connection (X-TLS) and the server name the client asked
+// for (X-SNI).
+func startIdleFrontOn(t *testing.T, name string, maxConns int, tlsConfig *tls.Config) *idleFront {
+	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +48,9 @@ func startIdleFront(t *testing.T, name string, maxConns int) *idleFront {
 	f := New(Limits{MaxHeader: 8 << 10, HeaderTimeout: 10 * time.Second}, slog.New(slog.DiscardHandler))
 	f.Sources().SetLimits(SourceLimits{MaxConns: maxConns})
 	fi := &idleFront{f: f, ln: f.Listener(raw), addr: raw.Addr().String(), inBody: make(chan struct{}, 1)}
+	if tlsConfig != nil {
+		fi.ln = f.TLSListener(raw, func() *tls.Config { return tlsConfig })
+	}
 	srv := &fasthttp.Server{
 		Handler: f.Handler(func(ctx *fasthttp.RequestCtx) {
 			if string(ctx.Path()) == "/mid" {
@@ -44,6 +59,10 @@ func startIdleFront(t *testing.T, name string, maxConns int) *idleFront {
 			}
 			ctx.Response.Header.Set("X-Served-By", name)
 			ctx.Response.Header.Set("X-Client", ctx.RemoteAddr().String())
+			ctx.Response.Header.Set("X-TLS", strconv.FormatBool(ctx.IsTLS()))
+			if cs := ctx.TLSConnectionState(); cs != nil {
+				ctx.Response.Header.Set("X-SNI", cs.ServerName)
+			}
 			ctx.WriteString("ok") //nolint:errcheck
 		}),
 		ErrorHandler:      f.ErrorHandler,
@@ -129,12 +148,19 @@ func (cl *client) closedAfter(t *testing.T, what string) {
 	}
 }
 
-// adopt injects the sockets given into the front end's listener, as a new process does.
+// adopt injects the sockets given into the front end's listener, as a new process does: an HTTPS
+// connection with its TLS session resumed by fairlead's record layer.
 func (fi *idleFront) adopt(t *testing.T, given []IdleConn) {
 	t.Helper()
 	for _, ic := range given {
-		c, err := net.FileConn(ic.File)
-		ic.File.Close()
+		var c net.Conn
+		var err error
+		if ic.TLS != nil {
+			c, err = tlsrecord.Resume(ic.File, *ic.TLS)
+		} else {
+			c, err = net.FileConn(ic.File)
+			ic.File.Close()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,12 +267,18 @@ func TestAConnectionTakenThatBeginsARequestBeforeItsWakeIsServedAndClosed(t *tes
 // the hand-over began) is not left there: its next request is the new one's, or the old one answers it
 // and closes the connection.
 func TestRequestsAroundAHandOverAreEachAnsweredOnce(t *testing.T) {
+	requestsAroundAHandOver(t, nil, nil)
+}
+
+// requestsAroundAHandOver runs the test above on plain connections, or over TLS with the server's and
+// the clients' configurations.
+func requestsAroundAHandOver(t *testing.T, server, clientConfig *tls.Config) {
 	const clients, rounds = 16, 3
 	for round := range rounds {
-		old, next := startIdleFront(t, "old", 0), startIdleFront(t, "new", 0)
+		old, next := startIdleFrontOn(t, "old", 0, server), startIdleFrontOn(t, "new", 0, server)
 		var cls []*client
 		for range clients {
-			cl := dialClient(t, old.addr)
+			cl := dialAny(t, old.addr, clientConfig)
 			cl.get(t, "/first")
 			cls = append(cls, cl)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fairlead/fairlead/lb/nbio"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // TLSListener wraps ln, the HTTPS listener: every accepted connection becomes a TLS server connection
@@ -47,11 +48,18 @@ func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.List
 var errNoTLS = errors.New("tls_listen is no longer configured")
 
 // tlsFrontConn is a frontConn over TLS: fasthttp sees the TLS connection state through it
-// (RequestCtx.IsTLS, X-Forwarded-Proto: https).
+// (RequestCtx.IsTLS, X-Forwarded-Proto: https). Its session is crypto/tls's, or fairlead's record
+// layer's for a connection a binary upgrade's old process handed over (its handshake done there).
 type tlsFrontConn struct{ *frontConn }
 
-func (c tlsFrontConn) Handshake() error                     { return c.handshake() }
-func (c tlsFrontConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
+func (c tlsFrontConn) Handshake() error { return c.handshake() }
+
+func (c tlsFrontConn) ConnectionState() tls.ConnectionState {
+	if c.rec != nil {
+		return c.rec.ConnectionState()
+	}
+	return c.tc.ConnectionState()
+}
 
 // handshake runs a TLS connection's handshake once (fasthttp asks for it before the first read, to
 // learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset). A failed
@@ -76,6 +84,9 @@ func (c *frontConn) handshake() error {
 	}
 	if nc, ok := c.tc.NetConn().(*nbio.TCPConn); ok {
 		nc.HandshakeDone()
+	}
+	if cs := c.tc.ConnectionState(); !tlsrecord.Supports(cs.Version, cs.CipherSuite) {
+		c.hand.Store(handNever) // a session fairlead's record layer cannot carry: never given over (idle.go)
 	}
 	c.tc.SetWriteDeadline(time.Time{}) //nolint:errcheck
 	c.sockDeadline = c.deadline
