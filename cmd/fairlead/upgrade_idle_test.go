@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,25 +40,52 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 	return &rawConn{c: c, br: bufio.NewReader(c)}
 }
 
+// dialRawTLS is dialRaw over TLS (crypto/tls, HTTP/1.1), its handshake done.
+func dialRawTLS(t *testing.T, addr string, cfg *tls.Config) *rawConn {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{c: c, br: bufio.NewReader(c)}
+}
+
 // get sends a GET on the connection and reads its answer.
 func (rc *rawConn) get(t *testing.T, what string) *http.Response {
 	t.Helper()
-	if _, err := io.WriteString(rc.c, "GET / HTTP/1.1\r\nHost: fairlead\r\n\r\n"); err != nil {
+	r, _ := rc.getPath(t, "/", what)
+	return r
+}
+
+// getPath sends a GET of path on the connection and reads its answer and body.
+func (rc *rawConn) getPath(t *testing.T, path, what string) (*http.Response, string) {
+	t.Helper()
+	if _, err := io.WriteString(rc.c, "GET "+path+" HTTP/1.1\r\nHost: fairlead\r\n\r\n"); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	return rc.answer(t, what)
+	return rc.answerBody(t, what)
 }
 
 func (rc *rawConn) answer(t *testing.T, what string) *http.Response {
+	t.Helper()
+	r, _ := rc.answerBody(t, what)
+	return r
+}
+
+func (rc *rawConn) answerBody(t *testing.T, what string) (*http.Response, string) {
 	t.Helper()
 	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
 	resp, err := http.ReadResponse(rc.br, nil)
 	if err != nil {
 		t.Fatalf("%s: no answer: %v", what, err)
 	}
-	io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp
+	if err != nil {
+		t.Fatalf("%s: the answer's body: %v", what, err)
+	}
+	return resp, string(body)
 }
 
 // open reports whether fairlead left the connection open: a short read finds nothing, not its end.
@@ -73,47 +101,80 @@ func (rc *rawConn) open() error {
 	return err
 }
 
-// Issue 38: idle keep-alive connections move to the new process of a binary upgrade. Clients hold
-// keep-alive connections, idle; after SIGUSR2, once the new process serves and the old one is gone,
-// each sends its next requests on the same connection (none was closed) and the new process answers
-// them (its request count rises by them; the old one no longer exists). A client in the middle of a
-// request at the switch gets its answer from the old process, with Connection: close, and a clean
-// close. Twice in a row: a connection moved once moves again.
+// Issue 38: idle keep-alive connections move to the new process of a binary upgrade, plain ones and
+// HTTPS ones (tls_listen) with their TLS sessions. Clients hold keep-alive connections, idle; after
+// SIGUSR2, once the new process serves and the old one is gone, each sends its next requests on the
+// same connection (none was closed; an HTTPS one on the same TLS connection, with no new handshake)
+// and the new process answers them (its request count rises by them; the old one no longer exists),
+// forwarding an HTTPS one's as HTTPS (X-Forwarded-Proto). A client in the middle of a request at the
+// switch, plain or HTTPS, gets its answer from the old process, with Connection: close, and a clean
+// close. Twice in a row: a connection moved once moves again (an HTTPS one's session is fairlead's
+// record layer's by then).
 func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
-	p := startUpgradable(t, c)
-	const n = 10
+	ca, err := sim.NewCA("upgrade test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr := testkit.Addr(t)
+	p := startUpgradable(t, c, "20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
+	tls13 := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
+	tls12 := &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	const n, nTLS = 10, 6
 	var idle []*rawConn
-	for i := range n {
-		rc := dialRaw(t, p.addr)
+	https := map[*rawConn]bool{}
+	for i := range n + nTLS {
+		var rc *rawConn
+		switch {
+		case i < n:
+			rc = dialRaw(t, p.addr)
+		case i%2 == 0:
+			rc = dialRawTLS(t, tlsAddr, tls13)
+		default:
+			rc = dialRawTLS(t, tlsAddr, tls12)
+		}
+		https[rc] = i >= n
 		if r := rc.get(t, "first request "+strconv.Itoa(i)); r.StatusCode != 200 || r.Close {
 			t.Fatalf("first request %d: %d (close %v)", i, r.StatusCode, r.Close)
 		}
 		idle = append(idle, rc)
 	}
 	for round := 1; round <= 2; round++ {
-		mid := dialRaw(t, p.addr)
-		if r := mid.get(t, "the mid client's first request"); r.StatusCode != 200 {
-			t.Fatalf("round %d: the mid client's first request: %d", round, r.StatusCode)
+		mid, midTLS := dialRaw(t, p.addr), dialRawTLS(t, tlsAddr, tls13)
+		for _, m := range []*rawConn{mid, midTLS} {
+			if r := m.get(t, "a mid client's first request"); r.StatusCode != 200 {
+				t.Fatalf("round %d: a mid client's first request: %d", round, r.StatusCode)
+			}
+			io.WriteString(m.c, "GET / HTTP/1.1\r\nHost: fair") //nolint:errcheck // the rest after the switch
 		}
-		io.WriteString(mid.c, "GET / HTTP/1.1\r\nHost: fair") //nolint:errcheck // the rest after the switch
 
 		old := p.pid()
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
-		handed := strconv.Itoa(n) + " idle keep-alive connections handed over"
+		handed := strconv.Itoa(n+nTLS) + " idle keep-alive connections handed over"
 		testkit.Eventually(t, "the old process to hand the idle connections over", 30*time.Second, func() bool {
 			return strings.Count(p.logText(), handed) == round
 		})
 
-		// The request under way stays in the old process, which answers it and closes.
-		io.WriteString(mid.c, "lead\r\n\r\n") //nolint:errcheck
-		if r := mid.answer(t, "the request under way at the switch"); r.StatusCode != 200 || !r.Close {
-			t.Errorf("round %d: the request under way at the switch: %d (close %v), want 200 with Connection: close", round, r.StatusCode, r.Close)
-		}
-		if err := mid.open(); err != io.EOF {
-			t.Errorf("round %d: after the answer to the request under way: %v, want the connection closed", round, err)
+		// The requests under way stay in the old process, which answers them and closes.
+		for _, m := range []*rawConn{mid, midTLS} {
+			io.WriteString(m.c, "lead\r\n\r\n") //nolint:errcheck
+			if r := m.answer(t, "the request under way at the switch"); r.StatusCode != 200 || !r.Close {
+				t.Errorf("round %d: the request under way at the switch (https %v): %d (close %v), want 200 with Connection: close",
+					round, m == midTLS, r.StatusCode, r.Close)
+			}
+			if err := m.open(); err != io.EOF {
+				t.Errorf("round %d: after the answer to the request under way (https %v): %v, want the connection closed", round, m == midTLS, err)
+			}
 		}
 
 		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
@@ -123,7 +184,7 @@ func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *te
 			}
 		}
 		testkit.Eventually(t, "the new process to say it took the idle connections over", 10*time.Second, func() bool {
-			return strings.Count(p.logText(), strconv.Itoa(n)+" idle keep-alive connections taken over") == round
+			return strings.Count(p.logText(), strconv.Itoa(n+nTLS)+" idle keep-alive connections taken over") == round
 		})
 		var st struct {
 			Process struct {
@@ -144,17 +205,27 @@ func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *te
 
 		for i, rc := range idle {
 			if err := rc.open(); err != nil {
-				t.Fatalf("round %d: client %d: its idle connection after the switch: %v, want it open", round, i, err)
+				t.Fatalf("round %d: client %d (https %v): its idle connection after the switch: %v, want it open", round, i, https[rc], err)
 			}
 			for k := range 2 {
-				what := "round " + strconv.Itoa(round) + ": client " + strconv.Itoa(i) + ", request " + strconv.Itoa(k+1) + " on the same connection"
-				if r := rc.get(t, what); r.StatusCode != 200 || r.Close {
+				what := "round " + strconv.Itoa(round) + ": client " + strconv.Itoa(i) + " (https " + strconv.FormatBool(https[rc]) +
+					"), request " + strconv.Itoa(k+1) + " on the same connection"
+				r, body := rc.getPath(t, "/echo-headers", what)
+				if r.StatusCode != 200 || r.Close {
 					t.Errorf("%s: %d (close %v), want 200 kept alive", what, r.StatusCode, r.Close)
+				}
+				proto := "http"
+				if https[rc] {
+					proto = "https"
+				}
+				if !strings.Contains(body, "X-Forwarded-Proto: "+proto+"\n") {
+					t.Errorf("%s: forwarded without X-Forwarded-Proto: %s:\n%s", what, proto, body)
 				}
 			}
 		}
-		if after, _ := strconv.Atoi(testkit.Metric(p.admin, counted)); after-before != 2*n {
-			t.Errorf("round %d: the new process (PID %d) served %d requests, want the %d sent on the moved connections", round, p.pid(), after-before, 2*n)
+		if after, _ := strconv.Atoi(testkit.Metric(p.admin, counted)); after-before != 2*(n+nTLS) {
+			t.Errorf("round %d: the new process (PID %d) served %d requests, want the %d sent on the moved connections",
+				round, p.pid(), after-before, 2*(n+nTLS))
 		}
 	}
 }

@@ -21,8 +21,8 @@
 // and bounded by the same limits, and the answer is translated back. The limits per client address
 // (sources.go: rate_per_source, burst_per_source, max_conns_per_source, behind trusted_proxies) admit
 // connections at accept and requests at their first byte. conn.go is a connection's framer state. At
-// a binary upgrade the idle plain keep-alive connections move to the new process on their sockets
-// (idle.go: HandOverIdle, Inject).
+// a binary upgrade the idle HTTP/1.1 keep-alive connections move to the new process on their sockets,
+// an HTTPS one with its TLS session (idle.go: HandOverIdle, Inject).
 //
 // What routes and forwards a request is package lb's; this package knows neither pools nor config
 // generations: lb gives it the limits, the TLS configuration in force, and counts what the handler

@@ -16,7 +16,8 @@
 //	                         of a record read), with its two sockets
 //	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, an HTTPS
 //	                         client's TLS session, with its socket
-//	old → new   conns        the idle plain keep-alive connections, with their sockets (conns.go)
+//	old → new   conns        the idle HTTP/1.1 keep-alive connections: each one's listener, and an
+//	                         HTTPS one's TLS session, with its socket (conns.go)
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //
 // Only a process the old one started can say hello: the shared channel is a file it inherited, not a
