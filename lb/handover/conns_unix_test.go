@@ -3,16 +3,21 @@
 package handover
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Idle connections pass with their sockets, in batches under the kernel's limit, beside tunnels and
 // before done: each one received is the same socket (what its client sends is read at the other end,
-// and the other way), named by its listener and client.
+// and the other way), named by its listener and client, and an HTTPS one with its TLS session as it
+// was (a plain one with none).
 func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 	a, f, err := Pair()
 	if err != nil {
@@ -47,6 +52,9 @@ func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 			t.Fatal(err)
 		}
 		cs = append(cs, Conn{Listener: "listen", Client: clients[i].LocalAddr().String(), File: sf})
+		if i%2 == 1 {
+			cs[i].Listener, cs[i].TLS = "tls_listen", sessionOf(i)
+		}
 	}
 	sent := make(chan error, 1)
 	go func() {
@@ -71,8 +79,11 @@ func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 		t.Fatalf("%d connections received, want %d", len(got), n)
 	}
 	for i, c := range got {
-		if c.Listener != "listen" || c.Client != clients[i].LocalAddr().String() {
-			t.Fatalf("connection %d: %+v, want listen, %s", i, c, clients[i].LocalAddr())
+		if c.Listener != cs[i].Listener || c.Client != clients[i].LocalAddr().String() {
+			t.Fatalf("connection %d: %s, %s; want %s, %s", i, c.Listener, c.Client, cs[i].Listener, clients[i].LocalAddr())
+		}
+		if !reflect.DeepEqual(c.TLS, cs[i].TLS) {
+			t.Fatalf("connection %d: its TLS session is not the one sent", i) // keys: not printed
 		}
 		sc, err := net.FileConn(c.File)
 		c.File.Close()
@@ -82,6 +93,15 @@ func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 		roundTrip(t, clients[i], sc)
 		sc.Close()
 	}
+}
+
+// sessionOf is a TLS session's state told apart by i.
+func sessionOf(i int) *tlsrecord.State {
+	secret := func(b byte) []byte { s := make([]byte, 32); s[0], s[1] = b, byte(i); return s }
+	return &tlsrecord.State{Version: tls.VersionTLS13, Suite: tls.TLS_AES_128_GCM_SHA256,
+		Read:    tlsrecord.Direction{Secret: secret(1), Seq: uint64(i)},
+		Write:   tlsrecord.Direction{Secret: secret(2), Seq: uint64(i) + 3},
+		Pending: []byte{23, 3, 3, 0, byte(i)}, ServerName: "fairlead.example", ALPN: "http/1.1"}
 }
 
 // roundTrip checks that a and b are the two ends of one connection.
