@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
+	"github.com/fairlead/fairlead/lb/tlsrecord"
 )
 
 // Idle HTTPS keep-alive connections at a hand-over (idle.go): their TLS sessions go with their sockets.
@@ -196,4 +198,104 @@ func (c *holdConn) release() error {
 	_, err := c.Conn.Write(c.held)
 	c.held = nil
 	return err
+}
+
+// Telling whether an HTTPS connection is idle costs its Read nothing either: a keep-alive request read
+// through the front end's TLS connection allocates nothing more than one read from its session,
+// crypto/tls's or, once handed over, fairlead's record layer's (the test's client, crypto/tls,
+// allocates in its Write).
+func TestIdleTrackingOfHTTPSConnectionsAllocatesNothing(t *testing.T) {
+	server, configs := idleTLS(t)
+	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := f.TLSListener(raw, func() *tls.Config { return server })
+	defer ln.Close()
+	cc, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := tls.Client(cc, configs["TLS 1.3"])
+	defer client.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	shook := make(chan error, 1)
+	go func() { shook <- client.Handshake() }()
+	if err := sc.(tlsFrontConn).Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-shook; err != nil {
+		t.Fatal(err)
+	}
+	req := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	buf := make([]byte, 4096)
+	read := func(c net.Conn) func() {
+		return func() {
+			client.Write(req) //nolint:errcheck
+			for got := 0; got < len(req); {
+				n, err := c.Read(buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got += n
+			}
+		}
+	}
+	read(sc)()
+	if fc := sc.(tlsFrontConn).frontConn; fc.hand.Load() != handBusy || !fc.listed {
+		t.Fatalf("an HTTPS connection: hand %d, listed %v", fc.hand.Load(), fc.listed)
+	}
+	// The test's client is crypto/tls's, whose Write allocates: what the front end adds is measured.
+	base := testing.AllocsPerRun(200, read(sc.(tlsFrontConn).tc))
+	if n := testing.AllocsPerRun(200, read(sc)); n != base {
+		t.Errorf("%.1f allocations per keep-alive request read through the front end over crypto/tls, %.1f without it; want no more", n, base)
+	}
+
+	// The same connection handed over to a second front end, its session resumed by the record layer.
+	raw.Close()
+	woken := make(chan error, 1)
+	go func() { // idle: taken below, its Read ends and fasthttp would close it
+		_, err := sc.Read(buf)
+		if err == io.EOF {
+			err = sc.Close()
+		}
+		woken <- err
+	}()
+	waitIdle(t, f, 1)
+	given, kept := f.HandOverIdle(5 * time.Second)
+	if err := <-woken; err != nil || len(given) != 1 || kept != 0 {
+		t.Fatalf("given %d, kept %d (%v)", len(given), kept, err)
+	}
+	rc, err := tlsrecord.Resume(given[0].File, *given[0].TLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	raw2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln2 := next.TLSListener(raw2, func() *tls.Config { return server })
+	defer ln2.Close()
+	if err := Inject(ln2, rc); err != nil {
+		t.Fatal(err)
+	}
+	sc2, err := ln2.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc2.Close()
+	read(sc2)()
+	if fc := sc2.(tlsFrontConn).frontConn; fc.rec == nil || !fc.listed {
+		t.Fatalf("the connection handed over: record layer %v, listed %v", fc.rec != nil, fc.listed)
+	}
+	base = testing.AllocsPerRun(200, read(sc2.(tlsFrontConn).rec))
+	if n := testing.AllocsPerRun(200, read(sc2)); n != base {
+		t.Errorf("%.1f allocations per keep-alive request read through the front end over the record layer, %.1f without it; want no more", n, base)
+	}
 }
