@@ -119,17 +119,24 @@ func (h *handing) report(f *os.File, client net.Addr, st *tlsrecord.State) {
 	}
 }
 
-// join takes a connection late: its answer went out keep-alive as the hand-over began, and it now
-// waits for its next request. false when the collection is over (or its last connection reported,
-// the collection about to end).
-func (h *handing) join() bool {
+// join takes c late, as it goes idle (handIdle): its answer went out keep-alive as the hand-over
+// began, and it now waits for its next request. joined: c is counted and handTaken; taken: c went idle
+// as the hand-over began and takeIdle took it (counted already, woken by it); neither: the collection
+// is over (or its last connection reported, the collection about to end), and c is busy again. Under
+// the lock takeIdle holds while it takes connections: c is counted once.
+func (h *handing) join(c *frontConn) (joined, taken bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.over || h.left == 0 {
-		return false
+	switch {
+	case c.hand.Load() == handTaken:
+		return false, true
+	case h.over || h.left == 0:
+		c.hand.Store(handBusy)
+		return false, false
 	}
 	h.left++
-	return true
+	c.hand.Store(handTaken)
+	return true, false
 }
 
 // HandOverIdle gives the front end's idle HTTP/1.1 keep-alive connections away, for a new process of a
@@ -220,18 +227,18 @@ func (c *frontConn) idleRead() (idle, late bool) {
 	if !c.front.leaving.Load() {
 		return true, false
 	}
-	if c.front.handing.Load().join() {
-		if c.tc != nil {
-			c.hand.Store(handTaken)
-			c.wake()
-			return true, false
-		}
-		c.takeSession()
-		c.hand.Store(handGiven)
-		return false, true
+	switch joined, taken := c.front.handing.Load().join(c); {
+	case taken:
+		return true, false // its wake comes
+	case !joined:
+		return false, false
+	case c.tc != nil:
+		c.wake()
+		return true, false
 	}
-	c.hand.Store(handBusy)
-	return false, false
+	c.takeSession()
+	c.hand.Store(handGiven)
+	return false, true
 }
 
 // taken reports whether an idle Read's connection was taken for a hand-over.

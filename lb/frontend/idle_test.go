@@ -407,3 +407,47 @@ func TestIdleTrackingAllocatesNothing(t *testing.T) {
 		t.Errorf("%.1f allocations per keep-alive request read, want 0", n)
 	}
 }
+
+// A connection that goes idle just as a hand-over begins, and that the hand-over takes before the
+// connection's own Read joins it, is counted once: its join finds it taken (its wake comes), and its one
+// report ends the collection. (Counted twice, the collection waited for a report that never came, and
+// said one connection more than there were.)
+func TestAConnectionTakenAsItGoesIdleIsCountedOnce(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	ln := f.Listener(raw)
+	cc, err := net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	c := sc.(*frontConn)
+	if !c.hand.CompareAndSwap(handBusy, handIdle) { // its Read's first step (idleRead), before it looks for a hand-over
+		t.Fatal("not busy")
+	}
+	h, taken := f.takeIdle() // the hand-over begins: leaving, and c is idle
+	if len(taken) != 1 || taken[0] != c {
+		t.Fatalf("%d taken, want the connection", len(taken))
+	}
+	if joined, tk := h.join(c); joined || !tk {
+		t.Fatalf("join: joined %v, taken %v; want taken only", joined, tk)
+	}
+	h.report(nil, nil, nil) // what became of it, once
+	select {
+	case <-h.done:
+	default:
+		t.Fatal("the collection waits for more after its only connection reported")
+	}
+	if given, kept := h.collect(0); len(given) != 0 || kept != 1 {
+		t.Errorf("given %d, kept %d; want 0, 1", len(given), kept)
+	}
+}
