@@ -233,8 +233,9 @@ func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *te
 // rawKeepAliveLoad sends GETs from each of clients goroutines, each on one keep-alive connection that it
 // opens again only when fairlead closes it after an answer that said so (Connection: close), until stop.
 // It counts the requests answered 200, and those that failed: refused, reset, closed without their
-// answer, answered otherwise, or closed without Connection: close.
-func rawKeepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar func() int64, wait func() (ok, failed int64, first string)) {
+// answer, answered otherwise, or closed without Connection: close. Its connections are plain, or TLS
+// with tlsConfig if not nil.
+func rawKeepAliveLoad(addr string, tlsConfig *tls.Config, clients int, stop <-chan struct{}) (sofar func() int64, wait func() (ok, failed int64, first string)) {
 	var answered, failed atomic.Int64
 	var mu sync.Mutex
 	var firstErr string
@@ -266,7 +267,12 @@ func rawKeepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar fun
 				}
 				if c == nil {
 					var err error
-					if c, err = net.Dial("tcp", addr); err != nil {
+					if tlsConfig != nil {
+						c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tlsConfig)
+					} else {
+						c, err = net.Dial("tcp", addr)
+					}
+					if err != nil {
 						fail("dial: " + err.Error())
 						c = nil
 						continue
@@ -308,25 +314,43 @@ func rawKeepAliveLoad(addr string, clients int, stop <-chan struct{}) (sofar fun
 }
 
 // Issue 38: HTTP/1.1 keep-alive clients sending requests without a pause through a binary upgrade see
-// no failure: each request is answered 200 by one process or the other, and a connection ends only
-// after an answer that says so.
+// no failure, plain and HTTPS (their TLS sessions moving with the idle connections): each request is
+// answered 200 by one process or the other, and a connection ends only after an answer that says so.
 func TestKeepAliveLoadThroughAnUpgradeFailsNoRequest(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
-	p := startUpgradable(t, c)
+	ca, err := sim.NewCA("upgrade test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr := testkit.Addr(t)
+	p := startUpgradable(t, c, "20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
+	tlsConfig := &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"http/1.1"}}
 	for round := 1; round <= 2; round++ {
 		stop := make(chan struct{})
-		sofar, wait := rawKeepAliveLoad(p.addr, 4, stop)
-		testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool { return sofar() >= 100 })
+		sofar, wait := rawKeepAliveLoad(p.addr, nil, 4, stop)
+		sofarTLS, waitTLS := rawKeepAliveLoad(tlsAddr, tlsConfig, 4, stop)
+		testkit.Eventually(t, "load before the switch", 10*time.Second, func() bool { return sofar() >= 100 && sofarTLS() >= 100 })
 		old := p.pid()
 		if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 			t.Fatal(err)
 		}
 		testkit.Eventually(t, "the old process to exit", 30*time.Second, func() bool { return p.pid() != old && gone(old) })
-		after := sofar()
-		testkit.Eventually(t, "load after the switch", 10*time.Second, func() bool { return sofar() >= after+100 })
+		after, afterTLS := sofar(), sofarTLS()
+		testkit.Eventually(t, "load after the switch", 10*time.Second, func() bool { return sofar() >= after+100 && sofarTLS() >= afterTLS+100 })
 		close(stop)
 		if ok, failed, first := wait(); failed != 0 {
-			t.Errorf("round %d: %d of %d requests failed through the upgrade (first: %s)", round, failed, ok+failed, first)
+			t.Errorf("round %d: %d of %d plain requests failed through the upgrade (first: %s)", round, failed, ok+failed, first)
+		}
+		if ok, failed, first := waitTLS(); failed != 0 {
+			t.Errorf("round %d: %d of %d HTTPS requests failed through the upgrade (first: %s)", round, failed, ok+failed, first)
 		}
 	}
 	for _, line := range strings.Split(p.logText(), "\n") {
