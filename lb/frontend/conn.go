@@ -169,7 +169,8 @@ type frontConn struct {
 	lineOf   int64 // the framer's headStart for the message the line is of
 	lineDone bool  // the line is whole (or as long as kept)
 	// Its part in a binary upgrade's hand-over of idle connections (idle.go): handBusy, handIdle…,
-	// and its place in the front end's list of plain connections (guarded by the list's lock).
+	// and its place in the front end's list of the connections that may be idle (guarded by the list's
+	// lock).
 	hand       atomic.Int32
 	listable   bool // it may be idle at a hand-over: listed from accept to Close
 	listed     bool

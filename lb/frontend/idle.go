@@ -291,7 +291,7 @@ func (c *frontConn) takeSession() bool {
 		// Plaintext crypto/tls held (none after a read that found nothing: it opens every whole
 		// record it has first): the client's, read first in the new process.
 		if len(left)+len(st.Plain)+len(st.Pending) > tlsrecord.MaxRecord {
-			return true // more than a Resume takes: given with no session, its socket closes here
+			return true // more than a Resume takes: no session goes, and its socket closes here (kept)
 		}
 		st.Plain = append(left, st.Plain...)
 	}
