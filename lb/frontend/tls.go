@@ -36,8 +36,9 @@ func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.List
 			return nil, errNoTLS
 		}
 		if nc, ok := hello.Conn.(*nbio.TCPConn); ok && nc.TLSSession() != nil {
-			// Its secrets and tickets, should its session move (a tunnel, a relay stream); its
-			// tickets encrypted with base's keys, which crypto/tls decrypts them with.
+			// Its secrets and tickets, should its session move (a tunnel, a relay stream, an idle
+			// keep-alive connection at a binary upgrade); its tickets encrypted with base's keys,
+			// which crypto/tls decrypts them with.
 			c = nc.TLSSession().Config(c, hello, base)
 		}
 		return c, nil
