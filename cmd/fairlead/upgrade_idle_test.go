@@ -112,22 +112,12 @@ func (rc *rawConn) open() error {
 // record layer's by then).
 func TestSIGUSR2MovesIdleKeepAliveConnectionsToTheNewProcessOnTheirSockets(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
-	ca, err := sim.NewCA("upgrade test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsAddr := testkit.Addr(t)
-	p := startUpgradable(t, c, "20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
-	tls13 := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
-	tls12 := &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	tf := newTLSFront(t)
+	tlsAddr := tf.addr
+	p := startUpgradable(t, c, "20-tls.toml", tf.conf)
+	tls13, tls12 := tf.client.Clone(), tf.client.Clone() // HTTP/1.1 (ALPN), not h2
+	tls13.MinVersion, tls13.NextProtos = tls.VersionTLS13, []string{"http/1.1"}
+	tls12.MaxVersion, tls12.NextProtos = tls.VersionTLS12, []string{"http/1.1"}
 	const n, nTLS = 10, 6
 	var idle []*rawConn
 	https := map[*rawConn]bool{}
@@ -318,21 +308,11 @@ func rawKeepAliveLoad(addr string, tlsConfig *tls.Config, clients int, stop <-ch
 // answered 200 by one process or the other, and a connection ends only after an answer that says so.
 func TestKeepAliveLoadThroughAnUpgradeFailsNoRequest(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
-	ca, err := sim.NewCA("upgrade test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := leaf.Write(t.TempDir(), "frontend")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsAddr := testkit.Addr(t)
-	p := startUpgradable(t, c, "20-tls.toml", fmt.Sprintf("[frontend]\ntls_listen = %q\ntls_cert = %q\ntls_key = %q\n", tlsAddr, certFile, keyFile))
-	tlsConfig := &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"http/1.1"}}
+	tf := newTLSFront(t)
+	tlsAddr := tf.addr
+	p := startUpgradable(t, c, "20-tls.toml", tf.conf)
+	tlsConfig := tf.client.Clone()
+	tlsConfig.NextProtos = []string{"http/1.1"}
 	for round := 1; round <= 2; round++ {
 		stop := make(chan struct{})
 		sofar, wait := rawKeepAliveLoad(p.addr, nil, 4, stop)
