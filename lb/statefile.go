@@ -3,13 +3,13 @@ package lb
 // The state file ([global] state_file) and the fast start (start = "fast").
 //
 // While fairlead runs, a writer saves every stateWriteInterval, and once more when the LB stops, what a
-// restart needs to serve at once: per pool its balance, its leader, each server's health and its sticky
-// keys (with how long each had been idle). The file is JSON, replaced atomically: a temp file in the
+// restart needs to serve at once: per pool its balance, its leader, each server's health, its sticky
+// keys and its multi-part pins (with how long each had been idle). The file is JSON, replaced atomically: a temp file in the
 // same directory, fsync, rename. It holds no credentials, but sticky keys may be session cookies or
 // asset ids, so it is readable by its owner only.
 //
 // A fast start reads it before the first probe: a leader pool's remembered leader is elected at once,
-// a checker pool's remembered-up servers are up, and sticky keys go back into the pool's table, so the
+// a checker pool's remembered-up servers are up, and sticky keys and pins go back into the pool's tables, so the
 // pool serves without waiting for its first round; the probes then confirm or correct by the usual
 // rules. A missing, stale or corrupt file falls back to a normal start with a warning; a pool whose
 // balance changed, or whose remembered leader left it, waits for its first round.
@@ -33,6 +33,15 @@ import (
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/stickiness"
 )
+
+// pinTable is the multi-part pins of p's policy (balance = "roundrobin" with multipart_header), nil
+// for another.
+func (p *Pool) pinTable() *stickiness.Table {
+	if rp, ok := p.view.Load().policy.(*roundRobinPolicy); ok {
+		return rp.pins
+	}
+	return nil
+}
 
 // stickyTable is the sticky keys of p's policy (balance = "sticky"), nil for another balance.
 func (p *Pool) stickyTable() *stickiness.Table {
@@ -98,6 +107,7 @@ type savedPool struct {
 	Leader  string        `json:"leader,omitempty"` // leader pools: the leader's address, "" for none
 	Servers []savedServer `json:"servers"`
 	Sticky  []savedKey    `json:"sticky,omitempty"`
+	Pins    []savedKey    `json:"pins,omitempty"` // balance = "roundrobin" with multipart_header: the multi-part pins
 }
 
 type savedServer struct {
@@ -212,21 +222,30 @@ func (p *Pool) snapshot() *savedPool {
 			sp.Leader = cur.Addr()
 		}
 	}
-	if p.stickyTable() != nil {
-		for _, e := range p.stickyTable().Export() {
-			if !inPool[e.Server] {
-				continue // a removed server's key, about to be forgotten
-			}
-			k := savedKey{Server: e.Server, IdleMs: e.Idle.Milliseconds()}
-			if utf8.ValidString(e.Key) {
-				k.Key = e.Key
-			} else {
-				k.KeyB64 = base64.StdEncoding.EncodeToString([]byte(e.Key))
-			}
-			sp.Sticky = append(sp.Sticky, k)
-		}
-	}
+	sp.Sticky = savedKeys(p.stickyTable(), inPool)
+	sp.Pins = savedKeys(p.pinTable(), inPool)
 	return sp
+}
+
+// savedKeys is what t (nil: none) holds for the servers in the pool (inPool), as the file keeps it.
+func savedKeys(t *stickiness.Table, inPool map[string]bool) []savedKey {
+	if t == nil {
+		return nil
+	}
+	var keys []savedKey
+	for _, e := range t.Export() {
+		if !inPool[e.Server] {
+			continue // a removed server's key, about to be forgotten
+		}
+		k := savedKey{Server: e.Server, IdleMs: e.Idle.Milliseconds()}
+		if utf8.ValidString(e.Key) {
+			k.Key = e.Key
+		} else {
+			k.KeyB64 = base64.StdEncoding.EncodeToString([]byte(e.Key))
+		}
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // writeStateFile replaces the file at path with st atomically (a temporary file in the same
@@ -328,8 +347,11 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 	for _, s := range st.servers {
 		byAddr[s.Addr] = s
 	}
-	if p.stickyTable() != nil {
-		sticky = p.restoreKeys(sp.Sticky, byAddr, age)
+	if t := p.stickyTable(); t != nil {
+		sticky = restoreKeys(t, "sticky keys", sp.Sticky, byAddr, age)
+	}
+	if t := p.pinTable(); t != nil {
+		sticky = restoreKeys(t, "multi-part pins", sp.Pins, byAddr, age)
 	}
 
 	switch h := p.checks.(type) {
@@ -366,10 +388,10 @@ func (p *Pool) restore(sp *savedPool, age time.Duration) (health, sticky string,
 	return "", sticky, fmt.Errorf("balance %q keeps no state", p.balance)
 }
 
-// restoreKeys puts the remembered sticky keys of servers still in the pool (byAddr) back into the
-// pool's table, each idle for as long as it was when written plus age, and describes what it did. A
-// key too idle to keep, or already known, is not counted.
-func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.Duration) string {
+// restoreKeys puts the remembered keys (sticky keys, or multi-part pins: what) of servers still in the
+// pool (byAddr) back into t, each idle for as long as it was when written plus age, and describes what
+// it did. A key too idle to keep, or already known, is not counted.
+func restoreKeys(t *stickiness.Table, what string, keys []savedKey, byAddr map[string]*Server, age time.Duration) string {
 	entries := make([]stickiness.Entry, 0, len(keys))
 	dropped := 0
 	for _, k := range keys {
@@ -389,11 +411,11 @@ func (p *Pool) restoreKeys(keys []savedKey, byAddr map[string]*Server, age time.
 		entries = append(entries, stickiness.Entry{Key: key, Server: k.Server,
 			Idle: time.Duration(k.IdleMs)*time.Millisecond + age})
 	}
-	what := fmt.Sprintf(", sticky keys: %d restored", p.stickyTable().Import(entries))
+	said := fmt.Sprintf(", %s: %d restored", what, t.Import(entries))
 	if dropped > 0 {
-		what += fmt.Sprintf(" (%d dropped: their server left the pool)", dropped)
+		said += fmt.Sprintf(" (%d dropped: their server left the pool)", dropped)
 	}
-	return what
+	return said
 }
 
 // stateDocument is the state of the generation in force as the state file holds it, with what only a

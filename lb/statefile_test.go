@@ -537,3 +537,34 @@ func TestABinaryUpgradeHandsOverTheLimitersTheBucketsAndTheHistory(t *testing.T)
 		t.Fatalf("the last event after the upgrade is %+v, want upgraded, numbered after %d", up, before[len(before)-1].Seq)
 	}
 }
+
+// Issue 38: the multi-part pins are part of the state: an upload whose first parts went to a server
+// before a binary upgrade sends its next parts there after it (a new process's round robin would
+// start from the first server again). The state file keeps them as it keeps sticky keys.
+func TestMultipartPinsAreHandedOverWithTheState(t *testing.T) {
+	c := startReadyCluster(t, 3)
+	ps := c.Platforms
+	files := balConfig(ps, nil, "[pools.platform]\nmultipart_header = \"X-Multipart-Id\"\n")
+	old, _ := startLB(t, files)
+	homes := map[string]string{}
+	for _, id := range []string{"upload-A", "upload-B", "upload-C"} { // one each on platform1, 2, 3
+		homes[id] = mustServe(t, id+" part 1", sendChunk(old, id, "/Thingworx/FileRepositories/upload", 1), "")
+	}
+	doc := old.stateDocument()
+	cfg, err := config.Load(testkit.WriteFiles(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logSink{}
+	nu := New(cfg, Options{Logf: logs.logf, Given: &handover.Given{State: doc}})
+	if err := nu.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nu.Close)
+	for _, id := range []string{"upload-C", "upload-B", "upload-A"} { // the new round robin would start at platform1
+		mustServe(t, id+" part 2, after the upgrade", sendChunk(nu, id, "/Thingworx/FileRepositories/upload", 2), homes[id])
+	}
+	if !strings.Contains(logs.all(), "multi-part pins: 3 restored") {
+		t.Errorf("no log of the pins restored:\n%s", logs.all())
+	}
+}

@@ -59,7 +59,8 @@ type Config struct {
 // Process-wide settings.
 type Global struct {
 	// Where fairlead saves, per pool, its balance, its leader (leader pools), each server's health (up
-	// or down) and its sticky table (each key with its server and idle time), for a fast start. JSON,
+	// or down), its sticky table and its multi-part pins (each key with its server and idle time), for a
+	// fast start. JSON,
 	// written every 5 s when something changed (a placement, a health or leader change, a reload; an
 	// unchanged state once a minute) and once more at exit, replaced atomically (a temporary file in the
 	// same directory, fsync, rename) and readable by its owner only (mode 0600): it holds no
@@ -71,7 +72,7 @@ type Global struct {
 	// "normal": the front end opens once every pool's first round of probes has answered (bounded by
 	// the check timeout). "fast": fairlead reads state_file before the first probe and opens at once: a
 	// leader pool's remembered leader is the elected leader, a remembered-up server of another pool is
-	// up, and sticky keys return to their tables (keys of servers no longer in the pool, or idle past
+	// up, and sticky keys and multi-part pins return to their tables (keys of servers no longer in the pool, or idle past
 	// idle_timeout counting the time fairlead was down, are dropped); the probes go out at once and the
 	// usual rules apply (a remembered leader is replaced after fall non-200 answers, a remembered-up
 	// server goes down after fall failures, servers not in the file start unknown). A missing,
