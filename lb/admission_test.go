@@ -162,11 +162,12 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 			t.Errorf("first connect: %s received %d upgrades, fairlead admitted %d", s.Name, got, len(adm))
 		}
 	}
-	// Each server holds about half the devices: (half - burst) / rate seconds, and a little more.
-	if limit := time.Duration(float64(devices/2+30-burst)/rate*float64(time.Second)) + 2*time.Second; took > limit {
-		t.Errorf("first connect took %s, want about devices/rate (at most %s)", took, limit)
-	}
-	t.Logf("first connect: every device connected in %s; admitted per second at most %d and %d", took,
+	// Each server holds about half the devices: (half - burst) / rate seconds, and a little more. How long
+	// it took is logged, not asserted: it is wall-clock time, which a loaded machine stretches (its health
+	// checks time out and take servers down meanwhile); the pace itself is golang.org/x/time/rate's, and
+	// the cap above is asserted on fairlead's own admission times.
+	t.Logf("first connect: every device connected in %s (about %s at the rate); admitted per second at most %d and %d", took,
+		time.Duration(float64(devices/2+30-burst)/rate*float64(time.Second)).Round(time.Millisecond),
 		sim.MaxInOneSecond(admissions(cx[0].Addr, 0)), sim.MaxInOneSecond(admissions(cx[1].Addr, 0)))
 
 	// cx[0] dies: its devices all reconnect at once, to cx[1].
@@ -184,9 +185,6 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 	}
 	if moved > len(after) {
 		t.Errorf("after the kill %s received %d upgrades, fairlead admitted %d", survivor.Name, moved, len(after))
-	}
-	if limit := time.Duration(float64(moved-burst)/rate*float64(time.Second)) + 3*time.Second; took > limit {
-		t.Errorf("%d devices moved in %s, want about moved/rate (at most %s)", moved, took, limit)
 	}
 	refused := 0
 	for _, d := range ds {
@@ -209,8 +207,8 @@ func TestANewTunnelsRateHoldsAReconnectStormToItsRate(t *testing.T) {
 	if limited != uint64(refused) {
 		t.Errorf("%d counted in fairlead_server_new_tunnels_limited_total, want the %d refusals the devices saw", limited, refused)
 	}
-	t.Logf("after the kill: %d devices moved in %s (%d refusals), admitted per second at most %d",
-		moved, took, refused, sim.MaxInOneSecond(after))
+	t.Logf("after the kill: %d devices moved in %s (about %s at the rate; logged, not asserted: wall-clock time), %d refusals, admitted per second at most %d",
+		moved, took, time.Duration(float64(moved-burst)/rate*float64(time.Second)).Round(time.Millisecond), refused, sim.MaxInOneSecond(after))
 }
 
 // slow_start = "4s": a connection server that comes back gets few of the new devices in its first
