@@ -370,23 +370,7 @@ func TestAnInjectedConnectionDoesNotStopTheListenerAccepting(t *testing.T) {
 // Telling whether a connection is idle costs its Read nothing: a keep-alive request read through the
 // front end's connection allocates nothing.
 func TestIdleTrackingAllocatesNothing(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
-	ln := f.Listener(raw)
-	cc, err := net.Dial("tcp", raw.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
+	_, cc, sc := acceptedPlain(t)
 	req := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	buf := make([]byte, 4096)
 	read := func() {
@@ -413,23 +397,7 @@ func TestIdleTrackingAllocatesNothing(t *testing.T) {
 // report ends the collection. (Counted twice, the collection waited for a report that never came, and
 // said one connection more than there were.)
 func TestAConnectionTakenAsItGoesIdleIsCountedOnce(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	f := New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
-	ln := f.Listener(raw)
-	cc, err := net.Dial("tcp", raw.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
+	f, _, sc := acceptedPlain(t)
 	c := sc.(*frontConn)
 	if !c.hand.CompareAndSwap(handBusy, handIdle) { // its Read's first step (idleRead), before it looks for a hand-over
 		t.Fatal("not busy")
@@ -450,4 +418,27 @@ func TestAConnectionTakenAsItGoesIdleIsCountedOnce(t *testing.T) {
 	if given, kept := h.collect(0); len(given) != 0 || kept != 1 {
 		t.Errorf("given %d, kept %d; want 0, 1", len(given), kept)
 	}
+}
+
+// acceptedPlain returns a front end, a client's connection to its plain listener and the front end's
+// side of it, as accepted (no server reads it); the test's cleanup closes them.
+func acceptedPlain(t *testing.T) (f *Front, client, accepted net.Conn) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	f = New(Limits{MaxHeader: 8 << 10}, slog.New(slog.DiscardHandler))
+	client, err = net.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	accepted, err = f.Listener(raw).Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { accepted.Close() })
+	return f, client, accepted
 }

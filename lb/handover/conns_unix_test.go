@@ -19,16 +19,7 @@ import (
 // and the other way), named by its listener and client, and an HTTPS one with its TLS session as it
 // was (a plain one with none).
 func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
-	a, f, err := Pair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := FromFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := channels(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -78,14 +78,7 @@ func TestANewProcessTakesTheListenersAndTheStateWhole(t *testing.T) {
 // A channel whose other end closed between messages says so; a message with more sockets than it
 // may carry is refused before anything is sent.
 func TestAClosedChannelAndTooManySockets(t *testing.T) {
-	a, f, err := Pair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := FromFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := channels(t)
 	files := make([]*os.File, maxFiles+1)
 	if err := a.Send(Message{Kind: "x", Files: files}); err == nil {
 		t.Error("a message of 251 sockets was sent")
@@ -95,4 +88,19 @@ func TestAClosedChannelAndTooManySockets(t *testing.T) {
 		t.Errorf("Receive after the other end closed: %v, want the end", err)
 	}
 	b.Close()
+}
+
+// channels returns the two ends of a new channel; the test's cleanup closes them.
+func channels(t *testing.T) (a, b *Channel) {
+	t.Helper()
+	a, f, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = FromFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }

@@ -40,16 +40,7 @@ func tcpPair(t *testing.T) (client net.Conn, accepted *os.File) {
 // Streams pass with what they were sent and their sockets, which the taker writes on where the
 // giver stopped; one receive loop takes tunnels and streams in any order until done.
 func TestStreamsPassWithTheirSocketsBesideTunnels(t *testing.T) {
-	a, f, err := Pair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := FromFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	defer b.Close()
+	a, b := channels(t)
 	sseClient, sseFile := tcpPair(t)
 	wsClient, wsFile := tcpPair(t)
 	_, tFile := tcpPair(t)
@@ -121,16 +112,7 @@ func TestStreamsPassWithTheirSocketsBesideTunnels(t *testing.T) {
 // A kind the taker has no function for is refused, its sockets closed (the client sees the end),
 // and what follows is still taken; Receive says so at done.
 func TestStreamsToATakerOfTunnelsAloneAreClosed(t *testing.T) {
-	a, f, err := Pair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := FromFile(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	defer b.Close()
+	a, b := channels(t)
 	client, file := tcpPair(t)
 	tClient, tFile := tcpPair(t)
 	_, tsFile := tcpPair(t)
@@ -140,7 +122,7 @@ func TestStreamsToATakerOfTunnelsAloneAreClosed(t *testing.T) {
 		Done(a)                                                                                      //nolint:errcheck
 	}()
 	var tunnels []Tunnel
-	err = ReceiveTunnels(b, func(t Tunnel) { tunnels = append(tunnels, t) })
+	err := ReceiveTunnels(b, func(t Tunnel) { tunnels = append(tunnels, t) })
 	if err == nil || !strings.Contains(err.Error(), "streams refused") {
 		t.Errorf("Receive: %v, want the streams refused", err)
 	}

@@ -86,8 +86,9 @@ func (l captureListener) Accept() (net.Conn, error) {
 	}
 }
 
-// startRouteTLS is startRoute over HTTPS; the clients' config trusts its certificate.
-func startRouteTLS(t *testing.T, files map[string]string, name string) (*routeEnv, *tls.Config) {
+// newCaptureListener listens on 127.0.0.1 with a certificate of a new CA, capturing each connection's
+// TLS session as the front end does; the clients' config trusts it. The test's cleanup closes it.
+func newCaptureListener(t *testing.T) (captureListener, *tls.Config) {
 	t.Helper()
 	ca, err := sim.NewCA("relay test CA")
 	if err != nil {
@@ -97,12 +98,20 @@ func startRouteTLS(t *testing.T, files map[string]string, name string) (*routeEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr, pool, logs := newRoute(t, files, name)
-	if err := rr.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}, &tls.Config{RootCAs: ca.Pool()}
+}
+
+// startRouteTLS is startRoute over HTTPS; the clients' config trusts its certificate.
+func startRouteTLS(t *testing.T, files map[string]string, name string) (*routeEnv, *tls.Config) {
+	t.Helper()
+	cl, client := newCaptureListener(t)
+	rr, pool, logs := newRoute(t, files, name)
+	if err := rr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	srv := &fasthttp.Server{
@@ -114,9 +123,9 @@ func startRouteTLS(t *testing.T, files map[string]string, name string) (*routeEn
 		},
 		KeepHijackedConns: true,
 	}
-	e := &routeEnv{rr: rr, pool: pool, logs: logs, addr: ln.Addr().String(),
-		client: serveForTest(t, srv, captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}, rr.Close, 10*time.Second)}
-	return e, &tls.Config{RootCAs: ca.Pool()}
+	e := &routeEnv{rr: rr, pool: pool, logs: logs, addr: cl.Addr().String(),
+		client: serveForTest(t, srv, cl, rr.Close, 10*time.Second)}
+	return e, client
 }
 
 // Issue 38: an SSE stream and a WebSocket move from one relay to another (the relays of two
@@ -632,27 +641,16 @@ func TestAWebSocketSentNoChangeYetIsWatchedAfterTheMove(t *testing.T) {
 // client's next record; and crypto/tls, closing the connection in the old process, sends the client
 // nothing (no close_notify): the session goes on.
 func TestAStreamsTLSSessionMovesWithThePlaintextCryptoTLSHeld(t *testing.T) {
-	ca, err := sim.NewCA("relay test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cl := captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}
+	cl, trust := newCaptureListener(t)
 	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		accepted := make(chan net.Conn, 1)
 		go func() {
 			c, _ := cl.Accept()
 			accepted <- c
 		}()
-		client, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: ca.Pool(), MinVersion: version, MaxVersion: version})
+		cfg := trust.Clone()
+		cfg.MinVersion, cfg.MaxVersion = version, version
+		client, err := tls.Dial("tcp", cl.Addr().String(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -742,30 +740,20 @@ func (s *splitWrites) flush() error {
 // its way) does not move: Detach counts it as staying, the stream is told to go on, and crypto/tls
 // reads the record whole once the rest comes.
 func TestAStreamWhoseTLSSessionCryptoTLSKeepsStays(t *testing.T) {
-	ca, err := sim.NewCA("relay test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.Issue("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	cl, trust := newCaptureListener(t)
 	accepted := make(chan net.Conn, 1)
 	go func() {
-		c, _ := captureListener{Listener: ln, config: &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}}.Accept()
+		c, _ := cl.Accept()
 		accepted <- c
 	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
+	raw, err := net.Dial("tcp", cl.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	sw := &splitWrites{Conn: raw}
-	client := tls.Client(sw, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
+	cfg := trust.Clone()
+	cfg.ServerName = "127.0.0.1"
+	client := tls.Client(sw, cfg)
 	defer client.Close()
 	if err := client.Handshake(); err != nil {
 		t.Fatal(err)
