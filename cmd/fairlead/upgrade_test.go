@@ -5,6 +5,7 @@ package main
 import (
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -368,9 +369,9 @@ func TestSIGUSR2KeepsEveryTunnelOpenWithItsMessagesWholeAndInOrder(t *testing.T)
 	if got := upgrades(); got != before {
 		t.Errorf("the connection servers saw %d new upgrades, want none", got-before)
 	}
-	if !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels handed over") || !strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels taken over") {
-		t.Errorf("the log does not say %d tunnels moved", n)
-	}
+	testkit.Eventually(t, fmt.Sprintf("the log to say %d tunnels moved", n), 10*time.Second, func() bool { // the new process's line may come last
+		return strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels handed over") && strings.Contains(p.logText(), strconv.Itoa(n)+" tunnels taken over")
+	})
 }
 
 // A new process that cannot start (a bad config: it exits 2) or never becomes ready (killed after
