@@ -198,7 +198,7 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 		}
 	}
 	for _, rc := range cfg.Routes {
-		g.routes = append(g.routes, route{paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
+		g.routes = append(g.routes, route{hosts: config.LowerHosts(rc.Hosts), paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
 	g.relays = bindRelays(cfg, rrs)
 	return g, fresh

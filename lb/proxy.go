@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/upstream"
 	"github.com/valyala/fasthttp"
@@ -21,7 +23,7 @@ import (
 //	         malformed or ambiguous framing, a head too large or too slow, a body too large are answered
 //	         (400, 431, 408, 413, 505) and the connection closed, nothing of them forwarded; fasthttp
 //	         (lb.go) calls handle for each request that passed
-//	route    the first [[routes]] entry that matches names a pool; a WebSocket upgrade is checked
+//	route    the first [[routes]] entry that matches (host, path, upgrade) names a pool; a WebSocket upgrade is checked
 //	         (upgrade.go badHandshake) and tunnelled only on a websocket route; [routes.auth] checks the
 //	         client's key (routeauth.go)
 //	pick     the pool's policy returns an available server, or the request waits (bounded) for one
@@ -94,11 +96,12 @@ func (px *proxy) handle(ctx *fasthttp.RequestCtx) {
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
 	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
-	if len(g.relays) > 0 && px.serveRelay(ctx, g, upgradeHeader) {
+	host := requestHost(&req.Header)
+	if len(g.relays) > 0 && px.serveRelay(ctx, g, host, upgradeHeader) {
 		return // a relay's path: fairlead answers itself (relays.go)
 	}
 	upgrade := upgradeHeader && isUpgrade(&req.Header)
-	ri := g.route(ctx, upgrade)
+	ri := g.route(ctx, host, upgrade)
 	if ri < 0 {
 		ctx.Error("404 Not Found: no route\n", fasthttp.StatusNotFound)
 		px.closeUnlessTunnel(ctx, upgradeHeader)
@@ -494,25 +497,53 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// route returns the index of the first route that matches the request, or -1.
-func (g *generation) route(ctx *fasthttp.RequestCtx, upgrade bool) int {
+// route returns the index of the first route that matches the request, or -1; host is the request's
+// (requestHost).
+func (g *generation) route(ctx *fasthttp.RequestCtx, host []byte, upgrade bool) int {
 	path := ctx.Path()
 	for i := range g.routes {
-		if g.routes[i].matches(path, upgrade) {
+		if g.routes[i].matches(host, path, upgrade) {
 			return i
 		}
 	}
 	return -1
 }
 
+// requestHost returns the host a request is for, without its port, as routes and relays match it: the
+// authority of a target in absolute form ("GET http://host/path", RFC 9112 section 3.2.2: it wins over
+// Host), else Host (over HTTP/2, :authority: lb/frontend gives it as Host). A sub-slice of the request;
+// allocates nothing.
+func requestHost(h *fasthttp.RequestHeader) []byte {
+	a := h.Host()
+	if uri := h.RequestURI(); len(uri) > 0 && uri[0] != '/' && uri[0] != '*' {
+		if i := bytes.Index(uri, []byte("://")); i > 0 {
+			rest := uri[i+3:]
+			if end := bytes.IndexAny(rest, "/?#"); end >= 0 {
+				rest = rest[:end]
+			}
+			if at := bytes.LastIndexByte(rest, '@'); at >= 0 {
+				rest = rest[at+1:]
+			}
+			if len(rest) > 0 {
+				a = rest
+			}
+		}
+	}
+	return frontend.AuthorityHost(a)
+}
+
 type route struct {
+	hosts     []string // lower case; none: every host
 	paths     []string
 	websocket bool // matches only WebSocket upgrades
 	pool      *Pool
 }
 
-func (r *route) matches(path []byte, upgrade bool) bool {
+func (r *route) matches(host, path []byte, upgrade bool) bool {
 	if r.websocket && !upgrade {
+		return false
+	}
+	if !config.HostMatches(r.hosts, host) {
 		return false
 	}
 	if len(r.paths) == 0 {

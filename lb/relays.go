@@ -190,11 +190,14 @@ func (rp *relayPool) Report(server string, err error) {
 // Changed returns the pool's change notification (a server's availability, a reload).
 func (rp *relayPool) Changed() <-chan struct{} { return rp.lb.bus.Changed(rp.name) }
 
-// serveRelay answers the request if its path matches a relay's; it reports whether one did.
-func (px *proxy) serveRelay(ctx *fasthttp.RequestCtx, g *generation, upgradeHeader bool) bool {
+// serveRelay answers the request if its host and path match a relay's; it reports whether one did.
+func (px *proxy) serveRelay(ctx *fasthttp.RequestCtx, g *generation, host []byte, upgradeHeader bool) bool {
 	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
+		if !config.HostMatches(b.spec.Hosts, host) {
+			continue
+		}
 		req, ok := b.rr.Match(ctx, kb[:0])
 		if !ok {
 			continue

@@ -483,9 +483,23 @@ type Check struct {
 }
 
 // Routes are tried in order; the first that matches names the pool. A request matches a route when its
-// path starts with one of paths, as a string ("/a" matches "/a/b" and "/ab"; a route without paths
-// matches every path), and a websocket = true route only when the request is a WebSocket upgrade.
-// Relay routes ([relays.NAME]) are matched before every [[routes]] entry.
+// host matches one of hosts (a route without hosts matches every host), its path starts with one of
+// paths, as a string ("/a" matches "/a/b" and "/ab"; a route without paths matches every path), and a
+// websocket = true route only when the request is a WebSocket upgrade. Relay routes ([relays.NAME]) are
+// matched before every [[routes]] entry.
+//
+// Hosts. The request's host is its Host header (HTTP/2: :authority; a request in absolute form: the
+// target's authority) without its port and without one trailing dot, compared without case. A pattern
+// is a host name ("twx.example.com"), an IPv4 address, a bracketed IPv6 address ("[2001:db8::1]"), or
+// "*." and a name, whose * stands for exactly one label, as in certificates: "*.example.org" matches
+// "a.example.org" but neither "example.org" nor "a.b.example.org". A request whose host matches no route
+// gets 404, as one whose path matches none. -check refuses a pattern that is empty, has a port, a * other
+// than as the whole first label, an empty label or a character not allowed in a host name (letters,
+// digits, "-" and "."), naming its file and key (routes.N.hosts.M).
+//
+//	[[routes]]
+//	pool = "platform-test"
+//	hosts = ["twx-test.example.com", "*.test.example.org"]
 //
 // A route that the routes before it shadow completely could never match — a websocket = true route
 // after a catch-all would silently send devices to the platform — so it is a config error naming the
@@ -493,15 +507,19 @@ type Check struct {
 //
 //	conf.d/30-cx.toml: routes.1: never matches (paths "/Thingworx/WS", websocket only): routes.0 (every path, in conf.d/20-platform.toml) comes before it and matches every request it could; put routes.1 first or narrow the paths of routes.0
 //
-// The rule: route B is shadowed when each of its prefixes ("/" without paths) starts with a prefix of
-// some earlier route A that takes every kind of request B takes (A is not websocket = true, or B is
-// too); different prefixes of B may be covered by different earlier routes. A partial overlap is
+// The rule: route B is shadowed when each of its prefixes ("/" without paths), for each of its host
+// patterns (every host without hosts), starts with a prefix of some earlier route A that takes every
+// kind of request B takes (A is not websocket = true, or B is too) on that host pattern (A has no hosts,
+// or one of its patterns is B's, or is "*.x" where B's is a name of one label more under x or "*.x"
+// itself); different prefixes and hosts of B may be covered by different earlier routes. A partial overlap is
 // allowed. Put specific routes before the catch-all, as conf.d does. A relay never shadows a route: its
 // path template matches paths of a fixed number of segments only, so longer paths under the route's
 // prefix still reach the route.
 type Route struct {
 	// The pool that serves matching requests. Required.
 	Pool string `toml:"pool"`
+	// Host patterns ("twx.example.com", "*.example.org": see above); none matches every host.
+	Hosts []string `toml:"hosts"`
 	// Path prefixes; none matches every path.
 	Paths []string `toml:"paths"`
 	// Matches only WebSocket upgrades (Upgrade: websocket), so that ordinary requests never reach the
@@ -640,6 +658,9 @@ type Relay struct {
 	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name};
 	// unique among relays. A topic is the values joined with "/". Required with protocol = "generic".
 	Path string `toml:"path"`
+	// Host patterns, as a [[routes]] entry's hosts: the relay answers only requests whose host matches
+	// one of them (a request on another host goes on to [[routes]]). None: every host.
+	Hosts []string `toml:"hosts"`
 	// The upstream path of a topic's snapshot (GET), using only path's names. Required with protocol =
 	// "generic".
 	Snapshot string `toml:"snapshot"`

@@ -38,6 +38,8 @@ type RelaySpec struct {
 	Topics   []string        // the listed topics, validated, in config order
 	Listed   map[string]bool // the same, as a set
 	OnDemand bool
+	// Hosts are the relay's host patterns in lower case (HostMatches); none: every host.
+	Hosts []string
 	// Header is sent on every upstream request: upstream_headers_file's lines and [relays.NAME.auth]
 	// upstream_header. A credential: never logged.
 	Header http.Header
@@ -106,7 +108,12 @@ func (c *Config) validateRelays() []string {
 				add(key, "must be greater than zero")
 			}
 		}
-		spec := &RelaySpec{Name: name, OnDemand: *r.OnDemand, Listed: map[string]bool{}, Header: http.Header{}}
+		spec := &RelaySpec{Name: name, OnDemand: *r.OnDemand, Listed: map[string]bool{}, Header: http.Header{}, Hosts: LowerHosts(r.Hosts)}
+		for j, h := range r.Hosts {
+			if why := hostPatternProblem(h); why != "" {
+				add(fmt.Sprintf("hosts.%d", j), "bad host pattern %q: %s", h, why)
+			}
+		}
 		var pc *Pool
 		switch {
 		case r.Pool == "":
@@ -248,6 +255,7 @@ func (c *Config) validateRelays() []string {
 		// read per request from the running config and are not part of it.
 		rc := *r
 		rc.Auth, rc.OnDemand = nil, nil // a pointer would print as an address
+		rc.Hosts = nil                  // which requests reach the relay: read per request from the generation's spec
 		// (The pool's failback_interval and checks are not: they are the pool's, which a reload
 		// updates in place.)
 		spec.Fingerprint = fmt.Sprintf("%+v|on_demand=%v|servers=%q|backups=%q|tls=%v,%s|connect=%s|response=%s|headers=%s|apikey=%x",

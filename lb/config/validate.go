@@ -285,6 +285,11 @@ func (c *Config) validate() []string {
 				add(fmt.Sprintf("%spaths.%d", k, j), "path prefix must start with /, got %q", pfx)
 			}
 		}
+		for j, h := range r.Hosts {
+			if why := hostPatternProblem(h); why != "" {
+				add(fmt.Sprintf("%shosts.%d", k, j), "bad host pattern %q: %s", h, why)
+			}
+		}
 	}
 	p = append(p, c.validateRouteOrder()...)
 	p = append(p, c.validateRelays()...) // relay.go
@@ -325,6 +330,8 @@ func (c *Config) validateRouteOrder() []string {
 //   - a request matches a route when its path starts with one of the route's prefixes; a route without
 //     paths has the prefix "/", which every request path has (fasthttp's path always starts with "/");
 //   - a websocket route matches only WebSocket upgrades, another route upgrades and plain requests alike;
+//   - a route with hosts matches only a request whose host matches one of them (HostMatches); route a
+//     takes every request of b's host pattern h when hostCovers(a's hosts, h), "" for b without hosts;
 //   - so route a takes every request of route b's prefix q when one of a's prefixes is a prefix of q and
 //     a is not websocket-only or b is (a's prefix that is not a prefix of q leaves q itself, a path b
 //     matches, to b). Prefixes of b are covered one by one, possibly by different earlier routes.
@@ -333,24 +340,39 @@ func (c *Config) validateRouteOrder() []string {
 // a fixed number of segments only, and a route's prefix followed by more segments escapes it.
 func shadowedBy(routes []Route, i int) []int {
 	b := routes[i]
-	if !validPrefixes(b.Paths) {
+	if !validPrefixes(b.Paths) || !validHosts(b.Hosts) {
 		return nil // already a problem of its own
 	}
 	var by []int
-	for _, q := range prefixesOf(b) {
-		j := slices.IndexFunc(routes[:i], func(a Route) bool {
-			return (!a.WebSocket || b.WebSocket) && validPrefixes(a.Paths) &&
-				slices.ContainsFunc(prefixesOf(a), func(pa string) bool { return strings.HasPrefix(q, pa) })
-		})
-		if j < 0 {
-			return nil
-		}
-		if !slices.Contains(by, j) {
-			by = append(by, j)
+	for _, h := range hostsOf(b) {
+		for _, q := range prefixesOf(b) {
+			j := slices.IndexFunc(routes[:i], func(a Route) bool {
+				return (!a.WebSocket || b.WebSocket) && validPrefixes(a.Paths) && validHosts(a.Hosts) &&
+					hostCovers(LowerHosts(a.Hosts), h) &&
+					slices.ContainsFunc(prefixesOf(a), func(pa string) bool { return strings.HasPrefix(q, pa) })
+			})
+			if j < 0 {
+				return nil
+			}
+			if !slices.Contains(by, j) {
+				by = append(by, j)
+			}
 		}
 	}
 	slices.Sort(by)
 	return by
+}
+
+// hostsOf returns a route's host patterns in lower case, "" (every host) for a route without hosts.
+func hostsOf(r Route) []string {
+	if len(r.Hosts) == 0 {
+		return []string{""}
+	}
+	return LowerHosts(r.Hosts)
+}
+
+func validHosts(hosts []string) bool {
+	return !slices.ContainsFunc(hosts, func(h string) bool { return hostPatternProblem(h) != "" })
 }
 
 // prefixesOf returns a route's path prefixes, "/" (every path) for a route without paths.
@@ -374,6 +396,9 @@ func describeRoute(r Route) string {
 			q[i] = strconv.Quote(p)
 		}
 		s = "paths " + strings.Join(q, ", ")
+	}
+	if len(r.Hosts) > 0 {
+		s += ", hosts " + quoted(r.Hosts)
 	}
 	if r.WebSocket {
 		s += ", websocket only"

@@ -73,3 +73,30 @@ func validRegName[T string | []byte](h T) bool {
 
 // regNameByte marks the unreserved and sub-delims characters of RFC 3986.
 var regNameByte = alnumAnd("-._~!$&'()*+,;=")
+
+// AuthorityHost returns the host of authority a (host [":" port], as ValidAuthority accepts it) without
+// its port: an IPv6 literal keeps its brackets, and one trailing dot of a DNS name is dropped
+// ("example.com." is example.com). It returns a sub-slice of a and allocates nothing; the case is left
+// as sent (host names compare without case). On an authority ValidAuthority refuses it still returns
+// the part before the first ':' (outside brackets), which no valid host pattern matches.
+func AuthorityHost(a []byte) []byte {
+	host := a
+	if len(a) > 0 && a[0] == '[' {
+		for i := 1; i < len(a); i++ {
+			if a[i] == ']' {
+				return a[:i+1]
+			}
+		}
+		return a
+	}
+	for i := 0; i < len(a); i++ {
+		if a[i] == ':' {
+			host = a[:i]
+			break
+		}
+	}
+	if n := len(host); n > 1 && host[n-1] == '.' {
+		host = host[:n-1]
+	}
+	return host
+}
