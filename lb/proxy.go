@@ -511,8 +511,9 @@ func (g *generation) route(ctx *fasthttp.RequestCtx, host []byte, upgrade bool) 
 
 // requestHost returns the host a request is for, without its port, as routes and relays match it: the
 // authority of a target in absolute form ("GET http://host/path", RFC 9112 section 3.2.2: it wins over
-// Host), else Host (over HTTP/2, :authority: lb/frontend gives it as Host). A sub-slice of the request;
-// allocates nothing.
+// Host), else Host (over HTTP/2, :authority: lb/frontend gives it as Host). A target with userinfo was
+// refused before (400); were one here, its "user@host" would match no host pattern. A sub-slice of the
+// request; allocates nothing.
 func requestHost(h *fasthttp.RequestHeader) []byte {
 	a := h.Host()
 	if uri := h.RequestURI(); len(uri) > 0 && uri[0] != '/' && uri[0] != '*' {
@@ -520,9 +521,6 @@ func requestHost(h *fasthttp.RequestHeader) []byte {
 			rest := uri[i+3:]
 			if end := bytes.IndexAny(rest, "/?#"); end >= 0 {
 				rest = rest[:end]
-			}
-			if at := bytes.LastIndexByte(rest, '@'); at >= 0 {
-				rest = rest[at+1:]
 			}
 			if len(rest) > 0 {
 				a = rest
