@@ -18,3 +18,19 @@ func TestValidAuthorityIsHostAndPortWithoutUserinfo(t *testing.T) {
 		f(a, false)
 	}
 }
+
+func TestAuthorityHostDropsThePortAndOneTrailingDot(t *testing.T) {
+	for a, want := range map[string]string{
+		"example.com": "example.com", "Example.COM:8443": "Example.COM", "example.com.": "example.com",
+		"example.com.:80": "example.com", "127.0.0.1:1": "127.0.0.1", "[::1]": "[::1]", "[2001:db8::1]:443": "[2001:db8::1]",
+		"host:": "host", ".": ".", "": "",
+	} {
+		if got := string(AuthorityHost([]byte(a))); got != want {
+			t.Errorf("AuthorityHost(%q) = %q, want %q", a, got, want)
+		}
+	}
+	b := []byte("twx.example.com:443")
+	if n := testing.AllocsPerRun(100, func() { AuthorityHost(b) }); n != 0 {
+		t.Errorf("AuthorityHost allocates %v times", n)
+	}
+}
