@@ -3,12 +3,17 @@ package lb
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 )
 
 // Routes by host ([[routes]] hosts, [relays.NAME] hosts) through a running fairlead, over HTTP/1.1 and
@@ -154,4 +159,80 @@ func TestRoutingByHostDoesNotAllocatePerRequest(t *testing.T) {
 		return bytes.Equal(rc.roundTrip(t, req), []byte("HTTP/1.1 200 OK"))
 	})
 	wantNoAllocsGET(t, rc, req, fmt.Sprintf("request routed by host (%d routes tried)", 2))
+}
+
+// The config's shadowing check (lb/config: "never matches") and lb's route matching agree: for random
+// route lists over a small alphabet of hosts (names, wildcards, case variants) and path prefixes, a
+// route is reported shadowed exactly when no request (host, path, upgrade or not) has it as its first
+// match. The requests tried are each pattern's own name, a fresh label under each wildcard and a fresh
+// host (the witnesses a route that is not shadowed must be reached by), with each prefix as the path.
+func TestTheShadowingCheckAgreesWithRouteMatchingOnHosts(t *testing.T) {
+	hosts := []string{"a.x", "A.X", "b.x", "*.x", "c.y.x", "*.Y.x"}
+	paths := []string{"/a", "/a/b", "/ab", "/b", "/"}
+	probeHosts := []string{"a.x", "b.x", "zz.x", "c.y.x", "zz.y.x", "fresh.host", "x"}
+	rng := rand.New(rand.NewPCG(39, 1))
+	pick := func(from []string) []string {
+		var out []string
+		for range rng.IntN(3) {
+			out = append(out, from[rng.IntN(len(from))])
+		}
+		return out
+	}
+	never := regexp.MustCompile(`routes\.(\d+): never matches`)
+	shadowedSeen, reachedSeen := 0, 0
+	for n := range 150 {
+		var toml strings.Builder
+		toml.WriteString("[pools.p]\nservers = [\"127.0.0.1:9\"]\n")
+		var rs []route
+		for range 1 + rng.IntN(4) {
+			r := route{hosts: pick(hosts), paths: pick(paths), websocket: rng.IntN(4) == 0}
+			fmt.Fprintf(&toml, "[[routes]]\npool = \"p\"\nhosts = %s\npaths = %s\nwebsocket = %v\n", tomlList(r.hosts), tomlList(r.paths), r.websocket)
+			r.hosts = config.LowerHosts(r.hosts)
+			rs = append(rs, r)
+		}
+		reported := map[int]bool{}
+		if _, err := config.Load(testkit.WriteFiles(t, map[string]string{"a.toml": toml.String()})); err != nil {
+			for _, m := range never.FindAllStringSubmatch(err.Error(), -1) {
+				i, _ := strconv.Atoi(m[1])
+				reported[i] = true
+			}
+			if len(reported) == 0 {
+				t.Fatalf("config %d: %v\n%s", n, err, toml.String())
+			}
+		}
+		reached := map[int]bool{}
+		for _, h := range probeHosts {
+			for _, p := range paths {
+				for _, upgrade := range []bool{false, true} {
+					for i := range rs {
+						if rs[i].matches([]byte(h), []byte(p), upgrade) {
+							reached[i] = true
+							break
+						}
+					}
+				}
+			}
+		}
+		for i := range rs {
+			if reported[i] == reached[i] {
+				t.Errorf("config %d: routes.%d reported shadowed %v, reached by a request %v\n%s", n, i, reported[i], reached[i], toml.String())
+			}
+			if reported[i] {
+				shadowedSeen++
+			} else {
+				reachedSeen++
+			}
+		}
+	}
+	if shadowedSeen < 20 || reachedSeen < 20 {
+		t.Errorf("%d shadowed and %d reachable routes: the random configs try too few of either", shadowedSeen, reachedSeen)
+	}
+}
+
+func tomlList(s []string) string {
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
