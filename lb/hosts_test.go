@@ -99,7 +99,7 @@ func TestRoutesMatchTheRequestsHostOverHTTP1AndHTTP2(t *testing.T) {
 }
 
 // A request in absolute form ("GET http://host/path") is routed by its target's authority, which wins
-// over Host (RFC 9112 section 3.2.2), as it goes upstream.
+// over Host (RFC 9112 section 3.2.2), as it goes upstream; one without a host by no route with hosts.
 func TestARequestInAbsoluteFormIsRoutedByItsTargetsAuthority(t *testing.T) {
 	f := startHostsFront(t)
 	rc := dialRawClient(t, f.l.Addr())
@@ -110,6 +110,9 @@ func TestARequestInAbsoluteFormIsRoutedByItsTargetsAuthority(t *testing.T) {
 		{"GET http://a.test.example.org:8080/x?q HTTP/1.1\r\nHost: a.test.example.org:8080\r\n\r\n", "HTTP/1.1 200 OK"},
 		{"GET http://other.example.com/Thingworx HTTP/1.1\r\nHost: twx.example.com\r\n\r\n", "HTTP/1.1 404 Not Found"},
 		{"GET /Thingworx HTTP/1.1\r\nHost: twx.example.com\r\n\r\n", "HTTP/1.1 200 OK"},
+		// Without a host (HTTP/1.0 may send none) only a route without hosts matches: none here. Last, as
+		// the connection closes after it.
+		{"GET /Thingworx HTTP/1.0\r\n\r\n", "HTTP/1.1 404 Not Found"},
 	} {
 		if got := rc.roundTrip(t, []byte(tc.req)); string(got) != tc.want {
 			t.Errorf("%q: %q, want %q", tc.req, got, tc.want)

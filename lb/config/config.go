@@ -493,7 +493,8 @@ type Check struct {
 // is a host name ("twx.example.com"), an IPv4 address, a bracketed IPv6 address ("[2001:db8::1]"), or
 // "*." and a name, whose * stands for exactly one label, as in certificates: "*.example.org" matches
 // "a.example.org" but neither "example.org" nor "a.b.example.org". A request whose host matches no route
-// gets 404, as one whose path matches none. -check refuses a pattern that is empty, has a port, a * other
+// gets 404, as one whose path matches none; an HTTP/1.0 request without Host matches only routes without
+// hosts. -check refuses a pattern that is empty, has a port, a * other
 // than as the whole first label, an empty label or a character not allowed in a host name (letters,
 // digits, "-" and "."), naming its file and key (routes.N.hosts.M).
 //

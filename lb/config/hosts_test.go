@@ -80,7 +80,8 @@ func TestShadowingAccountsForHosts(t *testing.T) {
 
 	// Through Load: the problem names the hosts of both routes.
 	loadFails(t, "shadowed by hosts", minimalConfig, "[[routes]]\npool = \"platform\"\nhosts = [\"a.example.com\"]\n",
-		`20-bad.toml: routes.1: never matches (every path, hosts "a.example.com"): routes.0 (every path, in `)
+		`20-bad.toml: routes.1: never matches (every path, hosts "a.example.com"): routes.0 (every path, in `,
+		`put routes.1 first or narrow the paths or hosts of routes.0`)
 	if _, err := Load(testkit.WriteFiles(t, map[string]string{"a.toml": `
 [pools.platform]
 servers = ["127.0.0.1:9081"]

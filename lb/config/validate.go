@@ -318,8 +318,12 @@ func (c *Config) validateRouteOrder() []string {
 			how = "come before it and together match"
 		}
 		key := "routes." + strconv.Itoa(i)
-		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; put %s first or narrow the paths of %s",
-			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, key, strings.Join(keys, " and ")))
+		narrow := "the paths"
+		if len(c.Routes[i].Hosts) > 0 || slices.ContainsFunc(by, func(j int) bool { return len(c.Routes[j].Hosts) > 0 }) {
+			narrow = "the paths or hosts"
+		}
+		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; put %s first or narrow %s of %s",
+			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, key, narrow, strings.Join(keys, " and ")))
 	}
 	return p
 }
