@@ -151,6 +151,7 @@ func New(cfg *config.Config, o Options) *LB {
 		lb.upgrades[1].Store(o.Given.Upgrades.Failed)
 	}
 	lb.px.front.Sources().SetLimits(sourceLimits(&cfg.Frontend, lb.now))
+	lb.px.front.SetProxyProtocol(cfg.Frontend.ProxyFrom)
 	lb.adminConnErrs = frontend.NewConnErrors("admin", o.Logger)
 	lb.disc.lb = lb
 	lb.lastReloadOK.Store(true)

@@ -124,6 +124,7 @@ func (r *reload) swap() {
 	lb := r.lb
 	lb.px.gen.Store(r.g)
 	lb.px.front.Sources().SetLimits(sourceLimits(&r.cfg.Frontend, lb.now))
+	lb.px.front.SetProxyProtocol(r.cfg.Frontend.ProxyFrom)
 	lb.level.Set(config.LogLevels[r.cfg.Global.LogLevel])
 	lb.relays.swap(r.relays)
 	lb.disc.sync(r.g)
@@ -170,6 +171,7 @@ func (r *reload) needsRestart() []string {
 	fe.TrustedProxies, ofe.TrustedProxies, fe.Trusted, ofe.Trusted = nil, nil, nil, nil
 	fe.RatePerSource, ofe.RatePerSource, fe.BurstPerSource, ofe.BurstPerSource = 0, 0, 0, 0
 	fe.MaxConnsPerSource, ofe.MaxConnsPerSource = 0, 0
+	fe.ProxyProtocol, ofe.ProxyProtocol, fe.ProxyFrom, ofe.ProxyFrom = nil, nil, nil, nil // at once too
 	restart := r.restart
 	if !reflect.DeepEqual(fe, ofe) {
 		restart = append(restart, "[frontend] (but its listeners and TLS)")

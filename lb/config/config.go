@@ -223,6 +223,21 @@ type Frontend struct {
 	TrustedProxies []string `toml:"trusted_proxies"`
 	// Trusted is TrustedProxies parsed (validate.go).
 	Trusted []netip.Prefix `toml:"-"`
+	// CIDRs (or addresses) of L4 load balancers that speak the PROXY protocol (AWS NLB, Azure Load
+	// Balancer, GCP's TCP proxy, HAProxy's send-proxy): a connection from one must start with a PROXY
+	// header, version 1 (text) or 2 (binary: TCP over IPv4 or IPv6; LOCAL, the balancer's own health
+	// checks, keeps the connection's address), within header_timeout, on listen and on tls_listen (the
+	// header comes before the TLS ClientHello). Without one the connection is closed, nothing forwarded
+	// (kind proxy_missing of fairlead_frontend_connection_errors_total); a malformed one (a v1 line over
+	// 107 bytes, an unknown family, a v2 length past its end) is closed too (kind proxy_malformed), never
+	// logged as bytes. The address it carries is the client's everywhere: X-Forwarded-For (and
+	// trusted_proxies after it), the sticky source key, rate_per_source and max_conns_per_source
+	// (counted once the header is read), the access log and /events. From any other address a PROXY
+	// header is never believed: it is not HTTP, 400. Connections from other addresses are not read
+	// for a header. Applies at once on a reload, to new connections.
+	ProxyProtocol []string `toml:"proxy_protocol"`
+	// ProxyFrom is ProxyProtocol parsed (validate.go).
+	ProxyFrom []netip.Prefix `toml:"-"`
 	// The largest request body (bytes, with a Content-Length) held in memory so that a failed request
 	// can be replayed on another server. Larger or chunked bodies stream and are replayed only when
 	// none of their bytes were read yet.

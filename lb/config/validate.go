@@ -86,6 +86,19 @@ func (c *Config) validate() []string {
 	if n := c.Frontend.MaxHeaderSize; n < 1024 || n > 1<<20 {
 		at(&c.Frontend.MaxHeaderSize, "must be between 1024 and 1048576 bytes, got %d", n)
 	}
+	c.Frontend.ProxyFrom = c.Frontend.ProxyFrom[:0]
+	for i, s := range c.Frontend.ProxyProtocol {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				add(fmt.Sprintf("frontend.proxy_protocol.%d", i), "%q is neither a CIDR nor an IP address", s)
+				continue
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		c.Frontend.ProxyFrom = append(c.Frontend.ProxyFrom, pfx.Masked())
+	}
 	c.Frontend.Trusted = c.Frontend.Trusted[:0]
 	for i, s := range c.Frontend.TrustedProxies {
 		pfx, err := netip.ParsePrefix(s)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 type Front struct {
 	lim     Limits
 	sources *Sources // per client address limits, nil without any
-	refused [len(RefusedCodes)]atomic.Uint64
+	// proxyFrom are the proxy_protocol senders (proxyproto.go), nil without any.
+	proxyFrom atomic.Pointer[[]netip.Prefix]
+	refused   [len(RefusedCodes)]atomic.Uint64
 	// Errors counts and logs the connection errors of the front end's clients, as "frontend".
 	Errors *ConnErrors
 	// OnRefused, if set (before the front end serves), is told of every request the front end refuses
@@ -72,6 +75,9 @@ func (l *listener) Accept() (net.Conn, error) {
 				continue
 			}
 			return nil, err
+		}
+		if l.front.proxied(c) { // counted per source once its header names its client
+			return l.wrap(&proxyConn{Conn: c, front: l.front}, nil), nil
 		}
 		if l.front.sources == nil {
 			return l.wrap(c, nil), nil

@@ -37,6 +37,8 @@ import (
 //	tls                      frontConn.handshake, a failed handshake (fairlead_tls_handshake_failures_total)
 //	limit                    fasthttp's count of connections refused over max_conns (lb adds
 //	                         Server.GetRejectedConnectionsCount to Count(ConnLimit))
+//	proxy_missing,           proxyConn.readHeader (proxyproto.go), a proxy_protocol sender's connection
+//	proxy_malformed          without a PROXY header, or with a malformed one
 //	accept, other            fasthttp's lines about accepting, and any line whose format fairlead does
 //	                         not know (its arguments are never printed)
 //
@@ -48,18 +50,20 @@ import (
 type ConnKind uint8
 
 const (
-	ConnClosed  ConnKind = iota // the client closed the connection in the middle of a request
-	ConnReset                   // the connection was reset (or broke while fairlead wrote to it)
-	ConnTimeout                 // read_timeout or header_timeout passed in the middle of a request
-	ConnTLS                     // the TLS handshake failed
-	ConnRefused                 // the front end refused a request it could not read or would not forward
-	ConnLimit                   // over the connection limit, refused with 503 at accept
-	ConnAccept                  // accepting a connection failed (out of file descriptors, say)
-	ConnOther                   // anything else
+	ConnClosed         ConnKind = iota // the client closed the connection in the middle of a request
+	ConnReset                          // the connection was reset (or broke while fairlead wrote to it)
+	ConnTimeout                        // read_timeout or header_timeout passed in the middle of a request
+	ConnTLS                            // the TLS handshake failed
+	ConnRefused                        // the front end refused a request it could not read or would not forward
+	ConnLimit                          // over the connection limit, refused with 503 at accept
+	ConnAccept                         // accepting a connection failed (out of file descriptors, say)
+	ConnOther                          // anything else
+	ConnProxyMissing                   // a proxy_protocol sender's connection without a PROXY header (in header_timeout)
+	ConnProxyMalformed                 // a proxy_protocol sender's connection with a malformed PROXY header
 	NumConnKinds
 )
 
-var connKindNames = [NumConnKinds]string{"closed", "reset", "timeout", "tls", "refused", "limit", "accept", "other"}
+var connKindNames = [NumConnKinds]string{"closed", "reset", "timeout", "tls", "refused", "limit", "accept", "other", "proxy_missing", "proxy_malformed"}
 
 func (k ConnKind) String() string { return connKindNames[k] }
 

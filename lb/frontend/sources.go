@@ -206,7 +206,15 @@ func (s *Sources) count(c net.Conn, force bool) (release func(), ok bool) {
 	if err != nil {
 		return nil, true
 	}
-	a := ap.Addr().Unmap()
+	return s.countAddr(ap.Addr().Unmap(), force)
+}
+
+// countAddr is count of a connection from a (a proxy_protocol sender's, once its header named it).
+func (s *Sources) countAddr(a netip.Addr, force bool) (release func(), ok bool) {
+	lim := s.lim.Load()
+	if lim.MaxConns <= 0 {
+		return nil, true
+	}
 	for _, p := range lim.Trusted {
 		if p.Contains(a) {
 			return nil, true
