@@ -1,0 +1,209 @@
+package lb
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/frontend"
+	"github.com/fairlead/fairlead/stickiness"
+)
+
+// ppV1 is a PROXY version 1 line naming src as the client.
+func ppV1(src netip.AddrPort) []byte {
+	fam, dst := "TCP4", "10.0.0.1"
+	if src.Addr().Is6() {
+		fam, dst = "TCP6", "2001:db8::1"
+	}
+	return fmt.Appendf(nil, "PROXY %s %s %s %d 443\r\n", fam, src.Addr(), dst, src.Port())
+}
+
+// ppV2 is a PROXY version 2 header naming src as the client; local: the LOCAL command instead.
+func ppV2(src netip.AddrPort, local bool) []byte {
+	b := []byte("\r\n\r\n\x00\r\nQUIT\n")
+	if local {
+		return append(b, 0x20, 0x00, 0, 0)
+	}
+	dst := netip.MustParseAddr("10.0.0.1")
+	fam := byte(0x11)
+	if src.Addr().Is6() {
+		dst, fam = netip.MustParseAddr("2001:db8::1"), 0x21
+	}
+	a := append(src.Addr().AsSlice(), dst.AsSlice()...)
+	a = binary.BigEndian.AppendUint16(a, src.Port())
+	a = binary.BigEndian.AppendUint16(a, 443)
+	b = append(b, 0x21, fam)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(a)))
+	return append(b, a...)
+}
+
+// ppConn dials addr from the local address from (127.0.0.1 or another loopback address), writes
+// header, and over TLS (cfg not nil) shakes hands.
+func ppConn(t *testing.T, addr, from string, header []byte, cfg *tls.Config) (net.Conn, error) {
+	t.Helper()
+	d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck
+	if _, err := conn.Write(header); err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return conn, nil
+	}
+	tc := tls.Client(conn, cfg)
+	return tc, tc.Handshake()
+}
+
+// ppDo sends raw (a request) over a connection ppConn makes and reads the answer: nil when the
+// connection closed without one.
+func ppDo(t *testing.T, addr, from string, header []byte, cfg *tls.Config, raw string) (*http.Response, string) {
+	t.Helper()
+	conn, err := ppConn(t, addr, from, header, cfg)
+	if err != nil {
+		return nil, ""
+	}
+	if _, err := io.WriteString(conn, raw); err != nil {
+		return nil, ""
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return nil, ""
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+const ppEcho = "GET /echo-headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+// proxy_protocol = ["127.0.0.1/32"]: connections from 127.0.0.1 start with a PROXY header, v1 or v2,
+// on both listeners, and the address it carries is the client's for X-Forwarded-For, the sticky
+// source key and rate_per_source; LOCAL keeps the connection's. Without a header, or with a malformed
+// one, the connection closes, counted, nothing forwarded. From 127.0.0.2 (not listed) a PROXY header is
+// not believed: 400 on the plain listener, a failed handshake on the TLS one, nothing forwarded.
+func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := cxConfig(c, "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\nrate_per_source = 3\nheader_timeout = \"1s\"\n")
+	clock := &testkit.Clock{} // rate_per_source's: stopped, the buckets refill only when the test says
+	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), Options{Now: clock.Now})
+	leader := c.Platforms[0]
+	cand := testCandidates(testkit.ConnectionAddrs(c))
+	place := func(key string) string {
+		return c.Connections[stickiness.NewTable(stickiness.TableOptions{}).Place([]byte(key), cand)].Name
+	}
+	listeners := []struct {
+		name, addr string
+		cfg        *tls.Config
+	}{{"plain", l.Addr(), nil}, {"tls", tlsAddr, env.clientConfig(tlsName)}}
+	versions := []struct {
+		name string
+		hdr  func(netip.AddrPort) []byte
+	}{{"v1", ppV1}, {"v2", func(a netip.AddrPort) []byte { return ppV2(a, false) }}}
+	n := 0
+	for _, ln := range listeners {
+		for _, v := range versions {
+			for _, fam := range []string{"203.0.113.%d", "2001:db8::%d"} {
+				n++
+				src := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf(fam, n)), 40000)
+				name := fmt.Sprintf("%s %s %s", ln.name, v.name, src.Addr())
+				// X-Forwarded-For is the carried address (the first of its 3 requests).
+				resp, body := ppDo(t, ln.addr, "127.0.0.1", v.hdr(src), ln.cfg, ppEcho)
+				if resp == nil || resp.StatusCode != 200 {
+					t.Fatalf("%s: %v, want 200", name, resp)
+				}
+				if got := echoedHeaders(body)["x-forwarded-for"]; len(got) != 1 || got[0] != src.Addr().String() {
+					t.Errorf("%s: the leader saw X-Forwarded-For %q, want %s", name, got, src.Addr())
+				}
+				// The sticky source key is the carried address (a WebSocket upgrade to the sticky pool).
+				ws := "GET /Thingworx/WS HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+					"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+				resp, _ = ppDo(t, ln.addr, "127.0.0.1", v.hdr(src), ln.cfg, ws)
+				if resp == nil || resp.StatusCode != 101 {
+					t.Fatalf("%s: the upgrade: %v, want 101", name, resp)
+				}
+				if by, want := resp.Header.Get("X-Served-By"), place("s:"+src.Addr().String()); by != want {
+					t.Errorf("%s: the upgrade landed on %s, want %s (its source key s:%s)", name, by, want, src.Addr())
+				}
+				// rate_per_source = 3 is per carried address: its 3rd request passes, its 4th is 429.
+				if resp, _ := ppDo(t, ln.addr, "127.0.0.1", v.hdr(src), ln.cfg, ppEcho); resp == nil || resp.StatusCode != 200 {
+					t.Errorf("%s: its third request: %v, want 200", name, resp)
+				}
+				before := leader.Requests()
+				if resp, _ := ppDo(t, ln.addr, "127.0.0.1", v.hdr(src), ln.cfg, ppEcho); resp == nil || resp.StatusCode != 429 {
+					t.Errorf("%s: its fourth request: %v, want 429 (rate_per_source of its carried address)", name, resp)
+				}
+				if leader.Requests() != before {
+					t.Errorf("%s: the 429 was forwarded", name)
+				}
+			}
+		}
+	}
+	errs := l.px.front.Errors
+	for _, ln := range listeners {
+		// LOCAL (the balancer's health check) keeps the connection's address.
+		resp, body := ppDo(t, ln.addr, "127.0.0.1", ppV2(netip.AddrPort{}, true), ln.cfg, ppEcho)
+		if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "127.0.0.1" {
+			t.Errorf("%s LOCAL: %v %q, want 200 with X-Forwarded-For 127.0.0.1", ln.name, resp, echoedHeaders(body)["x-forwarded-for"])
+		}
+		before := leader.Requests()
+		// No header from a listed sender: closed, counted.
+		missing, malformed := errs.Count(frontend.ConnProxyMissing), errs.Count(frontend.ConnProxyMalformed)
+		first := []byte("GET /echo-headers HTTP/1.1\r\nHost: x\r\n\r\n")
+		if ln.cfg != nil {
+			first = nil // the ClientHello comes first
+		}
+		if resp, _ := ppDo(t, ln.addr, "127.0.0.1", first, ln.cfg, ppEcho); resp != nil {
+			t.Errorf("%s without a header: %d, want the connection closed", ln.name, resp.StatusCode)
+		}
+		if got := errs.Count(frontend.ConnProxyMissing); got != missing+1 {
+			t.Errorf("%s without a header: proxy_missing %d, want %d", ln.name, got, missing+1)
+		}
+		// Malformed headers: closed, counted by kind.
+		long := []byte("PROXY TCP4 203.0.113.9 10.0.0.1 1 2" + strings.Repeat(" ", 80) + "\r\n")
+		family := ppV2(netip.MustParseAddrPort("203.0.113.9:1"), false)
+		family[13] = 0x41
+		past := ppV2(netip.MustParseAddrPort("203.0.113.9:1"), false)
+		binary.BigEndian.PutUint16(past[14:], 200) // its length runs past its end: the sender closes
+		for i, bad := range [][]byte{long, family, past} {
+			conn, err := ppConn(t, ln.addr, "127.0.0.1", bad, nil)
+			if err == nil {
+				conn.(*net.TCPConn).CloseWrite() //nolint:errcheck
+				if n, _ := io.Copy(io.Discard, conn); n != 0 {
+					t.Errorf("%s malformed %d: %d bytes answered, want none", ln.name, i, n)
+				}
+			}
+		}
+		if got := errs.Count(frontend.ConnProxyMalformed); got != malformed+3 {
+			t.Errorf("%s malformed headers: proxy_malformed %d, want %d", ln.name, got, malformed+3)
+		}
+		// From 127.0.0.2, not listed: the header is not believed.
+		for _, v := range versions {
+			resp, _ := ppDo(t, ln.addr, "127.0.0.2", v.hdr(netip.MustParseAddrPort("203.0.113.66:1")), ln.cfg, ppEcho)
+			switch {
+			case ln.cfg == nil && (resp == nil || resp.StatusCode != 400):
+				t.Errorf("%s %s from an unlisted address: %v, want 400", ln.name, v.name, resp)
+			case ln.cfg != nil && resp != nil:
+				t.Errorf("%s %s from an unlisted address: %d, want the handshake failed", ln.name, v.name, resp.StatusCode)
+			}
+		}
+		if leader.Requests() != before {
+			t.Errorf("%s: %d requests forwarded from the refused connections, want none", ln.name, leader.Requests()-before)
+		}
+	}
+}
