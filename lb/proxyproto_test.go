@@ -207,3 +207,41 @@ func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 		}
 	}
 }
+
+// max_conns_per_source counts a proxy_protocol sender's connections per the client each header names
+// (not per the sender): two clients each have their connection, a client's second one is closed once
+// its header is read, nothing forwarded.
+func TestProxyProtocolMaxConnsPerSourceCountsTheCarriedAddress(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	files := platformConfig(c, "", "")
+	files["30-extra.toml"] = "[frontend]\nproxy_protocol = [\"127.0.0.1\"]\nmax_conns_per_source = 1\n"
+	l, _ := startLB(t, files)
+	keep := func(src string) (*bufio.Reader, net.Conn) {
+		conn, err := ppConn(t, l.Addr(), "127.0.0.1", ppV1(netip.MustParseAddrPort(src)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, "GET /echo-headers HTTP/1.1\r\nHost: x\r\n\r\n") //nolint:errcheck
+		r := bufio.NewReader(conn)
+		return r, conn
+	}
+	for _, src := range []string{"203.0.113.1:1000", "203.0.113.2:1000"} {
+		r, _ := keep(src)
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s's first connection: %v %v, want 200 (kept open)", src, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+	}
+	before := c.Platforms[0].Requests()
+	r, _ := keep("203.0.113.1:1001")
+	if resp, err := http.ReadResponse(r, nil); err == nil {
+		t.Errorf("203.0.113.1's second connection: %d, want it closed (max_conns_per_source = 1)", resp.StatusCode)
+	}
+	if n := l.px.front.Sources().ConnLimited.Load(); n != 1 {
+		t.Errorf("%d connections counted over max_conns_per_source, want 1", n)
+	}
+	if c.Platforms[0].Requests() != before {
+		t.Errorf("the refused connection's request was forwarded")
+	}
+}

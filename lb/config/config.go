@@ -159,8 +159,10 @@ type Frontend struct {
 	BurstPerSource int `toml:"burst_per_source"`
 	// Connections each client address may have open at once (0: no limit), tunnels included: over it a
 	// new connection is closed at accept, before any byte is read (counted). The address is the
-	// connection's (X-Forwarded-For is not read yet); a proxy in trusted_proxies is exempt. Applies at
-	// once on a reload to new connections (those open before it was set are not counted).
+	// connection's (X-Forwarded-For is not read yet); a proxy in trusted_proxies is exempt. From a
+	// proxy_protocol sender it is the address its PROXY header carries, counted once the header is read
+	// (and closed then if over). Applies at once on a reload to new connections (those open before it
+	// was set are not counted).
 	MaxConnsPerSource int `toml:"max_conns_per_source"`
 	// Request body limit in bytes; 0: none. Over it 413: a Content-Length is refused before anything is
 	// forwarded, a chunked body as its chunk sizes add up past the limit (its upstream request is cut

@@ -131,6 +131,7 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("negative rate_per_source", "[frontend]\nrate_per_source = -1\n", bad+": frontend.rate_per_source: must not be negative")
 	f("burst_per_source without a rate", "[frontend]\nburst_per_source = 10\n", bad+": frontend.burst_per_source: needs rate_per_source")
 	f("negative max_conns_per_source", "[frontend]\nmax_conns_per_source = -2\n", bad+": frontend.max_conns_per_source: must not be negative")
+	f("bad proxy_protocol", "[frontend]\nproxy_protocol = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n", bad+`: frontend.proxy_protocol.1: "10.0.0.0/33" is neither a CIDR nor an IP address`)
 	f("negative new_tunnels_per_second", "[pools.platform]\nnew_tunnels_per_second = -5\n", bad+": pools.platform.new_tunnels_per_second: must not be negative")
 	f("several errors at once", "[frontend]\nlisen = 1\n[pools.platform.check]\nfall = 0\n",
 		"frontend.lisen: unknown key", "pools.platform.check.fall: must be greater than zero")
