@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/stickiness"
+	"github.com/fasthttp/websocket"
 )
 
 // ppV1 is a PROXY version 1 line naming src as the client.
@@ -243,5 +245,46 @@ func TestProxyProtocolMaxConnsPerSourceCountsTheCarriedAddress(t *testing.T) {
 	}
 	if c.Platforms[0].Requests() != before {
 		t.Errorf("the refused connection's request was forwarded")
+	}
+}
+
+// Through a proxy_protocol sender, on both listeners: a WebSocket tunnel carries its messages, and
+// the access log's request and tunnel lines name the client the header carried.
+func TestProxyProtocolTunnelsAndTheAccessLogSeeTheCarriedClient(t *testing.T) {
+	c := startCluster(t, 1, 2)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := cxConfig(c, "[global]\naccess_log = true\n")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\n")
+	l, logs := startLBDir(t, testkit.WriteFiles(t, files))
+	for i, ln := range []struct {
+		name, url string
+		cfg       *tls.Config
+	}{{"plain", "ws://" + l.Addr(), nil}, {"tls", "wss://" + tlsAddr, env.clientConfig(tlsName)}} {
+		src := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("198.51.100.%d", i+1)), 5000)
+		dial := func(_ context.Context, _, addr string) (net.Conn, error) {
+			return ppConn(t, addr, "127.0.0.1", ppV2(src, false), ln.cfg)
+		}
+		d := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+		if ln.cfg != nil {
+			d.NetDialTLSContext = dial
+		} else {
+			d.NetDialContext = dial
+		}
+		conn, _, err := d.Dial(ln.url+"/Thingworx/WS", assetHeader(fmt.Sprintf("pp-%d", i)))
+		if err != nil {
+			t.Fatalf("%s: %v", ln.name, err)
+		}
+		mustEcho(t, conn, "through the balancer")
+		conn.Close()
+		testkit.Eventually(t, "the tunnel line", 3*time.Second, func() bool { return len(accessLines(t, logs, "tunnel")) == i+1 })
+		if got := accessLines(t, logs, "tunnel")[i]["client"]; got != src.Addr().String() {
+			t.Errorf("%s: the tunnel line's client %q, want %s", ln.name, got, src.Addr())
+		}
+		reqs := accessLines(t, logs, "request")
+		if got := reqs[len(reqs)-1]["client"]; got != src.Addr().String() {
+			t.Errorf("%s: the upgrade's request line's client %q, want %s", ln.name, got, src.Addr())
+		}
 	}
 }
