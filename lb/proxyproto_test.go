@@ -288,3 +288,25 @@ func TestProxyProtocolTunnelsAndTheAccessLogSeeTheCarriedClient(t *testing.T) {
 		}
 	}
 }
+
+// A reload applies proxy_protocol at once, to new connections, without a restart: before it a PROXY
+// line is a bad request (400); after it the header is read and its client is the one forwarded; once
+// removed again a PROXY line is a bad request again.
+func TestProxyProtocolAppliesAtOnceOnAReload(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	files := platformConfig(c, "", "")
+	l, _ := startLB(t, files)
+	hdr := ppV1(netip.MustParseAddrPort("192.0.2.44:3000"))
+	if resp, _ := ppDo(t, l.Addr(), "127.0.0.1", hdr, nil, ppEcho); resp == nil || resp.StatusCode != 400 {
+		t.Fatalf("before the reload: %v, want 400", resp)
+	}
+	reloadWith(t, l, opCopy(files, "30-pp.toml", "[frontend]\nproxy_protocol = [\"127.0.0.0/8\"]\n"))
+	resp, body := ppDo(t, l.Addr(), "127.0.0.1", hdr, nil, ppEcho)
+	if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "192.0.2.44" {
+		t.Fatalf("after the reload: %v %q, want 200 for 192.0.2.44", resp, echoedHeaders(body)["x-forwarded-for"])
+	}
+	reloadWith(t, l, files)
+	if resp, _ := ppDo(t, l.Addr(), "127.0.0.1", hdr, nil, ppEcho); resp == nil || resp.StatusCode != 400 {
+		t.Fatalf("once removed: %v, want 400", resp)
+	}
+}
