@@ -18,6 +18,7 @@ import (
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/stickiness"
 	"github.com/fasthttp/websocket"
+	"golang.org/x/net/http2"
 )
 
 // ppV1 is a PROXY version 1 line naming src as the client.
@@ -308,5 +309,36 @@ func TestProxyProtocolAppliesAtOnceOnAReload(t *testing.T) {
 	reloadWith(t, l, files)
 	if resp, _ := ppDo(t, l.Addr(), "127.0.0.1", hdr, nil, ppEcho); resp == nil || resp.StatusCode != 400 {
 		t.Fatalf("once removed: %v, want 400", resp)
+	}
+}
+
+// Over HTTP/2 (tls_listen, ALPN h2) behind a proxy_protocol sender, each stream's X-Forwarded-For is
+// the carried client.
+func TestProxyProtocolHTTP2StreamsForwardTheCarriedClient(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := platformConfig(c, "", "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\n")
+	startLBDir(t, testkit.WriteFiles(t, files))
+	src := netip.MustParseAddrPort("[2001:db8::42]:7000")
+	tr := &http2.Transport{DialTLSContext: func(_ context.Context, _, addr string, cfg *tls.Config) (net.Conn, error) {
+		return ppConn(t, addr, "127.0.0.1", ppV2(src, false), cfg)
+	}, TLSClientConfig: env.clientConfig(tlsName)}
+	defer tr.CloseIdleConnections()
+	for i := range 2 { // two streams on one connection
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + tlsAddr + "/echo-headers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+			t.Fatalf("stream %d: %s %d, want HTTP/2 200", i, resp.Proto, resp.StatusCode)
+		}
+		if got := echoedHeaders(string(body))["x-forwarded-for"]; len(got) != 1 || got[0] != src.Addr().String() {
+			t.Errorf("stream %d: X-Forwarded-For %q, want %s", i, got, src.Addr())
+		}
 	}
 }
