@@ -249,8 +249,9 @@ func TestProxyProtocolMaxConnsPerSourceCountsTheCarriedAddress(t *testing.T) {
 	}
 }
 
-// Through a proxy_protocol sender, on both listeners: a WebSocket tunnel carries its messages, and
-// the access log's request and tunnel lines name the client the header carried.
+// Through a proxy_protocol sender, on both listeners: a WebSocket tunnel carries its messages (by
+// epoll on the plain listener), and the access log's request and tunnel lines name the client the
+// header carried.
 func TestProxyProtocolTunnelsAndTheAccessLogSeeTheCarriedClient(t *testing.T) {
 	c := startCluster(t, 1, 2)
 	env := newTLSEnv(t, "proxy protocol CA")
@@ -278,6 +279,11 @@ func TestProxyProtocolTunnelsAndTheAccessLogSeeTheCarriedClient(t *testing.T) {
 			t.Fatalf("%s: %v", ln.name, err)
 		}
 		mustEcho(t, conn, "through the balancer")
+		// A plain one is relayed by epoll, as any plain tunnel (its socket, once its header was read),
+		// holding no goroutine; a TLS one is streamed (its session was not captured: the header is not TLS).
+		if n := pumpGoroutines(); ln.cfg == nil && n != 0 {
+			t.Errorf("%s: %d pump goroutines, want none (relayed by epoll)", ln.name, n)
+		}
 		conn.Close()
 		testkit.Eventually(t, "the tunnel line", 3*time.Second, func() bool { return len(accessLines(t, logs, "tunnel")) == i+1 })
 		if got := accessLines(t, logs, "tunnel")[i]["client"]; got != src.Addr().String() {

@@ -159,6 +159,7 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 		// bytes the server had already buffered from it (a client may send frames before the 101).
 		client, pending, err := frontend.UnwrapHijacked(c)
 		uncount := frontend.TakeRelease(client) // max_conns_per_source: the tunnel's connection counts until it ends
+		addr := client.RemoteAddr()             // the front end's (a PROXY header's client), not the socket's
 		client = frontend.Socket(client)
 		if err == nil {
 			_, err = client.Write(out)
@@ -175,7 +176,7 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 			}
 			return
 		}
-		end := &tunnelEnd{px: px, p: p, s: s, client: client.RemoteAddr(), opened: time.Now(), key: key}
+		end := &tunnelEnd{px: px, p: p, s: s, client: addr, opened: time.Now(), key: key}
 		if px.relay(st, end, client, conn, pending, toClient, release, uncount) {
 			p.tunnelsOpened.Add(1)
 		} else {

@@ -77,7 +77,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.front.proxied(c) { // counted per source once its header names its client
-			return l.wrap(&proxyConn{Conn: c, front: l.front}, nil), nil
+			return l.wrapProxied(c), nil
 		}
 		if l.front.sources == nil {
 			return l.wrap(c, nil), nil
@@ -98,13 +98,28 @@ func (l *listener) Close() error {
 // wrap makes an accepted connection the front end's; release (if not nil) uncounts it from its
 // address's connections when it closes.
 func (l *listener) wrap(c net.Conn, release func()) net.Conn {
+	return l.wrapConn(c, release, false)
+}
+
+// wrapProxied is wrap for a connection from a proxy_protocol sender: its PROXY header is read under
+// TLS and the framer (proxyConn), over the socket's nbio wrapper (so that a plain one's tunnel is
+// relayed by epoll, Socket), and its TLS session is not captured (the header is not TLS). Such a
+// connection is never given over idle at a binary upgrade.
+func (l *listener) wrapProxied(c net.Conn) net.Conn {
+	return l.wrapConn(c, nil, true)
+}
+
+func (l *listener) wrapConn(c net.Conn, release func(), proxied bool) net.Conn {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		if nc, err := nbio.NewTCPConn(tcp); err == nil {
 			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
-			if l.tls != nil {
+			if l.tls != nil && !proxied {
 				nc.CaptureTLS(true) // for the tunnel engine, if it becomes a wss:// tunnel (lb/tunnel takes its session over)
 			}
 		}
+	}
+	if proxied {
+		c = &proxyConn{Conn: c, front: l.front}
 	}
 	fc := &frontConn{Conn: c, front: l.front, release: release}
 	fc.f.lim = &l.front.lim

@@ -294,3 +294,12 @@ func (c *proxyConn) readHeader() error {
 	}
 	return nil
 }
+
+// proxied returns the proxyConn of a plain connection from a proxy_protocol sender, else nil.
+func (c *frontConn) proxied() *proxyConn {
+	pc, _ := c.Conn.(*proxyConn)
+	return pc
+}
+
+// read reports whether the header was read without error and what was read past it was returned.
+func (c *proxyConn) read() bool { return c.done && c.err == nil && len(c.rest) == 0 }
