@@ -79,7 +79,8 @@ func (lb *LB) status() admin.Status {
 		st.Pools = append(st.Pools, out)
 	}
 	st.Alarms = append(st.Alarms, warnings...)
-	st.Relays = g.relayDocuments() // relays.go
+	st.Relays = g.relayDocuments()             // relays.go
+	st.Certificates = g.certificateDocuments() // certificates.go
 	return st
 }
 

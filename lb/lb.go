@@ -34,6 +34,7 @@ package lb
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,7 @@ import (
 	"time"
 
 	"github.com/fairlead/fairlead/healthcheck/event"
+	"github.com/fairlead/fairlead/lb/acme"
 	"github.com/fairlead/fairlead/lb/admin"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
@@ -112,6 +114,10 @@ type generation struct {
 	pools  map[string]*Pool
 	routes []route
 	relays []relayBinding // by name; matched before routes
+	// acme is [frontend.acme]'s manager (nil without it), shared by the generations that keep the
+	// table; tls is the configuration of tls_listen's handshakes (certificates.go), nil without it.
+	acme *acme.Manager
+	tls  *tls.Config
 }
 
 // Options configures New.
@@ -166,6 +172,11 @@ func New(cfg *config.Config, o Options) *LB {
 	lb.bus.Subscribe(lb.hist.Record)
 	lb.relays.running, _ = lb.relays.prepare(lb, cfg)
 	g, _ := lb.newGeneration(cfg, nil, lb.relays.running)
+	m, _, err := lb.acmeFor(cfg, nil)
+	if err != nil { // an address config.Load validated: not seen
+		lb.log.Error(err.Error())
+	}
+	g.withACME(m)
 	lb.px.gen.Store(g)
 	return lb
 }
@@ -292,6 +303,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	for _, ln := range fls {
 		lb.serve(lb.frontServer, ln, "frontend")
 	}
+	lb.startACME(g, nil, true) // [frontend.acme]: obtains what storage lacks, answering on the listeners above
 
 	if g.cfg.Admin.Listen != "" {
 		aln, err := listenAs(&lb.given, "admin.listen", g.cfg.Admin.Listen)
@@ -377,6 +389,9 @@ func (lb *LB) Close() {
 	lb.closeAllTunnels(g)
 	if lb.cancel != nil {
 		lb.cancel() // ends the checks and the discovery providers
+	}
+	if g.acme != nil {
+		g.acme.Close() // ends renewals and any attempt under way ([frontend.acme])
 	}
 	lb.adminHandler.Close() // ends the admin's event streams
 	lb.disc.stop()
@@ -471,17 +486,25 @@ func (lb *LB) Reload(cfg *config.Config) error {
 		lb.ReloadFailed(err)
 		return err
 	}
+	if err := r.prepareACME(); err != nil {
+		r.unbind()
+		lb.ReloadFailed(err)
+		return err
+	}
 	if err := r.startRelays(); err != nil {
 		r.unbind()
+		r.dropACME()
 		lb.ReloadFailed(err)
 		return err
 	}
 	r.build()
 	if err := r.startPools(); err != nil {
+		r.dropACME()
 		return err // fairlead is stopping
 	}
 	r.swap()
 	r.rebind()
+	r.startACME()
 	r.retire()
 	lb.reloads.Add(1)
 	lb.lastReloadOK.Store(true)

@@ -112,10 +112,7 @@ func (lb *LB) frontListeners() []frontListenerSpec {
 // frontTLS is the TLS configuration of the running generation's front end (nil without tls_listen):
 // every handshake takes it, so that a reload replaces certificates without touching open connections.
 func (px *proxy) frontTLS() *tls.Config {
-	if ft := px.gen.Load().cfg.Frontend.TLS; ft != nil {
-		return ft.Config
-	}
-	return nil
+	return px.gen.Load().tls
 }
 
 // frontLimits are the limits the front end's framer enforces.

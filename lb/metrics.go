@@ -156,6 +156,9 @@ func (lb *LB) WriteMetrics(w io.Writer) {
 			metrics.WriteGaugeUint64(w, fmt.Sprintf(`fairlead_tls_certificate_not_after_seconds{file=%q}`, ft.Files[i]), uint64(c.Leaf.NotAfter.Unix()))
 		}
 	}
+	if g.acme != nil {
+		g.acme.WriteMetrics(w) // fairlead_acme_*, and its certificates' fairlead_tls_certificate_not_after_seconds
+	}
 	metrics.WriteCounterUint64(w, "fairlead_admin_unauthorized_total", lb.adminHandler.Unauthorized())
 	metrics.WriteCounterUint64(w, "fairlead_config_reloads_total", lb.reloads.Load())
 	metrics.WriteCounterUint64(w, "fairlead_config_reload_failures_total", lb.reloadFailures.Load())

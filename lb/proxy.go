@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fairlead/fairlead/lb/acme"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/upstream"
@@ -86,6 +87,10 @@ func (px *proxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.Error(frontend.RefusalBody(fasthttp.StatusBadRequest, "invalid Host"), fasthttp.StatusBadRequest)
 		ctx.SetConnectionClose()
 		px.logUnrouted(ctx, g)
+		return
+	}
+	if g.acme != nil && !ctx.IsTLS() && acme.IsChallengePath(ctx.Path()) && g.acme.ServeHTTP01(ctx) {
+		px.logUnrouted(ctx, g) // an ACME server's HTTP-01 validation, answered before any redirect
 		return
 	}
 	if ft := g.cfg.Frontend.TLS; ft != nil && g.cfg.Frontend.RedirectHTTPS && !ctx.IsTLS() {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"reflect"
 
+	"github.com/fairlead/fairlead/lb/acme"
 	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/relay"
 )
@@ -14,6 +15,7 @@ import (
 //
 //	listeners   plain, TLS and admin sockets (lns, listeners.go)        bind, then rebind
 //	relays      one upstream session per topic, cached (relays.go)     startRelays, swap
+//	acme        [frontend.acme]'s certificates (certificates.go)       prepareACME, startACME
 //	pools       health checks, sticky tables, limiters (pool.go)       build, startPools, retire
 //	generation  the config, routes and pools requests read (proxy.gen)  swap
 //	discovery   each pool's provider (discovery.go)                    swap
@@ -35,6 +37,8 @@ type reload struct {
 	listens []boundListener         // bind: new front-end listen addresses, bound
 	adminLn net.Listener            // bind: a new admin listen address, bound
 	relays  map[string]*relay.Route // startRelays: every relay of cfg, running or new
+	acme    *acme.Manager           // prepareACME: [frontend.acme]'s manager, the running one or new
+	acmeNew bool                    // prepareACME: acme is new (it manages once the listeners serve)
 	fresh   []*Pool                 // build: the pools new in g (their checks start in startPools)
 	restart []string                // what only a restart applies (bind finds some, needsRestart the rest)
 }
@@ -97,9 +101,31 @@ func (r *reload) startRelays() error {
 	return nil
 }
 
+// prepareACME keeps the running [frontend.acme] manager when the table is the same, else makes the
+// new one (it obtains nothing before startACME).
+func (r *reload) prepareACME() error {
+	var err error
+	r.acme, r.acmeNew, err = r.lb.acmeFor(r.cfg, r.old.acme)
+	return err
+}
+
+// dropACME closes a new manager when the reload does not apply.
+func (r *reload) dropACME() {
+	if r.acmeNew {
+		r.acme.Close()
+	}
+}
+
 // build makes the new generation: the pools that stay get their server set change, new ones are made.
 func (r *reload) build() {
 	r.g, r.fresh = r.lb.newGeneration(r.cfg, r.old, r.relays)
+	r.g.withACME(r.acme)
+}
+
+// startACME makes a new manager obtain and renew, now that the listeners it answers challenges on
+// serve, and closes the one it replaced.
+func (r *reload) startACME() {
+	r.lb.startACME(r.g, r.old.acme, r.acmeNew)
 }
 
 // startPools starts the new pools' checks and waits for their first round (bounded by the check
@@ -165,6 +191,7 @@ func (r *reload) needsRestart() []string {
 	// running generation's).
 	for _, f := range []*config.Frontend{&fe, &ofe} {
 		f.TLSCert, f.TLSKey, f.Certs, f.ClientCA, f.ClientAuth, f.RedirectHTTPS, f.TLS = "", "", nil, "", "", false, nil
+		f.ACME = nil // [frontend.acme] too: the ACME manager is replaced when it changes (acme.go)
 	}
 	// trusted_proxies applies at once (read from the generation of each request), and so do the limits
 	// per source (frontend.Sources).

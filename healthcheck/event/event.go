@@ -34,12 +34,14 @@ const (
 	PoolUp                           // a server of a pool is available again after PoolDown (Detail)
 	Upgraded                         // this process took over from the old one of a binary upgrade (Detail: which, with what)
 	UpgradeFailed                    // a binary upgrade's new process failed; this one keeps serving (Detail: why)
+	CertObtained                     // [frontend.acme] obtained or renewed a certificate and serves it (Server: the name; Detail)
+	CertFailed                       // [frontend.acme] could not obtain or renew a certificate; the last good one stays (Server: the name; Detail: why)
 	NumKinds                         // one more than the last kind: the size of an array indexed by Kind
 )
 
 var kindNames = [NumKinds]string{"", "server_up", "server_down", "server_added", "server_removed",
 	"leader_changed", "split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-	"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed"}
+	"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed", "cert_obtained", "cert_failed"}
 
 func (k Kind) String() string {
 	if k > 0 && k < NumKinds {
@@ -105,9 +107,9 @@ func (e Event) Severity() Severity {
 			return SeverityOutage
 		}
 		return SeverityOK
-	case ServerDown, Failover, SplitBrain, ReloadFailed, UpgradeFailed:
+	case ServerDown, Failover, SplitBrain, ReloadFailed, UpgradeFailed, CertFailed:
 		return SeverityWarning
-	case ServerUp, PoolUp, Failback:
+	case ServerUp, PoolUp, Failback, CertObtained:
 		return SeverityOK
 	}
 	return SeverityInfo

@@ -140,7 +140,7 @@ func TestAdminStatesHaveNames(t *testing.T) {
 func TestKindsHaveNames(t *testing.T) {
 	want := []string{"server_up", "server_down", "server_added", "server_removed", "leader_changed",
 		"split_brain", "check_answered", "reload_applied", "reload_failed", "failover", "failback", "admin_action",
-		"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed"}
+		"discovery_changed", "pool_down", "pool_up", "upgraded", "upgrade_failed", "cert_obtained", "cert_failed"}
 	var got []string
 	for _, k := range Kinds() {
 		got = append(got, k.String())
@@ -151,8 +151,8 @@ func TestKindsHaveNames(t *testing.T) {
 	if s := Kind(0).String(); s != "kind(0)" {
 		t.Fatalf("Kind(0) is %q, want kind(0)", s)
 	}
-	if s := NumKinds.String(); s != "kind(18)" {
-		t.Fatalf("an unknown kind is %q, want kind(18)", s)
+	if s := NumKinds.String(); s != "kind(20)" {
+		t.Fatalf("an unknown kind is %q, want kind(20)", s)
 	}
 }
 
@@ -176,6 +176,8 @@ func TestEverySeverityIsByMeaning(t *testing.T) {
 	f(Event{Kind: SplitBrain, Server: "10.0.0.2:8080"}, "warn")
 	f(Event{Kind: ReloadFailed}, "warn")
 	f(Event{Kind: UpgradeFailed}, "warn")
+	f(Event{Kind: CertFailed}, "warn")
+	f(Event{Kind: CertObtained}, "ok")
 	// Recoveries.
 	f(Event{Kind: ServerUp, Server: "10.0.0.2:8080"}, "ok")
 	f(Event{Kind: PoolUp}, "ok")

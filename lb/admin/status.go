@@ -30,6 +30,9 @@ type Status struct {
 	Pools []PoolStatus `json:"pools"`
 	// Relays are the relay routes ([relays.NAME]), by name; omitted when there are none.
 	Relays []RelayStatus `json:"relays,omitempty"`
+	// Certificates are every certificate tls_listen serves: from files (tls_cert, [[frontend.certs]])
+	// in the config's order, then each [frontend.acme] domain's; omitted without tls_listen.
+	Certificates []CertStatus `json:"certificates,omitempty"`
 	// Events are the last events (at most 500; all kinds but check_answered), oldest first, as
 	// /events sends them but for a detail longer than 512 bytes, which is cut. /events' first snapshot carries them; its later snapshots have null here
 	// (the stream sends each event as it happens).
@@ -214,6 +217,24 @@ type ServerStatus struct {
 	Ramp float64 `json:"ramp,omitempty"`
 	// Check is the server's health check state.
 	Check *healthcheck.ServerStatus `json:"check,omitempty"`
+}
+
+// CertStatus is one certificate the HTTPS listener serves.
+type CertStatus struct {
+	// Source is "file" (File names it) or "acme" (obtained for Names[0] from [frontend.acme]'s directory).
+	Source string   `json:"source"`
+	File   string   `json:"file,omitempty"`
+	Names  []string `json:"names"` // the DNS names it is served for (an ACME one before it is obtained: its domain)
+	// NotAfter is its expiry; zero for an ACME domain without a certificate yet.
+	NotAfter time.Time `json:"not_after"`
+	// Obtained is, for an ACME one, when this process last obtained or renewed it (zero: loaded from
+	// storage, or none yet).
+	Obtained time.Time `json:"obtained"`
+	// LastError is, for an ACME one, the last failed attempt's error, until an attempt succeeds (the
+	// last good certificate is served meanwhile); omitted when none.
+	LastError string `json:"last_error,omitempty"`
+	// FailedAt is when that attempt failed (zero: none since the last success).
+	FailedAt time.Time `json:"failed_at"`
 }
 
 // RelayStatus describes a running relay.

@@ -189,6 +189,8 @@ type Frontend struct {
 	TLSKey string `toml:"tls_key"`
 	// More certificates, chosen by SNI ([[frontend.certs]] entries).
 	Certs []Cert `toml:"certs"`
+	// Certificates obtained and renewed by ACME ([frontend.acme], acme.go).
+	ACME *ACME `toml:"acme"`
 	// PEM file of the CAs that sign client certificates (mutual TLS); goes with client_auth.
 	ClientCA string `toml:"client_ca"`
 	// "require": a client without a valid certificate fails the handshake; "verify_if_given": a

@@ -76,6 +76,7 @@ func (c *Config) applyDefaults() {
 		def(c, &ck.Rise, 2)
 	}
 	c.relayDefaults() // relay.go
+	c.acmeDefaults()  // acme.go
 	// [[routes]] entries are merged whole, so their keys have no origin of their own: an empty header
 	// is the default one.
 	for _, r := range c.Routes {

@@ -8,6 +8,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -98,8 +99,8 @@ func (c *Config) loadFrontTLS() []string {
 		}
 		pair(k+"cert", k+"key", cc.Cert, cc.Key)
 	}
-	if len(ft.Certs) == 0 && len(p) == 0 {
-		add("tls_listen", "needs a certificate: tls_cert and tls_key, or [[frontend.certs]]")
+	if len(ft.Certs) == 0 && len(p) == 0 && fe.ACME == nil {
+		add("tls_listen", "needs a certificate: tls_cert and tls_key, [[frontend.certs]] or [frontend.acme]")
 	}
 
 	ft.Config = &tls.Config{
@@ -141,8 +142,15 @@ func (c *Config) loadFrontTLS() []string {
 	return p
 }
 
+// errNoCertificate fails a handshake when no certificate is loaded from files ([frontend.acme] alone)
+// and ACME has none for its name yet.
+var errNoCertificate = errors.New("no certificate for this name yet")
+
 // certificate chooses the certificate of a handshake by its SNI name.
 func (ft *FrontTLS) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if len(ft.Certs) == 0 {
+		return nil, errNoCertificate
+	}
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	if i, ok := ft.byName[name]; ok {
 		return &ft.Certs[i], nil

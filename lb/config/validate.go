@@ -61,6 +61,7 @@ func (c *Config) validate() []string {
 		at(&c.Frontend.TLSListen, "is the same address as listen")
 	}
 	p = append(p, c.loadFrontTLS()...) // reads the certificates (tls.go)
+	p = append(p, c.loadACME()...)     // [frontend.acme] (acme.go)
 	checkDur(&c.Frontend.ReadTimeout, true)
 	checkDur(&c.Frontend.IdleTimeout, true)
 	checkPositive(&c.Frontend.MaxConns)

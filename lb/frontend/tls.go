@@ -48,6 +48,12 @@ func (f *Front) TLSListener(ln net.Listener, config func() *tls.Config) net.List
 
 var errNoTLS = errors.New("tls_listen is no longer configured")
 
+// acmeALPN is the protocol of an ACME server's TLS-ALPN-01 validation (RFC 8737), which the TLS
+// configuration offers with [frontend.acme] (lb/acme).
+const acmeALPN = "acme-tls/1"
+
+var errACMEValidation = errors.New("an ACME TLS-ALPN-01 validation: closed after its handshake")
+
 // tlsFrontConn is a frontConn over TLS: fasthttp sees the TLS connection state through it
 // (RequestCtx.IsTLS, X-Forwarded-Proto: https). Its session is crypto/tls's, or fairlead's record
 // layer's for a connection a binary upgrade's old process handed over (its handshake done there).
@@ -81,6 +87,12 @@ func (c *frontConn) handshake() error {
 		if !errors.Is(c.hsErr, io.EOF) {
 			c.noteError(ConnTLS)
 		}
+		return c.hsErr
+	}
+	if c.tc.ConnectionState().NegotiatedProtocol == acmeALPN {
+		// An ACME server's TLS-ALPN-01 validation ([frontend.acme]): the handshake was all of it, and
+		// the connection closes without a read (not an error).
+		c.hsErr = errACMEValidation
 		return c.hsErr
 	}
 	if nc, ok := c.tc.NetConn().(*nbio.TCPConn); ok {
