@@ -76,13 +76,13 @@ type Pebble struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	done     chan struct{}
-	issued   map[string]PebbleIssuance // by serial (lowercase hex), across runs
+	issued   map[string]PebbleIssuance // by serial as pebble logs it (lowercase), across runs
 	runStart int64                     // the size of pebble.log when the current run started
 }
 
 // A PebbleIssuance is one certificate pebble issued.
 type PebbleIssuance struct {
-	Serial              string // lowercase hex, as pebble logs it
+	Serial              string // the certificate's serial number, SerialNumber.Text(16)
 	Order               string // pebble's order id
 	Names               []string
 	NotBefore, NotAfter time.Time
@@ -435,7 +435,7 @@ func (p *Pebble) certBySerial(serial string) (PebbleIssuance, error) {
 	if err != nil {
 		return PebbleIssuance{}, err
 	}
-	return PebbleIssuance{Serial: serial, Names: c.DNSNames, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+	return PebbleIssuance{Serial: c.SerialNumber.Text(16), Names: c.DNSNames, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 		PEM: pem.EncodeToMemory(blk)}, nil
 }
 

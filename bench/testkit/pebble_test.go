@@ -79,54 +79,15 @@ func TestPebbleIssuesACertificateForAnHTTP01Answer(t *testing.T) {
 	if b, err := peb.fetch(peb.DirectoryURL); err != nil || json.Unmarshal(b, &dir) != nil || dir.RenewalInfo == "" {
 		t.Fatalf("pebble's directory offers no renewalInfo (ARI): %v", err)
 	}
-	order, err := client.AuthorizeOrder(ctx, acme.DomainIDs("a.test"))
-	if err != nil {
-		t.Fatalf("ordering: %v\n%s", err, Tail(peb.Log(), 3000))
-	}
-	if len(order.AuthzURLs) != 1 {
-		t.Fatalf("order has %d authorizations, want 1", len(order.AuthzURLs))
-	}
-	authz, err := client.GetAuthorization(ctx, order.AuthzURLs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if authz.Status != acme.StatusPending {
-		t.Fatalf("authorization is %q, want pending (PEBBLE_AUTHZREUSE=0)", authz.Status)
-	}
-	var chal *acme.Challenge
-	for _, c := range authz.Challenges {
-		if c.Type == "http-01" {
-			chal = c
+	der := obtainCert(ctx, t, peb, client, "a.test", "http-01", func(chal *acme.Challenge) {
+		body, err := client.HTTP01ChallengeResponse(chal.Token)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if chal == nil {
-		t.Fatal("no http-01 challenge offered")
-	}
-	body, err := client.HTTP01ChallengeResponse(chal.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	answers[client.HTTP01ChallengePath(chal.Token)] = body
-	mu.Unlock()
-	if _, err := client.Accept(ctx, chal); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.WaitAuthorization(ctx, authz.URI); err != nil {
-		t.Fatalf("authorization: %v\n%s", err, Tail(peb.Log(), 3000))
-	}
-	if order, err = client.WaitOrder(ctx, order.URI); err != nil {
-		t.Fatal(err)
-	}
-	certKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{"a.test"}}, certKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _, err := client.CreateCertFromOrder(ctx, order, csr, true)
-	if err != nil {
-		t.Fatalf("finalizing: %v\n%s", err, Tail(peb.Log(), 3000))
-	}
+		mu.Lock()
+		answers[client.HTTP01ChallengePath(chal.Token)] = body
+		mu.Unlock()
+	})
 	mu.Lock()
 	if len(asked) == 0 || !strings.HasPrefix(asked[0], "a.test") {
 		t.Errorf("challenge requests came for hosts %q, want a.test", asked)
@@ -138,15 +99,7 @@ func TestPebbleIssuesACertificateForAnHTTP01Answer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inter := x509.NewCertPool()
-	for _, d := range der[1:] {
-		c, err := x509.ParseCertificate(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inter.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "a.test", Roots: peb.RootPool(), Intermediates: inter}); err != nil {
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "a.test", Roots: peb.RootPool(), Intermediates: poolOf(t, der[1:])}); err != nil {
 		t.Fatalf("the certificate does not verify against /roots/0: %v", err)
 	}
 	if life := leaf.NotAfter.Sub(leaf.NotBefore); life < 40*time.Second || life > 50*time.Second {
@@ -167,7 +120,7 @@ func TestPebbleIssuesACertificateForAnHTTP01Answer(t *testing.T) {
 	if len(issued) != 1 {
 		t.Fatalf("Issued() has %d certificates, want 1", len(issued))
 	}
-	if issued[0].Serial != strings.ToLower(leaf.SerialNumber.Text(16)) || len(issued[0].Names) != 1 || issued[0].Names[0] != "a.test" {
+	if issued[0].Serial != leaf.SerialNumber.Text(16) || len(issued[0].Names) != 1 || issued[0].Names[0] != "a.test" {
 		t.Errorf("Issued()[0] = serial %s names %q, want serial %x names [a.test]", issued[0].Serial, issued[0].Names, leaf.SerialNumber)
 	}
 	if !issued[0].NotAfter.Equal(leaf.NotAfter) {
@@ -219,6 +172,142 @@ func TestPebbleIssuesACertificateForAnHTTP01Answer(t *testing.T) {
 	if n, m := peb.IssuedFor("a.test"), peb.Orders(); n != 1 || m != 1 {
 		t.Errorf("after two restarts IssuedFor(a.test) = %d, Orders() = %d, want 1 and 1", n, m)
 	}
+}
+
+// obtainCert orders a certificate for name from peb with client (registered), answers the challenge of
+// type typ with answer (which puts the response in place) and returns the chain, leaf first.
+func obtainCert(ctx context.Context, t *testing.T, peb *Pebble, client *acme.Client, name, typ string, answer func(*acme.Challenge)) [][]byte {
+	t.Helper()
+	order, err := client.AuthorizeOrder(ctx, acme.DomainIDs(name))
+	if err != nil {
+		t.Fatalf("ordering: %v\n%s", err, Tail(peb.Log(), 3000))
+	}
+	if len(order.AuthzURLs) != 1 {
+		t.Fatalf("order has %d authorizations, want 1", len(order.AuthzURLs))
+	}
+	authz, err := client.GetAuthorization(ctx, order.AuthzURLs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authz.Status != acme.StatusPending {
+		t.Fatalf("authorization is %q, want pending (PEBBLE_AUTHZREUSE=0)", authz.Status)
+	}
+	var chal *acme.Challenge
+	for _, c := range authz.Challenges {
+		if c.Type == typ {
+			chal = c
+		}
+	}
+	if chal == nil {
+		t.Fatalf("no %s challenge offered", typ)
+	}
+	answer(chal)
+	if _, err := client.Accept(ctx, chal); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.WaitAuthorization(ctx, authz.URI); err != nil {
+		t.Fatalf("authorization: %v\n%s", err, Tail(peb.Log(), 3000))
+	}
+	if order, err = client.WaitOrder(ctx, order.URI); err != nil {
+		t.Fatal(err)
+	}
+	certKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{name}}, certKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _, err := client.CreateCertFromOrder(ctx, order, csr, true)
+	if err != nil {
+		t.Fatalf("finalizing: %v\n%s", err, Tail(peb.Log(), 3000))
+	}
+	return der
+}
+
+// TestPebbleValidatesTLSALPN01OnTheTLSPort checks the kit's TLSPort: pebble connects there for
+// tls-alpn-01 (SNI the name, ALPN acme-tls/1), and the certificate is issued and counted.
+func TestPebbleValidatesTLSALPN01OnTheTLSPort(t *testing.T) {
+	tlsAddr := Addr(t)
+	_, port, _ := net.SplitHostPort(tlsAddr)
+	tlsPort, _ := strconv.Atoi(port)
+	peb := StartPebble(t, PebbleConfig{TLSPort: tlsPort})
+
+	var mu sync.Mutex
+	var chalCert *tls.Certificate
+	var sni []string
+	ln, err := tls.Listen("tcp", tlsAddr, &tls.Config{
+		NextProtos: []string{"acme-tls/1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sni = append(sni, hello.ServerName)
+			return chalCert, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				c.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
+				c.(*tls.Conn).Handshake()                      //nolint:errcheck
+				c.Close()
+			}()
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	accountKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	client := &acme.Client{Key: accountKey, DirectoryURL: peb.DirectoryURL, HTTPClient: peb.HTTPClient()}
+	if _, err := client.Register(ctx, &acme.Account{}, acme.AcceptTOS); err != nil {
+		t.Fatalf("registering: %v\n%s", err, Tail(peb.Log(), 3000))
+	}
+	der := obtainCert(ctx, t, peb, client, "b.test", "tls-alpn-01", func(chal *acme.Challenge) {
+		c, err := client.TLSALPN01ChallengeCert(chal.Token, "b.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		chalCert = &c
+		mu.Unlock()
+	})
+	leaf, err := x509.ParseCertificate(der[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "b.test", Roots: peb.RootPool(), Intermediates: poolOf(t, der[1:])}); err != nil {
+		t.Fatalf("the certificate does not verify against /roots/0: %v", err)
+	}
+	mu.Lock()
+	if len(sni) == 0 || sni[0] != "b.test" {
+		t.Errorf("tls-alpn-01 handshakes came with SNI %q, want b.test", sni)
+	}
+	mu.Unlock()
+	if n, m := peb.IssuedFor("b.test"), peb.Validations("b.test"); n != 1 || m != 1 {
+		t.Errorf("IssuedFor(b.test) = %d, Validations(b.test) = %d, want 1 and 1", n, m)
+	}
+	if life := leaf.NotAfter.Sub(leaf.NotBefore); life < 89*24*time.Hour {
+		t.Errorf("with no Validity the certificate lives %s, want pebble's default 90 days", life)
+	}
+}
+
+func poolOf(t *testing.T, ders [][]byte) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	for _, d := range ders {
+		c, err := x509.ParseCertificate(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool.AddCert(c)
+	}
+	return pool
 }
 
 // TestFindPebbleBinaryLooksInGoBin checks that the kit finds a go-installed pebble that is not on PATH
