@@ -12,6 +12,8 @@ package acme
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -241,7 +243,7 @@ func (a *answer) code() int {
 }
 
 // onEvent is the library's event handler: it keeps the status and the counters and calls the hooks.
-func (m *Manager) onEvent(_ context.Context, ev string, data map[string]any) error {
+func (m *Manager) onEvent(ctx context.Context, ev string, data map[string]any) error {
 	name, _ := data["identifier"].(string)
 	renewal, _ := data["renewal"].(bool)
 	switch ev {
@@ -251,10 +253,7 @@ func (m *Manager) onEvent(_ context.Context, ev string, data map[string]any) err
 		} else {
 			m.obtained.Add(1)
 		}
-		var notAfter time.Time
-		if c := m.cached(name); c != nil {
-			notAfter = c.Leaf.NotAfter
-		}
+		notAfter := m.storedNotAfter(ctx, data["certificate_path"]) // (not in the cache yet)
 		m.mu.Lock()
 		if st := m.status[name]; st != nil {
 			st.Obtained, st.LastError, st.FailedAt = time.Now(), "", time.Time{}
@@ -283,6 +282,27 @@ func (m *Manager) onEvent(_ context.Context, ev string, data map[string]any) err
 		}
 	}
 	return nil
+}
+
+// storedNotAfter is the expiry of the certificate stored at key (zero when it cannot be read).
+func (m *Manager) storedNotAfter(ctx context.Context, key any) time.Time {
+	k, _ := key.(string)
+	if k == "" {
+		return time.Time{}
+	}
+	data, err := m.magic.Storage.Load(ctx, k)
+	if err != nil {
+		return time.Time{}
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return time.Time{}
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return time.Time{}
+	}
+	return c.NotAfter
 }
 
 // Status is each domain's state, in the order of domains.
