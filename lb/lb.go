@@ -12,7 +12,8 @@
 //
 // The supervisor: lb.go (LB: New, Start, Close; a generation is one config and the routes built from
 // it), reload.go (Reload step by step, and the list of what a running fairlead holds), listeners.go
-// (the listeners and the wiring of lb/frontend), tunnels.go (the tunnel engines and the closing of
+// (the listeners and the wiring of lb/frontend), certificates.go (the certificates tls_listen serves:
+// the files' and [frontend.acme]'s, whose manager, lb/acme, lives across reloads), tunnels.go (the tunnel engines and the closing of
 // tunnels on events), discovery.go (package discovery's lists put in force in their pools),
 // statefile.go (the state file and the fast start), events.go (the event stream's subscribers: counts,
 // the log, slow_start ramps), metrics.go and histogram.go (the metrics written at scrape time), admin.go
