@@ -18,14 +18,15 @@ import (
 	"github.com/fairlead/fairlead/lb/config"
 )
 
-// acmeFor is the manager of cfg's [frontend.acme]: old when it runs the same table (it goes on), a
+// acmeFor is the manager of cfg's [frontend.acme]: old when it runs the same table on the same
+// listeners (it goes on), a
 // new one not yet managing (fresh: Manage it once the listeners are bound), or nil without the table.
 func (lb *LB) acmeFor(cfg *config.Config, old *acme.Manager) (m *acme.Manager, fresh bool, err error) {
 	a := cfg.Frontend.ACME
 	switch {
 	case a == nil:
 		return nil, false, nil
-	case old != nil && old.Config().Same(a):
+	case old != nil && old.Runs(a, cfg.Frontend.Listen, cfg.Frontend.TLSListen):
 		return old, false, nil
 	}
 	m, err = acme.New(a, cfg.Frontend.Listen, cfg.Frontend.TLSListen, acme.Hooks{

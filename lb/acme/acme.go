@@ -49,6 +49,7 @@ type Hooks struct {
 // reloads that keep the table the same (config.ACME.Same) and is replaced otherwise.
 type Manager struct {
 	cfg    *config.ACME
+	addrs  [2]string // the listen and tls_listen it answers challenges on
 	names  map[string]bool
 	cache  *certmagic.Cache
 	magic  *certmagic.Config
@@ -77,7 +78,7 @@ type NameStatus struct {
 // front end's listen and tls_listen addresses (httpAddr "" when there is none: HTTP-01 is then not
 // offered); the library is told their ports so that it answers the challenges through them.
 func New(c *config.ACME, httpAddr, tlsAddr string, h Hooks) (*Manager, error) {
-	m := &Manager{cfg: c, names: map[string]bool{}, hooks: h, status: map[string]*NameStatus{}}
+	m := &Manager{cfg: c, addrs: [2]string{httpAddr, tlsAddr}, names: map[string]bool{}, hooks: h, status: map[string]*NameStatus{}}
 	for _, d := range c.Domains {
 		m.names[d] = true
 		m.status[d] = &NameStatus{Name: d}
@@ -132,8 +133,11 @@ func (m *Manager) Close() {
 	m.cache.Stop()
 }
 
-// Config is the table m runs.
-func (m *Manager) Config() *config.ACME { return m.cfg }
+// Runs reports whether m runs table c with the challenges on httpAddr and tlsAddr: a reload that
+// keeps all three keeps m.
+func (m *Manager) Runs(c *config.ACME, httpAddr, tlsAddr string) bool {
+	return m.cfg.Same(c) && m.addrs == [2]string{httpAddr, tlsAddr}
+}
 
 // Manages reports whether name (lower case, no trailing dot) is one of the domains.
 func (m *Manager) Manages(name string) bool { return m.names[name] }
