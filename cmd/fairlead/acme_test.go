@@ -198,12 +198,23 @@ type certDoc struct {
 
 func (p *acmeProc) metric(series string) int64 { return p.MetricInt(series) }
 
-// getVia sends GET / over TLS for SNI and Host name, trusting pebble's root, and returns the status.
-func (p *acmeProc) getVia(name string) int {
+// getVia sends GET over TLS with Host name, verifying the certificate for name against pebble's root.
+func (p *acmeProc) getVia(name string) int { return p.getTrusting(name, name, p.roots) }
+
+// getViaFile is getVia verifying the certificate from files instead.
+func (p *acmeProc) getViaFile(name string) int {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.file.TLS.Leaf)
+	return p.getTrusting(name, fileCertName, pool)
+}
+
+// getTrusting sends GET over TLS with Host host, verifying the certificate for serverName (also the
+// SNI) against roots, and returns the status (0 on failure).
+func (p *acmeProc) getTrusting(host, serverName string, roots *x509.CertPool) int {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{ServerName: name, RootCAs: p.roots}}}
+		TLSClientConfig: &tls.Config{ServerName: serverName, RootCAs: roots}}}
 	req, _ := http.NewRequest(http.MethodGet, "https://"+p.tlsAddr+"/Thingworx/Things", nil)
-	req.Host = name
+	req.Host = host
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0
@@ -398,22 +409,6 @@ func TestACMEServerDownAtStartKeepsTheListenerAndAReloadObtainsAtOnce(t *testing
 	if got := p.metric(`fairlead_acme_failing{name="` + name + `"}`); got != 0 {
 		t.Errorf("fairlead_acme_failing = %d once obtained", got)
 	}
-}
-
-// getViaFile sends GET over TLS trusting the certificate from files.
-func (p *acmeProc) getViaFile(name string) int {
-	pool := x509.NewCertPool()
-	pool.AddCert(p.file.TLS.Leaf)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{ServerName: fileCertName, RootCAs: pool}}}
-	req, _ := http.NewRequest(http.MethodGet, "https://"+p.tlsAddr+"/Thingworx/Things", nil)
-	req.Host = name
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // An HA pair shares storage: one instance obtains the certificate, the other loads it, and either
