@@ -6,9 +6,11 @@ package main
 // TLS-ALPN-01 on tls_listen.
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 )
 
 // acmeProc is a fairlead process with [frontend.acme] in front of a simulated cluster.
@@ -398,6 +402,13 @@ func TestACMEServerDownAtStartKeepsTheListenerAndAReloadObtainsAtOnce(t *testing
 	if docs := p.certificates(); len(docs) != 2 || docs[1].LastError == "" || !docs[1].NotAfter.IsZero() {
 		t.Errorf("/api/status certificates: %+v", docs)
 	}
+	// The status page's Certificates table says so, in red, beside the file's certificate.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b := browser.Open(t, ctx)
+	b.Do("open the status page", chromedp.Navigate("http://"+admin+"/"))
+	b.WaitFor(10*time.Second, "the ACME domain failing on the page", fmt.Sprintf(
+		`(() => { const r = document.querySelector('#certs tr[data-cert=%q][data-source="acme"]'); return r !== null && r.textContent.includes("not obtained yet") && r.textContent.includes("failing since") && r.querySelector("td.bad") !== null && document.querySelector('#certs tr[data-source="file"]') !== null })()`, name))
 
 	if err := os.WriteFile(filepath.Join(dir, "10-acme.toml"), []byte(acmeConfig(t, c, listen, tlsAddr, admin, "", pb, storage, file, name)), 0o644); err != nil {
 		t.Fatal(err)
