@@ -5,7 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +19,9 @@ import (
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
 )
 
 // Two relays on one path by host ([relays.NAME] hosts) through a running fairlead: a test and a
@@ -257,4 +265,149 @@ func TestRelaysByHostDoNotAllocatePerRequest(t *testing.T) {
 	}
 	wantNoAllocsGET(t, rc, routed, "request on neither relay's host (both relays passed by host, then routed)")
 	wantNoAllocsGET(t, rc, relayed, "relay snapshot by host")
+}
+
+// The config's relay checks (lb/config: two relays that "overlap", a route that "never matches") and
+// lb's dispatch agree: for random relay sets over a small alphabet of path templates (other names of
+// one path, literals where another has a name, a literal no value can be, paths under /apprapp/) and
+// App Configuration relays (two instances), with hosts as TestTheShadowingCheckAgreesWithRouteMatchingOnHosts
+// draws them, and a few routes after them: two relays are reported exactly when some request (host,
+// path) is taken by both (relayBinding.takes, as serveRelay asks each relay), and a route exactly when
+// no request, upgrade or not, reaches it past the relays and the routes before it. The requests tried
+// are paths of one to three segments of the templates' literals and "x", each route's prefix alone and
+// followed by three segments more, on each pattern's own name, a fresh label under each wildcard and a
+// fresh host.
+func TestTheRelayChecksAgreeWithLbsDispatchOnPathsAndHosts(t *testing.T) {
+	templates := []string{"/relay/{a}/{b}", "/relay/{c}/{d}", "/relay/inv/{b}", "/relay/{a}", "/{a}/{b}", "/apprapp/{a}",
+		"/cfg/{a}/{b}", "/relay/a~b/{b}", "/{a}/inv/x"}
+	hosts := []string{"a.x", "A.X", "b.x", "*.x", "c.y.x", "*.Y.x"}
+	routePaths := []string{"/apprapp/", "/apprapp/x", "/apprapp/feature", "/apprapp", "/relay/", "/"}
+	probeHosts := []string{"a.x", "b.x", "zz.x", "c.y.x", "zz.y.x", "fresh.host", "x"}
+	segs := []string{"relay", "inv", "apprapp", "cfg", "a~b", "x"}
+	probePaths := slices.Clone(routePaths)
+	for _, p := range routePaths {
+		probePaths = append(probePaths, strings.TrimSuffix(p, "/")+"/x/x/x")
+	}
+	for _, a := range segs {
+		probePaths = append(probePaths, "/"+a)
+		for _, b := range segs {
+			probePaths = append(probePaths, "/"+a+"/"+b)
+			for _, c := range segs {
+				probePaths = append(probePaths, "/"+a+"/"+b+"/"+c)
+			}
+		}
+	}
+	apikey := filepath.Join(t.TempDir(), "apikey")
+	if err := os.WriteFile(apikey, []byte("k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(39, 2))
+	pick := func(from []string) []string {
+		var out []string
+		for range rng.IntN(3) {
+			out = append(out, from[rng.IntN(len(from))])
+		}
+		return out
+	}
+	const pools = "[pools.p]\nservers = [\"127.0.0.1:9\"]\n[pools.q]\nservers = [\"127.0.0.1:9\"]\n"
+	overlaps := regexp.MustCompile(`relays\.(r\d)\.(?:path|protocol): .* overlaps relays\.(r\d)\.`)
+	never := regexp.MustCompile(`routes\.(\d+): never matches`)
+	var ctx fasthttp.RequestCtx
+	var kb [256]byte
+	seen := map[string]int{}
+	for n := range 150 {
+		var all strings.Builder
+		all.WriteString(pools)
+		var bs []relayBinding
+		for i := range 2 + rng.IntN(2) {
+			var toml string
+			name := fmt.Sprintf("r%d", i)
+			if rng.IntN(3) == 0 {
+				toml = fmt.Sprintf("[relays.%s]\npool = \"p\"\nprotocol = \"appconfiguration\"\nguid = \"g%d\"\napikey_file = %q\nhosts = %s\n",
+					name, rng.IntN(2), apikey, tomlList(pick(hosts)))
+			} else {
+				tmpl := templates[rng.IntN(len(templates))]
+				toml = fmt.Sprintf("[relays.%s]\npool = \"p\"\npath = %q\nsnapshot = %q\nevents = %q\nhosts = %s\n",
+					name, tmpl, "/s"+tmpl, "/e"+tmpl, tomlList(pick(hosts)))
+			}
+			all.WriteString(toml)
+			// The relay alone, as a generation binds it (takes needs its spec, not its running relay).
+			cfg, err := config.Load(testkit.WriteFiles(t, map[string]string{"a.toml": pools + toml}))
+			if err != nil {
+				t.Fatalf("config %d: relay %s alone: %v", n, name, err)
+			}
+			bs = append(bs, relayBinding{spec: cfg.RelaySpecs[name]})
+		}
+		var rs []route
+		for range rng.IntN(4) {
+			r := route{hosts: pick(hosts), paths: pick(routePaths), websocket: rng.IntN(4) == 0}
+			fmt.Fprintf(&all, "[[routes]]\npool = \"q\"\nhosts = %s\npaths = %s\nwebsocket = %v\n", tomlList(r.hosts), tomlList(r.paths), r.websocket)
+			r.hosts = config.LowerHosts(r.hosts)
+			rs = append(rs, r)
+		}
+
+		reportedPairs, reportedRoutes := map[[2]string]bool{}, map[int]bool{}
+		if _, err := config.Load(testkit.WriteFiles(t, map[string]string{"a.toml": all.String()})); err != nil {
+			for _, m := range overlaps.FindAllStringSubmatch(err.Error(), -1) {
+				reportedPairs[[2]string{min(m[1], m[2]), max(m[1], m[2])}] = true
+			}
+			for _, m := range never.FindAllStringSubmatch(err.Error(), -1) {
+				i, _ := strconv.Atoi(m[1])
+				reportedRoutes[i] = true
+			}
+			if len(reportedPairs)+len(reportedRoutes) == 0 {
+				t.Fatalf("config %d: %v\n%s", n, err, all.String())
+			}
+		}
+		takenPairs, reached := map[[2]string]bool{}, map[int]bool{}
+		for _, h := range probeHosts {
+			for _, p := range probePaths {
+				ctx.Request.Reset()
+				ctx.Request.SetRequestURI(p)
+				var takers []string
+				for i := range bs {
+					if _, ok := bs[i].takes(&ctx, []byte(h), kb[:0]); ok {
+						takers = append(takers, bs[i].spec.Name)
+					}
+				}
+				for i, a := range takers {
+					for _, b := range takers[i+1:] {
+						takenPairs[[2]string{a, b}] = true
+					}
+				}
+				if len(takers) > 0 {
+					continue // a relay answers it
+				}
+				for _, upgrade := range []bool{false, true} {
+					for i := range rs {
+						if rs[i].matches([]byte(h), ctx.Path(), upgrade) {
+							reached[i] = true
+							break
+						}
+					}
+				}
+			}
+		}
+		for i, a := range bs {
+			for _, b := range bs[i+1:] {
+				pair := [2]string{a.spec.Name, b.spec.Name}
+				if reportedPairs[pair] != takenPairs[pair] {
+					t.Errorf("config %d: relays %s and %s reported overlapping %v, a request taken by both %v\n%s", n, pair[0], pair[1], reportedPairs[pair], takenPairs[pair], all.String())
+				}
+				seen[fmt.Sprintf("overlap %v", takenPairs[pair])]++
+			}
+		}
+		for i := range rs {
+			if reportedRoutes[i] == reached[i] {
+				t.Errorf("config %d: routes.%d reported shadowed %v, reached by a request %v\n%s", n, i, reportedRoutes[i], reached[i], all.String())
+			}
+			seen[fmt.Sprintf("route reached %v", reached[i])]++
+		}
+	}
+	for _, k := range []string{"overlap true", "overlap false", "route reached true", "route reached false"} {
+		if seen[k] < 20 {
+			t.Errorf("%s: %d cases (%v): the random configs try too few", k, seen[k], seen)
+		}
+	}
+	t.Logf("cases: %v", seen)
 }
