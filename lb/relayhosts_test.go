@@ -36,6 +36,7 @@ import (
 type twoRelays struct {
 	l          *LB
 	tlsAddr    string
+	dir        string // the config directory: 10-relays.toml, 20-more.toml
 	h2         *http.Client
 	test, prod *sim.Cluster
 }
@@ -63,8 +64,12 @@ func startTwoRelays(t *testing.T, more string) *twoRelays {
 			Set("upstream_headers_file", headers)
 	}
 	env := newTLSEnv(t, "fairlead test CA")
-	l, _, tlsAddr, _ := startTLSLB(t, map[string]string{"10-relays.toml": c.String(), "20-more.toml": more}, env.issue(t, "frontend", tlsName, "127.0.0.1"), "")
-	f.l, f.tlsAddr, f.h2 = l, tlsAddr, (&rawFront{env: env}).h2Client(t)
+	l, _, tlsAddr, dir := startTLSLB(t, map[string]string{"10-relays.toml": c.String(), "20-more.toml": more}, env.issue(t, "frontend", tlsName, "127.0.0.1"), "")
+	f.l, f.tlsAddr, f.dir, f.h2 = l, tlsAddr, dir, (&rawFront{env: env}).h2Client(t)
+	// Each relay's upstream session open before a test publishes, so that the change reaches it.
+	testkit.Eventually(t, "each relay's upstream session", 10*time.Second, func() bool {
+		return testkit.OneSessionPerTopic(f.test.Configs[0], twoRelaysTopic) && testkit.OneSessionPerTopic(f.prod.Configs[0], twoRelaysTopic)
+	})
 	return f
 }
 
@@ -182,6 +187,59 @@ func TestTwoRelaysOnOnePathAnswerEachItsOwnHostOverHTTP1AndHTTP2(t *testing.T) {
 		if err != nil || ch.Topic != twoRelaysTopic || ch.Version != want[s.cluster] {
 			t.Errorf("%s: change %q (%v), want %s version %d of cluster %s", s.name, raw, err, twoRelaysTopic, want[s.cluster], s.cluster)
 		}
+	}
+}
+
+// A reload that moves hosts from one relay to the other applies to the next request, and keeps both
+// relays running (hosts are not part of a relay's fingerprint): their upstream sessions stay, and a
+// subscriber keeps the relay it subscribed to. A reload that would let one host reach both is refused
+// and the running config keeps serving.
+func TestAReloadMovesHostsBetweenRelaysOnOnePathAtOnce(t *testing.T) {
+	f := startTwoRelays(t, "")
+	publish(t, f.test, "test")
+	publish(t, f.prod, "prod")
+	clusterAt := func(host string) string {
+		t.Helper()
+		r := f.get(t, false, host, "/relay/"+twoRelaysTopic)
+		if r.status != 200 {
+			return r.String()
+		}
+		cluster, _ := clusterOf(t, r.body)
+		return cluster
+	}
+	testkit.Eventually(t, "both relays to hold their cluster's configuration", 10*time.Second, func() bool {
+		return clusterAt("test.example.com") == "test" && clusterAt("prod.example.com") == "prod"
+	})
+	sub := f.dialSSE(t, "test.example.com")
+	if cluster, _ := sub.next(t); cluster != "test" {
+		t.Fatalf("SSE on test.example.com: cluster %q", cluster)
+	}
+	sessions := func() (int64, int64) {
+		return f.test.Configs[0].Stats().Topics[twoRelaysTopic].SessionsTotal, f.prod.Configs[0].Stats().Topics[twoRelaysTopic].SessionsTotal
+	}
+	st, sp := sessions()
+
+	mustWriteFile(t, filepath.Join(f.dir, "20-more.toml"), "[relays.test]\nhosts = [\"prod.example.com\"]\n[relays.prod]\nhosts = [\"test.example.com\"]\n")
+	mustReloadDir(t, f.l, f.dir)
+	for host, want := range map[string]string{"test.example.com": "prod", "prod.example.com": "test", "eu.prod.example.org": "404"} {
+		if got := clusterAt(host); got != want && !(want == "404" && strings.HasPrefix(got, "404")) {
+			t.Errorf("after the reload, %s: %s, want %s", host, got, want)
+		}
+	}
+	if nt, np := sessions(); nt != st || np != sp {
+		t.Errorf("upstream sessions opened: test %d → %d, prod %d → %d; want both relays kept", st, nt, sp, np)
+	}
+	v := publish(t, f.test, "test")
+	if cluster, got := sub.next(t); cluster != "test" || got != v {
+		t.Errorf("the SSE subscriber of relay test after the reload: cluster %q version %d, want test version %d", cluster, got, v)
+	}
+
+	mustWriteFile(t, filepath.Join(f.dir, "20-more.toml"), "[relays.test]\nhosts = [\"*.example.com\"]\n")
+	if err := reloadDir(f.l, f.dir); err == nil || !strings.Contains(err.Error(), `relays.test.path: "/relay/{collection}/{environment}" on hosts "*.example.com" overlaps relays.prod.path`) {
+		t.Errorf("a reload giving both relays prod.example.com: %v, want refused naming both", err)
+	}
+	if got := clusterAt("test.example.com"); got != "prod" {
+		t.Errorf("after the refused reload, test.example.com: %s, want the running config's prod", got)
 	}
 }
 
