@@ -127,10 +127,10 @@ func TestARouteUnderAnAppConfigurationRelayNeverMatches(t *testing.T) {
 	}
 	loadFails(t, "a route under /apprapp/", ibm, route(`["/apprapp/feature"]`, ""),
 		`20-bad.toml: routes.0: never matches (paths "/apprapp/feature"): relays.ibm (paths "/apprapp/", protocol "appconfiguration", in `,
-		`10-base.toml) comes before it and matches every request it could; narrow the paths of routes.0 and relays.ibm`)
+		`10-base.toml) comes before it and matches every request it could; narrow the paths of routes.0, or the hosts of relays.ibm`)
 	loadFails(t, "a route under /apprapp/ on the relay's host", ibm, route(`["/apprapp/"]`, `["twx.example.com"]`)+"[relays.ibm]\nhosts = [\"*.example.com\"]\n",
 		`routes.0: never matches (paths "/apprapp/", hosts "twx.example.com"): relays.ibm (paths "/apprapp/", hosts "*.example.com", protocol "appconfiguration", in `,
-		"narrow the paths or hosts of routes.0 and relays.ibm")
+		"narrow the paths or hosts of routes.0, or the hosts of relays.ibm")
 	for name, extra := range map[string]string{
 		"a route on another host":         route(`["/apprapp/"]`, `["other.example.com"]`) + "[relays.ibm]\nhosts = [\"twx.example.com\"]\n",
 		"a route with a path beside it":   route(`["/apprapp"]`, ""), // "/apprapp" itself, and "/apprappx", are not the relay's

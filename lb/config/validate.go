@@ -347,12 +347,14 @@ func (c *Config) validateRouteOrder() []string {
 		if by == nil {
 			continue
 		}
-		var names, keys, routeKeys []string
+		var names, keys, routeKeys, relayKeys []string
 		for _, j := range by {
 			key := keyOf(j)
 			keys = append(keys, key)
 			if j >= nr {
 				routeKeys = append(routeKeys, key)
+			} else {
+				relayKeys = append(relayKeys, key)
 			}
 			names = append(names, fmt.Sprintf("%s (%s, in %s)", key, describe(j), c.fileAt(key)))
 		}
@@ -366,8 +368,9 @@ func (c *Config) validateRouteOrder() []string {
 			narrow = "the paths or hosts"
 		}
 		fix := fmt.Sprintf("put %s first or narrow %s of %s", key, narrow, strings.Join(keys, " and "))
-		if len(routeKeys) < len(keys) { // relays come before every route
-			fix = fmt.Sprintf("narrow %s of %s", narrow, strings.Join(append([]string{key}, keys...), " and "))
+		if len(relayKeys) > 0 { // relays come before every route, and their paths are implied
+			fix = fmt.Sprintf("narrow %s of %s, or the hosts of %s", narrow, strings.Join(append([]string{key}, routeKeys...), " and "),
+				strings.Join(relayKeys, " and "))
 		}
 		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; %s",
 			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, fix))
