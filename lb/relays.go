@@ -191,14 +191,13 @@ func (rp *relayPool) Report(server string, err error) {
 func (rp *relayPool) Changed() <-chan struct{} { return rp.lb.bus.Changed(rp.name) }
 
 // serveRelay answers the request if its host and path match a relay's; it reports whether one did.
+// Relays are tried by name, but lb/config refuses two that could take one request (relayOverlaps), so
+// the order never decides.
 func (px *proxy) serveRelay(ctx *fasthttp.RequestCtx, g *generation, host []byte, upgradeHeader bool) bool {
 	var kb [256]byte
 	for i := range g.relays {
 		b := &g.relays[i]
-		if !config.HostMatches(b.spec.Hosts, host) {
-			continue
-		}
-		req, ok := b.rr.Match(ctx, kb[:0])
+		req, ok := b.takes(ctx, host, kb[:0])
 		if !ok {
 			continue
 		}
@@ -207,6 +206,17 @@ func (px *proxy) serveRelay(ctx *fasthttp.RequestCtx, g *generation, host []byte
 		return true
 	}
 	return false
+}
+
+// takes reports whether relay b takes the request: its host (without port, as frontend.AuthorityHost
+// gives it) matches the generation's hosts of the relay, then its path the relay's (relay.Match, whose
+// topic key is appended to dst; the path, protocol and instance are in the running relay's fingerprint,
+// so b.spec's are its own). It allocates nothing.
+func (b *relayBinding) takes(ctx *fasthttp.RequestCtx, host, dst []byte) (relay.Request, bool) {
+	if !config.HostMatches(b.spec.Hosts, host) {
+		return relay.Request{}, false
+	}
+	return relay.Match(b.spec, ctx, dst)
 }
 
 // relayRequest answers one request relay b matched: route auth first (a refused key is counted by the

@@ -75,6 +75,12 @@ func TestEveryConfigErrorExits2NamingFileAndKey(t *testing.T) {
 	f("empty server list", "[pools.cx]\nservers = []\n", "pools.cx.servers: empty server list")
 	f("bad duration", "[pools.platform.check]\ntimeout = \"five seconds\"\n", "pools.platform.check.timeout: bad duration")
 	f("bad address", "[admin]\nlisten = \"127.0.0.1\"\n", "admin.listen: bad address")
+	f("bad host pattern", "[[routes]]\npool = \"platform\"\nhosts = [\"twx.example.com:443\"]\n", `routes.1.hosts.0: bad host pattern "twx.example.com:443": has a port`)
+	relay := func(name, hosts string) string {
+		return fmt.Sprintf("[relays.%s]\npool = \"cfg\"\npath = \"/relay/{t}\"\nsnapshot = \"/s/{t}\"\nevents = \"/e/{t}\"\nhosts = %s\n", name, hosts)
+	}
+	f("two relays on one path and host", "[pools.cfg]\nservers = [\"127.0.0.1:9281\"]\n"+relay("prod", `["*.example.com"]`)+relay("test", `["twx.example.com"]`),
+		`relays.test.path: "/relay/{t}" on hosts "twx.example.com" overlaps relays.prod.path "/relay/{t}" on hosts "*.example.com" (in `)
 
 	// Every error is listed, not only the first.
 	dir := testkit.WriteFiles(t, map[string]string{"a.toml": "[frontend]\nlisen = 1\n[pools.p]\nservers = []\n[[routes]]\npool = \"q\"\n"})

@@ -532,9 +532,10 @@ type Check struct {
 // kind of request B takes (A is not websocket = true, or B is too) on that host pattern (A has no hosts,
 // or one of its patterns is B's, or is "*.x" where B's is a name of one label more under x or "*.x"
 // itself); different prefixes and hosts of B may be covered by different earlier routes. A partial overlap is
-// allowed. Put specific routes before the catch-all, as conf.d does. A relay never shadows a route: its
-// path template matches paths of a fixed number of segments only, so longer paths under the route's
-// prefix still reach the route.
+// allowed. Put specific routes before the catch-all, as conf.d does. A generic relay never shadows a
+// route: its path template matches paths of a fixed number of segments only, so longer paths under the
+// route's prefix still reach the route. An App Configuration relay takes every path under /apprapp/ on
+// its hosts, before any route: a route it always takes is refused the same way, naming the relay.
 type Route struct {
 	// The pool that serves matching requests. Required.
 	Pool string `toml:"pool"`
@@ -675,11 +676,20 @@ type Relay struct {
 	// opens even before its first configuration (sent as Registration when it comes), and
 	// max_subscribers should leave room for every device.
 	Protocol string `toml:"protocol"`
-	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name};
-	// unique among relays. A topic is the values joined with "/". Required with protocol = "generic".
+	// The client-facing path template: "/"-separated literal and {name} segments, at least one {name}.
+	// A topic is the values joined with "/". Required with protocol = "generic".
 	Path string `toml:"path"`
 	// Host patterns, as a [[routes]] entry's hosts: the relay answers only requests whose host matches
 	// one of them (a request on another host goes on to [[routes]]). None: every host.
+	//
+	// Two relays may take the same paths only on hosts that never meet, such as a test and a
+	// production cluster behind one ingress (test.example.com and prod.example.com, each its relay on
+	// path "/relay/{collection}/{environment}"): relays have no order, so when a request could go to
+	// either (paths of as many segments with, at each, the same literal or a {name}, on hosts of which
+	// one matches both: both without hosts, one without, the same name in any case, or "*.example.com"
+	// and "a.example.com"), the later relay by name is a config error naming both by file and key and a
+	// request both take. An App Configuration relay takes every path under /apprapp/ (404 for an
+	// instance or path it does not serve): two of them, even of other instances, need such hosts too.
 	Hosts []string `toml:"hosts"`
 	// The upstream path of a topic's snapshot (GET), using only path's names. Required with protocol =
 	// "generic".

@@ -154,3 +154,37 @@ func hostCovers(a []string, b string) bool {
 	}
 	return false
 }
+
+// hostsOverlap reports whether some host matches both a and b (lower case; none: every host) and
+// returns one, "" when both match every host. Two patterns share a host when they are equal, or one is
+// "*.x" and the other a name one label under x; two different wildcards never do ("*.x" and "*.y.x"
+// would need a label with a dot).
+func hostsOverlap(a, b []string) (string, bool) {
+	example := func(p string) string {
+		if strings.HasPrefix(p, "*.") {
+			return "x" + p[1:]
+		}
+		return p
+	}
+	switch {
+	case len(a) == 0 && len(b) == 0:
+		return "", true
+	case len(a) == 0:
+		return example(b[0]), true
+	case len(b) == 0:
+		return example(a[0]), true
+	}
+	for _, pa := range a {
+		for _, pb := range b {
+			switch {
+			case pa == pb:
+				return example(pa), true
+			case !strings.HasPrefix(pb, "*.") && HostMatches([]string{pa}, []byte(pb)):
+				return pb, true
+			case !strings.HasPrefix(pa, "*.") && HostMatches([]string{pb}, []byte(pa)):
+				return pa, true
+			}
+		}
+	}
+	return "", false
+}

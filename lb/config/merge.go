@@ -220,11 +220,14 @@ func (c *Config) isSet(key string) bool { _, ok := c.origin[key]; return ok }
 
 // at formats a problem with the file that set key (or the closest enclosing key that some file set).
 func (c *Config) at(key, format string, args ...any) string {
-	file := ""
+	return fmt.Sprintf("%s: %s: %s", c.fileAt(key), key, fmt.Sprintf(format, args...))
+}
+
+// fileAt returns the file that set key, or the nearest table above it, else the first file.
+func (c *Config) fileAt(key string) string {
 	for k := key; k != ""; {
 		if f, ok := c.origin[k]; ok {
-			file = f
-			break
+			return f
 		}
 		i := strings.LastIndexByte(k, '.')
 		if i < 0 {
@@ -232,8 +235,8 @@ func (c *Config) at(key, format string, args ...any) string {
 		}
 		k = k[:i]
 	}
-	if file == "" && len(c.Files) > 0 {
-		file = c.Files[0]
+	if len(c.Files) > 0 {
+		return c.Files[0]
 	}
-	return fmt.Sprintf("%s: %s: %s", file, key, fmt.Sprintf(format, args...))
+	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,8 +94,7 @@ func (c *Config) RelayOnlyPool(name string) bool {
 func (c *Config) validateRelays() []string {
 	var p []string
 	c.RelaySpecs = map[string]*RelaySpec{}
-	byPath := map[string]string{} // path template → relay
-	byGUID := map[string]string{} // App Configuration instance → relay
+	var claims []relayClaim       // what each relay takes, for the overlap check after the loop
 	reported := map[string]bool{} // relay-only pools whose ignored keys were checked
 	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
 		r := c.Relays[name]
@@ -112,6 +112,11 @@ func (c *Config) validateRelays() []string {
 		for j, h := range r.Hosts {
 			if why := hostPatternProblem(h); why != "" {
 				add(fmt.Sprintf("hosts.%d", j), "bad host pattern %q: %s", h, why)
+			}
+		}
+		claim := func(key string, path *paths.Template) {
+			if validHosts(r.Hosts) {
+				claims = append(claims, relayClaim{name: name, key: k + key, hosts: spec.Hosts, path: path})
 			}
 		}
 		var pc *Pool
@@ -159,10 +164,7 @@ func (c *Config) validateRelays() []string {
 			spec.Path, spec.Snapshot, spec.Events = tmpl("path", r.Path), tmpl("snapshot", r.Snapshot), tmpl("events", r.Events)
 			if spec.Path != nil {
 				spec.Names = spec.Path.Names()
-				if other := byPath[r.Path]; other != "" {
-					add("path", "%q is already the path of relays.%s", r.Path, other)
-				}
-				byPath[r.Path] = name
+				claim("path", spec.Path)
 				for key, t := range map[string]*paths.Template{"snapshot": spec.Snapshot, "events": spec.Events} {
 					if t != nil {
 						if err := t.CheckExpandable(spec.Path); err != nil {
@@ -173,7 +175,8 @@ func (c *Config) validateRelays() []string {
 			}
 		case "appconfiguration":
 			spec.Names = []string{"collection", "environment"}
-			p = append(p, c.validateAppConfiguration(k, r, pc, spec, byGUID)...)
+			p = append(p, c.validateAppConfiguration(k, r, pc, spec)...)
+			claim("protocol", nil)
 		default:
 			add("protocol", "unknown protocol %q: \"generic\" or \"appconfiguration\"", r.Protocol)
 		}
@@ -263,13 +266,84 @@ func (c *Config) validateRelays() []string {
 			pc.ResponseTimeout.D, headersSum, sha256Sum(spec.APIKey))
 		c.RelaySpecs[name] = spec
 	}
+	return append(p, c.relayOverlaps(claims)...)
+}
+
+// A relayClaim is the requests a relay takes, for relayOverlaps: those on its hosts (lower case; none:
+// every host) whose path its path template matches, or, with protocol = "appconfiguration" (path nil),
+// every path under /apprapp/ (the relay answers 404 for a path or an instance it does not serve).
+type relayClaim struct {
+	name, key string // the relay, and the key that gives its paths (relays.NAME.path or .protocol)
+	hosts     []string
+	path      *paths.Template
+}
+
+// appConfigPrefix is the first segment of every path an App Configuration relay takes.
+const appConfigPrefix = "apprapp"
+
+// overlap returns a request (host and path) that both a and b take, and whether there is one; the
+// host is "" when it may be any.
+func (a relayClaim) overlap(b relayClaim) (host, path string, ok bool) {
+	host, ok = hostsOverlap(a.hosts, b.hosts)
+	if !ok {
+		return "", "", false
+	}
+	switch {
+	case a.path == nil && b.path == nil:
+		path, ok = "/"+appConfigPrefix+"/wsfeature", true
+	case a.path == nil:
+		path, ok = b.path.Under(appConfigPrefix)
+	case b.path == nil:
+		path, ok = a.path.Under(appConfigPrefix)
+	default:
+		path, ok = a.path.Overlap(b.path)
+	}
+	return host, path, ok
+}
+
+// describe says what a relay takes, for a problem: its key's value and its hosts.
+func (a relayClaim) describe() string {
+	s := `"appconfiguration" (every path under /` + appConfigPrefix + `/)`
+	if a.path != nil {
+		s = strconv.Quote(a.path.String())
+	}
+	if len(a.hosts) > 0 {
+		return s + " on hosts " + quoted(a.hosts)
+	}
+	return s + " on every host"
+}
+
+// relayOverlaps refuses two relays that take a request in common. Relays have no order (a request
+// goes to the first, by name, that takes it), so the other would silently lose it: paths that can be
+// the same (as many segments, and at each the same literal or a {name}) are allowed only on hosts that
+// never are (lb/relays.go's serveRelay tries a relay's hosts before its path). The problem is the
+// later relay's, by name, and names the earlier with its file and a request both take.
+func (c *Config) relayOverlaps(claims []relayClaim) []string {
+	var p []string
+	for j, b := range claims {
+		for _, a := range claims[:j] {
+			host, path, ok := a.overlap(b)
+			if !ok {
+				continue
+			}
+			on := "on any host"
+			if host != "" {
+				on = "on host " + host
+			}
+			fix := "give the two relays hosts that never match the same host, or paths that differ"
+			if a.path == nil && b.path == nil {
+				fix = "give the two relays hosts that never match the same host"
+			}
+			p = append(p, c.at(b.key, "%s overlaps %s %s (in %s): both take %s %s, which only one would answer; %s",
+				b.describe(), a.key, a.describe(), c.fileAt(a.key), path, on, fix))
+		}
+	}
 	return p
 }
 
 // validateAppConfiguration checks the keys of a relay with protocol = "appconfiguration" (k is its
-// table's prefix, pc its pool, nil when missing) and reads its API key into spec. byGUID holds the
-// instances of the relays checked before: two relays cannot answer for one instance.
-func (c *Config) validateAppConfiguration(k string, r *Relay, pc *Pool, spec *RelaySpec, byGUID map[string]string) []string {
+// table's prefix, pc its pool, nil when missing) and reads its API key into spec.
+func (c *Config) validateAppConfiguration(k string, r *Relay, pc *Pool, spec *RelaySpec) []string {
 	var p []string
 	add := func(key, format string, args ...any) { p = append(p, c.at(k+key, format, args...)) }
 	for _, key := range []string{"path", "snapshot", "events"} {
@@ -282,10 +356,7 @@ func (c *Config) validateAppConfiguration(k string, r *Relay, pc *Pool, spec *Re
 		add("guid", "required with protocol = \"appconfiguration\"")
 	case !validGUID(r.GUID):
 		add("guid", "%q is not an instance GUID ([A-Za-z0-9-]+)", r.GUID)
-	case byGUID[r.GUID] != "":
-		add("guid", "%q is already the instance of relays.%s", r.GUID, byGUID[r.GUID])
 	default:
-		byGUID[r.GUID] = strings.TrimSuffix(strings.TrimPrefix(k, "relays."), ".")
 		spec.GUID = r.GUID
 	}
 	spec.GUIDs = map[string]string{}

@@ -247,7 +247,9 @@ func TestAppConfigurationRelayErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("the key in another header", "[relays.ibm.auth]\nheader = \"X-Key\"\n", `20-bad.toml: relays.ibm.auth.header: "X-Key": the App Configuration SDKs send their key in Authorization`)
 	f("Authorization in the headers file", r+fmt.Sprintf("upstream_headers_file = %q\n", hdr), "20-bad.toml: relays.ibm.upstream_headers_file: ", "sets Authorization")
 	f("two relays for one instance", "[relays.again]\npool = \"ibm\"\nprotocol = \"appconfiguration\"\nguid = \"g-primary\"\n"+
-		fmt.Sprintf("apikey_file = %q\n", filepath.Join(dir, "apikey")), `10-base.toml: relays.ibm.guid: "g-primary" is already the instance of relays.again`)
+		fmt.Sprintf("apikey_file = %q\n", filepath.Join(dir, "apikey")),
+		`10-base.toml: relays.ibm.protocol: "appconfiguration" (every path under /apprapp/) on every host overlaps relays.again.protocol`,
+		"20-bad.toml): both take /apprapp/wsfeature on any host")
 	f("App Configuration keys on a generic relay", "[relays.other]\npool = \"ibm\"\npath = \"/o/{a}\"\nsnapshot = \"/s/{a}\"\nevents = \"/e/{a}\"\nguid = \"g\"\n",
 		`20-bad.toml: relays.other.guid: only with protocol = "appconfiguration"`)
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -314,18 +315,49 @@ func (c *Config) validate() []string {
 // and its requests would silently go to another pool (a websocket route after a catch-all sends devices
 // to the platform). The problem names the route and the routes that take its requests, each with its
 // file. A partial overlap (an earlier route takes some of a route's requests) is allowed and common.
+//
+// App Configuration relays come first: each takes every path under /apprapp/ on its hosts (relay.go),
+// so a route that only they and earlier routes match is refused too, naming the relays.
 func (c *Config) validateRouteOrder() []string {
 	var p []string
+	// all is the relays that can shadow a route, as routes, then the routes; keyOf names an entry.
+	var all []Route
+	var relayNames []string
+	for _, name := range slices.Sorted(maps.Keys(c.Relays)) {
+		if r := c.Relays[name]; r.Protocol == "appconfiguration" {
+			all = append(all, Route{Paths: []string{"/" + appConfigPrefix + "/"}, Hosts: r.Hosts})
+			relayNames = append(relayNames, name)
+		}
+	}
+	nr := len(all)
+	all = append(all, c.Routes...)
+	keyOf := func(j int) string {
+		if j < nr {
+			return "relays." + relayNames[j]
+		}
+		return "routes." + strconv.Itoa(j-nr)
+	}
+	describe := func(j int) string {
+		if j < nr {
+			return describeRoute(all[j]) + `, protocol "appconfiguration"`
+		}
+		return describeRoute(all[j])
+	}
 	for i := range c.Routes {
-		by := shadowedBy(c.Routes, i)
+		by := shadowedBy(all, nr+i)
 		if by == nil {
 			continue
 		}
-		var names, keys []string
+		var names, keys, routeKeys, relayKeys []string
 		for _, j := range by {
-			key := "routes." + strconv.Itoa(j)
+			key := keyOf(j)
 			keys = append(keys, key)
-			names = append(names, fmt.Sprintf("%s (%s, in %s)", key, describeRoute(c.Routes[j]), c.origin[key]))
+			if j >= nr {
+				routeKeys = append(routeKeys, key)
+			} else {
+				relayKeys = append(relayKeys, key)
+			}
+			names = append(names, fmt.Sprintf("%s (%s, in %s)", key, describe(j), c.fileAt(key)))
 		}
 		how := "comes before it and matches"
 		if len(by) > 1 {
@@ -333,11 +365,16 @@ func (c *Config) validateRouteOrder() []string {
 		}
 		key := "routes." + strconv.Itoa(i)
 		narrow := "the paths"
-		if len(c.Routes[i].Hosts) > 0 || slices.ContainsFunc(by, func(j int) bool { return len(c.Routes[j].Hosts) > 0 }) {
+		if len(c.Routes[i].Hosts) > 0 || slices.ContainsFunc(by, func(j int) bool { return len(all[j].Hosts) > 0 }) {
 			narrow = "the paths or hosts"
 		}
-		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; put %s first or narrow %s of %s",
-			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, key, narrow, strings.Join(keys, " and ")))
+		fix := fmt.Sprintf("put %s first or narrow %s of %s", key, narrow, strings.Join(keys, " and "))
+		if len(relayKeys) > 0 { // relays come before every route, and their paths are implied
+			fix = fmt.Sprintf("narrow %s of %s, or the hosts of %s", narrow, strings.Join(append([]string{key}, routeKeys...), " and "),
+				strings.Join(relayKeys, " and "))
+		}
+		p = append(p, c.at(key, "never matches (%s): %s %s every request it could; %s",
+			describeRoute(c.Routes[i]), strings.Join(names, " and "), how, fix))
 	}
 	return p
 }
@@ -354,8 +391,10 @@ func (c *Config) validateRouteOrder() []string {
 //     a is not websocket-only or b is (a's prefix that is not a prefix of q leaves q itself, a path b
 //     matches, to b). Prefixes of b are covered one by one, possibly by different earlier routes.
 //
-// Relay paths ([relays.NAME], matched before every route) never shadow a route: a relay matches paths of
-// a fixed number of segments only, and a route's prefix followed by more segments escapes it.
+// Relay paths ([relays.NAME], matched before every route) of protocol = "generic" never shadow a route:
+// such a relay matches paths of a fixed number of segments only, and a route's prefix followed by more
+// segments escapes it. An App Configuration relay takes every path under /apprapp/ on its hosts: the
+// caller puts it before the routes as a route of that prefix.
 func shadowedBy(routes []Route, i int) []int {
 	b := routes[i]
 	if !validPrefixes(b.Paths) || !validHosts(b.Hosts) {

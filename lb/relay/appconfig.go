@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/fairlead/fairlead/lb/config"
 	"github.com/fairlead/fairlead/lb/relay/paths"
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
@@ -80,11 +81,17 @@ var reqKindNames = [...]string{reqUnknown: "unknown", reqConfig: "snapshot", req
 // Match reports whether the request's path is the relay's, and returns the topic key (appended to
 // dst) and what it asks. It does not allocate.
 func (rr *Route) Match(ctx *fasthttp.RequestCtx, dst []byte) (Request, bool) {
-	if rr.spec.Protocol == "appconfiguration" {
-		return rr.matchAppConfig(ctx, dst)
+	return Match(rr.spec, ctx, dst)
+}
+
+// Match is Route.Match of the relay spec describes: which requests a relay takes depends on its spec
+// alone (its path, or its protocol and instance). It does not allocate.
+func Match(spec *config.RelaySpec, ctx *fasthttp.RequestCtx, dst []byte) (Request, bool) {
+	if spec.Protocol == "appconfiguration" {
+		return matchAppConfig(spec, ctx, dst)
 	}
 	var buf [8][]byte
-	vals, ok := rr.spec.Path.MatchInto(ctx.Path(), buf[:0])
+	vals, ok := spec.Path.MatchInto(ctx.Path(), buf[:0])
 	if !ok {
 		return Request{}, false
 	}
@@ -92,7 +99,7 @@ func (rr *Route) Match(ctx *fasthttp.RequestCtx, dst []byte) (Request, bool) {
 }
 
 // matchAppConfig matches the App Configuration service's paths (all of /apprapp/).
-func (rr *Route) matchAppConfig(ctx *fasthttp.RequestCtx, dst []byte) (Request, bool) {
+func matchAppConfig(spec *config.RelaySpec, ctx *fasthttp.RequestCtx, dst []byte) (Request, bool) {
 	rest, ok := cutPrefix(ctx.Path(), "/apprapp/")
 	if !ok {
 		return Request{}, false
@@ -139,7 +146,7 @@ func (rr *Route) matchAppConfig(ctx *fasthttp.RequestCtx, dst []byte) (Request, 
 		}
 		kind = reqAnalytics
 	}
-	if kind == reqUnknown || string(guid) != rr.spec.GUID {
+	if kind == reqUnknown || string(guid) != spec.GUID {
 		return unknown, true
 	}
 	if kind == reqUsage || kind == reqAnalytics {

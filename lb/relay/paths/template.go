@@ -245,3 +245,46 @@ func ValidKey(key []byte, n int) bool {
 	}
 	return false
 }
+
+// Overlap returns a path that both t and u match, and whether there is one: they have as many
+// segments, and at each the same literal, or a {name} and a literal a value can be, or two {name}s
+// (filled with "x" in the path returned). Two relays on one host must not overlap: a request both
+// match would go to one of them only.
+func (t *Template) Overlap(u *Template) (string, bool) {
+	if len(t.segs) != len(u.segs) {
+		return "", false
+	}
+	var b strings.Builder
+	for i, s := range t.segs {
+		v := u.segs[i]
+		b.WriteByte('/')
+		switch {
+		case s.name >= 0 && v.name >= 0:
+			b.WriteString("x")
+		case s.name < 0 && v.name < 0:
+			if s.lit != v.lit {
+				return "", false
+			}
+			b.WriteString(s.lit)
+		default:
+			lit := s.lit
+			if s.name >= 0 {
+				lit = v.lit
+			}
+			if !validValue([]byte(lit)) {
+				return "", false
+			}
+			b.WriteString(lit)
+		}
+	}
+	return b.String(), true
+}
+
+// Under returns a path t matches whose first segment is first and that has more segments after it
+// (a path under "/first/"), and whether there is one.
+func (t *Template) Under(first string) (string, bool) {
+	if len(t.segs) < 2 {
+		return "", false
+	}
+	return (&Template{segs: append([]segment{{lit: first, name: -1}}, t.segs[1:]...)}).Overlap(t)
+}

@@ -223,3 +223,49 @@ func TestTopicKeyAndSplitTopic(t *testing.T) {
 		t.Errorf("round trip: %q %v", vals, ok)
 	}
 }
+
+// Overlap finds a path two templates both match exactly when there is one: the path it returns is
+// matched by both, and templates it finds disjoint match none of a set of probes in common.
+func TestOverlapFindsAPathBothTemplatesMatch(t *testing.T) {
+	f := func(a, b, want string) {
+		t.Helper()
+		ta, tb := mustParse(t, a), mustParse(t, b)
+		got, ok := ta.Overlap(tb)
+		if got != want || ok != (want != "") {
+			t.Errorf("%s, %s: %q %v, want %q", a, b, got, ok, want)
+		}
+		if back, _ := tb.Overlap(ta); back != got {
+			t.Errorf("%s, %s: %q one way, %q the other", a, b, got, back)
+		}
+		if ok {
+			if _, ma := ta.Match([]byte(got)); !ma {
+				t.Errorf("%s does not match %q", a, got)
+			}
+			if _, mb := tb.Match([]byte(got)); !mb {
+				t.Errorf("%s does not match %q", b, got)
+			}
+		}
+	}
+	f("/relay/{c}/{e}", "/relay/{c}/{e}", "/relay/x/x")
+	f("/relay/{c}/{e}", "/relay/{a}/{b}", "/relay/x/x") // other names, the same paths
+	f("/relay/{c}/{e}", "/relay/inventory/{e}", "/relay/inventory/x")
+	f("/{a}/{b}", "/relay/{c}", "/relay/x")
+	f("/relay/{c}/{e}", "/relay/{c}", "")      // another number of segments
+	f("/relay/{c}/{e}", "/config/{c}/{e}", "") // another literal
+	f("/relay/{c}/{e}", "/Relay/{c}/{e}", "")  // literals are case-sensitive
+	f("/relay/a~b/{e}", "/relay/{c}/{e}", "")  // a literal no value can be
+	f("/relay/{c}/dev", "/relay/{c}/prod", "") // literals differ after a common one
+
+	under := func(tmpl, want string) {
+		t.Helper()
+		got, ok := mustParse(t, tmpl).Under("apprapp")
+		if got != want || ok != (want != "") {
+			t.Errorf("%s under /apprapp/: %q %v, want %q", tmpl, got, ok, want)
+		}
+	}
+	under("/apprapp/{a}", "/apprapp/x")
+	under("/{a}/{b}/c", "/apprapp/x/c")
+	under("/{a}", "")          // one segment: nothing under /apprapp/
+	under("/relay/{a}", "")    // another first segment
+	under("/apprapp2/{a}", "") // another first segment
+}
