@@ -226,6 +226,12 @@ func TestAReloadMovesHostsBetweenRelaysOnOnePathAtOnce(t *testing.T) {
 			t.Errorf("after the reload, %s: %s, want %s", host, got, want)
 		}
 	}
+	// /api/status names each relay's hosts, as now in force.
+	for _, r := range f.l.Status().Relays {
+		if want := map[string]string{"test": "prod.example.com", "prod": "test.example.com"}[r.Name]; len(r.Hosts) != 1 || r.Hosts[0] != want {
+			t.Errorf("/api/status relay %s: hosts %q, want [%s]", r.Name, r.Hosts, want)
+		}
+	}
 	if nt, np := sessions(); nt != st || np != sp {
 		t.Errorf("upstream sessions opened: test %d → %d, prod %d → %d; want both relays kept", st, nt, sp, np)
 	}

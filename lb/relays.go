@@ -101,8 +101,8 @@ func (g *generation) relayStatuses() []relay.Status {
 // relayDocuments are the relays of generation g in the status document (/api/status).
 func (g *generation) relayDocuments() []admin.RelayStatus {
 	var out []admin.RelayStatus
-	for _, rs := range g.relayStatuses() {
-		d := admin.RelayStatus{Name: rs.Name, Protocol: rs.Protocol, GUID: rs.GUID, Path: rs.Path, Pool: rs.Pool,
+	for i, rs := range g.relayStatuses() {
+		d := admin.RelayStatus{Name: rs.Name, Hosts: g.relays[i].spec.Hosts, Protocol: rs.Protocol, GUID: rs.GUID, Path: rs.Path, Pool: rs.Pool,
 			Start: rs.Start, Seeded: rs.Seeded, Upstream: rs.Upstream, ServingBackup: rs.ServingBackup,
 			Switches: rs.Switches, Sessions: rs.Sessions, Subscribers: rs.Subscribers, Requests: rs.Requests,
 			Refused: rs.Refused, SeedWrites: rs.SeedWrites, SeedWriteErrors: rs.SeedWriteErrors}

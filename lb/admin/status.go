@@ -240,6 +240,8 @@ type CertStatus struct {
 // RelayStatus describes a running relay.
 type RelayStatus struct {
 	Name string `json:"name"` // the NAME of [relays.NAME]
+	// Hosts are the host patterns it answers (its hosts key, lower case); omitted: every host.
+	Hosts []string `json:"hosts,omitempty"`
 	// Protocol is "generic" or "appconfiguration"; GUID the App Configuration instance the SDKs name.
 	Protocol string `json:"protocol"`
 	GUID     string `json:"guid,omitempty"`
