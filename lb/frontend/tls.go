@@ -72,6 +72,11 @@ func (c *frontConn) handshake() error {
 		return c.hsErr
 	}
 	c.shook = true
+	if c.px != nil && !c.px.done { // a proxy_protocol sender's header first (proxyproto.go)
+		if c.hsErr = c.readProxy(); c.hsErr != nil {
+			return c.hsErr
+		}
+	}
 	d := c.f.lim.HeaderTimeout
 	if d <= 0 {
 		d = 10 * time.Second
