@@ -80,12 +80,14 @@ func ppDial(t *testing.T, addr string, src netip.AddrPort, v2 bool, cfg *tls.Con
 // a plain and an HTTPS idle keep-alive connection (an IPv4 and an IPv6 client) move, and their next
 // request reaches the leader from the new process with X-Forwarded-For naming the header's client. In
 // the new process max_conns_per_source (1) counts each moved connection by that client: another
-// connection naming one of them is closed (counted), one naming a new client is served.
+// connection naming one of them is closed (counted), one naming a new client is served. The access
+// log names the header's clients, in both processes, and never the sender.
 func TestSIGUSR2MovesTunnelsAndIdleConnectionsFromAProxySenderWithTheirClients(t *testing.T) {
 	c := testkit.StartCluster(t, sim.Options{Platforms: 2, Connections: 2})
 	tf := newTLSFront(t)
 	var pp testkit.Config
 	pp.Table("frontend").Set("proxy_protocol", []string{ppSender + "/32"}).Set("max_conns_per_source", 1)
+	pp.Table("global").Set("access_log", true)
 	p := startUpgradable(t, c, "05-cx.toml", cxPool(c), "20-tls.toml", tf.conf, "30-pp.toml", pp.String())
 	tlsCfg := tf.client.Clone()
 	tlsCfg.NextProtos = []string{"http/1.1"}
@@ -267,7 +269,30 @@ func TestSIGUSR2MovesTunnelsAndIdleConnectionsFromAProxySenderWithTheirClients(t
 	if r, body := rc.getPath(t, "/echo-headers", "a new client"); r.StatusCode != 200 || !strings.Contains(body, "X-Forwarded-For: "+fresh.Addr().String()+"\n") {
 		t.Errorf("a new client: %d, forwarded:\n%s", r.StatusCode, body)
 	}
+
+	// The access log names the header's clients, in the new process too: each idle connection's two
+	// requests (one before the switch, one after), each tunnel's end once its client closes it; never
+	// the sender.
+	for _, ic := range idle {
+		if n := strings.Count(p.logText(), "msg=access type=request client="+ic.src.Addr().String()+" "); n != 2 {
+			t.Errorf("%s: %d request lines name %s, want 2 (one by each process)", ic.what, n, ic.src.Addr())
+		}
+	}
 	for _, tn := range tuns {
-		tn.ws.WriteControl(websocket.CloseMessage, nil, time.Now().Add(time.Second)) //nolint:errcheck
+		tn.ws.Close()
+	}
+	for _, tn := range tuns {
+		line := "msg=access type=tunnel client=" + tn.src.Addr().String() + " "
+		testkit.Eventually(t, tn.what+"'s tunnel line in the new process", 5*time.Second, func() bool {
+			for _, l := range strings.Split(p.logText(), "\n") {
+				if strings.Contains(l, line) && strings.Contains(l, `reason="closed by client"`) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	if strings.Contains(p.logText(), "client="+ppSender) {
+		t.Errorf("an access line names the sender %s", ppSender)
 	}
 }
