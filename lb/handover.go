@@ -95,7 +95,7 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 			return true
 		}
 		batch = append(batch, handover.Tunnel{Pool: e.p.name, Server: e.s.Addr, Key: e.key, Client: e.client.String(),
-			Opened: e.opened, ClientFile: d.Client, ServerFile: d.Server, ClientTLS: d.ClientTLS, ServerTLS: d.ServerTLS})
+			ProxyLocal: e.local, Opened: e.opened, ClientFile: d.Client, ServerFile: d.Server, ClientTLS: d.ClientTLS, ServerTLS: d.ServerTLS})
 		if len(batch) == 100 {
 			flush()
 		}
@@ -106,8 +106,10 @@ func (sc Succession) HandOverTunnels(send func([]handover.Tunnel) error) (moved,
 }
 
 // Adopt relays a tunnel the old process of a binary upgrade handed over, as its own: in its pool,
-// to its server, holding its sticky key. A tunnel whose pool or server this process's config no longer
-// has is closed (its device reconnects). It owns the tunnel's files.
+// to its server, holding its sticky key, its client the one the old process knew (a PROXY header's for
+// a tunnel that came through a proxy_protocol sender), which max_conns_per_source counts it by
+// (adoptCount). A tunnel whose pool or server this process's config no longer has is closed (its
+// device reconnects). It owns the tunnel's files.
 func (sc Succession) Adopt(ht handover.Tunnel) bool {
 	lb := sc.lb
 	defer func() { // those Resume has not taken
@@ -148,8 +150,8 @@ func (sc Succession) Adopt(ht handover.Tunnel) bool {
 	if st.pins != nil && ht.Key != nil {
 		release = st.pins.holdKey(ht.Key)
 	}
-	end := &tunnelEnd{px: lb.px, p: p, s: s, client: addrOf(ht.Client), opened: ht.Opened, key: ht.Key}
-	uncount := lb.px.front.Sources().Adopt(client) // max_conns_per_source counts it here from now on
+	end := &tunnelEnd{px: lb.px, p: p, s: s, client: addrOf(ht.Client), local: ht.ProxyLocal, opened: ht.Opened, key: ht.Key}
+	uncount := lb.adoptCount(client, ht.Client, ht.ProxyLocal) // max_conns_per_source counts it here from now on
 	if !lb.px.relay(st, end, client, server, nil, nil, release, uncount) {
 		client.Close()
 		return false

@@ -1,6 +1,9 @@
 package lb
 
 import (
+	"net"
+	"net/netip"
+
 	"github.com/fairlead/fairlead/lb/frontend"
 	"github.com/fairlead/fairlead/lb/handover"
 	"github.com/fairlead/fairlead/lb/tunnel"
@@ -26,7 +29,7 @@ func (sc Succession) HandOverConns(send func([]handover.Conn) error) (moved, sta
 		if ic.TLS != nil {
 			ln = lnTLS
 		}
-		cs[i] = handover.Conn{Listener: listenerKeys[ln], Client: ic.Client.String(), TLS: ic.TLS, File: ic.File}
+		cs[i] = handover.Conn{Listener: listenerKeys[ln], Client: ic.Client.String(), ProxyLocal: ic.Local, TLS: ic.TLS, File: ic.File}
 	}
 	err := send(cs)
 	for _, c := range cs {
@@ -42,8 +45,11 @@ func (sc Succession) HandOverConns(send func([]handover.Conn) error) (moved, sta
 // AdoptConn serves an idle keep-alive connection the old process of a binary upgrade handed over, as
 // one accepted on this process's listener of the same key (counted by max_conns_per_source whatever
 // the count): its next request is served as the first of a new connection; an HTTPS one's with its TLS
-// session resumed (no handshake). A connection with no such listener to take it is closed (its client
-// connects again). It owns the connection's file.
+// session resumed (no handshake). Its client is the one the old process knew, a PROXY header's for a
+// connection that came through a proxy_protocol sender: its RemoteAddr, what X-Forwarded-For, the
+// sticky source key, the limits per source and the access log use, and what max_conns_per_source
+// counts it by (a sender's own, LOCAL, is counted by none, as there). A connection with no such
+// listener to take it is closed (its client connects again). It owns the connection's file.
 func (sc Succession) AdoptConn(hc handover.Conn) bool {
 	lb := sc.lb
 	id := lnPlain
@@ -61,9 +67,33 @@ func (sc Succession) AdoptConn(hc handover.Conn) bool {
 	if err != nil {
 		return false
 	}
-	if err := frontend.Inject(ln, c); err != nil {
+	if err := frontend.InjectAs(ln, c, clientAddr(hc.Client), hc.ProxyLocal); err != nil {
 		c.Close()
 		return false
 	}
 	return true
+}
+
+// clientAddr is a client's address as the handover names it, nil when it names none.
+func clientAddr(s string) *net.TCPAddr {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return nil
+	}
+	return net.TCPAddrFromAddrPort(ap)
+}
+
+// adoptCount counts a connection a binary upgrade's old process handed over (a tunnel's, a relay
+// stream's) against max_conns_per_source, whatever the count, by its client as the old process knew it
+// (client: a PROXY header's for one that came through a proxy_protocol sender; its peer when the
+// handover names none); a sender's own (local) is counted by none, as it was not there. It returns what
+// uncounts it, nil when nothing is counted.
+func (lb *LB) adoptCount(c net.Conn, client string, local bool) func() {
+	switch a := clientAddr(client); {
+	case local:
+		return nil
+	case a != nil:
+		return lb.px.front.Sources().AdoptAddr(a.AddrPort().Addr())
+	}
+	return lb.px.front.Sources().Adopt(c)
 }

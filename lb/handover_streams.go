@@ -69,7 +69,7 @@ func (sc Succession) AdoptStream(hs handover.Stream) bool {
 	if err != nil {
 		return false
 	}
-	uncount := lb.px.front.Sources().Adopt(conn) // max_conns_per_source counts it here from now on
+	uncount := lb.adoptCount(conn, hs.Client, false) // max_conns_per_source counts it here from now on, by the client the old process knew
 	m := relay.Moved{Topic: hs.Topic, Kind: hs.Kind, Client: hs.Client, Opened: hs.Opened, TLS: hs.TLS,
 		Resume: relay.Resume{Version: hs.Version, Seed: hs.Seed, Sum: hs.Sum, Started: hs.Started, Change: hs.Change}}
 	if err := rr.Adopt(m, conn, uncount); err != nil {

@@ -182,6 +182,7 @@ type tunnelEnd struct {
 	p      *Pool
 	s      *Server
 	client net.Addr
+	local  bool // a proxy_protocol sender's own connection (LOCAL): counted per no source
 	opened time.Time
 	key    []byte // the sticky key the tunnel holds, nil for none
 

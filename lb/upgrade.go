@@ -160,6 +160,7 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 		client, pending, err := frontend.UnwrapHijacked(c)
 		uncount := frontend.TakeRelease(client) // max_conns_per_source: the tunnel's connection counts until it ends
 		addr := client.RemoteAddr()             // the front end's (a PROXY header's client), not the socket's
+		local := frontend.ProxyLocal(client)    // a proxy_protocol sender's own (LOCAL): counted per no source
 		client = frontend.Socket(client)
 		if err == nil {
 			_, err = client.Write(out)
@@ -176,7 +177,7 @@ func (px *proxy) handOver(ctx *fasthttp.RequestCtx, p *Pool, st *poolView, s *Se
 			}
 			return
 		}
-		end := &tunnelEnd{px: px, p: p, s: s, client: addr, opened: time.Now(), key: key}
+		end := &tunnelEnd{px: px, p: p, s: s, client: addr, local: local, opened: time.Now(), key: key}
 		if px.relay(st, end, client, conn, pending, toClient, release, uncount) {
 			p.tunnelsOpened.Add(1)
 		} else {

@@ -62,12 +62,8 @@ type listener struct {
 
 func (l *listener) Accept() (net.Conn, error) {
 	for {
-		if c := l.inj.pop(); c != nil {
-			var release func()
-			if l.front.sources != nil {
-				release = l.front.sources.Adopt(c) // admitted by the old process: counted whatever the count
-			}
-			return l.wrap(c, release), nil
+		if in := l.inj.pop(); in.c != nil {
+			return l.adopt(in), nil
 		}
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -77,7 +73,11 @@ func (l *listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.front.proxied(c) { // counted per source once its header names its client
-			return l.wrapProxied(c), nil
+			if fc := l.wrapProxied(c); fc != nil {
+				return fc, nil
+			}
+			c.Close() //nolint:errcheck // no socket to read its header from
+			continue
 		}
 		if l.front.sources == nil {
 			return l.wrap(c, nil), nil
@@ -89,6 +89,29 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
+// adopt makes a connection a binary upgrade's old process handed over (Inject) the front end's, its
+// client the one the old process knew (a PROXY header's), counted by max_conns_per_source whatever the
+// count (a sender's own, LOCAL, is not: nor was it there).
+func (l *listener) adopt(in injectedConn) net.Conn {
+	c := in.c
+	if rc, ok := c.(*tlsrecord.NetConn); ok && in.client != nil {
+		rc.TCPConn.SetRemoteAddr(in.client)
+	}
+	var release func()
+	if l.front.sources != nil && !in.local {
+		if in.client != nil {
+			release = l.front.sources.AdoptAddr(in.client.AddrPort().Addr())
+		} else {
+			release = l.front.sources.Adopt(c) // admitted by the old process: counted whatever the count
+		}
+	}
+	fc := l.wrapConn(c, release, nil, in.client)
+	if in.local {
+		frontOf(fc).px = &proxyRead{done: true, local: true}
+	}
+	return fc
+}
+
 // Close closes the listener, and the connections injected that it did not accept yet.
 func (l *listener) Close() error {
 	l.inj.close()
@@ -98,30 +121,39 @@ func (l *listener) Close() error {
 // wrap makes an accepted connection the front end's; release (if not nil) uncounts it from its
 // address's connections when it closes.
 func (l *listener) wrap(c net.Conn, release func()) net.Conn {
-	return l.wrapConn(c, release, false)
+	return l.wrapConn(c, release, nil, nil)
 }
 
-// wrapProxied is wrap for a connection from a proxy_protocol sender: its PROXY header is read under
-// TLS and the framer (proxyConn), over the socket's nbio wrapper (so that a plain one's tunnel is
-// relayed by epoll, Socket), and its TLS session is not captured (the header is not TLS). Such a
-// connection is never given over idle at a binary upgrade.
+// wrapProxied is wrap for a connection from a proxy_protocol sender: its PROXY header is read from its
+// socket's nbio wrapper before anything else (proxyRead), and then it is any other connection: a TLS
+// one's session is captured from the header's end on. nil when it has no such socket.
 func (l *listener) wrapProxied(c net.Conn) net.Conn {
-	return l.wrapConn(c, nil, true)
+	tcp, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	nc, err := nbio.NewTCPConn(tcp)
+	if err != nil {
+		return nil
+	}
+	return l.wrapConn(nc, nil, &proxyRead{sock: nc}, nil)
 }
 
-func (l *listener) wrapConn(c net.Conn, release func(), proxied bool) net.Conn {
+// wrapConn is wrap: px is a proxy_protocol sender's header to read first (nil for none), client the
+// client a binary upgrade's old process knew a plain connection by (nil: its peer).
+func (l *listener) wrapConn(c net.Conn, release func(), px *proxyRead, client *net.TCPAddr) net.Conn {
 	if tcp, ok := c.(*net.TCPConn); ok {
 		if nc, err := nbio.NewTCPConn(tcp); err == nil {
 			c = nc // read and written without the scheduler's system call hooks (lb/nbio)
-			if l.tls != nil && !proxied {
+			if client != nil {
+				nc.SetRemoteAddr(client)
+			}
+			if l.tls != nil {
 				nc.CaptureTLS(true) // for the tunnel engine, if it becomes a wss:// tunnel (lb/tunnel takes its session over)
 			}
 		}
 	}
-	if proxied {
-		c = &proxyConn{Conn: c, front: l.front}
-	}
-	fc := &frontConn{Conn: c, front: l.front, release: release}
+	fc := &frontConn{Conn: c, front: l.front, release: release, px: px}
 	fc.f.lim = &l.front.lim
 	switch rc, resumed := c.(*tlsrecord.NetConn); {
 	case resumed: // injected with its TLS session (Inject): the handshake was the old process's
@@ -131,7 +163,9 @@ func (l *listener) wrapConn(c net.Conn, release func(), proxied bool) net.Conn {
 		fc.tc = tls.Server(c, l.tls)
 		fc.Conn = fc.tc
 		nc, ok := c.(*nbio.TCPConn)
-		fc.listable = ok && nc.TLSSession() != nil // its session can be taken over from crypto/tls (idle.go)
+		// Its session can be taken over from crypto/tls (idle.go): captured from its first byte, or
+		// from its PROXY header's end (readProxy).
+		fc.listable = ok && (nc.TLSSession() != nil || px != nil)
 	default:
 		fc.listable = hasSocket(c)
 	}
@@ -162,7 +196,8 @@ func frontOf(c net.Conn) *frontConn {
 type frontConn struct {
 	net.Conn
 	front *Front
-	tc    *tls.Conn // the TLS connection under an HTTPS client's (Conn), nil for a plain one
+	tc    *tls.Conn  // the TLS connection under an HTTPS client's (Conn), nil for a plain one
+	px    *proxyRead // a proxy_protocol sender's connection's header (proxyproto.go), nil for another
 	// rec is Conn when it is an HTTPS client's whose session fairlead's record layer carries (a
 	// connection a binary upgrade's old process handed over, Inject), nil otherwise.
 	rec     *tlsrecord.NetConn
@@ -206,6 +241,9 @@ type frontConn struct {
 
 func (c *frontConn) Read(p []byte) (int, error) {
 	if c.tc != nil && c.handshake() != nil {
+		return 0, io.EOF
+	}
+	if c.px != nil && !c.px.done && c.readProxy() != nil { // a plain one's (a TLS one's: handshake)
 		return 0, io.EOF
 	}
 	if c.pending != nil {
@@ -385,6 +423,9 @@ func (c *frontConn) Close() error {
 	}
 	if c.release != nil {
 		c.release()
+	}
+	if c.px != nil {
+		c.px.close()
 	}
 	if c.hand.CompareAndSwap(handGiven, handNever) {
 		return c.giveSocket() // a binary upgrade's new process serves it from now on (idle.go)

@@ -37,7 +37,7 @@ import (
 //	tls                      frontConn.handshake, a failed handshake (fairlead_tls_handshake_failures_total)
 //	limit                    fasthttp's count of connections refused over max_conns (lb adds
 //	                         Server.GetRejectedConnectionsCount to Count(ConnLimit))
-//	proxy_missing,           proxyConn.readHeader (proxyproto.go), a proxy_protocol sender's connection
+//	proxy_missing,           proxyRead.read (proxyproto.go), a proxy_protocol sender's connection
 //	proxy_malformed          without a PROXY header, or with a malformed one
 //	accept, other            fasthttp's lines about accepting, and any line whose format fairlead does
 //	                         not know (its arguments are never printed)

@@ -22,7 +22,9 @@
 // (sources.go: rate_per_source, burst_per_source, max_conns_per_source, behind trusted_proxies) admit
 // connections at accept and requests at their first byte. conn.go is a connection's framer state. At
 // a binary upgrade the idle HTTP/1.1 keep-alive connections move to the new process on their sockets,
-// an HTTPS one with its TLS session (idle.go: HandOverIdle, Inject).
+// an HTTPS one with its TLS session (idle.go: HandOverIdle, Inject). A connection from a proxy_protocol
+// sender starts with a PROXY header, read from its socket before TLS and the framer (proxyproto.go):
+// the client it names is the connection's address from then on, and goes with it at an upgrade.
 //
 // What routes and forwards a request is package lb's; this package knows neither pools nor config
 // generations: lb gives it the limits, the TLS configuration in force, and counts what the handler

@@ -48,8 +48,10 @@ func UnwrapHijacked(c net.Conn) (net.Conn, []byte, error) {
 // without the front end's Close; nil when it is not counted. c is what UnwrapHijacked returned.
 func TakeRelease(c net.Conn) func() {
 	if fc := frontOf(c); fc != nil {
-		if pc := fc.proxied(); pc != nil {
-			return pc.release // counted once its PROXY header was read; its Close runs it too, once
+		if fc.px != nil {
+			if r := fc.px.release.Load(); r != nil {
+				return *r // counted once its PROXY header was read; its Close runs it too, once
+			}
 		}
 		return fc.release // still run by the connection's Close, if it comes: it runs once
 	}
@@ -57,14 +59,12 @@ func TakeRelease(c net.Conn) func() {
 }
 
 // Socket returns the connection under a front end connection: a *net.TCPConn, or the *tls.Conn of an
-// HTTPS client (a proxy_protocol sender's plain connection too, once its header was read: whoever
-// takes the socket takes the client's address, RemoteAddr, before). A tunnel's bytes are not HTTP, and the tunnel engine needs the socket itself. Any other
-// connection is returned as it is.
+// HTTPS client. A tunnel's bytes are not HTTP, and the tunnel engine needs the socket itself. Any other
+// connection is returned as it is. A plain *net.TCPConn's RemoteAddr is its peer's: whoever takes the
+// socket of a connection that came through a proxy_protocol sender takes its client's address
+// (RemoteAddr) before.
 func Socket(c net.Conn) net.Conn {
 	if fc := frontOf(c); fc != nil {
-		if pc := fc.proxied(); pc != nil && pc.read() {
-			return nbio.Unwrap(pc.Conn) // its header read, nothing of it left to return: the socket itself
-		}
 		return nbio.Unwrap(fc.Conn)
 	}
 	return c

@@ -47,11 +47,14 @@ const (
 )
 
 // IdleConn is an idle keep-alive connection given over (HandOverIdle): a descriptor of its socket,
-// its client's address, and for an HTTPS connection its TLS session (it holds keys: never log it).
+// its client's address (a PROXY header's, for a connection that came through a proxy_protocol
+// sender), and for an HTTPS connection its TLS session (it holds keys: never log it). Local is set
+// for a sender's own connection (a LOCAL header), which max_conns_per_source does not count.
 type IdleConn struct {
 	File   *os.File
 	Client net.Addr
 	TLS    *tlsrecord.State
+	Local  bool
 }
 
 // idleConns lists the front end's connections that may be idle at a hand-over: the plain ones, and
@@ -102,7 +105,7 @@ type handing struct {
 
 // report says what became of a taken connection: its socket (f) and its TLS session (st, nil for a
 // plain one), or f nil when it stays here or closed.
-func (h *handing) report(f *os.File, client net.Addr, st *tlsrecord.State) {
+func (h *handing) report(f *os.File, client net.Addr, st *tlsrecord.State, local bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -112,7 +115,7 @@ func (h *handing) report(f *os.File, client net.Addr, st *tlsrecord.State) {
 		f.Close() //nolint:errcheck // too late: the new process was told it had everything
 		h.kept++
 	default:
-		h.given = append(h.given, IdleConn{File: f, Client: client, TLS: st})
+		h.given = append(h.given, IdleConn{File: f, Client: client, TLS: st, Local: local})
 	}
 	if h.left--; h.left == 0 {
 		close(h.done)
@@ -258,7 +261,7 @@ func (c *frontConn) woken(n int, err error) bool {
 		return true
 	}
 	c.hand.Store(handBusy)
-	c.front.handing.Load().report(nil, nil, nil)
+	c.front.handing.Load().report(nil, nil, nil, false)
 	return false
 }
 
@@ -309,7 +312,7 @@ func (c *frontConn) giveSocket() error {
 		conn = c.own
 	}
 	f, ferr := socketFile(conn)
-	client := conn.RemoteAddr()
+	client := conn.RemoteAddr() // a PROXY header's client, if it named one (nbio's SetRemoteAddr)
 	err := conn.Close()
 	if ferr != nil || c.tc != nil && st == nil {
 		if f != nil {
@@ -317,7 +320,7 @@ func (c *frontConn) giveSocket() error {
 		}
 		f = nil
 	}
-	c.front.handing.Load().report(f, client, st)
+	c.front.handing.Load().report(f, client, st, c.px != nil && c.px.local)
 	return err
 }
 
@@ -342,13 +345,21 @@ func socketFile(c net.Conn) (*os.File, error) {
 type injected struct {
 	n      atomic.Int32 // how many: Accept takes the lock only when there are some
 	mu     sync.Mutex
-	q      []net.Conn
+	q      []injectedConn
 	armed  bool // the listener's deadline is set to wake its Accept
 	closed bool
 }
 
 // deadliner is a listener whose Accept a deadline wakes (a *net.TCPListener).
 type deadliner interface{ SetDeadline(time.Time) error }
+
+// injectedConn is a connection injected, with the client and the LOCAL mark it was handed over with
+// (InjectAs).
+type injectedConn struct {
+	c      net.Conn
+	client *net.TCPAddr // nil: its peer
+	local  bool
+}
 
 // Inject makes c, a client connection the old process of a binary upgrade accepted and handed over
 // (HandOverIdle), the next connection ln accepts: fasthttp serves it from its next request on, as a
@@ -357,7 +368,14 @@ type deadliner interface{ SetDeadline(time.Time) error }
 // TLS session fairlead's record layer resumed (a *tlsrecord.NetConn: no handshake, RequestCtx.IsTLS).
 // A listener's Accept that waits is woken by a past deadline, which Accept takes back before it accepts
 // again. On an error c is not taken (the caller closes it).
-func Inject(ln net.Listener, c net.Conn) error {
+func Inject(ln net.Listener, c net.Conn) error { return InjectAs(ln, c, nil, false) }
+
+// InjectAs is Inject of a connection whose client is not its peer: one that came through a
+// proxy_protocol sender, client the client its PROXY header named (nil: its peer), or local for the
+// sender's own (a LOCAL header: not counted per source). Its RemoteAddr is client from then on (X-Forwarded-For,
+// the sticky source key, the limits per source, the access log), and it moves on with it at the next
+// upgrade.
+func InjectAs(ln net.Listener, c net.Conn, client *net.TCPAddr, local bool) error {
 	l, ok := ln.(*listener)
 	if !ok {
 		return errors.New("frontend: connections are injected in the front end's listeners only")
@@ -381,23 +399,23 @@ func Inject(ln net.Listener, c net.Conn) error {
 		}
 		in.armed = true
 	}
-	in.q = append(in.q, c)
+	in.q = append(in.q, injectedConn{c: c, client: client, local: local})
 	in.n.Add(1)
 	return nil
 }
 
-// pop returns the first connection injected, or nil.
-func (in *injected) pop() net.Conn {
+// pop returns the first connection injected, or none (its c nil).
+func (in *injected) pop() injectedConn {
 	if in.n.Load() == 0 {
-		return nil
+		return injectedConn{}
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if len(in.q) == 0 {
-		return nil
+		return injectedConn{}
 	}
 	c := in.q[0]
-	in.q[0] = nil
+	in.q[0] = injectedConn{}
 	in.q = in.q[1:]
 	in.n.Add(-1)
 	return c
@@ -424,7 +442,7 @@ func (in *injected) close() {
 	defer in.mu.Unlock()
 	in.closed = true
 	for _, c := range in.q {
-		c.Close() //nolint:errcheck
+		c.c.Close() //nolint:errcheck
 	}
 	in.q = nil
 	in.n.Store(0)

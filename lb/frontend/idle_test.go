@@ -164,7 +164,8 @@ func (fi *idleFront) adopt(t *testing.T, given []IdleConn) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Inject(fi.ln, c); err != nil {
+		client, _ := ic.Client.(*net.TCPAddr)
+		if err := InjectAs(fi.ln, c, client, ic.Local); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -409,7 +410,7 @@ func TestAConnectionTakenAsItGoesIdleIsCountedOnce(t *testing.T) {
 	if joined, tk := h.join(c); joined || !tk {
 		t.Fatalf("join: joined %v, taken %v; want taken only", joined, tk)
 	}
-	h.report(nil, nil, nil) // what became of it, once
+	h.report(nil, nil, nil, false) // what became of it, once
 	select {
 	case <-h.done:
 	default:

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/fairlead/fairlead/lb/nbio"
 )
 
 // The PROXY protocol ([frontend] proxy_protocol): an L4 load balancer in front of fairlead (AWS NLB,
@@ -20,10 +22,14 @@ import (
 // HTTP or TLS, and counted (proxy_missing); a malformed one is closed and counted (proxy_malformed).
 // Neither is ever logged as bytes. A connection from any other address is not read for a header at
 // all: a PROXY line there is a request line that is not HTTP, 400. The header is read in the
-// connection's own goroutine (the accept loop never waits for it), under TLS's handshake and under
-// the framer, and the connection's RemoteAddr is then the client's: X-Forwarded-For, the sticky source
-// key, the limits per source, the access log and /events all see it. max_conns_per_source counts such
-// a connection once its header names its client (at accept, only the balancer's address is known).
+// connection's own goroutine (the accept loop never waits for it), from the socket before TLS's
+// handshake and the framer, to its last byte and no further (proxyRead), and the connection's
+// RemoteAddr is then the client's: X-Forwarded-For, the sticky source key, the limits per source, the
+// access log and /events all see it. max_conns_per_source counts such a connection once its header
+// names its client (at accept, only the balancer's address is known). From then on it is as any other
+// connection: a TLS one's session is captured, a WebSocket tunnel (ws or wss) is relayed by the tunnel
+// engine, and at a binary upgrade its tunnel or, idle, the connection itself moves to the new process
+// with its client's address, which the new process goes on using and counting it by.
 //
 // No served Go module parses it (github.com/pires/go-proxyproto is not served here), so it is parsed
 // here: the two versions' fixed formats, nothing more (v2's TLVs are skipped).
@@ -183,81 +189,93 @@ func (f *Front) proxied(c net.Conn) bool {
 	return false
 }
 
-// proxyConn is a connection from a proxy_protocol sender: its first Read reads the header (bounded by
-// header_timeout), and from then on RemoteAddr is the client the header names. Used from the
-// connection's serving goroutine (RemoteAddr and Close from any).
-type proxyConn struct {
-	net.Conn
-	front    *Front
-	done     bool
-	err      error
-	rest     []byte // what was read past the header, returned first
-	deadline time.Time
-	src      atomic.Pointer[net.TCPAddr]
-	release  func() // uncounts it from its client's connections (max_conns_per_source), or nil
+// proxyRead is a proxy_protocol sender's connection's PROXY header, read from the socket itself (its
+// nbio wrapper, under TLS and the framer) by the connection's first Read, or before its TLS handshake
+// (frontConn.readProxy): to its last byte and never further (proxyNeed), so that what follows is the
+// socket's, read as any other connection's. A TLS connection's handshake then runs over the socket as
+// any other's, its session captured (nbio's CaptureTLS from the header's end on): a wss:// tunnel is
+// relayed by the tunnel engine with its session taken over, and an idle keep-alive connection moves at
+// a binary upgrade with its session, as the others do. The client the header names is the socket's
+// RemoteAddr from then on (nbio's SetRemoteAddr): the TLS connection, the record layer over it and
+// whoever takes the socket see it. done, err and local are the serving goroutine's.
+type proxyRead struct {
+	sock  *nbio.TCPConn
+	done  bool
+	err   error
+	local bool // a LOCAL header (or v1's UNKNOWN): the sender's own connection, counted per no source
+	// release uncounts it from its client's connections (max_conns_per_source), once; closed is set by
+	// the connection's Close, which may run in another goroutine than the header's read.
+	release atomic.Pointer[func()]
+	closed  atomic.Bool
 }
 
-func (c *proxyConn) RemoteAddr() net.Addr {
-	if a := c.src.Load(); a != nil {
-		return a
+// proxyMin is the length of the shortest header ("PROXY UNKNOWN\r\n"; a v2 one has 16 bytes at least).
+const proxyMin = 15
+
+// proxyNeed is how many bytes may be read after b, the start of a header that parseProxy found not
+// whole, without reading past its end: what its format still needs at the least. A v2 header says its
+// length in its first 16 bytes; a v1 line is read by what its fields still need (an IPv4 address 7
+// bytes at the least, an IPv6 one 2, a port 1, the spaces between and the CRLF), a few reads for a
+// line that arrived whole.
+func proxyNeed(b []byte) int {
+	if len(b) < proxyMin {
+		return proxyMin - len(b)
 	}
-	return c.Conn.RemoteAddr()
-}
-
-func (c *proxyConn) Read(p []byte) (int, error) {
-	if !c.done {
-		c.done = true
-		c.err = c.readHeader()
+	if b[0] == '\r' { // v2
+		if len(b) < 16 {
+			return 16 - len(b)
+		}
+		return 16 + int(binary.BigEndian.Uint16(b[14:16])) - len(b)
 	}
-	if c.err != nil {
-		return 0, c.err
+	if b[len(b)-1] == '\r' {
+		return 1
 	}
-	if len(c.rest) > 0 {
-		n := copy(p, c.rest)
-		c.rest = c.rest[n:]
-		return n, nil
+	f := bytes.Split(b[len("PROXY "):], []byte(" "))
+	addr := 0
+	switch string(f[0]) {
+	case "TCP4":
+		addr = 7
+	case "TCP6":
+		addr = 2
 	}
-	return c.Conn.Read(p)
-}
-
-func (c *proxyConn) SetReadDeadline(t time.Time) error {
-	c.deadline = t
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *proxyConn) SetDeadline(t time.Time) error {
-	c.deadline = t
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *proxyConn) Close() error {
-	if c.release != nil {
-		c.release()
+	need := 2 // CRLF
+	if addr > 0 && len(f) <= 5 {
+		least := [5]int{0, addr, addr, 1, 1} // the family, the addresses and the ports
+		k := len(f) - 1                      // the field under way
+		need += max(0, least[k]-len(f[k]))
+		for j := k + 1; j < 5; j++ {
+			need += 1 + least[j]
+		}
 	}
-	return c.Conn.Close()
+	return max(1, min(need, v1Max-len(b)))
 }
 
-// readHeader reads and parses the header; an error closes the connection (Read returns io.EOF, after
-// the error was counted: nothing of it is logged but its kind and the sender's address).
-func (c *proxyConn) readHeader() error {
-	d := c.front.lim.HeaderTimeout
+// read reads the header within header_timeout (or before deadline, fasthttp's, if earlier); an error
+// closes the connection (io.EOF, after it was counted: nothing of it is logged but its kind and the
+// sender's address).
+func (p *proxyRead) read(f *Front, deadline time.Time) error {
+	d := f.lim.HeaderTimeout
 	if d <= 0 {
 		d = 10 * time.Second
 	}
 	t := time.Now().Add(d)
-	if !c.deadline.IsZero() && c.deadline.Before(t) {
-		t = c.deadline
+	if !deadline.IsZero() && deadline.Before(t) {
+		t = deadline
 	}
-	c.Conn.SetReadDeadline(t) //nolint:errcheck // a failed read reports it
-	buf := make([]byte, 0, 256)
+	p.sock.SetReadDeadline(t) //nolint:errcheck // a failed read reports it
+	buf := make([]byte, 0, v1Max)
 	var h proxyHeader
 	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, make([]byte, 16+65535-len(buf))...)[:len(buf)] // a v2 header with TLVs
+		need := proxyNeed(buf)
+		if len(buf)+need > cap(buf) { // a v2 header with TLVs
+			buf = append(buf, make([]byte, need)...)[:len(buf)]
 		}
-		n, err := c.Conn.Read(buf[len(buf):cap(buf)])
+		n, err := p.sock.Read(buf[len(buf) : len(buf)+need])
 		buf = buf[:len(buf)+n]
 		hh, more, perr := parseProxy(buf)
+		if perr == nil && !more && hh.n != len(buf) {
+			perr = proxyMalformed("read past its end") // proxyNeed's mistake: never so
+		}
 		if perr == nil && !more {
 			h = hh
 			break
@@ -275,31 +293,59 @@ func (c *proxyConn) readHeader() error {
 			default:
 				kind = ConnProxyMissing // something else than a header, or none within header_timeout
 			}
-			c.front.Errors.note(kind, c.Conn.RemoteAddr())
+			f.Errors.note(kind, p.sock.RemoteAddr())
 			return io.EOF
 		}
 	}
-	c.rest = buf[h.n:]
-	c.Conn.SetReadDeadline(c.deadline) //nolint:errcheck
 	if !h.src.IsValid() {
-		return nil // LOCAL: the balancer's own
+		p.local = true // LOCAL: the balancer's own
+		return nil
 	}
-	c.src.Store(net.TCPAddrFromAddrPort(h.src))
-	if c.front.sources != nil {
-		release, ok := c.front.sources.countAddr(h.src.Addr().Unmap(), false)
+	p.sock.SetRemoteAddr(net.TCPAddrFromAddrPort(h.src))
+	if f.sources != nil {
+		release, ok := f.sources.countAddr(h.src.Addr().Unmap(), false)
 		if !ok {
 			return io.EOF // over max_conns_per_source (counted)
 		}
-		c.release = release
+		if release != nil {
+			p.release.Store(&release)
+			if p.closed.Load() { // closed meanwhile (Shutdown): its Close found nothing to release
+				p.close()
+			}
+		}
 	}
 	return nil
 }
 
-// proxied returns the proxyConn of a plain connection from a proxy_protocol sender, else nil.
-func (c *frontConn) proxied() *proxyConn {
-	pc, _ := c.Conn.(*proxyConn)
-	return pc
+// close uncounts the connection from its client's connections, once (its Close, or the end of the
+// tunnel that took its socket).
+func (p *proxyRead) close() {
+	p.closed.Store(true)
+	if r := p.release.Swap(nil); r != nil {
+		(*r)()
+	}
 }
 
-// read reports whether the header was read without error and what was read past it was returned.
-func (c *proxyConn) read() bool { return c.done && c.err == nil && len(c.rest) == 0 }
+// readProxy reads c's PROXY header, once, before anything else is read of it; a TLS connection's
+// session is captured from the header's end on (CaptureTLS), as any other's from its first byte.
+func (c *frontConn) readProxy() error {
+	p := c.px
+	p.done = true
+	if p.err = p.read(c.front, c.deadline); p.err != nil {
+		return p.err
+	}
+	if c.tc != nil {
+		p.sock.CaptureTLS(true)
+		return nil
+	}
+	c.sockDeadline = c.wanted()
+	return c.Conn.SetReadDeadline(c.sockDeadline)
+}
+
+// ProxyLocal reports whether c, a front end connection (or what UnwrapHijacked returned), came through a
+// proxy_protocol sender with a LOCAL header: the sender's own, its address the sender's, counted per no
+// source.
+func ProxyLocal(c net.Conn) bool {
+	fc := frontOf(c)
+	return fc != nil && fc.px != nil && fc.px.local
+}

@@ -100,7 +100,7 @@ func TestParseProxyMalformedAndMissing(t *testing.T) {
 		}
 	}
 	// A v2 header whose length runs past what arrived is not whole: more (the connection's end or
-	// header_timeout ends it, proxyConn.readHeader).
+	// header_timeout ends it, proxyRead.read).
 	if _, more, err := parseProxy(v2Header(1, 0x11, 500, make([]byte, 12))); !more || err != nil {
 		t.Errorf("a v2 length past its end: more=%v err=%v, want more", more, err)
 	}

@@ -196,6 +196,14 @@ func (s *Sources) Adopt(c net.Conn) (release func()) {
 	return release
 }
 
+// AdoptAddr is Adopt of a connection whose client is a, which may not be its peer: one that came
+// through a proxy_protocol sender, counted by the client its PROXY header named, as where it was
+// accepted.
+func (s *Sources) AdoptAddr(a netip.Addr) (release func()) {
+	release, _ = s.countAddr(a.Unmap(), true)
+	return release
+}
+
 // count is accept, or Adopt when force.
 func (s *Sources) count(c net.Conn, force bool) (release func(), ok bool) {
 	lim := s.lim.Load()

@@ -69,10 +69,11 @@ func (c tlsFrontConn) ConnectionState() tls.ConnectionState {
 }
 
 // handshake runs a TLS connection's handshake once (fasthttp asks for it before the first read, to
-// learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset). A failed
-// handshake (no client certificate when one is required, an old protocol version, plain HTTP) is a
-// connection error of kind tls, and the connection then reads EOF: it closes without an answer. A
-// client that went away before its hello (a port probe) is not a failure.
+// learn the ALPN protocol; Read asks too), bounded by header_timeout (10s when unset), a proxy_protocol
+// sender's PROXY header read first within the same bound. A failed handshake (no client certificate
+// when one is required, an old protocol version, plain HTTP) is a connection error of kind tls, and the
+// connection then reads EOF: it closes without an answer. A client that went away before its hello (a
+// port probe) is not a failure.
 func (c *frontConn) handshake() error {
 	if c.shook {
 		return c.hsErr
@@ -82,7 +83,13 @@ func (c *frontConn) handshake() error {
 	if d <= 0 {
 		d = 10 * time.Second
 	}
-	c.tc.SetDeadline(time.Now().Add(d)) //nolint:errcheck // a failed handshake reports it
+	end := time.Now().Add(d)
+	if c.px != nil && !c.px.done { // a proxy_protocol sender's header first, within the same bound (proxyproto.go)
+		if c.hsErr = c.readProxy(); c.hsErr != nil {
+			return c.hsErr
+		}
+	}
+	c.tc.SetDeadline(end) //nolint:errcheck // a failed handshake reports it
 	if c.hsErr = c.tc.Handshake(); c.hsErr != nil {
 		if !errors.Is(c.hsErr, io.EOF) {
 			c.noteError(ConnTLS)

@@ -16,8 +16,8 @@ import (
 
 // Idle connections pass with their sockets, in batches under the kernel's limit, beside tunnels and
 // before done: each one received is the same socket (what its client sends is read at the other end,
-// and the other way), named by its listener and client, and an HTTPS one with its TLS session as it
-// was (a plain one with none).
+// and the other way), named by its listener and client (and marked a proxy_protocol sender's own
+// where it was), and an HTTPS one with its TLS session as it was (a plain one with none).
 func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 	a, b := channels(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -42,7 +42,7 @@ func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cs = append(cs, Conn{Listener: "listen", Client: clients[i].LocalAddr().String(), File: sf})
+		cs = append(cs, Conn{Listener: "listen", Client: clients[i].LocalAddr().String(), ProxyLocal: i%3 == 0, File: sf})
 		if i%2 == 1 {
 			cs[i].Listener, cs[i].TLS = "tls_listen", sessionOf(i)
 		}
@@ -70,8 +70,8 @@ func TestIdleConnectionsPassWithTheirSockets(t *testing.T) {
 		t.Fatalf("%d connections received, want %d", len(got), n)
 	}
 	for i, c := range got {
-		if c.Listener != cs[i].Listener || c.Client != clients[i].LocalAddr().String() {
-			t.Fatalf("connection %d: %s, %s; want %s, %s", i, c.Listener, c.Client, cs[i].Listener, clients[i].LocalAddr())
+		if c.Listener != cs[i].Listener || c.Client != clients[i].LocalAddr().String() || c.ProxyLocal != cs[i].ProxyLocal {
+			t.Fatalf("connection %d: %s, %s, LOCAL %v; want %s, %s, %v", i, c.Listener, c.Client, c.ProxyLocal, cs[i].Listener, clients[i].LocalAddr(), cs[i].ProxyLocal)
 		}
 		if !reflect.DeepEqual(c.TLS, cs[i].TLS) {
 			t.Fatalf("connection %d: its TLS session is not the one sent", i) // keys: not printed

@@ -11,13 +11,15 @@
 //	old → new   listeners    each listener's config key and address, with its socket
 //	old → new   state        the state file's document: each pool's leader and health, the sticky keys
 //	            (the new process starts, then tells tableflip it is ready; the old one stops accepting)
-//	old → new   tunnels      batches of tunnels: each one's pool, server, sticky key, and the TLS session
-//	                         of each TLS side (lb/tlsrecord's state: keys, sequence numbers, the part
-//	                         of a record read), with its two sockets
+//	old → new   tunnels      batches of tunnels: each one's pool, server, sticky key, client (a PROXY
+//	                         header's, through a proxy_protocol sender), and the TLS session of each TLS
+//	                         side (lb/tlsrecord's state: keys, sequence numbers, the part of a record
+//	                         read), with its two sockets
 //	old → new   streams      the relays' subscribers (SSE, WebSocket): what each was sent, an HTTPS
 //	                         client's TLS session, with its socket
-//	old → new   conns        the idle HTTP/1.1 keep-alive connections: each one's listener, and an
-//	                         HTTPS one's TLS session, with its socket (conns.go)
+//	old → new   conns        the idle HTTP/1.1 keep-alive connections: each one's listener, client (a
+//	                         PROXY header's, through a proxy_protocol sender), and an HTTPS one's TLS
+//	                         session, with its socket (conns.go)
 //	old → new   done         nothing more comes; the old process drains what stays with it and exits
 //
 // Only a process the old one started can say hello: the shared channel is a file it inherited, not a

@@ -34,11 +34,16 @@ type Listener struct {
 // Tunnel is a WebSocket tunnel as it passes to the new process: what it belongs to, and its two
 // sockets (their files travel beside the message).
 type Tunnel struct {
-	Pool   string    `json:"pool"`
-	Server string    `json:"server"`        // the server's address in the pool
-	Key    []byte    `json:"key,omitempty"` // the sticky key it holds, if any
-	Client string    `json:"client"`        // the client's address, for the log
-	Opened time.Time `json:"opened"`
+	Pool   string `json:"pool"`
+	Server string `json:"server"`        // the server's address in the pool
+	Key    []byte `json:"key,omitempty"` // the sticky key it holds, if any
+	// The client's address: for the log and max_conns_per_source, a PROXY header's client for a
+	// tunnel that came through a proxy_protocol sender (whose own address the socket's peer is).
+	Client string `json:"client"`
+	// ProxyLocal marks a proxy_protocol sender's own connection (a LOCAL header): Client is the
+	// sender's, and max_conns_per_source does not count it.
+	ProxyLocal bool      `json:"proxy_local,omitempty"`
+	Opened     time.Time `json:"opened"`
 
 	// Each TLS side's session (fairlead's record layer's state: keys, sequence numbers, the part of a
 	// record read), nil for a plain side. It passes only over the handover's private socket pair.

@@ -56,7 +56,7 @@ func TestStreamsPassWithTheirSocketsBesideTunnels(t *testing.T) {
 			sent <- err
 			return
 		}
-		if err := SendTunnels(a, []Tunnel{{Pool: "cx", Server: "s:1", Client: "127.0.0.1:3", ClientFile: tFile, ServerFile: tsFile}}); err != nil {
+		if err := SendTunnels(a, []Tunnel{{Pool: "cx", Server: "s:1", Client: "198.51.100.9:3", ProxyLocal: true, ClientFile: tFile, ServerFile: tsFile}}); err != nil {
 			sent <- err
 			return
 		}
@@ -82,6 +82,9 @@ func TestStreamsPassWithTheirSocketsBesideTunnels(t *testing.T) {
 	}
 	tunnels[0].ClientFile.Close()
 	tunnels[0].ServerFile.Close()
+	if tn := tunnels[0]; tn.Pool != "cx" || tn.Server != "s:1" || tn.Client != "198.51.100.9:3" || !tn.ProxyLocal {
+		t.Errorf("the tunnel: %s, %s, client %s, LOCAL %v; want cx, s:1, 198.51.100.9:3, true", tn.Pool, tn.Server, tn.Client, tn.ProxyLocal)
+	}
 	for i, s := range got {
 		w := want[i]
 		if s.Relay != w.Relay || s.Topic != w.Topic || s.Kind != w.Kind || s.Version != w.Version || s.Seed != w.Seed ||

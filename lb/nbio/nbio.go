@@ -28,8 +28,25 @@ package nbio
 
 import (
 	"net"
+	"sync/atomic"
 	"syscall"
 )
+
+// clientAddr is the client a TCPConn carries when it is not its peer (SetRemoteAddr).
+type clientAddr struct{ a atomic.Pointer[net.TCPAddr] }
+
+// SetRemoteAddr makes a the address RemoteAddr returns from now on: the client a PROXY header names,
+// whose bytes the peer (an L4 load balancer) carries, or that a binary upgrade's old process handed
+// over with the socket. A TLS connection over c, or fairlead's record layer over it, then names it too.
+func (c *TCPConn) SetRemoteAddr(a *net.TCPAddr) { c.client.a.Store(a) }
+
+// RemoteAddr is the client's address SetRemoteAddr set, else the peer's.
+func (c *TCPConn) RemoteAddr() net.Addr {
+	if a := c.client.a.Load(); a != nil {
+		return a
+	}
+	return c.TCPConn.RemoteAddr()
+}
 
 // recordCount is a TCPConn's count of the TLS records it read, and what it learns of the TLS session
 // over it when asked (CaptureTLS) (both builds).
@@ -42,7 +59,9 @@ type recordCount struct {
 
 // CaptureTLS makes c count the TLS records it reads (CountTLSRecords) and learn what it takes to take
 // the TLS session over it from crypto/tls once its handshake is done (TLSSession); server tells which
-// end of the session c is. Call it before c's first read, and Config the handshake's configuration.
+// end of the session c is. Call it before c's first read of the session (before its first read, or
+// after a preamble that is not TLS and was read to its last byte and no further: a PROXY header), and
+// Config the handshake's configuration.
 func (c *recordCount) CaptureTLS(server bool) {
 	c.rec = new(records)
 	c.sess = &TLSSession{server: server}

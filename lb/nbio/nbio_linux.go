@@ -267,6 +267,7 @@ type TCPConn struct {
 	nb          Conn
 	ev          evented
 	recordCount // the TLS framing of what was read, when counted (CountTLSRecords)
+	client      clientAddr
 }
 
 // evented is a TCPConn's state in evented mode.

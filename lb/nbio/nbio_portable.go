@@ -63,6 +63,7 @@ type TCPConn struct {
 	*net.TCPConn
 	nb          Conn
 	recordCount // the TLS framing of what was read, when counted (CountTLSRecords)
+	client      clientAddr
 }
 
 // NewTCPConn wraps tc.
