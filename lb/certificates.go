@@ -8,6 +8,7 @@ package lb
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -83,6 +84,17 @@ func (g *generation) withACME(m *acme.Manager) {
 	}
 	c := ft.Config.Clone()
 	c.NextProtos = append(slices.Clip(c.NextProtos), acme.ALPN)
+	if c.ClientAuth == tls.RequireAndVerifyClientCert {
+		// An ACME server's TLS-ALPN-01 validation has no client certificate: a certificate is asked
+		// for and verified if given, and required of every other handshake.
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 && cs.NegotiatedProtocol != acme.ALPN {
+				return errNoClientCert
+			}
+			return nil
+		}
+	}
 	files := ft.Config.GetCertificate
 	c.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 		if cert, ok, err := m.Certificate(hello); ok {
@@ -97,6 +109,8 @@ func (g *generation) withACME(m *acme.Manager) {
 	}
 	g.tls = c
 }
+
+var errNoClientCert = errors.New("tls: client_auth = \"require\": the client sent no certificate")
 
 // certificateDocuments are the certificates of g in /api/status: the files' then the ACME domains'.
 func (g *generation) certificateDocuments() []admin.CertStatus {

@@ -102,6 +102,7 @@ type LB struct {
 	wg     sync.WaitGroup
 
 	reloadMu       sync.Mutex
+	closed         bool // Close began: a Reload does nothing (guarded by reloadMu)
 	reloads        atomic.Uint64
 	now            func() time.Time // Options.Now
 	reloadFailures atomic.Uint64
@@ -301,6 +302,9 @@ func (lb *LB) Start(ctx context.Context) error {
 		return frontend.H2Config{MaxStreams: uint32(fe.HTTP2MaxStreams), MaxHeader: fe.MaxHeaderSize, ReadTimeout: fe.ReadTimeout.D, IdleTimeout: fe.IdleTimeout.D}
 	})
 	lb.frontServer.NextProto("h2", lb.h2.Serve)
+	if g.acme != nil {
+		g.acme.LoadStored() // [frontend.acme]: the stored certificates served from the first handshake
+	}
 	for _, ln := range fls {
 		lb.serve(lb.frontServer, ln, "frontend")
 	}
@@ -391,8 +395,13 @@ func (lb *LB) Close() {
 	if lb.cancel != nil {
 		lb.cancel() // ends the checks and the discovery providers
 	}
-	if g.acme != nil {
-		g.acme.Close() // ends renewals and any attempt under way ([frontend.acme])
+	// No reload after this one (a reload under way ends first): the ACME manager in force is the last.
+	lb.reloadMu.Lock()
+	lb.closed = true
+	m := lb.px.gen.Load().acme
+	lb.reloadMu.Unlock()
+	if m != nil {
+		m.Close() // ends renewals and any attempt under way ([frontend.acme])
 	}
 	lb.adminHandler.Close() // ends the admin's event streams
 	lb.disc.stop()
@@ -468,6 +477,9 @@ func (lb *LB) frontConnState(_ net.Conn, s fasthttp.ConnState) {
 func (lb *LB) Reload(cfg *config.Config) error {
 	lb.reloadMu.Lock()
 	defer lb.reloadMu.Unlock()
+	if lb.closed {
+		return errStopping
+	}
 	old := lb.px.gen.Load()
 	if sameFiles(old.cfg, cfg) {
 		// The files say what is running: this reload succeeded, even after a failed one (a bad edit
@@ -520,6 +532,9 @@ func (lb *LB) Reload(cfg *config.Config) error {
 	}
 	return nil
 }
+
+// errStopping is what a Reload after Close began returns.
+var errStopping = errors.New("reload: fairlead is stopping")
 
 // ReloadFailed records a reload whose config did not load; the running config stays.
 func (lb *LB) ReloadFailed(err error) {

@@ -106,6 +106,9 @@ func (r *reload) startRelays() error {
 func (r *reload) prepareACME() error {
 	var err error
 	r.acme, r.acmeNew, err = r.lb.acmeFor(r.cfg, r.old.acme)
+	if r.acmeNew {
+		r.acme.LoadStored() // served from the first handshake after the swap
+	}
 	return err
 }
 

@@ -36,6 +36,7 @@ type acmeProc struct {
 	storage         string
 	file            *sim.Leaf // the certificate from files (nil: [frontend.acme] alone)
 	roots           *x509.CertPool
+	clientCert      *tls.Certificate // sent in every handshake when set (client_auth)
 }
 
 const fileCertName = "files.fairlead.test"
@@ -124,13 +125,21 @@ func fileLeaf(t *testing.T) *sim.Leaf {
 // verified (nil when the handshake fails).
 func (p *acmeProc) peer(name string) []*x509.Certificate {
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second},
-		Config: &tls.Config{ServerName: name, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}}
+		Config: &tls.Config{ServerName: name, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}, GetClientCertificate: p.sendCert}}
 	conn, err := d.Dial("tcp", p.tlsAddr)
 	if err != nil {
 		return nil
 	}
 	defer conn.Close()
 	return conn.(*tls.Conn).ConnectionState().PeerCertificates
+}
+
+// sendCert gives the server clientCert when asked (none when unset).
+func (p *acmeProc) sendCert(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	if p.clientCert == nil {
+		return &tls.Certificate{}, nil
+	}
+	return p.clientCert, nil
 }
 
 // acmeLeaf is the certificate tls_listen serves for name when pebble's current root verifies it for
@@ -216,7 +225,7 @@ func (p *acmeProc) getViaFile(name string) int {
 // SNI) against roots, and returns the status (0 on failure).
 func (p *acmeProc) getTrusting(host, serverName string, roots *x509.CertPool) int {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		TLSClientConfig: &tls.Config{ServerName: serverName, RootCAs: roots}}}
+		TLSClientConfig: &tls.Config{ServerName: serverName, RootCAs: roots, GetClientCertificate: p.sendCert}}}
 	req, _ := http.NewRequest(http.MethodGet, "https://"+p.tlsAddr+"/Thingworx/Things", nil)
 	req.Host = host
 	resp, err := client.Do(req)
@@ -314,6 +323,51 @@ func TestACMEAnswersTLSALPN01OnTheHTTPSListenerAlone(t *testing.T) {
 	}
 	if n, v := pb.IssuedFor("other.fairlead.test"), pb.Validations("other.fairlead.test"); n != 0 || v != 0 || pb.Orders() != orders {
 		t.Errorf("for a name outside domains: %d certificates, %d validations, %d new orders", n, v, pb.Orders()-orders)
+	}
+}
+
+// With client_auth = "require", fairlead still answers TLS-ALPN-01 (the ACME server sends no client
+// certificate) while every other handshake must send one.
+func TestACMEAnswersTLSALPN01WhenClientCertificatesAreRequired(t *testing.T) {
+	c := testkit.StartCluster(t, sim.Options{Platforms: 2})
+	_, tlsAddr, pb := acmeSetup(t, false, true, 0)
+	const name = "edge.fairlead.test"
+	ca, err := sim.NewCA("device CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := ca.WriteCA(t.TempDir(), "device-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	device, err := ca.Issue("device-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := testkit.Addr(t)
+	dir := testkit.WriteFiles(t, map[string]string{
+		"10-acme.toml": acmeConfig(t, c, "", tlsAddr, admin, "", pb, t.TempDir(), nil, name),
+		"20-mtls.toml": fmt.Sprintf("[frontend]\nclient_ca = %q\nclient_auth = \"require\"\n", caFile)})
+	p := &acmeProc{Fairlead: testkit.RunFairlead(t, dir, tlsAddr, admin), t: t, tlsAddr: tlsAddr, pebble: pb, clientCert: &device.TLS}
+	p.WaitServing()
+	// Obtained without a handshake of ours: the validations' handshakes are the only ones, and none
+	// failed (over TLS 1.3 a validator would not even notice a refusal, which comes after its Finished).
+	testkit.Eventually(t, "the certificate obtained", 30*time.Second, func() bool {
+		return p.metric(`fairlead_acme_certificates_total{renewal="false",result="ok"}`) == 1
+	})
+	if got := p.metric("fairlead_tls_handshake_failures_total"); got != 0 {
+		t.Errorf("%d handshakes failed: the validations were refused for want of a client certificate", got)
+	}
+	p.waitACME(name)
+	if got := p.metric(`fairlead_acme_challenges_answered_total{type="tls-alpn-01"}`); got < 1 {
+		t.Errorf("TLS-ALPN-01 answers: %d", got)
+	}
+	if got := p.getVia(name); got != http.StatusOK {
+		t.Errorf("GET with a device certificate: %d, want 200", got)
+	}
+	p.clientCert = nil
+	if got := p.getVia(name); got != 0 {
+		t.Errorf("GET without a client certificate: %d, want a failed handshake", got)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,8 @@ type Manager struct {
 	obtained, renewed, obtainFailed, renewFailed atomic.Uint64
 	http01, tlsALPN01                            atomic.Uint64
 
+	closeOnce sync.Once
+
 	mu     sync.Mutex
 	status map[string]*NameStatus
 }
@@ -72,31 +75,22 @@ type NameStatus struct {
 	Obtained  time.Time `json:"obtained"`             // when this process last obtained or renewed it (zero: loaded from storage, or none)
 	LastError string    `json:"last_error,omitempty"` // the last failed attempt's error, until one succeeds
 	FailedAt  time.Time `json:"failed_at"`            // when it failed (zero: none since the last success)
+
+	failedSerial string // the serial of the certificate served when it failed: another one since is a recovery
 }
 
 // New makes the Manager of c; it obtains nothing before Manage. httpAddr and tlsAddr are the
 // front end's listen and tls_listen addresses (httpAddr "" when there is none: HTTP-01 is then not
 // offered); the library is told their ports so that it answers the challenges through them.
 func New(c *config.ACME, httpAddr, tlsAddr string, h Hooks) (*Manager, error) {
-	m := &Manager{cfg: c, addrs: [2]string{httpAddr, tlsAddr}, names: map[string]bool{}, hooks: h, status: map[string]*NameStatus{}}
-	for _, d := range c.Domains {
-		m.names[d] = true
-		m.status[d] = &NameStatus{Name: d}
-	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-	nop := zap.NewNop()
-	m.cache = certmagic.NewCache(certmagic.CacheOptions{
-		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
-		RenewCheckInterval: c.RenewCheckInterval.D,
-		Logger:             nop,
-	})
-	m.magic = certmagic.New(m.cache, certmagic.Config{
-		Storage: &certmagic.FileStorage{Path: c.Storage},
-		OnEvent: m.onEvent,
-		Logger:  nop,
-	})
+	// The challenges are answered on fairlead's listeners: the library is told their host and ports
+	// (it dials what it cannot bind, and finds fairlead there). config.Load refuses listen and
+	// tls_listen on different hosts with [frontend.acme].
 	iss := certmagic.ACMEIssuer{
-		CA: c.Directory, Email: c.Email, Agreed: true, TrustedRoots: c.Roots, Logger: nop,
+		CA: c.Directory, Email: c.Email, TrustedRoots: c.Roots,
+		// The CA's terms of service (subscriber agreement) are accepted for the account, as Caddy
+		// does: configuring [frontend.acme] is the operator's agreement (README: Certificates).
+		Agreed:               true,
 		DisableHTTPChallenge: httpAddr == "",
 	}
 	host, port, err := net.SplitHostPort(tlsAddr)
@@ -115,22 +109,76 @@ func New(c *config.ACME, httpAddr, tlsAddr string, h Hooks) (*Manager, error) {
 	if c.Directory == config.LetsEncrypt {
 		iss.TestCA = certmagic.LetsEncryptStagingCA // after a failure, the next attempt is tried there first
 	}
+
+	m := &Manager{cfg: c, addrs: [2]string{httpAddr, tlsAddr}, names: map[string]bool{}, hooks: h, status: map[string]*NameStatus{}}
+	for _, d := range c.Domains {
+		m.names[d] = true
+		m.status[d] = &NameStatus{Name: d}
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	nop := zap.NewNop()
+	iss.Logger = nop
+	m.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
+		RenewCheckInterval: c.RenewCheckInterval.D,
+		Logger:             nop,
+	})
+	m.magic = certmagic.New(m.cache, certmagic.Config{
+		Storage: &certmagic.FileStorage{Path: c.Storage},
+		OnEvent: m.onEvent,
+		Logger:  nop,
+	})
 	m.issuer = certmagic.NewACMEIssuer(m.magic, iss)
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}
 	return m, nil
 }
 
-// Manage loads the certificates kept in storage and obtains the missing ones, in the background;
-// call it once the listeners are bound (the library would otherwise bind their ports itself to
-// answer a challenge).
+// LoadStored puts the certificates kept in storage in memory, so that they are served from the first
+// handshake (before Manage, which renews them and obtains the missing ones in the background). It
+// reads storage only; a name without a stored certificate is left to Manage.
+func (m *Manager) LoadStored() {
+	for _, d := range m.cfg.Domains {
+		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+		m.magic.CacheManagedCertificate(ctx, d) //nolint:errcheck // none stored yet: Manage obtains it
+		cancel()
+	}
+}
+
+// Manage obtains the missing certificates and renews them, in the background; call it once the
+// listeners are bound (the library would otherwise bind their ports itself to answer a challenge).
+// Storage that cannot be written is a failure of every domain (said now, not at the first attempt,
+// which the library would fail without an event).
 func (m *Manager) Manage() error {
+	if err := m.checkStorage(); err != nil {
+		for _, d := range m.cfg.Domains {
+			m.failed(d, false, err)
+		}
+	}
 	return m.magic.ManageAsync(m.ctx, m.cfg.Domains)
 }
 
-// Close stops the renewals and any attempt under way.
+// checkStorage writes, reads and deletes a key in storage.
+func (m *Manager) checkStorage() error {
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("fairlead/check-%d", os.Getpid())
+	if err := m.magic.Storage.Store(ctx, key, []byte("ok")); err != nil {
+		return fmt.Errorf("storage %s cannot be written: %w", m.cfg.Storage, err)
+	}
+	if _, err := m.magic.Storage.Load(ctx, key); err != nil {
+		return fmt.Errorf("storage %s cannot be read: %w", m.cfg.Storage, err)
+	}
+	m.magic.Storage.Delete(ctx, key) //nolint:errcheck // a leftover check key is harmless
+	return nil
+}
+
+// Close stops the renewals and any attempt under way; it returns at once (a maintenance pass under
+// way, an OCSP fetch or a slow storage, ends in the background). Closing twice is closing once.
 func (m *Manager) Close() {
-	m.cancel()
-	m.cache.Stop()
+	m.closeOnce.Do(func() {
+		m.cancel()
+		go m.cache.Stop()
+	})
 }
 
 // Runs reports whether m runs table c with the challenges on httpAddr and tlsAddr: a reload that
@@ -276,16 +324,25 @@ func (m *Manager) onEvent(ctx context.Context, ev string, data map[string]any) e
 		if err == nil {
 			err = errors.New("failed")
 		}
-		m.mu.Lock()
-		if st := m.status[name]; st != nil {
-			st.LastError, st.FailedAt = err.Error(), time.Now()
-		}
-		m.mu.Unlock()
-		if m.hooks.Failed != nil {
-			m.hooks.Failed(name, renewal, err)
-		}
+		m.failed(name, renewal, err)
 	}
 	return nil
+}
+
+// failed records a failed attempt for name and calls the hook.
+func (m *Manager) failed(name string, renewal bool, err error) {
+	serial := ""
+	if c := m.cached(name); c != nil {
+		serial = c.Leaf.SerialNumber.String()
+	}
+	m.mu.Lock()
+	if st := m.status[name]; st != nil {
+		st.LastError, st.FailedAt, st.failedSerial = err.Error(), time.Now(), serial
+	}
+	m.mu.Unlock()
+	if m.hooks.Failed != nil {
+		m.hooks.Failed(name, renewal, err)
+	}
 }
 
 // storedNotAfter is the expiry of the certificate stored at key (zero when it cannot be read).
@@ -315,11 +372,16 @@ func (m *Manager) Status() []NameStatus {
 	defer m.mu.Unlock()
 	out := make([]NameStatus, 0, len(m.cfg.Domains))
 	for _, d := range m.cfg.Domains {
-		st := *m.status[d]
+		st := m.status[d]
 		if c := m.cached(d); c != nil {
 			st.NotAfter = c.Leaf.NotAfter
+			if st.LastError != "" && c.Leaf.SerialNumber.String() != st.failedSerial {
+				// Another certificate since the failure, without an obtained event of this instance: its
+				// HA peer obtained or renewed it into the shared storage, and this one loaded it.
+				st.LastError, st.FailedAt = "", time.Time{}
+			}
 		}
-		out = append(out, st)
+		out = append(out, *st)
 	}
 	return out
 }

@@ -2,6 +2,10 @@ package acme
 
 import (
 	"crypto/tls"
+	"os"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,5 +61,41 @@ func TestOnlyTheDomainsReachTheLibrary(t *testing.T) {
 	}
 	if st := m.Status(); len(st) != 1 || st[0].Name != "twx.example.com" || !st[0].NotAfter.IsZero() {
 		t.Errorf("Status: %+v", st)
+	}
+}
+
+// Storage that cannot be written is every domain's failure as soon as Manage starts (the library
+// would fail its first attempt without an event), and Close is safe twice.
+func TestUnwritableStorageFailsEveryDomainAtOnce(t *testing.T) {
+	file := t.TempDir() + "/not-a-directory"
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	var mu sync.Mutex
+	m, err := New(&config.ACME{Directory: "https://127.0.0.1:1/dir", Domains: []string{"a.example.com", "b.example.com"},
+		Storage: file + "/acme", RenewCheckInterval: config.Duration{D: time.Minute}}, "", "127.0.0.1:8443", Hooks{
+		Failed: func(name string, renewal bool, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !renewal && strings.Contains(err.Error(), "cannot be written") {
+				failed = append(failed, name)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Manage() //nolint:errcheck
+	m.Close()
+	m.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(failed, []string{"a.example.com", "b.example.com"}) {
+		t.Errorf("failed at Manage: %q, want both domains", failed)
+	}
+	for _, st := range m.Status() {
+		if !strings.Contains(st.LastError, "cannot be written") {
+			t.Errorf("%s: last error %q", st.Name, st.LastError)
+		}
 	}
 }

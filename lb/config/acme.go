@@ -6,6 +6,7 @@ package config
 
 import (
 	"crypto/x509"
+	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -77,6 +78,10 @@ func (c *Config) loadACME() []string {
 	add := func(key, format string, args ...any) { p = append(p, c.at("frontend.acme."+key, format, args...)) }
 	if c.Frontend.TLSListen == "" {
 		add("domains", "needs tls_listen (the HTTPS listener that serves the certificates)")
+	} else if c.Frontend.Listen != "" && hostOf(c.Frontend.Listen) != hostOf(c.Frontend.TLSListen) {
+		// The library answers both challenges on one host: it would bind listen's port on
+		// tls_listen's host for itself.
+		add("domains", "needs listen and tls_listen on the same host (%q, %q): the ACME challenges are answered on both", hostOf(c.Frontend.Listen), hostOf(c.Frontend.TLSListen))
 	}
 	if u, err := url.Parse(a.Directory); err != nil || u.Scheme != "https" || u.Host == "" {
 		add("directory", "must be an https URL (the ACME server's directory), got %q", a.Directory)
@@ -121,6 +126,11 @@ func (c *Config) loadACME() []string {
 		}
 	}
 	return p
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
 }
 
 func isIPLiteral(s string) bool {

@@ -38,6 +38,8 @@ func TestACMETableIsValidatedKeyByKey(t *testing.T) {
 	f("a ca_root without PEM", tlsFront+table+"domains = [\"a.example.com\"]\nca_root = \""+notPEM+"\"\n", "ca_root: "+notPEM+" holds no PEM certificate")
 	f("a missing ca_root", tlsFront+table+"domains = [\"a.example.com\"]\nca_root = \""+dir+"/none.pem\"\n", "ca_root: open "+dir+"/none.pem")
 	f("without tls_listen", table+`domains = ["a.example.com"]`, "domains: needs tls_listen")
+	f("listeners on two hosts", "[frontend]\nlisten = \"127.0.0.1:0\"\ntls_listen = \"127.0.0.2:0\"\n"+table+`domains = ["a.example.com"]`,
+		`domains: needs listen and tls_listen on the same host ("127.0.0.1", "127.0.0.2")`)
 
 	cfg, err := Load(testkit.WriteFiles(t, map[string]string{"10-base.toml": minimalConfig,
 		"20-acme.toml": tlsFront + table + "domains = [\"Twx.Example.com\", \"devices.example.com.\"]\nemail = \"ops@example.com\"\n"}))
