@@ -474,6 +474,24 @@ func TestACMEServerDownAtStartKeepsTheListenerAndAReloadObtainsAtOnce(t *testing
 	if got := p.metric(`fairlead_acme_failing{name="` + name + `"}`); got != 0 {
 		t.Errorf("fairlead_acme_failing = %d once obtained", got)
 	}
+
+	// A reload without [frontend.acme]: the name gets the files' certificate again, and the ACME series
+	// and the status entry go.
+	conf := acmeConfig(t, c, listen, tlsAddr, admin, "", pb, storage, file, name)
+	start, end := strings.Index(conf, "[frontend.acme]"), strings.Index(conf, "[admin]")
+	if err := os.WriteFile(filepath.Join(dir, "10-acme.toml"), []byte(conf[:start]+conf[end:]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.Eventually("the files' certificate for "+name+" again", func() bool { return p.servesFile(name) })
+	if docs := p.certificates(); len(docs) != 1 || docs[0].Source != "file" {
+		t.Errorf("/api/status certificates without [frontend.acme]: %+v", docs)
+	}
+	if m := p.Metric(`fairlead_tls_certificate_not_after_seconds{acme="` + name + `"}`); m != "" {
+		t.Errorf("an expiry series for the ACME certificate after its table went: %s", m)
+	}
 }
 
 // An HA pair shares storage: one instance obtains the certificate, the other loads it, and either

@@ -30,7 +30,8 @@ const LetsEncrypt = "https://acme-v02.api.letsencrypt.org/directory"
 // fairlead_tls_certificate_not_after_seconds. An HA pair shares storage (see storage). Changing any of
 // these keys on a reload applies at once: the certificates of the new list are served and obtained.
 type ACME struct {
-	// The ACME server's directory URL (https).
+	// The ACME server's directory URL (https). Configuring [frontend.acme] accepts that CA's terms of
+	// service (subscriber agreement) for the account fairlead registers, as Caddy does.
 	Directory string `toml:"directory"`
 	// Contact address given to the ACME server for the account (expiry and policy mail); optional.
 	Email string `toml:"email"`
