@@ -18,7 +18,7 @@ import (
 // Azure Load Balancer, GCP's TCP proxy, HAProxy) opens each connection with a header naming the
 // client it carries. A connection from a listed address must start with one, version 1 (a text line)
 // or 2 (binary: TCP over IPv4 or IPv6, or LOCAL, the balancer's own health checks, which keep the
-// connection's address), within header_timeout; without one it is closed before anything is read as
+// connection's address whatever family they name), within header_timeout; without one it is closed before anything is read as
 // HTTP or TLS, and counted (proxy_missing); a malformed one is closed and counted (proxy_malformed).
 // Neither is ever logged as bytes. A connection from any other address is not read for a header at
 // all: a PROXY line there is a request line that is not HTTP, 400. The header is read in the
@@ -48,8 +48,8 @@ type proxyMalformed string
 
 func (e proxyMalformed) Error() string { return "frontend: malformed PROXY header: " + string(e) }
 
-// proxyHeader is a parsed header: src is the client's address, invalid for LOCAL (or v1's UNKNOWN,
-// or v2's UNSPEC family): the connection's own address stands.
+// proxyHeader is a parsed header: src is the client's address, invalid for LOCAL (any family), v1's
+// UNKNOWN or v2's UNSPEC family: the connection's own address stands.
 type proxyHeader struct {
 	src netip.AddrPort
 	n   int // the header's length in bytes
@@ -128,6 +128,19 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 	}
 	cmd, fam := b[12]&0xf, b[13]
 	n := int(binary.BigEndian.Uint16(b[14:16]))
+	if cmd > 1 {
+		return h, false, proxyMalformed("v2 command")
+	}
+	if cmd == 0 {
+		// LOCAL (the sender's own connection, a health check): accepted whatever its family says, its
+		// address block skipped unread, the connection's own address standing (the spec, haproxy's
+		// proxy-protocol.txt, 2.2: a receiver must accept it and ignore the family).
+		if len(b) < 16+n {
+			return h, true, nil
+		}
+		h.n = 16 + n
+		return h, false, nil
+	}
 	var need int
 	switch fam {
 	case 0x00: // UNSPEC
@@ -138,9 +151,6 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 	default:
 		return h, false, proxyMalformed("v2 unknown family")
 	}
-	if cmd > 1 {
-		return h, false, proxyMalformed("v2 command")
-	}
 	if n < need {
 		return h, false, proxyMalformed("v2 address past its length")
 	}
@@ -148,7 +158,7 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 		return h, true, nil
 	}
 	h.n = 16 + n
-	if cmd == 0 || need == 0 { // LOCAL, or an unspecified family: the connection's own address
+	if need == 0 { // PROXY with an unspecified family: the connection's own address
 		return h, false, nil
 	}
 	a := b[16:]
