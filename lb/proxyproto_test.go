@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -346,5 +348,59 @@ func TestProxyProtocolHTTP2StreamsForwardTheCarriedClient(t *testing.T) {
 		if got := echoedHeaders(string(body))["x-forwarded-for"]; len(got) != 1 || got[0] != src.Addr().String() {
 			t.Errorf("stream %d: X-Forwarded-For %q, want %s", i, got, src.Addr())
 		}
+	}
+}
+
+// A listed sender's connection that stalls before its PROXY header is whole is closed once
+// header_timeout passes, on both listeners, nothing answered nor forwarded, and counted: one that sent
+// nothing as proxy_missing (no header within header_timeout), one that sent part of a header (v1 or v2)
+// as timeout (as a request head that stalls). Only the close is waited for, within a generous bound.
+func TestProxyProtocolHeaderTimeoutClosesAStalledSender(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := platformConfig(c, "", "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\nheader_timeout = \"300ms\"\n")
+	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
+	errs := l.px.front.Errors
+	leader := c.Platforms[0]
+	v2 := ppV2(netip.MustParseAddrPort("203.0.113.9:1"), false)
+	for _, ln := range []struct{ name, addr string }{{"plain", l.Addr()}, {"tls", tlsAddr}} {
+		for _, s := range []struct {
+			name string
+			sent []byte
+			kind frontend.ConnKind
+		}{
+			{"nothing", nil, frontend.ConnProxyMissing},
+			{"half a v1 header", []byte("PROXY TCP4 203.0.113.9 10.0.0"), frontend.ConnTimeout},
+			{"half a v2 header", v2[:20], frontend.ConnTimeout},
+			{"a v2 header's first byte", v2[:1], frontend.ConnTimeout},
+		} {
+			name := ln.name + ", " + s.name
+			before := errs.Count(s.kind)
+			reqs := leader.Requests()
+			conn, err := ppConn(t, ln.addr, "127.0.0.1", s.sent, nil) // its deadline: 10s from now
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			n, err := io.Copy(io.Discard, conn)
+			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("%s: %v after %d bytes, want the connection closed by fairlead (header_timeout 300ms)", name, err, n)
+				continue
+			}
+			if n != 0 {
+				t.Errorf("%s: %d bytes answered, want none", name, n)
+			}
+			if got := errs.Count(s.kind); got != before+1 {
+				t.Errorf("%s: %s %d, want %d", name, s.kind, got, before+1)
+			}
+			if leader.Requests() != reqs {
+				t.Errorf("%s: a request was forwarded", name)
+			}
+		}
+	}
+	if n := errs.Count(frontend.ConnProxyMalformed) + errs.Count(frontend.ConnTLS); n != 0 {
+		t.Errorf("%d connections counted as proxy_malformed or tls, want none (each stalled)", n)
 	}
 }

@@ -3,8 +3,12 @@ package frontend
 import (
 	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"net/netip"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -159,6 +163,35 @@ func TestParseProxyV2LocalIsAcceptedWhateverItsFamily(t *testing.T) {
 			if more || !errors.As(err, &pm) || string(pm) != "v2 command" {
 				t.Errorf("command %d, family %#x: more=%v err=%v, want malformed (v2 command)", cmd, fam, more, err)
 			}
+		}
+	}
+}
+
+// How a failed header read is counted (proxyErrKind): what is not a header, or nothing within
+// header_timeout, proxy_missing; a broken or cut-off header proxy_malformed; a header that stalls
+// half-way, timeout; a connection that ends before its first byte, nothing.
+func TestProxyErrKind(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	reset := &net.OpError{Op: "read", Err: syscall.ECONNRESET}
+	for _, c := range []struct {
+		name string
+		perr error
+		err  error
+		n    int
+		want ConnKind
+	}{
+		{"a request", errProxyMissing, nil, 4, ConnProxyMissing},
+		{"nothing within header_timeout", nil, timeout, 0, ConnProxyMissing},
+		{"a malformed header", proxyMalformed("v1 fields"), nil, 40, ConnProxyMalformed},
+		{"cut off", nil, io.EOF, 20, ConnProxyMalformed},
+		{"reset inside it", nil, reset, 20, ConnProxyMalformed},
+		{"stalled inside it", nil, timeout, 20, ConnTimeout},
+		{"a lone P, stalled", nil, timeout, 1, ConnTimeout},
+		{"closed before its first byte", nil, io.EOF, 0, NumConnKinds},
+		{"reset before its first byte", nil, reset, 0, NumConnKinds},
+	} {
+		if got := proxyErrKind(c.perr, c.err, c.n); got != c.want {
+			t.Errorf("%s: kind %d, want %d", c.name, got, c.want)
 		}
 	}
 }
