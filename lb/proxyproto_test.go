@@ -404,3 +404,53 @@ func TestProxyProtocolHeaderTimeoutClosesAStalledSender(t *testing.T) {
 		t.Errorf("%d connections counted as proxy_malformed or tls, want none (each stalled)", n)
 	}
 }
+
+// trusted_proxies is asked about the client a PROXY header carries, not about its sender: a carried
+// client in trusted_proxies has its X-Forwarded-For appended to (and its X-Forwarded-Proto kept); one
+// that is not has them replaced, though the sender itself (127.0.0.1) is listed in trusted_proxies
+// too. Over v1 and v2, on both listeners.
+func TestProxyProtocolTrustedProxiesApplyToTheCarriedClient(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := platformConfig(c, "", "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert,
+		"proxy_protocol = [\"127.0.0.1/32\"]\ntrusted_proxies = [\"127.0.0.1/32\", \"198.51.100.0/24\", \"2001:db8:77::/48\"]\n")
+	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
+	const forged = "GET /echo-headers HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: gopher\r\nConnection: close\r\n\r\n"
+	for _, ln := range []struct {
+		name, addr, proto string
+		cfg               *tls.Config
+	}{{"plain", l.Addr(), "http", nil}, {"tls", tlsAddr, "https", env.clientConfig(tlsName)}} {
+		for _, v := range []struct {
+			name string
+			hdr  func(netip.AddrPort) []byte
+		}{{"v1", ppV1}, {"v2", func(a netip.AddrPort) []byte { return ppV2(a, false) }}} {
+			for _, cl := range []struct {
+				src      string
+				trusted  bool
+				xff, xfp string
+			}{
+				{"198.51.100.7:4000", true, "6.6.6.6, 198.51.100.7", "gopher"},
+				{"[2001:db8:77::5]:4000", true, "6.6.6.6, 2001:db8:77::5", "gopher"},
+				{"203.0.113.8:4000", false, "203.0.113.8", ln.proto},
+				{"[2001:db8:78::5]:4000", false, "2001:db8:78::5", ln.proto},
+			} {
+				name := fmt.Sprintf("%s %s, carried client %s (trusted %v)", ln.name, v.name, cl.src, cl.trusted)
+				resp, body := ppDo(t, ln.addr, "127.0.0.1", v.hdr(netip.MustParseAddrPort(cl.src)), ln.cfg, forged)
+				if resp == nil || resp.StatusCode != 200 {
+					t.Errorf("%s: %v, want 200", name, resp)
+					continue
+				}
+				got := echoedHeaders(body)
+				if x := got["x-forwarded-for"]; len(x) != 1 || x[0] != cl.xff {
+					t.Errorf("%s: the leader saw X-Forwarded-For %q, want %q", name, x, cl.xff)
+				}
+				if x := got["x-forwarded-proto"]; len(x) != 1 || x[0] != cl.xfp {
+					t.Errorf("%s: the leader saw X-Forwarded-Proto %q, want %q", name, x, cl.xfp)
+				}
+			}
+		}
+	}
+}
