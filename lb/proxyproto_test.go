@@ -197,15 +197,24 @@ func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 		if got := errs.Count(frontend.ConnProxyMalformed); got != malformed+3 {
 			t.Errorf("%s malformed headers: proxy_malformed %d, want %d", ln.name, got, malformed+3)
 		}
-		// From 127.0.0.2, not listed: the header is not believed.
+		// From 127.0.0.2, not listed: the header is not believed (on the TLS listener it is read as
+		// the ClientHello, and the handshake fails: counted as tls).
 		for _, v := range versions {
+			failed := errs.Count(frontend.ConnTLS)
 			resp, _ := ppDo(t, ln.addr, "127.0.0.2", v.hdr(netip.MustParseAddrPort("203.0.113.66:1")), ln.cfg, ppEcho)
 			switch {
 			case ln.cfg == nil && (resp == nil || resp.StatusCode != 400):
 				t.Errorf("%s %s from an unlisted address: %v, want 400", ln.name, v.name, resp)
 			case ln.cfg != nil && resp != nil:
 				t.Errorf("%s %s from an unlisted address: %d, want the handshake failed", ln.name, v.name, resp.StatusCode)
+			case ln.cfg != nil:
+				// The client may see the server's alert before the server has counted its failure.
+				testkit.Eventually(t, ln.name+" "+v.name+" from an unlisted address: a tls handshake failure counted",
+					3*time.Second, func() bool { return errs.Count(frontend.ConnTLS) == failed+1 })
 			}
+		}
+		if ln.cfg == nil && errs.Count(frontend.ConnTLS) != 0 {
+			t.Errorf("plain: %d tls handshake failures counted, want none", errs.Count(frontend.ConnTLS))
 		}
 		if leader.Requests() != before {
 			t.Errorf("%s: %d requests forwarded from the refused connections, want none", ln.name, leader.Requests()-before)
