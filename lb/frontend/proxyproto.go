@@ -15,8 +15,8 @@ import (
 )
 
 // The PROXY protocol ([frontend] proxy_protocol): an L4 load balancer in front of fairlead (AWS NLB,
-// Azure Load Balancer, GCP's TCP proxy, HAProxy) opens each connection with a header naming the
-// client it carries. A connection from a listed address must start with one, version 1 (a text line)
+// GCP's TCP proxy, Azure's Private Link service, HAProxy) opens each connection with a header naming
+// the client it carries. A connection from a listed address must start with one, version 1 (a text line)
 // or 2 (binary: TCP over IPv4 or IPv6, or LOCAL, the balancer's own health checks, which keep the
 // connection's address whatever family they name), within header_timeout. Without one it is closed
 // before anything is read as HTTP or TLS, and counted (proxy_missing); a malformed one, or one the
