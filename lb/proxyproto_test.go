@@ -161,10 +161,16 @@ func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 	}
 	errs := l.px.front.Errors
 	for _, ln := range listeners {
-		// LOCAL (the balancer's health check) keeps the connection's address.
-		resp, body := ppDo(t, ln.addr, "127.0.0.1", ppV2(netip.AddrPort{}, true), ln.cfg, ppEcho)
-		if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "127.0.0.1" {
-			t.Errorf("%s LOCAL: %v %q, want 200 with X-Forwarded-For 127.0.0.1", ln.name, resp, echoedHeaders(body)["x-forwarded-for"])
+		// LOCAL (the balancer's health check) keeps the connection's address, whatever family it names
+		// (here a unix socket's, its 216-byte address block skipped).
+		unix := append(ppV2(netip.AddrPort{}, true), make([]byte, 216)...)
+		unix[13], unix[14], unix[15] = 0x31, 0, 216
+		for _, local := range [][]byte{ppV2(netip.AddrPort{}, true), unix} {
+			clock.Advance(time.Second) // 127.0.0.1's rate_per_source bucket refilled
+			resp, body := ppDo(t, ln.addr, "127.0.0.1", local, ln.cfg, ppEcho)
+			if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "127.0.0.1" {
+				t.Errorf("%s LOCAL %#x: %v %q, want 200 with X-Forwarded-For 127.0.0.1", ln.name, local[13], resp, echoedHeaders(body)["x-forwarded-for"])
+			}
 		}
 		before := leader.Requests()
 		// No header from a listed sender: closed, counted.
