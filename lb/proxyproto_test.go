@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,10 +161,16 @@ func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 	}
 	errs := l.px.front.Errors
 	for _, ln := range listeners {
-		// LOCAL (the balancer's health check) keeps the connection's address.
-		resp, body := ppDo(t, ln.addr, "127.0.0.1", ppV2(netip.AddrPort{}, true), ln.cfg, ppEcho)
-		if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "127.0.0.1" {
-			t.Errorf("%s LOCAL: %v %q, want 200 with X-Forwarded-For 127.0.0.1", ln.name, resp, echoedHeaders(body)["x-forwarded-for"])
+		// LOCAL (the balancer's health check) keeps the connection's address, whatever family it names
+		// (here a unix socket's, its 216-byte address block skipped).
+		unix := append(ppV2(netip.AddrPort{}, true), make([]byte, 216)...)
+		unix[13], unix[14], unix[15] = 0x31, 0, 216
+		for _, local := range [][]byte{ppV2(netip.AddrPort{}, true), unix} {
+			clock.Advance(time.Second) // 127.0.0.1's rate_per_source bucket refilled
+			resp, body := ppDo(t, ln.addr, "127.0.0.1", local, ln.cfg, ppEcho)
+			if resp == nil || resp.StatusCode != 200 || strings.Join(echoedHeaders(body)["x-forwarded-for"], ",") != "127.0.0.1" {
+				t.Errorf("%s LOCAL %#x: %v %q, want 200 with X-Forwarded-For 127.0.0.1", ln.name, local[13], resp, echoedHeaders(body)["x-forwarded-for"])
+			}
 		}
 		before := leader.Requests()
 		// No header from a listed sender: closed, counted.
@@ -195,15 +203,24 @@ func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 		if got := errs.Count(frontend.ConnProxyMalformed); got != malformed+3 {
 			t.Errorf("%s malformed headers: proxy_malformed %d, want %d", ln.name, got, malformed+3)
 		}
-		// From 127.0.0.2, not listed: the header is not believed.
+		// From 127.0.0.2, not listed: the header is not believed (on the TLS listener it is read as
+		// the ClientHello, and the handshake fails: counted as tls).
 		for _, v := range versions {
+			failed := errs.Count(frontend.ConnTLS)
 			resp, _ := ppDo(t, ln.addr, "127.0.0.2", v.hdr(netip.MustParseAddrPort("203.0.113.66:1")), ln.cfg, ppEcho)
 			switch {
 			case ln.cfg == nil && (resp == nil || resp.StatusCode != 400):
 				t.Errorf("%s %s from an unlisted address: %v, want 400", ln.name, v.name, resp)
 			case ln.cfg != nil && resp != nil:
 				t.Errorf("%s %s from an unlisted address: %d, want the handshake failed", ln.name, v.name, resp.StatusCode)
+			case ln.cfg != nil:
+				// The client may see the server's alert before the server has counted its failure.
+				testkit.Eventually(t, ln.name+" "+v.name+" from an unlisted address: a tls handshake failure counted",
+					3*time.Second, func() bool { return errs.Count(frontend.ConnTLS) == failed+1 })
 			}
+		}
+		if ln.cfg == nil && errs.Count(frontend.ConnTLS) != 0 {
+			t.Errorf("plain: %d tls handshake failures counted, want none", errs.Count(frontend.ConnTLS))
 		}
 		if leader.Requests() != before {
 			t.Errorf("%s: %d requests forwarded from the refused connections, want none", ln.name, leader.Requests()-before)
@@ -345,6 +362,110 @@ func TestProxyProtocolHTTP2StreamsForwardTheCarriedClient(t *testing.T) {
 		}
 		if got := echoedHeaders(string(body))["x-forwarded-for"]; len(got) != 1 || got[0] != src.Addr().String() {
 			t.Errorf("stream %d: X-Forwarded-For %q, want %s", i, got, src.Addr())
+		}
+	}
+}
+
+// A listed sender's connection that stalls before its PROXY header is whole is closed once
+// header_timeout passes, on both listeners, nothing answered nor forwarded, and counted: one that sent
+// nothing as proxy_missing (no header within header_timeout), one that sent part of a header (v1 or v2)
+// as timeout (as a request head that stalls). Only the close is waited for, within a generous bound.
+func TestProxyProtocolHeaderTimeoutClosesAStalledSender(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := platformConfig(c, "", "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\nheader_timeout = \"300ms\"\n")
+	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
+	errs := l.px.front.Errors
+	leader := c.Platforms[0]
+	v2 := ppV2(netip.MustParseAddrPort("203.0.113.9:1"), false)
+	for _, ln := range []struct{ name, addr string }{{"plain", l.Addr()}, {"tls", tlsAddr}} {
+		for _, s := range []struct {
+			name string
+			sent []byte
+			kind frontend.ConnKind
+		}{
+			{"nothing", nil, frontend.ConnProxyMissing},
+			{"half a v1 header", []byte("PROXY TCP4 203.0.113.9 10.0.0"), frontend.ConnTimeout},
+			{"half a v2 header", v2[:20], frontend.ConnTimeout},
+			{"a v2 header's first byte", v2[:1], frontend.ConnTimeout},
+		} {
+			name := ln.name + ", " + s.name
+			before := errs.Count(s.kind)
+			reqs := leader.Requests()
+			conn, err := ppConn(t, ln.addr, "127.0.0.1", s.sent, nil) // its deadline: 10s from now
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			n, err := io.Copy(io.Discard, conn)
+			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("%s: %v after %d bytes, want the connection closed by fairlead (header_timeout 300ms)", name, err, n)
+				continue
+			}
+			if n != 0 {
+				t.Errorf("%s: %d bytes answered, want none", name, n)
+			}
+			if got := errs.Count(s.kind); got != before+1 {
+				t.Errorf("%s: %s %d, want %d", name, s.kind, got, before+1)
+			}
+			if leader.Requests() != reqs {
+				t.Errorf("%s: a request was forwarded", name)
+			}
+		}
+	}
+	if n := errs.Count(frontend.ConnProxyMalformed) + errs.Count(frontend.ConnTLS); n != 0 {
+		t.Errorf("%d connections counted as proxy_malformed or tls, want none (each stalled)", n)
+	}
+}
+
+// trusted_proxies is asked about the client a PROXY header carries, not about its sender: a carried
+// client in trusted_proxies has its X-Forwarded-For appended to (and its X-Forwarded-Proto kept); one
+// that is not has them replaced, though the sender itself (127.0.0.1) is listed in trusted_proxies
+// too. Over v1 and v2, on both listeners.
+func TestProxyProtocolTrustedProxiesApplyToTheCarriedClient(t *testing.T) {
+	c := startCluster(t, 1, 0)
+	env := newTLSEnv(t, "proxy protocol CA")
+	cert := env.issue(t, "front", tlsName)
+	files := platformConfig(c, "", "")
+	tlsAddr := testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert,
+		"proxy_protocol = [\"127.0.0.1/32\"]\ntrusted_proxies = [\"127.0.0.1/32\", \"198.51.100.0/24\", \"2001:db8:77::/48\"]\n")
+	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
+	const forged = "GET /echo-headers HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: gopher\r\nConnection: close\r\n\r\n"
+	for _, ln := range []struct {
+		name, addr, proto string
+		cfg               *tls.Config
+	}{{"plain", l.Addr(), "http", nil}, {"tls", tlsAddr, "https", env.clientConfig(tlsName)}} {
+		for _, v := range []struct {
+			name string
+			hdr  func(netip.AddrPort) []byte
+		}{{"v1", ppV1}, {"v2", func(a netip.AddrPort) []byte { return ppV2(a, false) }}} {
+			for _, cl := range []struct {
+				src      string
+				trusted  bool
+				xff, xfp string
+			}{
+				{"198.51.100.7:4000", true, "6.6.6.6, 198.51.100.7", "gopher"},
+				{"[2001:db8:77::5]:4000", true, "6.6.6.6, 2001:db8:77::5", "gopher"},
+				{"203.0.113.8:4000", false, "203.0.113.8", ln.proto},
+				{"[2001:db8:78::5]:4000", false, "2001:db8:78::5", ln.proto},
+			} {
+				name := fmt.Sprintf("%s %s, carried client %s (trusted %v)", ln.name, v.name, cl.src, cl.trusted)
+				resp, body := ppDo(t, ln.addr, "127.0.0.1", v.hdr(netip.MustParseAddrPort(cl.src)), ln.cfg, forged)
+				if resp == nil || resp.StatusCode != 200 {
+					t.Errorf("%s: %v, want 200", name, resp)
+					continue
+				}
+				got := echoedHeaders(body)
+				if x := got["x-forwarded-for"]; len(x) != 1 || x[0] != cl.xff {
+					t.Errorf("%s: the leader saw X-Forwarded-For %q, want %q", name, x, cl.xff)
+				}
+				if x := got["x-forwarded-proto"]; len(x) != 1 || x[0] != cl.xfp {
+					t.Errorf("%s: the leader saw X-Forwarded-Proto %q, want %q", name, x, cl.xfp)
+				}
+			}
 		}
 	}
 }

@@ -161,8 +161,10 @@ type Frontend struct {
 	// new connection is closed at accept, before any byte is read (counted). The address is the
 	// connection's (X-Forwarded-For is not read yet); a proxy in trusted_proxies is exempt. From a
 	// proxy_protocol sender it is the address its PROXY header carries, counted once the header is read
-	// (and closed then if over). Applies at once on a reload to new connections (those open before it
-	// was set are not counted).
+	// (and closed then if over). A connection moved at a binary upgrade (idle, or its tunnel) is counted
+	// in the new process by the same address, whatever the count (it is never closed for it): one from a
+	// proxy_protocol sender by the client its PROXY header carried, not the sender (a LOCAL one by none).
+	// Applies at once on a reload to new connections (those open before it was set are not counted).
 	MaxConnsPerSource int `toml:"max_conns_per_source"`
 	// Request body limit in bytes; 0: none. Over it 413: a Content-Length is refused before anything is
 	// forwarded, a chunked body as its chunk sizes add up past the limit (its upstream request is cut
@@ -227,18 +229,23 @@ type Frontend struct {
 	TrustedProxies []string `toml:"trusted_proxies"`
 	// Trusted is TrustedProxies parsed (validate.go).
 	Trusted []netip.Prefix `toml:"-"`
-	// CIDRs (or addresses) of L4 load balancers that speak the PROXY protocol (AWS NLB, Azure Load
-	// Balancer, GCP's TCP proxy, HAProxy's send-proxy): a connection from one must start with a PROXY
+	// CIDRs (or addresses) of L4 load balancers that speak the PROXY protocol (AWS NLB, GCP's TCP proxy,
+	// Azure's Private Link service, HAProxy's send-proxy): a connection from one must start with a PROXY
 	// header, version 1 (text) or 2 (binary: TCP over IPv4 or IPv6; LOCAL, the balancer's own health
-	// checks, keeps the connection's address), within header_timeout, on listen and on tls_listen (the
-	// header comes before the TLS ClientHello). Without one the connection is closed, nothing forwarded
-	// (kind proxy_missing of fairlead_frontend_connection_errors_total); a malformed one (a v1 line over
-	// 107 bytes, an unknown family, a v2 length past its end) is closed too (kind proxy_malformed), never
-	// logged as bytes. The address it carries is the client's everywhere: X-Forwarded-For (and
-	// trusted_proxies after it), the sticky source key, rate_per_source and max_conns_per_source
-	// (counted once the header is read), the access log and /events. From any other address a PROXY
-	// header is never believed: it is not HTTP, 400. Connections from other addresses are not read
-	// for a header. Applies at once on a reload, to new connections.
+	// checks, keeps the connection's address whatever family it names), within header_timeout, on listen
+	// and on tls_listen (the header comes before the TLS ClientHello). Without one the connection is
+	// closed, nothing forwarded (kind proxy_missing of fairlead_frontend_connection_errors_total); a
+	// malformed one (a v1 line over 107 bytes, an unknown family, a v2 length past its end) or one cut
+	// off is closed too (kind proxy_malformed), and one that stalls half-way past header_timeout (kind
+	// timeout); none is logged as bytes. The address it carries is the client's everywhere:
+	// X-Forwarded-For (trusted_proxies is asked about that client, not the sender), the sticky source
+	// key, rate_per_source and max_conns_per_source (counted once the header is read), and the access
+	// log. From any other address a PROXY header is never believed: it is not HTTP, 400. Connections
+	// from other addresses are not read for a header. Any host in a listed range can pass for any client
+	// (its X-Forwarded-For, the limits per source, the sticky source key): list only the balancers' own
+	// addresses or subnets that hold nothing else, never a whole VPC; a /0 prefix is refused. (An AWS
+	// NLB can instead preserve client IPs, preserve_client_ip.enabled: then no PROXY header is needed.)
+	// Applies at once on a reload, to new connections.
 	ProxyProtocol []string `toml:"proxy_protocol"`
 	// ProxyFrom is ProxyProtocol parsed (validate.go).
 	ProxyFrom []netip.Prefix `toml:"-"`

@@ -132,6 +132,10 @@ func TestConfigErrorsNameTheFileAndTheKey(t *testing.T) {
 	f("burst_per_source without a rate", "[frontend]\nburst_per_source = 10\n", bad+": frontend.burst_per_source: needs rate_per_source")
 	f("negative max_conns_per_source", "[frontend]\nmax_conns_per_source = -2\n", bad+": frontend.max_conns_per_source: must not be negative")
 	f("bad proxy_protocol", "[frontend]\nproxy_protocol = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n", bad+`: frontend.proxy_protocol.1: "10.0.0.0/33" is neither a CIDR nor an IP address`)
+	f("proxy_protocol from every IPv4 address", "[frontend]\nproxy_protocol = [\"10.1.0.0/24\", \"0.0.0.0/0\"]\n",
+		bad+`: frontend.proxy_protocol.1: "0.0.0.0/0" lists every address: any host could forge its clients' addresses; list only the load balancers' own addresses or subnets`)
+	f("proxy_protocol from every IPv6 address", "[frontend]\nproxy_protocol = [\"::/0\"]\n", bad+`: frontend.proxy_protocol.0: "::/0" lists every address`)
+	f("proxy_protocol from every address, unmasked", "[frontend]\nproxy_protocol = [\"10.1.2.3/0\"]\n", bad+`: frontend.proxy_protocol.0: "10.1.2.3/0" lists every address`)
 	f("negative new_tunnels_per_second", "[pools.platform]\nnew_tunnels_per_second = -5\n", bad+": pools.platform.new_tunnels_per_second: must not be negative")
 	f("several errors at once", "[frontend]\nlisen = 1\n[pools.platform.check]\nfall = 0\n",
 		"frontend.lisen: unknown key", "pools.platform.check.fall: must be greater than zero")

@@ -99,6 +99,12 @@ func (c *Config) validate() []string {
 			}
 			pfx = netip.PrefixFrom(a, a.BitLen())
 		}
+		if pfx.Bits() == 0 {
+			// Every address would be believed: any host that reaches the listener could pass for any
+			// client (X-Forwarded-For, the limits per source, the sticky source key).
+			add(fmt.Sprintf("frontend.proxy_protocol.%d", i), "%q lists every address: any host could forge its clients' addresses; list only the load balancers' own addresses or subnets", s)
+			continue
+		}
 		c.Frontend.ProxyFrom = append(c.Frontend.ProxyFrom, pfx.Masked())
 	}
 	c.Frontend.Trusted = c.Frontend.Trusted[:0]

@@ -37,8 +37,9 @@ import (
 //	tls                      frontConn.handshake, a failed handshake (fairlead_tls_handshake_failures_total)
 //	limit                    fasthttp's count of connections refused over max_conns (lb adds
 //	                         Server.GetRejectedConnectionsCount to Count(ConnLimit))
-//	proxy_missing,           proxyRead.read (proxyproto.go), a proxy_protocol sender's connection
-//	proxy_malformed          without a PROXY header, or with a malformed one
+//	proxy_missing,           proxyRead.read (proxyproto.go, proxyErrKind), a proxy_protocol sender's
+//	proxy_malformed,         connection without a PROXY header (within header_timeout), with a malformed
+//	timeout                  or cut-off one, or one that stalled past header_timeout half-way
 //	accept, other            fasthttp's lines about accepting, and any line whose format fairlead does
 //	                         not know (its arguments are never printed)
 //
@@ -52,7 +53,7 @@ type ConnKind uint8
 const (
 	ConnClosed         ConnKind = iota // the client closed the connection in the middle of a request
 	ConnReset                          // the connection was reset (or broke while fairlead wrote to it)
-	ConnTimeout                        // read_timeout or header_timeout passed in the middle of a request
+	ConnTimeout                        // read_timeout or header_timeout passed in the middle of a request (or of a PROXY header)
 	ConnTLS                            // the TLS handshake failed
 	ConnRefused                        // the front end refused a request it could not read or would not forward
 	ConnLimit                          // over the connection limit, refused with 503 at accept

@@ -15,21 +15,24 @@ import (
 )
 
 // The PROXY protocol ([frontend] proxy_protocol): an L4 load balancer in front of fairlead (AWS NLB,
-// Azure Load Balancer, GCP's TCP proxy, HAProxy) opens each connection with a header naming the
-// client it carries. A connection from a listed address must start with one, version 1 (a text line)
+// GCP's TCP proxy, Azure's Private Link service, HAProxy) opens each connection with a header naming
+// the client it carries. A connection from a listed address must start with one, version 1 (a text line)
 // or 2 (binary: TCP over IPv4 or IPv6, or LOCAL, the balancer's own health checks, which keep the
-// connection's address), within header_timeout; without one it is closed before anything is read as
-// HTTP or TLS, and counted (proxy_missing); a malformed one is closed and counted (proxy_malformed).
-// Neither is ever logged as bytes. A connection from any other address is not read for a header at
-// all: a PROXY line there is a request line that is not HTTP, 400. The header is read in the
-// connection's own goroutine (the accept loop never waits for it), from the socket before TLS's
-// handshake and the framer, to its last byte and no further (proxyRead), and the connection's
-// RemoteAddr is then the client's: X-Forwarded-For, the sticky source key, the limits per source, the
-// access log and /events all see it. max_conns_per_source counts such a connection once its header
-// names its client (at accept, only the balancer's address is known). From then on it is as any other
-// connection: a TLS one's session is captured, a WebSocket tunnel (ws or wss) is relayed by the tunnel
-// engine, and at a binary upgrade its tunnel or, idle, the connection itself moves to the new process
-// with its client's address, which the new process goes on using and counting it by.
+// connection's address whatever family they name), within header_timeout. Without one it is closed
+// before anything is read as HTTP or TLS, and counted (proxy_missing); a malformed one, or one the
+// sender ends inside its header, is closed and counted (proxy_malformed); one that stalls inside its
+// header past header_timeout is closed and counted as a stalled request head is (timeout). None is
+// ever logged as bytes. A connection from any other address is not read for a header at all: a PROXY
+// line there is a request line that is not HTTP, 400. The header is read in the connection's own
+// goroutine (the accept loop never waits for it), from the socket before TLS's handshake and the
+// framer, to its last byte and no further (proxyRead), and the connection's RemoteAddr is then the
+// client's: X-Forwarded-For (trusted_proxies is asked about that client, not the sender), the sticky
+// source key, the limits per source and the access log all see it. max_conns_per_source counts such a
+// connection once its header names its client (at accept, only the balancer's address is known). From
+// then on it is as any other connection: a TLS one's session is captured, a WebSocket tunnel (ws or
+// wss) is relayed by the tunnel engine, and at a binary upgrade its tunnel or, idle, the connection
+// itself moves to the new process with its client's address, which the new process goes on using and
+// counting it by.
 //
 // No served Go module parses it (github.com/pires/go-proxyproto is not served here), so it is parsed
 // here: the two versions' fixed formats, nothing more (v2's TLVs are skipped).
@@ -48,8 +51,8 @@ type proxyMalformed string
 
 func (e proxyMalformed) Error() string { return "frontend: malformed PROXY header: " + string(e) }
 
-// proxyHeader is a parsed header: src is the client's address, invalid for LOCAL (or v1's UNKNOWN,
-// or v2's UNSPEC family): the connection's own address stands.
+// proxyHeader is a parsed header: src is the client's address, invalid for LOCAL (any family), v1's
+// UNKNOWN or v2's UNSPEC family: the connection's own address stands.
 type proxyHeader struct {
 	src netip.AddrPort
 	n   int // the header's length in bytes
@@ -128,6 +131,19 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 	}
 	cmd, fam := b[12]&0xf, b[13]
 	n := int(binary.BigEndian.Uint16(b[14:16]))
+	if cmd > 1 {
+		return h, false, proxyMalformed("v2 command")
+	}
+	if cmd == 0 {
+		// LOCAL (the sender's own connection, a health check): accepted whatever its family says, its
+		// address block skipped unread, the connection's own address standing (the spec, haproxy's
+		// proxy-protocol.txt, 2.2: a receiver must accept it and ignore the family).
+		if len(b) < 16+n {
+			return h, true, nil
+		}
+		h.n = 16 + n
+		return h, false, nil
+	}
 	var need int
 	switch fam {
 	case 0x00: // UNSPEC
@@ -138,9 +154,6 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 	default:
 		return h, false, proxyMalformed("v2 unknown family")
 	}
-	if cmd > 1 {
-		return h, false, proxyMalformed("v2 command")
-	}
 	if n < need {
 		return h, false, proxyMalformed("v2 address past its length")
 	}
@@ -148,7 +161,7 @@ func parseProxyV2(b []byte) (h proxyHeader, more bool, err error) {
 		return h, true, nil
 	}
 	h.n = 16 + n
-	if cmd == 0 || need == 0 { // LOCAL, or an unspecified family: the connection's own address
+	if need == 0 { // PROXY with an unspecified family: the connection's own address
 		return h, false, nil
 	}
 	a := b[16:]
@@ -251,8 +264,8 @@ func proxyNeed(b []byte) int {
 }
 
 // read reads the header within header_timeout (or before deadline, fasthttp's, if earlier); an error
-// closes the connection (io.EOF, after it was counted: nothing of it is logged but its kind and the
-// sender's address).
+// closes the connection (io.EOF, after it was counted by proxyErrKind: nothing of it is logged but its
+// kind and the sender's address).
 func (p *proxyRead) read(f *Front, deadline time.Time) error {
 	d := f.lim.HeaderTimeout
 	if d <= 0 {
@@ -281,19 +294,9 @@ func (p *proxyRead) read(f *Front, deadline time.Time) error {
 			break
 		}
 		if perr != nil || err != nil {
-			var kind ConnKind
-			var pm proxyMalformed
-			switch {
-			case errors.As(perr, &pm):
-				kind = ConnProxyMalformed
-			case perr == nil && len(buf) > 0 && errors.Is(err, io.EOF):
-				kind = ConnProxyMalformed // it ended inside its header (a v2 length past its end)
-			case len(buf) == 0 && !isTimeout(err):
-				return io.EOF // closed before its first byte: a port probe, not an error
-			default:
-				kind = ConnProxyMissing // something else than a header, or none within header_timeout
+			if k := proxyErrKind(perr, err, len(buf)); k != NumConnKinds {
+				f.Errors.note(k, p.sock.RemoteAddr())
 			}
-			f.Errors.note(kind, p.sock.RemoteAddr())
 			return io.EOF
 		}
 	}
@@ -315,6 +318,34 @@ func (p *proxyRead) read(f *Front, deadline time.Time) error {
 		}
 	}
 	return nil
+}
+
+// proxyErrKind is the kind of a failed header read, counted once the connection is closed: perr what
+// parseProxy found of the n bytes read, err the read's error.
+//
+//	proxy_malformed  the bytes break the format, or the connection ended (or broke) inside a header
+//	proxy_missing    the bytes are not a header (a request, a ClientHello), or none came within
+//	                 header_timeout
+//	timeout          header_timeout passed inside a header: part of one came, not the rest (a sender that
+//	                 stalls, as a request head that stalls is a timeout; a lone "P" may be either)
+//
+// A connection that ends before its first byte is none of them (a port probe, a balancer's TCP health
+// check): not counted, kind none (NumConnKinds).
+func proxyErrKind(perr, err error, n int) ConnKind {
+	var pm proxyMalformed
+	switch {
+	case errors.As(perr, &pm):
+		return ConnProxyMalformed
+	case perr != nil:
+		return ConnProxyMissing // something else than a header
+	case n == 0 && isTimeout(err):
+		return ConnProxyMissing // nothing within header_timeout
+	case n == 0:
+		return NumConnKinds // closed before its first byte
+	case isTimeout(err):
+		return ConnTimeout
+	}
+	return ConnProxyMalformed // it ended inside its header (a v2 length past its end)
 }
 
 // close uncounts the connection from its client's connections, once (its Close, or the end of the

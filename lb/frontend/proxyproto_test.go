@@ -3,8 +3,12 @@ package frontend
 import (
 	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"net/netip"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -103,5 +107,91 @@ func TestParseProxyMalformedAndMissing(t *testing.T) {
 	// header_timeout ends it, proxyRead.read).
 	if _, more, err := parseProxy(v2Header(1, 0x11, 500, make([]byte, 12))); !more || err != nil {
 		t.Errorf("a v2 length past its end: more=%v err=%v, want more", more, err)
+	}
+}
+
+// A v2 LOCAL header (the sender's own connection: its health checks) is accepted whatever its family
+// says, UDP, a unix socket, UNSPEC or one no version defines, and whatever its address block holds (even
+// one too short for its family): the block is skipped to the length's end and the connection's own
+// address stands (haproxy's proxy-protocol.txt, 2.2). The command is checked first: an unknown one is
+// malformed whatever the family.
+func TestParseProxyV2LocalIsAcceptedWhateverItsFamily(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fam  byte
+		addr []byte
+	}{
+		{"UNSPEC", 0x00, nil},
+		{"UNSPEC with a block", 0x00, []byte{1, 2, 3}},
+		{"UDP over IPv4", 0x12, make([]byte, 12)},
+		{"UDP over IPv6", 0x22, make([]byte, 36)},
+		{"unix stream", 0x31, make([]byte, 216)},
+		{"unix datagram", 0x32, make([]byte, 216)},
+		{"an unknown family", 0x41, make([]byte, 5)},
+		{"an unknown family, no block", 0xff, nil},
+		{"TCP over IPv6 with a block too short for it", 0x21, make([]byte, 4)},
+		{"TCP over IPv4 without a block", 0x11, nil},
+	} {
+		hdr := v2Header(0, c.fam, len(c.addr), c.addr)
+		b := append(append([]byte{}, hdr...), "GET / HTTP/1.1\r\n"...)
+		h, more, err := parseProxy(b)
+		if err != nil || more || h.src.IsValid() || h.n != len(hdr) {
+			t.Errorf("LOCAL, %s: %+v more=%v err=%v; want accepted, no address, length %d", c.name, h, more, err, len(hdr))
+		}
+		for i := range len(hdr) { // every prefix asks for more
+			if _, more, err := parseProxy(hdr[:i]); !more || err != nil {
+				t.Errorf("LOCAL, %s: its first %d bytes: more=%v err=%v, want more", c.name, i, more, err)
+				break
+			}
+		}
+		// Read as proxyRead reads it, it ends at the block's end, not a byte further.
+		var got []byte
+		for {
+			got = b[:len(got)+min(proxyNeed(got), len(b)-len(got))]
+			if len(got) > len(hdr) {
+				t.Fatalf("LOCAL, %s: read %d bytes, past its %d", c.name, len(got), len(hdr))
+			}
+			if _, more, _ := parseProxy(got); !more {
+				break
+			}
+		}
+	}
+	for _, fam := range []byte{0x11, 0x41, 0xff} { // command 2, 15: malformed whatever the family
+		for _, cmd := range []byte{2, 15} {
+			_, more, err := parseProxy(v2Header(cmd, fam, 12, make([]byte, 12)))
+			var pm proxyMalformed
+			if more || !errors.As(err, &pm) || string(pm) != "v2 command" {
+				t.Errorf("command %d, family %#x: more=%v err=%v, want malformed (v2 command)", cmd, fam, more, err)
+			}
+		}
+	}
+}
+
+// How a failed header read is counted (proxyErrKind): what is not a header, or nothing within
+// header_timeout, proxy_missing; a broken or cut-off header proxy_malformed; a header that stalls
+// half-way, timeout; a connection that ends before its first byte, nothing.
+func TestProxyErrKind(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	reset := &net.OpError{Op: "read", Err: syscall.ECONNRESET}
+	for _, c := range []struct {
+		name string
+		perr error
+		err  error
+		n    int
+		want ConnKind
+	}{
+		{"a request", errProxyMissing, nil, 4, ConnProxyMissing},
+		{"nothing within header_timeout", nil, timeout, 0, ConnProxyMissing},
+		{"a malformed header", proxyMalformed("v1 fields"), nil, 40, ConnProxyMalformed},
+		{"cut off", nil, io.EOF, 20, ConnProxyMalformed},
+		{"reset inside it", nil, reset, 20, ConnProxyMalformed},
+		{"stalled inside it", nil, timeout, 20, ConnTimeout},
+		{"a lone P, stalled", nil, timeout, 1, ConnTimeout},
+		{"closed before its first byte", nil, io.EOF, 0, NumConnKinds},
+		{"reset before its first byte", nil, reset, 0, NumConnKinds},
+	} {
+		if got := proxyErrKind(c.perr, c.err, c.n); got != c.want {
+			t.Errorf("%s: kind %d, want %d", c.name, got, c.want)
+		}
 	}
 }
