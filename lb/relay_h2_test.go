@@ -62,9 +62,11 @@ type h2SSEClient struct {
 	conns []net.Conn
 }
 
-func (r *h2Relay) client(t *testing.T) *h2SSEClient {
+func (r *h2Relay) client(t *testing.T) *h2SSEClient { return newH2SSEClient(t, r.cfg) }
+
+func newH2SSEClient(t *testing.T, cfg *tls.Config) *h2SSEClient {
 	c := &h2SSEClient{}
-	tr := &http2.Transport{TLSClientConfig: r.cfg, StrictMaxConcurrentStreams: true,
+	tr := &http2.Transport{TLSClientConfig: cfg, StrictMaxConcurrentStreams: true,
 		DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
 			d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second}, Config: cfg}
 			conn, err := d.DialContext(ctx, network, addr)
@@ -99,13 +101,21 @@ type h2SSE struct {
 	err    error
 }
 
-// openH2SSE subscribes to topic over c and checks the answer's head: 200 over HTTP/2, text/event-stream,
-// no-cache. The stream is closed at cleanup.
+// openH2SSE subscribes to the relay's topic over c (openH2SSEAt).
 func openH2SSE(t *testing.T, c *h2SSEClient, r *h2Relay, topic string) *h2SSE {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "https://"+r.tlsAddr+"/relay/"+topic, nil)
+	return openH2SSEAt(t, c, "https://"+r.tlsAddr+"/relay/"+topic, testkit.RelayClientHeader, testkit.RelayClientKey)
+}
+
+// openH2SSEAt sends an SSE request for url with header pairs (name, value, ...) over c and checks the
+// answer's head: 200 over HTTP/2, text/event-stream, no-cache. The stream is closed at cleanup.
+func openH2SSEAt(t *testing.T, c *h2SSEClient, url string, hdr ...string) *h2SSE {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(testkit.RelayClientHeader, testkit.RelayClientKey)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("SSE over HTTP/2: %v", err)
@@ -172,18 +182,27 @@ func (s *h2SSE) rawString() string {
 // waitVersion reads events until a snapshot event with an id of at least v, and returns it.
 func (s *h2SSE) waitVersion(t *testing.T, v uint64) testkit.Event {
 	t.Helper()
+	return s.wait(t, "version "+strconv.FormatUint(v, 10), func(ev testkit.Event) bool {
+		id, _ := strconv.ParseUint(ev.ID, 10, 64)
+		return ev.Event == "snapshot" && id >= v
+	})
+}
+
+// wait reads events until one that want takes, and returns it.
+func (s *h2SSE) wait(t *testing.T, what string, want func(testkit.Event) bool) testkit.Event {
+	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
 		case ev, ok := <-s.events:
 			if !ok {
-				t.Fatalf("the stream ended (%v) waiting for version %d; read: %q", s.err, v, testkit.Tail(s.rawString(), 400))
+				t.Fatalf("the stream ended (%v) waiting for %s; read: %q", s.err, what, testkit.Tail(s.rawString(), 400))
 			}
-			if id, _ := strconv.ParseUint(ev.ID, 10, 64); ev.Event == "snapshot" && id >= v {
+			if want(ev) {
 				return ev
 			}
 		case <-timeout:
-			t.Fatalf("no version %d within 5s; read: %q", v, testkit.Tail(s.rawString(), 400))
+			t.Fatalf("no %s within 5s; read: %q", what, testkit.Tail(s.rawString(), 400))
 		}
 	}
 }
@@ -292,4 +311,32 @@ func TestRelaySSEOverHTTP2AClientThatStopsReadingIsDropped(t *testing.T) {
 		t.Errorf("%d bytes of DATA sent, past the client's window of %d", len(res.Body), window)
 	}
 	testkit.Eventually(t, "the subscriber to go", 5*time.Second, func() bool { return r.subscribers() == 0 })
+}
+
+// The App Configuration client SDKs' SSE over HTTP/2 (a browser SDK's): Registration with the
+// configuration at once, then SSEConfig_payload with each change as the instance makes it.
+func TestAppConfigurationSSEOverHTTP2SendsRegistrationThenEachChange(t *testing.T) {
+	t.Parallel()
+	env := testkit.StartAppConfigEnv(t, testkit.AppConfigEnvOptions{APIKey: acAPIKey, ClientKey: acClientKey,
+		GUID: acGUID, BackupGUID: acBackupID, Topics: acTopics, ExpiresIn: time.Hour})
+	var c testkit.Config
+	listenAnywhere(&c)
+	env.Relay(&c, `response_timeout = "2s"`, `keepalive = "400ms"`)
+	tenv := newTLSEnv(t, "appconfig CA")
+	_, _, tlsAddr, _ := startTLSLB(t, map[string]string{"10-ibm.toml": c.String()}, tenv.issue(t, "front", tlsName, "127.0.0.1"), "http2 = true")
+	const topic = "payments/prod"
+	testkit.Eventually(t, "the relay's session and fetches", 10*time.Second, func() bool {
+		st := env.Primary.Stats().Topics[topic]
+		return st.WSSessions == 1 && st.Fetches >= 2
+	})
+	url := "https://" + tlsAddr + "/apprapp/feature/v1/instances/" + acGUID + "/environments/prod/sse/subscribe?collection_id=payments"
+	s := openH2SSEAt(t, newH2SSEClient(t, tenv.clientConfig(tlsName)), url, "Authorization", acClientKey)
+	if ev := s.wait(t, "Registration", func(ev testkit.Event) bool { return true }); ev.Event != "Registration" || testkit.AppConfigVersion(t, []byte(ev.Data)) != 1 {
+		t.Fatalf("first event: %+v, want Registration of version 1", ev)
+	}
+	v := env.Primary.Bump(topic)
+	ev := s.wait(t, "SSEConfig_payload", func(ev testkit.Event) bool { return true })
+	if ev.Event != "SSEConfig_payload" || testkit.AppConfigVersion(t, []byte(ev.Data)) != v {
+		t.Fatalf("after a change: %+v, want SSEConfig_payload of version %d", ev, v)
+	}
 }

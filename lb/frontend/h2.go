@@ -293,12 +293,17 @@ func (a *AnswerStream) SetWriteDeadline(t time.Time) error {
 }
 
 // Write sends p in DATA frames as the windows allow, and flushes it: it is on its way to the client when
-// Write returns.
+// Write returns. It fails once Done is closed.
 func (a *AnswerStream) Write(p []byte) (n int, err error) {
 	s := a.s
 	c := s.c
 	if a.cut {
 		return 0, os.ErrDeadlineExceeded
+	}
+	select {
+	case <-a.done: // over, or ends: nothing more goes out
+		return 0, errStreamGone
+	default:
 	}
 	for len(p) > 0 {
 		k := s.reserve(len(p), a.deadline)

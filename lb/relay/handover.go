@@ -357,7 +357,7 @@ func (rr *Route) entry(conn net.Conn, m Moved, topic string) *stream {
 // each newer one, named as they were to come.
 func (rr *Route) adoptSSE(m Moved, topic string, conn net.Conn, release func(), appConfig bool) {
 	r := m.Resume
-	st := &sseStream{conn: conn, opts: rr.opts, first: sseSnapshot, next: sseSnapshot, last: r.Version, seed: r.Seed}
+	st := &sseStream{conn: conn, w: conn, opts: rr.opts, first: sseSnapshot, next: sseSnapshot, last: r.Version, seed: r.Seed}
 	if appConfig {
 		st.first, st.next = sseRegistration, sseConfigPayload
 	}
