@@ -32,6 +32,10 @@ package frontend
 // connection whose client has reset at least rapidResetMin streams, more than half of those it opened,
 // is closed. Every refusal is counted (H2Counts).
 //
+// A handler's answer may be streamed (StreamAnswer, AnswerStream): its head sent once the handler returns,
+// its body written as it goes by a goroutine of its own, for a stream that has no end of its own (a
+// relay's Server-Sent Events subscriber, which over HTTP/1.1 takes over its connection).
+//
 // Not offered: server push, WebSocket over HTTP/2 (RFC 8441; SETTINGS_ENABLE_CONNECT_PROTOCOL is not
 // sent: WebSocket devices use HTTP/1.1 upgrades on the same listener), priorities (ignored, as RFC 9113
 // allows).
