@@ -225,10 +225,9 @@ func (s *h2SSE) ended(t *testing.T, within time.Duration) error {
 
 // An SSE subscriber over HTTP/2 gets the snapshot, then each change as it is published, and keep-alive
 // comments while idle; two subscribers on one connection (two streams) each get it; a stream the client
-// resets, and one whose connection the client closes, each remove their subscriber, the other stream
-// serving on.
+// resets, and one whose connection the client closes, each remove their subscriber and their writer, the
+// other stream serving on. (Not parallel: it counts the streams' writers among all goroutines.)
 func TestRelaySSEOverHTTP2StreamsEachChangeAndEndsWithTheClient(t *testing.T) {
-	t.Parallel()
 	r := startH2Relay(t, `keepalive = "300ms"`, "")
 	const topic = "inventory/dev"
 	c := r.client(t)
@@ -236,6 +235,9 @@ func TestRelaySSEOverHTTP2StreamsEachChangeAndEndsWithTheClient(t *testing.T) {
 	a.waitVersion(t, 1)
 	b.waitVersion(t, 1)
 	testkit.Eventually(t, "2 subscribers", 5*time.Second, func() bool { return r.subscribers() == 2 })
+	if n := streamWriters(); n != 2 {
+		t.Fatalf("%d streamed answers' writers, want the two streams'", n)
+	}
 	if n := r.l.h2.Counts().Conns; n != 1 {
 		t.Fatalf("%d HTTP/2 connections, want the two streams on one", n)
 	}
@@ -252,7 +254,9 @@ func TestRelaySSEOverHTTP2StreamsEachChangeAndEndsWithTheClient(t *testing.T) {
 
 	// The client resets the first stream (closing its body sends RST_STREAM CANCEL).
 	a.resp.Body.Close()
-	testkit.Eventually(t, "the reset stream's subscriber to go", 5*time.Second, func() bool { return r.subscribers() == 1 })
+	testkit.Eventually(t, "the reset stream's subscriber and writer to go", 5*time.Second, func() bool {
+		return r.subscribers() == 1 && streamWriters() == 1
+	})
 	v = testkit.Publish(t, r.c, topic, `{"after":"reset"}`)
 	if ev := b.waitVersion(t, v); !strings.Contains(ev.Data, `"after":"reset"`) {
 		t.Errorf("the stream left open, after the other's reset: %+v", ev)
@@ -260,7 +264,9 @@ func TestRelaySSEOverHTTP2StreamsEachChangeAndEndsWithTheClient(t *testing.T) {
 
 	// The client goes away: its connection closes under the second stream.
 	c.closeConns()
-	testkit.Eventually(t, "the closed connection's subscriber to go", 5*time.Second, func() bool { return r.subscribers() == 0 })
+	testkit.Eventually(t, "the closed connection's subscriber and writer to go", 5*time.Second, func() bool {
+		return r.subscribers() == 0 && streamWriters() == 0
+	})
 	if err := b.ended(t, 5*time.Second); err == nil {
 		t.Error("the stream whose connection closed ended cleanly, want an error")
 	}
@@ -339,4 +345,14 @@ func TestAppConfigurationSSEOverHTTP2SendsRegistrationThenEachChange(t *testing.
 	if ev.Event != "SSEConfig_payload" || testkit.AppConfigVersion(t, []byte(ev.Data)) != v {
 		t.Fatalf("after a change: %+v, want SSEConfig_payload of version %d", ev, v)
 	}
+}
+
+// streamWriters counts the goroutines that write a streamed HTTP/2 answer (an SSE stream over HTTP/2).
+func streamWriters() (n int) {
+	for _, g := range testkit.Goroutines() {
+		if strings.Contains(g, "frontend.(*h2stream).runAnswer") {
+			n++
+		}
+	}
+	return n
 }

@@ -355,6 +355,11 @@ func (s *h2stream) runAnswer(run func(*AnswerStream)) {
 	if !headed || s.headOnly {
 		a.end() // nothing more may be sent
 	}
+	// A stream that may last hours holds no buffer of the request's or of a streamed answer's (made again
+	// when the pooled stream next needs them).
+	s.br, s.copy = nil, nil
+	s.rd.Reset(nil)
+	s.ctx.Request.Reset()
 	run(a)
 	a.end()
 	switch {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlead/fairlead/bench/testkit"
 	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
@@ -171,6 +172,14 @@ func TestH2AStreamedAnswersWriterIsToldWhenTheClientResetsOrGoesAway(t *testing.
 	}
 	r.Conn.Close()
 	open.exited(t, "done")
+	testkit.Eventually(t, "no streamed answer's goroutine left", 5*time.Second, func() bool {
+		for _, g := range testkit.Goroutines() {
+			if strings.Contains(g, "frontend.(*h2stream).runAnswer") {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func TestH2AStreamedAnswerEndsWhenTheServerDrains(t *testing.T) {
