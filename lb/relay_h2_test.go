@@ -20,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"golang.org/x/net/http2"
 
 	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
+	"github.com/fairlead/fairlead/bench/testkit/browser"
 	"github.com/fairlead/fairlead/lb/frontend/frontendtest"
 )
 
@@ -355,4 +357,36 @@ func streamWriters() (n int) {
 		}
 	}
 	return n
+}
+
+// A browser's EventSource (Chromium's, which negotiates h2 as the App Configuration browser SDKs'
+// browsers do) on a relay topic gets the snapshot, then a change as it is published, over HTTP/2.
+func TestRelaySSEOverHTTP2ReachesABrowsersEventSource(t *testing.T) {
+	t.Parallel()
+	c := testkit.StartRelaySim(t, 1)
+	env := newTLSEnv(t, "relay CA")
+	const topic = "inventory/dev"
+	l, _, tlsAddr, _ := startTLSLB(t, openRelayFiles(t, testkit.ConfigAddrs(c), []string{topic}, ""),
+		env.issue(t, "front", tlsName, "127.0.0.1"), "http2 = true")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := browser.Open(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
+	// A page of the relay's origin (its snapshot), from which the page subscribes.
+	p.Do("open the topic's snapshot", chromedp.Navigate("https://"+tlsAddr+"/relay/"+topic))
+	if got := p.Eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
+		t.Fatalf("nextHopProtocol %q, want h2", got)
+	}
+	p.Eval(`window.got = []; window.es = new EventSource('/relay/` + topic + `');
+		es.addEventListener('snapshot', e => got.push(e.lastEventId + ' ' + e.data)); 'subscribed'`)
+	p.WaitFor(10*time.Second, "the snapshot in the browser", `got.length >= 1 && got[0].startsWith('1 ')`)
+	v := testkit.Publish(t, c, topic, `{"in":"the browser"}`)
+	p.WaitFor(10*time.Second, "the change in the browser", `got.some(e => e.startsWith('`+strconv.FormatUint(v, 10)+` ') && e.includes('"in":"the browser"'))`)
+	if n := l.h2.Counts().Streams; n < 2 {
+		t.Errorf("%d HTTP/2 streams, want the page's and the EventSource's", n)
+	}
+	p.Eval(`es.close(); 'closed'`)
+	testkit.Eventually(t, "the browser's subscriber to go once it closed its EventSource", 5*time.Second, func() bool {
+		rs := l.Status().Relays
+		return len(rs) == 1 && rs[0].Subscribers == 0
+	})
 }
