@@ -14,6 +14,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,4 +392,82 @@ func TestRelaySSEOverHTTP2ReachesABrowsersEventSource(t *testing.T) {
 		rs := l.Status().Relays
 		return len(rs) == 1 && rs[0].Subscribers == 0
 	})
+}
+
+// The official App Configuration client SDK (bench/appconfig's, unmodified) in Chromium, whose fetches
+// go over h2: a page of fairlead's origin (a route to a server of the page and the SDK's bundle) starts
+// the SDK against the relay; setContext resolves with the configuration (the SSE stream's
+// Registration), and a change made at the instance reaches it as a configurationUpdate (its
+// SSEConfig_payload), on HTTP/2 streams.
+func TestTheAppConfigurationSDKInABrowserGetsItsConfigurationAndAChangeOverHTTP2(t *testing.T) {
+	t.Parallel()
+	root, err := testkit.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := os.ReadFile(filepath.Join(root, "bench", "appconfig", "node_modules", "ibm-appconfiguration-js-client-sdk", "dist", "appconfiguration.js"))
+	if err != nil {
+		t.Fatalf("the App Configuration JS SDK is not installed: run `npm ci --prefix bench/appconfig --no-audit --no-fund` (%s)", err)
+	}
+	const topic, property = "payments/prod", sim.AppConfigProperty
+	page := `<!doctype html><meta charset="utf-8"><title>sdk</title><script src="/sdk/appconfiguration.js"></script>
+<script>
+window.lines = [];
+const AC = AppConfiguration.default || AppConfiguration;
+AC.overrideServiceUrl(location.origin);
+const sdk = AC.getInstance();
+sdk.setLogLevel('error');
+sdk.init('us-south', ` + browser.JSString(acGUID) + `, ` + browser.JSString(acClientKey) + `);
+const value = () => sdk.getProperty(` + browser.JSString(property) + `).getCurrentValue('entity-1');
+sdk.emitter.on('configurationUpdate', () => lines.push('update ' + value()));
+sdk.setContext('payments', 'prod').then(() => lines.push('ready ' + value()), e => lines.push('rejected ' + JSON.stringify(e)));
+</script>`
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/sdk/index.html":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, page) //nolint:errcheck
+		case "/sdk/appconfiguration.js":
+			w.Header().Set("Content-Type", "text/javascript")
+			w.Write(bundle) //nolint:errcheck
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer web.Close()
+
+	env := testkit.StartAppConfigEnv(t, testkit.AppConfigEnvOptions{APIKey: acAPIKey, ClientKey: acClientKey,
+		GUID: acGUID, BackupGUID: acBackupID, Topics: acTopics, ExpiresIn: time.Hour})
+	var c testkit.Config
+	listenAnywhere(&c)
+	env.Relay(&c, `response_timeout = "2s"`, `keepalive = "400ms"`)
+	c.Table("pools.web").Set("balance", "roundrobin").Set("servers", []string{strings.TrimPrefix(web.URL, "http://")})
+	c.Array("routes").Set("pool", "web").Set("paths", []string{"/sdk"})
+	tenv := newTLSEnv(t, "appconfig CA")
+	l, _, tlsAddr, _ := startTLSLB(t, map[string]string{"10-ibm.toml": c.String()}, tenv.issue(t, "front", tlsName, "127.0.0.1"), "http2 = true")
+	testkit.Eventually(t, "the relay's session and fetches", 10*time.Second, func() bool {
+		st := env.Primary.Stats().Topics[topic]
+		return st.WSSessions == 1 && st.Fetches >= 2
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := browser.Open(t, ctx, chromedp.Flag("ignore-certificate-errors", true))
+	p.Do("open the SDK's page", chromedp.Navigate("https://"+tlsAddr+"/sdk/index.html"))
+	if got := p.Eval(`performance.getEntriesByType('navigation')[0].nextHopProtocol`); got != "h2" {
+		t.Fatalf("nextHopProtocol %q, want h2", got)
+	}
+	p.WaitFor(10*time.Second, "setContext to resolve with the configuration", `lines.includes('ready 1')`)
+	v := env.Primary.Bump(topic)
+	p.WaitFor(10*time.Second, "the change to reach the SDK", `lines.includes('update `+strconv.Itoa(v)+`')`)
+	if got := p.Eval(`lines.join('; ')`); strings.Contains(got, "rejected") {
+		t.Errorf("the SDK's lines: %s", got)
+	}
+	rs := l.Status().Relays
+	if len(rs) != 1 || rs[0].Subscribers != 1 {
+		t.Errorf("relay status %+v, want the browser's one subscriber", rs)
+	}
+	if n := l.h2.Counts().Streams; n < 3 {
+		t.Errorf("%d HTTP/2 streams, want the page's, the bundle's and the SDK's SSE at least", n)
+	}
 }
