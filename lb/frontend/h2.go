@@ -161,8 +161,9 @@ func (h *H2) Serve(c net.Conn) error {
 }
 
 // Shutdown drains every HTTP/2 connection (one that comes now is closed): the client is told GOAWAY
-// (NO_ERROR), the streams it has open are served, no new one is taken, and the connection closes when
-// the last one ends (at once for an idle one).
+// (NO_ERROR), the streams it has open are served (a streamed answer, which has no end of its own, is
+// told to end: AnswerStream.Done), no new one is taken, and the connection closes when the last one
+// ends (at once for an idle one).
 func (h *H2) Shutdown() {
 	h.liveMu.Lock()
 	defer h.liveMu.Unlock()
