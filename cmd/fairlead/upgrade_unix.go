@@ -175,7 +175,7 @@ func (u *upgrader) upgrade(l *lb.LB) bool {
 		handover.Done(ch) //nolint:errcheck // the new process serves either way
 		ch.Close()
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d tunnels handed over; %d close with the drain (a TLS session crypto/tls kept, or half-closed)", moved, stayed))
-		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams handed over; %d end with the drain (their client gone or not read, or a TLS session crypto/tls keeps)", smoved, sstayed))
+		u.logger.Info(fmt.Sprintf("binary upgrade: %d relay streams handed over; %d end with the drain (their client gone or not read, a TLS session crypto/tls keeps, or an SSE stream over HTTP/2)", smoved, sstayed))
 		u.logger.Info(fmt.Sprintf("binary upgrade: %d idle keep-alive connections handed over (%d more began a request meanwhile, or crypto/tls kept their TLS session: answered here, then closed)", idle, busy))
 	}
 	return true

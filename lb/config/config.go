@@ -629,8 +629,10 @@ type RouteAuth struct {
 // Slow subscribers. Fan-out never blocks: each subscriber has a queue of subscriber_buffer messages
 // written by its own connection; one that falls further behind is dropped (SSE: "event: dropped", then
 // the stream ends and the client reconnects with Last-Event-ID; WebSocket: close 1013 "slow consumer"), and
-// so is one whose socket takes nothing for write_timeout. An SSE stream does not read its client: a client
-// that went away is noticed at the next write (an event or the keep-alive comment).
+// so is one whose socket takes nothing for write_timeout (over HTTP/2: whose flow-control window stays shut
+// for it; the stream is reset). An SSE stream over HTTP/1.1 does not read its client: a client that went
+// away is noticed at the next write (an event or the keep-alive comment); over HTTP/2 a stream the client
+// resets, or whose connection closes, ends at once.
 //
 // Reloads. A relay whose keys, pool servers, TLS, timeouts and upstream headers are unchanged keeps
 // running across a reload: sessions, cache and subscribers stay (its auth keys apply at once). A changed

@@ -32,6 +32,10 @@ package frontend
 // connection whose client has reset at least rapidResetMin streams, more than half of those it opened,
 // is closed. Every refusal is counted (H2Counts).
 //
+// A handler's answer may be streamed (StreamAnswer, AnswerStream): its head sent once the handler returns,
+// its body written as it goes by a goroutine of its own, for a stream that has no end of its own (a
+// relay's Server-Sent Events subscriber, which over HTTP/1.1 takes over its connection).
+//
 // Not offered: server push, WebSocket over HTTP/2 (RFC 8441; SETTINGS_ENABLE_CONNECT_PROTOCOL is not
 // sent: WebSocket devices use HTTP/1.1 upgrades on the same listener), priorities (ignored, as RFC 9113
 // allows).
@@ -157,8 +161,9 @@ func (h *H2) Serve(c net.Conn) error {
 }
 
 // Shutdown drains every HTTP/2 connection (one that comes now is closed): the client is told GOAWAY
-// (NO_ERROR), the streams it has open are served, no new one is taken, and the connection closes when
-// the last one ends (at once for an idle one).
+// (NO_ERROR), the streams it has open are served (a streamed answer, which has no end of its own, is
+// told to end: AnswerStream.Done), no new one is taken, and the connection closes when the last one
+// ends (at once for an idle one).
 func (h *H2) Shutdown() {
 	h.liveMu.Lock()
 	defer h.liveMu.Unlock()
@@ -216,6 +221,10 @@ func (h *H2) serveStream(s *h2stream) (ok bool) {
 			}
 			c.resetStream(s, s.id, http2.ErrCodeInternal)
 		}
+		if run := s.run; run != nil {
+			go s.runAnswer(run) // it finishes s; run is called even after a panic, to release what it holds
+			return
+		}
 		c.finish(s)
 	}()
 	if s.declLen == 0 && s.ctx.Request.IsBodyStream() {
@@ -236,8 +245,131 @@ func (h *H2) serveStream(s *h2stream) (ok bool) {
 	}
 	h.streams.Add(1)
 	h.handler(&s.ctx)
-	s.writeAnswer()
+	if s.run == nil { // else a streamed answer (StreamAnswer), sent by runAnswer
+		s.writeAnswer()
+	}
 	return true
+}
+
+// An AnswerStream is the answer of an HTTP/2 stream written as it goes, after its handler returned
+// (StreamAnswer): what a hijacked HTTP/1.1 connection is to a writer of a stream that has no end of its
+// own (a relay's Server-Sent Events subscriber), which an HTTP/2 stream cannot give. Its head, sent
+// before run starts, is the handler's ctx.Response (status and fields; its body is ignored); each Write
+// goes out at once in DATA frames as the flow-control windows allow; the stream ends with END_STREAM
+// when run returns, or with RST_STREAM (CANCEL) when a write did not complete by its deadline (the
+// client does not take a cut answer for a whole one). A client that stops reading holds nothing here
+// past its windows: Write waits for them until the write deadline (SetWriteDeadline), or idle_timeout
+// without one, then fails. The methods are for run's goroutine only, but Done.
+type AnswerStream struct {
+	s        *h2stream
+	done     chan struct{} // closed by wakeLocked (or end): the stream is over, or must end
+	deadline time.Time
+	cut      bool // a write did not complete: the stream is reset
+}
+
+// StreamAnswer makes the answer to ctx, a request of an HTTP/2 stream, a streamed one: once the handler
+// returns, ctx.Response's head is sent and run writes the body in a goroutine of its own (the stream's
+// worker goes back to serving), until it returns. run is called exactly once, even when the stream is
+// over before it starts (Done is then closed and Write fails), so that it releases what it holds; it
+// must not use ctx. false (run is never called) when ctx is not an HTTP/2 stream's.
+func StreamAnswer(ctx *fasthttp.RequestCtx, run func(*AnswerStream)) bool {
+	c, ok := ctx.Conn().(*h2StreamConn)
+	if !ok {
+		return false
+	}
+	c.s.run = run
+	return true
+}
+
+// Done is closed when the stream is over or must end: the client reset it, the connection closed, or
+// the server drains (H2.Shutdown: the GOAWAY is out; the client opens its next stream elsewhere). run
+// should return then.
+func (a *AnswerStream) Done() <-chan struct{} { return a.done }
+
+// RemoteAddr is the client's address.
+func (a *AnswerStream) RemoteAddr() net.Addr { return a.s.c.tc.RemoteAddr() }
+
+// SetWriteDeadline bounds the writes that follow: one that cannot complete by t (the client's windows
+// stay shut) fails with os.ErrDeadlineExceeded, and the stream is reset when run returns. Zero: a write
+// waits for the windows up to idle_timeout.
+func (a *AnswerStream) SetWriteDeadline(t time.Time) error {
+	a.deadline = t
+	return nil
+}
+
+// Write sends p in DATA frames as the windows allow, and flushes it: it is on its way to the client when
+// Write returns. It fails once Done is closed.
+func (a *AnswerStream) Write(p []byte) (n int, err error) {
+	s := a.s
+	c := s.c
+	if a.cut {
+		return 0, os.ErrDeadlineExceeded
+	}
+	select {
+	case <-a.done: // over, or ends: nothing more goes out
+		return 0, errStreamGone
+	default:
+	}
+	for len(p) > 0 {
+		k := s.reserve(len(p), a.deadline)
+		if k == 0 {
+			if s.gone() {
+				return n, errStreamGone
+			}
+			a.cut = true // the windows stayed shut: the client does not read
+			return n, os.ErrDeadlineExceeded
+		}
+		c.lockWrite()
+		c.fr.WriteData(s.id, false, p[:k]) //nolint:errcheck // c.werr
+		p, n = p[k:], n+k
+		if c.unlockWrite(len(p) == 0) != nil {
+			return n, errStreamGone
+		}
+	}
+	return n, nil
+}
+
+// end closes done unless wakeLocked did: run is to return.
+func (a *AnswerStream) end() {
+	c := a.s.c
+	c.mu.Lock()
+	if a.s.answer == a {
+		a.s.answer = nil
+		close(a.done)
+	}
+	c.mu.Unlock()
+}
+
+// runAnswer sends the head of the handler's streamed answer, runs run, ends the stream (END_STREAM,
+// or RST_STREAM when a write was cut) and finishes it.
+func (s *h2stream) runAnswer(run func(*AnswerStream)) {
+	c := s.c
+	a := &AnswerStream{s: s, done: make(chan struct{})}
+	c.mu.Lock()
+	s.answer = a
+	s.wakeLocked() // a stream already over: done is closed at once
+	c.mu.Unlock()
+	resp := &s.ctx.Response
+	resp.Header.SetNoDefaultContentType(true)
+	resp.Header.SetContentLength(-1) // no length: the body is what run writes (writeHeaders leaves out Transfer-Encoding)
+	headed := s.send(resp.StatusCode(), &resp.Header, nil, s.headOnly, true)
+	if !headed || s.headOnly {
+		a.end() // nothing more may be sent
+	}
+	// A stream that may last hours holds no buffer of the request's or of a streamed answer's (made again
+	// when the pooled stream next needs them).
+	s.br, s.copy = nil, nil
+	s.rd.Reset(nil)
+	s.ctx.Request.Reset()
+	run(a)
+	a.end()
+	switch {
+	case a.cut:
+		c.resetStream(s, s.id, http2.ErrCodeCancel)
+	case headed && !s.headOnly:
+		s.send(0, nil, nil, true, true) // END_STREAM; nothing if the stream is gone
+	}
+	c.finish(s)
 }
 
 // h2StreamConn is the net.Conn a stream's fasthttp context sees: the connection's addresses and TLS

@@ -80,6 +80,7 @@ type h2conn struct {
 	active      int
 	closed      bool
 	goneAway    bool  // the client sent GOAWAY, or we drain: no new streams; close once none is left
+	draining    bool  // we drain (H2.Shutdown): a streamed answer (AnswerStream) ends
 	sendConn    int64 // what the client's connection window lets us send
 	peerWindow  int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	recvConn    int64 // what the client may still send on the connection
@@ -301,7 +302,7 @@ func (c *h2conn) onReset(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	if s := c.streams[f.StreamID]; s != nil && !s.reset {
 		s.reset, s.byClient = true, true // the client's: nothing to send back
-		s.cond.Broadcast()
+		s.wakeLocked()
 	}
 	c.mu.Unlock()
 	return nil
@@ -507,7 +508,7 @@ func (c *h2conn) resetLocked(s *h2stream, code http2.ErrCode) {
 		return
 	}
 	s.reset, s.resetCode = true, code
-	s.cond.Broadcast()
+	s.wakeLocked()
 	go c.writeReset(s.id, code) // not under c.mu: a write may wait for the client
 }
 
@@ -521,7 +522,7 @@ func (c *h2conn) resetStream(s *h2stream, id uint32, code http2.ErrCode) {
 	c.mu.Lock()
 	if c.streams[id] == s && !s.reset {
 		s.reset = true
-		s.cond.Broadcast()
+		s.wakeLocked()
 		c.mu.Unlock()
 		c.writeReset(id, code)
 		return
@@ -564,7 +565,7 @@ func (c *h2conn) resetIDAs(id uint32, code http2.ErrCode, kind string) {
 			return
 		}
 		s.reset = true
-		s.cond.Broadcast()
+		s.wakeLocked()
 	}
 	c.mu.Unlock()
 	c.writeResetAs(id, code, kind)
@@ -604,7 +605,8 @@ func (c *h2conn) writeGoAway(code http2.ErrCode) {
 }
 
 // drain tells the client the connection goes away (GOAWAY NO_ERROR): its open streams are served, no
-// new one is taken, and the connection closes with the last one (now, if none is open).
+// new one is taken, and the connection closes with the last one (now, if none is open). A streamed
+// answer, which has no end of its own, is told to end (AnswerStream.Done) once the GOAWAY is out.
 func (c *h2conn) drain() {
 	c.mu.Lock()
 	c.goneAway = true
@@ -615,6 +617,12 @@ func (c *h2conn) drain() {
 		return
 	}
 	c.writeGoAway(http2.ErrCodeNo)
+	c.mu.Lock()
+	c.draining = true
+	for _, s := range c.streams {
+		s.wakeLocked()
+	}
+	c.mu.Unlock()
 }
 
 // onIdle ends a connection that had no stream for idle_timeout (or whose client said GOAWAY and has
@@ -655,7 +663,7 @@ func (c *h2conn) shutdown() {
 	c.mu.Lock()
 	c.closed = true
 	for _, s := range c.streams {
-		s.cond.Broadcast()
+		s.wakeLocked()
 	}
 	if c.idle != nil {
 		c.idle.Stop()
@@ -909,6 +917,19 @@ type h2stream struct {
 	trailers  []byte // the request's trailer fields, as HTTP/1.1 lines
 	deadline  time.Time
 	timer     *time.Timer
+	answer    *AnswerStream // a streamed answer running (StreamAnswer), told by wakeLocked when it must end
+
+	run func(*AnswerStream) // the handler's streamed answer (StreamAnswer), run once it returned
+}
+
+// wakeLocked wakes the stream's waits (c.mu held) after it was reset or its connection closed or
+// drains, and tells a streamed answer running that it must end (AnswerStream.Done).
+func (s *h2stream) wakeLocked() {
+	s.cond.Broadcast()
+	if a := s.answer; a != nil && (s.reset || s.c.closed || s.c.draining) {
+		s.answer = nil
+		close(a.done)
+	}
 }
 
 func (s *h2stream) open(c *h2conn, id uint32, ended bool) {
@@ -919,6 +940,7 @@ func (s *h2stream) open(c *h2conn, id uint32, ended bool) {
 	s.headOnly, s.declLen, s.chunked = false, -1, false
 	s.buf, s.off, s.got, s.ended, s.reset, s.byClient, s.resetCode = s.buf[:0], 0, 0, ended, false, false, http2.ErrCodeNo
 	s.recvWin, s.unacked, s.trailers, s.deadline = h2StreamWindow, 0, s.trailers[:0], time.Time{}
+	s.answer, s.run = nil, nil
 	c.mu.Lock()
 	s.sendWin = c.peerWindow
 	c.mu.Unlock()
@@ -1042,26 +1064,34 @@ func (s *h2stream) armLocked(d time.Duration) {
 }
 
 // reserve waits until the windows let the stream send, and takes up to want bytes of them (at most a
-// frame); 0 if the stream or the connection ended, or the client left the windows shut for idle_timeout.
-func (s *h2stream) reserve(want int) int {
+// frame); 0 if the stream or the connection ended, the client left the windows shut for idle_timeout,
+// or deadline (if not zero) passed.
+func (s *h2stream) reserve(want int, deadline time.Time) int {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var stall *time.Timer
-	var since time.Time
+	var wake *time.Timer
+	var until time.Time // the wait's end: idle_timeout from its start, or deadline if sooner
 	for !s.reset && !c.closed && (c.sendConn <= 0 || s.sendWin <= 0) {
-		if t := c.conf.IdleTimeout; t > 0 {
-			if stall == nil {
-				since = time.Now()
-				stall = time.AfterFunc(t, func() {
+		now := time.Now()
+		if wake == nil {
+			if t := c.conf.IdleTimeout; t > 0 {
+				until = now.Add(t)
+			}
+			if !deadline.IsZero() && (until.IsZero() || deadline.Before(until)) {
+				until = deadline
+			}
+			if !until.IsZero() {
+				wake = time.AfterFunc(until.Sub(now), func() {
 					c.mu.Lock()
 					s.cond.Broadcast()
 					c.mu.Unlock()
 				})
-				defer stall.Stop()
-			} else if time.Since(since) >= t {
-				return 0
+				defer wake.Stop()
 			}
+		}
+		if !until.IsZero() && !now.Before(until) {
+			return 0
 		}
 		s.cond.Wait()
 	}
@@ -1141,7 +1171,7 @@ func (s *h2stream) send(status int, hdr *fasthttp.ResponseHeader, data []byte, e
 	for {
 		n := 0
 		if len(data) > 0 {
-			if n = s.reserve(len(data)); n == 0 {
+			if n = s.reserve(len(data), time.Time{}); n == 0 {
 				return false
 			}
 		} else if s.gone() {

@@ -35,7 +35,8 @@ type frontOptions struct {
 	maxConns                 int
 	maxStreams               uint32 // http2_max_streams (default 100)
 	log                      *slog.Logger
-	onRefused                func(*RefusedRequest) // Front.OnRefused
+	onRefused                func(*RefusedRequest)           // Front.OnRefused
+	handle                   func(*fasthttp.RequestCtx) bool // if set, called first: true if it answered
 }
 
 // testFront is a running front end with a trivial handler.
@@ -47,6 +48,7 @@ type testFront struct {
 	tlsAddr  string // TLS, h2 or http/1.1 by ALPN
 	ca       *sim.CA
 	requests atomic.Int64 // requests the handler was given
+	handleFn func(*fasthttp.RequestCtx) bool
 }
 
 // startFront serves the trivial handler behind a Front with o's limits on two listeners of 127.0.0.1,
@@ -81,7 +83,7 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf := &testFront{f: New(o.lim, o.log), ca: ca}
+	tf := &testFront{f: New(o.lim, o.log), ca: ca, handleFn: o.handle}
 	tf.f.OnRefused = o.onRefused
 	maxBody := int(^uint(0) >> 1)
 	if o.lim.MaxBody > 0 {
@@ -147,6 +149,9 @@ func startFront(t testing.TB, o frontOptions) *testFront {
 
 func (tf *testFront) handle(ctx *fasthttp.RequestCtx) {
 	tf.requests.Add(1)
+	if tf.handleFn != nil && tf.handleFn(ctx) {
+		return
+	}
 	args := ctx.QueryArgs()
 	if d, err := time.ParseDuration(string(args.Peek("delay"))); err == nil {
 		time.Sleep(d) // the handler's own work, as a slow server behind lb

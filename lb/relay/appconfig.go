@@ -25,7 +25,6 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 
 	"github.com/fairlead/fairlead/lb/config"
@@ -221,13 +220,7 @@ func (rr *Route) serveAppConfig(ctx *fasthttp.RequestCtx, req Request) (topic, k
 // tries again), then SSEConfig_payload with each new one.
 func (rr *Route) serveAppConfigSSE(ctx *fasthttp.RequestCtx, topic string) {
 	sub := rr.hub.Subscribe(topic, SSE)
-	cur := rr.hub.Snapshot(topic)
-	ctx.HijackSetNoResponse(true)
-	hijacked(ctx, sub, rr.opts, func(c net.Conn, _ []byte) func() {
-		st := &sseStream{conn: c, sub: sub, opts: rr.opts, first: sseRegistration, next: sseConfigPayload,
-			h: rr.opts.Streams.add(c, topic, "sse")}
-		return func() { defer st.h.done(); st.run(cur, true) }
-	})
+	startSSE(ctx, sub, rr.opts, topic, sseRegistration, sseConfigPayload, rr.hub.Snapshot(topic), true)
 }
 
 // appConfigWS is what a wsfeature subscriber is sent: the change frame of each snapshot of topic newer

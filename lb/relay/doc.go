@@ -15,7 +15,8 @@
 //   - Hub (hub.go) caches each topic's latest Snapshot, coalesces fetches (Refresh), and fans
 //     snapshots and raw change messages out to subscribers without blocking on slow ones.
 //   - Serve (serve.go) answers a client: the snapshot, an SSE stream or a WebSocket, a writer
-//     goroutine per subscriber reading Subscriber.C.
+//     goroutine per subscriber reading Subscriber.C (on the hijacked HTTP/1.1 connection; an SSE
+//     stream over HTTP/2 writes the stream's DATA, frontend.StreamAnswer).
 //   - Streams and Route.Adopt (handover.go) move the running subscribers to the new process of a
 //     binary upgrade: each stops between two messages, and goes on there from what it was sent
 //     (an HTTPS client's with its TLS session, which fairlead's record layer carries on).

@@ -116,6 +116,19 @@ func (ss *Streams) add(c net.Conn, topic, kind string) *stream {
 	return h
 }
 
+// addStaying registers a stream that cannot move to another process (an HTTP/2 stream's: its
+// connection stays): Detach counts it as staying, to end with the drain.
+func (ss *Streams) addStaying(client, topic, kind string) *stream {
+	if ss == nil {
+		return nil
+	}
+	h := &stream{ss: ss, topic: topic, kind: kind, client: client, opened: time.Now(), result: make(chan *Moved, 1)}
+	ss.mu.Lock()
+	ss.m[h] = struct{}{}
+	ss.mu.Unlock()
+	return h
+}
+
 // detaching returns the channel Detach closes (nil, never closed, without a set).
 func (h *stream) detaching() <-chan struct{} {
 	if h == nil {
@@ -344,7 +357,7 @@ func (rr *Route) entry(conn net.Conn, m Moved, topic string) *stream {
 // each newer one, named as they were to come.
 func (rr *Route) adoptSSE(m Moved, topic string, conn net.Conn, release func(), appConfig bool) {
 	r := m.Resume
-	st := &sseStream{conn: conn, opts: rr.opts, first: sseSnapshot, next: sseSnapshot, last: r.Version, seed: r.Seed}
+	st := &sseStream{conn: conn, w: conn, opts: rr.opts, first: sseSnapshot, next: sseSnapshot, last: r.Version, seed: r.Seed}
 	if appConfig {
 		st.first, st.next = sseRegistration, sseConfigPayload
 	}

@@ -253,13 +253,38 @@ func serveSSE(ctx *fasthttp.RequestCtx, reqCtx context.Context, hub *Hub, topic 
 			resend = false
 		}
 	}
-	// The stream is written on the hijacked connection by one goroutine: the HTTP server's
-	// connection goroutine and its buffers are released, and an idle stream holds one
-	// goroutine and its subscriber. The answer is delimited by the end of the
-	// connection (no chunked framing), as a stream that only ends when the connection does.
+	startSSE(ctx, sub, opts, topic, sseSnapshot, sseSnapshot, cur, resend)
+}
+
+// startSSE answers ctx with the SSE stream of sub (st.run's cur and resend), its snapshots named first
+// then next. Over HTTP/1.1 the stream is written on the hijacked connection by one goroutine: the HTTP
+// server's connection goroutine and its buffers are released, and an idle stream holds one goroutine
+// and its subscriber; the answer is delimited by the end of the connection (no chunked framing), as a
+// stream that only ends when the connection does. An HTTP/2 stream cannot be hijacked: the front end
+// sends the head as the stream's HEADERS and the stream is written by a goroutine of its own as its
+// DATA (frontend.StreamAnswer), which ends with END_STREAM when the stream does, or at once when the
+// client resets the stream or goes away, or the front end drains. Such a stream cannot move to the new
+// process of a binary upgrade (HTTP/2 connections are not moved): it is counted as staying, and ends
+// with the drain (its client reconnects).
+func startSSE(ctx *fasthttp.RequestCtx, sub *Subscriber, opts ServeOptions, topic string, first, next sseName, cur *Snapshot, resend bool) {
+	if frontend.IsStream(ctx.Conn()) {
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		h := &ctx.Response.Header
+		h.SetContentType("text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		frontend.StreamAnswer(ctx, func(a *frontend.AnswerStream) {
+			defer sub.Close()
+			st := &sseStream{w: a, gone: a.Done(), sub: sub, opts: opts, first: first, next: next,
+				h: opts.Streams.addStaying(a.RemoteAddr().String(), topic, "sse")}
+			defer st.h.done()
+			st.run(cur, resend)
+		})
+		return
+	}
 	ctx.HijackSetNoResponse(true)
 	hijacked(ctx, sub, opts, func(c net.Conn, _ []byte) func() {
-		st := &sseStream{conn: c, sub: sub, opts: opts, first: sseSnapshot, next: sseSnapshot,
+		st := &sseStream{conn: c, w: c, head: sseHead, sub: sub, opts: opts, first: first, next: next,
 			h: opts.Streams.add(c, topic, "sse")}
 		return func() { defer st.h.done(); st.run(cur, resend) }
 	})
@@ -373,9 +398,19 @@ func headerHasToken(v []byte, token string) bool {
 	return false
 }
 
+// sseWriter is where an SSE stream is written: the hijacked connection (HTTP/1.1), or the HTTP/2
+// stream's answer (frontend.AnswerStream).
+type sseWriter interface {
+	Write([]byte) (int, error)
+	SetWriteDeadline(time.Time) error
+}
+
 // sseStream is the state of one SSE stream, used by its goroutine only.
 type sseStream struct {
-	conn        net.Conn
+	conn        net.Conn        // the hijacked connection (HTTP/1.1), which a binary upgrade moves; nil over HTTP/2
+	w           sseWriter       // where the stream is written: conn, or the HTTP/2 stream's answer
+	head        []byte          // written first: the HTTP/1.1 answer's head (an HTTP/2 stream's is its HEADERS)
+	gone        <-chan struct{} // closed when the HTTP/2 stream is over or must end (AnswerStream.Done); nil over HTTP/1.1
 	sub         *Subscriber
 	opts        ServeOptions
 	first, next sseName // how the current snapshot is sent at the start, and each one after it
@@ -394,14 +429,14 @@ type sseStream struct {
 // nil: the first snapshot published is sent as cur would have been), then each newer snapshot.
 func (st *sseStream) run(cur *Snapshot, resend bool) {
 	st.deadline()
-	head := sseHead
+	var head []byte
 	if !resend || cur == nil {
 		// The client already has this version, or there is none yet: open the stream with a comment.
-		head = append(append([]byte(nil), sseHead...), sseOpen...)
+		head = append(append([]byte(nil), st.head...), sseOpen...)
 	} else {
-		head = append(append([]byte(nil), sseHead...), cur.sseEvent(st.first)...)
+		head = append(append([]byte(nil), st.head...), cur.sseEvent(st.first)...)
 	}
-	if _, err := st.conn.Write(head); err != nil {
+	if _, err := st.w.Write(head); err != nil {
 		return
 	}
 	st.name = st.next
@@ -427,9 +462,11 @@ func (st *sseStream) loop() {
 			}
 		case <-idle.C:
 			st.deadline()
-			if _, err := st.conn.Write(sseKeepAlive); err != nil {
+			if _, err := st.w.Write(sseKeepAlive); err != nil {
 				return
 			}
+		case <-st.gone:
+			return // the HTTP/2 stream was reset or its connection closed, or the front end drains
 		case <-detaching:
 			// Between two events: what is queued is sent here first, the rest goes on in the new
 			// process from the version sent.
@@ -459,7 +496,7 @@ func (st *sseStream) receive(m Message, ok bool) bool {
 		// Tell the client, if the connection still takes writes; its client
 		// reconnects with Last-Event-ID.
 		st.deadline()
-		_, _ = st.conn.Write(sseDropped)
+		_, _ = st.w.Write(sseDropped)
 		return false
 	}
 	if !ok {
@@ -470,7 +507,7 @@ func (st *sseStream) receive(m Message, ok bool) bool {
 		return true
 	}
 	st.deadline()
-	if _, err := st.conn.Write(m.Snapshot.sseEvent(st.name)); err != nil {
+	if _, err := st.w.Write(m.Snapshot.sseEvent(st.name)); err != nil {
 		return false
 	}
 	st.last, st.seed, st.sent, st.name = m.Snapshot.Version, m.Snapshot.Seed, m.Snapshot, st.next
@@ -480,8 +517,8 @@ func (st *sseStream) receive(m Message, ok bool) bool {
 // deadline bounds the writes of the connection that follow, so a client that stops reading
 // makes them fail after WriteTimeout, which ends the stream.
 func (st *sseStream) deadline() {
-	if st.conn != nil {
-		_ = st.conn.SetWriteDeadline(time.Now().Add(st.opts.WriteTimeout))
+	if st.w != nil {
+		_ = st.w.SetWriteDeadline(time.Now().Add(st.opts.WriteTimeout))
 	}
 }
 

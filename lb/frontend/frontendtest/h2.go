@@ -123,6 +123,9 @@ func (r *H2Conn) Next(want func(http2.Frame) bool) http2.Frame {
 	}
 }
 
+// LastFields are the fields of the last header block the server sent (read by Next).
+func (r *H2Conn) LastFields() []hpack.HeaderField { return r.lastFields }
+
 // H2Result is how a stream ended: the answer's status and fields (in order, :status first) and body,
 // or the code of the stream's reset, or Closed when the connection ended first.
 type H2Result struct {
