@@ -116,6 +116,7 @@ type generation struct {
 	pools  map[string]*Pool
 	routes []route
 	relays []relayBinding // by name; matched before routes
+	byHost bool           // a route or a relay has hosts: the request's host is looked up for them
 	// acme is [frontend.acme]'s manager (nil without it), shared by the generations that keep the
 	// table; tls is the configuration of tls_listen's handshakes (certificates.go), nil without it.
 	acme *acme.Manager
@@ -215,6 +216,12 @@ func (lb *LB) newGeneration(cfg *config.Config, old *generation, rrs map[string]
 		g.routes = append(g.routes, route{hosts: config.LowerHosts(rc.Hosts), paths: rc.Paths, websocket: rc.WebSocket, pool: g.pools[rc.Pool]})
 	}
 	g.relays = bindRelays(cfg, rrs)
+	for _, r := range g.routes {
+		g.byHost = g.byHost || len(r.hosts) > 0
+	}
+	for _, b := range g.relays {
+		g.byHost = g.byHost || len(b.spec.Hosts) > 0
+	}
 	return g, fresh
 }
 

@@ -101,7 +101,10 @@ func (px *proxy) handle(ctx *fasthttp.RequestCtx) {
 	// After a request with an Upgrade header the framer no longer checks the connection's bytes: unless
 	// the request becomes a tunnel, the connection closes after the answer (lb/frontend).
 	upgradeHeader := len(req.Header.Peek(fasthttp.HeaderUpgrade)) > 0
-	host := requestHost(&req.Header)
+	var host []byte // nil: no route or relay has hosts, and a pattern list of none matches every host
+	if g.byHost {
+		host = requestHost(&req.Header)
+	}
 	if len(g.relays) > 0 && px.serveRelay(ctx, g, host, upgradeHeader) {
 		return // a relay's path: fairlead answers itself (relays.go)
 	}
