@@ -296,6 +296,24 @@ func TestACMEObtainsACertificatePerDomainOverHTTP01AndServesItBySNI(t *testing.T
 	if !strings.Contains(p.Log.String(), "certificate for twx.fairlead.test obtained, valid until") {
 		t.Errorf("no log line of the certificate obtained")
 	}
+
+	// A reload that keeps [frontend.acme] and the listeners keeps its manager: no order, the counts go on
+	// (a new manager would start them from 0), the same certificates served.
+	orders = pb.Orders()
+	if err := os.WriteFile(filepath.Join(p.Dir, "05-more.toml"), []byte("[[routes]]\npool = \"platform\"\npaths = [\"/more\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reloads := p.metric("fairlead_config_reloads_total")
+	if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.Eventually("the reload", func() bool { return p.metric("fairlead_config_reloads_total") == reloads+1 })
+	if got := p.metric(`fairlead_acme_certificates_total{renewal="false",result="ok"}`); got != 2 || pb.Orders() != orders {
+		t.Errorf("after a reload keeping [frontend.acme]: %d obtained by the manager in force, %d new orders", got, pb.Orders()-orders)
+	}
+	if got := p.acmeLeaf("twx.fairlead.test"); got == nil || got.SerialNumber.Cmp(certs[0].SerialNumber) != 0 {
+		t.Errorf("after the reload: not the same certificate")
+	}
 }
 
 // Without a plain listener, fairlead answers TLS-ALPN-01 on tls_listen, and with no certificate from
