@@ -47,6 +47,7 @@ func (lb *LB) acmeFor(cfg *config.Config, old *acme.Manager) (m *acme.Manager, f
 			lb.bus.Publish(event.Event{Kind: event.CertFailed, Server: name,
 				Detail: fmt.Sprintf("could not %s the certificate for %s (the last good one, if any, is served; retried with back-off): %v", what, name, err)})
 		},
+		Warn: func(line string) { lb.log.Warn(line) },
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: frontend.acme: %w", cfg.FileOf("frontend.acme"), err)

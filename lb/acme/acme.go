@@ -30,7 +30,6 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/caddyserver/certmagic"
 	"github.com/valyala/fasthttp"
-	"go.uber.org/zap"
 
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -44,6 +43,8 @@ const ALPN = "acme-tls/1"
 type Hooks struct {
 	Obtained func(name string, renewal bool, notAfter time.Time)
 	Failed   func(name string, renewal bool, err error)
+	// Warn gets the library's own warnings and errors that no event reports, as one line each (log.go).
+	Warn func(line string)
 }
 
 // Manager is one [frontend.acme]: its certificates, their renewal and the challenges. It lives across
@@ -116,17 +117,17 @@ func New(c *config.ACME, httpAddr, tlsAddr string, h Hooks) (*Manager, error) {
 		m.status[d] = &NameStatus{Name: d}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	nop := zap.NewNop()
-	iss.Logger = nop
+	log := newLibraryLogger(h.Warn)
+	iss.Logger = log
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
 		RenewCheckInterval: c.RenewCheckInterval.D,
-		Logger:             nop,
+		Logger:             log,
 	})
 	m.magic = certmagic.New(m.cache, certmagic.Config{
 		Storage: &certmagic.FileStorage{Path: c.Storage},
 		OnEvent: m.onEvent,
-		Logger:  nop,
+		Logger:  log,
 	})
 	m.issuer = certmagic.NewACMEIssuer(m.magic, iss)
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}

@@ -2,6 +2,7 @@ package acme
 
 import (
 	"crypto/tls"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
 
 	"github.com/fairlead/fairlead/lb/config"
 )
@@ -97,5 +99,21 @@ func TestUnwritableStorageFailsEveryDomainAtOnce(t *testing.T) {
 		if !strings.Contains(st.LastError, "cannot be written") {
 			t.Errorf("%s: last error %q", st.Name, st.LastError)
 		}
+	}
+}
+
+// The library's warnings and errors reach fairlead's log as one line each, with their fields; what
+// cert_failed already says, and its Info and Debug lines, do not.
+func TestTheLibrarysWarningsReachTheLog(t *testing.T) {
+	var lines []string
+	log := newLibraryLogger(func(l string) { lines = append(lines, l) })
+	log.With(zap.String("identifier", "a.example.com")).Error("unable to obtain lock", zap.Error(errors.New("read-only file system")))
+	log.Warn("ARI window or selected renewal time changed", zap.Int("attempt", 2))
+	log.Error("could not get certificate from issuer", zap.String("identifier", "a.example.com"))
+	log.Info("obtaining certificate")
+	want := []string{`acme: unable to obtain lock (error=read-only file system, identifier=a.example.com)`,
+		`acme: ARI window or selected renewal time changed (attempt=2)`}
+	if !slices.Equal(lines, want) {
+		t.Errorf("lines %q, want %q", lines, want)
 	}
 }
