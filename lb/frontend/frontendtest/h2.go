@@ -36,7 +36,9 @@ func DialH2(t testing.TB, addr string, cfg *tls.Config) *H2Conn {
 	t.Helper()
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"}
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 3 * time.Second}, "tcp", addr, cfg)
+	// The dial and the handshake within the 10 s every later read and write gets: a handshake under
+	// make test's load (-race, two cores, every package at once) once took over 3 s.
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
