@@ -266,7 +266,9 @@ func TestASlowStartServerTakesFewNewKeysAtFirstAndItsShareLater(t *testing.T) {
 	}
 	time.Sleep(time.Until(upAt.Add(5 * time.Second))) // the ramp is real time: slow_start is 4 s
 	later := share("ramp-late-", 200)
-	if later < 80 || later > 120 {
+	// Its share of 200 new keys is binomial (p ½, σ ≈ 7.1): 75 to 125 is ±3.5σ, missed once in about
+	// 2,500 runs (80 to 120, ±2.8σ, was missed once in about 200: 121 on a make test run).
+	if later < 75 || later > 125 {
 		t.Errorf("5 s after it came back, %s got %d of 200 new devices, want its fair share (about 100)", back.Name, later)
 	}
 	t.Logf("%s back: %d of 100 new devices in its first second, %d of 200 after 5 s", back.Name, first, later)
