@@ -100,11 +100,8 @@ const ppEcho = "GET /echo-headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r
 // not believed: 400 on the plain listener, a failed handshake on the TLS one, nothing forwarded.
 func TestProxyProtocolFromListedAndUnlistedSenders(t *testing.T) {
 	c := startCluster(t, 1, 2)
-	env := newTLSEnv(t, "proxy protocol CA")
-	cert := env.issue(t, "front", tlsName)
 	files := cxConfig(c, "")
-	tlsAddr := testkit.Addr(t)
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\nrate_per_source = 3\nheader_timeout = \"1s\"\n")
+	env, tlsAddr := ppTLSFront(t, files, "proxy_protocol = [\"127.0.0.1/32\"]\nrate_per_source = 3\nheader_timeout = \"1s\"\n")
 	clock := &testkit.Clock{} // rate_per_source's: stopped, the buckets refill only when the test says
 	l, _ := startLBOpts(t, testkit.WriteFiles(t, files), Options{Now: clock.Now})
 	leader := c.Platforms[0]
@@ -271,11 +268,8 @@ func TestProxyProtocolMaxConnsPerSourceCountsTheCarriedAddress(t *testing.T) {
 // header carried.
 func TestProxyProtocolTunnelsAndTheAccessLogSeeTheCarriedClient(t *testing.T) {
 	c := startCluster(t, 1, 2)
-	env := newTLSEnv(t, "proxy protocol CA")
-	cert := env.issue(t, "front", tlsName)
 	files := cxConfig(c, "[global]\naccess_log = true\n")
-	tlsAddr := testkit.Addr(t)
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\n")
+	env, tlsAddr := ppTLSFront(t, files, "proxy_protocol = [\"127.0.0.1/32\"]\n")
 	l, logs := startLBDir(t, testkit.WriteFiles(t, files))
 	for i, ln := range []struct {
 		name, url string
@@ -339,11 +333,8 @@ func TestProxyProtocolAppliesAtOnceOnAReload(t *testing.T) {
 // the carried client.
 func TestProxyProtocolHTTP2StreamsForwardTheCarriedClient(t *testing.T) {
 	c := startCluster(t, 1, 0)
-	env := newTLSEnv(t, "proxy protocol CA")
-	cert := env.issue(t, "front", tlsName)
 	files := platformConfig(c, "", "")
-	tlsAddr := testkit.Addr(t)
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\n")
+	env, tlsAddr := ppTLSFront(t, files, "proxy_protocol = [\"127.0.0.1/32\"]\n")
 	startLBDir(t, testkit.WriteFiles(t, files))
 	src := netip.MustParseAddrPort("[2001:db8::42]:7000")
 	tr := &http2.Transport{DialTLSContext: func(_ context.Context, _, addr string, cfg *tls.Config) (net.Conn, error) {
@@ -372,11 +363,8 @@ func TestProxyProtocolHTTP2StreamsForwardTheCarriedClient(t *testing.T) {
 // as timeout (as a request head that stalls). Only the close is waited for, within a generous bound.
 func TestProxyProtocolHeaderTimeoutClosesAStalledSender(t *testing.T) {
 	c := startCluster(t, 1, 0)
-	env := newTLSEnv(t, "proxy protocol CA")
-	cert := env.issue(t, "front", tlsName)
 	files := platformConfig(c, "", "")
-	tlsAddr := testkit.Addr(t)
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert, "proxy_protocol = [\"127.0.0.1/32\"]\nheader_timeout = \"300ms\"\n")
+	_, tlsAddr := ppTLSFront(t, files, "proxy_protocol = [\"127.0.0.1/32\"]\nheader_timeout = \"300ms\"\n")
 	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
 	errs := l.px.front.Errors
 	leader := c.Platforms[0]
@@ -426,12 +414,8 @@ func TestProxyProtocolHeaderTimeoutClosesAStalledSender(t *testing.T) {
 // too. Over v1 and v2, on both listeners.
 func TestProxyProtocolTrustedProxiesApplyToTheCarriedClient(t *testing.T) {
 	c := startCluster(t, 1, 0)
-	env := newTLSEnv(t, "proxy protocol CA")
-	cert := env.issue(t, "front", tlsName)
 	files := platformConfig(c, "", "")
-	tlsAddr := testkit.Addr(t)
-	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, cert,
-		"proxy_protocol = [\"127.0.0.1/32\"]\ntrusted_proxies = [\"127.0.0.1/32\", \"198.51.100.0/24\", \"2001:db8:77::/48\"]\n")
+	env, tlsAddr := ppTLSFront(t, files, "proxy_protocol = [\"127.0.0.1/32\"]\ntrusted_proxies = [\"127.0.0.1/32\", \"198.51.100.0/24\", \"2001:db8:77::/48\"]\n")
 	l, _ := startLBDir(t, testkit.WriteFiles(t, files))
 	const forged = "GET /echo-headers HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: gopher\r\nConnection: close\r\n\r\n"
 	for _, ln := range []struct {
@@ -468,4 +452,14 @@ func TestProxyProtocolTrustedProxiesApplyToTheCarriedClient(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ppTLSFront adds to files a TLS front end on a free address with a certificate for tlsName and the
+// [frontend] lines extra (proxy_protocol and the like), and returns its CA and the address.
+func ppTLSFront(t *testing.T, files map[string]string, extra string) (env *tlsEnv, tlsAddr string) {
+	t.Helper()
+	env = newTLSEnv(t, "proxy protocol CA")
+	tlsAddr = testkit.Addr(t)
+	files["40-tls.toml"] = tlsFrontendToml(tlsAddr, env.issue(t, "front", tlsName), extra)
+	return env, tlsAddr
 }

@@ -138,43 +138,21 @@ func openH2SSEAt(t *testing.T, c *h2SSEClient, url string, hdr ...string) *h2SSE
 func (s *h2SSE) read() {
 	defer close(s.events)
 	br := bufio.NewReader(s.resp.Body)
-	var ev testkit.Event
-	var data []string
-	seen := false
 	for {
-		line, err := br.ReadString('\n')
-		s.mu.Lock()
-		s.raw.WriteString(line)
+		ev, err := testkit.ReadEvent(br, func(line string) {
+			s.mu.Lock()
+			s.raw.WriteString(line)
+			s.mu.Unlock()
+		})
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
+				s.mu.Lock()
 				s.err = err
+				s.mu.Unlock()
 			}
-			s.mu.Unlock()
 			return
 		}
-		s.mu.Unlock()
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if seen {
-				ev.Data = strings.Join(data, "\n")
-				s.events <- ev
-				ev, data, seen = testkit.Event{}, nil, false
-			}
-		case strings.HasPrefix(line, ":"):
-		default:
-			seen = true
-			name, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch name {
-			case "id":
-				ev.ID = value
-			case "event":
-				ev.Event = value
-			case "data":
-				data = append(data, value)
-			}
-		}
+		s.events <- ev
 	}
 }
 

@@ -155,16 +155,25 @@ func TrySSE(addr, path string, dial func() (net.Conn, error), hdr ...string) (*S
 // Next reads the next event (comments skipped) within timeout; io.EOF when the stream ended.
 func (s *SSE) Next(timeout time.Duration) (Event, error) {
 	s.Conn.SetReadDeadline(time.Now().Add(timeout)) //nolint:errcheck
+	ev, err := ReadEvent(s.body, func(line string) { s.Raw.WriteString(line) })
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return ev, err
+}
+
+// ReadEvent reads one Server-Sent Event from r, comments skipped; each line read, as read, is given
+// to raw (when set). The error is the read's.
+func ReadEvent(r *bufio.Reader, raw func(line string)) (Event, error) {
 	var ev Event
 	var data []string
 	seen := false
 	for {
-		line, err := s.body.ReadString('\n')
-		s.Raw.WriteString(line)
+		line, err := r.ReadString('\n')
+		if raw != nil {
+			raw(line)
+		}
 		if err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = io.EOF
-			}
 			return ev, err
 		}
 		line = strings.TrimRight(line, "\r\n")

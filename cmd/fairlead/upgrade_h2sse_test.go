@@ -7,13 +7,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fairlead/fairlead/bench/sim"
 	"github.com/fairlead/fairlead/bench/testkit"
 )
 
@@ -22,16 +20,8 @@ import (
 // and exits well within drain_timeout instead of being held by it; the client subscribes again, now to
 // the new process, and gets the next change.
 func TestSIGUSR2EndsARelaysSSEStreamOverHTTP2AndTheClientResubscribesToTheNewProcess(t *testing.T) {
-	c := testkit.StartCluster(t, sim.Options{Platforms: 2, ConfigServers: 1, ConfigAPIKey: testkit.RelayUpstreamKey})
-	const topic = "inventory/dev"
-	publish := func(n int) string {
-		t.Helper()
-		v, err := c.PublishConfig(topic, []byte(`{"n":`+strconv.Itoa(n)+`}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strconv.FormatUint(v, 10)
-	}
+	c, publish := relayUpgradeCluster(t)
+	const topic = relayUpgradeTopic
 	v := publish(1)
 	tf := newTLSFront(t)
 	p := startUpgradable(t, c, "20-relay.toml", upgradeRelayConfig(t, c.Configs[0].Addr), "30-tls.toml", tf.conf)

@@ -90,18 +90,28 @@ func TestSIGUSR2MovesTheRelaysHTTPSSubscribersWithTheirTLSSessions(t *testing.T)
 	moveRelaySubscribers(t, true)
 }
 
-// moveRelaySubscribers is the tests above: over tls_listen when https, with two upgrades.
-func moveRelaySubscribers(t *testing.T, https bool) {
-	c := testkit.StartCluster(t, sim.Options{Platforms: 2, ConfigServers: 1, ConfigAPIKey: testkit.RelayUpstreamKey})
-	const topic = "inventory/dev"
-	publish := func(n int) string {
+// relayUpgradeTopic is the topic of the relay upgrade tests.
+const relayUpgradeTopic = "inventory/dev"
+
+// relayUpgradeCluster is a cluster with two platforms and a config server, and publish, which publishes
+// {"n": n} to relayUpgradeTopic and returns its version.
+func relayUpgradeCluster(t *testing.T) (c *sim.Cluster, publish func(n int) string) {
+	t.Helper()
+	c = testkit.StartCluster(t, sim.Options{Platforms: 2, ConfigServers: 1, ConfigAPIKey: testkit.RelayUpstreamKey})
+	return c, func(n int) string {
 		t.Helper()
-		v, err := c.PublishConfig(topic, []byte(`{"n":`+strconv.Itoa(n)+`}`))
+		v, err := c.PublishConfig(relayUpgradeTopic, []byte(`{"n":`+strconv.Itoa(n)+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return strconv.FormatUint(v, 10)
 	}
+}
+
+// moveRelaySubscribers is the tests above: over tls_listen when https, with two upgrades.
+func moveRelaySubscribers(t *testing.T, https bool) {
+	c, publish := relayUpgradeCluster(t)
+	const topic = relayUpgradeTopic
 	v := publish(1)
 	files := []string{"20-relay.toml", upgradeRelayConfig(t, c.Configs[0].Addr)}
 	var (
