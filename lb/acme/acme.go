@@ -29,13 +29,14 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3"
 	"github.com/valyala/fasthttp"
 
 	"github.com/fairlead/fairlead/lb/config"
 )
 
 // ALPN is the protocol an ACME server offers, alone, in a TLS-ALPN-01 validation's handshake.
-const ALPN = "acme-tls/1"
+const ALPN = acmez.ACMETLS1Protocol // the library's (lb/frontend, which must not depend on it, names it too)
 
 // Hooks are how a Manager tells what happens: Obtained after a certificate was obtained or renewed
 // and stored, Failed after an attempt failed (the last good certificate, if any, still served; the
@@ -52,7 +53,6 @@ type Hooks struct {
 type Manager struct {
 	cfg    *config.ACME
 	addrs  [2]string // the listen and tls_listen it answers challenges on
-	names  map[string]bool
 	cache  *certmagic.Cache
 	magic  *certmagic.Config
 	issuer *certmagic.ACMEIssuer
@@ -111,9 +111,8 @@ func New(c *config.ACME, httpAddr, tlsAddr string, h Hooks) (*Manager, error) {
 		iss.TestCA = certmagic.LetsEncryptStagingCA // after a failure, the next attempt is tried there first
 	}
 
-	m := &Manager{cfg: c, addrs: [2]string{httpAddr, tlsAddr}, names: map[string]bool{}, hooks: h, status: map[string]*NameStatus{}}
+	m := &Manager{cfg: c, addrs: [2]string{httpAddr, tlsAddr}, hooks: h, status: map[string]*NameStatus{}}
 	for _, d := range c.Domains {
-		m.names[d] = true
 		m.status[d] = &NameStatus{Name: d}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -188,15 +187,16 @@ func (m *Manager) Runs(c *config.ACME, httpAddr, tlsAddr string) bool {
 	return m.cfg.Same(c) && m.addrs == [2]string{httpAddr, tlsAddr}
 }
 
-// Manages reports whether name (lower case, no trailing dot) is one of the domains.
-func (m *Manager) Manages(name string) bool { return m.names[name] }
+// manages reports whether name (lower case, no trailing dot) is one of the domains: a key of status,
+// which is not changed after New (only its entries, under mu).
+func (m *Manager) manages(name string) bool { return m.status[name] != nil }
 
 // Certificate is the certificate of a handshake for one of the domains, or of a TLS-ALPN-01
 // validation; ok is false when the handshake is neither (the certificates from files choose) or when
 // there is no certificate for its name yet.
 func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (cert *tls.Certificate, ok bool, err error) {
 	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == ALPN {
-		if !m.names[normal(hello.ServerName)] {
+		if !m.manages(normal(hello.ServerName)) {
 			return nil, true, errors.New("acme-tls/1 for a name outside [frontend.acme] domains")
 		}
 		cert, err = m.magic.GetCertificate(hello)
@@ -206,7 +206,7 @@ func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (cert *tls.Certificate
 		return cert, true, err
 	}
 	name := normal(hello.ServerName)
-	if !m.names[name] {
+	if !m.manages(name) {
 		return nil, false, nil
 	}
 	if c := m.cached(name); c != nil {
@@ -258,7 +258,7 @@ func (m *Manager) ServeHTTP01(ctx *fasthttp.RequestCtx) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if !m.names[normal(host)] {
+	if !m.manages(normal(host)) {
 		return false
 	}
 	// The library answers net/http requests: what it reads of one is its method, host and path.
