@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,11 @@ func TestTheStatusEventsCarryTheirSeverityAndTheRateHistoryAPoolsRequestsAndItsO
 	}
 	mustSetState(t, p1, sim.Leader)
 	testkit.Eventually(t, "platform1 leads again", 10*time.Second, func() bool { return poolLeader(l, "platform") == p1.Addr })
+	// pool_up is published after the leader_changed that brings it (on a loaded machine, a moment after).
+	testkit.Eventually(t, "the pool_up event in the status", 5*time.Second, func() bool {
+		evs := l.Status().Events
+		return len(evs) > 0 && slices.ContainsFunc(evs, func(e admin.StreamEvent) bool { return e.Kind == "pool_up" })
+	})
 
 	// /api/status carries the severity as /events does.
 	var downs, leaders []string
